@@ -1,0 +1,1 @@
+//! Configuration: twemproxy YAML, validated.

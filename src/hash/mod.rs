@@ -1,0 +1,1 @@
+//! Hash functions and key distributions, identical to twemproxy 0.5.

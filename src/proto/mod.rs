@@ -1,0 +1,139 @@
+//! Wire protocols. Parsers here do no I/O: they look at a byte slice and say
+//! how much of it is one message, what it means for routing, or that more
+//! bytes are needed. Composers append to a `Vec<u8>`.
+//!
+//! The worker's data path (`crate::worker`) is protocol-agnostic: it calls
+//! `parse_request`, routes by `Request::route` and `Request::keys`, forwards
+//! bytes, calls `parse_response` on server bytes, and for multi-key requests
+//! asks the protocol to write per-server fragments and merge their replies.
+
+pub mod memcache;
+pub mod redis;
+
+use smallvec::SmallVec;
+use std::ops::Range;
+
+/// Which wire protocol a pool speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// memcached text protocol (binary and meta share the port later).
+    Memcache,
+    /// Redis RESP.
+    Redis,
+}
+
+/// Byte ranges of the keys of a request, relative to the request's first byte.
+pub type Keys = SmallVec<[Range<usize>; 2]>;
+
+/// How the data path must route a parsed request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// Forward the request bytes unchanged to the server owning `keys[0]`.
+    Single,
+    /// Split per server: `write_fragment` builds each server's request from a
+    /// subset of key indices (in client order) and `merge_responses` joins
+    /// the replies in the client's key order.
+    Multi,
+    /// Send the request unchanged to every server of the pool; the reply is
+    /// merged by `merge_broadcast` (e.g. memcached `flush_all`).
+    Broadcast,
+    /// Answered by the proxy itself, never forwarded.
+    Local(Local),
+}
+
+/// Requests the proxy answers itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Local {
+    /// Reply with these bytes and keep the connection.
+    Reply(Vec<u8>),
+    /// Close the connection after flushing the given bytes (empty for memcached `quit`).
+    Quit(Vec<u8>),
+    /// memcached `stats` / Redis `INFO`-like: the worker fills in its counters.
+    Stats,
+    /// Redis command that needs the connection's state (AUTH, SELECT, HELLO,
+    /// CLIENT ..., COMMAND ...): the worker calls `redis::local::answer`.
+    RedisSession,
+}
+
+/// One request parsed from a client's input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// Bytes the request occupies in the input (including any data block).
+    pub len: usize,
+    /// Protocol-specific operation, needed to parse the reply and to merge.
+    pub op: Op,
+    /// Keys, as ranges into the request bytes, in the order the client gave them.
+    pub keys: Keys,
+    /// The route the data path must take.
+    pub route: Route,
+    /// The client expects no reply (memcached `noreply`, quiet binary ops).
+    pub noreply: bool,
+}
+
+/// Protocol-specific operation carried by a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// memcached text command.
+    Mc(memcache::McOp),
+    /// Redis command.
+    Redis(redis::RedisOp),
+}
+
+/// A reply parsed from a server's input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Response {
+    /// Bytes the reply occupies in the server's input.
+    pub len: usize,
+    /// The reply is an error reply of the protocol (`-ERR`, `SERVER_ERROR`,
+    /// `CLIENT_ERROR`, `ERROR`): counted, and it fails a multi-key fragment.
+    pub is_error: bool,
+}
+
+/// Outcome of an incremental parse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Parse<T> {
+    /// A whole message.
+    Done(T),
+    /// Not enough bytes yet; `hint` is the minimum total length the input
+    /// must reach before parsing again is worthwhile (0 if unknown). The data
+    /// path uses it so large values are not re-scanned on every read.
+    Incomplete {
+        /// Minimum total input length before the next attempt.
+        hint: usize,
+    },
+}
+
+/// A request the proxy could not accept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestError {
+    /// Reply bytes to send to the client (already framed for the protocol).
+    pub reply: Vec<u8>,
+    /// Input bytes to discard before parsing the next request; when `close`
+    /// is true the connection is closed after the reply instead.
+    pub skip: usize,
+    /// Close the connection after the reply (as memcached/redis-server do for
+    /// unrecoverable framing errors).
+    pub close: bool,
+}
+
+/// A server reply that does not parse: the server connection is closed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponseError(pub String);
+
+/// Limits the parsers enforce.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Largest value (memcached data block, Redis bulk string) accepted.
+    pub max_value: usize,
+    /// Largest number of keys in one multi-key request.
+    pub max_keys: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_value: 1024 * 1024,
+            max_keys: 1_000_000,
+        }
+    }
+}
