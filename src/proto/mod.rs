@@ -137,3 +137,70 @@ impl Default for Limits {
         }
     }
 }
+
+impl Protocol {
+    /// Parse one client request from the start of `buf`.
+    pub fn parse_request(
+        self,
+        buf: &[u8],
+        limits: &Limits,
+    ) -> Result<Parse<Request>, RequestError> {
+        match self {
+            Protocol::Memcache => memcache::parse_request(buf, limits),
+            Protocol::Redis => redis::parse_request(buf, limits),
+        }
+    }
+
+    /// Parse one server reply to a request of operation `op`.
+    pub fn parse_response(self, buf: &[u8], op: Op) -> Result<Parse<Response>, ResponseError> {
+        match (self, op) {
+            (Protocol::Memcache, Op::Mc(op)) => memcache::parse_response(buf, op),
+            (Protocol::Redis, _) => redis::parse_response(buf),
+            (Protocol::Memcache, Op::Redis(_)) => {
+                Err(ResponseError("redis operation on a memcached connection".into()))
+            }
+        }
+    }
+
+    /// Write the request one server gets for the keys `key_idx` of a multi-key request.
+    pub fn write_fragment(self, req_bytes: &[u8], req: &Request, key_idx: &[usize], out: &mut Vec<u8>) {
+        match self {
+            Protocol::Memcache => memcache::write_fragment(req_bytes, req, key_idx, out),
+            Protocol::Redis => redis::write_fragment(req_bytes, req, key_idx, out),
+        }
+    }
+
+    /// Merge the replies of a multi-key request's fragments, in the client's key order.
+    pub fn merge_responses(
+        self,
+        req_bytes: &[u8],
+        req: &Request,
+        frags: &[(&[usize], &[u8])],
+        out: &mut Vec<u8>,
+    ) {
+        match self {
+            Protocol::Memcache => memcache::merge_responses(req_bytes, req, frags, out),
+            Protocol::Redis => redis::merge_responses(req_bytes, req, frags, out),
+        }
+    }
+
+    /// Merge the replies every server gave to a broadcast request.
+    pub fn merge_broadcast(self, replies: &[&[u8]], out: &mut Vec<u8>) {
+        match self {
+            Protocol::Memcache => memcache::merge_broadcast(replies, out),
+            Protocol::Redis => match replies.iter().find(|r| r.first() == Some(&b'-')) {
+                Some(err) => out.extend_from_slice(err),
+                None => out.extend_from_slice(replies.first().copied().unwrap_or(b"+OK\r\n")),
+            },
+        }
+    }
+
+    /// The reply a client gets when its request could not be served by a
+    /// backend (twemproxy's wording: the strerror text of the failure).
+    pub fn server_error(self, msg: &str, out: &mut Vec<u8>) {
+        match self {
+            Protocol::Memcache => memcache::server_error(msg, out),
+            Protocol::Redis => redis::error_reply(msg, out),
+        }
+    }
+}

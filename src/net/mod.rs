@@ -1,0 +1,148 @@
+//! Sockets: listeners (TCP with SO_REUSEPORT, unix with permissions),
+//! non-blocking connects to servers, and the per-socket options the data
+//! path sets (TCP_NODELAY, keepalive, TCP_QUICKACK).
+
+mod stream;
+
+pub use stream::{Listener, Stream};
+
+use socket2::{Domain, Protocol as SockProto, SockAddr, Socket, Type};
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::path::Path;
+
+/// Resolve `host:port` to its first address (blocking: called only at
+/// configuration time, never from the event loop).
+pub fn resolve(host: &str, port: u16) -> io::Result<SocketAddr> {
+    (host, port).to_socket_addrs()?.next().ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("cannot resolve '{host}:{port}'"),
+        )
+    })
+}
+
+/// Create a listening TCP socket, non-blocking, close-on-exec cleared by the
+/// caller when it must survive an exec (hot upgrade).
+pub fn listen_tcp(addr: SocketAddr, backlog: u32, reuseport: bool) -> io::Result<OwnedFd> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(SockProto::TCP))?;
+    socket.set_reuse_address(true)?;
+    if reuseport {
+        socket.set_reuse_port(true)?;
+    }
+    socket.bind(&addr.into())?;
+    socket.listen(backlog.min(i32::MAX as u32) as i32)?;
+    socket.set_nonblocking(true)?;
+    // SAFETY: into_raw_fd hands over sole ownership of a valid descriptor.
+    Ok(unsafe { OwnedFd::from_raw_fd(socket.into_raw_fd()) })
+}
+
+/// Create a listening unix socket at `path` (an old socket file is removed
+/// first, as twemproxy does), with optional octal permissions.
+pub fn listen_unix(path: &Path, perm: Option<u32>, backlog: u32) -> io::Result<OwnedFd> {
+    let _ = std::fs::remove_file(path);
+    let socket = Socket::new(Domain::UNIX, Type::STREAM, None)?;
+    socket.bind(&SockAddr::unix(path)?)?;
+    if let Some(mode) = perm {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    }
+    socket.listen(backlog.min(i32::MAX as u32) as i32)?;
+    socket.set_nonblocking(true)?;
+    // SAFETY: into_raw_fd hands over sole ownership of a valid descriptor.
+    Ok(unsafe { OwnedFd::from_raw_fd(socket.into_raw_fd()) })
+}
+
+/// Where a server lives, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// TCP address.
+    Tcp(SocketAddr),
+    /// Unix socket path.
+    Unix(std::path::PathBuf),
+}
+
+/// Start a non-blocking connect to a server.
+pub fn connect(endpoint: &Endpoint, keepalive: bool) -> io::Result<Stream> {
+    match endpoint {
+        Endpoint::Tcp(addr) => {
+            let socket =
+                Socket::new(Domain::for_address(*addr), Type::STREAM, Some(SockProto::TCP))?;
+            socket.set_nonblocking(true)?;
+            socket.set_nodelay(true)?;
+            if keepalive {
+                socket.set_keepalive(true)?;
+            }
+            match socket.connect(&(*addr).into()) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+                Err(e) => return Err(e),
+            }
+            let std_stream: std::net::TcpStream = socket.into();
+            Ok(Stream::Tcp(mio::net::TcpStream::from_std(std_stream)))
+        }
+        Endpoint::Unix(path) => {
+            let stream = mio::net::UnixStream::connect(path)?;
+            Ok(Stream::Unix(stream))
+        }
+    }
+}
+
+/// Re-arm TCP_QUICKACK: Linux clears it after a while, so it is set after
+/// reads to keep delayed ACKs (the 40 ms stalls) away.
+pub fn set_quickack(fd: RawFd) {
+    let one: libc::c_int = 1;
+    // SAFETY: setsockopt on a descriptor we own with a valid int option.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_QUICKACK,
+            &one as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+}
+
+/// Set TCP_NODELAY and optional keepalive on an accepted client socket.
+pub fn tune_client(fd: RawFd, keepalive: bool) {
+    let one: libc::c_int = 1;
+    let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: setsockopt on a descriptor we own with valid int options.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_NODELAY,
+            &one as *const libc::c_int as *const libc::c_void,
+            len,
+        );
+        if keepalive {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_KEEPALIVE,
+                &one as *const libc::c_int as *const libc::c_void,
+                len,
+            );
+        }
+    }
+}
+
+/// Whether the descriptor is a TCP socket (as opposed to a unix socket).
+pub fn is_tcp(fd: &impl AsRawFd) -> bool {
+    let mut domain: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `domain`.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_DOMAIN,
+            &mut domain as *mut libc::c_int as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    rc == 0 && (domain == libc::AF_INET || domain == libc::AF_INET6)
+}

@@ -1,0 +1,158 @@
+//! TCP and unix sockets behind one type, so the data path does not care
+//! which kind a pool listens on or a server lives at.
+
+use mio::event::Source;
+use mio::{Interest, Registry, Token};
+use std::io::{self, IoSlice, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// A connected stream socket.
+#[derive(Debug)]
+pub enum Stream {
+    /// TCP.
+    Tcp(mio::net::TcpStream),
+    /// Unix domain.
+    Unix(mio::net::UnixStream),
+}
+
+impl Stream {
+    /// The socket's pending error (SO_ERROR), used after a non-blocking connect.
+    pub fn take_error(&self) -> io::Result<Option<io::Error>> {
+        match self {
+            Stream::Tcp(s) => s.take_error(),
+            Stream::Unix(s) => s.take_error(),
+        }
+    }
+
+    /// Whether this is a TCP stream (TCP_QUICKACK applies).
+    pub fn is_tcp(&self) -> bool {
+        matches!(self, Stream::Tcp(_))
+    }
+
+    /// Shut down both directions.
+    pub fn shutdown(&self) {
+        let _ = match self {
+            Stream::Tcp(s) => s.shutdown(std::net::Shutdown::Both),
+            Stream::Unix(s) => s.shutdown(std::net::Shutdown::Both),
+        };
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(buf),
+            Stream::Unix(s) => s.write(buf),
+        }
+    }
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write_vectored(bufs),
+            Stream::Unix(s) => s.write_vectored(bufs),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl AsRawFd for Stream {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Stream::Tcp(s) => s.as_raw_fd(),
+            Stream::Unix(s) => s.as_raw_fd(),
+        }
+    }
+}
+
+impl Source for Stream {
+    fn register(&mut self, r: &Registry, t: Token, i: Interest) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.register(r, t, i),
+            Stream::Unix(s) => s.register(r, t, i),
+        }
+    }
+    fn reregister(&mut self, r: &Registry, t: Token, i: Interest) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.reregister(r, t, i),
+            Stream::Unix(s) => s.reregister(r, t, i),
+        }
+    }
+    fn deregister(&mut self, r: &Registry) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.deregister(r),
+            Stream::Unix(s) => s.deregister(r),
+        }
+    }
+}
+
+/// A listening socket of either kind.
+#[derive(Debug)]
+pub enum Listener {
+    /// TCP.
+    Tcp(mio::net::TcpListener),
+    /// Unix domain.
+    Unix(mio::net::UnixListener),
+}
+
+impl Listener {
+    /// Wrap a listening descriptor (already non-blocking).
+    pub fn from_fd(fd: OwnedFd, tcp: bool) -> Listener {
+        use std::os::fd::IntoRawFd;
+        let raw = fd.into_raw_fd();
+        if tcp {
+            // SAFETY: `raw` is an owned, listening TCP socket.
+            Listener::Tcp(unsafe { mio::net::TcpListener::from_raw_fd(raw) })
+        } else {
+            // SAFETY: `raw` is an owned, listening unix socket.
+            Listener::Unix(unsafe { mio::net::UnixListener::from_raw_fd(raw) })
+        }
+    }
+
+    /// Accept one connection.
+    pub fn accept(&self) -> io::Result<Stream> {
+        match self {
+            Listener::Tcp(l) => l.accept().map(|(s, _)| Stream::Tcp(s)),
+            Listener::Unix(l) => l.accept().map(|(s, _)| Stream::Unix(s)),
+        }
+    }
+}
+
+impl AsRawFd for Listener {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Listener::Tcp(l) => l.as_raw_fd(),
+            Listener::Unix(l) => l.as_raw_fd(),
+        }
+    }
+}
+
+impl Source for Listener {
+    fn register(&mut self, r: &Registry, t: Token, i: Interest) -> io::Result<()> {
+        match self {
+            Listener::Tcp(l) => l.register(r, t, i),
+            Listener::Unix(l) => l.register(r, t, i),
+        }
+    }
+    fn reregister(&mut self, r: &Registry, t: Token, i: Interest) -> io::Result<()> {
+        match self {
+            Listener::Tcp(l) => l.reregister(r, t, i),
+            Listener::Unix(l) => l.reregister(r, t, i),
+        }
+    }
+    fn deregister(&mut self, r: &Registry) -> io::Result<()> {
+        match self {
+            Listener::Tcp(l) => l.deregister(r),
+            Listener::Unix(l) => l.deregister(r),
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! twemproxy-compatible stats JSON (filled in with the stats listener).

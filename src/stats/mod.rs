@@ -1,0 +1,95 @@
+//! Counters: declared once as tables of (name, kind, description) like
+//! twemproxy's nc_stats.h, stored in a shared-memory region where each
+//! worker writes only its own slot and the master reads all of them.
+
+pub mod json;
+pub mod shm;
+
+/// Whether a field counts events or reports a current level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Monotonic counter.
+    Counter,
+    /// Current value.
+    Gauge,
+    /// A timestamp (µs since the epoch); summing takes the maximum.
+    Timestamp,
+}
+
+macro_rules! fields {
+    ($(#[$m:meta])* $name:ident { $($var:ident = ($s:literal, $k:ident, $d:literal)),* $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        #[repr(usize)]
+        pub enum $name { $(#[doc = $d] $var),* }
+        impl $name {
+            /// Every field, in the order of the stats document.
+            pub const ALL: &'static [$name] = &[$($name::$var),*];
+            /// Number of fields.
+            pub const COUNT: usize = [$($name::$var),*].len();
+            /// Name in the stats document.
+            pub fn name(self) -> &'static str { match self { $($name::$var => $s),* } }
+            /// Counter or gauge.
+            pub fn kind(self) -> Kind { match self { $($name::$var => Kind::$k),* } }
+            /// Description printed by `-D`.
+            pub fn description(self) -> &'static str { match self { $($name::$var => $d),* } }
+        }
+    };
+}
+
+fields!(
+    /// Per-pool fields (twemproxy's pool stats).
+    PoolField {
+        ClientEof = ("client_eof", Counter, "# eof on client connections"),
+        ClientErr = ("client_err", Counter, "# errors on client connections"),
+        ClientConnections = ("client_connections", Gauge, "# active client connections"),
+        ServerEjects = ("server_ejects", Counter, "# times backend server was ejected"),
+        ForwardError = ("forward_error", Counter, "# times we encountered a forwarding error"),
+        Fragments = ("fragments", Counter, "# fragments created from a multi-vector request"),
+    }
+);
+
+fields!(
+    /// Per-server fields (twemproxy's server stats).
+    ServerField {
+        ServerEof = ("server_eof", Counter, "# eof on server connections"),
+        ServerErr = ("server_err", Counter, "# errors on server connections"),
+        ServerTimedout = ("server_timedout", Counter, "# timeouts on server connections"),
+        ServerConnections = ("server_connections", Gauge, "# active server connections"),
+        ServerEjectedAt = ("server_ejected_at", Timestamp, "timestamp when server was ejected in usec since epoch"),
+        Requests = ("requests", Counter, "# requests"),
+        RequestBytes = ("request_bytes", Counter, "total request bytes"),
+        Responses = ("responses", Counter, "# responses"),
+        ResponseBytes = ("response_bytes", Counter, "total response bytes"),
+        InQueue = ("in_queue", Gauge, "# requests in incoming queue"),
+        InQueueBytes = ("in_queue_bytes", Gauge, "current request bytes in incoming queue"),
+        OutQueue = ("out_queue", Gauge, "# requests in outgoing queue"),
+        OutQueueBytes = ("out_queue_bytes", Gauge, "current request bytes in outgoing queue"),
+    }
+);
+
+fields!(
+    /// Per-worker process fields (walnut's own).
+    WorkerField {
+        TotalConnections = ("total_connections", Counter, "# connections accepted"),
+        CurrConnections = ("curr_connections", Gauge, "# connections open"),
+        AcceptEagain = ("accept_eagain", Counter, "# wakeups to accept that found no connection"),
+        Requests = ("requests", Counter, "# client requests"),
+        Heartbeat = ("heartbeat", Timestamp, "last event loop iteration, usec since epoch"),
+    }
+);
+
+/// Print the descriptions of every field (the `-D` flag).
+pub fn describe() -> String {
+    let mut s = String::from("This is walnut-");
+    s.push_str(env!("CARGO_PKG_VERSION"));
+    s.push_str("\n\npool stats:\n");
+    for f in PoolField::ALL {
+        s.push_str(&format!("  {:<20}\"{}\"\n", f.name(), f.description()));
+    }
+    s.push_str("\nserver stats:\n");
+    for f in ServerField::ALL {
+        s.push_str(&format!("  {:<20}\"{}\"\n", f.name(), f.description()));
+    }
+    s
+}

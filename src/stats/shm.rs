@@ -1,0 +1,255 @@
+//! The counters region: one anonymous shared mapping created by the master
+//! before it forks workers. Each worker owns one slot (a whole number of
+//! 128-byte lines, so no two workers share a cache line) and is its only
+//! writer; the master sums the slots when asked, without asking anyone.
+
+use super::{PoolField, ServerField, WorkerField};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+const LINE_WORDS: usize = 16; // 128 bytes
+
+/// Shape of one worker's slot for a given configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    /// Number of servers of each pool, in config order.
+    pub servers_per_pool: Vec<usize>,
+    pool_base: usize,
+    server_base: Vec<usize>,
+    slot_words: usize,
+}
+
+impl Layout {
+    /// Layout for pools with the given server counts.
+    pub fn new(servers_per_pool: Vec<usize>) -> Layout {
+        let pool_base = WorkerField::COUNT;
+        let mut next = pool_base + servers_per_pool.len() * PoolField::COUNT;
+        let mut server_base = Vec::with_capacity(servers_per_pool.len());
+        for n in &servers_per_pool {
+            server_base.push(next);
+            next += n * ServerField::COUNT;
+        }
+        let slot_words = next.div_ceil(LINE_WORDS) * LINE_WORDS;
+        Layout {
+            servers_per_pool,
+            pool_base,
+            server_base,
+            slot_words,
+        }
+    }
+
+    fn worker_idx(&self, f: WorkerField) -> usize {
+        f as usize
+    }
+    fn pool_idx(&self, pool: usize, f: PoolField) -> usize {
+        self.pool_base + pool * PoolField::COUNT + f as usize
+    }
+    fn server_idx(&self, pool: usize, server: usize, f: ServerField) -> usize {
+        self.server_base[pool] + server * ServerField::COUNT + f as usize
+    }
+}
+
+/// A shared mapping holding one slot per worker.
+pub struct Region {
+    ptr: *mut AtomicU64,
+    words: usize,
+    slots: usize,
+    layout: Layout,
+}
+
+// SAFETY: the region is only accessed through atomics.
+unsafe impl Send for Region {}
+// SAFETY: the region is only accessed through atomics.
+unsafe impl Sync for Region {}
+
+impl Region {
+    /// Map a zeroed region for `slots` workers, shared across fork.
+    pub fn new(layout: Layout, slots: usize) -> std::io::Result<Region> {
+        let words = layout.slot_words * slots.max(1);
+        let bytes = words * std::mem::size_of::<AtomicU64>();
+        // SAFETY: anonymous shared mapping, checked for MAP_FAILED below.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Region {
+            ptr: ptr as *mut AtomicU64,
+            words,
+            slots: slots.max(1),
+            layout,
+        })
+    }
+
+    /// The layout the region was made for.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Number of worker slots.
+    pub fn slots(&self) -> usize {
+        self.slots
+    }
+
+    fn word(&self, slot: usize, idx: usize) -> &AtomicU64 {
+        let i = slot * self.layout.slot_words + idx;
+        assert!(i < self.words);
+        // SAFETY: `i` is inside the mapping (checked above); AtomicU64 has
+        // the alignment of the page-aligned mapping's u64 words.
+        unsafe { &*self.ptr.add(i) }
+    }
+
+    /// The writer handle for one worker's slot.
+    pub fn slot(&self, slot: usize) -> Slot<'_> {
+        Slot { region: self, slot }
+    }
+
+    /// Zero one worker's slot (a respawned worker starts from zero gauges;
+    /// counters of the dead worker are folded into `retired` by the caller).
+    pub fn clear_slot(&self, slot: usize) {
+        for i in 0..self.layout.slot_words {
+            self.word(slot, i).store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Sum of a worker field over all slots.
+    pub fn worker_sum(&self, f: WorkerField) -> u64 {
+        let idx = self.layout.worker_idx(f);
+        self.fold(idx, f.kind())
+    }
+    /// One worker's value of a worker field.
+    pub fn worker_get(&self, slot: usize, f: WorkerField) -> u64 {
+        self.word(slot, self.layout.worker_idx(f)).load(Ordering::Relaxed)
+    }
+    /// Sum of a pool field over all slots.
+    pub fn pool_sum(&self, pool: usize, f: PoolField) -> u64 {
+        self.fold(self.layout.pool_idx(pool, f), f.kind())
+    }
+    /// Sum of a server field over all slots.
+    pub fn server_sum(&self, pool: usize, server: usize, f: ServerField) -> u64 {
+        self.fold(self.layout.server_idx(pool, server, f), f.kind())
+    }
+
+    fn fold(&self, idx: usize, kind: super::Kind) -> u64 {
+        let vals = (0..self.slots).map(|s| self.word(s, idx).load(Ordering::Relaxed));
+        match kind {
+            super::Kind::Timestamp => vals.max().unwrap_or(0),
+            _ => vals.fold(0u64, |a, b| a.wrapping_add(b)),
+        }
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the mapping created in `new`.
+        unsafe {
+            libc::munmap(
+                self.ptr as *mut libc::c_void,
+                self.words * std::mem::size_of::<AtomicU64>(),
+            );
+        }
+    }
+}
+
+/// One worker's slot. The worker is the only writer, so updates are a plain
+/// load and store (no locked read-modify-write on the hot path).
+#[derive(Clone, Copy)]
+pub struct Slot<'a> {
+    region: &'a Region,
+    slot: usize,
+}
+
+impl Slot<'_> {
+    #[inline]
+    fn add_at(&self, idx: usize, n: u64) {
+        let w = self.region.word(self.slot, idx);
+        w.store(w.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+    }
+    #[inline]
+    fn sub_at(&self, idx: usize, n: u64) {
+        let w = self.region.word(self.slot, idx);
+        w.store(w.load(Ordering::Relaxed).wrapping_sub(n), Ordering::Relaxed);
+    }
+    /// Add to a worker field.
+    #[inline]
+    pub fn worker_add(&self, f: WorkerField, n: u64) {
+        self.add_at(self.region.layout.worker_idx(f), n)
+    }
+    /// Subtract from a worker gauge.
+    #[inline]
+    pub fn worker_sub(&self, f: WorkerField, n: u64) {
+        self.sub_at(self.region.layout.worker_idx(f), n)
+    }
+    /// Set a worker field.
+    #[inline]
+    pub fn worker_set(&self, f: WorkerField, v: u64) {
+        let idx = self.region.layout.worker_idx(f);
+        self.region.word(self.slot, idx).store(v, Ordering::Relaxed)
+    }
+    /// Add to a pool field.
+    #[inline]
+    pub fn pool_add(&self, pool: usize, f: PoolField, n: u64) {
+        self.add_at(self.region.layout.pool_idx(pool, f), n)
+    }
+    /// Subtract from a pool gauge.
+    #[inline]
+    pub fn pool_sub(&self, pool: usize, f: PoolField, n: u64) {
+        self.sub_at(self.region.layout.pool_idx(pool, f), n)
+    }
+    /// Add to a server field.
+    #[inline]
+    pub fn server_add(&self, pool: usize, server: usize, f: ServerField, n: u64) {
+        self.add_at(self.region.layout.server_idx(pool, server, f), n)
+    }
+    /// Subtract from a server gauge.
+    #[inline]
+    pub fn server_sub(&self, pool: usize, server: usize, f: ServerField, n: u64) {
+        self.sub_at(self.region.layout.server_idx(pool, server, f), n)
+    }
+    /// Read back a worker field of this slot.
+    pub fn get_worker(&self, f: WorkerField) -> u64 {
+        let idx = self.region.layout.worker_idx(f);
+        self.region.word(self.slot, idx).load(Ordering::Relaxed)
+    }
+    /// Read back a pool field of this slot.
+    pub fn get_pool(&self, pool: usize, f: PoolField) -> u64 {
+        let idx = self.region.layout.pool_idx(pool, f);
+        self.region.word(self.slot, idx).load(Ordering::Relaxed)
+    }
+    /// Set a server field (timestamps).
+    #[inline]
+    pub fn server_set(&self, pool: usize, server: usize, f: ServerField, v: u64) {
+        let idx = self.region.layout.server_idx(pool, server, f);
+        self.region.word(self.slot, idx).store(v, Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_sum_and_are_line_aligned() {
+        let layout = Layout::new(vec![2, 3]);
+        assert_eq!(layout.slot_words % LINE_WORDS, 0);
+        let r = Region::new(layout, 2).unwrap();
+        r.slot(0).server_add(1, 2, ServerField::Requests, 5);
+        r.slot(1).server_add(1, 2, ServerField::Requests, 7);
+        r.slot(1).pool_add(0, PoolField::Fragments, 1);
+        r.slot(0).server_set(0, 1, ServerField::ServerEjectedAt, 10);
+        r.slot(1).server_set(0, 1, ServerField::ServerEjectedAt, 30);
+        assert_eq!(r.server_sum(1, 2, ServerField::Requests), 12);
+        assert_eq!(r.server_sum(1, 1, ServerField::Requests), 0);
+        assert_eq!(r.pool_sum(0, PoolField::Fragments), 1);
+        assert_eq!(r.server_sum(0, 1, ServerField::ServerEjectedAt), 30);
+        r.clear_slot(1);
+        assert_eq!(r.server_sum(1, 2, ServerField::Requests), 5);
+    }
+}

@@ -1,0 +1,204 @@
+//! Connection state: clients, servers, and the per-request slots that keep
+//! a client's replies in the order it sent its requests.
+
+use super::buffer::Buffer;
+use crate::net::Stream;
+use crate::proto::{Op, Request};
+use mio::Token;
+use std::collections::VecDeque;
+use std::time::Instant;
+
+/// A reply being assembled for one client request, in request order.
+#[derive(Debug, Default)]
+pub struct Slot {
+    /// The reply is complete and can be written once earlier slots are.
+    pub ready: bool,
+    /// Reply bytes (empty until ready, except for a direct write).
+    pub out: Vec<u8>,
+    /// Close the client once this reply is written (quit, fatal error).
+    pub close_after: bool,
+    /// Fragments of a multi-key or broadcast request.
+    pub multi: Option<Box<Multi>>,
+}
+
+/// A multi-key (or broadcast) request waiting for its fragments.
+#[derive(Debug)]
+pub struct Multi {
+    /// The parsed request (its key ranges point into `bytes`).
+    pub req: Request,
+    /// The request's bytes.
+    pub bytes: Vec<u8>,
+    /// Per fragment: the key indices it carries and its reply.
+    pub frags: Vec<Fragment>,
+    /// Fragments still to answer.
+    pub remaining: usize,
+    /// The first failure, as the error reply to send instead of a merge.
+    pub error: Option<Vec<u8>>,
+    /// Every server got the whole request (flush_all).
+    pub broadcast: bool,
+}
+
+/// One server's share of a multi-key request.
+#[derive(Debug, Default)]
+pub struct Fragment {
+    /// Indices into the request's keys.
+    pub keys: Vec<usize>,
+    /// The server's reply.
+    pub reply: Vec<u8>,
+}
+
+/// A client connection.
+#[derive(Debug)]
+pub struct Client {
+    /// Socket.
+    pub sock: Stream,
+    /// Unique id (tokens are reused; ids are not).
+    pub id: u64,
+    /// Pool index.
+    pub pool: usize,
+    /// Unparsed input.
+    pub rbuf: Buffer,
+    /// Do not parse again until `rbuf` holds this many bytes.
+    pub need: usize,
+    /// Output not yet written.
+    pub wbuf: Buffer,
+    /// Replies in request order; `pending[0]` has sequence number `head_seq`.
+    pub pending: VecDeque<Slot>,
+    /// Sequence number of `pending[0]`.
+    pub head_seq: u64,
+    /// Peer closed its side: finish replies, then close.
+    pub eof: bool,
+    /// Stop reading: a quit or fatal error is queued.
+    pub closing: bool,
+    /// Redis session state (AUTH done, protocol version, name).
+    pub session: Session,
+    /// Last activity (idle timeout).
+    pub last_active: Instant,
+}
+
+/// Per-connection Redis session state.
+#[derive(Debug, Default, Clone)]
+pub struct Session {
+    /// AUTH accepted (or none required).
+    pub authed: bool,
+    /// Protocol chosen with HELLO (2 or 3).
+    pub resp: u8,
+    /// CLIENT SETNAME.
+    pub name: Option<Vec<u8>>,
+}
+
+impl Client {
+    /// Sequence number the next request gets.
+    pub fn next_seq(&self) -> u64 {
+        self.head_seq + self.pending.len() as u64
+    }
+
+    /// The slot of sequence number `seq`, if still pending.
+    pub fn slot_mut(&mut self, seq: u64) -> Option<&mut Slot> {
+        let i = seq.checked_sub(self.head_seq)?;
+        self.pending.get_mut(i as usize)
+    }
+
+    /// Move every ready reply at the head into the output buffer.
+    pub fn drain_ready(&mut self) {
+        while let Some(front) = self.pending.front() {
+            if !front.ready {
+                break;
+            }
+            let Some(slot) = self.pending.pop_front() else {
+                break;
+            };
+            self.head_seq += 1;
+            self.wbuf.extend(&slot.out);
+            if slot.close_after {
+                self.closing = true;
+                self.pending.clear();
+                break;
+            }
+        }
+    }
+}
+
+/// What a server reply answers.
+#[derive(Debug, Clone, Copy)]
+pub enum Waiter {
+    /// A client's request (or one fragment of it).
+    Client {
+        /// Client token.
+        token: Token,
+        /// Client id (stale if the client is gone).
+        id: u64,
+        /// Request sequence number.
+        seq: u64,
+        /// Fragment index for multi-key requests.
+        frag: Option<u32>,
+    },
+    /// A request of the proxy's own (AUTH, SELECT on connect): the reply is dropped.
+    Internal,
+}
+
+/// A request sent (or queued) to a server, waiting for its reply.
+#[derive(Debug, Clone, Copy)]
+pub struct Inflight {
+    /// Who gets the reply.
+    pub waiter: Waiter,
+    /// Operation (reply parsing depends on it).
+    pub op: Op,
+    /// Request bytes (queue gauges).
+    pub len: usize,
+    /// When the request was queued (timeouts, latency).
+    pub sent_at: Instant,
+}
+
+/// Server connection state.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub enum ServerState {
+    /// Non-blocking connect in progress.
+    Connecting,
+    /// Connected.
+    Connected,
+}
+
+/// A server connection.
+#[derive(Debug)]
+pub struct Server {
+    /// Socket.
+    pub sock: Stream,
+    /// Unique id.
+    pub id: u64,
+    /// Pool index.
+    pub pool: usize,
+    /// Server index in the pool.
+    pub server: usize,
+    /// Connection slot index (of `server_connections`).
+    pub slot: usize,
+    /// Connect state.
+    pub state: ServerState,
+    /// Input not yet parsed.
+    pub rbuf: Buffer,
+    /// Do not parse again until `rbuf` holds this many bytes.
+    pub need: usize,
+    /// Requests not yet written.
+    pub wbuf: Buffer,
+    /// Requests waiting for replies, in order.
+    pub inflight: VecDeque<Inflight>,
+    /// A timeout timer is armed for this connection.
+    pub timer_armed: bool,
+    /// Requests counted in the in_queue gauge (not yet written whole).
+    pub unsent: u64,
+    /// Bytes counted in the in_queue_bytes gauge.
+    pub unsent_bytes: u64,
+    /// Requests counted in the out_queue gauge.
+    pub sent: u64,
+    /// Bytes counted in the out_queue_bytes gauge.
+    pub sent_bytes: u64,
+}
+
+/// A connection of the worker.
+#[derive(Debug)]
+pub enum Conn {
+    /// Client side.
+    Client(Box<Client>),
+    /// Server side.
+    Server(Box<Server>),
+}

@@ -1,0 +1,330 @@
+//! The worker: one thread, one epoll loop (mio, edge-triggered), client and
+//! server connections, routing. No locks: the only shared state is this
+//! worker's own slot of the counters region.
+//!
+//! One loop iteration: wait for events (bounded by the nearest timer) →
+//! accept / read / write for each ready socket → fire expired timers →
+//! write every server and client that got output in this iteration, so the
+//! requests parsed in one iteration leave in one write per server.
+
+mod buffer;
+mod client;
+mod conn;
+mod local;
+mod pool;
+mod server;
+
+pub use pool::PoolRt;
+
+use crate::config::Config;
+use crate::net::Listener;
+use crate::stats::shm::Slot as StatsSlot;
+use crate::stats::WorkerField;
+use conn::Conn;
+use mio::{Events, Interest, Poll, Token};
+use slab::Slab;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::os::fd::OwnedFd;
+use std::time::{Duration, Instant};
+
+/// Tokens at or above this are listeners.
+const LISTENER_BASE: usize = 1 << 40;
+/// Bytes read per `read(2)`.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// A listening socket handed to a worker, with the pool it serves.
+#[derive(Debug)]
+pub struct ListenerFd {
+    /// Pool index.
+    pub pool: usize,
+    /// Listening socket (non-blocking).
+    pub fd: OwnedFd,
+    /// TCP (else unix).
+    pub tcp: bool,
+}
+
+/// Why the loop should stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// Keep running.
+    Run,
+    /// Stop now.
+    Fast,
+    /// Stop accepting, finish requests in flight, then exit.
+    Graceful,
+}
+
+/// Hooks the loop calls between iterations (signals, master channel).
+pub trait Control {
+    /// Called once per iteration; returns what the loop should do.
+    fn check(&mut self, worker: &mut WorkerCtl) -> Stop;
+}
+
+/// Runtime knobs a controller can change without restarting the loop.
+#[derive(Debug)]
+pub struct WorkerCtl {
+    /// Set TCP_QUICKACK after reads.
+    pub quickack: bool,
+    /// Close clients idle longer than this.
+    pub client_idle: Option<Duration>,
+}
+
+/// A worker's data path.
+pub struct Worker<'a> {
+    poll: Poll,
+    conns: Slab<Conn>,
+    pools: Vec<PoolRt>,
+    listeners: Vec<(Listener, usize)>,
+    stats: StatsSlot<'a>,
+    timers: BinaryHeap<Reverse<(Instant, usize, u64)>>,
+    dirty_servers: Vec<Token>,
+    dirty_clients: Vec<Token>,
+    next_id: u64,
+    scratch: Vec<u8>,
+    ctl: WorkerCtl,
+    accepting: bool,
+}
+
+impl<'a> Worker<'a> {
+    /// Build a worker for `config`, serving the given listeners.
+    pub fn new(
+        config: &Config,
+        listeners: Vec<ListenerFd>,
+        stats: StatsSlot<'a>,
+    ) -> std::io::Result<Worker<'a>> {
+        let poll = Poll::new()?;
+        let pools: Vec<PoolRt> = config.pools.iter().map(PoolRt::new).collect();
+        let mut ls = Vec::new();
+        for (i, l) in listeners.into_iter().enumerate() {
+            let mut listener = Listener::from_fd(l.fd, l.tcp);
+            poll.registry()
+                .register(&mut listener, Token(LISTENER_BASE + i), Interest::READABLE)?;
+            ls.push((listener, l.pool));
+        }
+        let mut w = Worker {
+            poll,
+            conns: Slab::with_capacity(1024),
+            pools,
+            listeners: ls,
+            stats,
+            timers: BinaryHeap::new(),
+            dirty_servers: Vec::new(),
+            dirty_clients: Vec::new(),
+            next_id: 1,
+            scratch: Vec::with_capacity(4096),
+            ctl: WorkerCtl {
+                quickack: config.process.tcp_quickack,
+                client_idle: None,
+            },
+            accepting: true,
+        };
+        w.preconnect();
+        Ok(w)
+    }
+
+    fn preconnect(&mut self) {
+        let now = Instant::now();
+        for p in 0..self.pools.len() {
+            if !self.pools[p].cfg.preconnect {
+                continue;
+            }
+            for s in 0..self.pools[p].servers.len() {
+                for c in 0..self.pools[p].servers[s].conns.len() {
+                    let _ = self.server_conn(p, s, c, now);
+                }
+            }
+        }
+    }
+
+    fn next_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// Run the loop until the controller says stop (and, for a graceful
+    /// stop, until every client's requests are answered).
+    pub fn run(&mut self, control: &mut dyn Control) -> std::io::Result<()> {
+        let mut events = Events::with_capacity(1024);
+        let mut graceful_since: Option<Instant> = None;
+        loop {
+            let timeout = self.next_timer_wait();
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+            let now = Instant::now();
+            for ev in events.iter() {
+                let t = ev.token().0;
+                if t >= LISTENER_BASE {
+                    self.accept(t - LISTENER_BASE, now);
+                } else {
+                    self.on_event(Token(t), ev.is_readable() || ev.is_read_closed() || ev.is_error(), ev.is_writable(), now);
+                }
+            }
+            self.fire_timers(now);
+            self.flush_dirty();
+            self.stats.worker_set(WorkerField::Heartbeat, crate::util::epoch_us());
+            match control.check(&mut self.ctl) {
+                Stop::Run => {}
+                Stop::Fast => return Ok(()),
+                Stop::Graceful => {
+                    if self.accepting {
+                        self.stop_accepting();
+                    }
+                    let since = *graceful_since.get_or_insert(now);
+                    if self.close_idle_clients() || now.duration_since(since) > Duration::from_secs(30) {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
+    fn stop_accepting(&mut self) {
+        self.accepting = false;
+        for (mut l, _) in self.listeners.drain(..) {
+            let _ = self.poll.registry().deregister(&mut l);
+        }
+    }
+
+    /// Graceful stop: close every client with nothing in flight; true when none is left.
+    fn close_idle_clients(&mut self) -> bool {
+        let idle: Vec<usize> = self
+            .conns
+            .iter()
+            .filter_map(|(k, c)| match c {
+                Conn::Client(c) if c.pending.is_empty() && c.wbuf.is_empty() => Some(k),
+                _ => None,
+            })
+            .collect();
+        for k in idle {
+            self.close_client(Token(k), false);
+        }
+        !self.conns.iter().any(|(_, c)| matches!(c, Conn::Client(_)))
+    }
+
+    fn on_event(&mut self, token: Token, readable: bool, writable: bool, now: Instant) {
+        match self.conns.get(token.0) {
+            Some(Conn::Client(_)) => {
+                if writable {
+                    self.write_client(token);
+                }
+                if readable {
+                    self.read_client(token, now);
+                }
+            }
+            Some(Conn::Server(_)) => {
+                if writable {
+                    self.server_writable(token, now);
+                }
+                if readable {
+                    self.read_server(token, now);
+                }
+            }
+            None => {}
+        }
+    }
+
+    fn accept(&mut self, idx: usize, now: Instant) {
+        loop {
+            let Some((listener, pool)) = self.listeners.get(idx) else {
+                return;
+            };
+            let pool = *pool;
+            let mut sock = match listener.accept() {
+                Ok(s) => s,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    crate::log_warn!("accept on pool '{}' failed: {}", self.pools[pool].cfg.name, e);
+                    return;
+                }
+            };
+            let p = &self.pools[pool];
+            if p.cfg.client_connections > 0 && p.clients >= p.cfg.client_connections {
+                crate::log_info!(
+                    "pool '{}': client_connections limit {} reached, closing new connection",
+                    p.cfg.name,
+                    p.cfg.client_connections
+                );
+                drop(sock);
+                continue;
+            }
+            if sock.is_tcp() {
+                use std::os::fd::AsRawFd;
+                crate::net::tune_client(sock.as_raw_fd(), p.cfg.tcpkeepalive);
+            }
+            let id = self.next_id();
+            let entry = self.conns.vacant_entry();
+            let token = Token(entry.key());
+            if self
+                .poll
+                .registry()
+                .register(&mut sock, token, Interest::READABLE | Interest::WRITABLE)
+                .is_err()
+            {
+                continue;
+            }
+            let authed = !(self.pools[pool].cfg.redis && self.pools[pool].cfg.redis_auth.is_some());
+            entry.insert(Conn::Client(Box::new(conn::Client {
+                sock,
+                id,
+                pool,
+                rbuf: Default::default(),
+                need: 0,
+                wbuf: Default::default(),
+                pending: Default::default(),
+                head_seq: 0,
+                eof: false,
+                closing: false,
+                session: conn::Session {
+                    authed,
+                    resp: 2,
+                    name: None,
+                },
+                last_active: now,
+            })));
+            self.pools[pool].clients += 1;
+            self.stats.pool_add(pool, crate::stats::PoolField::ClientConnections, 1);
+            self.stats.worker_add(WorkerField::TotalConnections, 1);
+            self.stats.worker_add(WorkerField::CurrConnections, 1);
+        }
+    }
+
+    fn next_timer_wait(&self) -> Option<Duration> {
+        let now = Instant::now();
+        let t = self.timers.peek().map(|Reverse((at, _, _))| at.saturating_duration_since(now));
+        // Wake at least once a second: heartbeat, graceful stop, control.
+        Some(t.map_or(Duration::from_secs(1), |d| d.min(Duration::from_secs(1))))
+    }
+
+    fn arm_timer(&mut self, at: Instant, token: Token, id: u64) {
+        self.timers.push(Reverse((at, token.0, id)));
+    }
+
+    fn fire_timers(&mut self, now: Instant) {
+        while let Some(Reverse((at, _, _))) = self.timers.peek() {
+            if *at > now {
+                break;
+            }
+            let Some(Reverse((_, token, id))) = self.timers.pop() else {
+                break;
+            };
+            self.server_timer(Token(token), id, now);
+        }
+    }
+
+    fn flush_dirty(&mut self) {
+        let mut servers = std::mem::take(&mut self.dirty_servers);
+        for t in servers.drain(..) {
+            self.write_server(t, Instant::now());
+        }
+        self.dirty_servers = servers;
+        let mut clients = std::mem::take(&mut self.dirty_clients);
+        for t in clients.drain(..) {
+            self.write_client(t);
+        }
+        self.dirty_clients = clients;
+    }
+}

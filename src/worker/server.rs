@@ -1,0 +1,388 @@
+//! Server side of the data path: connections (lazy or preconnected),
+//! batched writes, reply parsing and matching, timeouts, failures and
+//! ejection.
+
+use super::conn::{Conn, Server, ServerState, Waiter};
+use super::{Worker, READ_CHUNK};
+use crate::proto::{Op, Parse, Protocol};
+use crate::stats::{PoolField, ServerField};
+use mio::{Interest, Token};
+use std::io::{ErrorKind, Write};
+use std::time::Instant;
+
+/// How a server connection ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// The server closed it.
+    Eof,
+    /// A socket or protocol error.
+    Error,
+    /// A request timed out.
+    Timeout,
+}
+
+impl Worker<'_> {
+    /// The open connection in slot `slot` of a server, connecting if needed.
+    pub(super) fn server_conn(
+        &mut self,
+        pool: usize,
+        server: usize,
+        slot: usize,
+        now: Instant,
+    ) -> Result<Token, String> {
+        if let Some(t) = self.pools[pool].servers[server].conns[slot] {
+            if matches!(self.conns.get(t.0), Some(Conn::Server(_))) {
+                return Ok(t);
+            }
+        }
+        let p = &self.pools[pool];
+        let Some(endpoint) = p.servers[server].endpoint.clone() else {
+            return Err("Name or service not known".into());
+        };
+        let mut sock = match crate::net::connect(&endpoint, p.cfg.tcpkeepalive) {
+            Ok(s) => s,
+            Err(e) => {
+                let msg = crate::util::strerror(&e);
+                self.stats.server_add(pool, server, ServerField::ServerErr, 1);
+                self.note_failure(pool, server, now);
+                return Err(msg);
+            }
+        };
+        let id = self.next_id();
+        let entry = self.conns.vacant_entry();
+        let token = Token(entry.key());
+        if let Err(e) =
+            self.poll
+                .registry()
+                .register(&mut sock, token, Interest::READABLE | Interest::WRITABLE)
+        {
+            return Err(crate::util::strerror(&e));
+        }
+        entry.insert(Conn::Server(Box::new(Server {
+            sock,
+            id,
+            pool,
+            server,
+            slot,
+            state: ServerState::Connecting,
+            rbuf: Default::default(),
+            need: 0,
+            wbuf: Default::default(),
+            inflight: Default::default(),
+            timer_armed: false,
+            unsent: 0,
+            unsent_bytes: 0,
+            sent: 0,
+            sent_bytes: 0,
+        })));
+        self.pools[pool].servers[server].conns[slot] = Some(token);
+        self.stats.server_add(pool, server, ServerField::ServerConnections, 1);
+        self.server_handshake(token, pool, now);
+        Ok(token)
+    }
+
+    /// Redis: AUTH and SELECT before any client request uses the connection.
+    fn server_handshake(&mut self, token: Token, pool: usize, now: Instant) {
+        let cfg = &self.pools[pool].cfg;
+        if !cfg.redis {
+            return;
+        }
+        let op = Op::Redis(crate::proto::redis::RedisOp::INTERNAL);
+        if let Some(pw) = cfg.redis_auth.clone() {
+            self.enqueue(
+                token,
+                Some(Waiter::Internal),
+                op,
+                |out| crate::proto::redis::write_command(&[b"AUTH", pw.as_bytes()], out),
+                now,
+            );
+        }
+        let db = cfg.redis_db;
+        if db != 0 {
+            self.enqueue(
+                token,
+                Some(Waiter::Internal),
+                op,
+                |out| crate::proto::redis::write_command(&[b"SELECT", db.to_string().as_bytes()], out),
+                now,
+            );
+        }
+    }
+
+    pub(super) fn server_writable(&mut self, token: Token, now: Instant) {
+        let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
+            return;
+        };
+        if s.state == ServerState::Connecting {
+            match s.sock.take_error() {
+                Ok(None) => {
+                    s.state = ServerState::Connected;
+                    crate::log_debug!("connected to server {} of pool {}", s.server, s.pool);
+                }
+                Ok(Some(e)) | Err(e) => {
+                    let msg = crate::util::strerror(&e);
+                    self.close_server(token, Ending::Error, &msg, now);
+                    return;
+                }
+            }
+        }
+        self.write_server(token, now);
+    }
+
+    /// Write queued requests (one write for everything queued this iteration).
+    pub(super) fn write_server(&mut self, token: Token, now: Instant) {
+        let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
+            return;
+        };
+        if s.state == ServerState::Connecting {
+            return;
+        }
+        while !s.wbuf.is_empty() {
+            match s.sock.write(s.wbuf.bytes()) {
+                Ok(0) => break,
+                Ok(n) => s.wbuf.consume(n),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    let msg = crate::util::strerror(&e);
+                    self.close_server(token, Ending::Error, &msg, now);
+                    return;
+                }
+            }
+        }
+        if s.wbuf.is_empty() && s.unsent > 0 {
+            let (pool, server) = (s.pool, s.server);
+            let (n, b) = (s.unsent, s.unsent_bytes);
+            s.sent += n;
+            s.sent_bytes += b;
+            s.unsent = 0;
+            s.unsent_bytes = 0;
+            self.stats.server_sub(pool, server, ServerField::InQueue, n);
+            self.stats.server_sub(pool, server, ServerField::InQueueBytes, b);
+            self.stats.server_add(pool, server, ServerField::OutQueue, n);
+            self.stats.server_add(pool, server, ServerField::OutQueueBytes, b);
+        }
+    }
+
+    pub(super) fn read_server(&mut self, token: Token, now: Instant) {
+        loop {
+            let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
+                return;
+            };
+            match s.rbuf.read_from(&mut s.sock, READ_CHUNK) {
+                Ok(0) => {
+                    self.process_replies(token, now);
+                    self.close_server(token, Ending::Eof, "Connection reset by peer", now);
+                    return;
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    let msg = crate::util::strerror(&e);
+                    self.close_server(token, Ending::Error, &msg, now);
+                    return;
+                }
+            }
+        }
+        self.process_replies(token, now);
+    }
+
+    /// Match every complete reply to the request at the head of the queue.
+    fn process_replies(&mut self, token: Token, now: Instant) {
+        let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
+            return;
+        };
+        if s.rbuf.len() < s.need {
+            return;
+        }
+        let mut rbuf = std::mem::take(&mut s.rbuf);
+        let (pool, server) = (s.pool, s.server);
+        let proto = self.pools[pool].proto;
+        let mut off = 0;
+        let mut need = 0;
+        let mut failure: Option<String> = None;
+        let mut replies = 0u64;
+        loop {
+            let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
+                return;
+            };
+            let input = &rbuf.bytes()[off..];
+            if input.is_empty() {
+                break;
+            }
+            let Some(front) = s.inflight.front().copied() else {
+                failure = Some("unexpected data from server".into());
+                break;
+            };
+            match proto.parse_response(input, front.op) {
+                Ok(Parse::Done(rsp)) => {
+                    s.inflight.pop_front();
+                    s.sent = s.sent.saturating_sub(1);
+                    s.sent_bytes = s.sent_bytes.saturating_sub(front.len as u64);
+                    self.stats.server_sub(pool, server, ServerField::OutQueue, 1);
+                    self.stats.server_sub(pool, server, ServerField::OutQueueBytes, front.len as u64);
+                    self.stats.server_add(pool, server, ServerField::Responses, 1);
+                    self.stats.server_add(pool, server, ServerField::ResponseBytes, rsp.len as u64);
+                    replies += 1;
+                    let bytes = &input[..rsp.len];
+                    if let Waiter::Client { token: ct, id, seq, frag } = front.waiter {
+                        self.deliver(ct, id, seq, frag, bytes, rsp.is_error, proto);
+                    } else if rsp.is_error {
+                        crate::log_error!(
+                            "pool '{}': server '{}' refused the connection setup: {}",
+                            self.pools[pool].cfg.name,
+                            self.pools[pool].servers[server].name,
+                            String::from_utf8_lossy(bytes).trim_end()
+                        );
+                    }
+                    off += rsp.len;
+                }
+                Ok(Parse::Incomplete { hint }) => {
+                    need = hint;
+                    break;
+                }
+                Err(e) => {
+                    failure = Some(e.0);
+                    break;
+                }
+            }
+        }
+        rbuf.consume(off);
+        if replies > 0 {
+            self.pools[pool].record_success(server);
+        }
+        if let Some(Conn::Server(s)) = self.conns.get_mut(token.0) {
+            s.rbuf = rbuf;
+            s.need = need;
+        }
+        if let Some(msg) = failure {
+            crate::log_warn!(
+                "pool '{}': server '{}': bad reply: {}",
+                self.pools[pool].cfg.name,
+                self.pools[pool].servers[server].name,
+                msg
+            );
+            self.close_server(token, Ending::Error, "Invalid argument", now);
+        }
+    }
+
+    /// Hand one reply to the client that waits for it.
+    #[allow(clippy::too_many_arguments)]
+    fn deliver(
+        &mut self,
+        ct: Token,
+        id: u64,
+        seq: u64,
+        frag: Option<u32>,
+        bytes: &[u8],
+        is_error: bool,
+        proto: Protocol,
+    ) {
+        let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) else {
+            return;
+        };
+        if c.id != id {
+            return;
+        }
+        // Fast path: the reply is the next one the client expects: write it
+        // straight to the output buffer, no intermediate copy.
+        if frag.is_none() && seq == c.head_seq {
+            if let Some(front) = c.pending.front() {
+                if !front.ready && front.multi.is_none() {
+                    c.pending.pop_front();
+                    c.head_seq += 1;
+                    c.wbuf.extend(bytes);
+                    c.drain_ready();
+                    self.dirty_clients.push(ct);
+                    return;
+                }
+            }
+        }
+        self.fragment_done(ct, id, seq, frag, bytes.to_vec(), is_error, proto);
+    }
+
+    /// A server connection's timer fired.
+    pub(super) fn server_timer(&mut self, token: Token, id: u64, now: Instant) {
+        let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
+            return;
+        };
+        if s.id != id {
+            return;
+        }
+        s.timer_armed = false;
+        let Some(timeout) = self.pools[s.pool].timeout() else {
+            return;
+        };
+        let Some(front) = s.inflight.front() else {
+            return;
+        };
+        let deadline = front.sent_at + timeout;
+        if deadline <= now {
+            self.close_server(token, Ending::Timeout, "Connection timed out", now);
+        } else {
+            s.timer_armed = true;
+            self.arm_timer(deadline, token, id);
+        }
+    }
+
+    fn note_failure(&mut self, pool: usize, server: usize, now: Instant) {
+        if self.pools[pool].record_failure(server, now) {
+            self.stats.pool_add(pool, PoolField::ServerEjects, 1);
+            self.stats
+                .server_set(pool, server, ServerField::ServerEjectedAt, crate::util::epoch_us());
+            crate::log_warn!(
+                "pool '{}': server '{}' ejected for {} ms",
+                self.pools[pool].cfg.name,
+                self.pools[pool].servers[server].name,
+                self.pools[pool].cfg.server_retry_timeout_ms
+            );
+        }
+    }
+
+    /// Close a server connection; every request waiting on it gets an error reply.
+    fn close_server(&mut self, token: Token, how: Ending, msg: &str, now: Instant) {
+        let Some(Conn::Server(_)) = self.conns.get(token.0) else {
+            return;
+        };
+        let Conn::Server(mut s) = self.conns.remove(token.0) else {
+            return;
+        };
+        let _ = self.poll.registry().deregister(&mut s.sock);
+        let (pool, server) = (s.pool, s.server);
+        if self.pools[pool].servers[server].conns[s.slot] == Some(token) {
+            self.pools[pool].servers[server].conns[s.slot] = None;
+        }
+        self.stats.server_sub(pool, server, ServerField::ServerConnections, 1);
+        self.stats.server_sub(pool, server, ServerField::InQueue, s.unsent);
+        self.stats.server_sub(pool, server, ServerField::InQueueBytes, s.unsent_bytes);
+        self.stats.server_sub(pool, server, ServerField::OutQueue, s.sent);
+        self.stats.server_sub(pool, server, ServerField::OutQueueBytes, s.sent_bytes);
+        let field = match how {
+            Ending::Eof => ServerField::ServerEof,
+            Ending::Error => ServerField::ServerErr,
+            Ending::Timeout => ServerField::ServerTimedout,
+        };
+        self.stats.server_add(pool, server, field, 1);
+        let had_work = !s.inflight.is_empty();
+        if how != Ending::Eof || had_work {
+            crate::log_info!(
+                "pool '{}': server '{}' closed: {} ({} requests failed)",
+                self.pools[pool].cfg.name,
+                self.pools[pool].servers[server].name,
+                msg,
+                s.inflight.len()
+            );
+            self.note_failure(pool, server, now);
+        }
+        let proto = self.pools[pool].proto;
+        for f in s.inflight.drain(..) {
+            if let Waiter::Client { token: ct, id, seq, frag } = f.waiter {
+                let mut out = Vec::new();
+                proto.server_error(msg, &mut out);
+                self.stats.pool_add(pool, PoolField::ForwardError, 1);
+                self.fragment_done(ct, id, seq, frag, out, true, proto);
+            }
+        }
+    }
+}
