@@ -40,13 +40,14 @@ pub fn point_name(name: &[u8], i: u32) -> Vec<u8> {
     s
 }
 
-/// Builds the sorted continuum for the live servers.
-pub fn build(servers: &[RingServer<'_>]) -> Vec<Point> {
-    let live = servers.iter().filter(|s| s.live);
+/// Builds the sorted continuum for the live servers. `servers` pairs each
+/// server with its index and is in twemproxy's server order.
+pub fn build(servers: &[(usize, RingServer<'_>)]) -> Vec<Point> {
+    let live = servers.iter().filter(|(_, s)| s.live);
     let nlive = live.clone().count() as u32;
-    let total_weight = live.fold(0u32, |t, s| t.wrapping_add(s.weight));
+    let total_weight = live.fold(0u32, |t, (_, s)| t.wrapping_add(s.weight));
     let mut points = Vec::new();
-    for (index, server) in servers.iter().enumerate() {
+    for &(index, server) in servers {
         if !server.live {
             continue;
         }
@@ -87,6 +88,10 @@ mod tests {
         }
     }
 
+    fn indexed<'a>(servers: &[RingServer<'a>]) -> Vec<(usize, RingServer<'a>)> {
+        servers.iter().copied().enumerate().collect()
+    }
+
     #[test]
     fn equal_weights_get_160_points() {
         assert_eq!(points_for(1, 3, 3), 160);
@@ -115,7 +120,7 @@ mod tests {
     #[test]
     fn continuum_is_sorted_and_sized() {
         let servers = [srv(b"a", 1), srv(b"b", 2), srv(b"c", 3)];
-        let pts = build(&servers);
+        let pts = build(&indexed(&servers));
         assert_eq!(pts.len(), 80 + 160 + 240);
         assert!(pts.windows(2).all(|w| w[0].value <= w[1].value));
     }
@@ -124,7 +129,7 @@ mod tests {
     fn dead_servers_leave_the_ring() {
         let mut servers = [srv(b"a", 1), srv(b"b", 1)];
         servers[0].live = false;
-        let pts = build(&servers);
+        let pts = build(&indexed(&servers));
         assert_eq!(pts.len(), 160);
         assert!(pts.iter().all(|p| p.index == 1));
     }

@@ -19,7 +19,7 @@ pub mod random;
 mod ring;
 
 pub use placement::{ketama_server_name, key_hash_input, Placement};
-pub use ring::{Point, Ring, RingServer};
+pub use ring::{server_order, Point, Ring, RingServer};
 
 /// A key hash function (`hash:` in the configuration).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

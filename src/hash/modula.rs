@@ -3,13 +3,13 @@
 
 use super::ring::{Point, RingServer};
 
-/// Builds the slot table for the live servers.
-pub fn build(servers: &[RingServer<'_>]) -> Vec<Point> {
+/// Builds the slot table for the live servers. `servers` pairs each
+/// server with its index and is in twemproxy's server order.
+pub fn build(servers: &[(usize, RingServer<'_>)]) -> Vec<Point> {
     servers
         .iter()
-        .enumerate()
         .filter(|(_, s)| s.live)
-        .flat_map(|(index, s)| {
+        .flat_map(|&(index, s)| {
             (0..s.weight).map(move |_| Point {
                 value: 0,
                 index: index as u32,
@@ -51,7 +51,8 @@ mod tests {
                 live: true,
             },
         ];
-        let slots = build(&servers);
+        let indexed: Vec<_> = servers.iter().copied().enumerate().collect();
+        let slots = build(&indexed);
         let idx: Vec<u32> = slots.iter().map(|p| p.index).collect();
         assert_eq!(idx, vec![0, 0, 2, 2, 2]);
         assert_eq!(dispatch(&slots, 0), Some(0));

@@ -6,13 +6,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::ring::{Point, RingServer};
 
-/// Builds the slot table: one slot per live server.
-pub fn build(servers: &[RingServer<'_>]) -> Vec<Point> {
+/// Builds the slot table: one slot per live server. `servers` pairs each
+/// server with its index.
+pub fn build(servers: &[(usize, RingServer<'_>)]) -> Vec<Point> {
     servers
         .iter()
-        .enumerate()
         .filter(|(_, s)| s.live)
-        .map(|(index, _)| Point {
+        .map(|&(index, _)| Point {
             value: 0,
             index: index as u32,
         })
@@ -85,7 +85,8 @@ mod tests {
                 live: true,
             },
         ];
-        let slots = build(&servers);
+        let indexed: Vec<_> = servers.iter().copied().enumerate().collect();
+        let slots = build(&indexed);
         assert_eq!(slots.len(), 2);
         let rng = Rng::new();
         let mut seen = [0usize; 3];

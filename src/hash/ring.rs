@@ -28,6 +28,21 @@ pub struct Point {
     pub index: u32,
 }
 
+/// The order in which twemproxy lays out a pool's servers: sorted by name
+/// (the ketama name of [`RingServer`]), shorter names first, names of equal
+/// length bytewise. twemproxy sorts while checking for duplicate names and
+/// keeps the sorted order, so it decides modula's slot order (and the
+/// order of servers in twemproxy's stats). Returns indexes into `servers`;
+/// equal names keep their configuration order.
+pub fn server_order(servers: &[RingServer<'_>]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..servers.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (x, y) = (servers[a].name, servers[b].name);
+        x.len().cmp(&y.len()).then_with(|| x.cmp(y))
+    });
+    order
+}
+
 /// The immutable placement structure of a pool.
 #[derive(Debug)]
 pub struct Ring {
@@ -40,11 +55,19 @@ impl Ring {
     /// Builds the ring for `dist` from the servers in configuration order.
     /// Servers with `live == false` are left out, as twemproxy does while a
     /// server is ejected.
+    ///
+    /// twemproxy sorts a pool's servers by name (see [`server_order`])
+    /// before building; the ring is built in that order, and the indexes
+    /// it returns still point into `servers` as given.
     pub fn build(dist: Distribution, servers: &[RingServer<'_>]) -> Ring {
+        let ordered: Vec<(usize, RingServer<'_>)> = server_order(servers)
+            .into_iter()
+            .filter_map(|i| servers.get(i).map(|s| (i, *s)))
+            .collect();
         let points = match dist {
-            Distribution::Ketama => ketama::build(servers),
-            Distribution::Modula => modula::build(servers),
-            Distribution::Random => random::build(servers),
+            Distribution::Ketama => ketama::build(&ordered),
+            Distribution::Modula => modula::build(&ordered),
+            Distribution::Random => random::build(&ordered),
         };
         Ring {
             dist,
@@ -99,6 +122,42 @@ impl Clone for Ring {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn servers_sort_by_length_then_bytes() {
+        let s = |name: &'static [u8]| RingServer {
+            name,
+            weight: 1,
+            live: true,
+        };
+        let servers = [
+            s(b"gamma_2"),
+            s(b"beta-1"),
+            s(b"delta.3"),
+            s(b"alpha"),
+            s(b"b"),
+        ];
+        assert_eq!(server_order(&servers), vec![4, 3, 1, 2, 0]);
+    }
+
+    #[test]
+    fn modula_slots_follow_name_order() {
+        let servers = [
+            RingServer {
+                name: b"bb",
+                weight: 1,
+                live: true,
+            },
+            RingServer {
+                name: b"a",
+                weight: 2,
+                live: true,
+            },
+        ];
+        let ring = Ring::build(Distribution::Modula, &servers);
+        let idx: Vec<u32> = ring.points().iter().map(|p| p.index).collect();
+        assert_eq!(idx, vec![1, 1, 0]);
+    }
 
     #[test]
     fn empty_ring_dispatches_nothing() {
