@@ -54,7 +54,7 @@ fn check_pool(pool: &Value, keys: &[Vec<u8>], file: &Path) -> (usize, Vec<String
         .map(|(s, name)| RingServer {
             name,
             weight: s["weight"].as_u64().expect("weight") as u32,
-            live: true,
+            live: s["live"].as_bool().unwrap_or(true),
         })
         .collect();
     let placement = Placement::new(hash, dist, tag, &ring);

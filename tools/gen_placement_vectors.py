@@ -20,6 +20,11 @@ backend runs there so the unnamed pools exercise both forms; when it is busy
 the rule is not exercised and the file says so ("port_11211": false). Redis
 backends never use 11211.
 
+Ejection pools per backend kind ({ketama, modula} x {named, unnamed} x one
+or two dead servers): auto_eject_hosts with server_failure_limit 1, dead
+servers point at a port nothing listens on, and traffic is sent until they
+are ejected before recording; such servers carry "live": false.
+
 Extra pools per backend kind: one ketama pool whose server name is 270
 bytes long, so its "NAME-i" strings cross twemproxy's 272-byte cut, and a
 few ketama/modula pools with equal, skewed or single weights.
@@ -210,7 +215,7 @@ def stop(proc):
             proc.wait()
 
 
-def pool_specs(kind, backend_ports):
+def pool_specs(kind, backend_ports, dead_ports):
     """The pools to configure: list of dicts (without listen ports)."""
     specs = []
     n = 0
@@ -237,6 +242,18 @@ def pool_specs(kind, backend_ports):
     specs.append({"pool": "%s_longname" % kind, "hash": "fnv1a_64",
                   "distribution": "ketama", "hash_tag": None, "named": True,
                   "servers": servers})
+    for d in DISTS:
+        for named in (True, False):
+            for dead in ([2], [1, 3]):
+                servers = [{"name": NAMES[j] if named else None, "host": HOST,
+                            "port": dead_ports[j] if j in dead else backend_ports[j],
+                            "weight": w, "live": j not in dead}
+                           for j, w in enumerate(WEIGHTS_4)]
+                specs.append({"pool": "%s_eject_%s_%s_%s" % (
+                    kind, d, "named" if named else "unnamed",
+                    "".join(map(str, dead))), "hash": "fnv1a_64",
+                    "distribution": d, "hash_tag": None, "named": named,
+                    "servers": servers})
     for i, weights in enumerate(EXTRA_WEIGHTS):
         for d in DISTS:
             named = i % 2 == 0
@@ -260,7 +277,12 @@ def write_conf(path, specs, redis):
             lines.append('  hash_tag: "%s"' % s["hash_tag"])
         lines.append("  redis: %s" % ("true" if redis else "false"))
         lines.append("  timeout: 5000")
-        lines.append("  auto_eject_hosts: false")
+        if any(not srv.get("live", True) for srv in s["servers"]):
+            lines.append("  auto_eject_hosts: true")
+            lines.append("  server_failure_limit: 1")
+            lines.append("  server_retry_timeout: 600000")
+        else:
+            lines.append("  auto_eject_hosts: false")
         lines.append("  servers:")
         for srv in s["servers"]:
             entry = "%s:%d:%d" % (srv["host"], srv["port"], srv["weight"])
@@ -271,11 +293,50 @@ def write_conf(path, specs, redis):
         f.write("\n".join(lines) + "\n")
 
 
+def store_all(kind, port, keys, value):
+    """Stores every key through a pool; False if any store failed."""
+    try:
+        front = Conn(port)
+    except OSError:
+        return False
+    ok = True
+    try:
+        for k in keys:
+            reply = (front.mc_set(k, value) if kind == "memcache"
+                     else front.redis(b"SET", k, value))
+            if reply not in (b"STORED", b"+OK"):
+                ok = False
+    except (OSError, RuntimeError):
+        ok = False
+    finally:
+        front.close()
+    return ok
+
+
+def eject(kind, spec, keys, backends):
+    """Sends traffic until nutcracker has ejected the pool's dead servers
+    (a pass with no failed store), then removes what that traffic stored."""
+    for _ in range(20):
+        if store_all(kind, spec["listen"], keys, b"warmup"):
+            break
+    else:
+        raise RuntimeError("%s: dead servers never ejected" % spec["pool"])
+    for i, b in enumerate(backends[:len(spec["servers"])]):
+        if spec["servers"][i].get("live", True):
+            for k in keys:
+                if kind == "memcache":
+                    b.mc_delete(k)
+                else:
+                    b.redis(b"DEL", k)
+
+
 def record(kind, specs, keys, backend_ports):
     """Store every key through each pool, then locate it on the backends."""
     backends = [Conn(p) for p in backend_ports]
     try:
         for s in specs:
+            if any(not srv.get("live", True) for srv in s["servers"]):
+                eject(kind, s, keys, backends)
             front = Conn(s["listen"])
             try:
                 value = s["pool"].encode()
@@ -290,6 +351,8 @@ def record(kind, specs, keys, backend_ports):
             for k in keys:
                 hits = []
                 for i, b in enumerate(backends[:len(s["servers"])]):
+                    if not s["servers"][i].get("live", True):
+                        continue
                     has = (b.mc_has(k) if kind == "memcache"
                            else b.redis(b"EXISTS", k) == b":1")
                     if has:
@@ -319,7 +382,10 @@ def run_kind(kind, args, keys, tmp):
             # Second in config order but first in twemproxy's name order.
             backend_ports[1] = 11211
         stats_port = ports[nports]
-        specs = pool_specs(kind, backend_ports)
+        # Ports nothing listens on, one per server position.
+        dead_ports = ports[-nports:]
+        specs = pool_specs(kind, backend_ports, dead_ports)
+        assert len(specs) <= 200 - nports
         for s, p in zip(specs, ports[nports + 1:]):
             s["listen"] = p
         log = open(os.path.join(tmp, "%s-backends.log" % kind), "w")
