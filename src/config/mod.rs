@@ -1,1 +1,186 @@
-//! Configuration: twemproxy YAML, validated.
+//! Configuration: a twemproxy 0.5 YAML file, validated.
+//!
+//! Loading runs in stages: the YAML text becomes raw sections with line
+//! numbers ([`yaml`]), each section is validated with every problem
+//! collected ([`pool`], [`process`]), and the result is an immutable
+//! [`Config`]. Every top-level key names a pool, except the reserved
+//! `_walnut` section which holds settings of the process as a whole.
+//!
+//! twemproxy's keys and defaults are kept exactly; two optional pool keys
+//! are walnut's own: `max_value_size` and `allow_flush`.
+
+mod addr;
+mod error;
+mod pool;
+mod process;
+mod yaml;
+
+pub use addr::{ListenAddr, ServerAddr, ServerConfig, KETAMA_DEFAULT_PORT};
+pub use error::{ConfigError, ConfigErrors};
+pub use pool::{PoolConfig, POOL_KEYS};
+pub use process::{
+    parse_admin, parse_millis, CpuAffinity, ListenerMode, ProcessConfig, Workers, LOG_LEVEL_MAX,
+    PROCESS_KEYS, PROCESS_SECTION,
+};
+
+use pool::Report;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// A validated configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The file it was read from.
+    pub path: PathBuf,
+    /// Process-wide settings (`_walnut` section, or defaults).
+    pub process: ProcessConfig,
+    /// Pools in file order.
+    pub pools: Vec<PoolConfig>,
+    /// Things accepted (as twemproxy accepts them) that look like mistakes.
+    pub warnings: Vec<ConfigError>,
+}
+
+impl Config {
+    /// Reads and validates the file at `path`. Listen host names are
+    /// resolved, as twemproxy does when it reads its configuration.
+    pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigErrors(vec![ConfigError::new(
+                path,
+                0,
+                format!("cannot read the configuration file: {e}"),
+            )])
+        })?;
+        let config = Config::from_str(&text, path)?;
+        let errors = config.check_listen_resolves();
+        if errors.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigErrors(errors))
+        }
+    }
+
+    /// Validates `text` as if read from `path` (used in messages only).
+    /// Performs no I/O.
+    pub fn from_str(text: &str, path: &Path) -> Result<Config, ConfigErrors> {
+        let (sections, mut errors) = yaml::parse_sections(text, path);
+        if !errors.is_empty() {
+            return Err(ConfigErrors(errors));
+        }
+        let mut warnings = Vec::new();
+        let mut process = None;
+        let mut pools = Vec::new();
+        let mut names: HashMap<&str, usize> = HashMap::new();
+        for section in &sections {
+            let name = section.name.text.as_str();
+            if let Some(first) = names.get(name) {
+                errors.push(
+                    ConfigError::new(
+                        path,
+                        section.name.line,
+                        format!("is defined twice (first on line {first})"),
+                    )
+                    .in_pool(name),
+                );
+                continue;
+            }
+            names.insert(name, section.name.line);
+            let mut report = Report {
+                file: path,
+                pool: name,
+                errors: Vec::new(),
+                warnings: Vec::new(),
+            };
+            if name == PROCESS_SECTION {
+                process = Some(process::validate_process(&mut report, section));
+            } else if let Some(pool) = pool::validate_pool(&mut report, section) {
+                pools.push(pool);
+            }
+            errors.append(&mut report.errors);
+            warnings.append(&mut report.warnings);
+        }
+        if names.keys().all(|n| *n == PROCESS_SECTION) {
+            errors.push(ConfigError::new(path, 0, "has no pools"));
+        }
+        check_listen_unique(path, &sections, &pools, &mut errors);
+        if !errors.is_empty() {
+            errors.sort_by_key(|e| e.line);
+            return Err(ConfigErrors(errors));
+        }
+        Ok(Config {
+            path: path.to_path_buf(),
+            process: process.unwrap_or_default(),
+            pools,
+            warnings,
+        })
+    }
+
+    /// The pool named `name`.
+    pub fn pool(&self, name: &str) -> Option<&PoolConfig> {
+        self.pools.iter().find(|p| p.name == name)
+    }
+
+    fn check_listen_resolves(&self) -> Vec<ConfigError> {
+        use std::net::{IpAddr, ToSocketAddrs};
+        let mut errors = Vec::new();
+        for pool in &self.pools {
+            if let ListenAddr::Tcp { host, port } = &pool.listen {
+                if host.parse::<IpAddr>().is_ok() {
+                    continue;
+                }
+                let ok = (host.as_str(), *port)
+                    .to_socket_addrs()
+                    .map(|mut a| a.next().is_some())
+                    .unwrap_or(false);
+                if !ok {
+                    errors.push(
+                        ConfigError::new(
+                            &self.path,
+                            pool.line,
+                            format!("'listen' host '{host}' does not resolve"),
+                        )
+                        .in_pool(&pool.name),
+                    );
+                }
+            }
+        }
+        errors
+    }
+}
+
+/// Two pools may not listen on the same address (twemproxy compares the
+/// text as written; the parsed address is compared too).
+fn check_listen_unique(
+    path: &Path,
+    sections: &[yaml::RawSection],
+    pools: &[PoolConfig],
+    errors: &mut Vec<ConfigError>,
+) {
+    let mut seen: HashMap<&ListenAddr, &PoolConfig> = HashMap::new();
+    for pool in pools {
+        if let Some(first) = seen.get(&pool.listen) {
+            let line = sections
+                .iter()
+                .filter(|s| s.name.text == pool.name)
+                .flat_map(|s| s.entries.iter())
+                .find(|e| e.key.text == "listen")
+                .map_or(pool.line, |e| e.key.line);
+            errors.push(
+                ConfigError::new(
+                    path,
+                    line,
+                    format!(
+                        "listens on the same address '{}' as pool '{}'",
+                        pool.listen, first.name
+                    ),
+                )
+                .in_pool(&pool.name),
+            );
+        } else {
+            seen.insert(&pool.listen, pool);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

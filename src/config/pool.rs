@@ -1,0 +1,379 @@
+//! Stage 2 for one pool: raw `key: value` entries → [`PoolConfig`].
+
+use super::addr::{parse_listen, parse_server, parse_uint, ListenAddr, ServerConfig};
+use super::error::ConfigError;
+use super::yaml::{RawEntry, RawSection, RawValue, Scalar};
+use crate::hash::{Distribution, HashKind};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// twemproxy's default server retry timeout (ms).
+pub const DEFAULT_SERVER_RETRY_TIMEOUT_MS: u64 = 30_000;
+/// twemproxy's default listen backlog.
+pub const DEFAULT_BACKLOG: u32 = 512;
+/// twemproxy's default server failure limit.
+pub const DEFAULT_SERVER_FAILURE_LIMIT: u32 = 2;
+/// Default largest value a memcached pool passes (memcached's item size).
+pub const DEFAULT_MC_MAX_VALUE_SIZE: usize = 1 << 20;
+/// Default largest value a Redis pool passes (Redis' bulk string limit).
+pub const DEFAULT_REDIS_MAX_VALUE_SIZE: usize = 512 << 20;
+
+/// Every key a pool may set: twemproxy's, then walnut's extensions.
+pub const POOL_KEYS: [&str; 20] = [
+    "listen",
+    "hash",
+    "hash_tag",
+    "distribution",
+    "timeout",
+    "backlog",
+    "client_connections",
+    "redis",
+    "tcpkeepalive",
+    "reuseport",
+    "redis_auth",
+    "redis_db",
+    "preconnect",
+    "auto_eject_hosts",
+    "server_connections",
+    "server_retry_timeout",
+    "server_failure_limit",
+    "servers",
+    "max_value_size",
+    "allow_flush",
+];
+
+/// One pool: a listen address in front of a set of servers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolConfig {
+    /// Pool name (the top-level key).
+    pub name: String,
+    /// Line of the pool name.
+    pub line: usize,
+    /// `listen:` address.
+    pub listen: ListenAddr,
+    /// `hash:` key hash (default fnv1a_64).
+    pub hash: HashKind,
+    /// `hash_tag:` two delimiters, e.g. `{}`.
+    pub hash_tag: Option<[u8; 2]>,
+    /// `distribution:` (default ketama).
+    pub distribution: Distribution,
+    /// `timeout:` per request in ms; `None` waits forever (unset or 0).
+    pub timeout_ms: Option<u64>,
+    /// `backlog:` listen backlog (default 512).
+    pub backlog: u32,
+    /// `client_connections:` limit, 0 = none. twemproxy 0.5 parses this key
+    /// but never enforces it; walnut does.
+    pub client_connections: u32,
+    /// `tcpkeepalive:` on client connections (default false).
+    pub tcpkeepalive: bool,
+    /// `reuseport:` SO_REUSEPORT on the listener (default false).
+    pub reuseport: bool,
+    /// `preconnect:` connect to all servers at start (default false).
+    pub preconnect: bool,
+    /// `redis:` speak Redis instead of memcached (default false).
+    pub redis: bool,
+    /// `redis_auth:` password clients and servers must use.
+    pub redis_auth: Option<String>,
+    /// `redis_db:` database selected on server connections (default 0).
+    pub redis_db: u32,
+    /// `server_connections:` connections per server (default 1, never 0).
+    pub server_connections: u32,
+    /// `auto_eject_hosts:` eject failing servers (default false).
+    pub auto_eject_hosts: bool,
+    /// `server_retry_timeout:` ms before an ejected server is retried (30000).
+    pub server_retry_timeout_ms: u64,
+    /// `server_failure_limit:` failures before ejection (default 2).
+    pub server_failure_limit: u32,
+    /// `servers:` in configuration order.
+    pub servers: Vec<ServerConfig>,
+    /// walnut `max_value_size:` largest value passed, in bytes (suffixes
+    /// k, m, g allowed). Default 1 MiB for memcached, 512 MiB for Redis.
+    pub max_value_size: usize,
+    /// walnut `allow_flush:` let flush and other pool-wide destructive
+    /// commands through (default true, as twemproxy passes `flush_all`).
+    pub allow_flush: bool,
+}
+
+/// Collects errors and warnings for one pool.
+pub(crate) struct Report<'a> {
+    pub file: &'a Path,
+    pub pool: &'a str,
+    pub errors: Vec<ConfigError>,
+    pub warnings: Vec<ConfigError>,
+}
+
+impl Report<'_> {
+    fn make(&self, line: usize, msg: String) -> ConfigError {
+        ConfigError::new(self.file, line, msg).in_pool(self.pool)
+    }
+    pub fn error(&mut self, line: usize, msg: impl Into<String>) {
+        let e = self.make(line, msg.into());
+        self.errors.push(e);
+    }
+    pub fn warn(&mut self, line: usize, msg: impl Into<String>) {
+        let e = self.make(line, msg.into());
+        self.warnings.push(e);
+    }
+}
+
+/// Parses `true`/`false` exactly, as twemproxy does.
+pub(crate) fn parse_bool(r: &mut Report, key: &str, v: &Scalar) -> Option<bool> {
+    match v.text.as_str() {
+        "true" => Some(true),
+        "false" => Some(false),
+        other => {
+            r.error(v.line, format!("'{key}' has invalid value '{other}': expected true or false"));
+            None
+        }
+    }
+}
+
+/// Parses a non-negative decimal number, as twemproxy does.
+pub(crate) fn parse_num(r: &mut Report, key: &str, v: &Scalar) -> Option<u32> {
+    let n = parse_uint(&v.text);
+    if n.is_none() {
+        r.error(
+            v.line,
+            format!("'{key}' has invalid value '{}': expected a whole number from 0 to 2147483647", v.text),
+        );
+    }
+    n
+}
+
+/// Parses a byte size: a number with an optional k, m or g suffix (powers of 1024).
+pub(crate) fn parse_size(text: &str) -> Option<usize> {
+    let lower = text.to_ascii_lowercase();
+    let (digits, mult) = match lower.as_bytes().last() {
+        Some(b'k') => (&lower[..lower.len() - 1], 1usize << 10),
+        Some(b'm') => (&lower[..lower.len() - 1], 1 << 20),
+        Some(b'g') => (&lower[..lower.len() - 1], 1 << 30),
+        _ => (lower.as_str(), 1),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse::<usize>().ok()?.checked_mul(mult)
+}
+
+/// Keeps the first value of each key; reports later ones as duplicates.
+fn first_of_each<'e>(r: &mut Report, entries: &'e [RawEntry]) -> HashMap<&'e str, &'e RawEntry> {
+    let mut seen: HashMap<&str, &RawEntry> = HashMap::new();
+    for e in entries {
+        let key = e.key.text.as_str();
+        if let Some(first) = seen.get(key) {
+            r.error(
+                e.key.line,
+                format!("'{key}' is a duplicate (first set on line {})", first.key.line),
+            );
+            continue;
+        }
+        if !POOL_KEYS.contains(&key) {
+            r.error(e.key.line, format!("unknown key '{key}'{}", suggest(key)));
+            continue;
+        }
+        let is_seq = matches!(e.value, RawValue::Seq(_));
+        if key == "servers" && !is_seq {
+            r.error(e.key.line, "'servers' must be a list of \"- host:port:weight [name]\" lines");
+        } else if key != "servers" && is_seq {
+            r.error(e.key.line, format!("'{key}' must be a single value, not a list"));
+        }
+        seen.insert(key, e);
+    }
+    seen
+}
+
+fn suggest(key: &str) -> String {
+    let lower = key.to_ascii_lowercase().replace('-', "_");
+    POOL_KEYS
+        .iter()
+        .find(|k| **k == lower || k.starts_with(&lower) && lower.len() >= 4)
+        .map(|k| format!(" (did you mean '{k}'?)"))
+        .unwrap_or_default()
+}
+
+/// Validates one pool section. Returns `None` when it has errors.
+pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<PoolConfig> {
+    let before = r.errors.len();
+    let keys = first_of_each(r, &section.entries);
+    let scalar = |k: &str| match keys.get(k).map(|e| &e.value) {
+        Some(RawValue::Scalar(s)) => Some(s),
+        _ => None,
+    };
+
+    let listen = match scalar("listen") {
+        Some(v) => match parse_listen(&v.text) {
+            Ok((addr, warning)) => {
+                if let Some(w) = warning {
+                    r.warn(v.line, w);
+                }
+                Some(addr)
+            }
+            Err(msg) => {
+                r.error(v.line, msg);
+                None
+            }
+        },
+        None => {
+            if !keys.contains_key("listen") {
+                r.error(section.name.line, "'listen' is missing");
+            }
+            None
+        }
+    };
+
+    let hash = scalar("hash").map_or(Some(HashKind::Fnv1a_64), |v| {
+        let h = HashKind::from_name(&v.text);
+        if h.is_none() {
+            let names: Vec<_> = HashKind::ALL.iter().map(|h| h.name()).collect();
+            r.error(
+                v.line,
+                format!("'hash' has invalid value '{}': expected one of {}", v.text, names.join(", ")),
+            );
+        }
+        h
+    });
+    let distribution = scalar("distribution").map_or(Some(Distribution::Ketama), |v| {
+        let d = Distribution::from_name(&v.text);
+        if d.is_none() {
+            r.error(
+                v.line,
+                format!("'distribution' has invalid value '{}': expected ketama, modula or random", v.text),
+            );
+        }
+        d
+    });
+    let hash_tag = scalar("hash_tag").and_then(|v| match v.text.as_bytes() {
+        [a, b] => Some([*a, *b]),
+        _ => {
+            r.error(
+                v.line,
+                format!("'hash_tag' has invalid value '{}': expected exactly two characters, e.g. \"{{}}\"", v.text),
+            );
+            None
+        }
+    });
+
+    let mut num = |k: &str, default: u32| scalar(k).map_or(Some(default), |v| parse_num(r, k, v));
+    let timeout = num("timeout", 0);
+    let backlog = num("backlog", DEFAULT_BACKLOG);
+    let client_connections = num("client_connections", 0);
+    let redis_db = num("redis_db", 0);
+    let server_connections = num("server_connections", 1);
+    let server_retry_timeout = num("server_retry_timeout", DEFAULT_SERVER_RETRY_TIMEOUT_MS as u32);
+    let server_failure_limit = num("server_failure_limit", DEFAULT_SERVER_FAILURE_LIMIT);
+    if server_connections == Some(0) {
+        if let Some(v) = scalar("server_connections") {
+            r.error(v.line, "'server_connections' cannot be 0");
+        }
+    }
+    if let Some(v) = scalar("client_connections") {
+        r.warn(
+            v.line,
+            "'client_connections' is enforced by walnut; twemproxy 0.5 ignored it",
+        );
+    }
+
+    let mut flag = |k: &str, default: bool| scalar(k).map_or(Some(default), |v| parse_bool(r, k, v));
+    let redis = flag("redis", false);
+    let tcpkeepalive = flag("tcpkeepalive", false);
+    let reuseport = flag("reuseport", false);
+    let preconnect = flag("preconnect", false);
+    let auto_eject_hosts = flag("auto_eject_hosts", false);
+    let allow_flush = flag("allow_flush", true);
+
+    let redis_auth = scalar("redis_auth").map(|v| v.text.clone());
+    if redis == Some(false) {
+        if let Some(v) = scalar("redis_auth") {
+            r.error(v.line, "'redis_auth' is only valid for a redis pool (add 'redis: true')");
+        }
+    }
+    let max_value_size = match scalar("max_value_size") {
+        None if redis == Some(true) => Some(DEFAULT_REDIS_MAX_VALUE_SIZE),
+        None => Some(DEFAULT_MC_MAX_VALUE_SIZE),
+        Some(v) => match parse_size(&v.text).filter(|n| *n > 0) {
+            Some(n) => Some(n),
+            None => {
+                r.error(
+                    v.line,
+                    format!("'max_value_size' has invalid value '{}': expected bytes > 0, optionally with k, m or g", v.text),
+                );
+                None
+            }
+        },
+    };
+
+    let servers = validate_servers(r, section, keys.get("servers").copied());
+
+    if r.errors.len() > before {
+        return None;
+    }
+    Some(PoolConfig {
+        name: section.name.text.clone(),
+        line: section.name.line,
+        listen: listen?,
+        hash: hash?,
+        hash_tag,
+        distribution: distribution?,
+        timeout_ms: timeout.filter(|t| *t > 0).map(u64::from),
+        backlog: backlog?,
+        client_connections: client_connections?,
+        tcpkeepalive: tcpkeepalive?,
+        reuseport: reuseport?,
+        preconnect: preconnect?,
+        redis: redis?,
+        redis_auth,
+        redis_db: redis_db?,
+        server_connections: server_connections?,
+        auto_eject_hosts: auto_eject_hosts?,
+        server_retry_timeout_ms: u64::from(server_retry_timeout?),
+        server_failure_limit: server_failure_limit?,
+        servers,
+        max_value_size: max_value_size?,
+        allow_flush: allow_flush?,
+    })
+}
+
+fn validate_servers(r: &mut Report, section: &RawSection, entry: Option<&RawEntry>) -> Vec<ServerConfig> {
+    let items = match entry.map(|e| &e.value) {
+        Some(RawValue::Seq(items)) => items,
+        Some(RawValue::Scalar(_)) => return Vec::new(),
+        None => {
+            r.error(section.name.line, "'servers' is missing");
+            return Vec::new();
+        }
+    };
+    let mut servers = Vec::with_capacity(items.len());
+    let mut names: HashMap<String, usize> = HashMap::new();
+    for item in items {
+        match parse_server(&item.text, item.line) {
+            Ok((server, warning)) => {
+                if let Some(w) = warning {
+                    let e = r.make(item.line, w).at_server(&item.text);
+                    r.warnings.push(e);
+                }
+                let name = server.ketama_name();
+                if let Some(first) = names.get(&name) {
+                    let e = r
+                        .make(
+                            item.line,
+                            format!("has the same name '{name}' as the server on line {first}"),
+                        )
+                        .at_server(&item.text);
+                    r.errors.push(e);
+                } else {
+                    names.insert(name, item.line);
+                }
+                servers.push(server);
+            }
+            Err(msg) => {
+                let e = r.make(item.line, msg).at_server(&item.text);
+                r.errors.push(e);
+            }
+        }
+    }
+    if items.is_empty() {
+        let line = entry.map_or(section.name.line, |e| e.key.line);
+        r.error(line, "'servers' is empty: a pool needs at least one server");
+    }
+    servers
+}
