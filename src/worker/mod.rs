@@ -7,6 +7,7 @@
 //! write every server and client that got output in this iteration, so the
 //! requests parsed in one iteration leave in one write per server.
 
+mod accept;
 mod buffer;
 mod client;
 mod conn;
@@ -14,7 +15,13 @@ mod local;
 mod pool;
 mod server;
 
+pub use accept::AcceptMutex;
 pub use pool::PoolRt;
+
+use accept::AcceptPolicy;
+use crate::config::ListenerMode;
+use crate::stats::shm::Region;
+use std::os::fd::{AsRawFd, RawFd};
 
 use crate::config::Config;
 use crate::net::Listener;
@@ -30,6 +37,8 @@ use std::time::{Duration, Instant};
 
 /// Tokens at or above this are listeners.
 const LISTENER_BASE: usize = 1 << 40;
+/// Token of the master channel.
+const CONTROL: usize = (1 << 40) - 1;
 /// Bytes read per `read(2)`.
 const READ_CHUNK: usize = 16 * 1024;
 
@@ -57,8 +66,25 @@ pub enum Stop {
 
 /// Hooks the loop calls between iterations (signals, master channel).
 pub trait Control {
-    /// Called once per iteration; returns what the loop should do.
-    fn check(&mut self, worker: &mut WorkerCtl) -> Stop;
+    /// Called once per iteration; `readable` says the control descriptor
+    /// (if any) has input. Returns what the loop should do.
+    fn check(&mut self, worker: &mut WorkerCtl, readable: bool) -> Stop;
+    /// A descriptor the loop should watch for the controller (the channel).
+    fn fd(&self) -> Option<RawFd> {
+        None
+    }
+}
+
+/// Everything a worker needs besides the configuration.
+pub struct WorkerSetup<'a> {
+    /// Listening sockets this worker serves.
+    pub listeners: Vec<ListenerFd>,
+    /// The counters region and this worker's slot in it.
+    pub region: &'a Region,
+    /// Slot index.
+    pub slot: usize,
+    /// The accept mutex (accept_mutex mode).
+    pub mutex: Option<&'a AcceptMutex>,
 }
 
 /// Runtime knobs a controller can change without restarting the loop.
@@ -77,6 +103,9 @@ pub struct Worker<'a> {
     pools: Vec<PoolRt>,
     listeners: Vec<(Listener, usize)>,
     stats: StatsSlot<'a>,
+    region: &'a Region,
+    slot: usize,
+    accept: AcceptPolicy<'a>,
     timers: BinaryHeap<Reverse<(Instant, usize, u64)>>,
     dirty_servers: Vec<Token>,
     dirty_clients: Vec<Token>,
@@ -88,26 +117,24 @@ pub struct Worker<'a> {
 
 impl<'a> Worker<'a> {
     /// Build a worker for `config`, serving the given listeners.
-    pub fn new(
-        config: &Config,
-        listeners: Vec<ListenerFd>,
-        stats: StatsSlot<'a>,
-    ) -> std::io::Result<Worker<'a>> {
+    pub fn new(config: &Config, setup: WorkerSetup<'a>) -> std::io::Result<Worker<'a>> {
         let poll = Poll::new()?;
         let pools: Vec<PoolRt> = config.pools.iter().map(PoolRt::new).collect();
-        let mut ls = Vec::new();
-        for (i, l) in listeners.into_iter().enumerate() {
-            let mut listener = Listener::from_fd(l.fd, l.tcp);
-            poll.registry()
-                .register(&mut listener, Token(LISTENER_BASE + i), Interest::READABLE)?;
-            ls.push((listener, l.pool));
-        }
+        let ls = setup
+            .listeners
+            .into_iter()
+            .map(|l| (Listener::from_fd(l.fd, l.tcp), l.pool))
+            .collect();
+        let mode = config.process.listener;
         let mut w = Worker {
             poll,
             conns: Slab::with_capacity(1024),
             pools,
             listeners: ls,
-            stats,
+            stats: setup.region.slot(setup.slot),
+            region: setup.region,
+            slot: setup.slot,
+            accept: AcceptPolicy::new(mode, setup.mutex, config.process.accept_mutex_delay_ms),
             timers: BinaryHeap::new(),
             dirty_servers: Vec::new(),
             dirty_clients: Vec::new(),
@@ -119,6 +146,9 @@ impl<'a> Worker<'a> {
             },
             accepting: true,
         };
+        if mode != ListenerMode::AcceptMutex {
+            w.register_listeners()?;
+        }
         w.preconnect();
         Ok(w)
     }
@@ -147,26 +177,55 @@ impl<'a> Worker<'a> {
     pub fn run(&mut self, control: &mut dyn Control) -> std::io::Result<()> {
         let mut events = Events::with_capacity(1024);
         let mut graceful_since: Option<Instant> = None;
+        if let Some(fd) = control.fd() {
+            self.poll.registry().register(
+                &mut mio::unix::SourceFd(&fd),
+                Token(CONTROL),
+                Interest::READABLE,
+            )?;
+        }
         loop {
-            let timeout = self.next_timer_wait();
+            let mut timeout = self.next_timer_wait();
+            if self.accept.mode == ListenerMode::AcceptMutex && self.accepting {
+                self.trylock_accept();
+                if !self.accept.held {
+                    timeout = Some(timeout.map_or(self.accept.delay, |t| t.min(self.accept.delay)));
+                }
+            }
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() != std::io::ErrorKind::Interrupted {
                     return Err(e);
                 }
             }
             let now = Instant::now();
+            let mut control_ready = false;
+            // Accept events first (nginx's posted accept events), then
+            // release the accept mutex, then everything else.
             for ev in events.iter() {
                 let t = ev.token().0;
                 if t >= LISTENER_BASE {
                     self.accept(t - LISTENER_BASE, now);
-                } else {
-                    self.on_event(Token(t), ev.is_readable() || ev.is_read_closed() || ev.is_error(), ev.is_writable(), now);
+                }
+            }
+            if self.accept.held {
+                if let Some(m) = self.accept.mutex {
+                    m.unlock(std::process::id() as u64);
+                }
+                self.accept.held = false;
+            }
+            for ev in events.iter() {
+                let t = ev.token().0;
+                if t == CONTROL {
+                    control_ready = true;
+                } else if t < LISTENER_BASE {
+                    let readable = ev.is_readable() || ev.is_read_closed() || ev.is_error();
+                    self.on_event(Token(t), readable, ev.is_writable(), now);
                 }
             }
             self.fire_timers(now);
             self.flush_dirty();
             self.stats.worker_set(WorkerField::Heartbeat, crate::util::epoch_us());
-            match control.check(&mut self.ctl) {
+            match control.check(&mut self.ctl, control_ready) {
                 Stop::Run => {}
                 Stop::Fast => return Ok(()),
                 Stop::Graceful => {
@@ -184,8 +243,68 @@ impl<'a> Worker<'a> {
 
     fn stop_accepting(&mut self) {
         self.accepting = false;
-        for (mut l, _) in self.listeners.drain(..) {
-            let _ = self.poll.registry().deregister(&mut l);
+        self.deregister_listeners();
+        self.listeners.clear();
+        if let Some(m) = self.accept.mutex {
+            m.unlock(std::process::id() as u64);
+        }
+    }
+
+    fn register_listeners(&mut self) -> std::io::Result<()> {
+        if self.accept.registered {
+            return Ok(());
+        }
+        for (i, (l, _)) in self.listeners.iter_mut().enumerate() {
+            let token = Token(LISTENER_BASE + i);
+            if self.accept.mode == ListenerMode::EpollExclusive {
+                epoll_add_exclusive(self.poll.as_raw_fd(), l.as_raw_fd(), token)?;
+            } else {
+                self.poll.registry().register(l, token, Interest::READABLE)?;
+            }
+        }
+        self.accept.registered = true;
+        Ok(())
+    }
+
+    fn deregister_listeners(&mut self) {
+        if !self.accept.registered {
+            return;
+        }
+        for (l, _) in self.listeners.iter_mut() {
+            if self.accept.mode == ListenerMode::EpollExclusive {
+                // SAFETY: removing a descriptor we added to our own epoll set.
+                unsafe {
+                    libc::epoll_ctl(
+                        self.poll.as_raw_fd(),
+                        libc::EPOLL_CTL_DEL,
+                        l.as_raw_fd(),
+                        std::ptr::null_mut(),
+                    );
+                }
+            } else {
+                let _ = self.poll.registry().deregister(l);
+            }
+        }
+        self.accept.registered = false;
+    }
+
+    /// accept_mutex mode: take the lock unless this worker is loaded well
+    /// above the average, and watch the listeners only while holding it.
+    fn trylock_accept(&mut self) {
+        let Some(m) = self.accept.mutex else {
+            return;
+        };
+        let mine = self.region.worker_get(self.slot, WorkerField::CurrConnections);
+        let slots = self.region.slots() as u64;
+        let avg = self.region.worker_sum(WorkerField::CurrConnections) / slots.max(1);
+        // The threshold: skip the lock while holding 1/8 more than the
+        // average plus a small constant (seed 000's max/local thresholds).
+        let loaded = slots > 1 && mine > avg + avg / 8 + 4;
+        if !loaded && m.try_lock(std::process::id() as u64) {
+            self.accept.held = true;
+            let _ = self.register_listeners();
+        } else {
+            self.deregister_listeners();
         }
     }
 
@@ -228,6 +347,7 @@ impl<'a> Worker<'a> {
     }
 
     fn accept(&mut self, idx: usize, now: Instant) {
+        let mut accepted = 0u64;
         loop {
             let Some((listener, pool)) = self.listeners.get(idx) else {
                 return;
@@ -235,12 +355,18 @@ impl<'a> Worker<'a> {
             let pool = *pool;
             let mut sock = match listener.accept() {
                 Ok(s) => s,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if accepted == 0 {
+                        self.stats.worker_add(WorkerField::AcceptEagain, 1);
+                    }
+                    return;
+                }
                 Err(e) => {
                     crate::log_warn!("accept on pool '{}' failed: {}", self.pools[pool].cfg.name, e);
                     return;
                 }
             };
+            accepted += 1;
             let p = &self.pools[pool];
             if p.cfg.client_connections > 0 && p.clients >= p.cfg.client_connections {
                 crate::log_info!(
@@ -327,4 +453,19 @@ impl<'a> Worker<'a> {
         }
         self.dirty_clients = clients;
     }
+}
+
+/// Add a listening socket to an epoll set with EPOLLEXCLUSIVE (mio has no
+/// flag for it). The event's data is the token, as mio reads it back.
+fn epoll_add_exclusive(epfd: RawFd, fd: RawFd, token: Token) -> std::io::Result<()> {
+    let mut ev = libc::epoll_event {
+        events: (libc::EPOLLIN | libc::EPOLLEXCLUSIVE) as u32,
+        u64: token.0 as u64,
+    };
+    // SAFETY: valid epoll and socket descriptors and a valid event struct.
+    let rc = unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }

@@ -1,0 +1,110 @@
+//! How a worker takes its share of new connections, in the three listener
+//! modes (seed 000 §4.3, nginx's ngx_event_accept.c):
+//!
+//! - `reuseport`: the worker has listening sockets of its own (the kernel
+//!   spreads connections); they are registered normally.
+//! - `epoll_exclusive`: every worker watches the same sockets with
+//!   EPOLLEXCLUSIVE, so the kernel wakes one waiter per connection.
+//! - `accept_mutex`: a non-blocking try-lock in shared memory; only the
+//!   holder watches the listening sockets. A worker with clearly more
+//!   clients than the average skips the lock so others catch up.
+
+use crate::config::ListenerMode;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The accept mutex: one word in shared memory holding the owner's pid.
+pub struct AcceptMutex {
+    ptr: *mut AtomicU64,
+}
+
+// SAFETY: only accessed through the atomic.
+unsafe impl Send for AcceptMutex {}
+// SAFETY: only accessed through the atomic.
+unsafe impl Sync for AcceptMutex {}
+
+impl AcceptMutex {
+    /// Map a fresh unlocked mutex shared with children forked later.
+    pub fn new() -> std::io::Result<AcceptMutex> {
+        // SAFETY: anonymous shared mapping of one page, checked below.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(AcceptMutex {
+            ptr: ptr as *mut AtomicU64,
+        })
+    }
+
+    fn word(&self) -> &AtomicU64 {
+        // SAFETY: the page stays mapped for the life of self.
+        unsafe { &*self.ptr }
+    }
+
+    /// Try to take the lock for `pid`; true if now held by `pid`.
+    pub fn try_lock(&self, pid: u64) -> bool {
+        match self
+            .word()
+            .compare_exchange(0, pid, Ordering::Acquire, Ordering::Relaxed)
+        {
+            Ok(_) => true,
+            Err(owner) => owner == pid,
+        }
+    }
+
+    /// Release the lock if `pid` holds it.
+    pub fn unlock(&self, pid: u64) {
+        let _ = self
+            .word()
+            .compare_exchange(pid, 0, Ordering::Release, Ordering::Relaxed);
+    }
+
+    /// The master releases a lock a dead worker held (nginx does the same).
+    pub fn force_unlock_if(&self, pid: u64) {
+        self.unlock(pid)
+    }
+}
+
+impl Drop for AcceptMutex {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the page mapped in `new`.
+        unsafe {
+            libc::munmap(self.ptr as *mut libc::c_void, 4096);
+        }
+    }
+}
+
+/// A worker's accept policy.
+pub struct AcceptPolicy<'a> {
+    /// Listener mode.
+    pub mode: ListenerMode,
+    /// The shared mutex (accept_mutex mode).
+    pub mutex: Option<&'a AcceptMutex>,
+    /// How long to sleep before trying the mutex again.
+    pub delay: std::time::Duration,
+    /// This worker holds the mutex.
+    pub held: bool,
+    /// Listeners are registered with epoll.
+    pub registered: bool,
+}
+
+impl<'a> AcceptPolicy<'a> {
+    /// Policy for one worker.
+    pub fn new(mode: ListenerMode, mutex: Option<&'a AcceptMutex>, delay_ms: u64) -> Self {
+        AcceptPolicy {
+            mode,
+            mutex,
+            delay: std::time::Duration::from_millis(delay_ms.max(1)),
+            held: false,
+            registered: false,
+        }
+    }
+}
