@@ -87,7 +87,10 @@ pub struct Cli {
     pub workers: Option<Workers>,
 
     /// How workers share listening ports.
-    #[arg(long = "listener", value_name = "reuseport|epoll_exclusive|accept_mutex")]
+    #[arg(
+        long = "listener",
+        value_name = "reuseport|epoll_exclusive|accept_mutex"
+    )]
     pub listener: Option<ListenerMode>,
 
     /// Pin workers to CPUs: auto, none, or a list such as 0,2,4-7.
@@ -153,7 +156,9 @@ impl Cli {
 
     /// The log level: `-v`, else the `_walnut` `log_level`, else 5.
     pub fn log_level(&self, process: &ProcessConfig) -> u8 {
-        self.verbose.or(process.log_level).unwrap_or(DEFAULT_LOG_LEVEL)
+        self.verbose
+            .or(process.log_level)
+            .unwrap_or(DEFAULT_LOG_LEVEL)
     }
 
     /// The stats/admin listen address as `host:port`: `-a`/`-s` when given,
@@ -262,8 +267,24 @@ mod tests {
     #[test]
     fn short_and_long_flags() {
         let c = parse(&[
-            "-t", "-d", "-v", "7", "-o", "/var/log/w.log", "-c", "x.yml", "-s", "2222", "-a",
-            "127.0.0.1", "-i", "1000", "-p", "/run/w.pid", "-m", "512",
+            "-t",
+            "-d",
+            "-v",
+            "7",
+            "-o",
+            "/var/log/w.log",
+            "-c",
+            "x.yml",
+            "-s",
+            "2222",
+            "-a",
+            "127.0.0.1",
+            "-i",
+            "1000",
+            "-p",
+            "/run/w.pid",
+            "-m",
+            "512",
         ])
         .unwrap();
         assert!(c.test_conf && c.daemonize);
@@ -275,9 +296,24 @@ mod tests {
         assert_eq!(c.pid_file, Some(PathBuf::from("/run/w.pid")));
         assert_eq!(c.mbuf_size, 512);
         let c = parse(&[
-            "--test-conf", "--daemonize", "--describe-stats", "--verbose=11", "--output", "o",
-            "--conf-file=y.yml", "--stats-port", "1", "--stats-addr", "::1", "--stats-interval",
-            "0", "--pid-file", "p", "--mbuf-size", "16777216", "--version",
+            "--test-conf",
+            "--daemonize",
+            "--describe-stats",
+            "--verbose=11",
+            "--output",
+            "o",
+            "--conf-file=y.yml",
+            "--stats-port",
+            "1",
+            "--stats-addr",
+            "::1",
+            "--stats-interval",
+            "0",
+            "--pid-file",
+            "p",
+            "--mbuf-size",
+            "16777216",
+            "--version",
         ])
         .unwrap();
         assert!(c.test_conf && c.daemonize && c.describe_stats && c.version);
@@ -285,8 +321,8 @@ mod tests {
         assert_eq!(c.stats_listen(&ProcessConfig::default()), "[::1]:1");
         assert_eq!(c.mbuf_size, 16_777_216);
         assert_eq!(parse(&["-v3", "-c/etc/n.yml"]).unwrap().verbose, Some(3));
-        assert_eq!(parse(&["-V"]).unwrap().version, true);
-        assert_eq!(parse(&["-D"]).unwrap().describe_stats, true);
+        assert!(parse(&["-V"]).unwrap().version);
+        assert!(parse(&["-D"]).unwrap().describe_stats);
     }
 
     #[test]
@@ -321,7 +357,14 @@ mod tests {
     #[test]
     fn walnut_flags_override_section() {
         let c = parse(&[
-            "--workers", "auto", "--listener", "epoll_exclusive", "--cpu-affinity", "0-2", "-v", "9",
+            "--workers",
+            "auto",
+            "--listener",
+            "epoll_exclusive",
+            "--cpu-affinity",
+            "0-2",
+            "-v",
+            "9",
         ])
         .unwrap();
         let section = ProcessConfig {
@@ -354,7 +397,10 @@ mod tests {
 
     #[test]
     fn version_line_format() {
-        assert_eq!(version_line(), format!("This is walnut-{}", env!("CARGO_PKG_VERSION")));
+        assert_eq!(
+            version_line(),
+            format!("This is walnut-{}", env!("CARGO_PKG_VERSION"))
+        );
     }
 
     #[test]
@@ -362,17 +408,26 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("walnut-cli-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let good = dir.join("good.yml");
-        std::fs::write(&good, "a:\n  listen: 127.0.0.1:22121\n  servers:\n   - 127.0.0.1:11211:1\n")
-            .unwrap();
+        std::fs::write(
+            &good,
+            "a:\n  listen: 127.0.0.1:22121\n  servers:\n   - 127.0.0.1:11211:1\n",
+        )
+        .unwrap();
         let (code, text) = test_conf_report(&good);
         assert_eq!(code, 0);
         assert_eq!(
             text,
-            format!("walnut: configuration file '{}' syntax is ok\n", good.display())
+            format!(
+                "walnut: configuration file '{}' syntax is ok\n",
+                good.display()
+            )
         );
         let bad = dir.join("bad.yml");
-        std::fs::write(&bad, "a:\n  listen: 127.0.0.1:22121\n  hash: xyz\n  servers:\n   - h:1:0\n")
-            .unwrap();
+        std::fs::write(
+            &bad,
+            "a:\n  listen: 127.0.0.1:22121\n  hash: xyz\n  servers:\n   - h:1:0\n",
+        )
+        .unwrap();
         let (code, text) = test_conf_report(&bad);
         assert_eq!(code, 1);
         let lines: Vec<_> = text.lines().collect();

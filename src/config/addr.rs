@@ -97,16 +97,22 @@ impl ServerConfig {
     }
 }
 
-/// twemproxy's `nc_atoi`: decimal digits only, no sign, fits an `int`.
+/// twemproxy's `nc_atoi`: decimal digits only, no sign, accumulated in a
+/// 32-bit `int` (so very long numbers wrap); a negative result is refused.
 pub(crate) fn parse_uint(text: &str) -> Option<u32> {
     if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    let v: u64 = text.parse().ok()?;
-    if v > i32::MAX as u64 {
-        return None;
-    }
-    u32::try_from(v).ok()
+    let wrapped = text.bytes().fold(0u32, |v, b| {
+        v.wrapping_mul(10).wrapping_add(u32::from(b - b'0'))
+    });
+    (wrapped <= i32::MAX as u32).then_some(wrapped)
+}
+
+/// True when `text` is a number larger than twemproxy's `int` holds.
+pub(crate) fn overflows(text: &str) -> bool {
+    text.trim_start_matches('0').len() > 10
+        || text.parse::<u64>().map_or(true, |v| v > i32::MAX as u64)
 }
 
 fn parse_port(text: &str) -> Option<u16> {
@@ -170,9 +176,13 @@ fn parse_unix_listen(text: &str) -> Parsed<ListenAddr> {
                 ));
             }
             if !clean {
-                warning = Some(format!(
-                    "'listen' permission '{p}' is not a plain octal number; using {value:#o}"
-                ));
+                warning = Some(if value == 0 {
+                    format!("'listen' permission '{p}' is not an octal number; the socket mode is left unchanged")
+                } else {
+                    format!(
+                        "'listen' permission '{p}' is not a plain octal number; using {value:#o}"
+                    )
+                });
             }
             (value != 0).then_some(value)
         }
@@ -197,7 +207,10 @@ fn parse_octal_prefix(text: &str) -> (u32, bool) {
         Some(b'+') => (false, &t[1..]),
         _ => (false, t),
     };
-    let n = digits.bytes().take_while(|b| (b'0'..=b'7').contains(b)).count();
+    let n = digits
+        .bytes()
+        .take_while(|b| (b'0'..=b'7').contains(b))
+        .count();
     let mut value: u32 = 0;
     for b in digits.bytes().take(n) {
         value = value.saturating_mul(8).saturating_add(u32::from(b - b'0'));
@@ -238,14 +251,20 @@ pub(crate) fn parse_server(text: &str, line: usize) -> Parsed<ServerConfig> {
         }
     };
     let weight = match parse_uint(weight) {
-        None => return Err(format!("has an invalid weight '{weight}': expected a number >= 1")),
+        None => {
+            return Err(format!(
+                "has an invalid weight '{weight}': expected a number >= 1"
+            ))
+        }
         Some(0) => return Err("has a zero weight: expected a number >= 1".to_string()),
         Some(w) => w,
     };
     let addr = match port_text {
         None => {
             if host.len() > UNIX_PATH_MAX {
-                return Err(format!("unix socket path is longer than {UNIX_PATH_MAX} bytes"));
+                return Err(format!(
+                    "unix socket path is longer than {UNIX_PATH_MAX} bytes"
+                ));
             }
             ServerAddr::Unix {
                 path: PathBuf::from(host),
@@ -274,8 +293,7 @@ pub(crate) fn parse_server(text: &str, line: usize) -> Parsed<ServerConfig> {
         warning = Some("has an empty name after the weight".to_string());
     }
     // Keep twemproxy's exact hash name when the port text is not canonical.
-    if let (None, ServerAddr::Tcp { port, .. }, Some(p)) = (&server.name, &server.addr, port_text)
-    {
+    if let (None, ServerAddr::Tcp { port, .. }, Some(p)) = (&server.name, &server.addr, port_text) {
         if *port != KETAMA_DEFAULT_PORT && p != port.to_string() {
             server.name = Some(format!("{host}:{p}"));
         }
@@ -296,26 +314,62 @@ mod tests {
 
     #[test]
     fn listen_forms() {
-        let tcp = |h: &str, p| ListenAddr::Tcp { host: h.into(), port: p };
-        assert_eq!(parse_listen("127.0.0.1:22121").unwrap().0, tcp("127.0.0.1", 22121));
+        let tcp = |h: &str, p| ListenAddr::Tcp {
+            host: h.into(),
+            port: p,
+        };
+        assert_eq!(
+            parse_listen("127.0.0.1:22121").unwrap().0,
+            tcp("127.0.0.1", 22121)
+        );
         assert_eq!(parse_listen("localhost:1").unwrap().0, tcp("localhost", 1));
         assert_eq!(parse_listen("::1:22121").unwrap().0, tcp("::1", 22121));
         assert_eq!(parse_listen("[::1]:22121").unwrap().0, tcp("::1", 22121));
-        assert_eq!(parse_listen("0.0.0.0:65535").unwrap().0, tcp("0.0.0.0", 65535));
-        let unix = |p: &str, perm| ListenAddr::Unix { path: p.into(), perm };
-        assert_eq!(parse_listen("/tmp/a.sock").unwrap().0, unix("/tmp/a.sock", None));
-        assert_eq!(parse_listen("/tmp/a.sock 0666").unwrap().0, unix("/tmp/a.sock", Some(0o666)));
-        assert_eq!(parse_listen("/tmp/a.sock 755").unwrap().0, unix("/tmp/a.sock", Some(0o755)));
-        assert_eq!(parse_listen("/tmp/a.sock 0").unwrap().0, unix("/tmp/a.sock", None));
+        assert_eq!(
+            parse_listen("0.0.0.0:65535").unwrap().0,
+            tcp("0.0.0.0", 65535)
+        );
+        let unix = |p: &str, perm| ListenAddr::Unix {
+            path: p.into(),
+            perm,
+        };
+        assert_eq!(
+            parse_listen("/tmp/a.sock").unwrap().0,
+            unix("/tmp/a.sock", None)
+        );
+        assert_eq!(
+            parse_listen("/tmp/a.sock 0666").unwrap().0,
+            unix("/tmp/a.sock", Some(0o666))
+        );
+        assert_eq!(
+            parse_listen("/tmp/a.sock 755").unwrap().0,
+            unix("/tmp/a.sock", Some(0o755))
+        );
+        assert_eq!(
+            parse_listen("/tmp/a.sock 0").unwrap().0,
+            unix("/tmp/a.sock", None)
+        );
     }
 
     #[test]
     fn listen_lenient_permissions_warn() {
         let (addr, warn) = parse_listen("/tmp/a.sock 0668").unwrap();
-        assert_eq!(addr, ListenAddr::Unix { path: "/tmp/a.sock".into(), perm: Some(0o66) });
+        assert_eq!(
+            addr,
+            ListenAddr::Unix {
+                path: "/tmp/a.sock".into(),
+                perm: Some(0o66)
+            }
+        );
         assert!(warn.is_some());
         let (addr, warn) = parse_listen("/tmp/a.sock abc").unwrap();
-        assert_eq!(addr, ListenAddr::Unix { path: "/tmp/a.sock".into(), perm: None });
+        assert_eq!(
+            addr,
+            ListenAddr::Unix {
+                path: "/tmp/a.sock".into(),
+                perm: None
+            }
+        );
         assert!(warn.is_some());
     }
 
@@ -341,7 +395,13 @@ mod tests {
     #[test]
     fn server_forms() {
         let s = server("127.0.0.1:11211:1");
-        assert_eq!(s.addr, ServerAddr::Tcp { host: "127.0.0.1".into(), port: 11211 });
+        assert_eq!(
+            s.addr,
+            ServerAddr::Tcp {
+                host: "127.0.0.1".into(),
+                port: 11211
+            }
+        );
         assert_eq!((s.weight, s.name.as_deref(), s.line), (1, None, 7));
         assert_eq!(s.ketama_name(), "127.0.0.1");
         let s = server("127.0.0.1:11212:3");
@@ -351,9 +411,20 @@ mod tests {
         assert_eq!(s.name.as_deref(), Some("server1"));
         assert_eq!(s.ketama_name(), "server1");
         let s = server("::1:6379:2");
-        assert_eq!(s.addr, ServerAddr::Tcp { host: "::1".into(), port: 6379 });
+        assert_eq!(
+            s.addr,
+            ServerAddr::Tcp {
+                host: "::1".into(),
+                port: 6379
+            }
+        );
         let s = server("/tmp/mc.sock:10 mc");
-        assert_eq!(s.addr, ServerAddr::Unix { path: "/tmp/mc.sock".into() });
+        assert_eq!(
+            s.addr,
+            ServerAddr::Unix {
+                path: "/tmp/mc.sock".into()
+            }
+        );
         assert_eq!((s.weight, s.ketama_name()), (10, "mc".to_string()));
         let s = server("/tmp/mc.sock:1");
         assert_eq!(s.ketama_name(), "/tmp/mc.sock:");
@@ -381,7 +452,6 @@ mod tests {
             "127.0.0.1:11211:1 two words",
             "/tmp/a:b.sock:1",
             "/tmp/a.sock",
-            "127.0.0.1:11211:99999999999",
         ] {
             assert!(parse_server(bad, 1).is_err(), "{bad}");
         }
@@ -392,6 +462,9 @@ mod tests {
         assert_eq!(parse_uint("0"), Some(0));
         assert_eq!(parse_uint("2147483647"), Some(i32::MAX as u32));
         assert_eq!(parse_uint("2147483648"), None);
+        // Wraps as a C int does: 2^32 + 1 is 1.
+        assert_eq!(parse_uint("4294967297"), Some(1));
+        assert!(overflows("4294967297") && !overflows("2147483647"));
         assert_eq!(parse_uint("-1"), None);
         assert_eq!(parse_uint("+1"), None);
         assert_eq!(parse_uint(""), None);

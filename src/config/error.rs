@@ -113,8 +113,12 @@ mod tests {
 
     #[test]
     fn display_names_file_line_pool_server() {
-        let e = ConfigError::new(Path::new("nutcracker.yml"), 12, "'hash' has invalid value 'xyz'")
-            .in_pool("alpha");
+        let e = ConfigError::new(
+            Path::new("nutcracker.yml"),
+            12,
+            "'hash' has invalid value 'xyz'",
+        )
+        .in_pool("alpha");
         assert_eq!(
             e.to_string(),
             "nutcracker.yml:12: pool 'alpha': 'hash' has invalid value 'xyz'"
@@ -122,7 +126,10 @@ mod tests {
         let e = ConfigError::new(Path::new("a.yml"), 3, "bad weight")
             .in_pool("p")
             .at_server("h:1:0");
-        assert_eq!(e.to_string(), "a.yml:3: pool 'p': server 'h:1:0': bad weight");
+        assert_eq!(
+            e.to_string(),
+            "a.yml:3: pool 'p': server 'h:1:0': bad weight"
+        );
         let e = ConfigError::new(Path::new("a.yml"), 0, "no pools");
         assert_eq!(e.to_string(), "a.yml: no pools");
     }

@@ -51,18 +51,16 @@ impl Config {
                 format!("cannot read the configuration file: {e}"),
             )])
         })?;
-        let config = Config::from_str(&text, path)?;
-        let errors = config.check_listen_resolves();
-        if errors.is_empty() {
-            Ok(config)
-        } else {
-            Err(ConfigErrors(errors))
-        }
+        Config::validate(&text, path, true)
     }
 
     /// Validates `text` as if read from `path` (used in messages only).
-    /// Performs no I/O.
+    /// Performs no I/O: listen host names are not resolved.
     pub fn from_str(text: &str, path: &Path) -> Result<Config, ConfigErrors> {
+        Config::validate(text, path, false)
+    }
+
+    fn validate(text: &str, path: &Path, resolve: bool) -> Result<Config, ConfigErrors> {
         let (sections, mut errors) = yaml::parse_sections(text, path);
         if !errors.is_empty() {
             return Err(ConfigErrors(errors));
@@ -87,6 +85,7 @@ impl Config {
             names.insert(name, section.name.line);
             let mut report = Report {
                 file: path,
+                resolve,
                 pool: name,
                 errors: Vec::new(),
                 warnings: Vec::new(),
@@ -118,33 +117,6 @@ impl Config {
     /// The pool named `name`.
     pub fn pool(&self, name: &str) -> Option<&PoolConfig> {
         self.pools.iter().find(|p| p.name == name)
-    }
-
-    fn check_listen_resolves(&self) -> Vec<ConfigError> {
-        use std::net::{IpAddr, ToSocketAddrs};
-        let mut errors = Vec::new();
-        for pool in &self.pools {
-            if let ListenAddr::Tcp { host, port } = &pool.listen {
-                if host.parse::<IpAddr>().is_ok() {
-                    continue;
-                }
-                let ok = (host.as_str(), *port)
-                    .to_socket_addrs()
-                    .map(|mut a| a.next().is_some())
-                    .unwrap_or(false);
-                if !ok {
-                    errors.push(
-                        ConfigError::new(
-                            &self.path,
-                            pool.line,
-                            format!("'listen' host '{host}' does not resolve"),
-                        )
-                        .in_pool(&pool.name),
-                    );
-                }
-            }
-        }
-        errors
     }
 }
 

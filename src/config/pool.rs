@@ -1,6 +1,6 @@
 //! Stage 2 for one pool: raw `key: value` entries → [`PoolConfig`].
 
-use super::addr::{parse_listen, parse_server, parse_uint, ListenAddr, ServerConfig};
+use super::addr::{overflows, parse_listen, parse_server, parse_uint, ListenAddr, ServerConfig};
 use super::error::ConfigError;
 use super::yaml::{RawEntry, RawSection, RawValue, Scalar};
 use crate::hash::{Distribution, HashKind};
@@ -97,6 +97,8 @@ pub struct PoolConfig {
 /// Collects errors and warnings for one pool.
 pub(crate) struct Report<'a> {
     pub file: &'a Path,
+    /// Check that listen host names resolve (as twemproxy does on load).
+    pub resolve: bool,
     pub pool: &'a str,
     pub errors: Vec<ConfigError>,
     pub warnings: Vec<ConfigError>,
@@ -122,7 +124,10 @@ pub(crate) fn parse_bool(r: &mut Report, key: &str, v: &Scalar) -> Option<bool> 
         "true" => Some(true),
         "false" => Some(false),
         other => {
-            r.error(v.line, format!("'{key}' has invalid value '{other}': expected true or false"));
+            r.error(
+                v.line,
+                format!("'{key}' has invalid value '{other}': expected true or false"),
+            );
             None
         }
     }
@@ -131,10 +136,22 @@ pub(crate) fn parse_bool(r: &mut Report, key: &str, v: &Scalar) -> Option<bool> 
 /// Parses a non-negative decimal number, as twemproxy does.
 pub(crate) fn parse_num(r: &mut Report, key: &str, v: &Scalar) -> Option<u32> {
     let n = parse_uint(&v.text);
+    if let (Some(n), true) = (n, overflows(&v.text)) {
+        r.warn(
+            v.line,
+            format!(
+                "'{key}' value '{}' is too large and wraps to {n} (as in twemproxy)",
+                v.text
+            ),
+        );
+    }
     if n.is_none() {
         r.error(
             v.line,
-            format!("'{key}' has invalid value '{}': expected a whole number from 0 to 2147483647", v.text),
+            format!(
+                "'{key}' has invalid value '{}': expected a whole number from 0 to 2147483647",
+                v.text
+            ),
         );
     }
     n
@@ -155,6 +172,18 @@ pub(crate) fn parse_size(text: &str) -> Option<usize> {
     digits.parse::<usize>().ok()?.checked_mul(mult)
 }
 
+/// True when a TCP listen host is an IP literal or resolves.
+fn listen_resolves(addr: &ListenAddr) -> bool {
+    use std::net::{IpAddr, ToSocketAddrs};
+    match addr {
+        ListenAddr::Unix { .. } => true,
+        ListenAddr::Tcp { host, .. } if host.parse::<IpAddr>().is_ok() => true,
+        ListenAddr::Tcp { host, port } => (host.as_str(), *port)
+            .to_socket_addrs()
+            .is_ok_and(|mut a| a.next().is_some()),
+    }
+}
+
 /// Keeps the first value of each key; reports later ones as duplicates.
 fn first_of_each<'e>(r: &mut Report, entries: &'e [RawEntry]) -> HashMap<&'e str, &'e RawEntry> {
     let mut seen: HashMap<&str, &RawEntry> = HashMap::new();
@@ -163,7 +192,10 @@ fn first_of_each<'e>(r: &mut Report, entries: &'e [RawEntry]) -> HashMap<&'e str
         if let Some(first) = seen.get(key) {
             r.error(
                 e.key.line,
-                format!("'{key}' is a duplicate (first set on line {})", first.key.line),
+                format!(
+                    "'{key}' is a duplicate (first set on line {})",
+                    first.key.line
+                ),
             );
             continue;
         }
@@ -173,9 +205,15 @@ fn first_of_each<'e>(r: &mut Report, entries: &'e [RawEntry]) -> HashMap<&'e str
         }
         let is_seq = matches!(e.value, RawValue::Seq(_));
         if key == "servers" && !is_seq {
-            r.error(e.key.line, "'servers' must be a list of \"- host:port:weight [name]\" lines");
+            r.error(
+                e.key.line,
+                "'servers' must be a list of \"- host:port:weight [name]\" lines",
+            );
         } else if key != "servers" && is_seq {
-            r.error(e.key.line, format!("'{key}' must be a single value, not a list"));
+            r.error(
+                e.key.line,
+                format!("'{key}' must be a single value, not a list"),
+            );
         }
         seen.insert(key, e);
     }
@@ -206,6 +244,12 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
                 if let Some(w) = warning {
                     r.warn(v.line, w);
                 }
+                if r.resolve && !listen_resolves(&addr) {
+                    r.error(
+                        v.line,
+                        format!("'listen' address '{}' does not resolve", v.text),
+                    );
+                }
                 Some(addr)
             }
             Err(msg) => {
@@ -227,7 +271,11 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
             let names: Vec<_> = HashKind::ALL.iter().map(|h| h.name()).collect();
             r.error(
                 v.line,
-                format!("'hash' has invalid value '{}': expected one of {}", v.text, names.join(", ")),
+                format!(
+                    "'hash' has invalid value '{}': expected one of {}",
+                    v.text,
+                    names.join(", ")
+                ),
             );
         }
         h
@@ -237,7 +285,10 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
         if d.is_none() {
             r.error(
                 v.line,
-                format!("'distribution' has invalid value '{}': expected ketama, modula or random", v.text),
+                format!(
+                    "'distribution' has invalid value '{}': expected ketama, modula or random",
+                    v.text
+                ),
             );
         }
         d
@@ -259,7 +310,10 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
     let client_connections = num("client_connections", 0);
     let redis_db = num("redis_db", 0);
     let server_connections = num("server_connections", 1);
-    let server_retry_timeout = num("server_retry_timeout", DEFAULT_SERVER_RETRY_TIMEOUT_MS as u32);
+    let server_retry_timeout = num(
+        "server_retry_timeout",
+        DEFAULT_SERVER_RETRY_TIMEOUT_MS as u32,
+    );
     let server_failure_limit = num("server_failure_limit", DEFAULT_SERVER_FAILURE_LIMIT);
     if server_connections == Some(0) {
         if let Some(v) = scalar("server_connections") {
@@ -273,7 +327,8 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
         );
     }
 
-    let mut flag = |k: &str, default: bool| scalar(k).map_or(Some(default), |v| parse_bool(r, k, v));
+    let mut flag =
+        |k: &str, default: bool| scalar(k).map_or(Some(default), |v| parse_bool(r, k, v));
     let redis = flag("redis", false);
     let tcpkeepalive = flag("tcpkeepalive", false);
     let reuseport = flag("reuseport", false);
@@ -284,7 +339,10 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
     let redis_auth = scalar("redis_auth").map(|v| v.text.clone());
     if redis == Some(false) {
         if let Some(v) = scalar("redis_auth") {
-            r.error(v.line, "'redis_auth' is only valid for a redis pool (add 'redis: true')");
+            r.error(
+                v.line,
+                "'redis_auth' is only valid for a redis pool (add 'redis: true')",
+            );
         }
     }
     let max_value_size = match scalar("max_value_size") {
@@ -333,7 +391,11 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
     })
 }
 
-fn validate_servers(r: &mut Report, section: &RawSection, entry: Option<&RawEntry>) -> Vec<ServerConfig> {
+fn validate_servers(
+    r: &mut Report,
+    section: &RawSection,
+    entry: Option<&RawEntry>,
+) -> Vec<ServerConfig> {
     let items = match entry.map(|e| &e.value) {
         Some(RawValue::Seq(items)) => items,
         Some(RawValue::Scalar(_)) => return Vec::new(),

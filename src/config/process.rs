@@ -97,7 +97,9 @@ impl FromStr for CpuAffinity {
             "auto" => return Ok(CpuAffinity::Auto),
             _ => {}
         }
-        let bad = || format!("invalid cpu_affinity '{s}': expected auto, none or a CPU list like 0,1,4-7");
+        let bad = || {
+            format!("invalid cpu_affinity '{s}': expected auto, none or a CPU list like 0,1,4-7")
+        };
         let mut cpus = Vec::new();
         for part in s.split([',', ' ']).filter(|p| !p.is_empty()) {
             let (lo, hi) = part.split_once('-').unwrap_or((part, part));
@@ -167,7 +169,9 @@ pub fn parse_millis(s: &str) -> Option<u64> {
 /// Checks an admin address `host:port`.
 pub fn parse_admin(s: &str) -> Result<String, String> {
     match s.rsplit_once(':') {
-        Some((host, port)) if !host.is_empty() && parse_uint(port).is_some_and(|p| (1..=65535).contains(&p)) => {
+        Some((host, port))
+            if !host.is_empty() && parse_uint(port).is_some_and(|p| (1..=65535).contains(&p)) =>
+        {
             Ok(s.to_string())
         }
         _ => Err(format!("invalid admin address '{s}': expected host:port")),
@@ -181,14 +185,20 @@ pub(crate) fn validate_process(r: &mut Report, section: &RawSection) -> ProcessC
     for e in &section.entries {
         let key = e.key.text.as_str();
         if let Some(first) = seen.get(key) {
-            r.error(e.key.line, format!("'{key}' is a duplicate (first set on line {first})"));
+            r.error(
+                e.key.line,
+                format!("'{key}' is a duplicate (first set on line {first})"),
+            );
             continue;
         }
         seen.insert(key, e.key.line);
         if !PROCESS_KEYS.contains(&key) {
             r.error(
                 e.key.line,
-                format!("unknown key '{key}': expected one of {}", PROCESS_KEYS.join(", ")),
+                format!(
+                    "unknown key '{key}': expected one of {}",
+                    PROCESS_KEYS.join(", ")
+                ),
             );
             continue;
         }
@@ -196,12 +206,18 @@ pub(crate) fn validate_process(r: &mut Report, section: &RawSection) -> ProcessC
             RawValue::Scalar(v) => v,
             RawValue::Seq(items) if key == "cpu_affinity" => {
                 let joined: Vec<&str> = items.iter().map(|s| s.text.as_str()).collect();
-                let v = Scalar { text: joined.join(","), line: e.key.line };
+                let v = Scalar {
+                    text: joined.join(","),
+                    line: e.key.line,
+                };
                 set(r, &mut cfg, key, &v);
                 continue;
             }
             RawValue::Seq(_) => {
-                r.error(e.key.line, format!("'{key}' must be a single value, not a list"));
+                r.error(
+                    e.key.line,
+                    format!("'{key}' must be a single value, not a list"),
+                );
                 continue;
             }
         };
@@ -237,11 +253,20 @@ fn set(r: &mut Report, cfg: &mut ProcessConfig, key: &str, v: &Scalar) {
         "accept_mutex_delay" | "graceful_timeout" => match parse_millis(&v.text) {
             Some(ms) if key == "accept_mutex_delay" => cfg.accept_mutex_delay_ms = ms,
             Some(ms) => cfg.graceful_timeout_ms = ms,
-            None => fail(r, format!("invalid value '{}': expected milliseconds, e.g. 500 or 30s", v.text)),
+            None => fail(
+                r,
+                format!(
+                    "invalid value '{}': expected milliseconds, e.g. 500 or 30s",
+                    v.text
+                ),
+            ),
         },
         "log_level" => match parse_uint(&v.text).and_then(|n| u8::try_from(n).ok()) {
             Some(n) if n <= LOG_LEVEL_MAX => cfg.log_level = Some(n),
-            _ => fail(r, format!("invalid value '{}': expected 0 to {LOG_LEVEL_MAX}", v.text)),
+            _ => fail(
+                r,
+                format!("invalid value '{}': expected 0 to {LOG_LEVEL_MAX}", v.text),
+            ),
         },
         _ => {}
     }
@@ -272,7 +297,10 @@ mod tests {
     fn affinity_parse() {
         assert_eq!("auto".parse(), Ok(CpuAffinity::Auto));
         assert_eq!("none".parse(), Ok(CpuAffinity::None));
-        assert_eq!("0,2,4-6".parse(), Ok(CpuAffinity::List(vec![0, 2, 4, 5, 6])));
+        assert_eq!(
+            "0,2,4-6".parse(),
+            Ok(CpuAffinity::List(vec![0, 2, 4, 5, 6]))
+        );
         assert_eq!("1 3".parse(), Ok(CpuAffinity::List(vec![1, 3])));
         for bad in ["", "x", "3-1", "0-99999", "1,,a"] {
             assert!(bad.parse::<CpuAffinity>().is_err(), "{bad}");
@@ -299,7 +327,10 @@ mod tests {
         assert_eq!(p.listener, ListenerMode::Reuseport);
         assert_eq!(p.cpu_affinity, CpuAffinity::None);
         assert!(p.tcp_quickack);
-        assert_eq!((p.accept_mutex_delay_ms, p.graceful_timeout_ms), (500, 30_000));
+        assert_eq!(
+            (p.accept_mutex_delay_ms, p.graceful_timeout_ms),
+            (500, 30_000)
+        );
         assert_eq!(p.log_level, None);
         assert_eq!(p.admin, None);
     }

@@ -113,23 +113,44 @@ fn redis_default_value_size_and_timeout_zero() {
 fn bad_values_name_key_line_and_pool() {
     let cases = [
         ("hash: xyz", "'hash' has invalid value 'xyz'"),
-        ("distribution: consistent", "'distribution' has invalid value"),
+        (
+            "distribution: consistent",
+            "'distribution' has invalid value",
+        ),
         ("hash_tag: \"{\"", "'hash_tag' has invalid value"),
         ("hash_tag: \"{}}\"", "'hash_tag' has invalid value"),
-        ("redis: yes", "'redis' has invalid value 'yes': expected true or false"),
+        (
+            "redis: yes",
+            "'redis' has invalid value 'yes': expected true or false",
+        ),
         ("preconnect: True", "'preconnect' has invalid value"),
         ("tcpkeepalive: 1", "'tcpkeepalive' has invalid value"),
         ("timeout: -1", "'timeout' has invalid value '-1'"),
         ("timeout: 1.5", "'timeout' has invalid value"),
         ("backlog: lots", "'backlog' has invalid value"),
-        ("server_retry_timeout: 99999999999", "'server_retry_timeout' has invalid value"),
+        (
+            "server_retry_timeout: 2147483648",
+            "'server_retry_timeout' has invalid value",
+        ),
         ("server_connections: 0", "'server_connections' cannot be 0"),
-        ("redis_auth: pw", "'redis_auth' is only valid for a redis pool"),
+        (
+            "redis_auth: pw",
+            "'redis_auth' is only valid for a redis pool",
+        ),
         ("max_value_size: 0", "'max_value_size' has invalid value"),
         ("hashing: md5", "unknown key 'hashing'"),
-        ("hash: md5\nhash: crc16", "'hash' is a duplicate (first set on line 3)"),
-        ("listen: 127.0.0.1:22122", "'listen' is a duplicate (first set on line 2)"),
-        ("tcpkeepalive:\n - true", "'tcpkeepalive' must be a single value, not a list"),
+        (
+            "hash: md5\nhash: crc16",
+            "'hash' is a duplicate (first set on line 3)",
+        ),
+        (
+            "listen: 127.0.0.1:22122",
+            "'listen' is a duplicate (first set on line 2)",
+        ),
+        (
+            "tcpkeepalive:\n - true",
+            "'tcpkeepalive' must be a single value, not a list",
+        ),
     ];
     for (extra, want) in cases {
         let text = pool_with(extra);
@@ -137,9 +158,21 @@ fn bad_values_name_key_line_and_pool() {
         assert_eq!(e.len(), 1, "{extra}: {e:?}");
         assert!(e[0].message.starts_with(want), "{extra}: {}", e[0]);
         assert_eq!(e[0].pool.as_deref(), Some("alpha"));
-        let last = if extra.contains('-') { 3 } else { 2 + extra.lines().count() };
+        let last = if extra.contains('-') {
+            3
+        } else {
+            2 + extra.lines().count()
+        };
         assert_eq!(e[0].line, last, "{extra}: {}", e[0]);
     }
+}
+
+#[test]
+fn huge_numbers_wrap_like_twemproxy_with_a_warning() {
+    let c = load(&pool_with("backlog: 4294967297")).unwrap();
+    assert_eq!(c.pools[0].backlog, 1);
+    assert_eq!(c.warnings.len(), 1);
+    assert_eq!(c.warnings[0].line, 3);
 }
 
 #[test]
@@ -158,12 +191,20 @@ fn missing_listen_and_servers() {
     assert_eq!(e[0].line, 3);
     assert!(e[0].message.starts_with("'servers' must be a list"));
     let e = errors("alpha:\n  listen: 127.0.0.1:22121\n  servers:\n   -\n");
-    assert!(e[0].message.contains("'servers' items must be non-empty"), "{e:?}");
+    assert!(
+        e[0].message.contains("'servers' items must be non-empty"),
+        "{e:?}"
+    );
 }
 
 #[test]
 fn bad_listen() {
-    for bad in ["127.0.0.1", "127.0.0.1:0", "127.0.0.1:70000", "/tmp/x.sock 1000"] {
+    for bad in [
+        "127.0.0.1",
+        "127.0.0.1:0",
+        "127.0.0.1:70000",
+        "/tmp/x.sock 1000",
+    ] {
         let text = MIN.replace("127.0.0.1:22121", bad);
         let (line, msg) = one_error(&text);
         assert_eq!(line, 2, "{bad}");
@@ -175,7 +216,13 @@ fn bad_listen() {
 fn unix_listen_lenient_permissions_warn() {
     // strtol("999", 8) is 0 for twemproxy: accepted, no chmod, with a warning.
     let c = load(&MIN.replace("127.0.0.1:22121", "/tmp/x.sock 999")).unwrap();
-    assert_eq!(c.pools[0].listen, ListenAddr::Unix { path: "/tmp/x.sock".into(), perm: None });
+    assert_eq!(
+        c.pools[0].listen,
+        ListenAddr::Unix {
+            path: "/tmp/x.sock".into(),
+            perm: None
+        }
+    );
     assert_eq!(c.warnings.len(), 1);
     assert_eq!(c.warnings[0].line, 2);
 }
@@ -185,7 +232,10 @@ fn unix_listen_with_permissions() {
     let c = load(&MIN.replace("127.0.0.1:22121", "/tmp/walnut.sock 0666")).unwrap();
     assert_eq!(
         c.pools[0].listen,
-        ListenAddr::Unix { path: "/tmp/walnut.sock".into(), perm: Some(0o666) }
+        ListenAddr::Unix {
+            path: "/tmp/walnut.sock".into(),
+            perm: Some(0o666)
+        }
     );
 }
 
@@ -214,12 +264,17 @@ fn duplicate_server_names() {
     let (line, msg) = one_error(&text);
     assert_eq!(line, 5);
     assert!(msg.contains("same name '127.0.0.1'"), "{msg}");
-    let text = "a:\n  listen: 127.0.0.1:1\n  servers:\n   - 10.0.0.1:6379:1 s1\n   - 10.0.0.2:6379:1 s1\n";
+    let text =
+        "a:\n  listen: 127.0.0.1:1\n  servers:\n   - 10.0.0.1:6379:1 s1\n   - 10.0.0.2:6379:1 s1\n";
     assert_eq!(one_error(text).0, 5);
     // Different ports, or one named and one not, are distinct.
     let ok = "a:\n  listen: 127.0.0.1:1\n  servers:\n   - 10.0.0.1:6379:1\n   - 10.0.0.1:6380:1\n   - 10.0.0.2:6379:1 s1\n";
     let c = load(ok).unwrap();
-    let names: Vec<_> = c.pools[0].servers.iter().map(ServerConfig::ketama_name).collect();
+    let names: Vec<_> = c.pools[0]
+        .servers
+        .iter()
+        .map(ServerConfig::ketama_name)
+        .collect();
     assert_eq!(names, ["10.0.0.1:6379", "10.0.0.1:6380", "s1"]);
 }
 
@@ -233,14 +288,20 @@ fn duplicate_pools_and_listen() {
     let text = format!("{MIN}{}", MIN.replace("alpha", "beta"));
     let (line, msg) = one_error(&text);
     assert_eq!(line, 6);
-    assert!(msg.contains("same address '127.0.0.1:22121' as pool 'alpha'"), "{msg}");
+    assert!(
+        msg.contains("same address '127.0.0.1:22121' as pool 'alpha'"),
+        "{msg}"
+    );
 }
 
 #[test]
 fn errors_are_collected_across_pools() {
     let text = "a:\n  listen: 127.0.0.1:1\n  hash: x\n  servers:\n   - h:1:0\nb:\n  listen: 127.0.0.1:2\n  redis: maybe\n  servers:\n   - h:1:1\n";
     let e = errors(text);
-    let got: Vec<_> = e.iter().map(|e| (e.line, e.pool.clone().unwrap_or_default())).collect();
+    let got: Vec<_> = e
+        .iter()
+        .map(|e| (e.line, e.pool.clone().unwrap_or_default()))
+        .collect();
     assert_eq!(got, [(3, "a".into()), (5, "a".into()), (8, "b".into())]);
 }
 
@@ -263,7 +324,10 @@ fn process_section() {
     assert_eq!(p.cpu_affinity, CpuAffinity::List(vec![0, 1]));
     assert_eq!(p.admin.as_deref(), Some("127.0.0.1:9999"));
     assert!(!p.tcp_quickack);
-    assert_eq!((p.accept_mutex_delay_ms, p.graceful_timeout_ms), (100, 5000));
+    assert_eq!(
+        (p.accept_mutex_delay_ms, p.graceful_timeout_ms),
+        (100, 5000)
+    );
     assert_eq!(p.log_level, Some(7));
     assert_eq!(c.pools.len(), 1);
 
@@ -303,8 +367,16 @@ fn yaml_errors_have_lines() {
 #[test]
 fn no_panic_on_odd_input() {
     for text in [
-        "\u{0}", ":", "- a\n- b\n", "a:\n  - b\n", "a:\n  b:\n   - c:\n      d: e\n", "{}", "[]", "a: [",
-        "a:\n  listen: ':'\n  servers:\n   - ' '\n", "a:\n  servers:\n   - ::::\n   - /:\n   - / :1 x\n",
+        "\u{0}",
+        ":",
+        "- a\n- b\n",
+        "a:\n  - b\n",
+        "a:\n  b:\n   - c:\n      d: e\n",
+        "{}",
+        "[]",
+        "a: [",
+        "a:\n  listen: ':'\n  servers:\n   - ' '\n",
+        "a:\n  servers:\n   - ::::\n   - /:\n   - / :1 x\n",
     ] {
         let _ = load(text);
     }

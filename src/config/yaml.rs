@@ -114,6 +114,7 @@ impl MarkedEventReceiver for TreeBuilder {
 /// Rejects the YAML tokens twemproxy refuses (see module docs).
 fn check_tokens(text: &str, file: &Path, errors: &mut Vec<ConfigError>) -> bool {
     let mut scanner = Scanner::new(text.chars());
+    let mut last_line = 0;
     for token in scanner.by_ref() {
         let what = match token.1 {
             TokenType::VersionDirective(..) => "a %YAML directive",
@@ -130,11 +131,15 @@ fn check_tokens(text: &str, file: &Path, errors: &mut Vec<ConfigError>) -> bool 
             TokenType::Tag(..) => "a tag",
             _ => continue,
         };
-        errors.push(ConfigError::new(
-            file,
-            line_of(token.0),
-            format!("{what} is not allowed; write plain block-style YAML"),
-        ));
+        let line = line_of(token.0);
+        if line != last_line {
+            errors.push(ConfigError::new(
+                file,
+                line,
+                format!("{what} is not allowed; write plain block-style YAML"),
+            ));
+            last_line = line;
+        }
     }
     if let Some(e) = scanner.get_error() {
         errors.push(ConfigError::new(
@@ -248,7 +253,10 @@ fn section_entries(
         let key = match key {
             Node::Scalar(text, line) if !text.is_empty() => Scalar { text, line },
             other => {
-                errors.push(err(other.line(), "a setting name must be a non-empty plain string".into()));
+                errors.push(err(
+                    other.line(),
+                    "a setting name must be a non-empty plain string".into(),
+                ));
                 continue;
             }
         };
@@ -278,7 +286,10 @@ fn section_entries(
             other => {
                 errors.push(err(
                     other.line(),
-                    format!("'{}' is nested too deeply (a value must be a string or a list of strings)", key.text),
+                    format!(
+                        "'{}' is nested too deeply (a value must be a string or a list of strings)",
+                        key.text
+                    ),
                 ));
                 continue;
             }
@@ -298,7 +309,8 @@ mod tests {
 
     #[test]
     fn lines_are_one_based() {
-        let (s, e) = parse("alpha:\n  listen: 127.0.0.1:22121\n  servers:\n   - a:1:1\n   - b:1:1\n");
+        let (s, e) =
+            parse("alpha:\n  listen: 127.0.0.1:22121\n  servers:\n   - a:1:1\n   - b:1:1\n");
         assert!(e.is_empty(), "{e:?}");
         assert_eq!(s.len(), 1);
         assert_eq!(s[0].name.line, 1);
