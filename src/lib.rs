@@ -5,4 +5,11 @@
 pub mod cli;
 pub mod config;
 pub mod hash;
+#[macro_use]
+pub mod log;
+pub mod master;
+pub mod net;
 pub mod proto;
+pub mod stats;
+pub mod util;
+pub mod worker;

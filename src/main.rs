@@ -1,1 +1,137 @@
-fn main(){}
+//! `walnut`: parse the command line, check the configuration, become a
+//! daemon if asked, and hand over to the master process.
+
+use std::path::{Path, PathBuf};
+use walnut::cli::{self, Cli};
+use walnut::config::Config;
+use walnut::master::{Master, MasterOpts};
+
+fn absolute(p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir().map(|d| d.join(p)).unwrap_or_else(|_| p.to_path_buf())
+    }
+}
+
+/// Detach from the terminal as twemproxy's `-d` does: fork, setsid, fork,
+/// chdir /, stdio to /dev/null (stderr to the log file if there is one).
+fn daemonize() -> std::io::Result<()> {
+    // SAFETY: the process is single-threaded here; each parent exits at once.
+    unsafe {
+        match libc::fork() {
+            -1 => return Err(std::io::Error::last_os_error()),
+            0 => {}
+            _ => libc::_exit(0),
+        }
+        if libc::setsid() < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        libc::signal(libc::SIGHUP, libc::SIG_IGN);
+        match libc::fork() {
+            -1 => return Err(std::io::Error::last_os_error()),
+            0 => {}
+            _ => libc::_exit(0),
+        }
+        libc::umask(0);
+        let root = c"/";
+        libc::chdir(root.as_ptr());
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if null >= 0 {
+            libc::dup2(null, 0);
+            libc::dup2(null, 1);
+            let logfd = walnut::log::fd();
+            libc::dup2(if logfd > 2 { logfd } else { null }, 2);
+            if null > 2 {
+                libc::close(null);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn main() {
+    let cli = Cli::parse_args();
+    if cli.describe_stats {
+        if cli.version {
+            println!("{}", cli::version_line());
+        }
+        print!("{}", walnut::stats::describe());
+        return;
+    }
+    if cli.test_conf {
+        std::process::exit(cli::run_test_conf(&cli.conf_file));
+    }
+    walnut::util::mark_start();
+    if let Err(e) = walnut::log::init(cli.output.as_deref()) {
+        eprintln!("walnut: cannot open log file: {e}");
+        std::process::exit(1);
+    }
+    let conf_path = absolute(&cli.conf_file);
+    let config = match Config::load(&conf_path) {
+        Ok(c) => c,
+        Err(errs) => {
+            for e in errs.iter() {
+                eprintln!("walnut: {e}");
+            }
+            eprintln!(
+                "walnut: configuration file '{}' syntax is invalid",
+                cli.conf_file.display()
+            );
+            std::process::exit(1);
+        }
+    };
+    for w in &config.warnings {
+        walnut::log_warn!("{w}");
+    }
+    let apply = {
+        let cli = cli.clone();
+        move |c: &Config| {
+            let mut c = c.clone();
+            c.process = cli.apply_overrides(&c.process);
+            c
+        }
+    };
+    let config = apply(&config);
+    walnut::log::set_level(cli.log_level(&config.process));
+    if cli.daemonize {
+        if let Err(e) = daemonize() {
+            eprintln!("walnut: cannot daemonize: {e}");
+            std::process::exit(1);
+        }
+    }
+    let args: Vec<String> = std::env::args().collect();
+    let exe = args
+        .first()
+        .map(|a| {
+            let p = Path::new(a);
+            if a.contains('/') {
+                absolute(p)
+            } else {
+                std::env::current_exe().unwrap_or_else(|_| p.to_path_buf())
+            }
+        })
+        .unwrap_or_default();
+    let opts = MasterOpts {
+        conf_path,
+        stats_addr: cli.stats_listen(&walnut::config::ProcessConfig::default()),
+        pid_file: cli.pid_file.as_ref().map(|p| absolute(p)),
+        exe,
+        args,
+        overrides: Box::new(apply),
+    };
+    walnut::log_notice!(
+        "walnut-{} started on pid {}",
+        env!("CARGO_PKG_VERSION"),
+        std::process::id()
+    );
+    let mut master = match Master::new(opts) {
+        Ok(m) => m,
+        Err(e) => {
+            walnut::log_error!("{e}");
+            eprintln!("walnut: {e}");
+            std::process::exit(1);
+        }
+    };
+    std::process::exit(master.run(config));
+}

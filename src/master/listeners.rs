@@ -14,6 +14,9 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 /// Environment variable a new binary finds its inherited sockets in.
 pub const INHERIT_ENV: &str = "WALNUT_LISTENERS";
 
+/// Key of the inherited stats socket.
+pub const STATS_KEY: &str = "stats#0";
+
 /// Sockets keyed by "listen-address#slot".
 #[derive(Default)]
 pub struct ListenerSet {
@@ -51,6 +54,11 @@ impl ListenerSet {
         }
         crate::log_notice!("inherited {} listening sockets", set.socks.len());
         set
+    }
+
+    /// Take the inherited stats socket, if any.
+    pub fn take_stats(&mut self) -> Option<OwnedFd> {
+        self.socks.remove(STATS_KEY).map(|(fd, _)| fd)
     }
 
     /// Make sure every socket `config` needs exists (reusing ones already

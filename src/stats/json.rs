@@ -1,1 +1,72 @@
-//! twemproxy-compatible stats JSON (filled in with the stats listener).
+//! The stats document twemproxy serves on its stats port, with the same
+//! layout and field names, summed over every worker.
+
+use super::shm::Region;
+use super::{PoolField, ServerField, WorkerField};
+use crate::config::Config;
+use crate::hash::{server_order, RingServer};
+use std::fmt::Write as _;
+
+/// The host name reported as "source".
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
+    if rc != 0 {
+        return "localhost".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+fn esc(s: &str) -> String {
+    serde_json::Value::String(s.to_string()).to_string()
+}
+
+/// Render the document for `config` from the counters in `region`.
+/// `extra_connections` is added to curr/total (the master's own view).
+pub fn render(config: &Config, region: &Region, uptime: u64, source: &str) -> String {
+    let mut s = String::with_capacity(4096);
+    let now = crate::util::epoch_us() / 1_000_000;
+    let _ = write!(
+        s,
+        "{{\"service\":\"nutcracker\", \"source\":{}, \"version\":\"0.5.0\", \"uptime\":{}, \"timestamp\":{}, \"total_connections\":{}, \"curr_connections\":{}",
+        esc(source),
+        uptime,
+        now,
+        region.worker_sum(WorkerField::TotalConnections),
+        region.worker_sum(WorkerField::CurrConnections),
+    );
+    for (pi, pool) in config.pools.iter().enumerate() {
+        let _ = write!(s, ", {}: {{", esc(&pool.name));
+        for (i, f) in PoolField::ALL.iter().enumerate() {
+            if i > 0 {
+                s.push_str(", ");
+            }
+            let _ = write!(s, "\"{}\":{}", f.name(), region.pool_sum(pi, *f));
+        }
+        let names: Vec<String> = pool.servers.iter().map(|sv| sv.ketama_name()).collect();
+        let ring: Vec<RingServer> = names
+            .iter()
+            .zip(&pool.servers)
+            .map(|(n, sv)| RingServer {
+                name: n.as_bytes(),
+                weight: sv.weight,
+                live: true,
+            })
+            .collect();
+        for si in server_order(&ring) {
+            let _ = write!(s, ", {}: {{", esc(&pool.servers[si].stats_name()));
+            for (i, f) in ServerField::ALL.iter().enumerate() {
+                if i > 0 {
+                    s.push_str(", ");
+                }
+                let _ = write!(s, "\"{}\":{}", f.name(), region.server_sum(pi, si, *f));
+            }
+            s.push('}');
+        }
+        s.push('}');
+    }
+    s.push_str("}\n");
+    s
+}

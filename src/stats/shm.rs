@@ -119,6 +119,30 @@ impl Region {
         }
     }
 
+    /// Zero the gauges of a slot whose worker died (its connections are
+    /// gone); counters keep what the dead worker counted.
+    pub fn reset_gauges(&self, slot: usize) {
+        for f in WorkerField::ALL {
+            if f.kind() != super::Kind::Counter {
+                self.word(slot, self.layout.worker_idx(*f)).store(0, Ordering::Relaxed);
+            }
+        }
+        for p in 0..self.layout.servers_per_pool.len() {
+            for f in PoolField::ALL {
+                if f.kind() == super::Kind::Gauge {
+                    self.word(slot, self.layout.pool_idx(p, *f)).store(0, Ordering::Relaxed);
+                }
+            }
+            for s in 0..self.layout.servers_per_pool[p] {
+                for f in ServerField::ALL {
+                    if f.kind() == super::Kind::Gauge {
+                        self.word(slot, self.layout.server_idx(p, s, *f)).store(0, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+    }
+
     /// Sum of a worker field over all slots.
     pub fn worker_sum(&self, f: WorkerField) -> u64 {
         let idx = self.layout.worker_idx(f);

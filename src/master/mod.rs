@@ -1,0 +1,583 @@
+//! The master process (nginx's model): it owns the listening sockets and
+//! the counters region, forks the workers, watches them and restarts one
+//! that dies, turns signals into commands for the workers, reloads the
+//! configuration, execs a new binary, and serves the stats port. It does
+//! no proxy work itself.
+
+pub mod channel;
+pub mod listeners;
+pub mod signals;
+pub mod title;
+mod worker_proc;
+
+use crate::config::{Config, CpuAffinity, ListenerMode, Workers};
+use crate::stats::shm::{Layout, Region};
+use crate::worker::{AcceptMutex, ListenerFd};
+use channel::{Channel, Message};
+use listeners::ListenerSet;
+use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+pub use worker_proc::EXIT_FATAL;
+
+/// Settings of the master that do not come from the config file.
+pub struct MasterOpts {
+    /// Configuration file path (re-read on reload).
+    pub conf_path: PathBuf,
+    /// Stats port address (`-a`/`-s`).
+    pub stats_addr: String,
+    /// Pid file (`-p`).
+    pub pid_file: Option<PathBuf>,
+    /// The binary to exec on hot upgrade (argv[0] made absolute).
+    pub exe: PathBuf,
+    /// The original arguments.
+    pub args: Vec<String>,
+    /// Command-line overrides of the process settings.
+    pub overrides: Box<dyn Fn(&Config) -> Config>,
+}
+
+struct WorkerProc {
+    pid: libc::pid_t,
+    channel: Channel,
+    started: Instant,
+    quick_deaths: u32,
+    respawn_at: Option<Instant>,
+    alive: bool,
+    fatal: bool,
+}
+
+struct Generation {
+    id: u64,
+    config: Config,
+    region: Box<Region>,
+    mutex: Option<Box<AcceptMutex>>,
+    listeners: Vec<Vec<ListenerFd>>,
+    workers: Vec<WorkerProc>,
+    draining: bool,
+}
+
+/// The master.
+pub struct Master {
+    opts: MasterOpts,
+    socks: ListenerSet,
+    current: Option<Generation>,
+    old: Vec<Generation>,
+    stats: Option<std::net::TcpListener>,
+    started: Instant,
+    source: String,
+    next_gen: u64,
+    stopping: bool,
+}
+
+fn nworkers(config: &Config) -> usize {
+    match config.process.workers {
+        Workers::Auto => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        Workers::N(n) => n.max(1),
+    }
+}
+
+fn cpu_for(config: &Config, index: usize) -> Option<usize> {
+    match &config.process.cpu_affinity {
+        CpuAffinity::None => None,
+        CpuAffinity::Auto => {
+            let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+            Some(index % n)
+        }
+        CpuAffinity::List(cpus) => cpus.get(index % cpus.len().max(1)).copied(),
+    }
+}
+
+impl Master {
+    /// Set up sockets and state; nothing is forked yet.
+    pub fn new(opts: MasterOpts) -> std::io::Result<Master> {
+        let mut socks = ListenerSet::inherit();
+        let stats = match socks.take_stats() {
+            Some(fd) => Some(std::net::TcpListener::from(fd)),
+            None => Some(open_stats(&opts.stats_addr)?),
+        };
+        let _ = &mut socks;
+        Ok(Master {
+            opts,
+            socks,
+            current: None,
+            old: Vec::new(),
+            stats,
+            started: Instant::now(),
+            source: crate::stats::json::hostname(),
+            next_gen: 1,
+            stopping: false,
+        })
+    }
+
+    /// Start the first generation of workers and run until stopped.
+    pub fn run(&mut self, config: Config) -> i32 {
+        signals::install();
+        if let Err(e) = self.start_generation(config) {
+            crate::log_error!("cannot start: {e}");
+            return 1;
+        }
+        if let Some(stats) = &self.stats {
+            crate::log_notice!(
+                "stats listening on {}",
+                stats.local_addr().map(|a| a.to_string()).unwrap_or_default()
+            );
+        }
+        self.write_pid_file();
+        let code = self.main_loop();
+        self.remove_pid_file();
+        code
+    }
+
+    fn start_generation(&mut self, config: Config) -> std::io::Result<()> {
+        let n = nworkers(&config);
+        let listeners = self.socks.build(&config, n)?;
+        let layout = Layout::new(config.pools.iter().map(|p| p.servers.len()).collect());
+        let region = Box::new(Region::new(layout, n)?);
+        let mutex = if config.process.listener == ListenerMode::AcceptMutex {
+            Some(Box::new(AcceptMutex::new()?))
+        } else {
+            None
+        };
+        let id = self.next_gen;
+        self.next_gen += 1;
+        let mut gen = Generation {
+            id,
+            config,
+            region,
+            mutex,
+            listeners,
+            workers: Vec::new(),
+            draining: false,
+        };
+        for i in 0..n {
+            let w = self.spawn(&gen, i)?;
+            gen.workers.push(w);
+        }
+        crate::log_notice!(
+            "generation {} started: {} workers, listener mode {:?}",
+            id,
+            n,
+            gen.config.process.listener
+        );
+        if let Some(old) = self.current.replace(gen) {
+            self.retire(old);
+        }
+        Ok(())
+    }
+
+    fn retire(&mut self, mut old: Generation) {
+        old.draining = true;
+        for w in old.workers.iter_mut().filter(|w| w.alive) {
+            let _ = w.channel.send(&Message::Graceful);
+        }
+        crate::log_notice!("generation {} draining", old.id);
+        self.old.push(old);
+    }
+
+    /// Fork worker `index` of `gen`.
+    fn spawn(&self, gen: &Generation, index: usize) -> std::io::Result<WorkerProc> {
+        let (master_end, worker_end) = Channel::pair()?;
+        let mut listeners = Vec::new();
+        for l in &gen.listeners[index] {
+            listeners.push(ListenerFd {
+                pool: l.pool,
+                fd: l.fd.try_clone()?,
+                tcp: l.tcp,
+            });
+        }
+        // SAFETY: the master is single-threaded, so the child is a complete
+        // copy; it only runs worker code and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if pid == 0 {
+            drop(master_end);
+            self.close_in_child();
+            worker_proc::worker_main(worker_proc::WorkerStart {
+                index,
+                config: &gen.config,
+                listeners,
+                region: &gen.region,
+                mutex: gen.mutex.as_deref(),
+                channel: worker_end,
+                cpu: cpu_for(&gen.config, index),
+            });
+        }
+        drop(worker_end);
+        crate::log_notice!("worker {} started, pid {}", index, pid);
+        Ok(WorkerProc {
+            pid,
+            channel: master_end,
+            started: Instant::now(),
+            quick_deaths: 0,
+            respawn_at: None,
+            alive: true,
+            fatal: false,
+        })
+    }
+
+    /// In a new worker: close descriptors that belong to the master only.
+    fn close_in_child(&self) {
+        let mut fds: Vec<RawFd> = Vec::new();
+        if let Some(s) = &self.stats {
+            fds.push(s.as_raw_fd());
+        }
+        for gen in self.current.iter().chain(self.old.iter()) {
+            for w in &gen.workers {
+                fds.push(w.channel.fd());
+            }
+        }
+        for fd in fds {
+            // SAFETY: closing the child's copies of master-only descriptors.
+            unsafe {
+                libc::close(fd);
+            }
+        }
+    }
+
+    fn main_loop(&mut self) -> i32 {
+        loop {
+            self.serve_stats();
+            let sigs = signals::take();
+            for &s in signals::HANDLED {
+                if signals::has(sigs, s) && s != libc::SIGCHLD {
+                    crate::log_notice!("master received {}", signals::name(s));
+                }
+            }
+            if signals::has(sigs, libc::SIGCHLD) {
+                self.reap();
+            }
+            if signals::has(sigs, libc::SIGTERM) || signals::has(sigs, libc::SIGINT) {
+                self.stop_all(false);
+                return 0;
+            }
+            if signals::has(sigs, libc::SIGQUIT) {
+                self.stop_all(true);
+                return 0;
+            }
+            if signals::has(sigs, libc::SIGHUP) {
+                let _ = crate::log::reopen();
+                self.broadcast(&Message::ReopenLogs);
+                self.reload();
+            }
+            if signals::has(sigs, libc::SIGUSR1) {
+                let _ = crate::log::reopen();
+                self.broadcast(&Message::ReopenLogs);
+            }
+            if signals::has(sigs, libc::SIGUSR2) {
+                self.upgrade();
+            }
+            if signals::has(sigs, libc::SIGWINCH) {
+                self.stopping = true;
+                self.broadcast(&Message::Graceful);
+            }
+            if signals::has(sigs, libc::SIGTTIN) {
+                crate::log::level_up();
+                self.broadcast(&Message::Set("log_level".into(), crate::log::level().to_string()));
+            }
+            if signals::has(sigs, libc::SIGTTOU) {
+                crate::log::level_down();
+                self.broadcast(&Message::Set("log_level".into(), crate::log::level().to_string()));
+            }
+            self.respawn_due();
+            self.drain_acks();
+        }
+    }
+
+    /// Wait up to 100 ms for a stats connection (or a signal), serve it.
+    fn serve_stats(&mut self) {
+        let Some(stats) = &self.stats else {
+            std::thread::sleep(Duration::from_millis(100));
+            return;
+        };
+        let mut pfd = libc::pollfd {
+            fd: stats.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll on one valid pollfd.
+        let rc = unsafe { libc::poll(&mut pfd, 1, 100) };
+        if rc <= 0 {
+            return;
+        }
+        while let Ok((mut sock, _)) = stats.accept() {
+            let Some(gen) = &self.current else { break };
+            let doc = crate::stats::json::render(
+                &gen.config,
+                &gen.region,
+                self.started.elapsed().as_secs(),
+                &self.source,
+            );
+            let _ = sock.set_nonblocking(false);
+            let _ = sock.set_write_timeout(Some(Duration::from_secs(1)));
+            let _ = sock.write_all(doc.as_bytes());
+        }
+    }
+
+    fn broadcast(&mut self, m: &Message) {
+        for gen in self.current.iter_mut() {
+            for w in gen.workers.iter_mut().filter(|w| w.alive) {
+                let _ = w.channel.send(m);
+            }
+        }
+    }
+
+    fn drain_acks(&mut self) {
+        for gen in self.current.iter_mut().chain(self.old.iter_mut()) {
+            for w in gen.workers.iter_mut().filter(|w| w.alive) {
+                if let Ok(msgs) = w.channel.recv() {
+                    for m in msgs {
+                        if let Message::Ack(e) = m {
+                            if !e.is_empty() {
+                                crate::log_warn!("worker pid {}: {}", w.pid, e);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn reap(&mut self) {
+        loop {
+            let mut status = 0;
+            // SAFETY: waitpid with a valid status pointer.
+            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+            if pid <= 0 {
+                break;
+            }
+            let how = if libc::WIFSIGNALED(status) {
+                format!("killed by signal {}", libc::WTERMSIG(status))
+            } else {
+                format!("exited with code {}", libc::WEXITSTATUS(status))
+            };
+            let fatal = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == EXIT_FATAL;
+            let clean = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+            let stopping = self.stopping;
+            let mut found = false;
+            for gen in self.current.iter_mut().chain(self.old.iter_mut()) {
+                let draining = gen.draining;
+                for (i, w) in gen.workers.iter_mut().enumerate() {
+                    if w.pid != pid || !w.alive {
+                        continue;
+                    }
+                    found = true;
+                    w.alive = false;
+                    if let Some(m) = &gen.mutex {
+                        m.force_unlock_if(pid as u64);
+                    }
+                    if draining || stopping || clean {
+                        crate::log_notice!("worker {} (pid {}) {}", i, pid, how);
+                        continue;
+                    }
+                    crate::log_error!("worker {} (pid {}) {}", i, pid, how);
+                    if fatal {
+                        w.fatal = true;
+                        crate::log_error!("worker {} failed fatally, not restarting it", i);
+                        continue;
+                    }
+                    // Restart at once; a worker that keeps dying right after
+                    // start is restarted with growing delays.
+                    if w.started.elapsed() < Duration::from_secs(1) {
+                        w.quick_deaths += 1;
+                    } else {
+                        w.quick_deaths = 0;
+                    }
+                    let delay = if w.quick_deaths <= 1 {
+                        Duration::ZERO
+                    } else {
+                        Duration::from_millis((50u64 << w.quick_deaths.min(7)).min(5000))
+                    };
+                    w.respawn_at = Some(Instant::now() + delay);
+                }
+            }
+            if !found {
+                crate::log_info!("child pid {} {}", pid, how);
+            }
+        }
+        // Drop finished old generations.
+        self.old.retain(|g| g.workers.iter().any(|w| w.alive));
+        self.respawn_due();
+    }
+
+    fn respawn_due(&mut self) {
+        let now = Instant::now();
+        let Some(mut gen) = self.current.take() else {
+            return;
+        };
+        for i in 0..gen.workers.len() {
+            let due = matches!(gen.workers[i].respawn_at, Some(t) if t <= now);
+            if !due || self.stopping {
+                continue;
+            }
+            gen.region.reset_gauges(i);
+            let quick = gen.workers[i].quick_deaths;
+            match self.spawn(&gen, i) {
+                Ok(mut w) => {
+                    w.quick_deaths = quick;
+                    gen.workers[i] = w;
+                }
+                Err(e) => {
+                    crate::log_error!("cannot restart worker {i}: {e}");
+                    gen.workers[i].respawn_at = Some(now + Duration::from_secs(1));
+                }
+            }
+        }
+        self.current = Some(gen);
+    }
+
+    fn reload(&mut self) {
+        let loaded = Config::load(&self.opts.conf_path);
+        let config = match loaded {
+            Ok(c) => (self.opts.overrides)(&c),
+            Err(errs) => {
+                for e in errs.iter() {
+                    crate::log_error!("reload: {e}");
+                }
+                crate::log_error!(
+                    "reload: configuration file '{}' is invalid, keeping the running configuration",
+                    self.opts.conf_path.display()
+                );
+                return;
+            }
+        };
+        if self.current.as_ref().map(|g| &g.config) == Some(&config) {
+            crate::log_notice!("reload: configuration unchanged");
+            return;
+        }
+        self.stopping = false;
+        if let Err(e) = self.start_generation(config) {
+            crate::log_error!("reload failed, keeping the running configuration: {e}");
+        }
+    }
+
+    /// Exec a new binary that inherits the listening sockets (nginx's USR2).
+    fn upgrade(&mut self) {
+        let mut spec = self.socks.export_for_exec();
+        if let Some(s) = &self.stats {
+            listeners::set_cloexec(s.as_raw_fd(), false);
+            spec.push_str(&format!("{}={}=t;", listeners::STATS_KEY, s.as_raw_fd()));
+        }
+        let exe = std::ffi::CString::new(self.opts.exe.as_os_str().as_encoded_bytes()).unwrap_or_default();
+        let args: Vec<std::ffi::CString> = self
+            .opts
+            .args
+            .iter()
+            .map(|a| std::ffi::CString::new(a.as_bytes()).unwrap_or_default())
+            .collect();
+        let env_kv = std::ffi::CString::new(format!("{}={}", listeners::INHERIT_ENV, spec)).unwrap_or_default();
+        if let Some(p) = &self.opts.pid_file {
+            let mut old = p.clone().into_os_string();
+            old.push(".oldbin");
+            let _ = std::fs::rename(p, old);
+        }
+        // SAFETY: single-threaded master; the child only execs.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+            argv.push(std::ptr::null());
+            // SAFETY: putenv with a string that lives until exec; execv with
+            // NUL-terminated argv.
+            unsafe {
+                libc::putenv(env_kv.as_ptr() as *mut libc::c_char);
+                libc::execv(exe.as_ptr(), argv.as_ptr());
+                libc::_exit(1);
+            }
+        }
+        self.socks.restore_cloexec();
+        if let Some(s) = &self.stats {
+            listeners::set_cloexec(s.as_raw_fd(), true);
+        }
+        if pid < 0 {
+            crate::log_error!("hot upgrade: fork failed: {}", std::io::Error::last_os_error());
+        } else {
+            crate::log_notice!("hot upgrade: started {} as pid {}", self.opts.exe.display(), pid);
+        }
+    }
+
+    fn stop_all(&mut self, graceful: bool) {
+        self.stopping = true;
+        let m = if graceful { Message::Graceful } else { Message::Stop };
+        let mut pids = Vec::new();
+        for gen in self.current.iter_mut().chain(self.old.iter_mut()) {
+            for w in gen.workers.iter_mut().filter(|w| w.alive) {
+                let _ = w.channel.send(&m);
+                if !graceful {
+                    // SAFETY: signalling our own child.
+                    unsafe {
+                        libc::kill(w.pid, libc::SIGTERM);
+                    }
+                }
+                pids.push(w.pid);
+            }
+        }
+        // Close the listening sockets so no new connection queues here.
+        self.socks = ListenerSet::default();
+        self.stats = None;
+        let limit = if graceful {
+            self.current
+                .as_ref()
+                .map_or(30_000, |g| g.config.process.graceful_timeout_ms)
+        } else {
+            5_000
+        };
+        let deadline = Instant::now() + Duration::from_millis(limit + 1000);
+        for pid in pids {
+            loop {
+                let mut status = 0;
+                // SAFETY: waitpid with a valid status pointer.
+                let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+                if r != 0 {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    // SAFETY: signalling our own child.
+                    unsafe {
+                        libc::kill(pid, libc::SIGKILL);
+                        libc::waitpid(pid, &mut status, 0);
+                    }
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        crate::log_notice!("exiting");
+    }
+
+    fn write_pid_file(&self) {
+        if let Some(p) = &self.opts.pid_file {
+            if let Err(e) = std::fs::write(p, format!("{}\n", std::process::id())) {
+                crate::log_error!("cannot write pid file '{}': {e}", p.display());
+            }
+        }
+    }
+
+    fn remove_pid_file(&self) {
+        if let Some(p) = &self.opts.pid_file {
+            if let Ok(s) = std::fs::read_to_string(p) {
+                if s.trim() == std::process::id().to_string() {
+                    let _ = std::fs::remove_file(p);
+                }
+            }
+        }
+    }
+}
+
+fn open_stats(addr: &str) -> std::io::Result<std::net::TcpListener> {
+    let (host, port) = addr
+        .rsplit_once(':')
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "bad stats address"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port: u16 = port
+        .parse()
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "bad stats port"))?;
+    let sa = crate::net::resolve(host, port)?;
+    let fd: OwnedFd = crate::net::listen_tcp(sa, 128, false)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("stats listen on {addr}: {e}")))?;
+    let l = std::net::TcpListener::from(fd);
+    l.set_nonblocking(true)?;
+    Ok(l)
+}
