@@ -1,0 +1,215 @@
+//! Splitting multi-key retrievals across servers and joining the replies;
+//! joining broadcast replies; error replies for backend failures.
+
+use std::collections::HashMap;
+use std::ops::Range;
+
+use super::text_request::Tokens;
+use super::text_response::{is_error_line, value_entries};
+use super::McOp;
+use crate::proto::{Op, Request};
+
+fn mc_op(req: &Request) -> McOp {
+    match req.op {
+        Op::Mc(op) => op,
+        Op::Redis(_) => McOp::Get,
+    }
+}
+
+/// Write the request a server gets for the subset `key_idx` (indices into
+/// `req.keys`, in client order) of the multi-key retrieval `req` whose
+/// bytes are `req_bytes`, e.g. `gets k1 k5\r\n` or `gat 100 k2\r\n`.
+/// Indices out of range are ignored.
+pub fn write_fragment(req_bytes: &[u8], req: &Request, key_idx: &[usize], out: &mut Vec<u8>) {
+    let op = mc_op(req);
+    out.extend_from_slice(op.name().as_bytes());
+    if op.has_exptime_arg() {
+        // The expiration time is the token after the command word, before
+        // the first key: copied as the client wrote it.
+        let head_end = req.keys.first().map_or(0, |k| k.start).min(req_bytes.len());
+        let head = &req_bytes[..head_end];
+        if let Some(exptime) = Tokens::new(head).nth(1) {
+            out.push(b' ');
+            out.extend_from_slice(&head[exptime]);
+        }
+    }
+    for &i in key_idx {
+        if let Some(key) = req.keys.get(i).and_then(|r| req_bytes.get(r.clone())) {
+            out.push(b' ');
+            out.extend_from_slice(key);
+        }
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The first line of `reply` including its terminator.
+fn first_line(reply: &[u8]) -> &[u8] {
+    match memchr::memchr(b'\n', reply) {
+        Some(i) => &reply[..=i],
+        None => reply,
+    }
+}
+
+/// Merge the fragment replies of a multi-key retrieval into one reply in
+/// the client's key order: the values in the order of the keys the client
+/// asked (misses omitted), then one `END`.
+///
+/// `frags[i]` is (key indices sent in fragment i, reply bytes of fragment
+/// i). A server answers a key repeated in its fragment once per
+/// occurrence; a repeated key the data path sent only once is answered
+/// with that one value at each of its positions. If a fragment's reply is
+/// an error, the merged reply is the first such error line.
+pub fn merge_responses(
+    req_bytes: &[u8],
+    req: &Request,
+    frags: &[(&[usize], &[u8])],
+    out: &mut Vec<u8>,
+) {
+    for (_, reply) in frags {
+        let line = first_line(reply);
+        if is_error_line(line.strip_suffix(b"\r\n").unwrap_or(line)) {
+            out.extend_from_slice(line);
+            return;
+        }
+    }
+    let key = |i: usize| -> &[u8] {
+        req.keys
+            .get(i)
+            .and_then(|r| req_bytes.get(r.clone()))
+            .unwrap_or_default()
+    };
+    let n = req.keys.len();
+    // Per client key: (fragment, entry range in that fragment's reply).
+    let mut slots: Vec<Option<(usize, Range<usize>)>> = vec![None; n];
+    let mut sent = vec![false; n];
+    for (f, (idx, reply)) in frags.iter().enumerate() {
+        let entries = value_entries(reply);
+        let mut next = entries.iter().peekable();
+        // memcached answers in request order, skipping misses.
+        for &k in idx.iter().filter(|&&k| k < n) {
+            sent[k] = true;
+            if let Some(e) = next.peek() {
+                if reply.get(e.key.clone()) == Some(key(k)) {
+                    slots[k] = Some((f, e.entry.clone()));
+                    next.next();
+                }
+            }
+        }
+    }
+    if sent.iter().any(|s| !s) {
+        let mut found: HashMap<&[u8], (usize, Range<usize>)> = HashMap::new();
+        for (k, slot) in slots.iter().enumerate() {
+            if let Some(s) = slot {
+                found.entry(key(k)).or_insert_with(|| s.clone());
+            }
+        }
+        for k in 0..n {
+            if !sent[k] {
+                slots[k] = found.get(key(k)).cloned();
+            }
+        }
+    }
+    for (f, range) in slots.into_iter().flatten() {
+        if let Some(entry) = frags.get(f).and_then(|(_, r)| r.get(range)) {
+            out.extend_from_slice(entry);
+        }
+    }
+    out.extend_from_slice(b"END\r\n");
+}
+
+/// Merge the replies of a broadcast (`flush_all`) to every server: `OK` if
+/// every server said so (empty replies, from `noreply`, are ignored), else
+/// the first line of the first other reply.
+pub fn merge_broadcast(replies: &[&[u8]], out: &mut Vec<u8>) {
+    match replies.iter().find(|r| !r.is_empty() && **r != b"OK\r\n") {
+        Some(r) => out.extend_from_slice(first_line(r)),
+        None => out.extend_from_slice(b"OK\r\n"),
+    }
+}
+
+/// Error reply for a backend failure, as twemproxy writes it:
+/// `SERVER_ERROR <strerror text>\r\n` (e.g. "Connection refused"). Line
+/// breaks in `msg` are replaced so the reply stays one line.
+pub fn server_error(msg: &str, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"SERVER_ERROR ");
+    out.extend(
+        msg.bytes()
+            .map(|b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
+    );
+    out.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::memcache::parse_request;
+    use crate::proto::{Limits, Parse};
+
+    fn req(b: &[u8]) -> Request {
+        match parse_request(b, &Limits::default()) {
+            Ok(Parse::Done(r)) => r,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn fragments() {
+        let b = b"gat  -5 k1 k2 k3\r\n";
+        let r = req(b);
+        let mut out = Vec::new();
+        write_fragment(b, &r, &[0, 2], &mut out);
+        assert_eq!(out, b"gat -5 k1 k3\r\n");
+        let b = b"gets a b c\n";
+        let r = req(b);
+        out.clear();
+        write_fragment(b, &r, &[1], &mut out);
+        assert_eq!(out, b"gets b\r\n");
+    }
+
+    #[test]
+    fn merge_in_client_order() {
+        let b = b"get a b c a d\r\n";
+        let r = req(b);
+        // server 1 got a, c, a (indices 0, 2, 3); server 2 got b, d.
+        let f1: &[u8] = b"VALUE a 0 1\r\n1\r\nVALUE a 0 1\r\n1\r\nEND\r\n";
+        let f2: &[u8] = b"VALUE b 0 1\r\n2\r\nVALUE d 3 1\r\n4\r\nEND\r\n";
+        let mut out = Vec::new();
+        merge_responses(b, &r, &[(&[0, 2, 3], f1), (&[1, 4], f2)], &mut out);
+        assert_eq!(
+            out,
+            b"VALUE a 0 1\r\n1\r\nVALUE b 0 1\r\n2\r\nVALUE a 0 1\r\n1\r\nVALUE d 3 1\r\n4\r\nEND\r\n"
+        );
+        // The repeated key sent once.
+        out.clear();
+        let f1: &[u8] = b"VALUE a 0 1\r\n1\r\nEND\r\n";
+        merge_responses(b, &r, &[(&[0, 2], f1), (&[1, 4], f2)], &mut out);
+        assert_eq!(
+            out,
+            b"VALUE a 0 1\r\n1\r\nVALUE b 0 1\r\n2\r\nVALUE a 0 1\r\n1\r\nVALUE d 3 1\r\n4\r\nEND\r\n"
+        );
+        out.clear();
+        merge_responses(
+            b,
+            &r,
+            &[
+                (&[0, 2, 3], b"END\r\n"),
+                (&[1, 4], b"SERVER_ERROR boom\r\n"),
+            ],
+            &mut out,
+        );
+        assert_eq!(out, b"SERVER_ERROR boom\r\n");
+    }
+
+    #[test]
+    fn broadcast_and_errors() {
+        let mut out = Vec::new();
+        merge_broadcast(&[b"OK\r\n", b"OK\r\n"], &mut out);
+        assert_eq!(out, b"OK\r\n");
+        out.clear();
+        merge_broadcast(&[b"OK\r\n", b"SERVER_ERROR x\r\n", b"ERROR\r\n"], &mut out);
+        assert_eq!(out, b"SERVER_ERROR x\r\n");
+        out.clear();
+        server_error("Connection refused", &mut out);
+        assert_eq!(out, b"SERVER_ERROR Connection refused\r\n");
+    }
+}

@@ -1,0 +1,435 @@
+//! Text protocol requests: framing and the validation memcached itself does
+//! before touching data, so the proxy answers malformed input exactly as a
+//! memcached server would and stays in step with the client's byte stream.
+
+use std::ops::Range;
+
+use memchr::memchr;
+use smallvec::SmallVec;
+
+use super::num::{safe_strtol, safe_strtoul, safe_strtoull};
+use super::{McOp, VERSION};
+use crate::proto::{Keys, Limits, Local, Op, Parse, Request, RequestError, Route};
+
+/// Longest key memcached accepts.
+pub const KEY_MAX_LENGTH: usize = 250;
+
+/// Longest command line (bytes before its `\n`) accepted for anything but a
+/// retrieval; like memcached, a longer line closes the connection.
+pub const MAX_LINE: usize = 2048;
+
+/// Leading spaces memcached tolerates before a long retrieval line.
+const MAX_LEADING_SPACES: usize = 100;
+
+const ERROR: &[u8] = b"ERROR\r\n";
+const BAD_FORMAT: &[u8] = b"CLIENT_ERROR bad command line format\r\n";
+const BAD_DELETE: &[u8] =
+    b"CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n";
+const BAD_EXPTIME: &[u8] = b"CLIENT_ERROR invalid exptime argument\r\n";
+const BAD_DELTA: &[u8] = b"CLIENT_ERROR invalid numeric delta argument\r\n";
+const BAD_CHUNK: &[u8] = b"CLIENT_ERROR bad data chunk\r\n";
+const TOO_LARGE: &[u8] = b"SERVER_ERROR object too large for cache\r\n";
+
+/// Space-separated tokens of a command line, as byte ranges of the line.
+#[derive(Debug, Clone)]
+pub(crate) struct Tokens<'a> {
+    line: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Tokens<'a> {
+    pub(crate) fn new(line: &'a [u8]) -> Self {
+        Tokens { line, pos: 0 }
+    }
+}
+
+impl Iterator for Tokens<'_> {
+    type Item = Range<usize>;
+
+    fn next(&mut self) -> Option<Range<usize>> {
+        let line = self.line;
+        while self.pos < line.len() && line[self.pos] == b' ' {
+            self.pos += 1;
+        }
+        if self.pos >= line.len() {
+            return None;
+        }
+        let start = self.pos;
+        self.pos += memchr(b' ', &line[start..]).unwrap_or(line.len() - start);
+        Some(start..self.pos)
+    }
+}
+
+/// The part of `buf[..nl]` memcached reads as the command: one trailing
+/// `\r` removed (when the line has more than that byte), and everything from
+/// the first NUL on ignored (memcached handles the line as a C string).
+pub(crate) fn command_line(buf: &[u8], nl: usize) -> &[u8] {
+    let mut end = nl;
+    if end > 1 && buf[end - 1] == b'\r' {
+        end -= 1;
+    }
+    if let Some(z) = memchr(0, &buf[..end]) {
+        end = z;
+    }
+    &buf[..end]
+}
+
+/// A line longer than [`MAX_LINE`] is kept only if it starts (after at most
+/// 100 spaces) with a retrieval command and a space.
+fn long_line_allowed(buf: &[u8]) -> bool {
+    let spaces = buf.iter().take_while(|&&b| b == b' ').count();
+    if spaces > MAX_LEADING_SPACES {
+        return false;
+    }
+    let rest = &buf[spaces..];
+    [&b"get "[..], b"gets ", b"gat ", b"gats "]
+        .iter()
+        .any(|p| rest.starts_with(p))
+}
+
+/// Upper bound on a retrieval line: `max_keys` keys of the longest size.
+fn max_retrieval_line(limits: &Limits) -> usize {
+    limits
+        .max_keys
+        .saturating_add(2)
+        .saturating_mul(KEY_MAX_LENGTH + 1)
+        .saturating_add(MAX_LINE)
+}
+
+fn line_too_long(buf: &[u8], len: usize, limits: &Limits) -> bool {
+    len > MAX_LINE && (!long_line_allowed(buf) || len > max_retrieval_line(limits))
+}
+
+fn fail(reply: &[u8], skip: usize, noreply: bool) -> RequestError {
+    RequestError {
+        reply: if noreply { Vec::new() } else { reply.to_vec() },
+        skip,
+        close: false,
+    }
+}
+
+fn close() -> RequestError {
+    RequestError {
+        reply: Vec::new(),
+        skip: 0,
+        close: true,
+    }
+}
+
+fn command(word: &[u8]) -> Option<McOp> {
+    Some(match word {
+        b"get" => McOp::Get,
+        b"gets" => McOp::Gets,
+        b"gat" => McOp::Gat,
+        b"gats" => McOp::Gats,
+        b"set" => McOp::Set,
+        b"add" => McOp::Add,
+        b"replace" => McOp::Replace,
+        b"append" => McOp::Append,
+        b"prepend" => McOp::Prepend,
+        b"cas" => McOp::Cas,
+        b"delete" => McOp::Delete,
+        b"incr" => McOp::Incr,
+        b"decr" => McOp::Decr,
+        b"touch" => McOp::Touch,
+        b"version" => McOp::Version,
+        b"quit" => McOp::Quit,
+        b"flush_all" => McOp::FlushAll,
+        b"verbosity" => McOp::Verbosity,
+        b"stats" => McOp::Stats,
+        _ => return None,
+    })
+}
+
+/// Parse one text protocol request at the start of `buf`.
+///
+/// Replies to client errors are those of memcached 1.6, including when it
+/// keeps the connection: a rejected command line is skipped alone (its data
+/// block, if any, is then read as commands, as memcached does), a too large
+/// value is skipped with its data block, and a data block not followed by
+/// `\r\n` is skipped as `<bytes> + 2` bytes. `noreply` silences those
+/// replies as it does in memcached. A line over [`MAX_LINE`] bytes that is
+/// not a retrieval closes the connection without a reply.
+///
+/// `RequestError::skip` may exceed `buf.len()` (a too large value is
+/// rejected before its data arrives): the data path discards the rest as it
+/// comes in.
+pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, RequestError> {
+    let Some(nl) = memchr(b'\n', buf) else {
+        if line_too_long(buf, buf.len(), limits) {
+            return Err(close());
+        }
+        return Ok(Parse::Incomplete {
+            hint: buf.len() + 1,
+        });
+    };
+    if line_too_long(buf, nl, limits) {
+        return Err(close());
+    }
+    let line_len = nl + 1;
+    let line = command_line(buf, nl);
+    let mut toks = Tokens::new(line);
+    let cmd = match toks.next() {
+        Some(r) if r.len() >= 2 => r,
+        _ => return Err(fail(ERROR, line_len, false)),
+    };
+    let Some(op) = command(&line[cmd]) else {
+        return Err(fail(ERROR, line_len, false));
+    };
+    if op.is_retrieval() {
+        return retrieval(line, line_len, toks, op, limits).map(Parse::Done);
+    }
+    // memcached counts at most 23 tokens plus a terminal one; every command
+    // below wants fewer than 8, so keeping 8 is enough to decide.
+    let mut t: SmallVec<[Range<usize>; 8]> = SmallVec::new();
+    let mut n = 1;
+    for r in toks {
+        n += 1;
+        if t.len() < 8 {
+            t.push(r);
+        }
+    }
+    // memcached's `ntokens`: real tokens plus the terminal one.
+    let nt = n.min(23) + 1;
+    let tok = |i: usize| -> &[u8] { t.get(i - 1).map_or(&b""[..], |r| &line[r.clone()]) };
+    let noreply = n >= 2 && tok(n - 1) == b"noreply";
+    let single = |len: usize, noreply: bool| -> Request {
+        let mut keys = Keys::new();
+        if let Some(r) = t.first() {
+            keys.push(r.clone());
+        }
+        Request {
+            len,
+            op: Op::Mc(op),
+            keys,
+            route: Route::Single,
+            noreply,
+        }
+    };
+    let local = |route: Route, noreply: bool| -> Request {
+        Request {
+            len: line_len,
+            op: Op::Mc(op),
+            keys: Keys::new(),
+            route,
+            noreply,
+        }
+    };
+    let key_too_long = || tok(1).len() > KEY_MAX_LENGTH;
+    match op {
+        McOp::Set | McOp::Add | McOp::Replace | McOp::Append | McOp::Prepend | McOp::Cas => {
+            let cas = op == McOp::Cas;
+            let base = if cas { 7 } else { 6 };
+            if nt != base && nt != base + 1 {
+                return Err(fail(ERROR, line_len, false));
+            }
+            if key_too_long() {
+                return Err(fail(BAD_FORMAT, line_len, noreply));
+            }
+            let (Some(_flags), Some(_exptime), Some(vlen)) = (
+                safe_strtoul(tok(2)),
+                safe_strtol(tok(3)),
+                safe_strtol(tok(4)),
+            ) else {
+                return Err(fail(BAD_FORMAT, line_len, noreply));
+            };
+            if cas && safe_strtoull(tok(5)).is_none() {
+                return Err(fail(BAD_FORMAT, line_len, noreply));
+            }
+            let Ok(vlen) = usize::try_from(vlen) else {
+                return Err(fail(BAD_FORMAT, line_len, noreply));
+            };
+            if vlen > (i32::MAX - 2) as usize {
+                return Err(fail(BAD_FORMAT, line_len, noreply));
+            }
+            let total = line_len + vlen + 2;
+            if vlen > limits.max_value {
+                return Err(fail(TOO_LARGE, total, noreply));
+            }
+            if buf.len() < total {
+                return Ok(Parse::Incomplete { hint: total });
+            }
+            if &buf[total - 2..total] != b"\r\n" {
+                return Err(fail(BAD_CHUNK, total, noreply));
+            }
+            Ok(Parse::Done(single(total, noreply)))
+        }
+        McOp::Delete => {
+            if !(3..=5).contains(&nt) {
+                return Err(fail(ERROR, line_len, false));
+            }
+            let mut noreply_set = false;
+            if nt > 3 {
+                let hold_is_zero = tok(2) == b"0";
+                noreply_set = noreply;
+                let valid =
+                    (nt == 4 && (hold_is_zero || noreply)) || (nt == 5 && hold_is_zero && noreply);
+                if !valid {
+                    return Err(fail(BAD_DELETE, line_len, noreply));
+                }
+            }
+            if key_too_long() {
+                return Err(fail(BAD_FORMAT, line_len, noreply_set));
+            }
+            Ok(Parse::Done(single(line_len, noreply_set)))
+        }
+        McOp::Incr | McOp::Decr | McOp::Touch => {
+            if nt != 4 && nt != 5 {
+                return Err(fail(ERROR, line_len, false));
+            }
+            if key_too_long() {
+                return Err(fail(BAD_FORMAT, line_len, noreply));
+            }
+            if op == McOp::Touch {
+                if safe_strtol(tok(2)).is_none() {
+                    return Err(fail(BAD_EXPTIME, line_len, noreply));
+                }
+            } else if safe_strtoull(tok(2)).is_none() {
+                return Err(fail(BAD_DELTA, line_len, noreply));
+            }
+            Ok(Parse::Done(single(line_len, noreply)))
+        }
+        McOp::FlushAll => {
+            if !(2..=4).contains(&nt) {
+                return Err(fail(ERROR, line_len, false));
+            }
+            let plain = if noreply { 3 } else { 2 };
+            if nt != plain && safe_strtol(tok(1)).is_none() {
+                return Err(fail(BAD_EXPTIME, line_len, noreply));
+            }
+            Ok(Parse::Done(local(Route::Broadcast, noreply)))
+        }
+        McOp::Verbosity => {
+            if nt != 3 && nt != 4 {
+                return Err(fail(ERROR, line_len, false));
+            }
+            if safe_strtoul(tok(1)).is_none() {
+                return Err(fail(BAD_FORMAT, line_len, noreply));
+            }
+            let reply = if noreply {
+                Vec::new()
+            } else {
+                b"OK\r\n".to_vec()
+            };
+            Ok(Parse::Done(local(
+                Route::Local(Local::Reply(reply)),
+                noreply,
+            )))
+        }
+        McOp::Version => {
+            let reply = format!("VERSION {VERSION}\r\n").into_bytes();
+            Ok(Parse::Done(local(Route::Local(Local::Reply(reply)), false)))
+        }
+        McOp::Quit => Ok(Parse::Done(local(
+            Route::Local(Local::Quit(Vec::new())),
+            false,
+        ))),
+        McOp::Stats => Ok(Parse::Done(local(Route::Local(Local::Stats), false))),
+        McOp::Get | McOp::Gets | McOp::Gat | McOp::Gats => Err(fail(ERROR, line_len, false)),
+    }
+}
+
+/// `get`/`gets`/`gat`/`gats`: any number of keys (memcached reads long
+/// lines in batches of tokens, which amounts to all of them).
+fn retrieval(
+    line: &[u8],
+    line_len: usize,
+    mut toks: Tokens<'_>,
+    op: McOp,
+    limits: &Limits,
+) -> Result<Request, RequestError> {
+    let mut first = toks.clone();
+    if first.next().is_none() {
+        return Err(fail(ERROR, line_len, false));
+    }
+    if op.has_exptime_arg() {
+        let exptime = toks.next().map_or(&b""[..], |r| &line[r]);
+        if safe_strtol(exptime).is_none() {
+            return Err(fail(BAD_EXPTIME, line_len, false));
+        }
+    }
+    let mut keys = Keys::new();
+    for r in toks {
+        if r.len() > KEY_MAX_LENGTH || keys.len() >= limits.max_keys {
+            return Err(fail(BAD_FORMAT, line_len, false));
+        }
+        keys.push(r);
+    }
+    let route = match keys.len() {
+        // `gat <exptime>` with no key: memcached answers an empty result.
+        0 => Route::Local(Local::Reply(b"END\r\n".to_vec())),
+        1 => Route::Single,
+        _ => Route::Multi,
+    };
+    Ok(Request {
+        len: line_len,
+        op: Op::Mc(op),
+        keys,
+        route,
+        noreply: false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(b: &[u8]) -> Result<Parse<Request>, RequestError> {
+        parse_request(b, &Limits::default())
+    }
+
+    #[test]
+    fn get_many_keys() {
+        let mut line = b"get".to_vec();
+        for i in 0..5000 {
+            line.extend_from_slice(format!(" key{i}").as_bytes());
+        }
+        line.extend_from_slice(b"\r\n");
+        let Ok(Parse::Done(r)) = parse(&line) else {
+            panic!("not parsed")
+        };
+        assert_eq!(r.keys.len(), 5000);
+        assert_eq!(&line[r.keys[4999].clone()], b"key4999");
+        assert_eq!(r.route, Route::Multi);
+        let limits = Limits {
+            max_keys: 10,
+            ..Limits::default()
+        };
+        let e = parse_request(&line[..line.len().min(2000)], &limits);
+        assert!(matches!(e, Ok(Parse::Incomplete { .. })));
+        let e = parse_request(b"get 1 2 3 4 5 6 7 8 9 10 11\r\n", &limits).unwrap_err();
+        assert_eq!(e.reply, BAD_FORMAT);
+        assert!(!e.close);
+    }
+
+    #[test]
+    fn unterminated_lines_are_bounded() {
+        let junk = vec![b'x'; MAX_LINE + 1];
+        assert!(parse(&junk).unwrap_err().close);
+        assert_eq!(
+            parse(&junk[..MAX_LINE]).unwrap(),
+            Parse::Incomplete { hint: MAX_LINE + 1 }
+        );
+        let mut get = b"get ".to_vec();
+        get.resize(MAX_LINE + 2000, b'k');
+        assert!(matches!(parse(&get), Ok(Parse::Incomplete { .. })));
+        let limits = Limits {
+            max_keys: 2,
+            ..Limits::default()
+        };
+        assert!(parse_request(&get, &limits).unwrap_err().close);
+    }
+
+    #[test]
+    fn too_large_is_rejected_before_the_data() {
+        let limits = Limits {
+            max_value: 10,
+            ..Limits::default()
+        };
+        let e = parse_request(b"set a 0 0 11\r\n", &limits).unwrap_err();
+        assert_eq!(e.reply, TOO_LARGE);
+        assert_eq!(e.skip, 14 + 13);
+        let e = parse_request(b"set a 0 0 11 noreply\r\n", &limits).unwrap_err();
+        assert!(e.reply.is_empty());
+    }
+}

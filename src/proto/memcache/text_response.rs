@@ -1,0 +1,224 @@
+//! Text protocol replies from a server: framing per operation, so the data
+//! path knows where each reply ends and whether it is an error.
+
+use std::ops::Range;
+
+use memchr::memchr;
+
+use super::McOp;
+use crate::proto::{Parse, Response, ResponseError};
+
+/// Longest reply line (values excluded) before the server is deemed broken.
+const MAX_REPLY_LINE: usize = 8192;
+
+/// Shortest possible end of a retrieval reply: `END\n`.
+const END_LEN: usize = 4;
+
+/// The line starting at `pos`: its content (without `\r\n` or `\n`) and the
+/// offset just past it, or `None` if its end has not arrived.
+fn read_line(buf: &[u8], pos: usize) -> Result<Option<(&[u8], usize)>, ResponseError> {
+    let rest = buf.get(pos..).unwrap_or_default();
+    match memchr(b'\n', rest) {
+        Some(i) => {
+            let mut line = &rest[..i];
+            if let [head @ .., b'\r'] = line {
+                line = head;
+            }
+            Ok(Some((line, pos + i + 1)))
+        }
+        None if rest.len() > MAX_REPLY_LINE => {
+            Err(ResponseError("memcached reply line too long".into()))
+        }
+        None => Ok(None),
+    }
+}
+
+/// `ERROR`, `CLIENT_ERROR ...` or `SERVER_ERROR ...`.
+pub(crate) fn is_error_line(line: &[u8]) -> bool {
+    fn word(line: &[u8], w: &[u8]) -> bool {
+        line.starts_with(w) && matches!(line.get(w.len()), None | Some(b' '))
+    }
+    word(line, b"ERROR") || word(line, b"CLIENT_ERROR") || word(line, b"SERVER_ERROR")
+}
+
+fn all_digits(s: &[u8]) -> bool {
+    !s.is_empty() && s.iter().all(u8::is_ascii_digit)
+}
+
+/// A `VALUE <key> <flags> <bytes> [<cas>]` line: the key's range within
+/// the line and the data length.
+pub(crate) fn value_header(line: &[u8]) -> Option<(Range<usize>, usize)> {
+    let rest = line.strip_prefix(b"VALUE ")?;
+    let mut parts = rest.split(|&b| b == b' ');
+    let key = parts.next().filter(|k| !k.is_empty())?;
+    let flags = parts.next().filter(|f| all_digits(f) && f.len() <= 10)?;
+    let bytes = parts.next().filter(|b| all_digits(b) && b.len() <= 10)?;
+    if let Some(cas) = parts.next() {
+        if !all_digits(cas) || cas.len() > 20 {
+            return None;
+        }
+    }
+    if parts.next().is_some() {
+        return None;
+    }
+    let _ = flags;
+    let n = std::str::from_utf8(bytes).ok()?.parse::<usize>().ok()?;
+    Some((6..6 + key.len(), n))
+}
+
+/// One `VALUE` entry of a retrieval reply: the key's range and the range of
+/// the whole entry (header line, data, `\r\n`) in the reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ValueEntry {
+    pub key: Range<usize>,
+    pub entry: Range<usize>,
+}
+
+/// Outcome of walking a retrieval reply.
+enum Walk {
+    /// Reply complete at this length; `true` if it is an error reply.
+    Done(usize, bool),
+    /// More bytes needed: minimum total length.
+    Incomplete(usize),
+}
+
+/// Walk the values of a retrieval reply, reporting each to `each`.
+fn walk_values(buf: &[u8], mut each: impl FnMut(ValueEntry)) -> Result<Walk, ResponseError> {
+    let mut pos = 0;
+    loop {
+        let Some((line, next)) = read_line(buf, pos)? else {
+            return Ok(Walk::Incomplete((buf.len() + 1).max(pos + END_LEN)));
+        };
+        if line == b"END" {
+            return Ok(Walk::Done(next, false));
+        }
+        if is_error_line(line) {
+            return Ok(Walk::Done(next, true));
+        }
+        let Some((key, n)) = value_header(line) else {
+            return Err(unexpected(line));
+        };
+        let end = next.saturating_add(n).saturating_add(2);
+        if buf.len() < end {
+            return Ok(Walk::Incomplete(end.saturating_add(END_LEN)));
+        }
+        if &buf[end - 2..end] != b"\r\n" {
+            return Err(ResponseError("memcached value not followed by CRLF".into()));
+        }
+        each(ValueEntry {
+            key: pos + key.start..pos + key.end,
+            entry: pos..end,
+        });
+        pos = end;
+    }
+}
+
+/// The `VALUE` entries of a complete retrieval reply (none if it is an
+/// error or does not parse).
+pub(crate) fn value_entries(reply: &[u8]) -> Vec<ValueEntry> {
+    let mut out = Vec::new();
+    match walk_values(reply, |e| out.push(e)) {
+        Ok(Walk::Done(_, false)) => out,
+        _ => Vec::new(),
+    }
+}
+
+fn unexpected(line: &[u8]) -> ResponseError {
+    let shown: String = String::from_utf8_lossy(&line[..line.len().min(64)]).into();
+    ResponseError(format!("unexpected memcached reply: {shown:?}"))
+}
+
+/// Parse one reply to a request of operation `op` at the start of `buf`.
+///
+/// Retrievals are `VALUE` entries closed by `END`; other commands answer one
+/// line (`stats` several, closed by `END`). `ERROR`, `CLIENT_ERROR` and
+/// `SERVER_ERROR` lines end any reply and set `is_error`. While a value's
+/// data is in flight, `Incomplete::hint` covers at least that data and an
+/// `END` line, so a large value is not scanned again on every read.
+pub fn parse_response(buf: &[u8], op: McOp) -> Result<Parse<Response>, ResponseError> {
+    if op.is_retrieval() {
+        return Ok(match walk_values(buf, |_| {})? {
+            Walk::Done(len, is_error) => Parse::Done(Response { len, is_error }),
+            Walk::Incomplete(hint) => Parse::Incomplete { hint },
+        });
+    }
+    let mut pos = 0;
+    loop {
+        let Some((line, next)) = read_line(buf, pos)? else {
+            return Ok(Parse::Incomplete {
+                hint: buf.len() + 1,
+            });
+        };
+        let done = |is_error| {
+            Ok(Parse::Done(Response {
+                len: next,
+                is_error,
+            }))
+        };
+        if is_error_line(line) {
+            return done(true);
+        }
+        let ok = match op {
+            McOp::Set | McOp::Add | McOp::Replace | McOp::Append | McOp::Prepend | McOp::Cas => {
+                matches!(line, b"STORED" | b"NOT_STORED" | b"EXISTS" | b"NOT_FOUND")
+            }
+            McOp::Delete => matches!(line, b"DELETED" | b"NOT_FOUND"),
+            McOp::Incr | McOp::Decr => {
+                line == b"NOT_FOUND" || (all_digits(line) && line.len() <= 20)
+            }
+            McOp::Touch => matches!(line, b"TOUCHED" | b"NOT_FOUND"),
+            McOp::FlushAll | McOp::Verbosity => line == b"OK",
+            McOp::Version => line.starts_with(b"VERSION "),
+            McOp::Stats => {
+                if line == b"END" {
+                    return done(false);
+                }
+                if line.starts_with(b"STAT ") {
+                    pos = next;
+                    continue;
+                }
+                false
+            }
+            McOp::Quit | McOp::Get | McOp::Gets | McOp::Gat | McOp::Gats => false,
+        };
+        if ok {
+            return done(false);
+        }
+        return Err(unexpected(line));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn big_value_hint() {
+        let mut r = b"VALUE k 0 100000\r\n".to_vec();
+        r.extend_from_slice(&[b'x'; 1000]);
+        assert_eq!(
+            parse_response(&r, McOp::Get).unwrap(),
+            Parse::Incomplete {
+                hint: 18 + 100_002 + 4
+            }
+        );
+    }
+
+    #[test]
+    fn entries() {
+        let r = b"VALUE a 0 1\r\nx\r\nVALUE bb 5 2 7\r\nyy\r\nEND\r\n";
+        let e = value_entries(r);
+        assert_eq!(e.len(), 2);
+        assert_eq!(&r[e[1].key.clone()], b"bb");
+        assert_eq!(&r[e[1].entry.clone()], b"VALUE bb 5 2 7\r\nyy\r\n");
+    }
+
+    #[test]
+    fn header_rejects_junk() {
+        assert!(value_header(b"VALUE a 0").is_none());
+        assert!(value_header(b"VALUE a x 1").is_none());
+        assert!(value_header(b"VALUE a 0 1 2 3").is_none());
+        assert!(value_header(b"VALUE  0 1").is_none());
+        assert!(value_header(b"VALUE a 0 99999999999").is_none());
+    }
+}
