@@ -1,8 +1,39 @@
-//! Redis RESP protocol.
+//! Redis RESP protocol: request parsing and routing, reply scanning (RESP2
+//! and RESP3), multi-key fragmenting and merging, and the answers the proxy
+//! gives itself. Nothing here does I/O.
+//!
+//! Requests are arrays of bulk strings (`*N\r\n$len\r\n...`) or inline
+//! commands (`GET foo\r\n`), accepted exactly as redis-server accepts them.
+//! Each command is looked up in a static table ([`commands`]) that says how
+//! it is routed:
+//!
+//! * single-key commands, and commands whose keys must live on one server
+//!   (SINTER, RENAME, BITOP, ...), go to the server owning their routing key;
+//! * MGET, MSET, DEL, UNLINK, EXISTS and TOUCH are split per server
+//!   ([`write_fragment`]) and their replies joined ([`merge_responses`]);
+//! * PING, ECHO, QUIT are answered directly, AUTH, SELECT, HELLO, CLIENT and
+//!   COMMAND through the connection's state ([`local`]);
+//! * everything else gets an error reply and the connection stays open.
 
-/// Redis operation (filled in by the RESP module).
+pub mod commands;
+mod inline;
+pub mod local;
+mod merge;
+pub mod reply;
+mod request;
+pub mod resp;
+
+pub use commands::{Cmd, CmdClass, KeySpec};
+pub use merge::{merge_responses, write_fragment};
+pub use reply::error_reply;
+pub use request::{parse_request, Arg, Args};
+pub use resp::parse_response;
+
+/// Redis operation carried by a parsed request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RedisOp {
-    /// placeholder
-    Other,
+pub struct RedisOp {
+    /// The command, an entry of the command table.
+    pub cmd: Cmd,
+    /// How the command is routed and its reply merged.
+    pub class: CmdClass,
 }

@@ -1,0 +1,396 @@
+//! The command table: every command the proxy knows, how its keys are found
+//! and how it is routed. Lookup is case-insensitive and allocation-free.
+
+/// How a command is routed and how its reply is merged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmdClass {
+    /// Forwarded unchanged to the server owning the routing key (also for
+    /// commands whose keys must all live on that server).
+    Single,
+    /// MGET: split per server, replies joined into one array in key order.
+    MGet,
+    /// MSET: split per server with each key's value, reply `+OK`.
+    MSet,
+    /// DEL, UNLINK, EXISTS, TOUCH: split per server, integer replies summed.
+    SumInt,
+    /// EVAL and friends: routed by the first of `numkeys` keys.
+    Eval,
+    /// Answered by the proxy (PING, ECHO, QUIT, AUTH, SELECT, HELLO, CLIENT,
+    /// COMMAND).
+    Local,
+    /// Known, but refused with an error reply (keyless, blocking,
+    /// transactions, pub/sub, administration).
+    Unsupported,
+}
+
+/// Where a command's keys are in its arguments (argument 0 is the name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeySpec {
+    /// No key.
+    None,
+    /// One routing key at this argument index.
+    At(u8),
+    /// Every argument after the name is a key.
+    All,
+    /// Arguments after the name are key, value pairs.
+    Pairs,
+    /// `name script numkeys key...`: the first key is argument 3.
+    Eval,
+    /// XREAD / XREADGROUP: the first key follows the `STREAMS` keyword.
+    Streams,
+}
+
+/// One row of the table.
+#[derive(Debug)]
+struct Entry {
+    name: &'static str,
+    class: CmdClass,
+    keys: KeySpec,
+}
+
+/// A command of the table (an index into it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Cmd(u16);
+
+/// Longest command name in the table, in bytes.
+const MAX_NAME: usize = 24;
+
+impl Cmd {
+    /// Finds a command by name, ignoring ASCII case.
+    pub fn lookup(name: &[u8]) -> Option<Cmd> {
+        if name.len() > MAX_NAME {
+            return None;
+        }
+        let mut up = [0u8; MAX_NAME];
+        let up = &mut up[..name.len()];
+        up.copy_from_slice(name);
+        up.make_ascii_uppercase();
+        let idx = TABLE
+            .binary_search_by(|e| e.name.as_bytes().cmp(up))
+            .ok()?;
+        u16::try_from(idx).ok().map(Cmd)
+    }
+
+    fn entry(self) -> &'static Entry {
+        &TABLE[usize::from(self.0)]
+    }
+
+    /// The command's name, upper case.
+    pub fn name(self) -> &'static str {
+        self.entry().name
+    }
+
+    /// How the command is routed.
+    pub fn class(self) -> CmdClass {
+        self.entry().class
+    }
+
+    /// Where the command's keys are.
+    pub fn keys(self) -> KeySpec {
+        self.entry().keys
+    }
+
+    /// Whether this command is `name` (upper case).
+    pub fn is(self, name: &str) -> bool {
+        self.entry().name == name
+    }
+
+    /// Every command of the table, in name order.
+    pub fn all() -> impl Iterator<Item = Cmd> {
+        (0..TABLE.len()).filter_map(|i| u16::try_from(i).ok().map(Cmd))
+    }
+}
+
+const fn e(name: &'static str, class: CmdClass, keys: KeySpec) -> Entry {
+    Entry { name, class, keys }
+}
+
+use CmdClass::{Eval, Local, MGet, MSet, Single, SumInt, Unsupported};
+use KeySpec::{All, At, Pairs, Streams};
+
+/// Sorted by name (byte order) for binary search.
+static TABLE: &[Entry] = &[
+    e("ACL", Unsupported, KeySpec::None),
+    e("APPEND", Single, At(1)),
+    e("ASKING", Unsupported, KeySpec::None),
+    e("AUTH", Local, KeySpec::None),
+    e("BGREWRITEAOF", Unsupported, KeySpec::None),
+    e("BGSAVE", Unsupported, KeySpec::None),
+    e("BITCOUNT", Single, At(1)),
+    e("BITFIELD", Single, At(1)),
+    e("BITFIELD_RO", Single, At(1)),
+    e("BITOP", Single, At(2)),
+    e("BITPOS", Single, At(1)),
+    e("BLMOVE", Unsupported, KeySpec::None),
+    e("BLMPOP", Unsupported, KeySpec::None),
+    e("BLPOP", Unsupported, KeySpec::None),
+    e("BRPOP", Unsupported, KeySpec::None),
+    e("BRPOPLPUSH", Unsupported, KeySpec::None),
+    e("BZMPOP", Unsupported, KeySpec::None),
+    e("BZPOPMAX", Unsupported, KeySpec::None),
+    e("BZPOPMIN", Unsupported, KeySpec::None),
+    e("CLIENT", Local, KeySpec::None),
+    e("CLUSTER", Unsupported, KeySpec::None),
+    e("COMMAND", Local, KeySpec::None),
+    e("CONFIG", Unsupported, KeySpec::None),
+    e("COPY", Single, At(1)),
+    e("DBSIZE", Unsupported, KeySpec::None),
+    e("DEBUG", Unsupported, KeySpec::None),
+    e("DECR", Single, At(1)),
+    e("DECRBY", Single, At(1)),
+    e("DEL", SumInt, All),
+    e("DISCARD", Unsupported, KeySpec::None),
+    e("DUMP", Single, At(1)),
+    e("ECHO", Local, KeySpec::None),
+    e("EVAL", Eval, KeySpec::Eval),
+    e("EVALSHA", Eval, KeySpec::Eval),
+    e("EVALSHA_RO", Eval, KeySpec::Eval),
+    e("EVAL_RO", Eval, KeySpec::Eval),
+    e("EXEC", Unsupported, KeySpec::None),
+    e("EXISTS", SumInt, All),
+    e("EXPIRE", Single, At(1)),
+    e("EXPIREAT", Single, At(1)),
+    e("EXPIRETIME", Single, At(1)),
+    e("FAILOVER", Unsupported, KeySpec::None),
+    e("FCALL", Eval, KeySpec::Eval),
+    e("FCALL_RO", Eval, KeySpec::Eval),
+    e("FLUSHALL", Unsupported, KeySpec::None),
+    e("FLUSHDB", Unsupported, KeySpec::None),
+    e("FUNCTION", Unsupported, KeySpec::None),
+    e("GEOADD", Single, At(1)),
+    e("GEODIST", Single, At(1)),
+    e("GEOHASH", Single, At(1)),
+    e("GEOPOS", Single, At(1)),
+    e("GEORADIUS", Single, At(1)),
+    e("GEORADIUSBYMEMBER", Single, At(1)),
+    e("GEORADIUSBYMEMBER_RO", Single, At(1)),
+    e("GEORADIUS_RO", Single, At(1)),
+    e("GEOSEARCH", Single, At(1)),
+    e("GEOSEARCHSTORE", Single, At(1)),
+    e("GET", Single, At(1)),
+    e("GETBIT", Single, At(1)),
+    e("GETDEL", Single, At(1)),
+    e("GETEX", Single, At(1)),
+    e("GETRANGE", Single, At(1)),
+    e("GETSET", Single, At(1)),
+    e("HDEL", Single, At(1)),
+    e("HELLO", Local, KeySpec::None),
+    e("HEXISTS", Single, At(1)),
+    e("HEXPIRE", Single, At(1)),
+    e("HEXPIREAT", Single, At(1)),
+    e("HEXPIRETIME", Single, At(1)),
+    e("HGET", Single, At(1)),
+    e("HGETALL", Single, At(1)),
+    e("HGETDEL", Single, At(1)),
+    e("HGETEX", Single, At(1)),
+    e("HINCRBY", Single, At(1)),
+    e("HINCRBYFLOAT", Single, At(1)),
+    e("HKEYS", Single, At(1)),
+    e("HLEN", Single, At(1)),
+    e("HMGET", Single, At(1)),
+    e("HMSET", Single, At(1)),
+    e("HPERSIST", Single, At(1)),
+    e("HPEXPIRE", Single, At(1)),
+    e("HPEXPIREAT", Single, At(1)),
+    e("HPEXPIRETIME", Single, At(1)),
+    e("HPTTL", Single, At(1)),
+    e("HRANDFIELD", Single, At(1)),
+    e("HSCAN", Single, At(1)),
+    e("HSET", Single, At(1)),
+    e("HSETEX", Single, At(1)),
+    e("HSETNX", Single, At(1)),
+    e("HSTRLEN", Single, At(1)),
+    e("HTTL", Single, At(1)),
+    e("HVALS", Single, At(1)),
+    e("INCR", Single, At(1)),
+    e("INCRBY", Single, At(1)),
+    e("INCRBYFLOAT", Single, At(1)),
+    e("INFO", Unsupported, KeySpec::None),
+    e("KEYS", Unsupported, KeySpec::None),
+    e("LASTSAVE", Unsupported, KeySpec::None),
+    e("LATENCY", Unsupported, KeySpec::None),
+    e("LCS", Single, At(1)),
+    e("LINDEX", Single, At(1)),
+    e("LINSERT", Single, At(1)),
+    e("LLEN", Single, At(1)),
+    e("LMOVE", Single, At(1)),
+    e("LMPOP", Single, At(2)),
+    e("LOLWUT", Unsupported, KeySpec::None),
+    e("LPOP", Single, At(1)),
+    e("LPOS", Single, At(1)),
+    e("LPUSH", Single, At(1)),
+    e("LPUSHX", Single, At(1)),
+    e("LRANGE", Single, At(1)),
+    e("LREM", Single, At(1)),
+    e("LSET", Single, At(1)),
+    e("LTRIM", Single, At(1)),
+    e("MEMORY", Unsupported, KeySpec::None),
+    e("MGET", MGet, All),
+    e("MIGRATE", Unsupported, KeySpec::None),
+    e("MODULE", Unsupported, KeySpec::None),
+    e("MONITOR", Unsupported, KeySpec::None),
+    e("MOVE", Unsupported, KeySpec::None),
+    e("MSET", MSet, Pairs),
+    e("MSETNX", Unsupported, KeySpec::None),
+    e("MULTI", Unsupported, KeySpec::None),
+    e("OBJECT", Single, At(2)),
+    e("PERSIST", Single, At(1)),
+    e("PEXPIRE", Single, At(1)),
+    e("PEXPIREAT", Single, At(1)),
+    e("PEXPIRETIME", Single, At(1)),
+    e("PFADD", Single, At(1)),
+    e("PFCOUNT", Single, At(1)),
+    e("PFDEBUG", Single, At(1)),
+    e("PFMERGE", Single, At(1)),
+    e("PING", Local, KeySpec::None),
+    e("PSETEX", Single, At(1)),
+    e("PSUBSCRIBE", Unsupported, KeySpec::None),
+    e("PSYNC", Unsupported, KeySpec::None),
+    e("PTTL", Single, At(1)),
+    e("PUBLISH", Unsupported, KeySpec::None),
+    e("PUBSUB", Unsupported, KeySpec::None),
+    e("PUNSUBSCRIBE", Unsupported, KeySpec::None),
+    e("QUIT", Local, KeySpec::None),
+    e("RANDOMKEY", Unsupported, KeySpec::None),
+    e("READONLY", Unsupported, KeySpec::None),
+    e("READWRITE", Unsupported, KeySpec::None),
+    e("RENAME", Single, At(1)),
+    e("RENAMENX", Single, At(1)),
+    e("REPLICAOF", Unsupported, KeySpec::None),
+    e("RESET", Unsupported, KeySpec::None),
+    e("RESTORE", Single, At(1)),
+    e("ROLE", Unsupported, KeySpec::None),
+    e("RPOP", Single, At(1)),
+    e("RPOPLPUSH", Single, At(1)),
+    e("RPUSH", Single, At(1)),
+    e("RPUSHX", Single, At(1)),
+    e("SADD", Single, At(1)),
+    e("SAVE", Unsupported, KeySpec::None),
+    e("SCAN", Unsupported, KeySpec::None),
+    e("SCARD", Single, At(1)),
+    e("SCRIPT", Unsupported, KeySpec::None),
+    e("SDIFF", Single, At(1)),
+    e("SDIFFSTORE", Single, At(1)),
+    e("SELECT", Local, KeySpec::None),
+    e("SET", Single, At(1)),
+    e("SETBIT", Single, At(1)),
+    e("SETEX", Single, At(1)),
+    e("SETNX", Single, At(1)),
+    e("SETRANGE", Single, At(1)),
+    e("SHUTDOWN", Unsupported, KeySpec::None),
+    e("SINTER", Single, At(1)),
+    e("SINTERCARD", Single, At(2)),
+    e("SINTERSTORE", Single, At(1)),
+    e("SISMEMBER", Single, At(1)),
+    e("SLAVEOF", Unsupported, KeySpec::None),
+    e("SLOWLOG", Unsupported, KeySpec::None),
+    e("SMEMBERS", Single, At(1)),
+    e("SMISMEMBER", Single, At(1)),
+    e("SMOVE", Single, At(1)),
+    e("SORT", Single, At(1)),
+    e("SORT_RO", Single, At(1)),
+    e("SPOP", Single, At(1)),
+    e("SPUBLISH", Unsupported, KeySpec::None),
+    e("SRANDMEMBER", Single, At(1)),
+    e("SREM", Single, At(1)),
+    e("SSCAN", Single, At(1)),
+    e("SSUBSCRIBE", Unsupported, KeySpec::None),
+    e("STRALGO", Unsupported, KeySpec::None),
+    e("STRLEN", Single, At(1)),
+    e("SUBSCRIBE", Unsupported, KeySpec::None),
+    e("SUBSTR", Single, At(1)),
+    e("SUNION", Single, At(1)),
+    e("SUNIONSTORE", Single, At(1)),
+    e("SUNSUBSCRIBE", Unsupported, KeySpec::None),
+    e("SWAPDB", Unsupported, KeySpec::None),
+    e("SYNC", Unsupported, KeySpec::None),
+    e("TIME", Unsupported, KeySpec::None),
+    e("TOUCH", SumInt, All),
+    e("TTL", Single, At(1)),
+    e("TYPE", Single, At(1)),
+    e("UNLINK", SumInt, All),
+    e("UNSUBSCRIBE", Unsupported, KeySpec::None),
+    e("UNWATCH", Unsupported, KeySpec::None),
+    e("WAIT", Unsupported, KeySpec::None),
+    e("WAITAOF", Unsupported, KeySpec::None),
+    e("WATCH", Unsupported, KeySpec::None),
+    e("XACK", Single, At(1)),
+    e("XADD", Single, At(1)),
+    e("XAUTOCLAIM", Single, At(1)),
+    e("XCLAIM", Single, At(1)),
+    e("XDEL", Single, At(1)),
+    e("XGROUP", Single, At(2)),
+    e("XINFO", Single, At(2)),
+    e("XLEN", Single, At(1)),
+    e("XPENDING", Single, At(1)),
+    e("XRANGE", Single, At(1)),
+    e("XREAD", Single, Streams),
+    e("XREADGROUP", Single, Streams),
+    e("XREVRANGE", Single, At(1)),
+    e("XSETID", Single, At(1)),
+    e("XTRIM", Single, At(1)),
+    e("ZADD", Single, At(1)),
+    e("ZCARD", Single, At(1)),
+    e("ZCOUNT", Single, At(1)),
+    e("ZDIFF", Single, At(2)),
+    e("ZDIFFSTORE", Single, At(1)),
+    e("ZINCRBY", Single, At(1)),
+    e("ZINTER", Single, At(2)),
+    e("ZINTERCARD", Single, At(2)),
+    e("ZINTERSTORE", Single, At(1)),
+    e("ZLEXCOUNT", Single, At(1)),
+    e("ZMPOP", Single, At(2)),
+    e("ZMSCORE", Single, At(1)),
+    e("ZPOPMAX", Single, At(1)),
+    e("ZPOPMIN", Single, At(1)),
+    e("ZRANDMEMBER", Single, At(1)),
+    e("ZRANGE", Single, At(1)),
+    e("ZRANGEBYLEX", Single, At(1)),
+    e("ZRANGEBYSCORE", Single, At(1)),
+    e("ZRANGESTORE", Single, At(1)),
+    e("ZRANK", Single, At(1)),
+    e("ZREM", Single, At(1)),
+    e("ZREMRANGEBYLEX", Single, At(1)),
+    e("ZREMRANGEBYRANK", Single, At(1)),
+    e("ZREMRANGEBYSCORE", Single, At(1)),
+    e("ZREVRANGE", Single, At(1)),
+    e("ZREVRANGEBYLEX", Single, At(1)),
+    e("ZREVRANGEBYSCORE", Single, At(1)),
+    e("ZREVRANK", Single, At(1)),
+    e("ZSCAN", Single, At(1)),
+    e("ZSCORE", Single, At(1)),
+    e("ZUNION", Single, At(2)),
+    e("ZUNIONSTORE", Single, At(1)),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_is_sorted_and_names_fit() {
+        for w in TABLE.windows(2) {
+            assert!(w[0].name < w[1].name, "{} !< {}", w[0].name, w[1].name);
+        }
+        for e in TABLE {
+            assert!(e.name.len() <= MAX_NAME);
+            assert_eq!(e.name, e.name.to_ascii_uppercase());
+        }
+    }
+
+    #[test]
+    fn lookup_ignores_case() {
+        let get = Cmd::lookup(b"gEt").unwrap();
+        assert_eq!(get.name(), "GET");
+        assert_eq!(get.class(), CmdClass::Single);
+        assert_eq!(Cmd::lookup(b"bitop").unwrap().keys(), KeySpec::At(2));
+        assert_eq!(Cmd::lookup(b"MSET").unwrap().keys(), KeySpec::Pairs);
+        assert_eq!(Cmd::lookup(b"evalsha").unwrap().class(), CmdClass::Eval);
+        assert!(Cmd::lookup(b"nosuchcommand").is_none());
+        assert!(Cmd::lookup(b"").is_none());
+        assert!(Cmd::lookup(&[b'A'; 100]).is_none());
+        for c in Cmd::all() {
+            assert_eq!(Cmd::lookup(c.name().to_ascii_lowercase().as_bytes()), Some(c));
+        }
+    }
+}

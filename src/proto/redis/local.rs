@@ -1,0 +1,410 @@
+//! Answers to the commands that depend on the client connection's state:
+//! AUTH, SELECT, HELLO, CLIENT and COMMAND (`Local::RedisSession`).
+
+use super::commands::{Cmd, CmdClass, KeySpec};
+use super::reply;
+use super::request::{Arg, Args};
+use super::resp::parse_int;
+use crate::proto::{Op, Request};
+
+/// Reply to a command sent before AUTH when the pool requires a password.
+pub const NOAUTH: &[u8] = b"-NOAUTH Authentication required\r\n";
+
+/// Redis version the proxy announces in HELLO.
+pub const ANNOUNCED_VERSION: &str = "7.2.0";
+
+/// State of one client connection.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Session {
+    /// Connection id (CLIENT ID, HELLO).
+    pub id: u64,
+    /// The client asked for RESP3 with `HELLO 3`.
+    pub resp3: bool,
+    /// AUTH succeeded, or no password is required.
+    pub authenticated: bool,
+    /// CLIENT SETNAME / HELLO SETNAME.
+    pub name: Option<Vec<u8>>,
+    /// CLIENT SETINFO LIB-NAME.
+    pub lib_name: Option<Vec<u8>>,
+    /// CLIENT SETINFO LIB-VER.
+    pub lib_ver: Option<Vec<u8>>,
+}
+
+impl Session {
+    /// A new connection: authenticated unless the pool has a password.
+    pub fn new(id: u64, password: Option<&[u8]>) -> Session {
+        Session {
+            id,
+            authenticated: password.is_none(),
+            ..Session::default()
+        }
+    }
+}
+
+/// Whether `req` must be refused with [`NOAUTH`] on a connection that has not
+/// authenticated (everything but AUTH, HELLO and QUIT).
+pub fn needs_auth(req: &Request) -> bool {
+    match req.op {
+        Op::Redis(op) => !(op.cmd.is("AUTH") || op.cmd.is("HELLO") || op.cmd.is("QUIT")),
+        Op::Mc(_) => false,
+    }
+}
+
+/// The arguments of a request as values (quotes and escapes of inline
+/// commands interpreted). Used on the rare local path only.
+fn values(req_bytes: &[u8]) -> Vec<Vec<u8>> {
+    let args = Args::new(req_bytes);
+    let all: Vec<Arg> = Args::new(req_bytes).collect();
+    all.iter()
+        .map(|a| {
+            let mut v = Vec::new();
+            args.value(a, &mut v);
+            v
+        })
+        .collect()
+}
+
+/// Answers AUTH, SELECT, HELLO, CLIENT and COMMAND from `session` and the
+/// pool's `password`, appending the reply to `out`.
+pub fn answer(
+    req_bytes: &[u8],
+    session: &mut Session,
+    password: Option<&[u8]>,
+    out: &mut Vec<u8>,
+) {
+    let argv = values(req_bytes);
+    let Some(name) = argv.first() else {
+        return reply::error_reply("empty command", out);
+    };
+    let name = name.to_ascii_uppercase();
+    let rest = &argv[1..];
+    match name.as_slice() {
+        b"AUTH" => answer_auth(rest, session, password, out),
+        b"SELECT" => answer_select(rest, out),
+        b"HELLO" => answer_hello(rest, session, password, out),
+        b"CLIENT" => answer_client(rest, session, out),
+        b"COMMAND" => answer_command(rest, session.resp3, out),
+        _ => out.extend_from_slice(&reply::unsupported(&String::from_utf8_lossy(&name))),
+    }
+}
+
+/// Checks a password; `Err` holds the error reply.
+fn check_auth(args: &[Vec<u8>], password: Option<&[u8]>) -> Result<(), Vec<u8>> {
+    let Some(expected) = password else {
+        return Err(reply::err_line("Client sent AUTH, but no password is set"));
+    };
+    let given = match args {
+        [pass] => pass,
+        [user, pass] if user.as_slice() == b"default" => pass,
+        [_, _] => {
+            return Err(
+                b"-WRONGPASS invalid username-password pair or user is disabled.\r\n".to_vec(),
+            )
+        }
+        _ => return Err(reply::wrong_args("auth")),
+    };
+    if given.as_slice() == expected {
+        Ok(())
+    } else {
+        Err(reply::err_line("invalid password"))
+    }
+}
+
+/// `AUTH [user] password` against the pool's password.
+pub fn answer_auth(
+    args: &[Vec<u8>],
+    session: &mut Session,
+    password: Option<&[u8]>,
+    out: &mut Vec<u8>,
+) {
+    match check_auth(args, password) {
+        Ok(()) => {
+            session.authenticated = true;
+            out.extend_from_slice(b"+OK\r\n");
+        }
+        Err(e) => {
+            if password.is_some() && matches!(args.len(), 1 | 2) {
+                session.authenticated = false;
+            }
+            out.extend_from_slice(&e);
+        }
+    }
+}
+
+/// `SELECT n`: behind the proxy every client sees database 0 (the pool's
+/// `redis_db` on the servers).
+pub fn answer_select(args: &[Vec<u8>], out: &mut Vec<u8>) {
+    match args {
+        [db] => match parse_int(db) {
+            Some(0) => out.extend_from_slice(b"+OK\r\n"),
+            Some(_) => reply::error_reply(
+                "DB index is out of range (the proxy serves database 0 only)",
+                out,
+            ),
+            None => reply::error_reply("value is not an integer or out of range", out),
+        },
+        _ => out.extend_from_slice(&reply::wrong_args("select")),
+    }
+}
+
+/// `HELLO [protover [AUTH user pass] [SETNAME name]]`: switches RESP2/RESP3
+/// and replies with the server description map.
+pub fn answer_hello(
+    args: &[Vec<u8>],
+    session: &mut Session,
+    password: Option<&[u8]>,
+    out: &mut Vec<u8>,
+) {
+    let mut resp3 = session.resp3;
+    if let Some(v) = args.first() {
+        match parse_int(v) {
+            Some(2) => resp3 = false,
+            Some(3) => resp3 = true,
+            Some(_) => return out.extend_from_slice(b"-NOPROTO unsupported protocol version\r\n"),
+            None => {
+                return reply::error_reply("Protocol version is not an integer or out of range", out)
+            }
+        }
+    }
+    let mut auth = None;
+    let mut setname = None;
+    let mut i = 1;
+    while i < args.len() {
+        let opt = args[i].to_ascii_uppercase();
+        let left = args.len() - i - 1;
+        if opt == b"AUTH" && left >= 2 {
+            auth = Some(&args[i + 1..i + 3]);
+            i += 3;
+        } else if opt == b"SETNAME" && left >= 1 {
+            setname = Some(&args[i + 1]);
+            i += 2;
+        } else {
+            return reply::error_reply(
+                &format!("Syntax error in HELLO option '{}'", String::from_utf8_lossy(&args[i])),
+                out,
+            );
+        }
+    }
+    if let Some(creds) = auth {
+        if let Err(e) = check_auth(creds, password) {
+            return out.extend_from_slice(&e);
+        }
+        session.authenticated = true;
+    }
+    if !session.authenticated {
+        return out.extend_from_slice(b"-NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time\r\n");
+    }
+    if let Some(name) = setname {
+        if let Err(e) = check_name(name) {
+            return out.extend_from_slice(&e);
+        }
+        session.name = (!name.is_empty()).then(|| name.clone());
+    }
+    session.resp3 = resp3;
+    reply::map(7, resp3, out);
+    reply::bulk(b"server", out);
+    reply::bulk(b"redis", out);
+    reply::bulk(b"version", out);
+    reply::bulk(ANNOUNCED_VERSION.as_bytes(), out);
+    reply::bulk(b"proto", out);
+    reply::integer(if resp3 { 3 } else { 2 }, out);
+    reply::bulk(b"id", out);
+    reply::integer(i64::try_from(session.id).unwrap_or(i64::MAX), out);
+    reply::bulk(b"mode", out);
+    reply::bulk(b"standalone", out);
+    reply::bulk(b"role", out);
+    reply::bulk(b"master", out);
+    reply::bulk(b"modules", out);
+    reply::array(0, out);
+}
+
+fn check_name(name: &[u8]) -> Result<(), Vec<u8>> {
+    if name.iter().all(|&c| (b'!'..=b'~').contains(&c)) {
+        Ok(())
+    } else {
+        Err(reply::err_line(
+            "Client names cannot contain spaces, newlines or special characters.",
+        ))
+    }
+}
+
+/// CLIENT SETINFO, SETNAME, GETNAME, ID, INFO; other subcommands are refused.
+pub fn answer_client(args: &[Vec<u8>], session: &mut Session, out: &mut Vec<u8>) {
+    let Some(sub) = args.first() else {
+        return out.extend_from_slice(&reply::wrong_args("client"));
+    };
+    let sub = sub.to_ascii_uppercase();
+    match (sub.as_slice(), &args[1..]) {
+        (b"SETINFO", [attr, value]) => {
+            let attr = attr.to_ascii_uppercase();
+            let slot = match attr.as_slice() {
+                b"LIB-NAME" => &mut session.lib_name,
+                b"LIB-VER" => &mut session.lib_ver,
+                _ => {
+                    return reply::error_reply(
+                        &format!("Unrecognized option '{}'", String::from_utf8_lossy(&attr)),
+                        out,
+                    )
+                }
+            };
+            *slot = Some(value.clone());
+            out.extend_from_slice(b"+OK\r\n");
+        }
+        (b"SETNAME", [name]) => match check_name(name) {
+            Ok(()) => {
+                session.name = (!name.is_empty()).then(|| name.clone());
+                out.extend_from_slice(b"+OK\r\n");
+            }
+            Err(e) => out.extend_from_slice(&e),
+        },
+        (b"GETNAME", []) => match &session.name {
+            Some(n) => reply::bulk(n, out),
+            None => reply::null(session.resp3, out),
+        },
+        (b"ID", []) => reply::integer(i64::try_from(session.id).unwrap_or(i64::MAX), out),
+        (b"INFO", []) => {
+            let line = format!(
+                "id={} name={} resp={} lib-name={} lib-ver={}\n",
+                session.id,
+                String::from_utf8_lossy(session.name.as_deref().unwrap_or_default()),
+                if session.resp3 { 3 } else { 2 },
+                String::from_utf8_lossy(session.lib_name.as_deref().unwrap_or_default()),
+                String::from_utf8_lossy(session.lib_ver.as_deref().unwrap_or_default()),
+            );
+            reply::bulk(line.as_bytes(), out);
+        }
+        (b"SETINFO" | b"SETNAME" | b"GETNAME" | b"ID" | b"INFO", _) => {
+            let full = format!("client|{}", String::from_utf8_lossy(&sub));
+            out.extend_from_slice(&reply::wrong_args(&full));
+        }
+        _ => out.extend_from_slice(&reply::unsupported(&format!(
+            "CLIENT {}",
+            String::from_utf8_lossy(&sub)
+        ))),
+    }
+}
+
+/// Commands the proxy forwards or answers (COMMAND COUNT / LIST / INFO).
+fn served() -> impl Iterator<Item = Cmd> {
+    Cmd::all().filter(|c| c.class() != CmdClass::Unsupported)
+}
+
+/// One COMMAND INFO entry: name, arity (negative: at least), flags, first
+/// key, last key, step, ACL categories, tips, key specs, subcommands.
+fn command_entry(cmd: Cmd, out: &mut Vec<u8>) {
+    let (arity, first, last, step) = match cmd.keys() {
+        KeySpec::None => (-1, 0, 0, 0),
+        KeySpec::At(n) => (-(i64::from(n) + 1), i64::from(n), i64::from(n), 1),
+        KeySpec::All => (-2, 1, -1, 1),
+        KeySpec::Pairs => (-3, 1, -1, 2),
+        KeySpec::Eval => (-3, 0, 0, 0),
+        KeySpec::Streams => (-4, 0, 0, 0),
+    };
+    reply::array(10, out);
+    reply::bulk(cmd.name().to_ascii_lowercase().as_bytes(), out);
+    reply::integer(arity, out);
+    reply::array(0, out);
+    reply::integer(first, out);
+    reply::integer(last, out);
+    reply::integer(step, out);
+    for _ in 0..4 {
+        reply::array(0, out);
+    }
+}
+
+/// COMMAND, COMMAND COUNT / LIST / INFO / DOCS: minimal answers that let
+/// redis-cli and client libraries start. DOCS is an empty map.
+pub fn answer_command(args: &[Vec<u8>], resp3: bool, out: &mut Vec<u8>) {
+    let Some(sub) = args.first() else {
+        reply::array(served().count(), out);
+        served().for_each(|c| command_entry(c, out));
+        return;
+    };
+    match sub.to_ascii_uppercase().as_slice() {
+        b"COUNT" => reply::integer(i64::try_from(served().count()).unwrap_or(0), out),
+        b"LIST" => {
+            reply::array(served().count(), out);
+            served().for_each(|c| reply::bulk(c.name().to_ascii_lowercase().as_bytes(), out));
+        }
+        b"INFO" => {
+            let names = &args[1..];
+            if names.is_empty() {
+                return answer_command(&[], resp3, out);
+            }
+            reply::array(names.len(), out);
+            for n in names {
+                match Cmd::lookup(n).filter(|c| c.class() != CmdClass::Unsupported) {
+                    Some(c) => command_entry(c, out),
+                    None => reply::null(resp3, out),
+                }
+            }
+        }
+        b"DOCS" => reply::map(0, resp3, out),
+        other => out.extend_from_slice(&reply::unsupported(&format!(
+            "COMMAND {}",
+            String::from_utf8_lossy(other)
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(req: &[u8], s: &mut Session, pw: Option<&[u8]>) -> Vec<u8> {
+        let mut out = Vec::new();
+        answer(req, s, pw, &mut out);
+        out
+    }
+
+    #[test]
+    fn redis_py_handshake() {
+        let mut s = Session::new(7, None);
+        let r = run(b"*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n", &mut s, None);
+        assert!(r.starts_with(b"%7\r\n$6\r\nserver\r\n$5\r\nredis\r\n"));
+        assert!(s.resp3);
+        assert!(matches!(crate::proto::redis::parse_response(&r), Ok(crate::proto::Parse::Done(x)) if x.len == r.len()));
+        assert_eq!(run(b"CLIENT SETINFO LIB-NAME redis-py\r\n", &mut s, None), b"+OK\r\n");
+        assert_eq!(run(b"CLIENT SETINFO LIB-VER 8.0.0\r\n", &mut s, None), b"+OK\r\n");
+        assert_eq!(s.lib_name.as_deref(), Some(&b"redis-py"[..]));
+        assert_eq!(run(b"CLIENT GETNAME\r\n", &mut s, None), b"_\r\n");
+        assert_eq!(run(b"CLIENT ID\r\n", &mut s, None), b":7\r\n");
+        assert_eq!(run(b"HELLO 4\r\n", &mut s, None), b"-NOPROTO unsupported protocol version\r\n");
+        let r = run(b"HELLO 2\r\n", &mut s, None);
+        assert!(r.starts_with(b"*14\r\n"));
+    }
+
+    #[test]
+    fn auth_and_select() {
+        let pw = Some(&b"secret"[..]);
+        let mut s = Session::new(1, pw);
+        assert!(!s.authenticated);
+        assert!(run(b"HELLO 3\r\n", &mut s, pw).starts_with(b"-NOAUTH"));
+        assert_eq!(run(b"AUTH nope\r\n", &mut s, pw), b"-ERR invalid password\r\n");
+        assert_eq!(run(b"AUTH secret\r\n", &mut s, pw), b"+OK\r\n");
+        assert!(s.authenticated);
+        let mut t = Session::new(2, None);
+        assert_eq!(
+            run(b"AUTH x\r\n", &mut t, None),
+            b"-ERR Client sent AUTH, but no password is set\r\n"
+        );
+        let mut h = Session::new(3, pw);
+        assert!(run(b"HELLO 3 AUTH default secret SETNAME app\r\n", &mut h, pw).starts_with(b"%7"));
+        assert!(h.authenticated && h.name.is_some());
+        assert_eq!(run(b"SELECT 0\r\n", &mut s, pw), b"+OK\r\n");
+        assert!(run(b"SELECT 3\r\n", &mut s, pw).starts_with(b"-ERR DB index"));
+    }
+
+    #[test]
+    fn command_replies_parse() {
+        let mut s = Session::new(1, None);
+        for req in [&b"COMMAND\r\n"[..], b"COMMAND DOCS\r\n", b"COMMAND COUNT\r\n", b"COMMAND INFO get nosuch\r\n", b"COMMAND LIST\r\n"] {
+            let r = run(req, &mut s, None);
+            match crate::proto::redis::parse_response(&r) {
+                Ok(crate::proto::Parse::Done(x)) => assert_eq!(x.len, r.len()),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(run(b"COMMAND DOCS\r\n", &mut s, None), b"*0\r\n");
+    }
+}

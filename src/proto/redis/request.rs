@@ -1,0 +1,425 @@
+//! Request framing and routing: arrays of bulk strings and inline commands,
+//! scanned once without allocation.
+
+use super::commands::{Cmd, CmdClass, KeySpec};
+use super::inline::{unescape, Tokens, Unbalanced};
+use super::reply;
+use super::resp::parse_int;
+use super::RedisOp;
+use crate::proto::{Keys, Limits, Local, Op, Parse, Request, RequestError, Route};
+use std::ops::Range;
+
+/// Longest count line or inline command redis-server accepts.
+const INLINE_MAX: usize = 64 * 1024;
+/// Most arguments accepted in one request.
+const MAX_ARGS: usize = 1024 * 1024;
+
+/// One argument of a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Arg {
+    /// Where the argument's bytes are in the request.
+    pub range: Range<usize>,
+    /// `range` is exactly the argument's value. Only an inline argument with
+    /// escapes or inner quotes is not exact; [`Args::value`] interprets it.
+    pub exact: bool,
+}
+
+/// Why a request cannot be parsed (yet).
+#[derive(Debug)]
+pub(crate) enum Stop {
+    /// More input needed; the input must reach this length (0 if unknown).
+    Incomplete(usize),
+    /// Unrecoverable framing error: this reply, then close.
+    Protocol(Vec<u8>),
+}
+
+fn protocol(what: &str) -> Stop {
+    let mut out = Vec::with_capacity(32 + what.len());
+    out.extend_from_slice(b"-ERR Protocol error: ");
+    out.extend_from_slice(what.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    Stop::Protocol(out)
+}
+
+#[derive(Debug)]
+enum Kind<'a> {
+    Multibulk { remaining: usize },
+    Inline { tokens: Tokens<'a>, next: usize },
+}
+
+/// The arguments of one request, in order. Empty arrays (`*0`, `*-1`) and
+/// blank inline lines before the request are skipped as redis-server skips
+/// them; they count in the request's length.
+#[derive(Debug)]
+pub struct Args<'a> {
+    buf: &'a [u8],
+    kind: Kind<'a>,
+    pos: usize,
+    max_value: usize,
+}
+
+impl<'a> Args<'a> {
+    /// The arguments of a request already accepted by [`parse_request`]
+    /// (`req` is exactly its bytes).
+    pub fn new(req: &'a [u8]) -> Args<'a> {
+        let limits = Limits {
+            max_value: usize::MAX,
+            max_keys: usize::MAX,
+        };
+        Args::frame(req, &limits).unwrap_or(Args {
+            buf: req,
+            kind: Kind::Multibulk { remaining: 0 },
+            pos: 0,
+            max_value: 0,
+        })
+    }
+
+    /// Finds where the request at the start of `buf` begins and what kind
+    /// it is.
+    pub(crate) fn frame(buf: &'a [u8], limits: &Limits) -> Result<Args<'a>, Stop> {
+        let mut pos = 0;
+        loop {
+            let Some(&first) = buf.get(pos) else {
+                return Err(Stop::Incomplete(0));
+            };
+            if first == b'*' {
+                let (n, after) = count_line(buf, pos, "too big mbulk count string")?;
+                let n = n.ok_or_else(|| protocol("invalid multibulk length"))?;
+                if n <= 0 {
+                    pos = after;
+                    continue;
+                }
+                let max_args = limits.max_keys.saturating_mul(2).saturating_add(1);
+                let n = usize::try_from(n)
+                    .ok()
+                    .filter(|&n| n <= MAX_ARGS && n <= max_args)
+                    .ok_or_else(|| protocol("invalid multibulk length"))?;
+                return Ok(Args {
+                    buf,
+                    kind: Kind::Multibulk { remaining: n },
+                    pos: after,
+                    max_value: limits.max_value,
+                });
+            }
+            let Some(nl) = memchr::memchr(b'\n', &buf[pos..]).map(|i| pos + i) else {
+                if buf.len() - pos > INLINE_MAX {
+                    return Err(protocol("too big inline request"));
+                }
+                return Err(Stop::Incomplete(0));
+            };
+            if nl - pos > INLINE_MAX {
+                return Err(protocol("too big inline request"));
+            }
+            let end = if nl > pos && buf[nl - 1] == b'\r' {
+                nl - 1
+            } else {
+                nl
+            };
+            let tokens = Tokens::new(buf, pos, end);
+            let mut peek = Tokens::new(buf, pos, end);
+            match peek.next_token() {
+                Err(Unbalanced) => return Err(protocol("unbalanced quotes in request")),
+                Ok(None) => pos = nl + 1,
+                Ok(Some(_)) => {
+                    return Ok(Args {
+                        buf,
+                        kind: Kind::Inline {
+                            tokens,
+                            next: nl + 1,
+                        },
+                        pos,
+                        max_value: limits.max_value,
+                    })
+                }
+            }
+        }
+    }
+
+    /// The next argument, `Ok(None)` after the last.
+    pub(crate) fn next_arg(&mut self) -> Result<Option<Arg>, Stop> {
+        match &mut self.kind {
+            Kind::Inline { tokens, .. } => match tokens.next_token() {
+                Ok(t) => Ok(t.map(|t| Arg {
+                    range: t.range,
+                    exact: t.exact,
+                })),
+                Err(Unbalanced) => Err(protocol("unbalanced quotes in request")),
+            },
+            Kind::Multibulk { remaining } => {
+                if *remaining == 0 {
+                    return Ok(None);
+                }
+                let buf = self.buf;
+                let Some(&c) = buf.get(self.pos) else {
+                    return Err(Stop::Incomplete(0));
+                };
+                if c != b'$' {
+                    let mut out = b"-ERR Protocol error: expected '$', got '".to_vec();
+                    out.push(c);
+                    out.extend_from_slice(b"'\r\n");
+                    return Err(Stop::Protocol(out));
+                }
+                let (n, start) = count_line(buf, self.pos, "too big bulk count string")?;
+                let n = n
+                    .and_then(|n| usize::try_from(n).ok())
+                    .filter(|&n| n <= self.max_value && n <= isize::MAX as usize / 2)
+                    .ok_or_else(|| protocol("invalid bulk length"))?;
+                let end = start + n;
+                if end + 2 > buf.len() {
+                    return Err(Stop::Incomplete(end + 2));
+                }
+                // Like redis-server, the two bytes after the value are taken
+                // as its CRLF without looking at them.
+                self.pos = end + 2;
+                *remaining -= 1;
+                Ok(Some(Arg {
+                    range: start..end,
+                    exact: true,
+                }))
+            }
+        }
+    }
+
+    /// Where the request ends; meaningful once every argument was read.
+    pub(crate) fn end(&self) -> usize {
+        match &self.kind {
+            Kind::Inline { next, .. } => *next,
+            Kind::Multibulk { .. } => self.pos,
+        }
+    }
+
+    /// The value of `arg` into `out`: its bytes, with an inline argument's
+    /// quotes and escapes interpreted.
+    pub fn value(&self, arg: &Arg, out: &mut Vec<u8>) {
+        let raw = self.buf.get(arg.range.clone()).unwrap_or_default();
+        if arg.exact {
+            out.extend_from_slice(raw);
+        } else {
+            unescape(raw, out);
+        }
+    }
+}
+
+impl Iterator for Args<'_> {
+    type Item = Arg;
+    fn next(&mut self) -> Option<Arg> {
+        self.next_arg().ok().flatten()
+    }
+}
+
+/// Reads the `*N` / `$N` line at `pos`. Like redis-server, it ends at the
+/// first CR and the byte after it is skipped unseen.
+fn count_line(buf: &[u8], pos: usize, too_big: &str) -> Result<(Option<i64>, usize), Stop> {
+    let Some(cr) = memchr::memchr(b'\r', &buf[pos..]).map(|i| pos + i) else {
+        if buf.len() - pos > INLINE_MAX {
+            return Err(protocol(too_big));
+        }
+        return Err(Stop::Incomplete(0));
+    };
+    if cr + 2 > buf.len() {
+        return Err(Stop::Incomplete(cr + 2));
+    }
+    Ok((parse_int(&buf[pos + 1..cr]), cr + 2))
+}
+
+/// Progress through XREAD / XREADGROUP options towards the first stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Streams {
+    Keyword,
+    Skip(u8),
+    Key,
+    Done,
+}
+
+/// Parses one request at the start of `buf`.
+///
+/// `Done` gives the request with its routing; `Incomplete { hint }` asks
+/// for more input (hint: the total length needed when a bulk string is
+/// known to extend beyond the input). Framing errors are worded like
+/// redis-server's and close the connection; unknown, unsupported or
+/// unroutable commands get an error reply and the connection stays open.
+pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, RequestError> {
+    match scan(buf, limits) {
+        Ok(p) => p,
+        Err(Stop::Incomplete(hint)) => Ok(Parse::Incomplete { hint }),
+        Err(Stop::Protocol(reply)) => Err(RequestError {
+            reply,
+            skip: buf.len(),
+            close: true,
+        }),
+    }
+}
+
+type Scanned = Result<Parse<Request>, RequestError>;
+
+fn scan(buf: &[u8], limits: &Limits) -> Result<Scanned, Stop> {
+    let mut args = Args::frame(buf, limits)?;
+    let Some(first) = args.next_arg()? else {
+        return Err(Stop::Incomplete(0));
+    };
+    let cmd = if first.exact {
+        Cmd::lookup(&buf[first.range.clone()])
+    } else {
+        let mut name = Vec::new();
+        args.value(&first, &mut name);
+        Cmd::lookup(&name)
+    };
+    let spec = cmd.map_or(KeySpec::None, Cmd::keys);
+    let mut keys = Keys::new();
+    let mut argc = 1usize;
+    let mut inexact_key = false;
+    let mut numkeys: Option<i64> = None;
+    let mut streams = Streams::Keyword;
+    let mut blocking = false;
+    let mut second: Option<Arg> = None;
+    while let Some(arg) = args.next_arg()? {
+        let idx = argc;
+        argc += 1;
+        let is_key = match spec {
+            KeySpec::None => false,
+            KeySpec::At(n) => idx == usize::from(n),
+            KeySpec::All => true,
+            KeySpec::Pairs => idx % 2 == 1,
+            KeySpec::Eval => {
+                if idx == 2 {
+                    numkeys = parse_int(&buf[arg.range.clone()]);
+                }
+                idx == 3 && numkeys.is_some_and(|n| n >= 1)
+            }
+            KeySpec::Streams => {
+                let (key, next) = stream_step(streams, &buf[arg.range.clone()], &mut blocking);
+                streams = next;
+                key
+            }
+        };
+        if idx == 1 {
+            second = Some(arg.clone());
+        }
+        if is_key {
+            inexact_key |= !arg.exact;
+            keys.push(arg.range);
+        }
+    }
+    let len = args.end();
+    let req = &buf[..len];
+    let fail = |reply: Vec<u8>| {
+        Ok(Err(RequestError {
+            reply,
+            skip: len,
+            close: false,
+        }))
+    };
+    let Some(cmd) = cmd else {
+        return fail(reply::unknown_command(req));
+    };
+    let class = cmd.class();
+    let name = cmd.name();
+    let route = match class {
+        CmdClass::Unsupported => return fail(reply::unsupported(name)),
+        CmdClass::Local => match local_route(cmd, argc, req, second.as_ref()) {
+            Ok(route) => route,
+            Err(e) => return fail(e),
+        },
+        CmdClass::MSet if argc < 3 || argc % 2 == 0 => return fail(reply::wrong_args(name)),
+        CmdClass::Eval => {
+            if argc < 3 {
+                return fail(reply::wrong_args(name));
+            }
+            match numkeys {
+                None => return fail(reply::err_line("value is not an integer or out of range")),
+                Some(n) if n < 0 => return fail(reply::err_line("Number of keys can't be negative")),
+                Some(n) if n > argc as i64 - 3 => {
+                    return fail(reply::err_line(
+                        "Number of keys can't be greater than number of args",
+                    ))
+                }
+                Some(0) => {
+                    return fail(reply::err_line(&format!(
+                        "{name} with numkeys 0 is not supported by the proxy: at least one key is needed to choose a server"
+                    )))
+                }
+                Some(_) => Route::Single,
+            }
+        }
+        _ if blocking => {
+            return fail(reply::err_line(&format!(
+                "command '{name}' with BLOCK is not supported by the proxy"
+            )))
+        }
+        _ if keys.is_empty() => return fail(reply::wrong_args(name)),
+        CmdClass::MGet | CmdClass::MSet | CmdClass::SumInt => Route::Multi,
+        CmdClass::Single => Route::Single,
+    };
+    if inexact_key {
+        return fail(reply::err_line(
+            "inline keys with quotes or escapes are not supported by the proxy, use RESP",
+        ));
+    }
+    if keys.len() > limits.max_keys {
+        return fail(reply::err_line(&format!(
+            "too many keys in one request, the proxy accepts at most {}",
+            limits.max_keys
+        )));
+    }
+    Ok(Ok(Parse::Done(Request {
+        len,
+        op: Op::Redis(RedisOp { cmd, class }),
+        keys,
+        route,
+        noreply: false,
+    })))
+}
+
+/// One XREAD / XREADGROUP argument: is it the first stream key, and what
+/// comes next.
+fn stream_step(state: Streams, arg: &[u8], blocking: &mut bool) -> (bool, Streams) {
+    match state {
+        Streams::Keyword => {
+            let is = |k: &[u8]| arg.eq_ignore_ascii_case(k);
+            if is(b"STREAMS") {
+                (false, Streams::Key)
+            } else if is(b"BLOCK") {
+                *blocking = true;
+                (false, Streams::Skip(1))
+            } else if is(b"COUNT") || is(b"CLAIM") {
+                (false, Streams::Skip(1))
+            } else if is(b"GROUP") {
+                (false, Streams::Skip(2))
+            } else if is(b"NOACK") {
+                (false, Streams::Keyword)
+            } else {
+                (false, Streams::Done)
+            }
+        }
+        Streams::Skip(1) => (false, Streams::Keyword),
+        Streams::Skip(n) => (false, Streams::Skip(n - 1)),
+        Streams::Key => (true, Streams::Done),
+        Streams::Done => (false, Streams::Done),
+    }
+}
+
+/// Route of a command the proxy answers.
+fn local_route(cmd: Cmd, argc: usize, req: &[u8], second: Option<&Arg>) -> Result<Route, Vec<u8>> {
+    if cmd.is("PING") || cmd.is("ECHO") {
+        let ping = cmd.is("PING");
+        let mut out = Vec::new();
+        match (second, argc) {
+            (None, 1) if ping => out.extend_from_slice(b"+PONG\r\n"),
+            (Some(arg), 2) => {
+                let mut v = Vec::new();
+                Args::new(req).value(arg, &mut v);
+                reply::bulk(&v, &mut out);
+            }
+            _ => return Err(reply::wrong_args(cmd.name())),
+        }
+        return Ok(Route::Local(Local::Reply(out)));
+    }
+    if cmd.is("QUIT") {
+        return Ok(Route::Local(Local::Quit(b"+OK\r\n".to_vec())));
+    }
+    Ok(Route::Local(Local::RedisSession))
+}
+
+#[cfg(test)]
+#[path = "request_tests.rs"]
+mod tests;

@@ -1,0 +1,245 @@
+//! Table-driven request and reply vectors (tests/vectors/redis) and
+//! split-invariance: every input cut at every byte parses as incomplete
+//! until the whole message is there, then gives the same result.
+
+use super::*;
+use crate::proto::redis::parse_response;
+use crate::proto::{Limits, Local, Parse, Response, ResponseError, Route};
+
+/// Decodes `\r \n \t \\ \0 \xHH` escapes of a vector file.
+pub(crate) fn unescape_vec(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 1 < b.len() {
+            i += 1;
+            match b[i] {
+                b'r' => out.push(b'\r'),
+                b'n' => out.push(b'\n'),
+                b't' => out.push(b'\t'),
+                b'0' => out.push(0),
+                b's' => out.push(b' '),
+                b'x' => {
+                    let h = std::str::from_utf8(&b[i + 1..i + 3]).unwrap();
+                    out.push(u8::from_str_radix(h, 16).unwrap());
+                    i += 2;
+                }
+                c => out.push(c),
+            }
+        } else {
+            out.push(b[i]);
+        }
+        i += 1;
+    }
+    out
+}
+
+fn esc(b: &[u8]) -> String {
+    let mut s = String::new();
+    for &c in b {
+        match c {
+            b'\r' => s.push_str("\\r"),
+            b'\n' => s.push_str("\\n"),
+            b'\t' => s.push_str("\\t"),
+            b'\\' => s.push_str("\\\\"),
+            b' ' => s.push_str("\\s"),
+            0x21..=0x7e => s.push(c as char),
+            _ => s.push_str(&format!("\\x{c:02x}")),
+        }
+    }
+    s
+}
+
+fn limits() -> Limits {
+    Limits {
+        max_value: 1000,
+        max_keys: 100,
+    }
+}
+
+/// Renders a request parse outcome as a vector's expected text.
+fn render_req(input: &[u8], r: &Result<Parse<Request>, RequestError>) -> String {
+    match r {
+        Ok(Parse::Incomplete { hint }) => format!("incomplete hint={hint}"),
+        Ok(Parse::Done(req)) => {
+            let Op::Redis(op) = req.op else { unreachable!() };
+            let route = match &req.route {
+                Route::Single => "single".to_string(),
+                Route::Multi => "multi".to_string(),
+                Route::Broadcast => "broadcast".to_string(),
+                Route::Local(Local::Reply(r)) => format!("reply:{}", esc(r)),
+                Route::Local(Local::Quit(r)) => format!("quit:{}", esc(r)),
+                Route::Local(Local::Stats) => "stats".to_string(),
+                Route::Local(Local::RedisSession) => "session".to_string(),
+            };
+            let keys: Vec<String> = req.keys.iter().map(|k| esc(&input[k.clone()])).collect();
+            format!(
+                "done len={} cmd={} class={:?} route={} keys={}",
+                req.len,
+                op.cmd.name(),
+                op.class,
+                route,
+                keys.join(",")
+            )
+        }
+        Err(e) if e.close => format!("close reply={}", esc(&e.reply)),
+        Err(e) => format!("error skip={} reply={}", e.skip, esc(&e.reply)),
+    }
+}
+
+fn render_rsp(r: &Result<Parse<Response>, ResponseError>) -> String {
+    match r {
+        Ok(Parse::Incomplete { hint }) => format!("incomplete hint={hint}"),
+        Ok(Parse::Done(x)) => format!("done len={} error={}", x.len, x.is_error),
+        Err(_) => "invalid".to_string(),
+    }
+}
+
+fn vectors(text: &str) -> Vec<(usize, Vec<u8>, String)> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|(n, l)| {
+            let (i, e) = l.split_once('\t').unwrap_or_else(|| panic!("line {}: no tab", n + 1));
+            (n + 1, unescape_vec(i), e.trim().to_string())
+        })
+        .collect()
+}
+
+const REQUESTS: &str = include_str!("../../../tests/vectors/redis/requests.txt");
+const REPLIES: &str = include_str!("../../../tests/vectors/redis/replies.txt");
+
+#[test]
+fn request_vectors() {
+    let mut bad = Vec::new();
+    for (line, input, want) in vectors(REQUESTS) {
+        let got = render_req(&input, &parse_request(&input, &limits()));
+        if got != want {
+            bad.push(format!("line {line}: {}\n  want {want}\n  got  {got}", esc(&input)));
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[test]
+fn reply_vectors() {
+    let mut bad = Vec::new();
+    for (line, input, want) in vectors(REPLIES) {
+        let got = render_rsp(&parse_response(&input));
+        if got != want {
+            bad.push(format!("line {line}: {}\n  want {want}\n  got  {got}", esc(&input)));
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// Checks split invariance of one request input; returns a failure text.
+pub(crate) fn check_request_splits(input: &[u8], limits: &Limits) -> Option<String> {
+    let full = parse_request(input, limits);
+    let need = match &full {
+        Ok(Parse::Done(r)) => r.len,
+        Err(e) if !e.close => e.skip,
+        Ok(Parse::Incomplete { hint }) => input.len().max(*hint),
+        _ => input.len(),
+    };
+    for k in 0..input.len() {
+        let part = parse_request(&input[..k], limits);
+        let ok = match (&part, &full) {
+            (Ok(Parse::Incomplete { hint }), _) => k < need && *hint <= need.max(k + 1),
+            (Ok(Parse::Done(a)), Ok(Parse::Done(b))) => k >= need && a == b,
+            (Err(a), Err(b)) if a.close && b.close => a.reply == b.reply,
+            (Err(a), Err(b)) => k >= need && a == b,
+            _ => false,
+        };
+        if !ok {
+            return Some(format!("split {k} of {}: {part:?} vs {full:?}", esc(input)));
+        }
+    }
+    None
+}
+
+/// Checks split invariance of one reply input; returns a failure text.
+pub(crate) fn check_reply_splits(input: &[u8]) -> Option<String> {
+    let full = parse_response(input);
+    let need = match &full {
+        Ok(Parse::Done(r)) => r.len,
+        Ok(Parse::Incomplete { hint }) => input.len().max(*hint),
+        _ => input.len(),
+    };
+    for k in 0..input.len() {
+        let part = parse_response(&input[..k]);
+        let ok = match (&part, &full) {
+            (Ok(Parse::Incomplete { hint }), _) => k < need && *hint <= need.max(k + 1),
+            (Ok(Parse::Done(a)), Ok(Parse::Done(b))) => a == b,
+            (Err(_), Err(_)) => true,
+            _ => false,
+        };
+        if !ok {
+            return Some(format!("split {k} of {}: {part:?} vs {full:?}", esc(input)));
+        }
+    }
+    None
+}
+
+#[test]
+fn every_split_is_incomplete_then_same() {
+    let mut bad = Vec::new();
+    for (line, input, _) in vectors(REQUESTS) {
+        if let Some(f) = check_request_splits(&input, &limits()) {
+            bad.push(format!("requests line {line}: {f}"));
+        }
+    }
+    for (line, input, _) in vectors(REPLIES) {
+        if let Some(f) = check_reply_splits(&input) {
+            bad.push(format!("replies line {line}: {f}"));
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[test]
+fn pipelined_requests_parse_one_by_one() {
+    let input = b"PING\r\n*2\r\n$3\r\nGET\r\n$1\r\na\r\n*0\r\n\r\nDEL a b\r\n";
+    let mut pos = 0;
+    let mut names = Vec::new();
+    while pos < input.len() {
+        match parse_request(&input[pos..], &limits()) {
+            Ok(Parse::Done(r)) => {
+                let Op::Redis(op) = r.op else { unreachable!() };
+                names.push(op.cmd.name());
+                pos += r.len;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(names, vec!["PING", "GET", "DEL"]);
+}
+
+#[test]
+fn big_value_hint_and_limits() {
+    let mut v = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1000\r\n".to_vec();
+    let need = v.len() + 1002;
+    assert_eq!(
+        parse_request(&v, &limits()),
+        Ok(Parse::Incomplete { hint: need })
+    );
+    v.extend(std::iter::repeat(b'x').take(1000));
+    v.extend_from_slice(b"\r\n");
+    assert!(matches!(parse_request(&v, &limits()), Ok(Parse::Done(r)) if r.len == need));
+    let too_big = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1001\r\n";
+    assert!(matches!(parse_request(too_big, &limits()), Err(e) if e.close));
+}
+
+/// Renders the current outcome of every vector (run with --ignored to
+/// print candidate expectations for new vectors).
+#[test]
+#[ignore]
+fn print_vectors() {
+    for (_, input, _) in vectors(REQUESTS) {
+        println!("{}\t{}", esc(&input), render_req(&input, &parse_request(&input, &limits())));
+    }
+    for (_, input, _) in vectors(REPLIES) {
+        println!("{}\t{}", esc(&input), render_rsp(&parse_response(&input)));
+    }
+}
