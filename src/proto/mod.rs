@@ -156,9 +156,9 @@ impl Protocol {
         match (self, op) {
             (Protocol::Memcache, Op::Mc(op)) => memcache::parse_response(buf, op),
             (Protocol::Redis, _) => redis::parse_response(buf),
-            (Protocol::Memcache, Op::Redis(_)) => {
-                Err(ResponseError("redis operation on a memcached connection".into()))
-            }
+            (Protocol::Memcache, Op::Redis(_)) => Err(ResponseError(
+                "non-memcached operation on a memcached connection".into(),
+            )),
         }
     }
 

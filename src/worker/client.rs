@@ -136,11 +136,12 @@ impl Worker<'_> {
         };
         let pool = c.pool;
         let client_id = c.id;
-        if self.pools[pool].proto == crate::proto::Protocol::Redis && !c.session.authed {
-            if !matches!(req.route, Route::Local(_)) {
-                self.push_ready(token, b"-NOAUTH Authentication required\r\n".to_vec(), false);
-                return false;
-            }
+        if self.pools[pool].proto == crate::proto::Protocol::Redis
+            && !c.session.authenticated
+            && crate::proto::redis::local::needs_auth(&req)
+        {
+            self.push_ready(token, crate::proto::redis::local::NOAUTH.to_vec(), false);
+            return false;
         }
         match req.route {
             Route::Local(Local::Reply(out)) => {
@@ -285,7 +286,7 @@ impl Worker<'_> {
             out: Vec::new(),
             close_after: false,
             multi: Some(Box::new(Multi {
-                req,
+                req: req.clone(),
                 bytes: bytes.to_vec(),
                 frags,
                 remaining: groups.len(),
@@ -337,13 +338,14 @@ impl Worker<'_> {
         let seq = c.next_seq();
         let noreply = req.noreply;
         let op = req.op;
+        let _ = &bytes;
         if !noreply {
             c.pending.push_back(Slot {
                 ready: false,
                 out: Vec::new(),
                 close_after: false,
                 multi: Some(Box::new(Multi {
-                    req,
+                    req: req.clone(),
                     bytes: Vec::new(),
                     frags: (0..n).map(|_| Fragment::default()).collect(),
                     remaining: n,

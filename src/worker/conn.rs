@@ -71,20 +71,9 @@ pub struct Client {
     /// Stop reading: a quit or fatal error is queued.
     pub closing: bool,
     /// Redis session state (AUTH done, protocol version, name).
-    pub session: Session,
+    pub session: crate::proto::redis::local::Session,
     /// Last activity (idle timeout).
     pub last_active: Instant,
-}
-
-/// Per-connection Redis session state.
-#[derive(Debug, Default, Clone)]
-pub struct Session {
-    /// AUTH accepted (or none required).
-    pub authed: bool,
-    /// Protocol chosen with HELLO (2 or 3).
-    pub resp: u8,
-    /// CLIENT SETNAME.
-    pub name: Option<Vec<u8>>,
 }
 
 impl Client {

@@ -40,19 +40,13 @@ impl Worker<'_> {
     }
 
     /// Answer a Redis session command; returns the reply and whether to close.
-    pub(super) fn redis_session(&mut self, token: Token, req: &Request, bytes: &[u8]) -> (Vec<u8>, bool) {
+    pub(super) fn redis_session(&mut self, token: Token, _req: &Request, bytes: &[u8]) -> (Vec<u8>, bool) {
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return (Vec::new(), true);
         };
-        let pool = &self.pools[c.pool];
-        let ctx = crate::proto::redis::SessionCtx {
-            password: pool.cfg.redis_auth.as_deref(),
-            db: pool.cfg.redis_db,
-            worker_id: 0,
-            client_id: c.id,
-        };
+        let password = self.pools[c.pool].cfg.redis_auth.as_deref().map(str::as_bytes);
         let mut out = Vec::new();
-        let close = crate::proto::redis::answer_session(req, bytes, &ctx, &mut c.session, &mut out);
-        (out, close)
+        crate::proto::redis::local::answer(bytes, &mut c.session, password, &mut out);
+        (out, false)
     }
 }

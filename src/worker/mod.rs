@@ -392,7 +392,6 @@ impl<'a> Worker<'a> {
             {
                 continue;
             }
-            let authed = !(self.pools[pool].cfg.redis && self.pools[pool].cfg.redis_auth.is_some());
             entry.insert(Conn::Client(Box::new(conn::Client {
                 sock,
                 id,
@@ -404,11 +403,10 @@ impl<'a> Worker<'a> {
                 head_seq: 0,
                 eof: false,
                 closing: false,
-                session: conn::Session {
-                    authed,
-                    resp: 2,
-                    name: None,
-                },
+                session: crate::proto::redis::local::Session::new(
+                    id,
+                    self.pools[pool].cfg.redis_auth.as_deref().map(str::as_bytes),
+                ),
                 last_active: now,
             })));
             self.pools[pool].clients += 1;

@@ -83,27 +83,32 @@ impl Worker<'_> {
 
     /// Redis: AUTH and SELECT before any client request uses the connection.
     fn server_handshake(&mut self, token: Token, pool: usize, now: Instant) {
-        let cfg = &self.pools[pool].cfg;
-        if !cfg.redis {
+        if !self.pools[pool].cfg.redis {
             return;
         }
-        let op = Op::Redis(crate::proto::redis::RedisOp::INTERNAL);
-        if let Some(pw) = cfg.redis_auth.clone() {
+        let Some(cmd) = crate::proto::redis::Cmd::lookup(b"AUTH") else {
+            return;
+        };
+        let op = Op::Redis(crate::proto::redis::RedisOp {
+            cmd,
+            class: cmd.class(),
+        });
+        if let Some(pw) = self.pools[pool].cfg.redis_auth.clone() {
             self.enqueue(
                 token,
                 Some(Waiter::Internal),
                 op,
-                |out| crate::proto::redis::write_command(&[b"AUTH", pw.as_bytes()], out),
+                |out| write_command(&[b"AUTH", pw.as_bytes()], out),
                 now,
             );
         }
-        let db = cfg.redis_db;
+        let db = self.pools[pool].cfg.redis_db;
         if db != 0 {
             self.enqueue(
                 token,
                 Some(Waiter::Internal),
                 op,
-                |out| crate::proto::redis::write_command(&[b"SELECT", db.to_string().as_bytes()], out),
+                |out| write_command(&[b"SELECT", db.to_string().as_bytes()], out),
                 now,
             );
         }
@@ -384,5 +389,15 @@ impl Worker<'_> {
                 self.fragment_done(ct, id, seq, frag, out, true, proto);
             }
         }
+    }
+}
+
+/// A RESP array of bulk strings (the proxy's own AUTH and SELECT).
+fn write_command(args: &[&[u8]], out: &mut Vec<u8>) {
+    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
     }
 }
