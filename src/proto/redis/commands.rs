@@ -65,9 +65,7 @@ impl Cmd {
         let up = &mut up[..name.len()];
         up.copy_from_slice(name);
         up.make_ascii_uppercase();
-        let idx = TABLE
-            .binary_search_by(|e| e.name.as_bytes().cmp(up))
-            .ok()?;
+        let idx = TABLE.binary_search_by(|e| e.name.as_bytes().cmp(up)).ok()?;
         u16::try_from(idx).ok().map(Cmd)
     }
 
@@ -390,7 +388,10 @@ mod tests {
         assert!(Cmd::lookup(b"").is_none());
         assert!(Cmd::lookup(&[b'A'; 100]).is_none());
         for c in Cmd::all() {
-            assert_eq!(Cmd::lookup(c.name().to_ascii_lowercase().as_bytes()), Some(c));
+            assert_eq!(
+                Cmd::lookup(c.name().to_ascii_lowercase().as_bytes()),
+                Some(c)
+            );
         }
     }
 }

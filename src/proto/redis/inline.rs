@@ -214,10 +214,19 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         assert_eq!(s(b"GET foo"), vec![b"GET".to_vec(), b"foo".to_vec()]);
-        assert_eq!(s(b"  a\t b\rc  "), vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
+        assert_eq!(
+            s(b"  a\t b\rc  "),
+            vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]
+        );
         assert_eq!(s(b"ECHO \"a b\""), vec![b"ECHO".to_vec(), b"a b".to_vec()]);
-        assert_eq!(s(b"ECHO \"a\\x41\\n\""), vec![b"ECHO".to_vec(), b"aA\n".to_vec()]);
-        assert_eq!(s(b"ECHO 'a\\' b'"), vec![b"ECHO".to_vec(), b"a' b".to_vec()]);
+        assert_eq!(
+            s(b"ECHO \"a\\x41\\n\""),
+            vec![b"ECHO".to_vec(), b"aA\n".to_vec()]
+        );
+        assert_eq!(
+            s(b"ECHO 'a\\' b'"),
+            vec![b"ECHO".to_vec(), b"a' b".to_vec()]
+        );
         assert_eq!(s(b"ECHO ''"), vec![b"ECHO".to_vec(), b"".to_vec()]);
         assert_eq!(s(b"x a\"b c\""), vec![b"x".to_vec(), b"ab c".to_vec()]);
         assert_eq!(s(b"a\0b"), vec![b"a".to_vec()]);

@@ -66,12 +66,7 @@ fn values(req_bytes: &[u8]) -> Vec<Vec<u8>> {
 
 /// Answers AUTH, SELECT, HELLO, CLIENT and COMMAND from `session` and the
 /// pool's `password`, appending the reply to `out`.
-pub fn answer(
-    req_bytes: &[u8],
-    session: &mut Session,
-    password: Option<&[u8]>,
-    out: &mut Vec<u8>,
-) {
+pub fn answer(req_bytes: &[u8], session: &mut Session, password: Option<&[u8]>, out: &mut Vec<u8>) {
     let argv = values(req_bytes);
     let Some(name) = argv.first() else {
         return reply::error_reply("empty command", out);
@@ -162,7 +157,10 @@ pub fn answer_hello(
             Some(3) => resp3 = true,
             Some(_) => return out.extend_from_slice(b"-NOPROTO unsupported protocol version\r\n"),
             None => {
-                return reply::error_reply("Protocol version is not an integer or out of range", out)
+                return reply::error_reply(
+                    "Protocol version is not an integer or out of range",
+                    out,
+                )
             }
         }
     }
@@ -180,7 +178,10 @@ pub fn answer_hello(
             i += 2;
         } else {
             return reply::error_reply(
-                &format!("Syntax error in HELLO option '{}'", String::from_utf8_lossy(&args[i])),
+                &format!(
+                    "Syntax error in HELLO option '{}'",
+                    String::from_utf8_lossy(&args[i])
+                ),
                 out,
             );
         }
@@ -363,13 +364,24 @@ mod tests {
         let r = run(b"*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n", &mut s, None);
         assert!(r.starts_with(b"%7\r\n$6\r\nserver\r\n$5\r\nredis\r\n"));
         assert!(s.resp3);
-        assert!(matches!(crate::proto::redis::parse_response(&r), Ok(crate::proto::Parse::Done(x)) if x.len == r.len()));
-        assert_eq!(run(b"CLIENT SETINFO LIB-NAME redis-py\r\n", &mut s, None), b"+OK\r\n");
-        assert_eq!(run(b"CLIENT SETINFO LIB-VER 8.0.0\r\n", &mut s, None), b"+OK\r\n");
+        assert!(
+            matches!(crate::proto::redis::parse_response(&r), Ok(crate::proto::Parse::Done(x)) if x.len == r.len())
+        );
+        assert_eq!(
+            run(b"CLIENT SETINFO LIB-NAME redis-py\r\n", &mut s, None),
+            b"+OK\r\n"
+        );
+        assert_eq!(
+            run(b"CLIENT SETINFO LIB-VER 8.0.0\r\n", &mut s, None),
+            b"+OK\r\n"
+        );
         assert_eq!(s.lib_name.as_deref(), Some(&b"redis-py"[..]));
         assert_eq!(run(b"CLIENT GETNAME\r\n", &mut s, None), b"_\r\n");
         assert_eq!(run(b"CLIENT ID\r\n", &mut s, None), b":7\r\n");
-        assert_eq!(run(b"HELLO 4\r\n", &mut s, None), b"-NOPROTO unsupported protocol version\r\n");
+        assert_eq!(
+            run(b"HELLO 4\r\n", &mut s, None),
+            b"-NOPROTO unsupported protocol version\r\n"
+        );
         let r = run(b"HELLO 2\r\n", &mut s, None);
         assert!(r.starts_with(b"*14\r\n"));
     }
@@ -380,7 +392,10 @@ mod tests {
         let mut s = Session::new(1, pw);
         assert!(!s.authenticated);
         assert!(run(b"HELLO 3\r\n", &mut s, pw).starts_with(b"-NOAUTH"));
-        assert_eq!(run(b"AUTH nope\r\n", &mut s, pw), b"-ERR invalid password\r\n");
+        assert_eq!(
+            run(b"AUTH nope\r\n", &mut s, pw),
+            b"-ERR invalid password\r\n"
+        );
         assert_eq!(run(b"AUTH secret\r\n", &mut s, pw), b"+OK\r\n");
         assert!(s.authenticated);
         let mut t = Session::new(2, None);
@@ -398,7 +413,13 @@ mod tests {
     #[test]
     fn command_replies_parse() {
         let mut s = Session::new(1, None);
-        for req in [&b"COMMAND\r\n"[..], b"COMMAND DOCS\r\n", b"COMMAND COUNT\r\n", b"COMMAND INFO get nosuch\r\n", b"COMMAND LIST\r\n"] {
+        for req in [
+            &b"COMMAND\r\n"[..],
+            b"COMMAND DOCS\r\n",
+            b"COMMAND COUNT\r\n",
+            b"COMMAND INFO get nosuch\r\n",
+            b"COMMAND LIST\r\n",
+        ] {
             let r = run(req, &mut s, None);
             match crate::proto::redis::parse_response(&r) {
                 Ok(crate::proto::Parse::Done(x)) => assert_eq!(x.len, r.len()),

@@ -215,7 +215,12 @@ mod tests {
         merge_responses(b, &r, &[(&[0, 2], b":2\r\n"), (&[1], b":1\r\n")], &mut o);
         assert_eq!(o, b":3\r\n");
         o.clear();
-        merge_responses(b, &r, &[(&[0, 2], b":2\r\n"), (&[1], b"-ERR x\r\n")], &mut o);
+        merge_responses(
+            b,
+            &r,
+            &[(&[0, 2], b":2\r\n"), (&[1], b"-ERR x\r\n")],
+            &mut o,
+        );
         assert_eq!(o, b"-ERR x\r\n");
     }
 }

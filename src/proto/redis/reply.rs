@@ -19,7 +19,10 @@ pub fn simple(msg: &str, out: &mut Vec<u8>) {
 }
 
 fn push_line(s: &[u8], out: &mut Vec<u8>) {
-    out.extend(s.iter().map(|&c| if c == b'\r' || c == b'\n' { b' ' } else { c }));
+    out.extend(
+        s.iter()
+            .map(|&c| if c == b'\r' || c == b'\n' { b' ' } else { c }),
+    );
 }
 
 fn push_usize(n: usize, out: &mut Vec<u8>) {

@@ -320,7 +320,9 @@ fn scan(buf: &[u8], limits: &Limits) -> Result<Scanned, Stop> {
             Ok(route) => route,
             Err(e) => return fail(e),
         },
-        CmdClass::MSet if argc < 3 || argc % 2 == 0 => return fail(reply::wrong_args(name)),
+        CmdClass::MSet if argc < 3 || argc.is_multiple_of(2) => {
+            return fail(reply::wrong_args(name))
+        }
         CmdClass::Eval => {
             if argc < 3 {
                 return fail(reply::wrong_args(name));

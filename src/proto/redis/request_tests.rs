@@ -63,7 +63,9 @@ fn render_req(input: &[u8], r: &Result<Parse<Request>, RequestError>) -> String 
     match r {
         Ok(Parse::Incomplete { hint }) => format!("incomplete hint={hint}"),
         Ok(Parse::Done(req)) => {
-            let Op::Redis(op) = req.op else { unreachable!() };
+            let Op::Redis(op) = req.op else {
+                unreachable!()
+            };
             let route = match &req.route {
                 Route::Single => "single".to_string(),
                 Route::Multi => "multi".to_string(),
@@ -101,7 +103,9 @@ fn vectors(text: &str) -> Vec<(usize, Vec<u8>, String)> {
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty() && !l.starts_with('#'))
         .map(|(n, l)| {
-            let (i, e) = l.split_once('\t').unwrap_or_else(|| panic!("line {}: no tab", n + 1));
+            let (i, e) = l
+                .split_once('\t')
+                .unwrap_or_else(|| panic!("line {}: no tab", n + 1));
             (n + 1, unescape_vec(i), e.trim().to_string())
         })
         .collect()
@@ -116,7 +120,10 @@ fn request_vectors() {
     for (line, input, want) in vectors(REQUESTS) {
         let got = render_req(&input, &parse_request(&input, &limits()));
         if got != want {
-            bad.push(format!("line {line}: {}\n  want {want}\n  got  {got}", esc(&input)));
+            bad.push(format!(
+                "line {line}: {}\n  want {want}\n  got  {got}",
+                esc(&input)
+            ));
         }
     }
     assert!(bad.is_empty(), "{}", bad.join("\n"));
@@ -128,7 +135,10 @@ fn reply_vectors() {
     for (line, input, want) in vectors(REPLIES) {
         let got = render_rsp(&parse_response(&input));
         if got != want {
-            bad.push(format!("line {line}: {}\n  want {want}\n  got  {got}", esc(&input)));
+            bad.push(format!(
+                "line {line}: {}\n  want {want}\n  got  {got}",
+                esc(&input)
+            ));
         }
     }
     assert!(bad.is_empty(), "{}", bad.join("\n"));
@@ -224,7 +234,7 @@ fn big_value_hint_and_limits() {
         parse_request(&v, &limits()),
         Ok(Parse::Incomplete { hint: need })
     );
-    v.extend(std::iter::repeat(b'x').take(1000));
+    v.extend(std::iter::repeat_n(b'x', 1000));
     v.extend_from_slice(b"\r\n");
     assert!(matches!(parse_request(&v, &limits()), Ok(Parse::Done(r)) if r.len == need));
     let too_big = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1001\r\n";
@@ -237,9 +247,39 @@ fn big_value_hint_and_limits() {
 #[ignore]
 fn print_vectors() {
     for (_, input, _) in vectors(REQUESTS) {
-        println!("{}\t{}", esc(&input), render_req(&input, &parse_request(&input, &limits())));
+        println!(
+            "{}\t{}",
+            esc(&input),
+            render_req(&input, &parse_request(&input, &limits()))
+        );
     }
     for (_, input, _) in vectors(REPLIES) {
         println!("{}\t{}", esc(&input), render_rsp(&parse_response(&input)));
     }
+}
+
+#[test]
+fn random_inputs_are_split_invariant() {
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut rnd = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let alphabet: &[&[u8]] = &[
+        b"*", b"$", b"\r\n", b"1", b"2", b"3", b"0", b"-1", b"MGET", b"MSET", b"DEL", b"k", b" ",
+        b"\"", b"\n", b":", b"+OK", b"%", b"|", b"_", b"GET", b"EVAL", b"~", b">",
+    ];
+    let mut bad = Vec::new();
+    for _ in 0..3000 {
+        let n = (rnd() % 16) as usize;
+        let mut d = Vec::new();
+        for _ in 0..n {
+            d.extend_from_slice(alphabet[(rnd() % alphabet.len() as u64) as usize]);
+        }
+        bad.extend(check_request_splits(&d, &limits()));
+        bad.extend(check_reply_splits(&d));
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
