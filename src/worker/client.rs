@@ -155,7 +155,7 @@ impl Worker<'_> {
                 true
             }
             Route::Local(Local::Stats) => {
-                let out = self.local_stats(pool);
+                let out = self.local_stats(pool, bytes);
                 self.push_ready(token, out, false);
                 false
             }

@@ -10,7 +10,17 @@ use std::fmt::Write as _;
 
 impl Worker<'_> {
     /// memcached `stats`: walnut's own counters in memcached's STAT format.
-    pub(super) fn local_stats(&self, pool: usize) -> Vec<u8> {
+    /// `stats` alone reports walnut's counters; `stats reset` is
+    /// acknowledged; any other argument gets `ERROR`, as memcached answers
+    /// a statistics group it does not know.
+    pub(super) fn local_stats(&self, pool: usize, req: &[u8]) -> Vec<u8> {
+        let line = req.strip_suffix(b"\r\n").or_else(|| req.strip_suffix(b"\n")).unwrap_or(req);
+        let mut args = line.split(|&b| b == b' ').filter(|t| !t.is_empty()).skip(1);
+        match args.next() {
+            None => {}
+            Some(b"reset") => return b"RESET\r\n".to_vec(),
+            Some(_) => return b"ERROR\r\n".to_vec(),
+        }
         let mut s = String::new();
         let p = &self.pools[pool];
         let _ = write!(s, "STAT pid {}\r\n", std::process::id());
