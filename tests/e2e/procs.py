@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -303,6 +304,9 @@ class Proxy(ManagedProcess):
             proxy_bin(kind), "-c", str(self.conf_path), "-s", str(self.stats_port),
             "-a", HOST, "-o", str(log), "-i", str(stats_interval_ms), *extra_args,
         ]
+        if kind == "walnut":
+            # e.g. WALNUT_ARGS="--workers 2 --listener epoll_exclusive"
+            argv += shlex.split(os.environ.get("WALNUT_ARGS", ""))
         super().__init__(kind, argv, workdir, log)
 
     def start(self) -> "Proxy":
@@ -363,7 +367,6 @@ def redis_pool(backends, **settings) -> dict:
     pool = memcache_pool(backends, redis=True)
     pool.update(settings)
     return pool
-
 
 
 # ----------------------------------------------------------- raw I/O -----
