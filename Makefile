@@ -1,0 +1,61 @@
+# walnut build and test entry points. `make test` is what CI runs.
+
+SHELL := /bin/bash
+CARGO ?= cargo
+VENV ?= .venv
+PYTHON ?= python3
+PYTEST ?= $(VENV)/bin/pytest
+# Proxy the end-to-end suite runs against: walnut, nutcracker, or both
+# (comma separated). WALNUT_BIN overrides the walnut binary.
+PROXY ?= walnut
+E2E_TIMEOUT ?= 180
+E2E_ARGS ?=
+FUZZ_SECONDS ?= 20
+
+.PHONY: all build test fmt-check clippy unit fuzz-smoke e2e demo bench venv clean-venv
+
+all: build
+
+build:
+	$(CARGO) build --release
+
+test: fmt-check clippy unit fuzz-smoke e2e
+
+fmt-check:
+	@echo "== cargo fmt --check"
+	$(CARGO) fmt --all -- --check
+
+clippy:
+	@echo "== cargo clippy"
+	$(CARGO) clippy --all-targets -- -D warnings
+
+unit:
+	@echo "== cargo test --release"
+	$(CARGO) test --release
+
+fuzz-smoke:
+	@echo "== fuzz smoke ($(FUZZ_SECONDS) s per target)"
+	FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz-smoke.sh
+
+$(PYTEST): requirements-test.txt
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q --disable-pip-version-check -r requirements-test.txt
+	touch $@
+
+venv: $(PYTEST)
+
+e2e: $(PYTEST)
+	@echo "== end-to-end tests against PROXY=$(PROXY)"
+	@if [[ ",$(PROXY)," == *,walnut,* && -z "$$WALNUT_BIN" ]]; then $(MAKE) --no-print-directory build; fi
+	PROXY=$(PROXY) $(PYTEST) -q tests/e2e --timeout=$(E2E_TIMEOUT) $(E2E_ARGS)
+
+demo:
+	scripts/demo.sh
+
+bench:
+	@if [ -x bench/run.sh ]; then bench/run.sh; \
+	elif [ -f bench/run.sh ]; then bash bench/run.sh; \
+	else echo "bench/run.sh not present yet: nothing to run"; fi
+
+clean-venv:
+	rm -rf $(VENV)
