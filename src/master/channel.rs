@@ -66,7 +66,16 @@ impl Channel {
         let (a, b) = UnixStream::pair()?;
         a.set_nonblocking(true)?;
         b.set_nonblocking(true)?;
-        Ok((Channel { sock: a, inbuf: Vec::new() }, Channel { sock: b, inbuf: Vec::new() }))
+        Ok((
+            Channel {
+                sock: a,
+                inbuf: Vec::new(),
+            },
+            Channel {
+                sock: b,
+                inbuf: Vec::new(),
+            },
+        ))
     }
 
     /// Send one message (small: fits the socket buffer; a full buffer means
@@ -80,7 +89,12 @@ impl Channel {
         let mut buf = [0u8; 1024];
         loop {
             match self.sock.read(&mut buf) {
-                Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "channel closed")),
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "channel closed",
+                    ))
+                }
                 Ok(n) => self.inbuf.extend_from_slice(&buf[..n]),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -92,9 +106,14 @@ impl Channel {
             if self.inbuf.len() < 4 {
                 break;
             }
-            let len = u32::from_be_bytes([self.inbuf[0], self.inbuf[1], self.inbuf[2], self.inbuf[3]]) as usize;
+            let len =
+                u32::from_be_bytes([self.inbuf[0], self.inbuf[1], self.inbuf[2], self.inbuf[3]])
+                    as usize;
             if len > MAX_MESSAGE {
-                return Err(io::Error::new(io::ErrorKind::InvalidData, "oversized channel message"));
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "oversized channel message",
+                ));
             }
             if self.inbuf.len() < 4 + len {
                 break;
@@ -121,10 +140,17 @@ mod tests {
     #[test]
     fn round_trip() {
         let (mut a, mut b) = Channel::pair().unwrap();
-        a.send(&Message::Set("log_level".into(), "7".into())).unwrap();
+        a.send(&Message::Set("log_level".into(), "7".into()))
+            .unwrap();
         a.send(&Message::Graceful).unwrap();
         let got = b.recv().unwrap();
-        assert_eq!(got, vec![Message::Set("log_level".into(), "7".into()), Message::Graceful]);
+        assert_eq!(
+            got,
+            vec![
+                Message::Set("log_level".into(), "7".into()),
+                Message::Graceful
+            ]
+        );
         drop(a);
         assert!(b.recv().is_err());
     }

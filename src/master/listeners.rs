@@ -64,12 +64,17 @@ impl ListenerSet {
     /// Make sure every socket `config` needs exists (reusing ones already
     /// open), drop the ones it no longer uses, and return each worker
     /// slot's listeners.
-    pub fn build(&mut self, config: &Config, workers: usize) -> std::io::Result<Vec<Vec<ListenerFd>>> {
+    pub fn build(
+        &mut self,
+        config: &Config,
+        workers: usize,
+    ) -> std::io::Result<Vec<Vec<ListenerFd>>> {
         let mode = config.process.listener;
         let mut wanted: HashMap<String, (OwnedFd, bool)> = HashMap::new();
         let mut per_worker: Vec<Vec<ListenerFd>> = (0..workers).map(|_| Vec::new()).collect();
         for (pi, pool) in config.pools.iter().enumerate() {
-            let shared = mode != ListenerMode::Reuseport || matches!(pool.listen, ListenAddr::Unix { .. });
+            let shared =
+                mode != ListenerMode::Reuseport || matches!(pool.listen, ListenAddr::Unix { .. });
             let nsock = if shared { 1 } else { workers };
             for slot in 0..nsock {
                 let key = key_of(&pool.listen, slot);
@@ -81,7 +86,11 @@ impl ListenerSet {
                             "pool '{}' listening on {}{}",
                             pool.name,
                             key.split('#').next().unwrap_or(""),
-                            if shared { String::new() } else { format!(" (worker {slot})") }
+                            if shared {
+                                String::new()
+                            } else {
+                                format!(" (worker {slot})")
+                            }
                         );
                         (fd, matches!(pool.listen, ListenAddr::Tcp { .. }))
                     }
@@ -108,7 +117,11 @@ impl ListenerSet {
         let mut out = String::new();
         for (key, (fd, tcp)) in &self.socks {
             set_cloexec(fd.as_raw_fd(), false);
-            out.push_str(&format!("{key}={}={};", fd.as_raw_fd(), if *tcp { "t" } else { "u" }));
+            out.push_str(&format!(
+                "{key}={}={};",
+                fd.as_raw_fd(),
+                if *tcp { "t" } else { "u" }
+            ));
         }
         out
     }
@@ -145,7 +158,11 @@ pub fn set_cloexec(fd: RawFd, on: bool) {
     unsafe {
         let flags = libc::fcntl(fd, libc::F_GETFD);
         if flags >= 0 {
-            let new = if on { flags | libc::FD_CLOEXEC } else { flags & !libc::FD_CLOEXEC };
+            let new = if on {
+                flags | libc::FD_CLOEXEC
+            } else {
+                flags & !libc::FD_CLOEXEC
+            };
             libc::fcntl(fd, libc::F_SETFD, new);
         }
     }

@@ -121,7 +121,10 @@ impl Master {
         if let Some(stats) = &self.stats {
             crate::log_notice!(
                 "stats listening on {}",
-                stats.local_addr().map(|a| a.to_string()).unwrap_or_default()
+                stats
+                    .local_addr()
+                    .map(|a| a.to_string())
+                    .unwrap_or_default()
             );
         }
         self.write_pid_file();
@@ -276,11 +279,17 @@ impl Master {
             }
             if signals::has(sigs, libc::SIGTTIN) {
                 crate::log::level_up();
-                self.broadcast(&Message::Set("log_level".into(), crate::log::level().to_string()));
+                self.broadcast(&Message::Set(
+                    "log_level".into(),
+                    crate::log::level().to_string(),
+                ));
             }
             if signals::has(sigs, libc::SIGTTOU) {
                 crate::log::level_down();
-                self.broadcast(&Message::Set("log_level".into(), crate::log::level().to_string()));
+                self.broadcast(&Message::Set(
+                    "log_level".into(),
+                    crate::log::level().to_string(),
+                ));
             }
             self.respawn_due();
             self.drain_acks();
@@ -461,14 +470,16 @@ impl Master {
             listeners::set_cloexec(s.as_raw_fd(), false);
             spec.push_str(&format!("{}={}=t;", listeners::STATS_KEY, s.as_raw_fd()));
         }
-        let exe = std::ffi::CString::new(self.opts.exe.as_os_str().as_encoded_bytes()).unwrap_or_default();
+        let exe = std::ffi::CString::new(self.opts.exe.as_os_str().as_encoded_bytes())
+            .unwrap_or_default();
         let args: Vec<std::ffi::CString> = self
             .opts
             .args
             .iter()
             .map(|a| std::ffi::CString::new(a.as_bytes()).unwrap_or_default())
             .collect();
-        let env_kv = std::ffi::CString::new(format!("{}={}", listeners::INHERIT_ENV, spec)).unwrap_or_default();
+        let env_kv = std::ffi::CString::new(format!("{}={}", listeners::INHERIT_ENV, spec))
+            .unwrap_or_default();
         if let Some(p) = &self.opts.pid_file {
             let mut old = p.clone().into_os_string();
             old.push(".oldbin");
@@ -492,15 +503,26 @@ impl Master {
             listeners::set_cloexec(s.as_raw_fd(), true);
         }
         if pid < 0 {
-            crate::log_error!("hot upgrade: fork failed: {}", std::io::Error::last_os_error());
+            crate::log_error!(
+                "hot upgrade: fork failed: {}",
+                std::io::Error::last_os_error()
+            );
         } else {
-            crate::log_notice!("hot upgrade: started {} as pid {}", self.opts.exe.display(), pid);
+            crate::log_notice!(
+                "hot upgrade: started {} as pid {}",
+                self.opts.exe.display(),
+                pid
+            );
         }
     }
 
     fn stop_all(&mut self, graceful: bool) {
         self.stopping = true;
-        let m = if graceful { Message::Graceful } else { Message::Stop };
+        let m = if graceful {
+            Message::Graceful
+        } else {
+            Message::Stop
+        };
         let mut pids = Vec::new();
         for gen in self.current.iter_mut().chain(self.old.iter_mut()) {
             for w in gen.workers.iter_mut().filter(|w| w.alive) {
@@ -567,9 +589,9 @@ impl Master {
 }
 
 fn open_stats(addr: &str) -> std::io::Result<std::net::TcpListener> {
-    let (host, port) = addr
-        .rsplit_once(':')
-        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "bad stats address"))?;
+    let (host, port) = addr.rsplit_once(':').ok_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, "bad stats address")
+    })?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
     let port: u16 = port
         .parse()

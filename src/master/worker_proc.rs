@@ -54,7 +54,9 @@ impl Control for WorkerControl {
                             }
                             Message::Set(k, v) => {
                                 let res = apply_param(ctl, &k, &v);
-                                let _ = self.channel.send(&Message::Ack(res.err().unwrap_or_default()));
+                                let _ = self
+                                    .channel
+                                    .send(&Message::Ack(res.err().unwrap_or_default()));
                             }
                             Message::Ack(_) => {}
                         }
@@ -83,7 +85,9 @@ impl Control for WorkerControl {
 pub fn apply_param(ctl: &mut WorkerCtl, key: &str, value: &str) -> Result<(), String> {
     match key {
         "log_level" => {
-            let n: u8 = value.parse().map_err(|_| format!("bad log level '{value}'"))?;
+            let n: u8 = value
+                .parse()
+                .map_err(|_| format!("bad log level '{value}'"))?;
             crate::log::set_level(n);
         }
         "tcp_quickack" => {
@@ -94,7 +98,9 @@ pub fn apply_param(ctl: &mut WorkerCtl, key: &str, value: &str) -> Result<(), St
             };
         }
         "client_idle_timeout" => {
-            let ms: u64 = value.parse().map_err(|_| format!("bad timeout '{value}'"))?;
+            let ms: u64 = value
+                .parse()
+                .map_err(|_| format!("bad timeout '{value}'"))?;
             ctl.client_idle = (ms > 0).then(|| std::time::Duration::from_millis(ms));
         }
         _ => return Err(format!("unknown parameter '{key}'")),
@@ -168,7 +174,10 @@ fn pin_to_cpu(cpu: usize) {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpu % libc::CPU_SETSIZE as usize, &mut set);
         if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            crate::log_warn!("cannot pin to CPU {cpu}: {}", std::io::Error::last_os_error());
+            crate::log_warn!(
+                "cannot pin to CPU {cpu}: {}",
+                std::io::Error::last_os_error()
+            );
         }
     }
 }

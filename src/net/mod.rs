@@ -26,7 +26,11 @@ pub fn resolve(host: &str, port: u16) -> io::Result<SocketAddr> {
 /// Create a listening TCP socket, non-blocking, close-on-exec cleared by the
 /// caller when it must survive an exec (hot upgrade).
 pub fn listen_tcp(addr: SocketAddr, backlog: u32, reuseport: bool) -> io::Result<OwnedFd> {
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(SockProto::TCP))?;
+    let socket = Socket::new(
+        Domain::for_address(addr),
+        Type::STREAM,
+        Some(SockProto::TCP),
+    )?;
     socket.set_reuse_address(true)?;
     if reuseport {
         socket.set_reuse_port(true)?;
@@ -67,8 +71,11 @@ pub enum Endpoint {
 pub fn connect(endpoint: &Endpoint, keepalive: bool) -> io::Result<Stream> {
     match endpoint {
         Endpoint::Tcp(addr) => {
-            let socket =
-                Socket::new(Domain::for_address(*addr), Type::STREAM, Some(SockProto::TCP))?;
+            let socket = Socket::new(
+                Domain::for_address(*addr),
+                Type::STREAM,
+                Some(SockProto::TCP),
+            )?;
             socket.set_nonblocking(true)?;
             socket.set_nodelay(true)?;
             if keepalive {

@@ -163,7 +163,13 @@ impl Protocol {
     }
 
     /// Write the request one server gets for the keys `key_idx` of a multi-key request.
-    pub fn write_fragment(self, req_bytes: &[u8], req: &Request, key_idx: &[usize], out: &mut Vec<u8>) {
+    pub fn write_fragment(
+        self,
+        req_bytes: &[u8],
+        req: &Request,
+        key_idx: &[usize],
+        out: &mut Vec<u8>,
+    ) {
         match self {
             Protocol::Memcache => memcache::write_fragment(req_bytes, req, key_idx, out),
             Protocol::Redis => redis::write_fragment(req_bytes, req, key_idx, out),

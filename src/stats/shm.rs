@@ -124,19 +124,22 @@ impl Region {
     pub fn reset_gauges(&self, slot: usize) {
         for f in WorkerField::ALL {
             if f.kind() != super::Kind::Counter {
-                self.word(slot, self.layout.worker_idx(*f)).store(0, Ordering::Relaxed);
+                self.word(slot, self.layout.worker_idx(*f))
+                    .store(0, Ordering::Relaxed);
             }
         }
         for p in 0..self.layout.servers_per_pool.len() {
             for f in PoolField::ALL {
                 if f.kind() == super::Kind::Gauge {
-                    self.word(slot, self.layout.pool_idx(p, *f)).store(0, Ordering::Relaxed);
+                    self.word(slot, self.layout.pool_idx(p, *f))
+                        .store(0, Ordering::Relaxed);
                 }
             }
             for s in 0..self.layout.servers_per_pool[p] {
                 for f in ServerField::ALL {
                     if f.kind() == super::Kind::Gauge {
-                        self.word(slot, self.layout.server_idx(p, s, *f)).store(0, Ordering::Relaxed);
+                        self.word(slot, self.layout.server_idx(p, s, *f))
+                            .store(0, Ordering::Relaxed);
                     }
                 }
             }
@@ -150,7 +153,8 @@ impl Region {
     }
     /// One worker's value of a worker field.
     pub fn worker_get(&self, slot: usize, f: WorkerField) -> u64 {
-        self.word(slot, self.layout.worker_idx(f)).load(Ordering::Relaxed)
+        self.word(slot, self.layout.worker_idx(f))
+            .load(Ordering::Relaxed)
     }
     /// Sum of a pool field over all slots.
     pub fn pool_sum(&self, pool: usize, f: PoolField) -> u64 {

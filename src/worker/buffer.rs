@@ -95,6 +95,7 @@ impl Buffer {
     }
 
     /// Allocated bytes (memory accounting).
+    #[cfg(test)]
     pub fn capacity(&self) -> usize {
         self.data.len()
     }

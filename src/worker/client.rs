@@ -64,6 +64,14 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return;
         };
+        if c.swallow > 0 {
+            let n = c.swallow.min(c.rbuf.len());
+            c.rbuf.consume(n);
+            c.swallow -= n;
+            if c.swallow > 0 {
+                return;
+            }
+        }
         if c.rbuf.len() < c.need || c.closing {
             return;
         }
@@ -73,6 +81,7 @@ impl Worker<'_> {
         let limits = self.pools[pool].limits;
         let mut off = 0;
         let mut need = 0;
+        let mut swallow = 0;
         loop {
             let input = &rbuf.bytes()[off..];
             if input.is_empty() {
@@ -99,13 +108,20 @@ impl Worker<'_> {
                     if close {
                         break;
                     }
-                    off += err.skip.max(1).min(input.len());
+                    let skip = err.skip.max(1);
+                    if skip > input.len() {
+                        swallow = skip - input.len();
+                        off += input.len();
+                        break;
+                    }
+                    off += skip;
                 }
             }
         }
         rbuf.consume(off);
         if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
             c.need = need;
+            c.swallow = swallow;
             c.rbuf = rbuf;
             c.drain_ready();
             if !c.wbuf.is_empty() {
@@ -189,7 +205,9 @@ impl Worker<'_> {
             return;
         }
         let mut out = Vec::new();
-        self.pools[pool].proto.server_error("Connection refused", &mut out);
+        self.pools[pool]
+            .proto
+            .server_error("Connection refused", &mut out);
         self.push_ready(token, out, false);
     }
 
@@ -267,7 +285,8 @@ impl Worker<'_> {
             self.forward_single(token, client_id, pool, s, &req, bytes, now);
             return;
         }
-        self.stats.pool_add(pool, PoolField::Fragments, groups.len() as u64);
+        self.stats
+            .pool_add(pool, PoolField::Fragments, groups.len() as u64);
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return;
         };
@@ -401,10 +420,13 @@ impl Worker<'_> {
         s.unsent += 1;
         s.unsent_bytes += len as u64;
         let (pool, server, id, arm) = (s.pool, s.server, s.id, !s.timer_armed && waiter.is_some());
-        self.stats.server_add(pool, server, ServerField::Requests, 1);
-        self.stats.server_add(pool, server, ServerField::RequestBytes, len as u64);
+        self.stats
+            .server_add(pool, server, ServerField::Requests, 1);
+        self.stats
+            .server_add(pool, server, ServerField::RequestBytes, len as u64);
         self.stats.server_add(pool, server, ServerField::InQueue, 1);
-        self.stats.server_add(pool, server, ServerField::InQueueBytes, len as u64);
+        self.stats
+            .server_add(pool, server, ServerField::InQueueBytes, len as u64);
         if arm {
             if let Some(t) = self.pools[pool].timeout() {
                 if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
@@ -445,9 +467,7 @@ impl Worker<'_> {
             return;
         };
         let done_writing = c.wbuf.is_empty();
-        if c.closing && c.pending.is_empty() && done_writing {
-            self.close_client(token, false);
-        } else if c.eof && c.pending.is_empty() && done_writing {
+        if (c.closing || c.eof) && c.pending.is_empty() && done_writing {
             self.close_client(token, false);
         }
     }

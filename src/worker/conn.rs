@@ -60,6 +60,9 @@ pub struct Client {
     pub rbuf: Buffer,
     /// Do not parse again until `rbuf` holds this many bytes.
     pub need: usize,
+    /// Input bytes still to discard (the data block of a rejected
+    /// oversized value, as memcached swallows it).
+    pub swallow: usize,
     /// Output not yet written.
     pub wbuf: Buffer,
     /// Replies in request order; `pending[0]` has sequence number `head_seq`.

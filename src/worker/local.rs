@@ -14,7 +14,10 @@ impl Worker<'_> {
     /// acknowledged; any other argument gets `ERROR`, as memcached answers
     /// a statistics group it does not know.
     pub(super) fn local_stats(&self, pool: usize, req: &[u8]) -> Vec<u8> {
-        let line = req.strip_suffix(b"\r\n").or_else(|| req.strip_suffix(b"\n")).unwrap_or(req);
+        let line = req
+            .strip_suffix(b"\r\n")
+            .or_else(|| req.strip_suffix(b"\n"))
+            .unwrap_or(req);
         let mut args = line.split(|&b| b == b' ').filter(|t| !t.is_empty()).skip(1);
         match args.next() {
             None => {}
@@ -50,11 +53,20 @@ impl Worker<'_> {
     }
 
     /// Answer a Redis session command; returns the reply and whether to close.
-    pub(super) fn redis_session(&mut self, token: Token, _req: &Request, bytes: &[u8]) -> (Vec<u8>, bool) {
+    pub(super) fn redis_session(
+        &mut self,
+        token: Token,
+        _req: &Request,
+        bytes: &[u8],
+    ) -> (Vec<u8>, bool) {
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return (Vec::new(), true);
         };
-        let password = self.pools[c.pool].cfg.redis_auth.as_deref().map(str::as_bytes);
+        let password = self.pools[c.pool]
+            .cfg
+            .redis_auth
+            .as_deref()
+            .map(str::as_bytes);
         let mut out = Vec::new();
         crate::proto::redis::local::answer(bytes, &mut c.session, password, &mut out);
         (out, false)

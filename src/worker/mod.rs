@@ -18,9 +18,9 @@ mod server;
 pub use accept::AcceptMutex;
 pub use pool::PoolRt;
 
-use accept::AcceptPolicy;
 use crate::config::ListenerMode;
 use crate::stats::shm::Region;
+use accept::AcceptPolicy;
 use std::os::fd::{AsRawFd, RawFd};
 
 use crate::config::Config;
@@ -224,7 +224,8 @@ impl<'a> Worker<'a> {
             }
             self.fire_timers(now);
             self.flush_dirty();
-            self.stats.worker_set(WorkerField::Heartbeat, crate::util::epoch_us());
+            self.stats
+                .worker_set(WorkerField::Heartbeat, crate::util::epoch_us());
             match control.check(&mut self.ctl, control_ready) {
                 Stop::Run => {}
                 Stop::Fast => return Ok(()),
@@ -233,7 +234,9 @@ impl<'a> Worker<'a> {
                         self.stop_accepting();
                     }
                     let since = *graceful_since.get_or_insert(now);
-                    if self.close_idle_clients() || now.duration_since(since) > Duration::from_secs(30) {
+                    if self.close_idle_clients()
+                        || now.duration_since(since) > Duration::from_secs(30)
+                    {
                         return Ok(());
                     }
                 }
@@ -259,7 +262,9 @@ impl<'a> Worker<'a> {
             if self.accept.mode == ListenerMode::EpollExclusive {
                 epoll_add_exclusive(self.poll.as_raw_fd(), l.as_raw_fd(), token)?;
             } else {
-                self.poll.registry().register(l, token, Interest::READABLE)?;
+                self.poll
+                    .registry()
+                    .register(l, token, Interest::READABLE)?;
             }
         }
         self.accept.registered = true;
@@ -294,7 +299,9 @@ impl<'a> Worker<'a> {
         let Some(m) = self.accept.mutex else {
             return;
         };
-        let mine = self.region.worker_get(self.slot, WorkerField::CurrConnections);
+        let mine = self
+            .region
+            .worker_get(self.slot, WorkerField::CurrConnections);
         let slots = self.region.slots() as u64;
         let avg = self.region.worker_sum(WorkerField::CurrConnections) / slots.max(1);
         // The threshold: skip the lock while holding 1/8 more than the
@@ -362,7 +369,11 @@ impl<'a> Worker<'a> {
                     return;
                 }
                 Err(e) => {
-                    crate::log_warn!("accept on pool '{}' failed: {}", self.pools[pool].cfg.name, e);
+                    crate::log_warn!(
+                        "accept on pool '{}' failed: {}",
+                        self.pools[pool].cfg.name,
+                        e
+                    );
                     return;
                 }
             };
@@ -398,6 +409,7 @@ impl<'a> Worker<'a> {
                 pool,
                 rbuf: Default::default(),
                 need: 0,
+                swallow: 0,
                 wbuf: Default::default(),
                 pending: Default::default(),
                 head_seq: 0,
@@ -405,12 +417,17 @@ impl<'a> Worker<'a> {
                 closing: false,
                 session: crate::proto::redis::local::Session::new(
                     id,
-                    self.pools[pool].cfg.redis_auth.as_deref().map(str::as_bytes),
+                    self.pools[pool]
+                        .cfg
+                        .redis_auth
+                        .as_deref()
+                        .map(str::as_bytes),
                 ),
                 last_active: now,
             })));
             self.pools[pool].clients += 1;
-            self.stats.pool_add(pool, crate::stats::PoolField::ClientConnections, 1);
+            self.stats
+                .pool_add(pool, crate::stats::PoolField::ClientConnections, 1);
             self.stats.worker_add(WorkerField::TotalConnections, 1);
             self.stats.worker_add(WorkerField::CurrConnections, 1);
         }
@@ -418,7 +435,10 @@ impl<'a> Worker<'a> {
 
     fn next_timer_wait(&self) -> Option<Duration> {
         let now = Instant::now();
-        let t = self.timers.peek().map(|Reverse((at, _, _))| at.saturating_duration_since(now));
+        let t = self
+            .timers
+            .peek()
+            .map(|Reverse((at, _, _))| at.saturating_duration_since(now));
         // Wake at least once a second: heartbeat, graceful stop, control.
         Some(t.map_or(Duration::from_secs(1), |d| d.min(Duration::from_secs(1))))
     }

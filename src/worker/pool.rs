@@ -57,7 +57,12 @@ impl PoolRt {
                     ServerAddr::Tcp { host, port } => match crate::net::resolve(host, *port) {
                         Ok(a) => Some(Endpoint::Tcp(a)),
                         Err(e) => {
-                            crate::log_error!("pool '{}': server '{}': {}", cfg.name, s.stats_name(), e);
+                            crate::log_error!(
+                                "pool '{}': server '{}': {}",
+                                cfg.name,
+                                s.stats_name(),
+                                e
+                            );
                             None
                         }
                     },
@@ -74,7 +79,11 @@ impl PoolRt {
                 }
             })
             .collect();
-        let proto = if cfg.redis { Protocol::Redis } else { Protocol::Memcache };
+        let proto = if cfg.redis {
+            Protocol::Redis
+        } else {
+            Protocol::Memcache
+        };
         let limits = Limits {
             max_value: cfg.max_value_size,
             ..Limits::default()

@@ -43,7 +43,8 @@ impl Worker<'_> {
             Ok(s) => s,
             Err(e) => {
                 let msg = crate::util::strerror(&e);
-                self.stats.server_add(pool, server, ServerField::ServerErr, 1);
+                self.stats
+                    .server_add(pool, server, ServerField::ServerErr, 1);
                 self.note_failure(pool, server, now);
                 return Err(msg);
             }
@@ -76,7 +77,8 @@ impl Worker<'_> {
             sent_bytes: 0,
         })));
         self.pools[pool].servers[server].conns[slot] = Some(token);
-        self.stats.server_add(pool, server, ServerField::ServerConnections, 1);
+        self.stats
+            .server_add(pool, server, ServerField::ServerConnections, 1);
         self.server_handshake(token, pool, now);
         Ok(token)
     }
@@ -163,9 +165,12 @@ impl Worker<'_> {
             s.unsent = 0;
             s.unsent_bytes = 0;
             self.stats.server_sub(pool, server, ServerField::InQueue, n);
-            self.stats.server_sub(pool, server, ServerField::InQueueBytes, b);
-            self.stats.server_add(pool, server, ServerField::OutQueue, n);
-            self.stats.server_add(pool, server, ServerField::OutQueueBytes, b);
+            self.stats
+                .server_sub(pool, server, ServerField::InQueueBytes, b);
+            self.stats
+                .server_add(pool, server, ServerField::OutQueue, n);
+            self.stats
+                .server_add(pool, server, ServerField::OutQueueBytes, b);
         }
     }
 
@@ -225,13 +230,27 @@ impl Worker<'_> {
                     s.inflight.pop_front();
                     s.sent = s.sent.saturating_sub(1);
                     s.sent_bytes = s.sent_bytes.saturating_sub(front.len as u64);
-                    self.stats.server_sub(pool, server, ServerField::OutQueue, 1);
-                    self.stats.server_sub(pool, server, ServerField::OutQueueBytes, front.len as u64);
-                    self.stats.server_add(pool, server, ServerField::Responses, 1);
-                    self.stats.server_add(pool, server, ServerField::ResponseBytes, rsp.len as u64);
+                    self.stats
+                        .server_sub(pool, server, ServerField::OutQueue, 1);
+                    self.stats.server_sub(
+                        pool,
+                        server,
+                        ServerField::OutQueueBytes,
+                        front.len as u64,
+                    );
+                    self.stats
+                        .server_add(pool, server, ServerField::Responses, 1);
+                    self.stats
+                        .server_add(pool, server, ServerField::ResponseBytes, rsp.len as u64);
                     replies += 1;
                     let bytes = &input[..rsp.len];
-                    if let Waiter::Client { token: ct, id, seq, frag } = front.waiter {
+                    if let Waiter::Client {
+                        token: ct,
+                        id,
+                        seq,
+                        frag,
+                    } = front.waiter
+                    {
                         self.deliver(ct, id, seq, frag, bytes, rsp.is_error, proto);
                     } else if rsp.is_error {
                         crate::log_error!(
@@ -334,8 +353,12 @@ impl Worker<'_> {
     fn note_failure(&mut self, pool: usize, server: usize, now: Instant) {
         if self.pools[pool].record_failure(server, now) {
             self.stats.pool_add(pool, PoolField::ServerEjects, 1);
-            self.stats
-                .server_set(pool, server, ServerField::ServerEjectedAt, crate::util::epoch_us());
+            self.stats.server_set(
+                pool,
+                server,
+                ServerField::ServerEjectedAt,
+                crate::util::epoch_us(),
+            );
             crate::log_warn!(
                 "pool '{}': server '{}' ejected for {} ms",
                 self.pools[pool].cfg.name,
@@ -358,11 +381,16 @@ impl Worker<'_> {
         if self.pools[pool].servers[server].conns[s.slot] == Some(token) {
             self.pools[pool].servers[server].conns[s.slot] = None;
         }
-        self.stats.server_sub(pool, server, ServerField::ServerConnections, 1);
-        self.stats.server_sub(pool, server, ServerField::InQueue, s.unsent);
-        self.stats.server_sub(pool, server, ServerField::InQueueBytes, s.unsent_bytes);
-        self.stats.server_sub(pool, server, ServerField::OutQueue, s.sent);
-        self.stats.server_sub(pool, server, ServerField::OutQueueBytes, s.sent_bytes);
+        self.stats
+            .server_sub(pool, server, ServerField::ServerConnections, 1);
+        self.stats
+            .server_sub(pool, server, ServerField::InQueue, s.unsent);
+        self.stats
+            .server_sub(pool, server, ServerField::InQueueBytes, s.unsent_bytes);
+        self.stats
+            .server_sub(pool, server, ServerField::OutQueue, s.sent);
+        self.stats
+            .server_sub(pool, server, ServerField::OutQueueBytes, s.sent_bytes);
         let field = match how {
             Ending::Eof => ServerField::ServerEof,
             Ending::Error => ServerField::ServerErr,
@@ -382,7 +410,13 @@ impl Worker<'_> {
         }
         let proto = self.pools[pool].proto;
         for f in s.inflight.drain(..) {
-            if let Waiter::Client { token: ct, id, seq, frag } = f.waiter {
+            if let Waiter::Client {
+                token: ct,
+                id,
+                seq,
+                frag,
+            } = f.waiter
+            {
                 let mut out = Vec::new();
                 proto.server_error(msg, &mut out);
                 self.stats.pool_add(pool, PoolField::ForwardError, 1);
