@@ -162,6 +162,23 @@ impl Protocol {
         }
     }
 
+    /// Write a single-server request as the server must get it. Usually the
+    /// client's bytes unchanged; a protocol may rewrite (e.g. a quiet
+    /// memcached binary or meta request is sent in its non-quiet form so
+    /// every request gets exactly one reply, see `keep_reply`).
+    pub fn write_request(self, req: &Request, bytes: &[u8], out: &mut Vec<u8>) {
+        let _ = req;
+        out.extend_from_slice(bytes);
+    }
+
+    /// Whether a server's reply to a request of operation `op` is passed on
+    /// to the client (false for the replies a quiet request asked not to
+    /// get, e.g. a miss of a binary GETKQ or of a meta `mg ... q`).
+    pub fn keep_reply(self, op: Op, reply: &[u8]) -> bool {
+        let _ = (op, reply);
+        true
+    }
+
     /// Write the request one server gets for the keys `key_idx` of a multi-key request.
     pub fn write_fragment(
         self,
@@ -203,7 +220,8 @@ impl Protocol {
 
     /// The reply a client gets when its request could not be served by a
     /// backend (twemproxy's wording: the strerror text of the failure).
-    pub fn server_error(self, msg: &str, out: &mut Vec<u8>) {
+    pub fn server_error(self, op: Op, msg: &str, out: &mut Vec<u8>) {
+        let _ = op;
         match self {
             Protocol::Memcache => memcache::server_error(msg, out),
             Protocol::Redis => redis::error_reply(msg, out),

@@ -207,7 +207,7 @@ impl Worker<'_> {
         let mut out = Vec::new();
         self.pools[pool]
             .proto
-            .server_error("Connection refused", &mut out);
+            .server_error(req.op, "Connection refused", &mut out);
         self.push_ready(token, out, false);
     }
 
@@ -234,7 +234,7 @@ impl Worker<'_> {
                 self.stats.pool_add(pool, PoolField::ForwardError, 1);
                 if !req.noreply {
                     let mut out = Vec::new();
-                    self.pools[pool].proto.server_error(&msg, &mut out);
+                    self.pools[pool].proto.server_error(req.op, &msg, &mut out);
                     self.push_ready(token, out, false);
                 }
                 return;
@@ -255,7 +255,14 @@ impl Worker<'_> {
                 frag: None,
             })
         };
-        self.enqueue(st, waiter, req.op, |out| out.extend_from_slice(bytes), now);
+        let proto = self.pools[pool].proto;
+        self.enqueue(
+            st,
+            waiter,
+            req.op,
+            |out| proto.write_request(req, bytes, out),
+            now,
+        );
     }
 
     /// Split a multi-key request per server.
@@ -332,7 +339,7 @@ impl Worker<'_> {
                 Err(msg) => {
                     self.stats.pool_add(pool, PoolField::ForwardError, 1);
                     let mut out = Vec::new();
-                    proto.server_error(&msg, &mut out);
+                    proto.server_error(op, &msg, &mut out);
                     self.fragment_done(token, client_id, seq, Some(fi as u32), out, true, proto);
                 }
             }
@@ -386,7 +393,7 @@ impl Worker<'_> {
                 Err(msg) => {
                     if !noreply {
                         let mut out = Vec::new();
-                        proto.server_error(&msg, &mut out);
+                        proto.server_error(op, &msg, &mut out);
                         self.fragment_done(token, client_id, seq, Some(s as u32), out, true, proto);
                     }
                 }

@@ -244,6 +244,11 @@ impl Worker<'_> {
                         .server_add(pool, server, ServerField::ResponseBytes, rsp.len as u64);
                     replies += 1;
                     let bytes = &input[..rsp.len];
+                    let bytes = if proto.keep_reply(front.op, bytes) {
+                        bytes
+                    } else {
+                        &[][..]
+                    };
                     if let Waiter::Client {
                         token: ct,
                         id,
@@ -418,7 +423,7 @@ impl Worker<'_> {
             } = f.waiter
             {
                 let mut out = Vec::new();
-                proto.server_error(msg, &mut out);
+                proto.server_error(f.op, msg, &mut out);
                 self.stats.pool_add(pool, PoolField::ForwardError, 1);
                 self.fragment_done(ct, id, seq, frag, out, true, proto);
             }
