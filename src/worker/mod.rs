@@ -112,7 +112,7 @@ pub struct Worker<'a> {
     dirty_servers: Vec<Token>,
     dirty_clients: Vec<Token>,
     next_id: u64,
-    scratch: Vec<u8>,
+    bufs: buffer::BufPool,
     ctl: WorkerCtl,
     accepting: bool,
 }
@@ -141,7 +141,7 @@ impl<'a> Worker<'a> {
             dirty_servers: Vec::new(),
             dirty_clients: Vec::new(),
             next_id: 1,
-            scratch: Vec::with_capacity(4096),
+            bufs: buffer::BufPool::default(),
             ctl: WorkerCtl {
                 quickack: config.process.tcp_quickack,
                 client_idle: None,
@@ -221,8 +221,9 @@ impl<'a> Worker<'a> {
                 if t == CONTROL {
                     control_ready = true;
                 } else if t < LISTENER_BASE {
-                    let readable = ev.is_readable() || ev.is_read_closed() || ev.is_error();
-                    self.on_event(Token(t), readable, ev.is_writable(), now);
+                    let hup = ev.is_read_closed() || ev.is_error();
+                    let readable = ev.is_readable() || hup;
+                    self.on_event(Token(t), readable, hup, ev.is_writable(), now);
                 }
             }
             self.fire_timers(now);
@@ -360,14 +361,14 @@ impl<'a> Worker<'a> {
         !self.conns.iter().any(|(_, c)| matches!(c, Conn::Client(_)))
     }
 
-    fn on_event(&mut self, token: Token, readable: bool, writable: bool, now: Instant) {
+    fn on_event(&mut self, token: Token, readable: bool, hup: bool, writable: bool, now: Instant) {
         match self.conns.get(token.0) {
             Some(Conn::Client(_)) => {
                 if writable {
                     self.write_client(token);
                 }
                 if readable {
-                    self.read_client(token, now);
+                    self.read_client(token, now, hup);
                 }
             }
             Some(Conn::Server(_)) => {
@@ -375,7 +376,7 @@ impl<'a> Worker<'a> {
                     self.server_writable(token, now);
                 }
                 if readable {
-                    self.read_server(token, now);
+                    self.read_server(token, now, hup);
                 }
             }
             None => {}

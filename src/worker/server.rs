@@ -8,6 +8,7 @@ use crate::proto::{Op, Parse};
 use crate::stats::{PoolField, ServerField};
 use mio::{Interest, Token};
 use std::io::{ErrorKind, Write};
+use std::os::fd::AsRawFd;
 use std::time::Instant;
 
 /// How a server connection ended.
@@ -174,18 +175,22 @@ impl Worker<'_> {
         }
     }
 
-    pub(super) fn read_server(&mut self, token: Token, now: Instant) {
+    pub(super) fn read_server(&mut self, token: Token, now: Instant, hup: bool) {
         loop {
             let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
                 return;
             };
-            match s.rbuf.read_from(&mut s.sock, READ_CHUNK) {
-                Ok(0) => {
+            match s.rbuf.read_fd(s.sock.as_raw_fd(), READ_CHUNK) {
+                Ok((0, _)) => {
                     self.process_replies(token, now);
                     self.close_server(token, Ending::Eof, "Connection reset by peer", now);
                     return;
                 }
-                Ok(_) => {}
+                Ok((_, short)) => {
+                    if short && !hup {
+                        break;
+                    }
+                }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => {
@@ -320,6 +325,9 @@ impl Worker<'_> {
                 if !front.ready && front.multi.is_none() {
                     c.pending.pop_front();
                     c.head_seq += 1;
+                    if c.wbuf.capacity() == 0 {
+                        c.wbuf = self.bufs.take();
+                    }
                     c.wbuf.extend(bytes);
                     c.drain_ready();
                     self.dirty_clients.push(ct);
