@@ -227,7 +227,7 @@ impl Worker<'_> {
             return;
         };
         let seq = c.next_seq();
-        let slot_idx = (client_id as usize) % self.pools[pool].servers[server].conns.len();
+        let slot_idx = self.pools[pool].servers[server].slot_for(client_id, c.session.resp3);
         let st = match self.server_conn(pool, server, slot_idx, now) {
             Ok(t) => t,
             Err(msg) => {
@@ -298,6 +298,7 @@ impl Worker<'_> {
             return;
         };
         let seq = c.next_seq();
+        let resp3 = c.session.resp3;
         let frags = groups
             .iter()
             .map(|(_, keys)| Fragment {
@@ -321,7 +322,7 @@ impl Worker<'_> {
             })),
         });
         for (fi, (server, keys)) in groups.iter().enumerate() {
-            let slot_idx = (client_id as usize) % self.pools[pool].servers[*server].conns.len();
+            let slot_idx = self.pools[pool].servers[*server].slot_for(client_id, resp3);
             let waiter = Waiter::Client {
                 token,
                 id: client_id,
@@ -362,6 +363,7 @@ impl Worker<'_> {
             return;
         };
         let seq = c.next_seq();
+        let resp3 = c.session.resp3;
         let noreply = req.noreply;
         let op = req.op;
         let _ = &bytes;
@@ -381,7 +383,7 @@ impl Worker<'_> {
             });
         }
         for s in 0..n {
-            let slot_idx = (client_id as usize) % self.pools[pool].servers[s].conns.len();
+            let slot_idx = self.pools[pool].servers[s].slot_for(client_id, resp3);
             let waiter = (!noreply).then_some(Waiter::Client {
                 token,
                 id: client_id,
