@@ -183,3 +183,25 @@ fn build_placement(cfg: &PoolConfig, servers: &[ServerRt]) -> Placement {
         .collect();
     Placement::new(cfg.hash, cfg.distribution, cfg.hash_tag, &ring)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ServerRt;
+
+    #[test]
+    fn resp3_clients_use_the_second_half() {
+        let s = ServerRt {
+            endpoint: None,
+            name: String::new(),
+            ring_name: String::new(),
+            weight: 1,
+            conns: vec![None; 2 * 3],
+            failures: 0,
+            ejected_until: None,
+        };
+        assert_eq!(s.per_protocol(), 3);
+        assert_eq!(s.slot_for(7, false), 1);
+        assert_eq!(s.slot_for(7, true), 4);
+        assert!(!s.slot_is_resp3(2) && s.slot_is_resp3(3));
+    }
+}
