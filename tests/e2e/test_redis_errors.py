@@ -5,13 +5,14 @@ fragment, deep pipelines over several server connections, many clients."""
 from __future__ import annotations
 
 import signal
+import socket
 import threading
 import uuid
 
 import pytest
 import redis
 
-from procs import HOST, RawConn, free_port, redis_pool
+from procs import HOST, RawConn, redis_pool
 
 
 @pytest.fixture(autouse=True)
@@ -26,6 +27,24 @@ def uid(prefix: str = "e") -> str:
 
 def client(port: int, **kw) -> redis.Redis:
     return redis.Redis(host=HOST, port=port, socket_timeout=10, **kw)
+
+
+class Dead:
+    """A backend address nothing listens on: the port stays bound (without
+    listen) for the test, so no other process can take it."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind((HOST, 0))
+        self.port = self.sock.getsockname()[1]
+        self.address = f"{HOST}:{self.port}"
+
+
+@pytest.fixture
+def dead():
+    d = Dead()
+    yield d
+    d.sock.close()
 
 
 @pytest.fixture(scope="module")
@@ -144,24 +163,28 @@ def test_redis_db_selects_on_backends(procs):
         r.mset({k: "db2" for k in keys[:5]})
         r2.mset({k: "db2" for k in keys[5:]})
         assert r.mget(keys) == [b"db2"] * 10
-    db2 = sum(client(b.port, db=2, protocol=2).exists(*keys) for b in backends)
-    db0 = sum(client(b.port, db=0, protocol=2).exists(*keys) for b in backends)
+    counts = {}
+    for db in (0, 2):
+        counts[db] = 0
+        for b in backends:
+            with client(b.port, db=db, protocol=2) as d:
+                counts[db] += d.exists(*keys)
+    db0, db2 = counts[0], counts[2]
     assert (db2, db0) == (10, 0)
 
 
-def test_backend_down_is_connection_refused(procs):
-    p = procs.proxy("walnut", {"beta": redis_pool([type("B", (), {"address": f"{HOST}:{free_port()}"})()])})
+def test_backend_down_is_connection_refused(procs, dead):
+    p = procs.proxy("walnut", {"beta": redis_pool([dead])})
     with RawConn(p.port()) as c:
         assert c.request(b"GET k\r\n") == b"-ERR Connection refused\r\n"
         assert c.request(b"MGET a b c\r\n") == b"-ERR Connection refused\r\n"
         assert c.request(b"PING\r\n") == b"+PONG\r\n"
 
 
-def test_failed_fragment_is_an_error_not_partial(procs):
+def test_failed_fragment_is_an_error_not_partial(procs, dead):
     live = procs.redis()
-    dead = type("B", (), {"address": f"{HOST}:{free_port()}"})()
     p = procs.proxy("walnut", {"beta": redis_pool([live, dead])})
-    keys = [f"frag:{i}" for i in range(40)]
+    keys = [uid("frag") for _ in range(40)]  # random: similar keys hash alike under fnv1a_64
     with client(p.port(), protocol=2) as r:
         for cmd in (("MGET", *keys), ("DEL", *keys), ("EXISTS", *keys),
                     ("MSET", *[x for k in keys for x in (k, "v")])):
@@ -179,7 +202,8 @@ def test_stopped_backend_times_out(procs):
         stopped = backends[0]
         stopped.signal(signal.SIGSTOP)
         try:
-            on_stopped = [k for k in keys if client(backends[1].port).exists(k) == 0]
+            with client(backends[1].port, protocol=2) as other:
+                on_stopped = [k for k in keys if other.exists(k) == 0]
             assert on_stopped
             with RawConn(p.port()) as c:
                 assert c.request(f"GET {on_stopped[0]}\r\n".encode(), timeout=5) == \
