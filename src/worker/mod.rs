@@ -162,7 +162,7 @@ impl<'a> Worker<'a> {
                 continue;
             }
             for s in 0..self.pools[p].servers.len() {
-                for c in 0..self.pools[p].servers[s].conns.len() {
+                for c in 0..self.pools[p].servers[s].per_protocol() {
                     let _ = self.server_conn(p, s, c, now);
                 }
             }

@@ -80,12 +80,20 @@ impl Worker<'_> {
         self.pools[pool].servers[server].conns[slot] = Some(token);
         self.stats
             .server_add(pool, server, ServerField::ServerConnections, 1);
-        self.server_handshake(token, pool, now);
+        self.server_handshake(token, pool, server, slot, now);
         Ok(token)
     }
 
-    /// Redis: AUTH and SELECT before any client request uses the connection.
-    fn server_handshake(&mut self, token: Token, pool: usize, now: Instant) {
+    /// Redis: AUTH, SELECT and, on a RESP3 slot, `HELLO 3` before any
+    /// client request uses the connection.
+    fn server_handshake(
+        &mut self,
+        token: Token,
+        pool: usize,
+        server: usize,
+        slot: usize,
+        now: Instant,
+    ) {
         if !self.pools[pool].cfg.redis {
             return;
         }
@@ -112,6 +120,15 @@ impl Worker<'_> {
                 Some(Waiter::Internal),
                 op,
                 |out| write_command(&[b"SELECT", db.to_string().as_bytes()], out),
+                now,
+            );
+        }
+        if self.pools[pool].servers[server].slot_is_resp3(slot) {
+            self.enqueue(
+                token,
+                Some(Waiter::Internal),
+                op,
+                |out| write_command(&[b"HELLO", b"3"], out),
                 now,
             );
         }
