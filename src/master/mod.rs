@@ -82,10 +82,27 @@ fn cpu_for(config: &Config, index: usize) -> Option<usize> {
     match &config.process.cpu_affinity {
         CpuAffinity::None => None,
         CpuAffinity::Auto => {
-            let n = std::thread::available_parallelism().map_or(1, |n| n.get());
-            Some(index % n)
+            // Worker i on the i-th CPU this process may run on (which is
+            // CPU i unless walnut was started under a narrower mask).
+            let cpus = allowed_cpus();
+            cpus.get(index % cpus.len().max(1)).copied().or(Some(index))
         }
         CpuAffinity::List(cpus) => cpus.get(index % cpus.len().max(1)).copied(),
+    }
+}
+
+/// CPUs in the calling process's affinity mask, in ascending order.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is valid; sched_getaffinity fills it and
+    // CPU_ISSET reads within its bounds.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Vec::new();
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
     }
 }
 
