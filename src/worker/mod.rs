@@ -260,7 +260,7 @@ impl<'a> Worker<'a> {
         for (i, (l, _)) in self.listeners.iter_mut().enumerate() {
             let token = Token(LISTENER_BASE + i);
             if self.accept.mode == ListenerMode::EpollExclusive {
-                epoll_add_exclusive(self.poll.as_raw_fd(), l.as_raw_fd(), token)?;
+                accept::add_exclusive(self.poll.as_raw_fd(), l.as_raw_fd(), token.0 as u64)?;
             } else {
                 self.poll
                     .registry()
@@ -365,6 +365,10 @@ impl<'a> Worker<'a> {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     if accepted == 0 {
                         self.stats.worker_add(WorkerField::AcceptEagain, 1);
+                    } else if self.accept.mode == ListenerMode::EpollExclusive {
+                        let fd = listener.as_raw_fd();
+                        let token = (LISTENER_BASE + idx) as u64;
+                        let _ = accept::requeue_exclusive(self.poll.as_raw_fd(), fd, token);
                     }
                     return;
                 }
@@ -471,19 +475,4 @@ impl<'a> Worker<'a> {
         }
         self.dirty_clients = clients;
     }
-}
-
-/// Add a listening socket to an epoll set with EPOLLEXCLUSIVE (mio has no
-/// flag for it). The event's data is the token, as mio reads it back.
-fn epoll_add_exclusive(epfd: RawFd, fd: RawFd, token: Token) -> std::io::Result<()> {
-    let mut ev = libc::epoll_event {
-        events: (libc::EPOLLIN | libc::EPOLLEXCLUSIVE) as u32,
-        u64: token.0 as u64,
-    };
-    // SAFETY: valid epoll and socket descriptors and a valid event struct.
-    let rc = unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) };
-    if rc < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
 }
