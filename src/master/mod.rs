@@ -130,6 +130,7 @@ impl Master {
 
     /// Start the first generation of workers and run until stopped.
     pub fn run(&mut self, config: Config) -> i32 {
+        signals::block();
         signals::install();
         if let Err(e) = self.start_generation(config) {
             crate::log_error!("cannot start: {e}");
@@ -215,7 +216,7 @@ impl Master {
         }
         if pid == 0 {
             drop(master_end);
-            self.close_in_child();
+            self.close_in_child(gen);
             worker_proc::worker_main(worker_proc::WorkerStart {
                 index,
                 config: &gen.config,
@@ -239,17 +240,29 @@ impl Master {
         })
     }
 
-    /// In a new worker: close descriptors that belong to the master only.
-    fn close_in_child(&self) {
-        let mut fds: Vec<RawFd> = Vec::new();
+    /// In a new worker: close descriptors that belong to the master only,
+    /// and every listening socket but the worker's own copies (a worker
+    /// must not keep another slot's reuseport socket open).
+    fn close_in_child(&self, new_gen: &Generation) {
+        let mut fds: Vec<RawFd> = self.socks.raw_fds();
         if let Some(s) = &self.stats {
             fds.push(s.as_raw_fd());
         }
-        for gen in self.current.iter().chain(self.old.iter()) {
+        for gen in self
+            .current
+            .iter()
+            .chain(self.old.iter())
+            .chain(std::iter::once(new_gen))
+        {
             for w in &gen.workers {
                 fds.push(w.channel.fd());
             }
+            for l in gen.listeners.iter().flatten() {
+                fds.push(l.fd.as_raw_fd());
+            }
         }
+        fds.sort_unstable();
+        fds.dedup();
         for fd in fds {
             // SAFETY: closing the child's copies of master-only descriptors.
             unsafe {
@@ -315,20 +328,13 @@ impl Master {
 
     /// Wait up to 100 ms for a stats connection (or a signal), serve it.
     fn serve_stats(&mut self) {
-        let Some(stats) = &self.stats else {
-            std::thread::sleep(Duration::from_millis(100));
-            return;
-        };
-        let mut pfd = libc::pollfd {
-            fd: stats.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: poll on one valid pollfd.
-        let rc = unsafe { libc::poll(&mut pfd, 1, 100) };
-        if rc <= 0 {
+        let fd = self.stats.as_ref().map(|s| s.as_raw_fd());
+        if !signals::wait(fd, 100) {
             return;
         }
+        let Some(stats) = &self.stats else {
+            return;
+        };
         while let Ok((mut sock, _)) = stats.accept() {
             let Some(gen) = &self.current else { break };
             let doc = crate::stats::json::render(
@@ -384,6 +390,7 @@ impl Master {
             let clean = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
             let stopping = self.stopping;
             let mut found = false;
+            let mut abandoned: Option<usize> = None;
             for gen in self.current.iter_mut().chain(self.old.iter_mut()) {
                 let draining = gen.draining;
                 for (i, w) in gen.workers.iter_mut().enumerate() {
@@ -403,6 +410,9 @@ impl Master {
                     if fatal {
                         w.fatal = true;
                         crate::log_error!("worker {} failed fatally, not restarting it", i);
+                        if !draining {
+                            abandoned = Some(i);
+                        }
                         continue;
                     }
                     // Restart at once; a worker that keeps dying right after
@@ -418,6 +428,14 @@ impl Master {
                         Duration::from_millis((50u64 << w.quick_deaths.min(7)).min(5000))
                     };
                     w.respawn_at = Some(Instant::now() + delay);
+                }
+            }
+            if let (Some(i), Some(gen)) = (abandoned, self.current.as_mut()) {
+                self.socks.close_slot(&gen.config, i);
+                if gen.config.process.listener == ListenerMode::Reuseport {
+                    if let Some(l) = gen.listeners.get_mut(i) {
+                        l.clear();
+                    }
                 }
             }
             if !found {
@@ -509,6 +527,7 @@ impl Master {
             argv.push(std::ptr::null());
             // SAFETY: putenv with a string that lives until exec; execv with
             // NUL-terminated argv.
+            signals::unblock();
             unsafe {
                 libc::putenv(env_kv.as_ptr() as *mut libc::c_char);
                 libc::execv(exe.as_ptr(), argv.as_ptr());
