@@ -488,7 +488,9 @@ impl Master {
                 return;
             }
         };
-        if self.current.as_ref().map(|g| &g.config) == Some(&config) {
+        // Unchanged: nothing to do, unless SIGWINCH stopped the workers
+        // (then HUP starts them again, as in nginx).
+        if !self.stopping && self.current.as_ref().map(|g| &g.config) == Some(&config) {
             crate::log_notice!("reload: configuration unchanged");
             return;
         }

@@ -113,7 +113,13 @@ pub struct Worker<'a> {
     scratch: Vec<u8>,
     ctl: WorkerCtl,
     accepting: bool,
+    graceful_timeout: Duration,
 }
+
+/// During a graceful stop a client is closed once it has nothing in flight
+/// and has sent nothing for this long: clients busy on a connection keep it
+/// (closing under them would fail the request they are about to send).
+const GRACEFUL_IDLE: Duration = Duration::from_millis(100);
 
 impl<'a> Worker<'a> {
     /// Build a worker for `config`, serving the given listeners.
@@ -145,6 +151,7 @@ impl<'a> Worker<'a> {
                 client_idle: None,
             },
             accepting: true,
+            graceful_timeout: Duration::from_millis(config.process.graceful_timeout_ms),
         };
         if mode != ListenerMode::AcceptMutex {
             w.register_listeners()?;
@@ -186,6 +193,10 @@ impl<'a> Worker<'a> {
         }
         loop {
             let mut timeout = self.next_timer_wait();
+            if !self.accepting {
+                // Graceful stop: look at idle clients often.
+                timeout = timeout.map(|t| t.min(GRACEFUL_IDLE / 2));
+            }
             if self.accept.mode == ListenerMode::AcceptMutex && self.accepting {
                 self.trylock_accept();
                 if !self.accept.held {
@@ -234,8 +245,8 @@ impl<'a> Worker<'a> {
                         self.stop_accepting();
                     }
                     let since = *graceful_since.get_or_insert(now);
-                    if self.close_idle_clients()
-                        || now.duration_since(since) > Duration::from_secs(30)
+                    if self.close_idle_clients(now)
+                        || now.duration_since(since) > self.graceful_timeout
                     {
                         return Ok(());
                     }
@@ -315,13 +326,20 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// Graceful stop: close every client with nothing in flight; true when none is left.
-    fn close_idle_clients(&mut self) -> bool {
+    /// Graceful stop: close every client with nothing in flight that has
+    /// been quiet for [`GRACEFUL_IDLE`]; true when none is left.
+    fn close_idle_clients(&mut self, now: Instant) -> bool {
         let idle: Vec<usize> = self
             .conns
             .iter()
             .filter_map(|(k, c)| match c {
-                Conn::Client(c) if c.pending.is_empty() && c.wbuf.is_empty() => Some(k),
+                Conn::Client(c)
+                    if c.pending.is_empty()
+                        && c.wbuf.is_empty()
+                        && now.duration_since(c.last_active) >= GRACEFUL_IDLE =>
+                {
+                    Some(k)
+                }
                 _ => None,
             })
             .collect();
