@@ -69,6 +69,8 @@ pub struct Master {
     source: String,
     next_gen: u64,
     stopping: bool,
+    /// Pid of the new binary started by USR2, while it runs.
+    upgrade_child: Option<libc::pid_t>,
 }
 
 fn nworkers(config: &Config) -> usize {
@@ -125,6 +127,7 @@ impl Master {
             source: crate::stats::json::hostname(),
             next_gen: 1,
             stopping: false,
+            upgrade_child: None,
         })
     }
 
@@ -438,7 +441,14 @@ impl Master {
                     }
                 }
             }
-            if !found {
+            if self.upgrade_child == Some(pid) {
+                self.upgrade_child = None;
+                crate::log_error!("new binary (pid {pid}) {how}");
+                // nginx's rule: the old master is the live one again.
+                if let Some(p) = &self.opts.pid_file {
+                    let _ = std::fs::rename(oldbin(p), p);
+                }
+            } else if !found {
                 crate::log_info!("child pid {} {}", pid, how);
             }
         }
@@ -517,10 +527,12 @@ impl Master {
             .collect();
         let env_kv = std::ffi::CString::new(format!("{}={}", listeners::INHERIT_ENV, spec))
             .unwrap_or_default();
+        if self.upgrade_child.is_some() {
+            crate::log_error!("hot upgrade: a new binary is already running");
+            return;
+        }
         if let Some(p) = &self.opts.pid_file {
-            let mut old = p.clone().into_os_string();
-            old.push(".oldbin");
-            let _ = std::fs::rename(p, old);
+            let _ = std::fs::rename(p, oldbin(p));
         }
         // SAFETY: single-threaded master; the child only execs.
         let pid = unsafe { libc::fork() };
@@ -545,7 +557,11 @@ impl Master {
                 "hot upgrade: fork failed: {}",
                 std::io::Error::last_os_error()
             );
+            if let Some(p) = &self.opts.pid_file {
+                let _ = std::fs::rename(oldbin(p), p);
+            }
         } else {
+            self.upgrade_child = Some(pid);
             crate::log_notice!(
                 "hot upgrade: started {} as pid {}",
                 self.opts.exe.display(),
@@ -615,15 +631,26 @@ impl Master {
         }
     }
 
+    /// Remove the pid file (or, after a hot upgrade, the `.oldbin` one)
+    /// if it still names this process.
     fn remove_pid_file(&self) {
         if let Some(p) = &self.opts.pid_file {
-            if let Ok(s) = std::fs::read_to_string(p) {
-                if s.trim() == std::process::id().to_string() {
-                    let _ = std::fs::remove_file(p);
+            for f in [p.clone(), oldbin(p)] {
+                if let Ok(s) = std::fs::read_to_string(&f) {
+                    if s.trim() == std::process::id().to_string() {
+                        let _ = std::fs::remove_file(&f);
+                    }
                 }
             }
         }
     }
+}
+
+/// `PIDFILE.oldbin`: where the old master's pid goes during a hot upgrade.
+fn oldbin(p: &std::path::Path) -> PathBuf {
+    let mut old = p.to_path_buf().into_os_string();
+    old.push(".oldbin");
+    PathBuf::from(old)
 }
 
 fn open_stats(addr: &str) -> std::io::Result<std::net::TcpListener> {

@@ -209,7 +209,7 @@ class MemcacheLoad:
 
     def _run(self, i: int) -> None:
         deadline = time.monotonic() + self.max_seconds
-        key = b"load:%d" % i
+        key = b"load:%x:%d" % (id(self), i)
         n = 0
         c = None
         while not self._stop.is_set() and time.monotonic() < deadline:
