@@ -8,6 +8,7 @@ pub mod channel;
 pub mod listeners;
 pub mod signals;
 pub mod title;
+mod upgrade;
 mod worker_proc;
 
 use crate::config::{Config, CpuAffinity, ListenerMode, Workers};
@@ -19,6 +20,7 @@ use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use upgrade::oldbin;
 
 pub use worker_proc::EXIT_FATAL;
 
@@ -510,66 +512,6 @@ impl Master {
         }
     }
 
-    /// Exec a new binary that inherits the listening sockets (nginx's USR2).
-    fn upgrade(&mut self) {
-        let mut spec = self.socks.export_for_exec();
-        if let Some(s) = &self.stats {
-            listeners::set_cloexec(s.as_raw_fd(), false);
-            spec.push_str(&format!("{}={}=t;", listeners::STATS_KEY, s.as_raw_fd()));
-        }
-        let exe = std::ffi::CString::new(self.opts.exe.as_os_str().as_encoded_bytes())
-            .unwrap_or_default();
-        let args: Vec<std::ffi::CString> = self
-            .opts
-            .args
-            .iter()
-            .map(|a| std::ffi::CString::new(a.as_bytes()).unwrap_or_default())
-            .collect();
-        let env_kv = std::ffi::CString::new(format!("{}={}", listeners::INHERIT_ENV, spec))
-            .unwrap_or_default();
-        if self.upgrade_child.is_some() {
-            crate::log_error!("hot upgrade: a new binary is already running");
-            return;
-        }
-        if let Some(p) = &self.opts.pid_file {
-            let _ = std::fs::rename(p, oldbin(p));
-        }
-        // SAFETY: single-threaded master; the child only execs.
-        let pid = unsafe { libc::fork() };
-        if pid == 0 {
-            let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
-            argv.push(std::ptr::null());
-            // SAFETY: putenv with a string that lives until exec; execv with
-            // NUL-terminated argv.
-            signals::unblock();
-            unsafe {
-                libc::putenv(env_kv.as_ptr() as *mut libc::c_char);
-                libc::execv(exe.as_ptr(), argv.as_ptr());
-                libc::_exit(1);
-            }
-        }
-        self.socks.restore_cloexec();
-        if let Some(s) = &self.stats {
-            listeners::set_cloexec(s.as_raw_fd(), true);
-        }
-        if pid < 0 {
-            crate::log_error!(
-                "hot upgrade: fork failed: {}",
-                std::io::Error::last_os_error()
-            );
-            if let Some(p) = &self.opts.pid_file {
-                let _ = std::fs::rename(oldbin(p), p);
-            }
-        } else {
-            self.upgrade_child = Some(pid);
-            crate::log_notice!(
-                "hot upgrade: started {} as pid {}",
-                self.opts.exe.display(),
-                pid
-            );
-        }
-    }
-
     fn stop_all(&mut self, graceful: bool) {
         self.stopping = true;
         let m = if graceful {
@@ -644,13 +586,6 @@ impl Master {
             }
         }
     }
-}
-
-/// `PIDFILE.oldbin`: where the old master's pid goes during a hot upgrade.
-fn oldbin(p: &std::path::Path) -> PathBuf {
-    let mut old = p.to_path_buf().into_os_string();
-    old.push(".oldbin");
-    PathBuf::from(old)
 }
 
 fn open_stats(addr: &str) -> std::io::Result<std::net::TcpListener> {
