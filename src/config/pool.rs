@@ -424,7 +424,13 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
     if let Some(n) = replicas {
         if n as usize > servers.len() && !servers.is_empty() {
             if let Some(v) = scalar("replicas") {
-                r.error(v.line, format!("'replicas' is {n} but the pool has only {} servers", servers.len()));
+                r.error(
+                    v.line,
+                    format!(
+                        "'replicas' is {n} but the pool has only {} servers",
+                        servers.len()
+                    ),
+                );
             }
         }
     }
