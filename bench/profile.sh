@@ -56,14 +56,19 @@ bench:
     - 127.0.0.1:$backend:1
 YML
 
-taskset -c 1 valgrind --tool=callgrind --trace-children=yes \
-    --callgrind-out-file="$out/callgrind.out.%p" \
-    target/release/walnut -c "$out/walnut.yml" -s "$stats" -a 127.0.0.1 \
-    --workers 1 --cpu-affinity none -o "$out/walnut.log" 2> "$out/valgrind.log" &
+# Default output name (callgrind.out.<pid> in the current directory): an
+# explicit --callgrind-out-file is not re-read correctly in the forked worker.
+(cd "$out" && exec taskset -c 1 valgrind --tool=callgrind --trace-children=yes \
+    "$root/target/release/walnut" -c "$out/walnut.yml" -s "$stats" -a 127.0.0.1 \
+    --workers 1 --cpu-affinity none -o "$out/walnut.log" 2> "$out/valgrind.log") &
 master=$!; pids+=($master)
 wait_port "$listen"; wait_port "$stats"
-sleep 1
-worker=$(awk -v m="$master" '$4 == m {print $1}' /proc/[0-9]*/stat 2>/dev/null | head -1)
+worker=""
+for _ in $(seq 1 300); do
+    worker=$(awk -v m="$master" '$4 == m {print $1}' /proc/[0-9]*/stat 2>/dev/null | head -1)
+    [[ -n "$worker" ]] && break
+    sleep 0.1
+done
 [[ -n "$worker" ]] || { echo "profile: no worker process under $master" >&2; exit 1; }
 callgrind_control -z "$worker" >/dev/null 2>&1 || echo "profile: could not zero counters (start-up included)"
 
@@ -76,14 +81,17 @@ else
         --requests "$requests" --duration 600 --get-ratio 0.9 --value-size 100 --keyspace 10000
 fi
 
+# Dump the worker's counters now: a worker stopped by the master may not get to
+# write its own file at exit.
+callgrind_control -d "$worker" >/dev/null 2>&1 || true
 kill -TERM "$master"
 for _ in $(seq 1 300); do kill -0 "$master" 2>/dev/null || break; sleep 0.1; done
 file=$(ls -S "$out"/callgrind.out."$worker"* 2>/dev/null | head -1)
 [[ -n "$file" ]] || { echo "profile: no callgrind output for worker $worker" >&2; exit 1; }
-total=$(callgrind_annotate "$file" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1; exit}')
+total=$( (callgrind_annotate "$file" 2>/dev/null || true) | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
 echo
 echo "worker instructions: $total for $requests requests = $((total / requests)) instructions/request"
 echo
-callgrind_annotate --inclusive=no "$file" 2>/dev/null | sed -n '/file:function/,$p' | head -n $((top + 2))
+callgrind_annotate --inclusive=no "$file" 2>/dev/null | sed -n '/file:function/,$p' | head -n $((top + 2)) || true
 echo
 echo "full data: callgrind_annotate $file   (or kcachegrind)"
