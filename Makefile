@@ -12,7 +12,7 @@ E2E_TIMEOUT ?= 180
 E2E_ARGS ?=
 FUZZ_SECONDS ?= 20
 
-.PHONY: all build test fmt-check clippy unit fuzz-smoke e2e e2e-listeners demo bench venv clean-venv
+.PHONY: all build test fmt-check clippy unit fuzz-smoke e2e e2e-listeners demo bench profile venv clean-venv
 
 all: build
 
@@ -61,10 +61,14 @@ e2e-listeners: $(PYTEST)
 demo:
 	scripts/demo.sh
 
+# Benchmark: walnut vs nutcracker vs the bare backend (bench/results/latest.*).
+# `make bench BENCH_ARGS=--quick` for the short mode; `make profile` for callgrind.
+BENCH_ARGS ?=
 bench:
-	@if [ -x bench/run.sh ]; then bench/run.sh; \
-	elif [ -f bench/run.sh ]; then bash bench/run.sh; \
-	else echo "bench/run.sh not present yet: nothing to run"; fi
+	bench/run.sh $(BENCH_ARGS)
+
+profile:
+	bench/profile.sh $(PROFILE_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)
