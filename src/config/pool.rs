@@ -19,7 +19,7 @@ pub const DEFAULT_MC_MAX_VALUE_SIZE: usize = 1 << 20;
 pub const DEFAULT_REDIS_MAX_VALUE_SIZE: usize = 512 << 20;
 
 /// Every key a pool may set: twemproxy's, then walnut's extensions.
-pub const POOL_KEYS: [&str; 26] = [
+pub const POOL_KEYS: [&str; 28] = [
     "listen",
     "hash",
     "hash_tag",
@@ -46,6 +46,8 @@ pub const POOL_KEYS: [&str; 26] = [
     "client_output_limit",
     "client_max_inflight",
     "client_idle_timeout",
+    "eject_mode",
+    "server_health_check",
 ];
 
 /// One pool: a listen address in front of a set of servers.
@@ -110,6 +112,14 @@ pub struct PoolConfig {
     pub client_max_inflight: usize,
     /// walnut `client_idle_timeout:` close clients idle this long, ms (0 = never).
     pub client_idle_timeout_ms: u64,
+    /// walnut `eject_mode:` `rehash` (twemproxy: an ejected server's keys
+    /// move to the others) or `fail_fast` (its keys get errors at once and
+    /// never move, so no other server sees them while it is out).
+    pub eject_fail_fast: bool,
+    /// walnut `server_health_check:` probe an ejected server (memcached
+    /// `version`, Redis `PING`) before taking it back (default false:
+    /// twemproxy takes it back when its retry time comes).
+    pub server_health_check: bool,
     /// walnut `allow_flush:` let flush and other pool-wide destructive
     /// commands through (default true, as twemproxy passes `flush_all`).
     pub allow_flush: bool,
@@ -360,6 +370,7 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
     let preconnect = flag("preconnect", false);
     let auto_eject_hosts = flag("auto_eject_hosts", false);
     let allow_flush = flag("allow_flush", true);
+    let server_health_check = flag("server_health_check", false);
 
     let redis_auth = scalar("redis_auth").map(|v| v.text.clone());
     if redis == Some(false) {
@@ -392,6 +403,22 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
             r.error(v.line, "'replicas' is only supported for memcached pools");
         }
     }
+    let eject_fail_fast = match scalar("eject_mode") {
+        None => Some(false),
+        Some(v) => {
+            match v.text.as_str() {
+                "rehash" => Some(false),
+                "fail_fast" => Some(true),
+                other => {
+                    r.error(
+                    v.line,
+                    format!("'eject_mode' has invalid value '{other}': expected rehash or fail_fast"),
+                );
+                    None
+                }
+            }
+        }
+    };
     let replica_read_random = match scalar("replica_read") {
         None => Some(false),
         Some(v) => match v.text.as_str() {
@@ -467,6 +494,8 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
         client_output_limit: client_output_limit?,
         client_max_inflight: client_max_inflight?,
         client_idle_timeout_ms: u64::from(client_idle_timeout?),
+        eject_fail_fast: eject_fail_fast?,
+        server_health_check: server_health_check?,
     })
 }
 

@@ -10,7 +10,7 @@ use std::str::FromStr;
 pub const PROCESS_SECTION: &str = "_walnut";
 
 /// Keys the `_walnut` section accepts.
-pub const PROCESS_KEYS: [&str; 8] = [
+pub const PROCESS_KEYS: [&str; 9] = [
     "workers",
     "listener",
     "cpu_affinity",
@@ -19,6 +19,7 @@ pub const PROCESS_KEYS: [&str; 8] = [
     "accept_mutex_delay",
     "graceful_timeout",
     "log_level",
+    "max_connections",
 ];
 
 /// Highest log level (twemproxy's LOG_PVERB).
@@ -136,6 +137,9 @@ pub struct ProcessConfig {
     /// `graceful_timeout:` ms a graceful stop waits for in-flight requests
     /// (default 30000).
     pub graceful_timeout_ms: u64,
+    /// `max_connections:` client connections one worker holds before it
+    /// stops accepting (resumes below 90%); 0 = no limit (default).
+    pub max_connections: usize,
     /// `log_level:` 0..=11, overriding the default of `-v`.
     pub log_level: Option<u8>,
 }
@@ -150,6 +154,7 @@ impl Default for ProcessConfig {
             tcp_quickack: true,
             accept_mutex_delay_ms: 500,
             graceful_timeout_ms: 30_000,
+            max_connections: 0,
             log_level: None,
         }
     }
@@ -257,6 +262,16 @@ fn set(r: &mut Report, cfg: &mut ProcessConfig, key: &str, v: &Scalar) {
                 r,
                 format!(
                     "invalid value '{}': expected milliseconds, e.g. 500 or 30s",
+                    v.text
+                ),
+            ),
+        },
+        "max_connections" => match parse_uint(&v.text) {
+            Some(n) => cfg.max_connections = n as usize,
+            None => fail(
+                r,
+                format!(
+                    "invalid value '{}': expected a number of connections",
                     v.text
                 ),
             ),

@@ -340,6 +340,7 @@ impl Worker<'_> {
         } else {
             self.stats.pool_add(pool, PoolField::ClientEof, 1);
         }
+        self.maybe_uncap();
     }
 }
 

@@ -115,6 +115,10 @@ pub struct Worker<'a> {
     bufs: buffer::BufPool,
     ctl: WorkerCtl,
     accepting: bool,
+    /// Most clients this worker holds before it stops accepting (0 = no cap).
+    max_conns: usize,
+    /// Accepting is paused at the cap (resumed below 90%).
+    capped: bool,
     graceful_timeout: Duration,
 }
 
@@ -153,6 +157,8 @@ impl<'a> Worker<'a> {
                 client_idle: None,
             },
             accepting: true,
+            max_conns: config.process.max_connections,
+            capped: false,
             graceful_timeout: Duration::from_millis(config.process.graceful_timeout_ms),
         };
         if mode != ListenerMode::AcceptMutex {
@@ -241,6 +247,7 @@ impl<'a> Worker<'a> {
             if now.duration_since(last_sweep) >= Duration::from_secs(1) {
                 last_sweep = now;
                 self.sweep_idle(now);
+                self.probe_servers(now);
             }
             self.flush_dirty();
             self.stats
@@ -291,6 +298,21 @@ impl<'a> Worker<'a> {
         self.listeners.clear();
         if let Some(m) = self.accept.mutex {
             m.unlock(std::process::id() as u64);
+        }
+    }
+
+    /// A client closed: resume accepting once below 90% of the cap.
+    pub(super) fn maybe_uncap(&mut self) {
+        if !self.capped {
+            return;
+        }
+        let open = self.stats.get_worker(WorkerField::CurrConnections) as usize;
+        if open * 10 < self.max_conns * 9 {
+            self.capped = false;
+            if self.accepting && self.accept.mode != ListenerMode::AcceptMutex {
+                let _ = self.register_listeners();
+            }
+            crate::log_notice!("{open} client connections: accepting again");
         }
     }
 
@@ -347,7 +369,7 @@ impl<'a> Worker<'a> {
         let avg = self.region.worker_sum(WorkerField::CurrConnections) / slots.max(1);
         // The threshold: skip the lock while holding 1/8 more than the
         // average plus a small constant (seed 000's max/local thresholds).
-        let loaded = slots > 1 && mine > avg + avg / 8 + 4;
+        let loaded = (slots > 1 && mine > avg + avg / 8 + 4) || self.capped;
         if !loaded && m.try_lock(std::process::id() as u64) {
             self.accept.held = true;
             let _ = self.register_listeners();
@@ -430,6 +452,17 @@ impl<'a> Worker<'a> {
                 }
             };
             accepted += 1;
+            if self.max_conns > 0 {
+                let open = self.stats.get_worker(WorkerField::CurrConnections) as usize;
+                if open + 1 >= self.max_conns && !self.capped {
+                    crate::log_notice!(
+                        "{} client connections: max_connections reached, not accepting until below 90%",
+                        open + 1
+                    );
+                    self.capped = true;
+                    self.deregister_listeners();
+                }
+            }
             let p = &self.pools[pool];
             if p.cfg.client_connections > 0 && p.clients >= p.cfg.client_connections {
                 crate::log_info!(

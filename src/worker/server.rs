@@ -31,10 +31,70 @@ impl Worker<'_> {
         slot: usize,
         now: Instant,
     ) -> Result<Token, String> {
+        self.server_conn_for(pool, server, slot, now, false)
+    }
+
+    /// Health checks: connect to every server whose retry time came and
+    /// that waits for a probe, and ask it something cheap (memcached
+    /// `version`, Redis `PING`); its first reply takes it back.
+    pub(super) fn probe_servers(&mut self, now: Instant) {
+        for pool in 0..self.pools.len() {
+            if let Some(t) = self.pools[pool].next_rebuild {
+                if now >= t {
+                    self.pools[pool].rebuild(now);
+                }
+            }
+            for server in 0..self.pools[pool].servers.len() {
+                let s = &self.pools[pool].servers[server];
+                if !s.probing || s.conns[0].is_some() {
+                    continue;
+                }
+                let Ok(token) = self.server_conn_for(pool, server, 0, now, true) else {
+                    continue;
+                };
+                let (op, probe): (Op, &[u8]) = if self.pools[pool].cfg.redis {
+                    let Some(cmd) = crate::proto::redis::Cmd::lookup(b"PING") else {
+                        continue;
+                    };
+                    (
+                        Op::Redis(crate::proto::redis::RedisOp {
+                            cmd,
+                            class: cmd.class(),
+                        }),
+                        b"*1\r\n$4\r\nPING\r\n",
+                    )
+                } else {
+                    (
+                        Op::Mc(crate::proto::memcache::McOp::Version),
+                        b"version\r\n",
+                    )
+                };
+                self.enqueue(
+                    token,
+                    Some(Waiter::Internal),
+                    op,
+                    |out| out.extend_from_slice(probe),
+                    now,
+                );
+            }
+        }
+    }
+
+    fn server_conn_for(
+        &mut self,
+        pool: usize,
+        server: usize,
+        slot: usize,
+        now: Instant,
+        probe: bool,
+    ) -> Result<Token, String> {
         if let Some(t) = self.pools[pool].servers[server].conns[slot] {
             if matches!(self.conns.get(t.0), Some(Conn::Server(_))) {
                 return Ok(t);
             }
+        }
+        if let Some(msg) = self.pools[pool].refuse_connect(server, now, probe) {
+            return Err(msg);
         }
         let p = &self.pools[pool];
         let Some(endpoint) = p.servers[server].endpoint.clone() else {
@@ -46,7 +106,7 @@ impl Worker<'_> {
                 let msg = crate::util::strerror(&e);
                 self.stats
                     .server_add(pool, server, ServerField::ServerErr, 1);
-                self.note_failure(pool, server, now);
+                self.note_failure(pool, server, now, &msg);
                 return Err(msg);
             }
         };
@@ -301,7 +361,7 @@ impl Worker<'_> {
         }
         rbuf.consume(off);
         if replies > 0 {
-            self.pools[pool].record_success(server);
+            self.pools[pool].record_success(server, now);
         }
         if let Some(Conn::Server(s)) = self.conns.get_mut(token.0) {
             s.rbuf = rbuf;
@@ -379,8 +439,8 @@ impl Worker<'_> {
         }
     }
 
-    fn note_failure(&mut self, pool: usize, server: usize, now: Instant) {
-        if self.pools[pool].record_failure(server, now) {
+    fn note_failure(&mut self, pool: usize, server: usize, now: Instant, msg: &str) {
+        if self.pools[pool].record_failure(server, now, msg) {
             self.stats.pool_add(pool, PoolField::ServerEjects, 1);
             self.stats.server_set(
                 pool,
@@ -435,7 +495,7 @@ impl Worker<'_> {
                 msg,
                 s.inflight.len()
             );
-            self.note_failure(pool, server, now);
+            self.note_failure(pool, server, now, msg);
         }
         let proto = self.pools[pool].proto;
         for f in s.inflight.drain(..) {
