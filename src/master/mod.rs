@@ -4,6 +4,7 @@
 //! configuration, execs a new binary, and serves the stats port. It does
 //! no proxy work itself.
 
+mod admin_host;
 pub mod channel;
 pub mod listeners;
 pub mod signals;
@@ -28,6 +29,8 @@ pub struct MasterOpts {
     pub conf_path: PathBuf,
     /// Stats port address (`-a`/`-s`).
     pub stats_addr: String,
+    /// Admin port address (`--admin` / `_walnut: admin`), if enabled.
+    pub admin_addr: Option<String>,
     /// Pid file (`-p`).
     pub pid_file: Option<PathBuf>,
     /// The binary to exec on hot upgrade (argv[0] made absolute).
@@ -46,6 +49,7 @@ struct WorkerProc {
     respawn_at: Option<Instant>,
     alive: bool,
     fatal: bool,
+    respawns: u64,
 }
 
 struct Generation {
@@ -69,6 +73,8 @@ pub struct Master {
     source: String,
     next_gen: u64,
     stopping: bool,
+    admin: Option<crate::admin::AdminServer>,
+    runtime: Vec<(String, String)>,
 }
 
 fn nworkers(config: &Config) -> usize {
@@ -98,6 +104,7 @@ impl Master {
             None => Some(open_stats(&opts.stats_addr)?),
         };
         let _ = &mut socks;
+        let admin = admin_host::open(opts.admin_addr.as_deref());
         Ok(Master {
             opts,
             socks,
@@ -108,6 +115,8 @@ impl Master {
             source: crate::stats::json::hostname(),
             next_gen: 1,
             stopping: false,
+            admin,
+            runtime: Vec::new(),
         })
     }
 
@@ -219,6 +228,7 @@ impl Master {
             respawn_at: None,
             alive: true,
             fatal: false,
+            respawns: 0,
         })
     }
 
@@ -227,6 +237,9 @@ impl Master {
         let mut fds: Vec<RawFd> = Vec::new();
         if let Some(s) = &self.stats {
             fds.push(s.as_raw_fd());
+        }
+        if let Some(a) = &self.admin {
+            fds.extend(a.fds());
         }
         for gen in self.current.iter().chain(self.old.iter()) {
             for w in &gen.workers {
@@ -296,22 +309,30 @@ impl Master {
         }
     }
 
-    /// Wait up to 100 ms for a stats connection (or a signal), serve it.
+    /// Wait up to 100 ms for a stats or admin connection (or a signal),
+    /// serve it.
     fn serve_stats(&mut self) {
-        let Some(stats) = &self.stats else {
+        let mut pfds = self.admin.as_ref().map(|a| a.pollfds()).unwrap_or_default();
+        if let Some(stats) = &self.stats {
+            pfds.push(libc::pollfd {
+                fd: stats.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        if pfds.is_empty() {
             std::thread::sleep(Duration::from_millis(100));
             return;
-        };
-        let mut pfd = libc::pollfd {
-            fd: stats.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: poll on one valid pollfd.
-        let rc = unsafe { libc::poll(&mut pfd, 1, 100) };
+        }
+        // SAFETY: poll on a valid array of pollfds.
+        let rc = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, 100) };
         if rc <= 0 {
             return;
         }
+        self.serve_admin();
+        let Some(stats) = &self.stats else {
+            return;
+        };
         while let Ok((mut sock, _)) = stats.accept() {
             let Some(gen) = &self.current else { break };
             let doc = crate::stats::json::render(
@@ -424,9 +445,14 @@ impl Master {
             }
             gen.region.reset_gauges(i);
             let quick = gen.workers[i].quick_deaths;
+            let respawns = gen.workers[i].respawns + 1;
             match self.spawn(&gen, i) {
                 Ok(mut w) => {
                     w.quick_deaths = quick;
+                    w.respawns = respawns;
+                    for (k, v) in &self.runtime {
+                        let _ = w.channel.send(&Message::Set(k.clone(), v.clone()));
+                    }
                     gen.workers[i] = w;
                 }
                 Err(e) => {
@@ -458,6 +484,7 @@ impl Master {
             return;
         }
         self.stopping = false;
+        self.runtime.clear();
         if let Err(e) = self.start_generation(config) {
             crate::log_error!("reload failed, keeping the running configuration: {e}");
         }
@@ -539,6 +566,7 @@ impl Master {
         // Close the listening sockets so no new connection queues here.
         self.socks = ListenerSet::default();
         self.stats = None;
+        self.admin = None;
         let limit = if graceful {
             self.current
                 .as_ref()

@@ -182,6 +182,7 @@ impl Worker<'_> {
             }
             Route::Single => {
                 let key = req.keys.first().map_or(&b""[..], |r| &bytes[r.clone()]);
+                self.note_key(key);
                 match self.pools[pool].server_for(key, now) {
                     Some(s) => self.forward_single(token, client_id, pool, s, &req, bytes, now),
                     None => self.reply_no_server(token, pool, &req),
@@ -189,6 +190,7 @@ impl Worker<'_> {
                 false
             }
             Route::Multi => {
+                self.note_key(req.keys.first().map_or(&b""[..], |r| &bytes[r.clone()]));
                 self.forward_multi(token, client_id, pool, req, bytes, now);
                 false
             }
@@ -422,6 +424,7 @@ impl Worker<'_> {
                 op,
                 len,
                 sent_at: now,
+                key: self.slow_key,
             });
         }
         s.unsent += 1;

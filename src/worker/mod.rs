@@ -11,6 +11,7 @@ mod accept;
 mod buffer;
 mod client;
 mod conn;
+mod latency;
 mod local;
 mod pool;
 mod server;
@@ -94,6 +95,14 @@ pub struct WorkerCtl {
     pub quickack: bool,
     /// Close clients idle longer than this.
     pub client_idle: Option<Duration>,
+    /// Record reply latencies in the histograms.
+    pub latency: bool,
+    /// Slow-log threshold in µs (0: off).
+    pub slowlog_us: u64,
+    /// Pool names, in config order (for per-pool parameters).
+    pub pool_names: Vec<String>,
+    /// Per-pool server timeouts to apply (pool index, ms; 0 = none).
+    pub pool_timeouts: Vec<(usize, u64)>,
 }
 
 /// A worker's data path.
@@ -113,6 +122,7 @@ pub struct Worker<'a> {
     scratch: Vec<u8>,
     ctl: WorkerCtl,
     accepting: bool,
+    slow_key: crate::stats::slowlog::KeyPrefix,
 }
 
 impl<'a> Worker<'a> {
@@ -143,8 +153,13 @@ impl<'a> Worker<'a> {
             ctl: WorkerCtl {
                 quickack: config.process.tcp_quickack,
                 client_idle: None,
+                latency: true,
+                slowlog_us: config.process.slowlog_threshold_us,
+                pool_names: config.pools.iter().map(|p| p.name.clone()).collect(),
+                pool_timeouts: Vec::new(),
             },
             accepting: true,
+            slow_key: crate::stats::slowlog::KeyPrefix::EMPTY,
         };
         if mode != ListenerMode::AcceptMutex {
             w.register_listeners()?;
@@ -226,7 +241,9 @@ impl<'a> Worker<'a> {
             self.flush_dirty();
             self.stats
                 .worker_set(WorkerField::Heartbeat, crate::util::epoch_us());
-            match control.check(&mut self.ctl, control_ready) {
+            let stop = control.check(&mut self.ctl, control_ready);
+            self.apply_ctl();
+            match stop {
                 Stop::Run => {}
                 Stop::Fast => return Ok(()),
                 Stop::Graceful => {
