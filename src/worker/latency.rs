@@ -1,10 +1,11 @@
 //! Observability on the data path: reply latency into the shared
 //! histograms, the slow log, and runtime parameters that touch pools.
 
-use super::conn::Inflight;
+use super::conn::{Conn, Inflight};
 use super::Worker;
 use crate::stats::histogram::Class;
 use crate::stats::slowlog::{Entry, KeyPrefix};
+use mio::Token;
 use std::time::Instant;
 
 impl Worker<'_> {
@@ -78,11 +79,30 @@ impl Worker<'_> {
             return;
         }
         for (pool, ms) in std::mem::take(&mut self.ctl.pool_timeouts) {
-            if let Some(p) = self.pools.get_mut(pool) {
-                p.cfg.timeout_ms = (ms > 0).then_some(ms);
+            let Some(p) = self.pools.get_mut(pool) else {
+                continue;
+            };
+            p.cfg.timeout_ms = (ms > 0).then_some(ms);
+            let timeout = p.timeout();
+            // Re-arm the timers of this pool's connections for the new
+            // timeout (a stale timer re-reads the timeout when it fires).
+            let mut arm = Vec::new();
+            for (k, c) in self.conns.iter_mut() {
+                let Conn::Server(s) = c else { continue };
+                if s.pool != pool {
+                    continue;
+                }
+                match (s.inflight.front(), timeout) {
+                    (Some(f), Some(t)) => {
+                        s.timer_armed = true;
+                        arm.push((f.sent_at + t, Token(k), s.id));
+                    }
+                    _ => s.timer_armed = false,
+                }
+            }
+            for (at, token, id) in arm {
+                self.arm_timer(at, token, id);
             }
         }
-        // An armed timer re-reads the timeout when it fires; a connection
-        // without one arms it on its next request.
     }
 }
