@@ -4,6 +4,7 @@
 //! configuration, execs a new binary, and serves the stats port. It does
 //! no proxy work itself.
 
+mod admin_host;
 pub mod channel;
 pub mod listeners;
 pub mod signals;
@@ -30,6 +31,8 @@ pub struct MasterOpts {
     pub conf_path: PathBuf,
     /// Stats port address (`-a`/`-s`).
     pub stats_addr: String,
+    /// Admin port address (`--admin` / `_walnut: admin`), if enabled.
+    pub admin_addr: Option<String>,
     /// Pid file (`-p`).
     pub pid_file: Option<PathBuf>,
     /// The binary to exec on hot upgrade (argv[0] made absolute).
@@ -48,6 +51,7 @@ struct WorkerProc {
     respawn_at: Option<Instant>,
     alive: bool,
     fatal: bool,
+    respawns: u64,
 }
 
 struct Generation {
@@ -73,6 +77,8 @@ pub struct Master {
     stopping: bool,
     /// Pid of the new binary started by USR2, while it runs.
     upgrade_child: Option<libc::pid_t>,
+    admin: Option<crate::admin::AdminServer>,
+    runtime: Vec<(String, String)>,
 }
 
 fn nworkers(config: &Config) -> usize {
@@ -119,6 +125,7 @@ impl Master {
             None => Some(open_stats(&opts.stats_addr)?),
         };
         let _ = &mut socks;
+        let admin = admin_host::open(opts.admin_addr.as_deref());
         Ok(Master {
             opts,
             socks,
@@ -130,6 +137,8 @@ impl Master {
             next_gen: 1,
             stopping: false,
             upgrade_child: None,
+            admin,
+            runtime: Vec::new(),
         })
     }
 
@@ -242,6 +251,7 @@ impl Master {
             respawn_at: None,
             alive: true,
             fatal: false,
+            respawns: 0,
         })
     }
 
@@ -252,6 +262,9 @@ impl Master {
         let mut fds: Vec<RawFd> = self.socks.raw_fds();
         if let Some(s) = &self.stats {
             fds.push(s.as_raw_fd());
+        }
+        if let Some(a) = &self.admin {
+            fds.extend(a.fds());
         }
         for gen in self
             .current
@@ -331,12 +344,21 @@ impl Master {
         }
     }
 
-    /// Wait up to 100 ms for a stats connection (or a signal), serve it.
+    /// Wait up to 100 ms for a stats or admin connection (or a signal),
+    /// serve it.
     fn serve_stats(&mut self) {
-        let fd = self.stats.as_ref().map(|s| s.as_raw_fd());
-        if !signals::wait(fd, 100) {
+        let mut pfds = self.admin.as_ref().map(|a| a.pollfds()).unwrap_or_default();
+        if let Some(stats) = &self.stats {
+            pfds.push(libc::pollfd {
+                fd: stats.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        if !signals::wait(&mut pfds, 100) {
             return;
         }
+        self.serve_admin();
         let Some(stats) = &self.stats else {
             return;
         };
@@ -471,9 +493,14 @@ impl Master {
             }
             gen.region.reset_gauges(i);
             let quick = gen.workers[i].quick_deaths;
+            let respawns = gen.workers[i].respawns + 1;
             match self.spawn(&gen, i) {
                 Ok(mut w) => {
                     w.quick_deaths = quick;
+                    w.respawns = respawns;
+                    for (k, v) in &self.runtime {
+                        let _ = w.channel.send(&Message::Set(k.clone(), v.clone()));
+                    }
                     gen.workers[i] = w;
                 }
                 Err(e) => {
@@ -507,6 +534,7 @@ impl Master {
             return;
         }
         self.stopping = false;
+        self.runtime.clear();
         if let Err(e) = self.start_generation(config) {
             crate::log_error!("reload failed, keeping the running configuration: {e}");
         }
@@ -535,6 +563,7 @@ impl Master {
         // Close the listening sockets so no new connection queues here.
         self.socks = ListenerSet::default();
         self.stats = None;
+        self.admin = None;
         let limit = if graceful {
             self.current
                 .as_ref()

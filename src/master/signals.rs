@@ -76,15 +76,10 @@ pub fn unblock() {
     }
 }
 
-/// Wait up to `timeout_ms` for `fd` to be readable or a handled signal to
+/// Wait up to `timeout_ms` for one of `pfds` to be readable or a handled signal to
 /// arrive (signals are unblocked only during the wait). True when `fd` is
 /// readable.
-pub fn wait(fd: Option<std::os::fd::RawFd>, timeout_ms: u64) -> bool {
-    let mut pfd = libc::pollfd {
-        fd: fd.unwrap_or(-1),
-        events: libc::POLLIN,
-        revents: 0,
-    };
+pub fn wait(pfds: &mut [libc::pollfd], timeout_ms: u64) -> bool {
     let ts = libc::timespec {
         tv_sec: (timeout_ms / 1000) as libc::time_t,
         tv_nsec: ((timeout_ms % 1000) * 1_000_000) as libc::c_long,
@@ -97,8 +92,8 @@ pub fn wait(fd: Option<std::os::fd::RawFd>, timeout_ms: u64) -> bool {
         for &sig in HANDLED {
             libc::sigdelset(&mut mask, sig);
         }
-        let rc = libc::ppoll(&mut pfd, 1, &ts, &mask);
-        rc > 0 && pfd.revents & libc::POLLIN != 0
+        let rc = libc::ppoll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, &ts, &mask);
+        rc > 0 && pfds.iter().any(|p| p.revents & libc::POLLIN != 0)
     }
 }
 

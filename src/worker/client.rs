@@ -208,10 +208,12 @@ impl Worker<'_> {
                 close
             }
             Route::Single => {
+                self.note_key(req.keys.first().map_or(&b""[..], |r| &bytes[r.clone()]));
                 self.forward_single(token, client_id, pool, &req, bytes, now);
                 false
             }
             Route::Multi => {
+                self.note_key(req.keys.first().map_or(&b""[..], |r| &bytes[r.clone()]));
                 self.forward_multi(token, client_id, pool, req, bytes, now);
                 false
             }
@@ -243,6 +245,7 @@ impl Worker<'_> {
                 op,
                 len,
                 sent_at: now,
+                key: self.slow_key,
             });
         }
         s.unsent += 1;

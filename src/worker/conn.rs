@@ -173,6 +173,8 @@ pub struct Inflight {
     pub len: usize,
     /// When the request was queued (timeouts, latency).
     pub sent_at: Instant,
+    /// First key of the request, kept while the slow log is on.
+    pub key: crate::stats::slowlog::KeyPrefix,
 }
 
 /// Server connection state.

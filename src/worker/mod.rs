@@ -12,6 +12,7 @@ mod buffer;
 mod client;
 mod conn;
 mod forward;
+mod latency;
 mod local;
 mod pool;
 mod replies;
@@ -96,6 +97,14 @@ pub struct WorkerCtl {
     pub quickack: bool,
     /// Close clients idle longer than this.
     pub client_idle: Option<Duration>,
+    /// Record reply latencies in the histograms.
+    pub latency: bool,
+    /// Slow-log threshold in µs (0: off).
+    pub slowlog_us: u64,
+    /// Pool names, in config order (for per-pool parameters).
+    pub pool_names: Vec<String>,
+    /// Per-pool server timeouts to apply (pool index, ms; 0 = none).
+    pub pool_timeouts: Vec<(usize, u64)>,
 }
 
 /// A worker's data path.
@@ -120,6 +129,7 @@ pub struct Worker<'a> {
     /// Accepting is paused at the cap (resumed below 90%).
     capped: bool,
     graceful_timeout: Duration,
+    slow_key: crate::stats::slowlog::KeyPrefix,
 }
 
 /// During a graceful stop a client is closed once it has nothing in flight
@@ -155,11 +165,16 @@ impl<'a> Worker<'a> {
             ctl: WorkerCtl {
                 quickack: config.process.tcp_quickack,
                 client_idle: None,
+                latency: true,
+                slowlog_us: config.process.slowlog_threshold_us,
+                pool_names: config.pools.iter().map(|p| p.name.clone()).collect(),
+                pool_timeouts: Vec::new(),
             },
             accepting: true,
             max_conns: config.process.max_connections,
             capped: false,
             graceful_timeout: Duration::from_millis(config.process.graceful_timeout_ms),
+            slow_key: crate::stats::slowlog::KeyPrefix::EMPTY,
         };
         if mode != ListenerMode::AcceptMutex {
             w.register_listeners()?;
@@ -252,7 +267,9 @@ impl<'a> Worker<'a> {
             self.flush_dirty();
             self.stats
                 .worker_set(WorkerField::Heartbeat, crate::util::epoch_us());
-            match control.check(&mut self.ctl, control_ready) {
+            let stop = control.check(&mut self.ctl, control_ready);
+            self.apply_ctl();
+            match stop {
                 Stop::Run => {}
                 Stop::Fast => return Ok(()),
                 Stop::Graceful => {

@@ -5,7 +5,7 @@
 use super::conn::{Conn, Server, ServerState, Waiter};
 use super::{Worker, READ_CHUNK};
 use crate::proto::{Op, Parse};
-use crate::stats::{PoolField, ServerField};
+use crate::stats::{PoolField, ServerField, WorkerField};
 use mio::{Interest, Token};
 use std::io::{ErrorKind, Write};
 use std::os::fd::AsRawFd;
@@ -140,6 +140,7 @@ impl Worker<'_> {
         self.pools[pool].servers[server].conns[slot] = Some(token);
         self.stats
             .server_add(pool, server, ServerField::ServerConnections, 1);
+        self.stats.worker_add(WorkerField::ServerConnects, 1);
         self.server_handshake(token, pool, server, slot, now);
         Ok(token)
     }
@@ -338,6 +339,7 @@ impl Worker<'_> {
                         frag,
                     } = front.waiter
                     {
+                        self.record_reply(pool, server, &front, now);
                         self.deliver(ct, id, seq, frag, bytes, rsp.is_error);
                     } else if rsp.is_error {
                         crate::log_error!(
