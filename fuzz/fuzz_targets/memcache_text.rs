@@ -52,7 +52,10 @@ fn consumed(res: &Parsed, buf: &[u8]) -> Option<usize> {
             }
             Some(r.len)
         }
-        Ok(Parse::Incomplete { .. }) => None,
+        Ok(Parse::Incomplete { hint }) => {
+            assert!(*hint > buf.len(), "hint {hint} for {} bytes", buf.len());
+            None
+        }
         Err(e) if e.close => None,
         Err(e) => {
             assert!(e.skip > 0);
@@ -151,8 +154,13 @@ fn check_responses(data: &[u8]) {
     let mut at = 0;
     for _ in 0..MAX_MESSAGES {
         let buf = &rest[at..];
-        let Ok(Parse::Done(r)) = parse_response(buf, op) else {
-            return;
+        let r = match parse_response(buf, op) {
+            Ok(Parse::Done(r)) => r,
+            Ok(Parse::Incomplete { hint }) => {
+                assert!(hint > buf.len(), "reply hint {hint} for {} bytes", buf.len());
+                return;
+            }
+            Err(_) => return,
         };
         assert!(r.len > 0 && r.len <= buf.len());
         for cut in [0, 1, r.len / 2, r.len - 1] {

@@ -32,7 +32,10 @@ fn consumed(res: &Parsed, buf: &[u8]) -> Option<usize> {
             }
             Some(r.len)
         }
-        Ok(Parse::Incomplete { .. }) => None,
+        Ok(Parse::Incomplete { hint }) => {
+            assert!(*hint == 0 || *hint > buf.len(), "hint {hint} for {} bytes", buf.len());
+            None
+        }
         Err(e) => {
             assert!(!e.reply.is_empty());
             if e.close {
@@ -128,8 +131,13 @@ fn check_responses(data: &[u8]) {
     let mut at = 0;
     for _ in 0..MAX_MESSAGES {
         let buf = &data[at..];
-        let Ok(Parse::Done(r)) = parse_response(buf) else {
-            return;
+        let r = match parse_response(buf) {
+            Ok(Parse::Done(r)) => r,
+            Ok(Parse::Incomplete { hint }) => {
+                assert!(hint == 0 || hint > buf.len(), "reply hint {hint} for {} bytes", buf.len());
+                return;
+            }
+            Err(_) => return,
         };
         assert!(r.len > 0 && r.len <= buf.len());
         for cut in [0, 1, r.len / 2, r.len - 1] {

@@ -11,8 +11,10 @@ mod accept;
 mod buffer;
 mod client;
 mod conn;
+mod forward;
 mod local;
 mod pool;
+mod replies;
 mod server;
 
 pub use accept::AcceptMutex;
@@ -177,6 +179,7 @@ impl<'a> Worker<'a> {
     pub fn run(&mut self, control: &mut dyn Control) -> std::io::Result<()> {
         let mut events = Events::with_capacity(1024);
         let mut graceful_since: Option<Instant> = None;
+        let mut last_sweep = Instant::now();
         if let Some(fd) = control.fd() {
             self.poll.registry().register(
                 &mut mio::unix::SourceFd(&fd),
@@ -223,6 +226,10 @@ impl<'a> Worker<'a> {
                 }
             }
             self.fire_timers(now);
+            if now.duration_since(last_sweep) >= Duration::from_secs(1) {
+                last_sweep = now;
+                self.sweep_idle(now);
+            }
             self.flush_dirty();
             self.stats
                 .worker_set(WorkerField::Heartbeat, crate::util::epoch_us());
@@ -241,6 +248,28 @@ impl<'a> Worker<'a> {
                     }
                 }
             }
+        }
+    }
+
+    /// Close clients idle longer than their pool's `client_idle_timeout`
+    /// (or the runtime override), with nothing in flight.
+    fn sweep_idle(&mut self, now: Instant) {
+        let overridden = self.ctl.client_idle;
+        let idle: Vec<usize> = self
+            .conns
+            .iter()
+            .filter_map(|(k, c)| match c {
+                Conn::Client(c) if c.pending.is_empty() => {
+                    let ms = self.pools[c.pool].cfg.client_idle_timeout_ms;
+                    let limit = overridden.or((ms > 0).then(|| Duration::from_millis(ms)))?;
+                    (now.duration_since(c.last_active) > limit).then_some(k)
+                }
+                _ => None,
+            })
+            .collect();
+        for k in idle {
+            crate::log_info!("closing idle client");
+            self.close_client(Token(k), false);
         }
     }
 
@@ -415,6 +444,7 @@ impl<'a> Worker<'a> {
                 head_seq: 0,
                 eof: false,
                 closing: false,
+                paused: false,
                 session: crate::proto::redis::local::Session::new(
                     id,
                     self.pools[pool]

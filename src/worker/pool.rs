@@ -86,7 +86,7 @@ impl PoolRt {
         };
         let limits = Limits {
             max_value: cfg.max_value_size,
-            ..Limits::default()
+            max_keys: cfg.max_keys,
         };
         let placement = build_placement(cfg, &servers);
         PoolRt {

@@ -4,7 +4,7 @@
 
 use super::conn::{Conn, Server, ServerState, Waiter};
 use super::{Worker, READ_CHUNK};
-use crate::proto::{Op, Parse, Protocol};
+use crate::proto::{Op, Parse};
 use crate::stats::{PoolField, ServerField};
 use mio::{Interest, Token};
 use std::io::{ErrorKind, Write};
@@ -256,7 +256,7 @@ impl Worker<'_> {
                         frag,
                     } = front.waiter
                     {
-                        self.deliver(ct, id, seq, frag, bytes, rsp.is_error, proto);
+                        self.deliver(ct, id, seq, frag, bytes, rsp.is_error);
                     } else if rsp.is_error {
                         crate::log_error!(
                             "pool '{}': server '{}' refused the connection setup: {}",
@@ -306,7 +306,6 @@ impl Worker<'_> {
         frag: Option<u32>,
         bytes: &[u8],
         is_error: bool,
-        proto: Protocol,
     ) {
         let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) else {
             return;
@@ -328,7 +327,7 @@ impl Worker<'_> {
                 }
             }
         }
-        self.fragment_done(ct, id, seq, frag, bytes.to_vec(), is_error, proto);
+        self.fragment_done(ct, id, seq, frag, bytes.to_vec(), is_error, false);
     }
 
     /// A server connection's timer fired.
@@ -425,7 +424,7 @@ impl Worker<'_> {
                 let mut out = Vec::new();
                 proto.server_error(f.op, msg, &mut out);
                 self.stats.pool_add(pool, PoolField::ForwardError, 1);
-                self.fragment_done(ct, id, seq, frag, out, true, proto);
+                self.fragment_done(ct, id, seq, frag, out, true, true);
             }
         }
     }
