@@ -15,7 +15,11 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(cfg) = &first {
         assert!(!cfg.pools.is_empty());
         for pool in &cfg.pools {
-            assert!(!pool.servers.is_empty(), "pool {} has no servers", pool.name);
+            assert!(
+                !pool.servers.is_empty(),
+                "pool {} has no servers",
+                pool.name
+            );
         }
     }
     let again = Config::from_str(&text, path);

@@ -13,8 +13,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use walnut::proto::memcache::{merge_responses, parse_request, parse_response, write_fragment};
 use walnut::proto::memcache::McOp;
+use walnut::proto::memcache::{merge_responses, parse_request, parse_response, write_fragment};
 use walnut::proto::{Limits, Op, Parse, Request, RequestError, Route};
 
 const MAX_MESSAGES: usize = 8;
@@ -46,7 +46,12 @@ type Parsed = Result<Parse<Request>, RequestError>;
 fn consumed(res: &Parsed, buf: &[u8]) -> Option<usize> {
     match res {
         Ok(Parse::Done(r)) => {
-            assert!(r.len > 0 && r.len <= buf.len(), "len {} of {}", r.len, buf.len());
+            assert!(
+                r.len > 0 && r.len <= buf.len(),
+                "len {} of {}",
+                r.len,
+                buf.len()
+            );
             for k in &r.keys {
                 assert!(k.start <= k.end && k.end <= r.len);
             }
@@ -110,14 +115,23 @@ fn check_fragments(bytes: &[u8], req: &Request, limits: &Limits) {
         Op::Redis(_) => unreachable!("memcached parser gave a Redis op"),
     };
     let mut out = Vec::new();
-    merge_responses(bytes, req, &[(&even, &replies[0]), (&odd, &replies[1])], &mut out);
+    merge_responses(
+        bytes,
+        req,
+        &[(&even, &replies[0]), (&odd, &replies[1])],
+        &mut out,
+    );
     assert!(out.ends_with(b"END\r\n"), "merged {out:?}");
     assert!(
         matches!(parse_response(&out, op), Ok(Parse::Done(r)) if r.len == out.len()),
         "merged {out:?}"
     );
     // Garbage and error replies merge without a panic.
-    let junk: [&[u8]; 3] = [b"SERVER_ERROR out of memory\r\n", b"VALUE", b"END\r\nEND\r\n"];
+    let junk: [&[u8]; 3] = [
+        b"SERVER_ERROR out of memory\r\n",
+        b"VALUE",
+        b"END\r\nEND\r\n",
+    ];
     for j in junk {
         let mut out = Vec::new();
         merge_responses(bytes, req, &[(&even, j), (&odd, &replies[1])], &mut out);
@@ -133,7 +147,13 @@ fn check_requests(data: &[u8], limits: &Limits) {
         let Some(need) = consumed(&full, buf) else {
             return;
         };
-        check_prefixes(buf, need, &full, &[0, 1, need / 2, need - 1, cut_seed], limits);
+        check_prefixes(
+            buf,
+            need,
+            &full,
+            &[0, 1, need / 2, need - 1, cut_seed],
+            limits,
+        );
         if let Ok(Parse::Done(req)) = &full {
             if req.route == Route::Multi {
                 check_fragments(&buf[..req.len], req, limits);
@@ -157,7 +177,11 @@ fn check_responses(data: &[u8]) {
         let r = match parse_response(buf, op) {
             Ok(Parse::Done(r)) => r,
             Ok(Parse::Incomplete { hint }) => {
-                assert!(hint > buf.len(), "reply hint {hint} for {} bytes", buf.len());
+                assert!(
+                    hint > buf.len(),
+                    "reply hint {hint} for {} bytes",
+                    buf.len()
+                );
                 return;
             }
             Err(_) => return,

@@ -26,14 +26,23 @@ type Parsed = Result<Parse<Request>, RequestError>;
 fn consumed(res: &Parsed, buf: &[u8]) -> Option<usize> {
     match res {
         Ok(Parse::Done(r)) => {
-            assert!(r.len > 0 && r.len <= buf.len(), "len {} of {}", r.len, buf.len());
+            assert!(
+                r.len > 0 && r.len <= buf.len(),
+                "len {} of {}",
+                r.len,
+                buf.len()
+            );
             for k in &r.keys {
                 assert!(k.start <= k.end && k.end <= r.len);
             }
             Some(r.len)
         }
         Ok(Parse::Incomplete { hint }) => {
-            assert!(*hint == 0 || *hint > buf.len(), "hint {hint} for {} bytes", buf.len());
+            assert!(
+                *hint == 0 || *hint > buf.len(),
+                "hint {hint} for {} bytes",
+                buf.len()
+            );
             None
         }
         Err(e) => {
@@ -117,7 +126,13 @@ fn check_requests(data: &[u8], limits: &Limits) {
         let Some(need) = consumed(&full, buf) else {
             return;
         };
-        check_prefixes(buf, need, &full, &[0, 1, need / 2, need - 1, cut_seed], limits);
+        check_prefixes(
+            buf,
+            need,
+            &full,
+            &[0, 1, need / 2, need - 1, cut_seed],
+            limits,
+        );
         if let Ok(Parse::Done(req)) = &full {
             if req.route == Route::Multi {
                 check_fragments(&buf[..req.len], req, limits);
@@ -134,7 +149,11 @@ fn check_responses(data: &[u8]) {
         let r = match parse_response(buf) {
             Ok(Parse::Done(r)) => r,
             Ok(Parse::Incomplete { hint }) => {
-                assert!(hint == 0 || hint > buf.len(), "reply hint {hint} for {} bytes", buf.len());
+                assert!(
+                    hint == 0 || hint > buf.len(),
+                    "reply hint {hint} for {} bytes",
+                    buf.len()
+                );
                 return;
             }
             Err(_) => return,
