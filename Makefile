@@ -12,7 +12,7 @@ E2E_TIMEOUT ?= 180
 E2E_ARGS ?=
 FUZZ_SECONDS ?= 20
 
-.PHONY: all build test fmt-check clippy unit fuzz-smoke e2e demo bench venv clean-venv
+.PHONY: all build test fmt-check clippy unit fuzz-smoke e2e e2e-listeners demo bench venv clean-venv
 
 all: build
 
@@ -48,6 +48,15 @@ e2e: $(PYTEST)
 	@echo "== end-to-end tests against PROXY=$(PROXY)"
 	@if [[ ",$(PROXY)," == *,walnut,* && -z "$$WALNUT_BIN" ]]; then $(MAKE) --no-print-directory build; fi
 	PROXY=$(PROXY) $(PYTEST) -q tests/e2e --timeout=$(E2E_TIMEOUT) $(E2E_ARGS)
+
+# The whole end-to-end suite once per walnut listener mode, two workers each.
+e2e-listeners: $(PYTEST)
+	@if [[ -z "$$WALNUT_BIN" ]]; then $(MAKE) --no-print-directory build; fi
+	set -e; for mode in reuseport epoll_exclusive accept_mutex; do \
+		echo "== end-to-end tests: walnut --workers 2 --listener $$mode"; \
+		WALNUT_ARGS="--workers 2 --listener $$mode" PROXY=walnut \
+			$(PYTEST) -q tests/e2e --timeout=$(E2E_TIMEOUT) $(E2E_ARGS); \
+	done
 
 demo:
 	scripts/demo.sh

@@ -7,13 +7,16 @@ use crate::proto::{Local, Parse, Request, Route};
 use crate::stats::{PoolField, ServerField, WorkerField};
 use mio::Token;
 use std::io::{ErrorKind, Read, Write};
+use std::os::fd::AsRawFd;
 use std::time::Instant;
 
 /// Most bytes read from one client per event before other work runs.
 const READ_BUDGET: usize = 256 * 1024;
 
 impl Worker<'_> {
-    pub(super) fn read_client(&mut self, token: Token, now: Instant) {
+    /// Read what the client sent. `hup`: the peer also closed its side, so
+    /// read on to the end of the stream even after a short read.
+    pub(super) fn read_client(&mut self, token: Token, now: Instant, hup: bool) {
         let mut total = 0;
         loop {
             let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
@@ -22,14 +25,21 @@ impl Worker<'_> {
             if c.closing || c.paused {
                 break;
             }
-            match c.rbuf.read_from(&mut c.sock, READ_CHUNK) {
-                Ok(0) => {
+            if c.rbuf.capacity() == 0 {
+                c.rbuf = self.bufs.take();
+            }
+            match c.rbuf.read_fd(c.sock.as_raw_fd(), READ_CHUNK) {
+                Ok((0, _)) => {
                     c.eof = true;
                     break;
                 }
-                Ok(n) => {
+                Ok((n, short)) => {
                     total += n;
                     c.last_active = now;
+                    if short && !hup {
+                        // Drained: edge-triggered epoll reports new data.
+                        break;
+                    }
                     if total >= READ_BUDGET {
                         // Parse what we have; the rest is read on the loop's
                         // next pass through this client (it stays readable).
@@ -49,7 +59,6 @@ impl Worker<'_> {
         if self.ctl.quickack {
             if let Some(Conn::Client(c)) = self.conns.get(token.0) {
                 if c.sock.is_tcp() {
-                    use std::os::fd::AsRawFd;
                     crate::net::set_quickack(c.sock.as_raw_fd());
                 }
             }
@@ -132,7 +141,15 @@ impl Worker<'_> {
             c.need = need;
             c.swallow = swallow;
             c.paused = paused;
-            c.rbuf = rbuf;
+            if rbuf.is_empty() {
+                // Lend the empty buffer back: idle clients hold no memory.
+                self.bufs.give(rbuf);
+            } else {
+                c.rbuf = rbuf;
+            }
+            if c.wbuf.capacity() == 0 && c.pending.front().is_some_and(|s| s.ready) {
+                c.wbuf = self.bufs.take();
+            }
             c.drain_ready();
             if !c.wbuf.is_empty() {
                 self.dirty_clients.push(token);
@@ -218,7 +235,7 @@ impl Worker<'_> {
             return;
         };
         let before = s.wbuf.len();
-        s.wbuf.extend_with(&mut self.scratch, write);
+        s.wbuf.append_with(write);
         let len = s.wbuf.len() - before;
         if let Some(waiter) = waiter {
             s.inflight.push_back(Inflight {
@@ -272,6 +289,9 @@ impl Worker<'_> {
                 }
             }
         }
+        if c.wbuf.is_empty() && c.wbuf.capacity() > 0 {
+            self.bufs.give(std::mem::take(&mut c.wbuf));
+        }
         if limit > 0 && c.wbuf.len() > limit {
             crate::log_notice!(
                 "client on pool '{}' not reading its replies: {} bytes buffered, over client_output_limit {}; closing it",
@@ -284,7 +304,7 @@ impl Worker<'_> {
         }
         if c.paused && c.pending.len() < max_inflight / 2 + 1 && c.wbuf.len() < READ_CHUNK * 4 {
             c.paused = false;
-            self.read_client(token, std::time::Instant::now());
+            self.read_client(token, std::time::Instant::now(), true);
             return;
         }
         self.maybe_finish_client(token);

@@ -20,10 +20,12 @@ fn is_read(op: Op) -> bool {
 
 impl Worker<'_> {
     /// The server connection slot a client uses for a server: fixed per
-    /// client, so one client's requests to one server never overtake each
-    /// other even with `server_connections` > 1.
-    fn conn_slot(&self, pool: usize, server: usize, client_id: u64) -> usize {
-        (client_id as usize) % self.pools[pool].servers[server].conns.len()
+    /// client and protocol version, so one client's requests to one server
+    /// never overtake each other even with `server_connections` > 1, and a
+    /// RESP3 client gets a connection that said `HELLO 3`.
+    fn conn_slot(&self, token: Token, pool: usize, server: usize, client_id: u64) -> usize {
+        let resp3 = matches!(self.conns.get(token.0), Some(Conn::Client(c)) if c.session.resp3);
+        self.pools[pool].servers[server].slot_for(client_id, resp3)
     }
 
     /// Queue `req` (or its rewrite) on a connection to `server`, answered
@@ -41,7 +43,7 @@ impl Worker<'_> {
         op: Op,
         now: Instant,
     ) -> Result<(), String> {
-        let slot = self.conn_slot(pool, server, client_id);
+        let slot = self.conn_slot(token, pool, server, client_id);
         let st = self.server_conn(pool, server, slot, now)?;
         let waiter = seq.map(|seq| Waiter::Client {
             token,

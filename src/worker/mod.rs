@@ -112,10 +112,16 @@ pub struct Worker<'a> {
     dirty_servers: Vec<Token>,
     dirty_clients: Vec<Token>,
     next_id: u64,
-    scratch: Vec<u8>,
+    bufs: buffer::BufPool,
     ctl: WorkerCtl,
     accepting: bool,
+    graceful_timeout: Duration,
 }
+
+/// During a graceful stop a client is closed once it has nothing in flight
+/// and has sent nothing for this long: clients busy on a connection keep it
+/// (closing under them would fail the request they are about to send).
+const GRACEFUL_IDLE: Duration = Duration::from_millis(100);
 
 impl<'a> Worker<'a> {
     /// Build a worker for `config`, serving the given listeners.
@@ -141,12 +147,13 @@ impl<'a> Worker<'a> {
             dirty_servers: Vec::new(),
             dirty_clients: Vec::new(),
             next_id: 1,
-            scratch: Vec::with_capacity(4096),
+            bufs: buffer::BufPool::default(),
             ctl: WorkerCtl {
                 quickack: config.process.tcp_quickack,
                 client_idle: None,
             },
             accepting: true,
+            graceful_timeout: Duration::from_millis(config.process.graceful_timeout_ms),
         };
         if mode != ListenerMode::AcceptMutex {
             w.register_listeners()?;
@@ -162,7 +169,7 @@ impl<'a> Worker<'a> {
                 continue;
             }
             for s in 0..self.pools[p].servers.len() {
-                for c in 0..self.pools[p].servers[s].conns.len() {
+                for c in 0..self.pools[p].servers[s].per_protocol() {
                     let _ = self.server_conn(p, s, c, now);
                 }
             }
@@ -189,6 +196,10 @@ impl<'a> Worker<'a> {
         }
         loop {
             let mut timeout = self.next_timer_wait();
+            if !self.accepting {
+                // Graceful stop: look at idle clients often.
+                timeout = timeout.map(|t| t.min(GRACEFUL_IDLE / 2));
+            }
             if self.accept.mode == ListenerMode::AcceptMutex && self.accepting {
                 self.trylock_accept();
                 if !self.accept.held {
@@ -221,8 +232,9 @@ impl<'a> Worker<'a> {
                 if t == CONTROL {
                     control_ready = true;
                 } else if t < LISTENER_BASE {
-                    let readable = ev.is_readable() || ev.is_read_closed() || ev.is_error();
-                    self.on_event(Token(t), readable, ev.is_writable(), now);
+                    let hup = ev.is_read_closed() || ev.is_error();
+                    let readable = ev.is_readable() || hup;
+                    self.on_event(Token(t), readable, hup, ev.is_writable(), now);
                 }
             }
             self.fire_timers(now);
@@ -241,8 +253,8 @@ impl<'a> Worker<'a> {
                         self.stop_accepting();
                     }
                     let since = *graceful_since.get_or_insert(now);
-                    if self.close_idle_clients()
-                        || now.duration_since(since) > Duration::from_secs(30)
+                    if self.close_idle_clients(now)
+                        || now.duration_since(since) > self.graceful_timeout
                     {
                         return Ok(());
                     }
@@ -289,7 +301,7 @@ impl<'a> Worker<'a> {
         for (i, (l, _)) in self.listeners.iter_mut().enumerate() {
             let token = Token(LISTENER_BASE + i);
             if self.accept.mode == ListenerMode::EpollExclusive {
-                epoll_add_exclusive(self.poll.as_raw_fd(), l.as_raw_fd(), token)?;
+                accept::add_exclusive(self.poll.as_raw_fd(), l.as_raw_fd(), token.0 as u64)?;
             } else {
                 self.poll
                     .registry()
@@ -344,13 +356,20 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// Graceful stop: close every client with nothing in flight; true when none is left.
-    fn close_idle_clients(&mut self) -> bool {
+    /// Graceful stop: close every client with nothing in flight that has
+    /// been quiet for [`GRACEFUL_IDLE`]; true when none is left.
+    fn close_idle_clients(&mut self, now: Instant) -> bool {
         let idle: Vec<usize> = self
             .conns
             .iter()
             .filter_map(|(k, c)| match c {
-                Conn::Client(c) if c.pending.is_empty() && c.wbuf.is_empty() => Some(k),
+                Conn::Client(c)
+                    if c.pending.is_empty()
+                        && c.wbuf.is_empty()
+                        && now.duration_since(c.last_active) >= GRACEFUL_IDLE =>
+                {
+                    Some(k)
+                }
                 _ => None,
             })
             .collect();
@@ -360,14 +379,14 @@ impl<'a> Worker<'a> {
         !self.conns.iter().any(|(_, c)| matches!(c, Conn::Client(_)))
     }
 
-    fn on_event(&mut self, token: Token, readable: bool, writable: bool, now: Instant) {
+    fn on_event(&mut self, token: Token, readable: bool, hup: bool, writable: bool, now: Instant) {
         match self.conns.get(token.0) {
             Some(Conn::Client(_)) => {
                 if writable {
                     self.write_client(token);
                 }
                 if readable {
-                    self.read_client(token, now);
+                    self.read_client(token, now, hup);
                 }
             }
             Some(Conn::Server(_)) => {
@@ -375,7 +394,7 @@ impl<'a> Worker<'a> {
                     self.server_writable(token, now);
                 }
                 if readable {
-                    self.read_server(token, now);
+                    self.read_server(token, now, hup);
                 }
             }
             None => {}
@@ -394,6 +413,10 @@ impl<'a> Worker<'a> {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     if accepted == 0 {
                         self.stats.worker_add(WorkerField::AcceptEagain, 1);
+                    } else if self.accept.mode == ListenerMode::EpollExclusive {
+                        let fd = listener.as_raw_fd();
+                        let token = (LISTENER_BASE + idx) as u64;
+                        let _ = accept::requeue_exclusive(self.poll.as_raw_fd(), fd, token);
                     }
                     return;
                 }
@@ -508,19 +531,4 @@ impl<'a> Worker<'a> {
         }
         self.dirty_clients = clients;
     }
-}
-
-/// Add a listening socket to an epoll set with EPOLLEXCLUSIVE (mio has no
-/// flag for it). The event's data is the token, as mio reads it back.
-fn epoll_add_exclusive(epfd: RawFd, fd: RawFd, token: Token) -> std::io::Result<()> {
-    let mut ev = libc::epoll_event {
-        events: (libc::EPOLLIN | libc::EPOLLEXCLUSIVE) as u32,
-        u64: token.0 as u64,
-    };
-    // SAFETY: valid epoll and socket descriptors and a valid event struct.
-    let rc = unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) };
-    if rc < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
 }

@@ -19,12 +19,33 @@ pub struct ServerRt {
     pub ring_name: String,
     /// Configured weight.
     pub weight: u32,
-    /// Connection slots (`server_connections`), each an open connection or none.
+    /// Connection slots, each an open connection or none: `server_connections`
+    /// slots for RESP2 clients, then as many for RESP3 clients (connections
+    /// that sent `HELLO 3` on connect, see [`ServerRt::slot_for`]).
     pub conns: Vec<Option<Token>>,
     /// Consecutive failures (twemproxy's `failure_count`).
     pub failures: u32,
     /// Ejected until this instant (auto_eject_hosts).
     pub ejected_until: Option<Instant>,
+}
+
+impl ServerRt {
+    /// Connections per protocol version (`server_connections`).
+    pub fn per_protocol(&self) -> usize {
+        (self.conns.len() / 2).max(1)
+    }
+
+    /// The connection slot a client uses: clients are spread over
+    /// `server_connections` by id; a RESP3 client uses the RESP3 half.
+    pub fn slot_for(&self, client_id: u64, resp3: bool) -> usize {
+        let n = self.per_protocol();
+        (client_id % n as u64) as usize + if resp3 { n } else { 0 }
+    }
+
+    /// Whether `slot` is one of the RESP3 connections.
+    pub fn slot_is_resp3(&self, slot: usize) -> bool {
+        slot >= self.per_protocol()
+    }
 }
 
 /// A pool as one worker runs it.
@@ -73,7 +94,7 @@ impl PoolRt {
                     name: s.stats_name(),
                     ring_name: s.ketama_name(),
                     weight: s.weight,
-                    conns: vec![None; cfg.server_connections.max(1) as usize],
+                    conns: vec![None; 2 * cfg.server_connections.max(1) as usize],
                     failures: 0,
                     ejected_until: None,
                 }
@@ -161,4 +182,26 @@ fn build_placement(cfg: &PoolConfig, servers: &[ServerRt]) -> Placement {
         })
         .collect();
     Placement::new(cfg.hash, cfg.distribution, cfg.hash_tag, &ring)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ServerRt;
+
+    #[test]
+    fn resp3_clients_use_the_second_half() {
+        let s = ServerRt {
+            endpoint: None,
+            name: String::new(),
+            ring_name: String::new(),
+            weight: 1,
+            conns: vec![None; 2 * 3],
+            failures: 0,
+            ejected_until: None,
+        };
+        assert_eq!(s.per_protocol(), 3);
+        assert_eq!(s.slot_for(7, false), 1);
+        assert_eq!(s.slot_for(7, true), 4);
+        assert!(!s.slot_is_resp3(2) && s.slot_is_resp3(3));
+    }
 }

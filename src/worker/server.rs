@@ -8,6 +8,7 @@ use crate::proto::{Op, Parse};
 use crate::stats::{PoolField, ServerField};
 use mio::{Interest, Token};
 use std::io::{ErrorKind, Write};
+use std::os::fd::AsRawFd;
 use std::time::Instant;
 
 /// How a server connection ended.
@@ -79,12 +80,20 @@ impl Worker<'_> {
         self.pools[pool].servers[server].conns[slot] = Some(token);
         self.stats
             .server_add(pool, server, ServerField::ServerConnections, 1);
-        self.server_handshake(token, pool, now);
+        self.server_handshake(token, pool, server, slot, now);
         Ok(token)
     }
 
-    /// Redis: AUTH and SELECT before any client request uses the connection.
-    fn server_handshake(&mut self, token: Token, pool: usize, now: Instant) {
+    /// Redis: AUTH, SELECT and, on a RESP3 slot, `HELLO 3` before any
+    /// client request uses the connection.
+    fn server_handshake(
+        &mut self,
+        token: Token,
+        pool: usize,
+        server: usize,
+        slot: usize,
+        now: Instant,
+    ) {
         if !self.pools[pool].cfg.redis {
             return;
         }
@@ -111,6 +120,15 @@ impl Worker<'_> {
                 Some(Waiter::Internal),
                 op,
                 |out| write_command(&[b"SELECT", db.to_string().as_bytes()], out),
+                now,
+            );
+        }
+        if self.pools[pool].servers[server].slot_is_resp3(slot) {
+            self.enqueue(
+                token,
+                Some(Waiter::Internal),
+                op,
+                |out| write_command(&[b"HELLO", b"3"], out),
                 now,
             );
         }
@@ -174,18 +192,22 @@ impl Worker<'_> {
         }
     }
 
-    pub(super) fn read_server(&mut self, token: Token, now: Instant) {
+    pub(super) fn read_server(&mut self, token: Token, now: Instant, hup: bool) {
         loop {
             let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
                 return;
             };
-            match s.rbuf.read_from(&mut s.sock, READ_CHUNK) {
-                Ok(0) => {
+            match s.rbuf.read_fd(s.sock.as_raw_fd(), READ_CHUNK) {
+                Ok((0, _)) => {
                     self.process_replies(token, now);
                     self.close_server(token, Ending::Eof, "Connection reset by peer", now);
                     return;
                 }
-                Ok(_) => {}
+                Ok((_, short)) => {
+                    if short && !hup {
+                        break;
+                    }
+                }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => {
@@ -320,6 +342,9 @@ impl Worker<'_> {
                 if !front.ready && front.multi.is_none() {
                     c.pending.pop_front();
                     c.head_seq += 1;
+                    if c.wbuf.capacity() == 0 {
+                        c.wbuf = self.bufs.take();
+                    }
                     c.wbuf.extend(bytes);
                     c.drain_ready();
                     self.dirty_clients.push(ct);
