@@ -563,12 +563,19 @@ impl<'a> Worker<'a> {
     }
 
     fn flush_dirty(&mut self) {
+        // A connection is marked once per queued message: write each once
+        // (a client that does not read would otherwise cost one failed
+        // write per reply queued in this iteration).
         let mut servers = std::mem::take(&mut self.dirty_servers);
+        servers.sort_unstable();
+        servers.dedup();
         for t in servers.drain(..) {
             self.write_server(t, Instant::now());
         }
         self.dirty_servers = servers;
         let mut clients = std::mem::take(&mut self.dirty_clients);
+        clients.sort_unstable();
+        clients.dedup();
         for t in clients.drain(..) {
             self.write_client(t);
         }
