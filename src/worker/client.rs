@@ -227,7 +227,7 @@ impl Worker<'_> {
             return;
         };
         let seq = c.next_seq();
-        let slot_idx = (client_id as usize) % self.pools[pool].servers[server].conns.len();
+        let slot_idx = self.pools[pool].slot_for(server, client_id, req.op);
         let st = match self.server_conn(pool, server, slot_idx, now) {
             Ok(t) => t,
             Err(msg) => {
@@ -321,7 +321,7 @@ impl Worker<'_> {
             })),
         });
         for (fi, (server, keys)) in groups.iter().enumerate() {
-            let slot_idx = (client_id as usize) % self.pools[pool].servers[*server].conns.len();
+            let slot_idx = self.pools[pool].slot_for(*server, client_id, op);
             let waiter = Waiter::Client {
                 token,
                 id: client_id,
@@ -381,7 +381,7 @@ impl Worker<'_> {
             });
         }
         for s in 0..n {
-            let slot_idx = (client_id as usize) % self.pools[pool].servers[s].conns.len();
+            let slot_idx = self.pools[pool].slot_for(s, client_id, op);
             let waiter = (!noreply).then_some(Waiter::Client {
                 token,
                 id: client_id,

@@ -160,7 +160,7 @@ impl<'a> Worker<'a> {
                 continue;
             }
             for s in 0..self.pools[p].servers.len() {
-                for c in 0..self.pools[p].servers[s].conns.len() {
+                for c in 0..self.pools[p].first_class_slots(s) {
                     let _ = self.server_conn(p, s, c, now);
                 }
             }

@@ -19,7 +19,8 @@ pub struct ServerRt {
     pub ring_name: String,
     /// Configured weight.
     pub weight: u32,
-    /// Connection slots (`server_connections`), each an open connection or none.
+    /// Connection slots, each an open connection or none: `server_connections`
+    /// slots per connection class of the protocol, class after class.
     pub conns: Vec<Option<Token>>,
     /// Consecutive failures (twemproxy's `failure_count`).
     pub failures: u32,
@@ -49,6 +50,12 @@ pub struct PoolRt {
 impl PoolRt {
     /// Build the runtime pool from its configuration.
     pub fn new(cfg: &PoolConfig) -> PoolRt {
+        let proto = if cfg.redis {
+            Protocol::Redis
+        } else {
+            Protocol::Memcache
+        };
+        let slots = cfg.server_connections.max(1) as usize * proto.conn_classes();
         let servers: Vec<ServerRt> = cfg
             .servers
             .iter()
@@ -73,17 +80,12 @@ impl PoolRt {
                     name: s.stats_name(),
                     ring_name: s.ketama_name(),
                     weight: s.weight,
-                    conns: vec![None; cfg.server_connections.max(1) as usize],
+                    conns: vec![None; slots],
                     failures: 0,
                     ejected_until: None,
                 }
             })
             .collect();
-        let proto = if cfg.redis {
-            Protocol::Redis
-        } else {
-            Protocol::Memcache
-        };
         let limits = Limits {
             max_value: cfg.max_value_size,
             ..Limits::default()
@@ -98,6 +100,20 @@ impl PoolRt {
             next_rebuild: None,
             clients: 0,
         }
+    }
+
+    /// Connection slot of `server` for a client and a request operation:
+    /// the client's slot within the operation's connection class.
+    pub fn slot_for(&self, server: usize, client_id: u64, op: crate::proto::Op) -> usize {
+        let classes = self.proto.conn_classes();
+        let per_class = (self.servers[server].conns.len() / classes).max(1);
+        (client_id as usize) % per_class + per_class * self.proto.conn_class(op)
+    }
+
+    /// Number of connection slots of `server` in the first class (the ones
+    /// preconnected).
+    pub fn first_class_slots(&self, server: usize) -> usize {
+        self.servers[server].conns.len() / self.proto.conn_classes()
     }
 
     /// Server timeout, if any.
