@@ -213,3 +213,8 @@ impl McOp {
 
 #[cfg(test)]
 mod vectors;
+
+#[cfg(test)]
+mod binary_vectors;
+#[cfg(test)]
+mod meta_vectors;
