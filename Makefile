@@ -12,7 +12,7 @@ E2E_TIMEOUT ?= 180
 E2E_ARGS ?=
 FUZZ_SECONDS ?= 20
 
-.PHONY: all build test fmt-check clippy unit fuzz-smoke e2e demo bench venv clean-venv
+.PHONY: all build test fmt-check clippy unit fuzz-smoke e2e e2e-listeners demo bench profile venv clean-venv
 
 all: build
 
@@ -49,13 +49,26 @@ e2e: $(PYTEST)
 	@if [[ ",$(PROXY)," == *,walnut,* && -z "$$WALNUT_BIN" ]]; then $(MAKE) --no-print-directory build; fi
 	PROXY=$(PROXY) $(PYTEST) -q tests/e2e --timeout=$(E2E_TIMEOUT) $(E2E_ARGS)
 
+# The whole end-to-end suite once per walnut listener mode, two workers each.
+e2e-listeners: $(PYTEST)
+	@if [[ -z "$$WALNUT_BIN" ]]; then $(MAKE) --no-print-directory build; fi
+	set -e; for mode in reuseport epoll_exclusive accept_mutex; do \
+		echo "== end-to-end tests: walnut --workers 2 --listener $$mode"; \
+		WALNUT_ARGS="--workers 2 --listener $$mode" PROXY=walnut \
+			$(PYTEST) -q tests/e2e --timeout=$(E2E_TIMEOUT) $(E2E_ARGS); \
+	done
+
 demo:
 	scripts/demo.sh
 
+# Benchmark: walnut vs nutcracker vs the bare backend (bench/results/latest.*).
+# `make bench BENCH_ARGS=--quick` for the short mode; `make profile` for callgrind.
+BENCH_ARGS ?=
 bench:
-	@if [ -x bench/run.sh ]; then bench/run.sh; \
-	elif [ -f bench/run.sh ]; then bash bench/run.sh; \
-	else echo "bench/run.sh not present yet: nothing to run"; fi
+	bench/run.sh $(BENCH_ARGS)
+
+profile:
+	bench/profile.sh $(PROFILE_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

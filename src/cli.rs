@@ -96,6 +96,16 @@ pub struct Cli {
     /// Pin workers to CPUs: auto, none, or a list such as 0,2,4-7.
     #[arg(long = "cpu-affinity", value_name = "auto|LIST")]
     pub cpu_affinity: Option<CpuAffinity>,
+
+    /// Admin port address (default: 127.0.0.1:22223; off disables it).
+    #[arg(long = "admin", value_name = "ADDR|off", value_parser = crate::config::parse_admin)]
+    pub admin: Option<String>,
+
+    /// Show a live view of a running walnut from its admin port and exit
+    /// on Ctrl-C (ADDR defaults to the admin address).
+    #[arg(long = "top", value_name = "ADDR", num_args = 0..=1,
+          default_missing_value = crate::config::DEFAULT_ADMIN)]
+    pub top: Option<String>,
 }
 
 /// A non-negative decimal number, as twemproxy's `nc_atoi` accepts.
@@ -161,19 +171,11 @@ impl Cli {
             .unwrap_or(DEFAULT_LOG_LEVEL)
     }
 
-    /// The stats/admin listen address as `host:port`: `-a`/`-s` when given,
-    /// else the `_walnut` `admin` address, else `0.0.0.0:22222`.
-    pub fn stats_listen(&self, process: &ProcessConfig) -> String {
-        let admin = process.admin.as_deref().and_then(|a| a.rsplit_once(':'));
-        let host = self
-            .stats_addr
-            .as_deref()
-            .or(admin.map(|(h, _)| h))
-            .unwrap_or(DEFAULT_STATS_ADDR);
-        let port = self
-            .stats_port
-            .or(admin.and_then(|(_, p)| p.parse().ok()))
-            .unwrap_or(DEFAULT_STATS_PORT);
+    /// The stats listen address as `host:port`: `-a`/`-s` when given, else
+    /// `0.0.0.0:22222` (twemproxy's defaults).
+    pub fn stats_listen(&self, _process: &ProcessConfig) -> String {
+        let host = self.stats_addr.as_deref().unwrap_or(DEFAULT_STATS_ADDR);
+        let port = self.stats_port.unwrap_or(DEFAULT_STATS_PORT);
         if host.contains(':') && !host.starts_with('[') {
             format!("[{host}]:{port}")
         } else {
@@ -196,10 +198,21 @@ impl Cli {
         if let Some(v) = self.verbose {
             p.log_level = Some(v);
         }
-        if self.stats_addr.is_some() || self.stats_port.is_some() {
-            p.admin = Some(self.stats_listen(process));
+        if let Some(a) = &self.admin {
+            p.admin = Some(a.clone());
         }
         p
+    }
+
+    /// The admin listen address: `--admin`, else the `_walnut` `admin`,
+    /// else 127.0.0.1:22223; `None` when set to `off`.
+    pub fn admin_listen(&self, process: &ProcessConfig) -> Option<String> {
+        let a = self
+            .admin
+            .as_deref()
+            .or(process.admin.as_deref())
+            .unwrap_or(crate::config::DEFAULT_ADMIN);
+        (a != "off").then(|| a.to_string())
     }
 }
 
@@ -381,17 +394,36 @@ mod tests {
         assert_eq!(p.log_level, Some(9));
         assert_eq!(p.admin.as_deref(), Some("127.0.0.1:9000"));
         assert_eq!(c.log_level(&section), 9);
-        assert_eq!(c.stats_listen(&section), "127.0.0.1:9000");
+        assert_eq!(c.stats_listen(&section), "0.0.0.0:22222");
+        assert_eq!(c.admin_listen(&section).as_deref(), Some("127.0.0.1:9000"));
         // Without flags the section stands.
         let none = parse(&[]).unwrap();
         assert_eq!(none.apply_overrides(&section), section);
         assert_eq!(none.log_level(&section), 2);
-        // -s alone keeps the section's host.
+        // -s alone keeps the default host; the admin port is separate.
         let port_only = parse(&["-s", "7000"]).unwrap();
-        assert_eq!(port_only.stats_listen(&section), "127.0.0.1:7000");
+        assert_eq!(port_only.stats_listen(&section), "0.0.0.0:7000");
         assert_eq!(
             port_only.apply_overrides(&section).admin.as_deref(),
-            Some("127.0.0.1:7000")
+            Some("127.0.0.1:9000")
+        );
+        let admin = parse(&["--admin", "127.0.0.1:9100"]).unwrap();
+        assert_eq!(
+            admin.admin_listen(&section).as_deref(),
+            Some("127.0.0.1:9100")
+        );
+        let off = parse(&["--admin", "off"]).unwrap();
+        assert_eq!(off.admin_listen(&section), None);
+        assert_eq!(
+            parse(&[])
+                .unwrap()
+                .admin_listen(&ProcessConfig::default())
+                .as_deref(),
+            Some("127.0.0.1:22223")
+        );
+        assert_eq!(
+            parse(&["--top"]).unwrap().top.as_deref(),
+            Some("127.0.0.1:22223")
         );
     }
 

@@ -2,6 +2,7 @@
 //! key placement and stats, on nginx's master + worker process model.
 //! See ARCHITECTURE.md for the map of the code.
 
+pub mod admin;
 pub mod cli;
 pub mod config;
 pub mod hash;

@@ -55,11 +55,12 @@ fn daemonize() -> std::io::Result<()> {
 fn main() {
     let cli = Cli::parse_args();
     if cli.describe_stats {
-        if cli.version {
-            println!("{}", cli::version_line());
-        }
-        print!("{}", walnut::stats::describe());
+        // nutcracker prints the version and the descriptions on stderr.
+        eprint!("{}", walnut::stats::describe());
         return;
+    }
+    if let Some(addr) = &cli.top {
+        std::process::exit(walnut::admin::top::run(addr, None));
     }
     if cli.test_conf {
         std::process::exit(cli::run_test_conf(&cli.conf_file));
@@ -117,6 +118,7 @@ fn main() {
     let opts = MasterOpts {
         conf_path,
         stats_addr: cli.stats_listen(&walnut::config::ProcessConfig::default()),
+        admin_addr: cli.admin_listen(&config.process),
         pid_file: cli.pid_file.as_ref().map(|p| absolute(p)),
         exe,
         args,

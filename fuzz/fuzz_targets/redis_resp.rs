@@ -1,75 +1,172 @@
-//! Fuzzes the Redis RESP codec: no panic on any input, a parsed message
-//! never claims more bytes than given, and parsing is split-invariant (a
-//! prefix parses as incomplete, or as the same result).
+//! Fuzzes the Redis RESP codec (client requests and server replies).
+//!
+//! Invariants, beyond "no panic on any input":
+//! - a parsed request or reply never claims more bytes than it was given;
+//! - parsing is split-invariant: every proper prefix of a message parses as
+//!   `Incomplete` (with a hint no larger than the message) or, for a request
+//!   the parser rejects, as the same error; a stream of messages parses the
+//!   same however it is cut;
+//! - a multi-key request's fragments re-parse as whole requests that carry
+//!   exactly the keys they were built from, in order, and the merge of any
+//!   fragment replies is one whole reply.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use walnut::proto::redis::{merge_responses, parse_request, parse_response, write_fragment};
-use walnut::proto::{Limits, Parse, Route};
+use walnut::proto::{Limits, Parse, Request, RequestError, Route};
 
-fn check_request(data: &[u8], limits: &Limits) {
-    let full = parse_request(data, limits);
-    let need = match &full {
+/// Messages looked at per input: enough to cover pipelines, bounded cost.
+const MAX_MESSAGES: usize = 8;
+
+type Parsed = Result<Parse<Request>, RequestError>;
+
+/// The bytes the request at the start of `buf` accounts for, or None when it
+/// is incomplete or closes the connection.
+fn consumed(res: &Parsed, buf: &[u8]) -> Option<usize> {
+    match res {
         Ok(Parse::Done(r)) => {
-            assert!(r.len <= data.len() && r.len > 0);
+            assert!(
+                r.len > 0 && r.len <= buf.len(),
+                "len {} of {}",
+                r.len,
+                buf.len()
+            );
             for k in &r.keys {
                 assert!(k.start <= k.end && k.end <= r.len);
             }
-            r.len
+            Some(r.len)
         }
-        Ok(Parse::Incomplete { .. }) => return,
+        Ok(Parse::Incomplete { hint }) => {
+            assert!(
+                *hint == 0 || *hint > buf.len(),
+                "hint {hint} for {} bytes",
+                buf.len()
+            );
+            None
+        }
         Err(e) => {
             assert!(!e.reply.is_empty());
             if e.close {
-                return;
+                return None;
             }
-            assert!(e.skip <= data.len() && e.skip > 0);
-            e.skip
-        }
-    };
-    // Every shorter prefix is incomplete or fails the same way.
-    for cut in [0, need / 2, need.saturating_sub(1)] {
-        match parse_request(&data[..cut.min(need - 1)], limits) {
-            Ok(Parse::Incomplete { hint }) => assert!(hint <= need),
-            other => panic!("prefix {cut} of {need}: {other:?}"),
-        }
-    }
-    // Splitting and merging a parsed multi-key request never panics.
-    if let Ok(Parse::Done(req)) = &full {
-        if req.route == Route::Multi {
-            let bytes = &data[..req.len];
-            let even: Vec<usize> = (0..req.keys.len()).step_by(2).collect();
-            let odd: Vec<usize> = (1..req.keys.len()).step_by(2).collect();
-            let mut a = Vec::new();
-            let mut b = Vec::new();
-            write_fragment(bytes, req, &even, &mut a);
-            write_fragment(bytes, req, &odd, &mut b);
-            for (idx, frag) in [(&even, &a), (&odd, &b)] {
-                if idx.is_empty() {
-                    continue;
-                }
-                assert!(
-                    matches!(parse_request(frag, limits), Ok(Parse::Done(r)) if r.len == frag.len())
-                );
-            }
-            let mut out = Vec::new();
-            merge_responses(bytes, req, &[(&even, data), (&odd, &a)], &mut out);
-            assert!(matches!(parse_response(&out), Ok(Parse::Done(r)) if r.len == out.len()));
+            assert!(e.skip > 0 && e.skip <= buf.len());
+            Some(e.skip)
         }
     }
 }
 
-fn check_response(data: &[u8]) {
-    if let Ok(Parse::Done(r)) = parse_response(data) {
-        assert!(r.len <= data.len() && r.len > 0);
-        for cut in [0, r.len / 2, r.len - 1] {
-            match parse_response(&data[..cut]) {
-                Ok(Parse::Incomplete { hint }) => assert!(hint <= r.len),
-                Err(_) => {}
-                other => panic!("prefix {cut} of {}: {other:?}", r.len),
+fn check_prefixes(buf: &[u8], need: usize, full: &Parsed, cuts: &[usize], limits: &Limits) {
+    for &cut in cuts {
+        let cut = cut % need;
+        match parse_request(&buf[..cut], limits) {
+            Ok(Parse::Incomplete { hint }) => assert!(hint <= need, "hint {hint} > {need}"),
+            Err(e) if matches!(full, Err(f) if *f == e) => {}
+            other => panic!("prefix {cut} of {need}: {other:?}, whole: {full:?}"),
+        }
+    }
+}
+
+fn check_fragments(bytes: &[u8], req: &Request, limits: &Limits) {
+    let even: Vec<usize> = (0..req.keys.len()).step_by(2).collect();
+    let odd: Vec<usize> = (1..req.keys.len()).step_by(2).collect();
+    let mut frags = Vec::new();
+    for idx in [&even, &odd] {
+        let mut out = Vec::new();
+        write_fragment(bytes, req, idx, &mut out);
+        if !idx.is_empty() {
+            match parse_request(&out, limits) {
+                Ok(Parse::Done(f)) => {
+                    assert_eq!(f.len, out.len());
+                    assert_eq!(f.route, Route::Multi);
+                    let got: Vec<&[u8]> = f.keys.iter().map(|k| &out[k.clone()]).collect();
+                    let want: Vec<&[u8]> =
+                        idx.iter().map(|&i| &bytes[req.keys[i].clone()]).collect();
+                    if req.keys.iter().all(|k| !bytes[k.clone()].contains(&b'"')) {
+                        assert_eq!(got, want, "fragment keys");
+                    }
+                }
+                other => panic!("fragment {out:?} parses as {other:?}"),
             }
         }
+        frags.push(out);
+    }
+    // Replies of any shape merge into exactly one reply.
+    let samples: [&[u8]; 4] = [b"+OK\r\n", b":3\r\n", b"*1\r\n$1\r\nv\r\n", b"-ERR x\r\n"];
+    for a in samples {
+        for b in samples {
+            let mut out = Vec::new();
+            merge_responses(bytes, req, &[(&even, a), (&odd, b)], &mut out);
+            assert!(
+                matches!(parse_response(&out), Ok(Parse::Done(r)) if r.len == out.len()),
+                "merge of {a:?} and {b:?}: {out:?}"
+            );
+        }
+    }
+    // Well-formed MGET-like replies, one value per key.
+    let reply_for = |n: usize| {
+        let mut r = format!("*{n}\r\n").into_bytes();
+        for i in 0..n {
+            r.extend_from_slice(format!("$1\r\n{}\r\n", i % 10).as_bytes());
+        }
+        r
+    };
+    let (ra, rb) = (reply_for(even.len()), reply_for(odd.len()));
+    let mut out = Vec::new();
+    merge_responses(bytes, req, &[(&even, &ra), (&odd, &rb)], &mut out);
+    assert!(matches!(parse_response(&out), Ok(Parse::Done(r)) if r.len == out.len()));
+}
+
+fn check_requests(data: &[u8], limits: &Limits) {
+    let cut_seed = data.first().copied().unwrap_or(0) as usize;
+    let mut at = 0;
+    for _ in 0..MAX_MESSAGES {
+        let buf = &data[at..];
+        let full = parse_request(buf, limits);
+        let Some(need) = consumed(&full, buf) else {
+            return;
+        };
+        check_prefixes(
+            buf,
+            need,
+            &full,
+            &[0, 1, need / 2, need - 1, cut_seed],
+            limits,
+        );
+        if let Ok(Parse::Done(req)) = &full {
+            if req.route == Route::Multi {
+                check_fragments(&buf[..req.len], req, limits);
+            }
+        }
+        at += need;
+    }
+}
+
+fn check_responses(data: &[u8]) {
+    let mut at = 0;
+    for _ in 0..MAX_MESSAGES {
+        let buf = &data[at..];
+        let r = match parse_response(buf) {
+            Ok(Parse::Done(r)) => r,
+            Ok(Parse::Incomplete { hint }) => {
+                assert!(
+                    hint == 0 || hint > buf.len(),
+                    "reply hint {hint} for {} bytes",
+                    buf.len()
+                );
+                return;
+            }
+            Err(_) => return,
+        };
+        assert!(r.len > 0 && r.len <= buf.len());
+        for cut in [0, 1, r.len / 2, r.len - 1] {
+            let cut = cut % r.len;
+            match parse_response(&buf[..cut]) {
+                Ok(Parse::Incomplete { hint }) => assert!(hint <= r.len),
+                other => panic!("reply prefix {cut} of {}: {other:?}", r.len),
+            }
+        }
+        at += r.len;
     }
 }
 
@@ -78,6 +175,6 @@ fuzz_target!(|data: &[u8]| {
         max_value: 4096,
         max_keys: 64,
     };
-    check_request(data, &limits);
-    check_response(data);
+    check_requests(data, &limits);
+    check_responses(data);
 });

@@ -19,8 +19,8 @@ pub use addr::{ListenAddr, ServerAddr, ServerConfig, KETAMA_DEFAULT_PORT};
 pub use error::{ConfigError, ConfigErrors};
 pub use pool::{PoolConfig, POOL_KEYS};
 pub use process::{
-    parse_admin, parse_millis, CpuAffinity, ListenerMode, ProcessConfig, Workers, LOG_LEVEL_MAX,
-    PROCESS_KEYS, PROCESS_SECTION,
+    parse_admin, parse_micros, parse_millis, CpuAffinity, ListenerMode, ProcessConfig, Workers,
+    DEFAULT_ADMIN, DEFAULT_SLOWLOG_US, LOG_LEVEL_MAX, PROCESS_KEYS, PROCESS_SECTION,
 };
 
 use pool::Report;

@@ -19,7 +19,7 @@ pub const DEFAULT_MC_MAX_VALUE_SIZE: usize = 1 << 20;
 pub const DEFAULT_REDIS_MAX_VALUE_SIZE: usize = 512 << 20;
 
 /// Every key a pool may set: twemproxy's, then walnut's extensions.
-pub const POOL_KEYS: [&str; 20] = [
+pub const POOL_KEYS: [&str; 28] = [
     "listen",
     "hash",
     "hash_tag",
@@ -40,6 +40,14 @@ pub const POOL_KEYS: [&str; 20] = [
     "servers",
     "max_value_size",
     "allow_flush",
+    "replicas",
+    "replica_read",
+    "max_keys",
+    "client_output_limit",
+    "client_max_inflight",
+    "client_idle_timeout",
+    "eject_mode",
+    "server_health_check",
 ];
 
 /// One pool: a listen address in front of a set of servers.
@@ -89,6 +97,29 @@ pub struct PoolConfig {
     /// walnut `max_value_size:` largest value passed, in bytes (suffixes
     /// k, m, g allowed). Default 1 MiB for memcached, 512 MiB for Redis.
     pub max_value_size: usize,
+    /// walnut `replicas:` servers each key is stored on (memcached pools;
+    /// default 1 = plain sharding).
+    pub replicas: u32,
+    /// walnut `replica_read:` which replica serves reads: first or random.
+    pub replica_read_random: bool,
+    /// walnut `max_keys:` most keys in one multi-key request (default 1048576).
+    pub max_keys: usize,
+    /// walnut `client_output_limit:` replies buffered for a client that does
+    /// not read before it is disconnected, bytes (default 256m; 0 = none).
+    pub client_output_limit: usize,
+    /// walnut `client_max_inflight:` requests of one client in flight before
+    /// walnut stops reading from it until replies drain (default 10000).
+    pub client_max_inflight: usize,
+    /// walnut `client_idle_timeout:` close clients idle this long, ms (0 = never).
+    pub client_idle_timeout_ms: u64,
+    /// walnut `eject_mode:` `rehash` (twemproxy: an ejected server's keys
+    /// move to the others) or `fail_fast` (its keys get errors at once and
+    /// never move, so no other server sees them while it is out).
+    pub eject_fail_fast: bool,
+    /// walnut `server_health_check:` probe an ejected server (memcached
+    /// `version`, Redis `PING`) before taking it back (default false:
+    /// twemproxy takes it back when its retry time comes).
+    pub server_health_check: bool,
     /// walnut `allow_flush:` let flush and other pool-wide destructive
     /// commands through (default true, as twemproxy passes `flush_all`).
     pub allow_flush: bool,
@@ -315,6 +346,10 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
         DEFAULT_SERVER_RETRY_TIMEOUT_MS as u32,
     );
     let server_failure_limit = num("server_failure_limit", DEFAULT_SERVER_FAILURE_LIMIT);
+    let replicas = num("replicas", 1);
+    let max_keys = num("max_keys", 1 << 20).map(|n| n.max(1) as usize);
+    let client_max_inflight = num("client_max_inflight", 10_000).map(|n| n.max(1) as usize);
+    let client_idle_timeout = num("client_idle_timeout", 0);
     if server_connections == Some(0) {
         if let Some(v) = scalar("server_connections") {
             r.error(v.line, "'server_connections' cannot be 0");
@@ -335,6 +370,7 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
     let preconnect = flag("preconnect", false);
     let auto_eject_hosts = flag("auto_eject_hosts", false);
     let allow_flush = flag("allow_flush", true);
+    let server_health_check = flag("server_health_check", false);
 
     let redis_auth = scalar("redis_auth").map(|v| v.text.clone());
     if redis == Some(false) {
@@ -360,7 +396,71 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
         },
     };
 
+    if let Some(v) = scalar("replicas") {
+        if replicas == Some(0) {
+            r.error(v.line, "'replicas' must be at least 1");
+        } else if redis == Some(true) && replicas != Some(1) {
+            r.error(v.line, "'replicas' is only supported for memcached pools");
+        }
+    }
+    let eject_fail_fast = match scalar("eject_mode") {
+        None => Some(false),
+        Some(v) => {
+            match v.text.as_str() {
+                "rehash" => Some(false),
+                "fail_fast" => Some(true),
+                other => {
+                    r.error(
+                    v.line,
+                    format!("'eject_mode' has invalid value '{other}': expected rehash or fail_fast"),
+                );
+                    None
+                }
+            }
+        }
+    };
+    let replica_read_random = match scalar("replica_read") {
+        None => Some(false),
+        Some(v) => match v.text.as_str() {
+            "first" => Some(false),
+            "random" => Some(true),
+            other => {
+                r.error(
+                    v.line,
+                    format!("'replica_read' has invalid value '{other}': expected first or random"),
+                );
+                None
+            }
+        },
+    };
+    let client_output_limit = match scalar("client_output_limit") {
+        None => Some(256 << 20),
+        Some(v) => match parse_size(&v.text) {
+            Some(n) => Some(n),
+            None => {
+                r.error(
+                    v.line,
+                    format!("'client_output_limit' has invalid value '{}': expected bytes, optionally with k, m or g", v.text),
+                );
+                None
+            }
+        },
+    };
+
     let servers = validate_servers(r, section, keys.get("servers").copied());
+    if let Some(n) = replicas {
+        if n as usize > servers.len() && !servers.is_empty() {
+            if let Some(v) = scalar("replicas") {
+                r.error(
+                    v.line,
+                    format!(
+                        "'replicas' is {n} but the pool has only {} servers",
+                        servers.len()
+                    ),
+                );
+            }
+        }
+    }
 
     if r.errors.len() > before {
         return None;
@@ -388,6 +488,14 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
         servers,
         max_value_size: max_value_size?,
         allow_flush: allow_flush?,
+        replicas: replicas?,
+        replica_read_random: replica_read_random?,
+        max_keys: max_keys?,
+        client_output_limit: client_output_limit?,
+        client_max_inflight: client_max_inflight?,
+        client_idle_timeout_ms: u64::from(client_idle_timeout?),
+        eject_fail_fast: eject_fail_fast?,
+        server_health_check: server_health_check?,
     })
 }
 

@@ -10,7 +10,7 @@ use std::str::FromStr;
 pub const PROCESS_SECTION: &str = "_walnut";
 
 /// Keys the `_walnut` section accepts.
-pub const PROCESS_KEYS: [&str; 8] = [
+pub const PROCESS_KEYS: [&str; 10] = [
     "workers",
     "listener",
     "cpu_affinity",
@@ -19,7 +19,15 @@ pub const PROCESS_KEYS: [&str; 8] = [
     "accept_mutex_delay",
     "graceful_timeout",
     "log_level",
+    "max_connections",
+    "slowlog_threshold",
 ];
+
+/// Default admin port address (loopback only).
+pub const DEFAULT_ADMIN: &str = "127.0.0.1:22223";
+
+/// Default slow-log threshold: 10 ms.
+pub const DEFAULT_SLOWLOG_US: u64 = 10_000;
 
 /// Highest log level (twemproxy's LOG_PVERB).
 pub const LOG_LEVEL_MAX: u8 = 11;
@@ -126,7 +134,8 @@ pub struct ProcessConfig {
     pub listener: ListenerMode,
     /// `cpu_affinity:` worker pinning (default none).
     pub cpu_affinity: CpuAffinity,
-    /// `admin:` host:port of the admin/stats port, overriding `-a`/`-s`.
+    /// `admin:` host:port of the admin port (default 127.0.0.1:22223;
+    /// `off` disables it).
     pub admin: Option<String>,
     /// `tcp_quickack:` set TCP_QUICKACK after reads (default true).
     pub tcp_quickack: bool,
@@ -136,8 +145,14 @@ pub struct ProcessConfig {
     /// `graceful_timeout:` ms a graceful stop waits for in-flight requests
     /// (default 30000).
     pub graceful_timeout_ms: u64,
+    /// `max_connections:` client connections one worker holds before it
+    /// stops accepting (resumes below 90%); 0 = no limit (default).
+    pub max_connections: usize,
     /// `log_level:` 0..=11, overriding the default of `-v`.
     pub log_level: Option<u8>,
+    /// `slowlog_threshold:` requests slower than this many µs go to the
+    /// slow log (default 10 ms; 0 disables). Accepts `us`, `ms`, `s`.
+    pub slowlog_threshold_us: u64,
 }
 
 impl Default for ProcessConfig {
@@ -150,7 +165,9 @@ impl Default for ProcessConfig {
             tcp_quickack: true,
             accept_mutex_delay_ms: 500,
             graceful_timeout_ms: 30_000,
+            max_connections: 0,
             log_level: None,
+            slowlog_threshold_us: DEFAULT_SLOWLOG_US,
         }
     }
 }
@@ -166,8 +183,23 @@ pub fn parse_millis(s: &str) -> Option<u64> {
     parse_uint(s).map(u64::from)
 }
 
-/// Checks an admin address `host:port`.
+/// Parses a duration in µs: a number, optionally followed by `us`, `ms`
+/// or `s`.
+pub fn parse_micros(s: &str) -> Option<u64> {
+    if let Some(n) = s.strip_suffix("us") {
+        return parse_uint(n).map(u64::from);
+    }
+    parse_millis(s)
+        .filter(|_| s.ends_with('s'))
+        .map(|ms| ms * 1000)
+        .or_else(|| parse_uint(s).map(u64::from))
+}
+
+/// Checks an admin address `host:port` (or `off`).
 pub fn parse_admin(s: &str) -> Result<String, String> {
+    if s == "off" {
+        return Ok(s.to_string());
+    }
     match s.rsplit_once(':') {
         Some((host, port))
             if !host.is_empty() && parse_uint(port).is_some_and(|p| (1..=65535).contains(&p)) =>
@@ -261,6 +293,26 @@ fn set(r: &mut Report, cfg: &mut ProcessConfig, key: &str, v: &Scalar) {
                 ),
             ),
         },
+        "max_connections" => match parse_uint(&v.text) {
+            Some(n) => cfg.max_connections = n as usize,
+            None => fail(
+                r,
+                format!(
+                    "invalid value '{}': expected a number of connections",
+                    v.text
+                ),
+            ),
+        },
+        "slowlog_threshold" => match parse_micros(&v.text) {
+            Some(us) => cfg.slowlog_threshold_us = us,
+            None => fail(
+                r,
+                format!(
+                    "invalid value '{}': expected microseconds, e.g. 10000, 10ms or 0",
+                    v.text
+                ),
+            ),
+        },
         "log_level" => match parse_uint(&v.text).and_then(|n| u8::try_from(n).ok()) {
             Some(n) if n <= LOG_LEVEL_MAX => cfg.log_level = Some(n),
             _ => fail(
@@ -318,6 +370,12 @@ mod tests {
         assert!(parse_admin("127.0.0.1").is_err());
         assert!(parse_admin(":1").is_err());
         assert!(parse_admin("h:0").is_err());
+        assert!(parse_admin("off").is_ok());
+        assert_eq!(parse_micros("250"), Some(250));
+        assert_eq!(parse_micros("250us"), Some(250));
+        assert_eq!(parse_micros("10ms"), Some(10_000));
+        assert_eq!(parse_micros("2s"), Some(2_000_000));
+        assert_eq!(parse_micros("x"), None);
     }
 
     #[test]

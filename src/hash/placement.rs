@@ -98,6 +98,54 @@ impl Placement {
     }
 }
 
+impl Placement {
+    /// The `r` distinct live servers that hold `key` in a replicated pool:
+    /// the owner `server_for` gives, then the next distinct servers met
+    /// walking the ring (ketama) or the slot table (modula) onwards. Fewer
+    /// than `r` when fewer servers are live.
+    pub fn replicas_for(&self, key: &[u8], r: usize, out: &mut Vec<usize>) {
+        out.clear();
+        let points = self.ring.points();
+        if points.is_empty() || r == 0 {
+            return;
+        }
+        let start = match self.dist {
+            Distribution::Ketama => {
+                let h = self.key_hash(key);
+                let pos = points.partition_point(|p| p.value < h);
+                if pos == points.len() {
+                    0
+                } else {
+                    pos
+                }
+            }
+            Distribution::Modula => (self.key_hash(key) as usize) % points.len(),
+            Distribution::Random => match self.server_for(key) {
+                Some(s) => points
+                    .iter()
+                    .position(|p| p.index as usize == s)
+                    .unwrap_or(0),
+                None => 0,
+            },
+        };
+        for i in 0..points.len() {
+            let idx = points[(start + i) % points.len()].index as usize;
+            if !out.contains(&idx) {
+                out.push(idx);
+                if out.len() == r {
+                    break;
+                }
+            }
+        }
+        // A one-server pool skips hashing; keep the owner first anyway.
+        if let Some(owner) = self.server_for(key) {
+            if let Some(pos) = out.iter().position(|&s| s == owner) {
+                out[..=pos].rotate_right(1);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,5 +246,32 @@ mod tests {
         );
         let h = HashKind::Crc32a.hash(b"42");
         assert_eq!(p.server_for(b"user{42}:x"), Some(h as usize % 3));
+    }
+
+    #[test]
+    fn replicas_are_distinct_and_start_at_the_owner() {
+        let names: Vec<String> = (0..5).map(|i| format!("10.0.0.{i}:11211")).collect();
+        let ring: Vec<RingServer> = names
+            .iter()
+            .map(|n| RingServer {
+                name: n.as_bytes(),
+                weight: 1,
+                live: true,
+            })
+            .collect();
+        for dist in [Distribution::Ketama, Distribution::Modula] {
+            let p = Placement::new(HashKind::Fnv1a_64, dist, None, &ring);
+            let mut out = Vec::new();
+            for k in 0..200 {
+                let key = format!("key:{k}");
+                p.replicas_for(key.as_bytes(), 3, &mut out);
+                assert_eq!(out.len(), 3);
+                assert_eq!(Some(out[0]), p.server_for(key.as_bytes()));
+                let mut d = out.clone();
+                d.sort();
+                d.dedup();
+                assert_eq!(d.len(), 3);
+            }
+        }
     }
 }

@@ -112,6 +112,32 @@ impl ListenerSet {
         Ok(per_worker)
     }
 
+    /// Descriptors of every socket held here (a new worker closes them).
+    pub fn raw_fds(&self) -> Vec<RawFd> {
+        self.socks.values().map(|(fd, _)| fd.as_raw_fd()).collect()
+    }
+
+    /// Close the master's copies of worker slot `slot`'s own sockets
+    /// (reuseport mode) once no worker will serve them again, so the kernel
+    /// stops queueing connections where nobody accepts. The caller drops
+    /// the slot's per-worker copies too. A later reload opens them anew.
+    pub fn close_slot(&mut self, config: &Config, slot: usize) {
+        if config.process.listener != ListenerMode::Reuseport {
+            return;
+        }
+        for pool in config.pools.iter() {
+            if matches!(pool.listen, ListenAddr::Unix { .. }) {
+                continue;
+            }
+            if self.socks.remove(&key_of(&pool.listen, slot)).is_some() {
+                crate::log_notice!(
+                    "pool '{}': closed the listening socket of worker {slot}",
+                    pool.name
+                );
+            }
+        }
+    }
+
     /// Clear close-on-exec and describe every socket for a new binary.
     pub fn export_for_exec(&self) -> String {
         let mut out = String::new();

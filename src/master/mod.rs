@@ -4,10 +4,12 @@
 //! configuration, execs a new binary, and serves the stats port. It does
 //! no proxy work itself.
 
+mod admin_host;
 pub mod channel;
 pub mod listeners;
 pub mod signals;
 pub mod title;
+mod upgrade;
 mod worker_proc;
 
 use crate::config::{Config, CpuAffinity, ListenerMode, Workers};
@@ -19,6 +21,7 @@ use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use upgrade::oldbin;
 
 pub use worker_proc::EXIT_FATAL;
 
@@ -28,6 +31,8 @@ pub struct MasterOpts {
     pub conf_path: PathBuf,
     /// Stats port address (`-a`/`-s`).
     pub stats_addr: String,
+    /// Admin port address (`--admin` / `_walnut: admin`), if enabled.
+    pub admin_addr: Option<String>,
     /// Pid file (`-p`).
     pub pid_file: Option<PathBuf>,
     /// The binary to exec on hot upgrade (argv[0] made absolute).
@@ -46,6 +51,7 @@ struct WorkerProc {
     respawn_at: Option<Instant>,
     alive: bool,
     fatal: bool,
+    respawns: u64,
 }
 
 struct Generation {
@@ -69,6 +75,10 @@ pub struct Master {
     source: String,
     next_gen: u64,
     stopping: bool,
+    /// Pid of the new binary started by USR2, while it runs.
+    upgrade_child: Option<libc::pid_t>,
+    admin: Option<crate::admin::AdminServer>,
+    runtime: Vec<(String, String)>,
 }
 
 fn nworkers(config: &Config) -> usize {
@@ -82,10 +92,27 @@ fn cpu_for(config: &Config, index: usize) -> Option<usize> {
     match &config.process.cpu_affinity {
         CpuAffinity::None => None,
         CpuAffinity::Auto => {
-            let n = std::thread::available_parallelism().map_or(1, |n| n.get());
-            Some(index % n)
+            // Worker i on the i-th CPU this process may run on (which is
+            // CPU i unless walnut was started under a narrower mask).
+            let cpus = allowed_cpus();
+            cpus.get(index % cpus.len().max(1)).copied().or(Some(index))
         }
         CpuAffinity::List(cpus) => cpus.get(index % cpus.len().max(1)).copied(),
+    }
+}
+
+/// CPUs in the calling process's affinity mask, in ascending order.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is valid; sched_getaffinity fills it and
+    // CPU_ISSET reads within its bounds.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Vec::new();
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
     }
 }
 
@@ -98,6 +125,7 @@ impl Master {
             None => Some(open_stats(&opts.stats_addr)?),
         };
         let _ = &mut socks;
+        let admin = admin_host::open(opts.admin_addr.as_deref());
         Ok(Master {
             opts,
             socks,
@@ -108,11 +136,15 @@ impl Master {
             source: crate::stats::json::hostname(),
             next_gen: 1,
             stopping: false,
+            upgrade_child: None,
+            admin,
+            runtime: Vec::new(),
         })
     }
 
     /// Start the first generation of workers and run until stopped.
     pub fn run(&mut self, config: Config) -> i32 {
+        signals::block();
         signals::install();
         if let Err(e) = self.start_generation(config) {
             crate::log_error!("cannot start: {e}");
@@ -198,7 +230,7 @@ impl Master {
         }
         if pid == 0 {
             drop(master_end);
-            self.close_in_child();
+            self.close_in_child(gen);
             worker_proc::worker_main(worker_proc::WorkerStart {
                 index,
                 config: &gen.config,
@@ -219,20 +251,36 @@ impl Master {
             respawn_at: None,
             alive: true,
             fatal: false,
+            respawns: 0,
         })
     }
 
-    /// In a new worker: close descriptors that belong to the master only.
-    fn close_in_child(&self) {
-        let mut fds: Vec<RawFd> = Vec::new();
+    /// In a new worker: close descriptors that belong to the master only,
+    /// and every listening socket but the worker's own copies (a worker
+    /// must not keep another slot's reuseport socket open).
+    fn close_in_child(&self, new_gen: &Generation) {
+        let mut fds: Vec<RawFd> = self.socks.raw_fds();
         if let Some(s) = &self.stats {
             fds.push(s.as_raw_fd());
         }
-        for gen in self.current.iter().chain(self.old.iter()) {
+        if let Some(a) = &self.admin {
+            fds.extend(a.fds());
+        }
+        for gen in self
+            .current
+            .iter()
+            .chain(self.old.iter())
+            .chain(std::iter::once(new_gen))
+        {
             for w in &gen.workers {
                 fds.push(w.channel.fd());
             }
+            for l in gen.listeners.iter().flatten() {
+                fds.push(l.fd.as_raw_fd());
+            }
         }
+        fds.sort_unstable();
+        fds.dedup();
         for fd in fds {
             // SAFETY: closing the child's copies of master-only descriptors.
             unsafe {
@@ -296,22 +344,24 @@ impl Master {
         }
     }
 
-    /// Wait up to 100 ms for a stats connection (or a signal), serve it.
+    /// Wait up to 100 ms for a stats or admin connection (or a signal),
+    /// serve it.
     fn serve_stats(&mut self) {
-        let Some(stats) = &self.stats else {
-            std::thread::sleep(Duration::from_millis(100));
-            return;
-        };
-        let mut pfd = libc::pollfd {
-            fd: stats.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: poll on one valid pollfd.
-        let rc = unsafe { libc::poll(&mut pfd, 1, 100) };
-        if rc <= 0 {
+        let mut pfds = self.admin.as_ref().map(|a| a.pollfds()).unwrap_or_default();
+        if let Some(stats) = &self.stats {
+            pfds.push(libc::pollfd {
+                fd: stats.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        if !signals::wait(&mut pfds, 100) {
             return;
         }
+        self.serve_admin();
+        let Some(stats) = &self.stats else {
+            return;
+        };
         while let Ok((mut sock, _)) = stats.accept() {
             let Some(gen) = &self.current else { break };
             let doc = crate::stats::json::render(
@@ -367,6 +417,7 @@ impl Master {
             let clean = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
             let stopping = self.stopping;
             let mut found = false;
+            let mut abandoned: Option<usize> = None;
             for gen in self.current.iter_mut().chain(self.old.iter_mut()) {
                 let draining = gen.draining;
                 for (i, w) in gen.workers.iter_mut().enumerate() {
@@ -386,6 +437,9 @@ impl Master {
                     if fatal {
                         w.fatal = true;
                         crate::log_error!("worker {} failed fatally, not restarting it", i);
+                        if !draining {
+                            abandoned = Some(i);
+                        }
                         continue;
                     }
                     // Restart at once; a worker that keeps dying right after
@@ -403,7 +457,22 @@ impl Master {
                     w.respawn_at = Some(Instant::now() + delay);
                 }
             }
-            if !found {
+            if let (Some(i), Some(gen)) = (abandoned, self.current.as_mut()) {
+                self.socks.close_slot(&gen.config, i);
+                if gen.config.process.listener == ListenerMode::Reuseport {
+                    if let Some(l) = gen.listeners.get_mut(i) {
+                        l.clear();
+                    }
+                }
+            }
+            if self.upgrade_child == Some(pid) {
+                self.upgrade_child = None;
+                crate::log_error!("new binary (pid {pid}) {how}");
+                // nginx's rule: the old master is the live one again.
+                if let Some(p) = &self.opts.pid_file {
+                    let _ = std::fs::rename(oldbin(p), p);
+                }
+            } else if !found {
                 crate::log_info!("child pid {} {}", pid, how);
             }
         }
@@ -424,9 +493,14 @@ impl Master {
             }
             gen.region.reset_gauges(i);
             let quick = gen.workers[i].quick_deaths;
+            let respawns = gen.workers[i].respawns + 1;
             match self.spawn(&gen, i) {
                 Ok(mut w) => {
                     w.quick_deaths = quick;
+                    w.respawns = respawns;
+                    for (k, v) in &self.runtime {
+                        let _ = w.channel.send(&Message::Set(k.clone(), v.clone()));
+                    }
                     gen.workers[i] = w;
                 }
                 Err(e) => {
@@ -453,66 +527,16 @@ impl Master {
                 return;
             }
         };
-        if self.current.as_ref().map(|g| &g.config) == Some(&config) {
+        // Unchanged: nothing to do, unless SIGWINCH stopped the workers
+        // (then HUP starts them again, as in nginx).
+        if !self.stopping && self.current.as_ref().map(|g| &g.config) == Some(&config) {
             crate::log_notice!("reload: configuration unchanged");
             return;
         }
         self.stopping = false;
+        self.runtime.clear();
         if let Err(e) = self.start_generation(config) {
             crate::log_error!("reload failed, keeping the running configuration: {e}");
-        }
-    }
-
-    /// Exec a new binary that inherits the listening sockets (nginx's USR2).
-    fn upgrade(&mut self) {
-        let mut spec = self.socks.export_for_exec();
-        if let Some(s) = &self.stats {
-            listeners::set_cloexec(s.as_raw_fd(), false);
-            spec.push_str(&format!("{}={}=t;", listeners::STATS_KEY, s.as_raw_fd()));
-        }
-        let exe = std::ffi::CString::new(self.opts.exe.as_os_str().as_encoded_bytes())
-            .unwrap_or_default();
-        let args: Vec<std::ffi::CString> = self
-            .opts
-            .args
-            .iter()
-            .map(|a| std::ffi::CString::new(a.as_bytes()).unwrap_or_default())
-            .collect();
-        let env_kv = std::ffi::CString::new(format!("{}={}", listeners::INHERIT_ENV, spec))
-            .unwrap_or_default();
-        if let Some(p) = &self.opts.pid_file {
-            let mut old = p.clone().into_os_string();
-            old.push(".oldbin");
-            let _ = std::fs::rename(p, old);
-        }
-        // SAFETY: single-threaded master; the child only execs.
-        let pid = unsafe { libc::fork() };
-        if pid == 0 {
-            let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
-            argv.push(std::ptr::null());
-            // SAFETY: putenv with a string that lives until exec; execv with
-            // NUL-terminated argv.
-            unsafe {
-                libc::putenv(env_kv.as_ptr() as *mut libc::c_char);
-                libc::execv(exe.as_ptr(), argv.as_ptr());
-                libc::_exit(1);
-            }
-        }
-        self.socks.restore_cloexec();
-        if let Some(s) = &self.stats {
-            listeners::set_cloexec(s.as_raw_fd(), true);
-        }
-        if pid < 0 {
-            crate::log_error!(
-                "hot upgrade: fork failed: {}",
-                std::io::Error::last_os_error()
-            );
-        } else {
-            crate::log_notice!(
-                "hot upgrade: started {} as pid {}",
-                self.opts.exe.display(),
-                pid
-            );
         }
     }
 
@@ -539,6 +563,7 @@ impl Master {
         // Close the listening sockets so no new connection queues here.
         self.socks = ListenerSet::default();
         self.stats = None;
+        self.admin = None;
         let limit = if graceful {
             self.current
                 .as_ref()
@@ -577,11 +602,15 @@ impl Master {
         }
     }
 
+    /// Remove the pid file (or, after a hot upgrade, the `.oldbin` one)
+    /// if it still names this process.
     fn remove_pid_file(&self) {
         if let Some(p) = &self.opts.pid_file {
-            if let Ok(s) = std::fs::read_to_string(p) {
-                if s.trim() == std::process::id().to_string() {
-                    let _ = std::fs::remove_file(p);
+            for f in [p.clone(), oldbin(p)] {
+                if let Ok(s) = std::fs::read_to_string(&f) {
+                    if s.trim() == std::process::id().to_string() {
+                        let _ = std::fs::remove_file(&f);
+                    }
                 }
             }
         }

@@ -44,9 +44,71 @@ pub fn install() {
     }
 }
 
+fn handled_set() -> libc::sigset_t {
+    // SAFETY: sigemptyset initialises the set; sigaddset with valid signals.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for &sig in HANDLED {
+            libc::sigaddset(&mut set, sig);
+        }
+        set
+    }
+}
+
+/// Block the handled signals: the master takes them only while waiting in
+/// [`wait`], so one arriving between two checks is never left unseen until
+/// the next timeout.
+pub fn block() {
+    let set = handled_set();
+    // SAFETY: changing this (single-threaded) process's signal mask.
+    unsafe {
+        libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+/// Unblock the handled signals (a forked worker, or before exec).
+pub fn unblock() {
+    let set = handled_set();
+    // SAFETY: changing this process's signal mask.
+    unsafe {
+        libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+/// Wait up to `timeout_ms` for one of `pfds` to be readable or a handled signal to
+/// arrive (signals are unblocked only during the wait). True when `fd` is
+/// readable.
+pub fn wait(pfds: &mut [libc::pollfd], timeout_ms: u64) -> bool {
+    let ts = libc::timespec {
+        tv_sec: (timeout_ms / 1000) as libc::time_t,
+        tv_nsec: ((timeout_ms % 1000) * 1_000_000) as libc::c_long,
+    };
+    // SAFETY: an empty mask built by sigprocmask's query plus removal of
+    // the handled signals; ppoll on one pollfd (ignored when fd is -1).
+    unsafe {
+        let mut mask: libc::sigset_t = std::mem::zeroed();
+        libc::sigprocmask(libc::SIG_BLOCK, std::ptr::null(), &mut mask);
+        for &sig in HANDLED {
+            libc::sigdelset(&mut mask, sig);
+        }
+        let rc = libc::ppoll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, &ts, &mask);
+        rc > 0 && pfds.iter().any(|p| p.revents & libc::POLLIN != 0)
+    }
+}
+
 /// Restore default dispositions (in a freshly forked worker before it
-/// installs its own handling).
+/// installs its own handling), unblock them, and let SIGSEGV and SIGBUS
+/// kill the process as they would a C program (the runtime's stack-overflow
+/// handler would otherwise swallow a first `kill -SEGV`).
 pub fn reset() {
+    unblock();
+    for sig in [libc::SIGSEGV, libc::SIGBUS] {
+        // SAFETY: resetting a signal to its default disposition.
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+        }
+    }
     for &sig in HANDLED {
         // SAFETY: resetting a signal to its default disposition.
         unsafe {

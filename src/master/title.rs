@@ -31,7 +31,10 @@ pub fn set(title: &str) {
         std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, n);
         std::ptr::write_bytes(p.add(n), 0, len - n);
     }
-    let name = std::ffi::CString::new(&bytes[..n.min(15)]).unwrap_or_default();
+    // The kernel keeps 15 bytes of the name (`comm`): drop the ": " so a
+    // worker's index survives ("walnut worker 3").
+    let short: Vec<u8> = title.replacen(": ", " ", 1).into_bytes();
+    let name = std::ffi::CString::new(&short[..short.len().min(15)]).unwrap_or_default();
     // SAFETY: PR_SET_NAME with a NUL-terminated string of at most 16 bytes.
     unsafe {
         libc::prctl(libc::PR_SET_NAME, name.as_ptr() as libc::c_ulong);

@@ -103,7 +103,37 @@ pub fn apply_param(ctl: &mut WorkerCtl, key: &str, value: &str) -> Result<(), St
                 .map_err(|_| format!("bad timeout '{value}'"))?;
             ctl.client_idle = (ms > 0).then(|| std::time::Duration::from_millis(ms));
         }
-        _ => return Err(format!("unknown parameter '{key}'")),
+        "slowlog_threshold" => {
+            ctl.slowlog_us = crate::config::parse_micros(value)
+                .ok_or_else(|| format!("bad slowlog_threshold '{value}'"))?;
+        }
+        "latency" => {
+            ctl.latency = match value {
+                "true" | "on" | "1" => true,
+                "false" | "off" | "0" => false,
+                _ => return Err(format!("bad boolean '{value}'")),
+            };
+        }
+        _ => {
+            // pool.NAME.timeout
+            let Some((pool, param)) = key.strip_prefix("pool.").and_then(|r| r.rsplit_once('.'))
+            else {
+                return Err(format!("unknown parameter '{key}'"));
+            };
+            let idx = ctl
+                .pool_names
+                .iter()
+                .position(|n| n == pool)
+                .ok_or_else(|| format!("unknown pool '{pool}'"))?;
+            match param {
+                "timeout" => {
+                    let ms = crate::config::parse_millis(value)
+                        .ok_or_else(|| format!("bad timeout '{value}'"))?;
+                    ctl.pool_timeouts.push((idx, ms));
+                }
+                _ => return Err(format!("unknown parameter '{key}'")),
+            }
+        }
     }
     Ok(())
 }

@@ -194,18 +194,11 @@ impl Protocol {
         }
     }
 
-    /// Number of server connection classes (see [`Protocol::conn_class`]).
-    pub fn conn_classes(self) -> usize {
-        match self {
-            Protocol::Memcache => 2,
-            Protocol::Redis => 1,
-        }
-    }
-
-    /// The class of server connection a request of operation `op` must use,
-    /// below [`Protocol::conn_classes`]: memcached binds a connection to the
-    /// binary or the text protocol on its first byte, so binary requests
-    /// have their own connections.
+    /// The class of server connection a request of operation `op` must use
+    /// (0 or 1; class 1 uses the second half of a server's connection
+    /// slots): memcached binds a connection to the binary or the text
+    /// protocol on its first byte, so binary requests have their own
+    /// connections.
     pub fn conn_class(self, op: Op) -> usize {
         match (self, op) {
             (Protocol::Memcache, Op::Mc(op)) => memcache::conn_class(op),

@@ -23,19 +23,38 @@ fn esc(s: &str) -> String {
     serde_json::Value::String(s.to_string()).to_string()
 }
 
+/// twemproxy's `total_connections` and `curr_connections`: every
+/// connection object it ever made / holds now (client, server, and one
+/// listening "proxy" connection per pool), summed over the workers; the
+/// listeners count once per pool.
+pub fn connections(config: &Config, region: &Region) -> (u64, u64) {
+    let listeners = config.pools.len() as u64;
+    let mut server_conns = 0;
+    for (pi, pool) in config.pools.iter().enumerate() {
+        for si in 0..pool.servers.len() {
+            server_conns += region.server_sum(pi, si, ServerField::ServerConnections);
+        }
+    }
+    let total = region.worker_sum(WorkerField::TotalConnections)
+        + region.worker_sum(WorkerField::ServerConnects)
+        + listeners;
+    let curr = region.worker_sum(WorkerField::CurrConnections) + server_conns + listeners;
+    (total, curr)
+}
+
 /// Render the document for `config` from the counters in `region`.
-/// `extra_connections` is added to curr/total (the master's own view).
 pub fn render(config: &Config, region: &Region, uptime: u64, source: &str) -> String {
     let mut s = String::with_capacity(4096);
     let now = crate::util::epoch_us() / 1_000_000;
+    let (total, curr) = connections(config, region);
     let _ = write!(
         s,
         "{{\"service\":\"nutcracker\", \"source\":{}, \"version\":\"0.5.0\", \"uptime\":{}, \"timestamp\":{}, \"total_connections\":{}, \"curr_connections\":{}",
         esc(source),
         uptime,
         now,
-        region.worker_sum(WorkerField::TotalConnections),
-        region.worker_sum(WorkerField::CurrConnections),
+        total,
+        curr,
     );
     for (pi, pool) in config.pools.iter().enumerate() {
         let _ = write!(s, ", {}: {{", esc(&pool.name));

@@ -2,8 +2,11 @@
 //! twemproxy's nc_stats.h, stored in a shared-memory region where each
 //! worker writes only its own slot and the master reads all of them.
 
+pub mod histogram;
 pub mod json;
+pub mod prometheus;
 pub mod shm;
+pub mod slowlog;
 
 /// Whether a field counts events or reports a current level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +75,7 @@ fields!(
     /// Per-worker process fields (walnut's own).
     WorkerField {
         TotalConnections = ("total_connections", Counter, "# connections accepted"),
+        ServerConnects = ("server_connects", Counter, "# server connections opened"),
         CurrConnections = ("curr_connections", Gauge, "# connections open"),
         AcceptEagain = ("accept_eagain", Counter, "# wakeups to accept that found no connection"),
         Requests = ("requests", Counter, "# client requests"),
@@ -83,7 +87,7 @@ fields!(
 pub fn describe() -> String {
     let mut s = String::from("This is walnut-");
     s.push_str(env!("CARGO_PKG_VERSION"));
-    s.push_str("\n\npool stats:\n");
+    s.push_str("\nasync event backend: epoll\n\npool stats:\n");
     for f in PoolField::ALL {
         s.push_str(&format!("  {:<20}\"{}\"\n", f.name(), f.description()));
     }

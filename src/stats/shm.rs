@@ -3,6 +3,8 @@
 //! 128-byte lines, so no two workers share a cache line) and is its only
 //! writer; the master sums the slots when asked, without asking anyone.
 
+use super::histogram::{self, Cell, Class, Snapshot};
+use super::slowlog::{self, Ring};
 use super::{PoolField, ServerField, WorkerField};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -15,6 +17,11 @@ pub struct Layout {
     pub servers_per_pool: Vec<usize>,
     pool_base: usize,
     server_base: Vec<usize>,
+    /// First histogram series of each pool's servers.
+    hist_server_base: Vec<usize>,
+    hist_base: usize,
+    hist_series: usize,
+    slowlog_base: usize,
     slot_words: usize,
 }
 
@@ -28,13 +35,38 @@ impl Layout {
             server_base.push(next);
             next += n * ServerField::COUNT;
         }
-        let slot_words = next.div_ceil(LINE_WORDS) * LINE_WORDS;
+        // Histograms: per pool and class, then per server, each in the
+        // lifetime window and two halves; then the slow-log ring.
+        let hist_base = next.div_ceil(LINE_WORDS) * LINE_WORDS;
+        let mut series = servers_per_pool.len() * Class::COUNT;
+        let mut hist_server_base = Vec::with_capacity(servers_per_pool.len());
+        for n in &servers_per_pool {
+            hist_server_base.push(series);
+            series += n;
+        }
+        let slowlog_base = hist_base + series * histogram::WINDOWS * histogram::WORDS;
+        let end = slowlog_base + slowlog::WORDS;
+        let slot_words = end.div_ceil(LINE_WORDS) * LINE_WORDS;
         Layout {
             servers_per_pool,
             pool_base,
             server_base,
+            hist_server_base,
+            hist_base,
+            hist_series: series,
+            slowlog_base,
             slot_words,
         }
+    }
+
+    fn hist_idx(&self, window: usize, series: usize) -> usize {
+        self.hist_base + (window * self.hist_series + series) * histogram::WORDS
+    }
+    fn class_series(&self, pool: usize, class: Class) -> usize {
+        pool * Class::COUNT + class as usize
+    }
+    fn server_series(&self, pool: usize, server: usize) -> usize {
+        self.hist_server_base.get(pool).map_or(0, |b| b + server)
     }
 
     fn worker_idx(&self, f: WorkerField) -> usize {
@@ -165,6 +197,61 @@ impl Region {
         self.fold(self.layout.server_idx(pool, server, f), f.kind())
     }
 
+    fn words(&self, slot: usize, idx: usize, len: usize) -> &[AtomicU64] {
+        let i = slot * self.layout.slot_words + idx;
+        assert!(i + len <= self.words);
+        // SAFETY: the range is inside the mapping (checked above).
+        unsafe { std::slice::from_raw_parts(self.ptr.add(i), len) }
+    }
+
+    fn hist_cell(&self, slot: usize, window: usize, series: usize) -> Cell<'_> {
+        Cell(self.words(slot, self.layout.hist_idx(window, series), histogram::WORDS))
+    }
+
+    /// Merge a series over every worker: the lifetime histogram, or the
+    /// recent window (the halves of the current and previous periods).
+    fn hist_merge(&self, series: usize, recent: bool) -> Snapshot {
+        let mut snap = Snapshot::default();
+        let period = histogram::period_now();
+        for slot in 0..self.slots {
+            if !recent {
+                self.hist_cell(slot, 0, series).add_to(&mut snap);
+                continue;
+            }
+            for half in 1..histogram::WINDOWS {
+                let c = self.hist_cell(slot, half, series);
+                if matches!(c.period(), Some(p) if p + 1 >= period && p <= period) {
+                    c.add_to(&mut snap);
+                }
+            }
+        }
+        snap
+    }
+
+    /// Latency of one command class of a pool, merged over workers.
+    pub fn latency_class(&self, pool: usize, class: Class, recent: bool) -> Snapshot {
+        self.hist_merge(self.layout.class_series(pool, class), recent)
+    }
+
+    /// Latency of a pool (every class), merged over workers.
+    pub fn latency_pool(&self, pool: usize, recent: bool) -> Snapshot {
+        let mut s = Snapshot::default();
+        for c in Class::ALL {
+            s.merge(&self.latency_class(pool, c, recent));
+        }
+        s
+    }
+
+    /// Latency of one server, merged over workers.
+    pub fn latency_server(&self, pool: usize, server: usize, recent: bool) -> Snapshot {
+        self.hist_merge(self.layout.server_series(pool, server), recent)
+    }
+
+    /// The slow-log ring of one worker slot.
+    pub fn slowlog(&self, slot: usize) -> Ring<'_> {
+        Ring(self.words(slot, self.layout.slowlog_base, slowlog::WORDS))
+    }
+
     fn fold(&self, idx: usize, kind: super::Kind) -> u64 {
         let vals = (0..self.slots).map(|s| self.word(s, idx).load(Ordering::Relaxed));
         match kind {
@@ -251,6 +338,28 @@ impl Slot<'_> {
         let idx = self.region.layout.pool_idx(pool, f);
         self.region.word(self.slot, idx).load(Ordering::Relaxed)
     }
+    /// Record one reply's latency for its pool, class and server, in the
+    /// lifetime histograms and the current half of the recent window.
+    pub fn record_latency(&self, pool: usize, server: usize, class: Class, us: u64) {
+        let layout = &self.region.layout;
+        let period = histogram::period_now();
+        let half = 1 + (period % 2) as usize;
+        for series in [
+            layout.class_series(pool, class),
+            layout.server_series(pool, server),
+        ] {
+            self.region.hist_cell(self.slot, 0, series).record(us);
+            let c = self.region.hist_cell(self.slot, half, series);
+            c.enter_period(period);
+            c.record(us);
+        }
+    }
+
+    /// This worker's slow-log ring.
+    pub fn slowlog(&self) -> Ring<'_> {
+        self.region.slowlog(self.slot)
+    }
+
     /// Set a server field (timestamps).
     #[inline]
     pub fn server_set(&self, pool: usize, server: usize, f: ServerField, v: u64) {
@@ -279,5 +388,31 @@ mod tests {
         assert_eq!(r.server_sum(0, 1, ServerField::ServerEjectedAt), 30);
         r.clear_slot(1);
         assert_eq!(r.server_sum(1, 2, ServerField::Requests), 5);
+    }
+
+    #[test]
+    fn latency_merges_over_slots() {
+        let r = Region::new(Layout::new(vec![1, 2]), 2).unwrap();
+        r.slot(0).record_latency(1, 1, Class::Read, 100);
+        r.slot(1).record_latency(1, 1, Class::Write, 300);
+        r.slot(1).record_latency(0, 0, Class::Read, 7);
+        assert_eq!(r.latency_pool(1, false).count, 2);
+        assert_eq!(r.latency_pool(1, true).count, 2);
+        assert_eq!(r.latency_class(1, Class::Write, false).max, 300);
+        assert_eq!(r.latency_server(1, 1, false).sum, 400);
+        assert_eq!(r.latency_server(1, 0, false).count, 0);
+        assert_eq!(r.latency_server(0, 0, false).count, 1);
+        r.slot(1).slowlog().push(&crate::stats::slowlog::Entry {
+            seq: 0,
+            time_us: 1,
+            pool: 1,
+            server: 1,
+            latency_us: 300,
+            size: 10,
+            cmd: "get".into(),
+            key: b"k".to_vec(),
+        });
+        assert_eq!(r.slowlog(1).read(0).len(), 1);
+        assert!(r.slowlog(0).read(0).is_empty());
     }
 }

@@ -10,6 +10,7 @@
 //!   clients than the average skips the lock so others catch up.
 
 use crate::config::ListenerMode;
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The accept mutex: one word in shared memory holding the owner's pid.
@@ -107,4 +108,34 @@ impl<'a> AcceptPolicy<'a> {
             registered: false,
         }
     }
+}
+
+/// epoll_exclusive mode: move this worker's wait entry on a listening
+/// socket to the back of the socket's wait queue (delete and add it again).
+///
+/// The kernel wakes the first exclusive waiter in queue order, so without
+/// this an idle worker at the head of the queue takes every connection; after
+/// each accept batch the worker that accepted steps to the back and the
+/// workers take turns.
+pub fn requeue_exclusive(epfd: RawFd, fd: RawFd, token: u64) -> std::io::Result<()> {
+    // SAFETY: removing a descriptor this worker added to its own epoll set.
+    unsafe {
+        libc::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut());
+    }
+    add_exclusive(epfd, fd, token)
+}
+
+/// Add a listening socket to an epoll set with EPOLLEXCLUSIVE (mio has no
+/// flag for it). The event's data is the token, as mio reads it back.
+pub fn add_exclusive(epfd: RawFd, fd: RawFd, token: u64) -> std::io::Result<()> {
+    let mut ev = libc::epoll_event {
+        events: (libc::EPOLLIN | libc::EPOLLEXCLUSIVE) as u32,
+        u64: token,
+    };
+    // SAFETY: valid epoll and socket descriptors and a valid event struct.
+    let rc = unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }

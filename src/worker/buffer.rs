@@ -1,73 +1,81 @@
 //! A byte queue: appended at the back, consumed from the front by moving
 //! an offset (never by shifting the rest on every message, the O(k²) copy
 //! twemproxy does with pipelined replies). The unconsumed tail is moved to
-//! the front at most once per read, and an emptied large buffer is freed so
-//! idle connections hold no memory.
+//! the front only when room is needed.
+//!
+//! Reads go straight into the vector's spare capacity with `read(2)` (no
+//! zero-filling of memory the kernel is about to overwrite). Client
+//! connections borrow their buffers from the worker's pool (`BufPool`) and
+//! give them back when empty, so an idle connection holds no buffer and a
+//! busy one allocates nothing per request.
 
-use std::io::{self, Read};
+use std::io;
+use std::os::fd::RawFd;
 
-/// Capacity kept by an emptied buffer; anything larger is released.
-const KEEP_CAPACITY: usize = 16 * 1024;
+/// Room below which a read first grows the buffer.
+const MIN_READ_ROOM: usize = 4096;
 
-/// See module docs. `data` is always initialised up to its length; bytes
-/// `pos..end` are the content.
+/// See module docs. Bytes `pos..data.len()` are the content.
 #[derive(Debug, Default)]
 pub struct Buffer {
     data: Vec<u8>,
     pos: usize,
-    end: usize,
 }
 
 impl Buffer {
+    /// An empty buffer with room for `cap` bytes.
+    pub fn with_capacity(cap: usize) -> Buffer {
+        Buffer {
+            data: Vec::with_capacity(cap),
+            pos: 0,
+        }
+    }
+
     /// Unconsumed bytes.
     #[inline]
     pub fn bytes(&self) -> &[u8] {
-        &self.data[self.pos..self.end]
+        &self.data[self.pos..]
     }
 
     /// Number of unconsumed bytes.
     #[inline]
     pub fn len(&self) -> usize {
-        self.end - self.pos
+        self.data.len() - self.pos
     }
 
     /// No unconsumed bytes.
     #[inline]
     pub fn is_empty(&self) -> bool {
-        self.pos == self.end
+        self.pos == self.data.len()
+    }
+
+    /// Allocated bytes.
+    #[inline]
+    pub fn capacity(&self) -> usize {
+        self.data.capacity()
     }
 
     /// Drop `n` bytes from the front.
     #[inline]
     pub fn consume(&mut self, n: usize) {
         self.pos += n.min(self.len());
-        if self.pos == self.end {
-            self.clear();
-        }
-    }
-
-    /// Drop everything, releasing a large allocation.
-    pub fn clear(&mut self) {
-        self.pos = 0;
-        self.end = 0;
-        if self.data.len() > KEEP_CAPACITY {
-            self.data = Vec::new();
+        if self.pos == self.data.len() {
+            self.pos = 0;
+            self.data.clear();
         }
     }
 
     /// Make room for `extra` more bytes at the back.
     fn reserve(&mut self, extra: usize) {
-        if self.end + extra <= self.data.len() {
+        if self.data.capacity() - self.data.len() >= extra {
             return;
         }
         if self.pos > 0 {
-            self.data.copy_within(self.pos..self.end, 0);
-            self.end -= self.pos;
+            self.data.drain(..self.pos);
             self.pos = 0;
         }
-        if self.end + extra > self.data.len() {
-            let want = (self.end + extra).max(self.data.len() * 2).max(1024);
-            self.data.resize(want, 0);
+        if self.data.capacity() - self.data.len() < extra {
+            self.data.reserve(extra.max(MIN_READ_ROOM));
         }
     }
 
@@ -75,29 +83,80 @@ impl Buffer {
     #[inline]
     pub fn extend(&mut self, b: &[u8]) {
         self.reserve(b.len());
-        self.data[self.end..self.end + b.len()].copy_from_slice(b);
-        self.end += b.len();
+        self.data.extend_from_slice(b);
     }
 
-    /// Append through a composer writing into a scratch vector.
-    pub fn extend_with(&mut self, scratch: &mut Vec<u8>, f: impl FnOnce(&mut Vec<u8>)) {
-        scratch.clear();
-        f(scratch);
-        self.extend(scratch);
+    /// Append through a composer that writes into the vector (it may only
+    /// push; the consumed prefix stays untouched).
+    #[inline]
+    pub fn append_with(&mut self, f: impl FnOnce(&mut Vec<u8>)) {
+        f(&mut self.data);
     }
 
-    /// One `read(2)` of up to `chunk` bytes appended at the back.
-    pub fn read_from(&mut self, r: &mut impl Read, chunk: usize) -> io::Result<usize> {
-        self.reserve(chunk);
-        let n = r.read(&mut self.data[self.end..])?;
-        self.end += n;
-        Ok(n)
+    /// One `read(2)` from `fd` into the spare room (grown to at least
+    /// `chunk` when less than a page is free). Returns the bytes read and
+    /// whether the read was short (the socket had nothing more at that
+    /// moment, so another read would only return EAGAIN).
+    pub fn read_fd(&mut self, fd: RawFd, chunk: usize) -> io::Result<(usize, bool)> {
+        if self.data.capacity() - self.data.len() < MIN_READ_ROOM {
+            self.reserve(chunk);
+        }
+        let len = self.data.len();
+        let room = self.data.capacity() - len;
+        // SAFETY: the kernel writes at most `room` bytes into the vector's
+        // spare capacity; only the bytes it reports written become part of
+        // the vector.
+        let n = unsafe {
+            libc::read(
+                fd,
+                self.data.as_mut_ptr().add(len) as *mut libc::c_void,
+                room,
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let n = n as usize;
+        // SAFETY: `n` ≤ `room` bytes past `len` were initialised by read(2).
+        unsafe {
+            self.data.set_len(len + n);
+        }
+        Ok((n, n < room))
+    }
+}
+
+/// Empty buffers a worker lends to its connections.
+#[derive(Debug, Default)]
+pub struct BufPool {
+    free: Vec<Buffer>,
+}
+
+/// Buffers kept in the pool; more are freed.
+const POOL_MAX: usize = 256;
+/// Largest buffer kept; larger ones are freed (memory returns after a burst).
+const POOL_MAX_CAPACITY: usize = 256 * 1024;
+/// Size of a new buffer.
+pub const BUF_SIZE: usize = 16 * 1024;
+
+impl BufPool {
+    /// An empty buffer, reused when possible.
+    #[inline]
+    pub fn take(&mut self) -> Buffer {
+        self.free
+            .pop()
+            .unwrap_or_else(|| Buffer::with_capacity(BUF_SIZE))
     }
 
-    /// Allocated bytes (memory accounting).
-    #[cfg(test)]
-    pub fn capacity(&self) -> usize {
-        self.data.len()
+    /// Give back a buffer that is empty (anything else is dropped).
+    #[inline]
+    pub fn give(&mut self, b: Buffer) {
+        if b.is_empty()
+            && b.capacity() > 0
+            && b.capacity() <= POOL_MAX_CAPACITY
+            && self.free.len() < POOL_MAX
+        {
+            self.free.push(b);
+        }
     }
 }
 
@@ -106,25 +165,41 @@ mod tests {
     use super::*;
 
     #[test]
-    fn consume_compact_and_release() {
+    fn consume_compact_and_reuse() {
         let mut b = Buffer::default();
         b.extend(b"hello world");
         b.consume(6);
         assert_eq!(b.bytes(), b"world");
-        b.extend(&[b'x'; 2000]);
+        b.extend(&[b'x'; 20000]);
         assert_eq!(&b.bytes()[..5], b"world");
-        assert_eq!(b.len(), 2005);
-        b.extend(&vec![0u8; 64 * 1024]);
+        assert_eq!(b.len(), 20005);
         b.consume(b.len());
         assert!(b.is_empty());
-        assert_eq!(b.capacity(), 0);
+        assert!(b.capacity() >= 20005);
+        b.append_with(|v| v.extend_from_slice(b"abc"));
+        assert_eq!(b.bytes(), b"abc");
     }
 
     #[test]
-    fn read_appends() {
-        let mut b = Buffer::default();
-        let mut src: &[u8] = b"abcd";
-        assert_eq!(b.read_from(&mut src, 16).unwrap(), 4);
-        assert_eq!(b.bytes(), b"abcd");
+    fn read_fd_appends_and_reports_short_reads() {
+        let (mut a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        use std::io::Write;
+        use std::os::fd::AsRawFd;
+        a.write_all(b"abcd").unwrap();
+        let mut buf = Buffer::default();
+        assert_eq!(buf.read_fd(b.as_raw_fd(), 16).unwrap(), (4, true));
+        assert_eq!(buf.bytes(), b"abcd");
+    }
+
+    #[test]
+    fn pool_lends_and_keeps_empty_buffers() {
+        let mut p = BufPool::default();
+        let mut b = p.take();
+        b.extend(b"x");
+        p.give(b);
+        assert!(p.free.is_empty(), "non-empty buffers are not pooled");
+        let b = p.take();
+        p.give(b);
+        assert_eq!(p.free.len(), 1);
     }
 }

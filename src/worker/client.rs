@@ -1,36 +1,45 @@
 //! Client side of the data path: read, parse, route, queue replies in
 //! order, write.
 
-use super::conn::{Conn, Fragment, Inflight, Multi, Slot, Waiter};
+use super::conn::{Conn, Inflight, Slot, Waiter};
 use super::{Worker, READ_CHUNK};
 use crate::proto::{Local, Parse, Request, Route};
 use crate::stats::{PoolField, ServerField, WorkerField};
 use mio::Token;
-use smallvec::SmallVec;
 use std::io::{ErrorKind, Read, Write};
+use std::os::fd::AsRawFd;
 use std::time::Instant;
 
 /// Most bytes read from one client per event before other work runs.
 const READ_BUDGET: usize = 256 * 1024;
 
 impl Worker<'_> {
-    pub(super) fn read_client(&mut self, token: Token, now: Instant) {
+    /// Read what the client sent. `hup`: the peer also closed its side, so
+    /// read on to the end of the stream even after a short read.
+    pub(super) fn read_client(&mut self, token: Token, now: Instant, hup: bool) {
         let mut total = 0;
         loop {
             let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
                 return;
             };
-            if c.closing {
-                return;
+            if c.closing || c.paused {
+                break;
             }
-            match c.rbuf.read_from(&mut c.sock, READ_CHUNK) {
-                Ok(0) => {
+            if c.rbuf.capacity() == 0 {
+                c.rbuf = self.bufs.take();
+            }
+            match c.rbuf.read_fd(c.sock.as_raw_fd(), READ_CHUNK) {
+                Ok((0, _)) => {
                     c.eof = true;
                     break;
                 }
-                Ok(n) => {
+                Ok((n, short)) => {
                     total += n;
                     c.last_active = now;
+                    if short && !hup {
+                        // Drained: edge-triggered epoll reports new data.
+                        break;
+                    }
                     if total >= READ_BUDGET {
                         // Parse what we have; the rest is read on the loop's
                         // next pass through this client (it stays readable).
@@ -50,7 +59,6 @@ impl Worker<'_> {
         if self.ctl.quickack {
             if let Some(Conn::Client(c)) = self.conns.get(token.0) {
                 if c.sock.is_tcp() {
-                    use std::os::fd::AsRawFd;
                     crate::net::set_quickack(c.sock.as_raw_fd());
                 }
             }
@@ -79,6 +87,8 @@ impl Worker<'_> {
         let pool = c.pool;
         let proto = self.pools[pool].proto;
         let limits = self.pools[pool].limits;
+        let max_inflight = self.pools[pool].cfg.client_max_inflight;
+        let mut paused = false;
         let mut off = 0;
         let mut need = 0;
         let mut swallow = 0;
@@ -86,6 +96,14 @@ impl Worker<'_> {
             let input = &rbuf.bytes()[off..];
             if input.is_empty() {
                 break;
+            }
+            // Backpressure: a client with too many requests in flight is
+            // not read until its replies drain (resumed in write_client).
+            if let Some(Conn::Client(c)) = self.conns.get(token.0) {
+                if c.pending.len() >= max_inflight {
+                    paused = true;
+                    break;
+                }
             }
             match proto.parse_request(input, &limits) {
                 Ok(Parse::Done(req)) => {
@@ -122,7 +140,16 @@ impl Worker<'_> {
         if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
             c.need = need;
             c.swallow = swallow;
-            c.rbuf = rbuf;
+            c.paused = paused;
+            if rbuf.is_empty() {
+                // Lend the empty buffer back: idle clients hold no memory.
+                self.bufs.give(rbuf);
+            } else {
+                c.rbuf = rbuf;
+            }
+            if c.wbuf.capacity() == 0 && c.pending.front().is_some_and(|s| s.ready) {
+                c.wbuf = self.bufs.take();
+            }
             c.drain_ready();
             if !c.wbuf.is_empty() {
                 self.dirty_clients.push(token);
@@ -131,13 +158,13 @@ impl Worker<'_> {
     }
 
     /// Queue a reply the proxy composed itself.
-    fn push_ready(&mut self, token: Token, out: Vec<u8>, close_after: bool) {
+    pub(super) fn push_ready(&mut self, token: Token, out: Vec<u8>, close_after: bool) {
         if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
             c.pending.push_back(Slot {
                 ready: true,
                 out,
                 close_after,
-                multi: None,
+                ..Slot::default()
             });
             if close_after {
                 c.closing = true;
@@ -181,222 +208,18 @@ impl Worker<'_> {
                 close
             }
             Route::Single => {
-                let key = req.keys.first().map_or(&b""[..], |r| &bytes[r.clone()]);
-                match self.pools[pool].server_for(key, now) {
-                    Some(s) => self.forward_single(token, client_id, pool, s, &req, bytes, now),
-                    None => self.reply_no_server(token, pool, &req),
-                }
+                self.note_key(req.keys.first().map_or(&b""[..], |r| &bytes[r.clone()]));
+                self.forward_single(token, client_id, pool, &req, bytes, now);
                 false
             }
             Route::Multi => {
+                self.note_key(req.keys.first().map_or(&b""[..], |r| &bytes[r.clone()]));
                 self.forward_multi(token, client_id, pool, req, bytes, now);
                 false
             }
             Route::Broadcast => {
                 self.forward_broadcast(token, client_id, pool, req, bytes, now);
                 false
-            }
-        }
-    }
-
-    fn reply_no_server(&mut self, token: Token, pool: usize, req: &Request) {
-        self.stats.pool_add(pool, PoolField::ForwardError, 1);
-        if req.noreply {
-            return;
-        }
-        let mut out = Vec::new();
-        self.pools[pool]
-            .proto
-            .server_error(req.op, "Connection refused", &mut out);
-        self.push_ready(token, out, false);
-    }
-
-    /// Forward a whole request to one server.
-    #[allow(clippy::too_many_arguments)]
-    fn forward_single(
-        &mut self,
-        token: Token,
-        client_id: u64,
-        pool: usize,
-        server: usize,
-        req: &Request,
-        bytes: &[u8],
-        now: Instant,
-    ) {
-        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
-            return;
-        };
-        let seq = c.next_seq();
-        let slot_idx = self.pools[pool].slot_for(server, client_id, req.op);
-        let st = match self.server_conn(pool, server, slot_idx, now) {
-            Ok(t) => t,
-            Err(msg) => {
-                self.stats.pool_add(pool, PoolField::ForwardError, 1);
-                if !req.noreply {
-                    let mut out = Vec::new();
-                    self.pools[pool].proto.server_error(req.op, &msg, &mut out);
-                    self.push_ready(token, out, false);
-                }
-                return;
-            }
-        };
-        if !req.noreply {
-            if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
-                c.pending.push_back(Slot::default());
-            }
-        }
-        let waiter = if req.noreply {
-            None
-        } else {
-            Some(Waiter::Client {
-                token,
-                id: client_id,
-                seq,
-                frag: None,
-            })
-        };
-        let proto = self.pools[pool].proto;
-        self.enqueue(
-            st,
-            waiter,
-            req.op,
-            |out| proto.write_request(req, bytes, out),
-            now,
-        );
-    }
-
-    /// Split a multi-key request per server.
-    fn forward_multi(
-        &mut self,
-        token: Token,
-        client_id: u64,
-        pool: usize,
-        req: Request,
-        bytes: &[u8],
-        now: Instant,
-    ) {
-        // Group key indices by server, in client order.
-        let mut groups: SmallVec<[(usize, Vec<usize>); 4]> = SmallVec::new();
-        for (i, r) in req.keys.iter().enumerate() {
-            let Some(s) = self.pools[pool].server_for(&bytes[r.clone()], now) else {
-                self.reply_no_server(token, pool, &req);
-                return;
-            };
-            match groups.iter_mut().find(|(gs, _)| *gs == s) {
-                Some((_, v)) => v.push(i),
-                None => groups.push((s, vec![i])),
-            }
-        }
-        if groups.len() <= 1 {
-            let s = groups.first().map_or(0, |g| g.0);
-            self.forward_single(token, client_id, pool, s, &req, bytes, now);
-            return;
-        }
-        self.stats
-            .pool_add(pool, PoolField::Fragments, groups.len() as u64);
-        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
-            return;
-        };
-        let seq = c.next_seq();
-        let frags = groups
-            .iter()
-            .map(|(_, keys)| Fragment {
-                keys: keys.clone(),
-                reply: Vec::new(),
-            })
-            .collect();
-        let proto = self.pools[pool].proto;
-        let op = req.op;
-        c.pending.push_back(Slot {
-            ready: false,
-            out: Vec::new(),
-            close_after: false,
-            multi: Some(Box::new(Multi {
-                req: req.clone(),
-                bytes: bytes.to_vec(),
-                frags,
-                remaining: groups.len(),
-                error: None,
-                broadcast: false,
-            })),
-        });
-        for (fi, (server, keys)) in groups.iter().enumerate() {
-            let slot_idx = self.pools[pool].slot_for(*server, client_id, op);
-            let waiter = Waiter::Client {
-                token,
-                id: client_id,
-                seq,
-                frag: Some(fi as u32),
-            };
-            match self.server_conn(pool, *server, slot_idx, now) {
-                Ok(st) => self.enqueue(
-                    st,
-                    Some(waiter),
-                    op,
-                    |out| proto.write_fragment(bytes, &req, keys, out),
-                    now,
-                ),
-                Err(msg) => {
-                    self.stats.pool_add(pool, PoolField::ForwardError, 1);
-                    let mut out = Vec::new();
-                    proto.server_error(op, &msg, &mut out);
-                    self.fragment_done(token, client_id, seq, Some(fi as u32), out, true, proto);
-                }
-            }
-        }
-    }
-
-    /// Send a request to every server of the pool (flush_all).
-    fn forward_broadcast(
-        &mut self,
-        token: Token,
-        client_id: u64,
-        pool: usize,
-        req: Request,
-        bytes: &[u8],
-        now: Instant,
-    ) {
-        let n = self.pools[pool].servers.len();
-        let proto = self.pools[pool].proto;
-        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
-            return;
-        };
-        let seq = c.next_seq();
-        let noreply = req.noreply;
-        let op = req.op;
-        let _ = &bytes;
-        if !noreply {
-            c.pending.push_back(Slot {
-                ready: false,
-                out: Vec::new(),
-                close_after: false,
-                multi: Some(Box::new(Multi {
-                    req: req.clone(),
-                    bytes: Vec::new(),
-                    frags: (0..n).map(|_| Fragment::default()).collect(),
-                    remaining: n,
-                    error: None,
-                    broadcast: true,
-                })),
-            });
-        }
-        for s in 0..n {
-            let slot_idx = self.pools[pool].slot_for(s, client_id, op);
-            let waiter = (!noreply).then_some(Waiter::Client {
-                token,
-                id: client_id,
-                seq,
-                frag: Some(s as u32),
-            });
-            match self.server_conn(pool, s, slot_idx, now) {
-                Ok(st) => self.enqueue(st, waiter, op, |out| out.extend_from_slice(bytes), now),
-                Err(msg) => {
-                    if !noreply {
-                        let mut out = Vec::new();
-                        proto.server_error(op, &msg, &mut out);
-                        self.fragment_done(token, client_id, seq, Some(s as u32), out, true, proto);
-                    }
-                }
             }
         }
     }
@@ -414,7 +237,7 @@ impl Worker<'_> {
             return;
         };
         let before = s.wbuf.len();
-        s.wbuf.extend_with(&mut self.scratch, write);
+        s.wbuf.append_with(write);
         let len = s.wbuf.len() - before;
         if let Some(waiter) = waiter {
             s.inflight.push_back(Inflight {
@@ -422,6 +245,7 @@ impl Worker<'_> {
                 op,
                 len,
                 sent_at: now,
+                key: self.slow_key,
             });
         }
         s.unsent += 1;
@@ -452,6 +276,10 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return;
         };
+        let (limit, max_inflight) = {
+            let cfg = &self.pools[c.pool].cfg;
+            (cfg.client_output_limit, cfg.client_max_inflight)
+        };
         while !c.wbuf.is_empty() {
             match c.sock.write(c.wbuf.bytes()) {
                 Ok(0) => break,
@@ -463,6 +291,24 @@ impl Worker<'_> {
                     return;
                 }
             }
+        }
+        if c.wbuf.is_empty() && c.wbuf.capacity() > 0 {
+            self.bufs.give(std::mem::take(&mut c.wbuf));
+        }
+        if limit > 0 && c.wbuf.len() > limit {
+            crate::log_notice!(
+                "client on pool '{}' not reading its replies: {} bytes buffered, over client_output_limit {}; closing it",
+                self.pools[c.pool].cfg.name,
+                c.wbuf.len(),
+                limit
+            );
+            self.close_client(token, true);
+            return;
+        }
+        if c.paused && c.pending.len() < max_inflight / 2 + 1 && c.wbuf.len() < READ_CHUNK * 4 {
+            c.paused = false;
+            self.read_client(token, std::time::Instant::now(), true);
+            return;
         }
         self.maybe_finish_client(token);
     }
@@ -497,76 +343,8 @@ impl Worker<'_> {
         } else {
             self.stats.pool_add(pool, PoolField::ClientEof, 1);
         }
+        self.maybe_uncap();
     }
-
-    /// Deliver a reply (or a failure) for one request or fragment.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn fragment_done(
-        &mut self,
-        token: Token,
-        id: u64,
-        seq: u64,
-        frag: Option<u32>,
-        reply: Vec<u8>,
-        failed: bool,
-        proto: crate::proto::Protocol,
-    ) {
-        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
-            return;
-        };
-        if c.id != id {
-            return;
-        }
-        let Some(slot) = c.slot_mut(seq) else {
-            return;
-        };
-        match (frag, slot.multi.as_mut()) {
-            (Some(fi), Some(m)) => {
-                if failed && m.error.is_none() {
-                    m.error = Some(reply);
-                } else if let Some(f) = m.frags.get_mut(fi as usize) {
-                    f.reply = reply;
-                }
-                m.remaining = m.remaining.saturating_sub(1);
-                if m.remaining == 0 {
-                    let m = slot.multi.take();
-                    if let Some(m) = m {
-                        slot.out = match m.error {
-                            Some(e) => e,
-                            None => merge(proto, &m),
-                        };
-                    }
-                    slot.ready = true;
-                }
-            }
-            _ => {
-                slot.out = reply;
-                slot.ready = true;
-            }
-        }
-        if seq == c.head_seq {
-            c.drain_ready();
-            if !c.wbuf.is_empty() {
-                self.dirty_clients.push(token);
-            }
-        }
-    }
-}
-
-fn merge(proto: crate::proto::Protocol, m: &Multi) -> Vec<u8> {
-    let mut out = Vec::new();
-    if m.broadcast {
-        let replies: Vec<&[u8]> = m.frags.iter().map(|f| f.reply.as_slice()).collect();
-        proto.merge_broadcast(&replies, &mut out);
-    } else {
-        let frags: Vec<(&[usize], &[u8])> = m
-            .frags
-            .iter()
-            .map(|f| (f.keys.as_slice(), f.reply.as_slice()))
-            .collect();
-        proto.merge_responses(&m.bytes, &m.req, &frags, &mut out);
-    }
-    out
 }
 
 impl Read for super::conn::Client {

@@ -19,6 +19,33 @@ pub struct Slot {
     pub close_after: bool,
     /// Fragments of a multi-key or broadcast request.
     pub multi: Option<Box<Multi>>,
+    /// A read on a replicated pool: the other replicas to try on failure.
+    pub retry: Option<Box<Retry>>,
+}
+
+/// What a failed read of a replicated pool needs to be sent again.
+#[derive(Debug)]
+pub struct Retry {
+    /// The request.
+    pub req: Request,
+    /// Its bytes.
+    pub bytes: Vec<u8>,
+    /// The replicas, in the order they are tried.
+    pub replicas: Vec<usize>,
+    /// Index of the next replica to try.
+    pub next: usize,
+}
+
+/// How a request split across servers is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MultiMode {
+    /// Keys split per server, replies merged in key order.
+    Split,
+    /// The same request to every server; replies merged by the protocol.
+    Broadcast,
+    /// A write to every replica: the reply of the first replica that
+    /// answered (a replica that could not be reached does not fail it).
+    Replicate,
 }
 
 /// A multi-key (or broadcast) request waiting for its fragments.
@@ -34,8 +61,8 @@ pub struct Multi {
     pub remaining: usize,
     /// The first failure, as the error reply to send instead of a merge.
     pub error: Option<Vec<u8>>,
-    /// Every server got the whole request (flush_all).
-    pub broadcast: bool,
+    /// How the replies are joined.
+    pub mode: MultiMode,
 }
 
 /// One server's share of a multi-key request.
@@ -45,6 +72,10 @@ pub struct Fragment {
     pub keys: Vec<usize>,
     /// The server's reply.
     pub reply: Vec<u8>,
+    /// The server could not be reached (the reply is the error to send).
+    pub failed: bool,
+    /// Which replica of its keys this fragment went to (0 = the owner).
+    pub attempt: u8,
 }
 
 /// A client connection.
@@ -73,6 +104,8 @@ pub struct Client {
     pub eof: bool,
     /// Stop reading: a quit or fatal error is queued.
     pub closing: bool,
+    /// Reading paused: too many requests in flight (resumed as they drain).
+    pub paused: bool,
     /// Redis session state (AUTH done, protocol version, name).
     pub session: crate::proto::redis::local::Session,
     /// Last activity (idle timeout).
@@ -140,6 +173,8 @@ pub struct Inflight {
     pub len: usize,
     /// When the request was queued (timeouts, latency).
     pub sent_at: Instant,
+    /// First key of the request, kept while the slow log is on.
+    pub key: crate::stats::slowlog::KeyPrefix,
 }
 
 /// Server connection state.

@@ -45,6 +45,11 @@ impl Worker<'_> {
         );
         let _ = write!(
             s,
+            "STAT accept_eagain {}\r\n",
+            self.stats.get_worker(WorkerField::AcceptEagain)
+        );
+        let _ = write!(
+            s,
             "STAT fragments {}\r\n",
             self.stats.get_pool(pool, PoolField::Fragments)
         );

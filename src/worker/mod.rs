@@ -11,8 +11,11 @@ mod accept;
 mod buffer;
 mod client;
 mod conn;
+mod forward;
+mod latency;
 mod local;
 mod pool;
+mod replies;
 mod server;
 
 pub use accept::AcceptMutex;
@@ -94,6 +97,14 @@ pub struct WorkerCtl {
     pub quickack: bool,
     /// Close clients idle longer than this.
     pub client_idle: Option<Duration>,
+    /// Record reply latencies in the histograms.
+    pub latency: bool,
+    /// Slow-log threshold in µs (0: off).
+    pub slowlog_us: u64,
+    /// Pool names, in config order (for per-pool parameters).
+    pub pool_names: Vec<String>,
+    /// Per-pool server timeouts to apply (pool index, ms; 0 = none).
+    pub pool_timeouts: Vec<(usize, u64)>,
 }
 
 /// A worker's data path.
@@ -110,10 +121,21 @@ pub struct Worker<'a> {
     dirty_servers: Vec<Token>,
     dirty_clients: Vec<Token>,
     next_id: u64,
-    scratch: Vec<u8>,
+    bufs: buffer::BufPool,
     ctl: WorkerCtl,
     accepting: bool,
+    /// Most clients this worker holds before it stops accepting (0 = no cap).
+    max_conns: usize,
+    /// Accepting is paused at the cap (resumed below 90%).
+    capped: bool,
+    graceful_timeout: Duration,
+    slow_key: crate::stats::slowlog::KeyPrefix,
 }
+
+/// During a graceful stop a client is closed once it has nothing in flight
+/// and has sent nothing for this long: clients busy on a connection keep it
+/// (closing under them would fail the request they are about to send).
+const GRACEFUL_IDLE: Duration = Duration::from_millis(100);
 
 impl<'a> Worker<'a> {
     /// Build a worker for `config`, serving the given listeners.
@@ -139,12 +161,20 @@ impl<'a> Worker<'a> {
             dirty_servers: Vec::new(),
             dirty_clients: Vec::new(),
             next_id: 1,
-            scratch: Vec::with_capacity(4096),
+            bufs: buffer::BufPool::default(),
             ctl: WorkerCtl {
                 quickack: config.process.tcp_quickack,
                 client_idle: None,
+                latency: true,
+                slowlog_us: config.process.slowlog_threshold_us,
+                pool_names: config.pools.iter().map(|p| p.name.clone()).collect(),
+                pool_timeouts: Vec::new(),
             },
             accepting: true,
+            max_conns: config.process.max_connections,
+            capped: false,
+            graceful_timeout: Duration::from_millis(config.process.graceful_timeout_ms),
+            slow_key: crate::stats::slowlog::KeyPrefix::EMPTY,
         };
         if mode != ListenerMode::AcceptMutex {
             w.register_listeners()?;
@@ -160,7 +190,7 @@ impl<'a> Worker<'a> {
                 continue;
             }
             for s in 0..self.pools[p].servers.len() {
-                for c in 0..self.pools[p].first_class_slots(s) {
+                for c in 0..self.pools[p].servers[s].per_protocol() {
                     let _ = self.server_conn(p, s, c, now);
                 }
             }
@@ -177,6 +207,7 @@ impl<'a> Worker<'a> {
     pub fn run(&mut self, control: &mut dyn Control) -> std::io::Result<()> {
         let mut events = Events::with_capacity(1024);
         let mut graceful_since: Option<Instant> = None;
+        let mut last_sweep = Instant::now();
         if let Some(fd) = control.fd() {
             self.poll.registry().register(
                 &mut mio::unix::SourceFd(&fd),
@@ -186,6 +217,10 @@ impl<'a> Worker<'a> {
         }
         loop {
             let mut timeout = self.next_timer_wait();
+            if !self.accepting {
+                // Graceful stop: look at idle clients often.
+                timeout = timeout.map(|t| t.min(GRACEFUL_IDLE / 2));
+            }
             if self.accept.mode == ListenerMode::AcceptMutex && self.accepting {
                 self.trylock_accept();
                 if !self.accept.held {
@@ -218,15 +253,23 @@ impl<'a> Worker<'a> {
                 if t == CONTROL {
                     control_ready = true;
                 } else if t < LISTENER_BASE {
-                    let readable = ev.is_readable() || ev.is_read_closed() || ev.is_error();
-                    self.on_event(Token(t), readable, ev.is_writable(), now);
+                    let hup = ev.is_read_closed() || ev.is_error();
+                    let readable = ev.is_readable() || hup;
+                    self.on_event(Token(t), readable, hup, ev.is_writable(), now);
                 }
             }
             self.fire_timers(now);
+            if now.duration_since(last_sweep) >= Duration::from_secs(1) {
+                last_sweep = now;
+                self.sweep_idle(now);
+                self.probe_servers(now);
+            }
             self.flush_dirty();
             self.stats
                 .worker_set(WorkerField::Heartbeat, crate::util::epoch_us());
-            match control.check(&mut self.ctl, control_ready) {
+            let stop = control.check(&mut self.ctl, control_ready);
+            self.apply_ctl();
+            match stop {
                 Stop::Run => {}
                 Stop::Fast => return Ok(()),
                 Stop::Graceful => {
@@ -234,13 +277,35 @@ impl<'a> Worker<'a> {
                         self.stop_accepting();
                     }
                     let since = *graceful_since.get_or_insert(now);
-                    if self.close_idle_clients()
-                        || now.duration_since(since) > Duration::from_secs(30)
+                    if self.close_idle_clients(now)
+                        || now.duration_since(since) > self.graceful_timeout
                     {
                         return Ok(());
                     }
                 }
             }
+        }
+    }
+
+    /// Close clients idle longer than their pool's `client_idle_timeout`
+    /// (or the runtime override), with nothing in flight.
+    fn sweep_idle(&mut self, now: Instant) {
+        let overridden = self.ctl.client_idle;
+        let idle: Vec<usize> = self
+            .conns
+            .iter()
+            .filter_map(|(k, c)| match c {
+                Conn::Client(c) if c.pending.is_empty() => {
+                    let ms = self.pools[c.pool].cfg.client_idle_timeout_ms;
+                    let limit = overridden.or((ms > 0).then(|| Duration::from_millis(ms)))?;
+                    (now.duration_since(c.last_active) > limit).then_some(k)
+                }
+                _ => None,
+            })
+            .collect();
+        for k in idle {
+            crate::log_info!("closing idle client");
+            self.close_client(Token(k), false);
         }
     }
 
@@ -253,6 +318,21 @@ impl<'a> Worker<'a> {
         }
     }
 
+    /// A client closed: resume accepting once below 90% of the cap.
+    pub(super) fn maybe_uncap(&mut self) {
+        if !self.capped {
+            return;
+        }
+        let open = self.stats.get_worker(WorkerField::CurrConnections) as usize;
+        if open * 10 < self.max_conns * 9 {
+            self.capped = false;
+            if self.accepting && self.accept.mode != ListenerMode::AcceptMutex {
+                let _ = self.register_listeners();
+            }
+            crate::log_notice!("{open} client connections: accepting again");
+        }
+    }
+
     fn register_listeners(&mut self) -> std::io::Result<()> {
         if self.accept.registered {
             return Ok(());
@@ -260,7 +340,7 @@ impl<'a> Worker<'a> {
         for (i, (l, _)) in self.listeners.iter_mut().enumerate() {
             let token = Token(LISTENER_BASE + i);
             if self.accept.mode == ListenerMode::EpollExclusive {
-                epoll_add_exclusive(self.poll.as_raw_fd(), l.as_raw_fd(), token)?;
+                accept::add_exclusive(self.poll.as_raw_fd(), l.as_raw_fd(), token.0 as u64)?;
             } else {
                 self.poll
                     .registry()
@@ -306,7 +386,7 @@ impl<'a> Worker<'a> {
         let avg = self.region.worker_sum(WorkerField::CurrConnections) / slots.max(1);
         // The threshold: skip the lock while holding 1/8 more than the
         // average plus a small constant (seed 000's max/local thresholds).
-        let loaded = slots > 1 && mine > avg + avg / 8 + 4;
+        let loaded = (slots > 1 && mine > avg + avg / 8 + 4) || self.capped;
         if !loaded && m.try_lock(std::process::id() as u64) {
             self.accept.held = true;
             let _ = self.register_listeners();
@@ -315,13 +395,20 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// Graceful stop: close every client with nothing in flight; true when none is left.
-    fn close_idle_clients(&mut self) -> bool {
+    /// Graceful stop: close every client with nothing in flight that has
+    /// been quiet for [`GRACEFUL_IDLE`]; true when none is left.
+    fn close_idle_clients(&mut self, now: Instant) -> bool {
         let idle: Vec<usize> = self
             .conns
             .iter()
             .filter_map(|(k, c)| match c {
-                Conn::Client(c) if c.pending.is_empty() && c.wbuf.is_empty() => Some(k),
+                Conn::Client(c)
+                    if c.pending.is_empty()
+                        && c.wbuf.is_empty()
+                        && now.duration_since(c.last_active) >= GRACEFUL_IDLE =>
+                {
+                    Some(k)
+                }
                 _ => None,
             })
             .collect();
@@ -331,14 +418,14 @@ impl<'a> Worker<'a> {
         !self.conns.iter().any(|(_, c)| matches!(c, Conn::Client(_)))
     }
 
-    fn on_event(&mut self, token: Token, readable: bool, writable: bool, now: Instant) {
+    fn on_event(&mut self, token: Token, readable: bool, hup: bool, writable: bool, now: Instant) {
         match self.conns.get(token.0) {
             Some(Conn::Client(_)) => {
                 if writable {
                     self.write_client(token);
                 }
                 if readable {
-                    self.read_client(token, now);
+                    self.read_client(token, now, hup);
                 }
             }
             Some(Conn::Server(_)) => {
@@ -346,7 +433,7 @@ impl<'a> Worker<'a> {
                     self.server_writable(token, now);
                 }
                 if readable {
-                    self.read_server(token, now);
+                    self.read_server(token, now, hup);
                 }
             }
             None => {}
@@ -365,6 +452,10 @@ impl<'a> Worker<'a> {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     if accepted == 0 {
                         self.stats.worker_add(WorkerField::AcceptEagain, 1);
+                    } else if self.accept.mode == ListenerMode::EpollExclusive {
+                        let fd = listener.as_raw_fd();
+                        let token = (LISTENER_BASE + idx) as u64;
+                        let _ = accept::requeue_exclusive(self.poll.as_raw_fd(), fd, token);
                     }
                     return;
                 }
@@ -378,6 +469,17 @@ impl<'a> Worker<'a> {
                 }
             };
             accepted += 1;
+            if self.max_conns > 0 {
+                let open = self.stats.get_worker(WorkerField::CurrConnections) as usize;
+                if open + 1 >= self.max_conns && !self.capped {
+                    crate::log_notice!(
+                        "{} client connections: max_connections reached, not accepting until below 90%",
+                        open + 1
+                    );
+                    self.capped = true;
+                    self.deregister_listeners();
+                }
+            }
             let p = &self.pools[pool];
             if p.cfg.client_connections > 0 && p.clients >= p.cfg.client_connections {
                 crate::log_info!(
@@ -415,6 +517,7 @@ impl<'a> Worker<'a> {
                 head_seq: 0,
                 eof: false,
                 closing: false,
+                paused: false,
                 session: crate::proto::redis::local::Session::new(
                     id,
                     self.pools[pool]
@@ -460,30 +563,22 @@ impl<'a> Worker<'a> {
     }
 
     fn flush_dirty(&mut self) {
+        // A connection is marked once per queued message: write each once
+        // (a client that does not read would otherwise cost one failed
+        // write per reply queued in this iteration).
         let mut servers = std::mem::take(&mut self.dirty_servers);
+        servers.sort_unstable();
+        servers.dedup();
         for t in servers.drain(..) {
             self.write_server(t, Instant::now());
         }
         self.dirty_servers = servers;
         let mut clients = std::mem::take(&mut self.dirty_clients);
+        clients.sort_unstable();
+        clients.dedup();
         for t in clients.drain(..) {
             self.write_client(t);
         }
         self.dirty_clients = clients;
     }
-}
-
-/// Add a listening socket to an epoll set with EPOLLEXCLUSIVE (mio has no
-/// flag for it). The event's data is the token, as mio reads it back.
-fn epoll_add_exclusive(epfd: RawFd, fd: RawFd, token: Token) -> std::io::Result<()> {
-    let mut ev = libc::epoll_event {
-        events: (libc::EPOLLIN | libc::EPOLLEXCLUSIVE) as u32,
-        u64: token.0 as u64,
-    };
-    // SAFETY: valid epoll and socket descriptors and a valid event struct.
-    let rc = unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) };
-    if rc < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
 }

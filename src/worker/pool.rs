@@ -20,12 +20,40 @@ pub struct ServerRt {
     /// Configured weight.
     pub weight: u32,
     /// Connection slots, each an open connection or none: `server_connections`
-    /// slots per connection class of the protocol, class after class.
+    /// slots for RESP2 clients, then as many for RESP3 clients (connections
+    /// that sent `HELLO 3` on connect, see [`ServerRt::slot_for`]).
     pub conns: Vec<Option<Token>>,
     /// Consecutive failures (twemproxy's `failure_count`).
     pub failures: u32,
     /// Ejected until this instant (auto_eject_hosts).
     pub ejected_until: Option<Instant>,
+    /// No new connection is tried before this instant (reconnect backoff).
+    pub retry_at: Option<Instant>,
+    /// Current reconnect backoff (doubles per failure, jittered, capped).
+    pub backoff: Duration,
+    /// The last connection error, replied while backing off.
+    pub last_error: String,
+    /// Retry time passed, waiting for a health probe to answer.
+    pub probing: bool,
+}
+
+impl ServerRt {
+    /// Connections per protocol version (`server_connections`).
+    pub fn per_protocol(&self) -> usize {
+        (self.conns.len() / 2).max(1)
+    }
+
+    /// The connection slot a client uses: clients are spread over
+    /// `server_connections` by id; a RESP3 client uses the RESP3 half.
+    pub fn slot_for(&self, client_id: u64, resp3: bool) -> usize {
+        let n = self.per_protocol();
+        (client_id % n as u64) as usize + if resp3 { n } else { 0 }
+    }
+
+    /// Whether `slot` is one of the RESP3 connections.
+    pub fn slot_is_resp3(&self, slot: usize) -> bool {
+        slot >= self.per_protocol()
+    }
 }
 
 /// A pool as one worker runs it.
@@ -50,12 +78,6 @@ pub struct PoolRt {
 impl PoolRt {
     /// Build the runtime pool from its configuration.
     pub fn new(cfg: &PoolConfig) -> PoolRt {
-        let proto = if cfg.redis {
-            Protocol::Redis
-        } else {
-            Protocol::Memcache
-        };
-        let slots = cfg.server_connections.max(1) as usize * proto.conn_classes();
         let servers: Vec<ServerRt> = cfg
             .servers
             .iter()
@@ -80,15 +102,24 @@ impl PoolRt {
                     name: s.stats_name(),
                     ring_name: s.ketama_name(),
                     weight: s.weight,
-                    conns: vec![None; slots],
+                    conns: vec![None; 2 * cfg.server_connections.max(1) as usize],
                     failures: 0,
                     ejected_until: None,
+                    retry_at: None,
+                    backoff: Duration::ZERO,
+                    last_error: String::new(),
+                    probing: false,
                 }
             })
             .collect();
+        let proto = if cfg.redis {
+            Protocol::Redis
+        } else {
+            Protocol::Memcache
+        };
         let limits = Limits {
             max_value: cfg.max_value_size,
-            ..Limits::default()
+            max_keys: cfg.max_keys,
         };
         let placement = build_placement(cfg, &servers);
         PoolRt {
@@ -100,20 +131,6 @@ impl PoolRt {
             next_rebuild: None,
             clients: 0,
         }
-    }
-
-    /// Connection slot of `server` for a client and a request operation:
-    /// the client's slot within the operation's connection class.
-    pub fn slot_for(&self, server: usize, client_id: u64, op: crate::proto::Op) -> usize {
-        let classes = self.proto.conn_classes();
-        let per_class = (self.servers[server].conns.len() / classes).max(1);
-        (client_id as usize) % per_class + per_class * self.proto.conn_class(op)
-    }
-
-    /// Number of connection slots of `server` in the first class (the ones
-    /// preconnected).
-    pub fn first_class_slots(&self, server: usize) -> usize {
-        self.servers[server].conns.len() / self.proto.conn_classes()
     }
 
     /// Server timeout, if any.
@@ -132,13 +149,20 @@ impl PoolRt {
         self.placement.server_for(key)
     }
 
-    /// Rebuild the ring from the servers that are live at `now`.
+    /// Rebuild the ring from the servers that are live at `now`. With
+    /// `server_health_check`, a server whose retry time came is probed
+    /// first (`probing`) and comes back only when the probe answers.
     pub fn rebuild(&mut self, now: Instant) {
         let mut next = None;
+        let check = self.cfg.server_health_check;
         for s in &mut self.servers {
             if let Some(until) = s.ejected_until {
                 if until <= now {
-                    s.ejected_until = None;
+                    if check {
+                        s.probing = true;
+                    } else {
+                        s.ejected_until = None;
+                    }
                 } else {
                     next = Some(next.map_or(until, |n: Instant| n.min(until)));
                 }
@@ -148,33 +172,138 @@ impl PoolRt {
         self.placement = build_placement(&self.cfg, &self.servers);
     }
 
-    /// Record a failure of server `idx`; returns true if it was ejected.
-    pub fn record_failure(&mut self, idx: usize, now: Instant) -> bool {
+    /// Record a failure of server `idx` (`msg` is what clients are told
+    /// while reconnection backs off); returns true if it was ejected.
+    pub fn record_failure(&mut self, idx: usize, now: Instant, msg: &str) -> bool {
+        let retry = Duration::from_millis(self.cfg.server_retry_timeout_ms.max(1));
         let s = &mut self.servers[idx];
         s.failures += 1;
+        // Reconnect backoff: 10 ms doubling to at most 1 s (and at most the
+        // retry timeout), with ±25% jitter so workers and servers that
+        // failed together do not all reconnect in the same instant.
+        s.backoff = if s.backoff.is_zero() {
+            Duration::from_millis(10)
+        } else {
+            (s.backoff * 2).min(Duration::from_secs(1)).min(retry)
+        };
+        let jitter = jitter_factor();
+        s.retry_at = Some(now + s.backoff.mul_f64(jitter));
+        s.last_error = msg.to_string();
+        if s.probing {
+            // A failed health probe: stay out for another retry period.
+            s.probing = false;
+            s.ejected_until = Some(now + retry);
+            self.next_rebuild = Some(
+                self.next_rebuild
+                    .map_or(now + retry, |t| t.min(now + retry)),
+            );
+            return false;
+        }
         if !self.cfg.auto_eject_hosts || s.failures < self.cfg.server_failure_limit {
             return false;
         }
         s.failures = 0;
-        s.ejected_until = Some(now + Duration::from_millis(self.cfg.server_retry_timeout_ms));
-        self.rebuild(now);
+        s.ejected_until = Some(now + retry);
+        if self.cfg.eject_fail_fast {
+            // The server keeps its place on the ring: its keys fail fast
+            // instead of moving to another server.
+            let until = now + retry;
+            self.next_rebuild = Some(self.next_rebuild.map_or(until, |t| t.min(until)));
+        } else {
+            self.rebuild(now);
+        }
         true
     }
 
-    /// Record a successful exchange with server `idx`.
-    pub fn record_success(&mut self, idx: usize) {
-        self.servers[idx].failures = 0;
+    /// Record a successful exchange with server `idx`; a probed server
+    /// returns to the ring.
+    pub fn record_success(&mut self, idx: usize, now: Instant) {
+        let s = &mut self.servers[idx];
+        s.failures = 0;
+        s.backoff = Duration::ZERO;
+        s.retry_at = None;
+        if s.probing {
+            s.probing = false;
+            s.ejected_until = None;
+            self.rebuild(now);
+        }
+    }
+
+    /// Why a new connection to `idx` must not be tried now, if so.
+    pub fn refuse_connect(&self, idx: usize, now: Instant, probe: bool) -> Option<String> {
+        let s = &self.servers[idx];
+        if s.probing {
+            // Only the health probe may connect until it has answered.
+            return if probe {
+                None
+            } else {
+                Some(if s.last_error.is_empty() {
+                    "Connection refused".to_string()
+                } else {
+                    s.last_error.clone()
+                })
+            };
+        }
+        if let Some(until) = s.ejected_until {
+            if until > now {
+                return Some(if s.last_error.is_empty() {
+                    "Connection refused".to_string()
+                } else {
+                    s.last_error.clone()
+                });
+            }
+        }
+        match s.retry_at {
+            Some(t) if t > now => Some(s.last_error.clone()),
+            _ => None,
+        }
     }
 }
 
+/// A factor in [0.75, 1.25) from the clock's low bits (no shared RNG state).
+fn jitter_factor() -> f64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let x = nanos.wrapping_mul(2_654_435_761) >> 16;
+    0.75 + (x % 1000) as f64 / 2000.0
+}
+
 fn build_placement(cfg: &PoolConfig, servers: &[ServerRt]) -> Placement {
+    // fail_fast ejection keeps ejected servers on the ring.
     let ring: Vec<RingServer> = servers
         .iter()
         .map(|s| RingServer {
             name: s.ring_name.as_bytes(),
             weight: s.weight,
-            live: s.ejected_until.is_none(),
+            live: s.ejected_until.is_none() || cfg.eject_fail_fast,
         })
         .collect();
     Placement::new(cfg.hash, cfg.distribution, cfg.hash_tag, &ring)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ServerRt;
+
+    #[test]
+    fn resp3_clients_use_the_second_half() {
+        let s = ServerRt {
+            endpoint: None,
+            name: String::new(),
+            ring_name: String::new(),
+            weight: 1,
+            conns: vec![None; 2 * 3],
+            failures: 0,
+            ejected_until: None,
+            retry_at: None,
+            backoff: std::time::Duration::ZERO,
+            last_error: String::new(),
+            probing: false,
+        };
+        assert_eq!(s.per_protocol(), 3);
+        assert_eq!(s.slot_for(7, false), 1);
+        assert_eq!(s.slot_for(7, true), 4);
+        assert!(!s.slot_is_resp3(2) && s.slot_is_resp3(3));
+    }
 }

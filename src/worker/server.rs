@@ -4,10 +4,11 @@
 
 use super::conn::{Conn, Server, ServerState, Waiter};
 use super::{Worker, READ_CHUNK};
-use crate::proto::{Op, Parse, Protocol};
-use crate::stats::{PoolField, ServerField};
+use crate::proto::{Op, Parse};
+use crate::stats::{PoolField, ServerField, WorkerField};
 use mio::{Interest, Token};
 use std::io::{ErrorKind, Write};
+use std::os::fd::AsRawFd;
 use std::time::Instant;
 
 /// How a server connection ended.
@@ -30,10 +31,70 @@ impl Worker<'_> {
         slot: usize,
         now: Instant,
     ) -> Result<Token, String> {
+        self.server_conn_for(pool, server, slot, now, false)
+    }
+
+    /// Health checks: connect to every server whose retry time came and
+    /// that waits for a probe, and ask it something cheap (memcached
+    /// `version`, Redis `PING`); its first reply takes it back.
+    pub(super) fn probe_servers(&mut self, now: Instant) {
+        for pool in 0..self.pools.len() {
+            if let Some(t) = self.pools[pool].next_rebuild {
+                if now >= t {
+                    self.pools[pool].rebuild(now);
+                }
+            }
+            for server in 0..self.pools[pool].servers.len() {
+                let s = &self.pools[pool].servers[server];
+                if !s.probing || s.conns[0].is_some() {
+                    continue;
+                }
+                let Ok(token) = self.server_conn_for(pool, server, 0, now, true) else {
+                    continue;
+                };
+                let (op, probe): (Op, &[u8]) = if self.pools[pool].cfg.redis {
+                    let Some(cmd) = crate::proto::redis::Cmd::lookup(b"PING") else {
+                        continue;
+                    };
+                    (
+                        Op::Redis(crate::proto::redis::RedisOp {
+                            cmd,
+                            class: cmd.class(),
+                        }),
+                        b"*1\r\n$4\r\nPING\r\n",
+                    )
+                } else {
+                    (
+                        Op::Mc(crate::proto::memcache::McOp::Version),
+                        b"version\r\n",
+                    )
+                };
+                self.enqueue(
+                    token,
+                    Some(Waiter::Internal),
+                    op,
+                    |out| out.extend_from_slice(probe),
+                    now,
+                );
+            }
+        }
+    }
+
+    fn server_conn_for(
+        &mut self,
+        pool: usize,
+        server: usize,
+        slot: usize,
+        now: Instant,
+        probe: bool,
+    ) -> Result<Token, String> {
         if let Some(t) = self.pools[pool].servers[server].conns[slot] {
             if matches!(self.conns.get(t.0), Some(Conn::Server(_))) {
                 return Ok(t);
             }
+        }
+        if let Some(msg) = self.pools[pool].refuse_connect(server, now, probe) {
+            return Err(msg);
         }
         let p = &self.pools[pool];
         let Some(endpoint) = p.servers[server].endpoint.clone() else {
@@ -45,7 +106,7 @@ impl Worker<'_> {
                 let msg = crate::util::strerror(&e);
                 self.stats
                     .server_add(pool, server, ServerField::ServerErr, 1);
-                self.note_failure(pool, server, now);
+                self.note_failure(pool, server, now, &msg);
                 return Err(msg);
             }
         };
@@ -79,12 +140,21 @@ impl Worker<'_> {
         self.pools[pool].servers[server].conns[slot] = Some(token);
         self.stats
             .server_add(pool, server, ServerField::ServerConnections, 1);
-        self.server_handshake(token, pool, now);
+        self.stats.worker_add(WorkerField::ServerConnects, 1);
+        self.server_handshake(token, pool, server, slot, now);
         Ok(token)
     }
 
-    /// Redis: AUTH and SELECT before any client request uses the connection.
-    fn server_handshake(&mut self, token: Token, pool: usize, now: Instant) {
+    /// Redis: AUTH, SELECT and, on a RESP3 slot, `HELLO 3` before any
+    /// client request uses the connection.
+    fn server_handshake(
+        &mut self,
+        token: Token,
+        pool: usize,
+        server: usize,
+        slot: usize,
+        now: Instant,
+    ) {
         if !self.pools[pool].cfg.redis {
             return;
         }
@@ -111,6 +181,15 @@ impl Worker<'_> {
                 Some(Waiter::Internal),
                 op,
                 |out| write_command(&[b"SELECT", db.to_string().as_bytes()], out),
+                now,
+            );
+        }
+        if self.pools[pool].servers[server].slot_is_resp3(slot) {
+            self.enqueue(
+                token,
+                Some(Waiter::Internal),
+                op,
+                |out| write_command(&[b"HELLO", b"3"], out),
                 now,
             );
         }
@@ -174,18 +253,22 @@ impl Worker<'_> {
         }
     }
 
-    pub(super) fn read_server(&mut self, token: Token, now: Instant) {
+    pub(super) fn read_server(&mut self, token: Token, now: Instant, hup: bool) {
         loop {
             let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
                 return;
             };
-            match s.rbuf.read_from(&mut s.sock, READ_CHUNK) {
-                Ok(0) => {
+            match s.rbuf.read_fd(s.sock.as_raw_fd(), READ_CHUNK) {
+                Ok((0, _)) => {
                     self.process_replies(token, now);
                     self.close_server(token, Ending::Eof, "Connection reset by peer", now);
                     return;
                 }
-                Ok(_) => {}
+                Ok((_, short)) => {
+                    if short && !hup {
+                        break;
+                    }
+                }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => {
@@ -260,7 +343,8 @@ impl Worker<'_> {
                         frag,
                     } = front.waiter
                     {
-                        self.deliver(ct, id, seq, frag, bytes, rsp.is_error, proto);
+                        self.record_reply(pool, server, &front, now);
+                        self.deliver(ct, id, seq, frag, bytes, rsp.is_error);
                     } else if rsp.is_error {
                         crate::log_error!(
                             "pool '{}': server '{}' refused the connection setup: {}",
@@ -283,7 +367,7 @@ impl Worker<'_> {
         }
         rbuf.consume(off);
         if replies > 0 {
-            self.pools[pool].record_success(server);
+            self.pools[pool].record_success(server, now);
         }
         if let Some(Conn::Server(s)) = self.conns.get_mut(token.0) {
             s.rbuf = rbuf;
@@ -310,7 +394,6 @@ impl Worker<'_> {
         frag: Option<u32>,
         bytes: &[u8],
         is_error: bool,
-        proto: Protocol,
     ) {
         let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) else {
             return;
@@ -325,6 +408,9 @@ impl Worker<'_> {
                 if !front.ready && front.multi.is_none() {
                     c.pending.pop_front();
                     c.head_seq += 1;
+                    if c.wbuf.capacity() == 0 {
+                        c.wbuf = self.bufs.take();
+                    }
                     c.wbuf.extend(bytes);
                     c.drain_ready();
                     self.dirty_clients.push(ct);
@@ -332,7 +418,7 @@ impl Worker<'_> {
                 }
             }
         }
-        self.fragment_done(ct, id, seq, frag, bytes.to_vec(), is_error, proto);
+        self.fragment_done(ct, id, seq, frag, bytes.to_vec(), is_error, false);
     }
 
     /// A server connection's timer fired.
@@ -359,8 +445,8 @@ impl Worker<'_> {
         }
     }
 
-    fn note_failure(&mut self, pool: usize, server: usize, now: Instant) {
-        if self.pools[pool].record_failure(server, now) {
+    fn note_failure(&mut self, pool: usize, server: usize, now: Instant, msg: &str) {
+        if self.pools[pool].record_failure(server, now, msg) {
             self.stats.pool_add(pool, PoolField::ServerEjects, 1);
             self.stats.server_set(
                 pool,
@@ -415,7 +501,7 @@ impl Worker<'_> {
                 msg,
                 s.inflight.len()
             );
-            self.note_failure(pool, server, now);
+            self.note_failure(pool, server, now, msg);
         }
         let proto = self.pools[pool].proto;
         for f in s.inflight.drain(..) {
@@ -429,7 +515,7 @@ impl Worker<'_> {
                 let mut out = Vec::new();
                 proto.server_error(f.op, msg, &mut out);
                 self.stats.pool_add(pool, PoolField::ForwardError, 1);
-                self.fragment_done(ct, id, seq, frag, out, true, proto);
+                self.fragment_done(ct, id, seq, frag, out, true, true);
             }
         }
     }

@@ -41,7 +41,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def xfail_on(request: pytest.FixtureRequest, kind: str, reason: str, strict: bool = True) -> None:
     """Mark the running test as expected to fail when it runs against ``kind``."""
-    if request.node.callspec.params.get("proxy_kind") == kind:
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and callspec.params.get("proxy_kind") == kind:
         request.applymarker(pytest.mark.xfail(reason=f"{kind}: {reason}", strict=strict))
 
 
@@ -52,11 +53,25 @@ class Processes:
         self.workdir = workdir
         self.started: list = []
 
+    def _start(self, make, retry: bool):
+        """Start what ``make()`` builds; on a lost port race, retry on new ports."""
+        attempts = 3 if retry else 1
+        for attempt in range(attempts):
+            proc = make()
+            self.started.append(proc)
+            try:
+                return proc.start()
+            except RuntimeError:
+                exited = not proc.alive()
+                proc.stop()
+                self.started.remove(proc)
+                if not exited or "in use" not in proc.output_tail() or attempt == attempts - 1:
+                    raise
+        raise AssertionError("unreachable")
+
     def memcached(self, port: int | None = None, extra=()) -> Memcached:
         """Start a memcached on a free (or the given) port."""
-        m = Memcached(self.workdir, port=port, extra=extra)
-        self.started.append(m)
-        return m.start()
+        return self._start(lambda: Memcached(self.workdir, port=port, extra=extra), retry=port is None)
 
     def memcacheds(self, n: int) -> list[Memcached]:
         """Start ``n`` memcached servers."""
@@ -64,15 +79,14 @@ class Processes:
 
     def redis(self, port: int | None = None, extra=()) -> Redis:
         """Start a redis-server on a free (or the given) port."""
-        r = Redis(self.workdir, port=port, extra=extra)
-        self.started.append(r)
-        return r.start()
+        return self._start(lambda: Redis(self.workdir, port=port, extra=extra), retry=port is None)
 
     def proxy(self, kind: str, pools: dict, extra_args=(), stats_interval_ms: int = 100) -> Proxy:
         """Write a config for ``pools`` and start ``kind`` on it."""
-        p = Proxy(kind, self.workdir, pools, extra_args=extra_args, stats_interval_ms=stats_interval_ms)
-        self.started.append(p)
-        return p.start()
+        return self._start(
+            lambda: Proxy(kind, self.workdir, pools, extra_args=extra_args, stats_interval_ms=stats_interval_ms),
+            retry=True,
+        )
 
     def stop_all(self) -> None:
         """Stop everything started here, proxies first, in reverse order."""

@@ -97,7 +97,7 @@ def pair(module_procs, proxy_kind, backends):
 
 
 def store_all(port: int, keys: list[bytes]) -> None:
-    with RawConn(port, timeout=20) as c:
+    with RawConn(port, timeout=10) as c:
         c.send(b"".join(b"set " + k + b" 0 0 1\r\nv\r\n" for k in keys))
         for k in keys:
             reply = c.read_line()
@@ -108,7 +108,7 @@ def placement(backends, keys: list[bytes]) -> dict[bytes, int]:
     """Which backend holds each key; every key must be on exactly one."""
     where: dict[bytes, int] = {}
     for idx, b in enumerate(backends):
-        with RawConn(b.port, timeout=20) as c:
+        with RawConn(b.port, timeout=10) as c:
             for start in range(0, len(keys), CHUNK):
                 chunk = keys[start:start + CHUNK]
                 c.send(b"get " + b" ".join(chunk) + b"\r\n")
@@ -131,7 +131,7 @@ def delete_all(backends, where: dict[bytes, int]) -> None:
         mine = [k for k, i in where.items() if i == idx]
         if not mine:
             continue
-        with RawConn(b.port, timeout=20) as c:
+        with RawConn(b.port, timeout=10) as c:
             c.send(b"".join(b"delete " + k + b"\r\n" for k in mine))
             for k in mine:
                 assert c.read_line() == b"DELETED\r\n", k

@@ -118,7 +118,8 @@ fn close() -> RequestError {
 
 fn command(word: &[u8]) -> Option<McOp> {
     Some(match word {
-        b"get" => McOp::Get,
+        // `bget` is an undocumented alias of `get` memcached still accepts.
+        b"get" | b"bget" => McOp::Get,
         b"gets" => McOp::Gets,
         b"gat" => McOp::Gat,
         b"gats" => McOp::Gats,

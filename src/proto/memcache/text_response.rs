@@ -19,6 +19,7 @@ const END_LEN: usize = 4;
 fn read_line(buf: &[u8], pos: usize) -> Result<Option<(&[u8], usize)>, ResponseError> {
     let rest = buf.get(pos..).unwrap_or_default();
     match memchr(b'\n', rest) {
+        Some(i) if i > MAX_REPLY_LINE => Err(ResponseError("memcached reply line too long".into())),
         Some(i) => {
             let mut line = &rest[..i];
             if let [head @ .., b'\r'] = line {

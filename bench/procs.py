@@ -1,0 +1,230 @@
+"""Processes for the benchmark: backends, proxies, and /proc accounting.
+
+Everything binds 127.0.0.1 on ports picked at run time, runs in its own
+session, is pinned with `taskset`, and is stopped by pid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+HOST = "127.0.0.1"
+ROOT = Path(__file__).resolve().parents[1]
+WALNUT = os.environ.get("WALNUT_BIN", str(ROOT / "target" / "release" / "walnut"))
+NUTCRACKER = os.environ.get("NUTCRACKER_BIN", "/usr/sbin/nutcracker")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+_USED: set[int] = set()
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (never reused)."""
+    while True:
+        with socket.socket() as s:
+            s.bind((HOST, 0))
+            port = s.getsockname()[1]
+        if port not in _USED:
+            _USED.add(port)
+            return port
+
+
+def wait_port(port: int, proc: subprocess.Popen, timeout: float = 15.0) -> None:
+    """Block until host:port accepts a TCP connection."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process {proc.args} exited with {proc.returncode}")
+        try:
+            with socket.create_connection((HOST, port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"port {port} not ready after {timeout}s ({proc.args})")
+
+
+# ------------------------------------------------------------ /proc ----
+
+
+def children_of(pid: int) -> list[int]:
+    """Direct children of `pid`, found by the ppid field of /proc/*/stat."""
+    kids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[1]) == pid:
+            kids.append(int(d))
+    return kids
+
+
+def tree(pid: int) -> list[int]:
+    """`pid` and all its descendants."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children_of(p))
+    return out
+
+
+def cpu_seconds(pids: list[int]) -> dict[int, float]:
+    """utime+stime (seconds) of each live pid."""
+    out = {}
+    for p in pids:
+        try:
+            stat = Path(f"/proc/{p}/stat").read_text()
+        except OSError:
+            continue
+        f = stat[stat.rindex(")") + 2:].split()
+        out[p] = (int(f[11]) + int(f[12])) / CLK_TCK
+    return out
+
+
+def rss_kb(pids: list[int]) -> int:
+    """Sum of VmRSS (KiB) over pids."""
+    total = 0
+    for p in pids:
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
+# ----------------------------------------------------------- managed ----
+
+
+class Proc:
+    """A server process started in its own session, stopped by pid."""
+
+    def __init__(self, argv: list[str], cpus: str | None, log: Path):
+        self.argv = (["taskset", "-c", cpus] if cpus else []) + argv
+        self.log = log
+        self.p: subprocess.Popen | None = None
+
+    def start(self, ports: list[int]) -> "Proc":
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "ab") as out:
+            self.p = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, start_new_session=True)
+        for port in ports:
+            wait_port(port, self.p)
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.p is not None
+        return self.p.pid
+
+    def pids(self) -> list[int]:
+        """The process and its children (walnut's workers)."""
+        return tree(self.pid)
+
+    def stop(self) -> None:
+        if self.p is None or self.p.poll() is not None:
+            return
+        kids = self.pids()
+        os.kill(self.pid, signal.SIGTERM)
+        try:
+            self.p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.kill(self.pid, signal.SIGKILL)
+            self.p.wait()
+        for k in kids[1:]:
+            try:
+                os.kill(k, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def redis_server(port: int, work: Path, cpus: str) -> Proc:
+    d = work / f"redis-{port}"
+    d.mkdir(parents=True, exist_ok=True)
+    return Proc(["redis-server", "--port", str(port), "--bind", HOST, "--save", "",
+                 "--appendonly", "no", "--dir", str(d), "--maxclients", "60000",
+                 "--logfile", str(d / "redis.log")], cpus, d / "stdout").start([port])
+
+
+def memcached(port: int, work: Path, cpus: str) -> Proc:
+    return Proc(["memcached", "-u", "root", "-l", HOST, "-p", str(port), "-U", "0",
+                 "-m", "1024", "-t", "1", "-c", "4096"], cpus,
+                work / f"memcached-{port}.log").start([port])
+
+
+def yaml_pools(pools: dict[str, dict]) -> str:
+    """Twemproxy YAML for {name: {listen, redis, servers}}."""
+    out = []
+    for name, p in pools.items():
+        out += [f"{name}:", f"  listen: {p['listen']}", "  hash: fnv1a_64",
+                "  distribution: ketama", f"  redis: {'true' if p['redis'] else 'false'}",
+                "  servers:"]
+        out += [f"    - {s}:1" for s in p["servers"]]
+    return "\n".join(out) + "\n"
+
+
+class Proxy(Proc):
+    """walnut or nutcracker over the same pools (identical YAML)."""
+
+    def __init__(self, kind: str, pools: dict[str, dict], work: Path, cpus: str,
+                 workers: int = 1, listener: str | None = None, quickack: bool = True):
+        self.kind = kind
+        self.stats_port = free_port()
+        d = work / f"{kind}-{self.stats_port}"
+        d.mkdir(parents=True, exist_ok=True)
+        conf = yaml_pools(pools)
+        if kind == "walnut" and not quickack:
+            conf += "_walnut:\n  tcp_quickack: false\n"
+        (d / "proxy.yml").write_text(conf)
+        argv = [WALNUT if kind == "walnut" else NUTCRACKER, "-c", str(d / "proxy.yml"),
+                "-s", str(self.stats_port), "-a", HOST, "-o", str(d / "proxy.log")]
+        if kind == "walnut":
+            argv += ["--workers", str(workers), "--cpu-affinity", "none"]
+            if listener:
+                argv += ["--listener", listener]
+        self.ports = [int(p["listen"].rsplit(":", 1)[1]) for p in pools.values()]
+        super().__init__(argv, cpus, d / "stdout")
+
+    def start(self, ports: list[int] | None = None) -> "Proxy":
+        super().start(self.ports + [self.stats_port])
+        return self
+
+    def stats(self) -> dict | None:
+        """The stats JSON, or None when unreadable."""
+        try:
+            with socket.create_connection((HOST, self.stats_port), timeout=3) as s:
+                chunks = []
+                while data := s.recv(65536):
+                    chunks.append(data)
+            return json.loads(b"".join(chunks))
+        except (OSError, ValueError):
+            return None
+
+
+def find_counter(doc: object, name: str) -> int | None:
+    """Sum of every value named `name` anywhere in a JSON document."""
+    found = None
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            if k == name and isinstance(v, (int, float)):
+                found = (found or 0) + int(v)
+            else:
+                sub = find_counter(v, name)
+                if sub is not None:
+                    found = (found or 0) + sub
+    elif isinstance(doc, list):
+        for v in doc:
+            sub = find_counter(v, name)
+            if sub is not None:
+                found = (found or 0) + sub
+    return found

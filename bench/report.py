@@ -1,0 +1,160 @@
+"""Medians over repetitions, ratios, and the Markdown / CSV / PNG outputs."""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from pathlib import Path
+
+FIELDS = ["rps", "p50", "p99", "p999", "cpu_per_M", "rss_kb_per_conn", "over_30ms",
+          "requests", "accept_eagain", "rss_mb_total"]
+COLUMNS = ["section", "scenario", "target", "reps", "rps", "p50", "p99", "p999", "cpu_per_M",
+           "rss_kb_per_conn", "over_30ms_per_M", "accept_eagain", "rss_mb_total",
+           "rps_vs_nutcracker", "rps_vs_direct", "cpu_vs_nutcracker", "note"]
+
+
+def _median(values: list) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def summarize(rows: list[dict]) -> list[dict]:
+    """One row per (section, scenario, target) with medians and ratios."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["section"], r["scenario"], r["target"]), []).append(r)
+    out = []
+    for (section, scenario, target), rs in groups.items():
+        s = {"section": section, "scenario": scenario, "target": target, "reps": len(rs),
+             "note": rs[0].get("note", "")}
+        for f in FIELDS:
+            s[f] = _median([r.get(f) for r in rs])
+        over = [r["over_30ms"] / r["requests"] * 1e6 for r in rs
+                if r.get("over_30ms") is not None and r.get("requests")]
+        s["over_30ms_per_M"] = _median(over)
+        out.append(s)
+    by = {(s["section"], s["scenario"], s["target"]): s for s in out}
+    for s in out:
+        if not s["target"].startswith("walnut"):
+            continue
+        key = (s["section"], s["scenario"])
+        nc, direct = by.get((*key, "nutcracker")), by.get((*key, "direct"))
+        s["rps_vs_nutcracker"] = _ratio(s["rps"], nc and nc["rps"])
+        s["rps_vs_direct"] = _ratio(s["rps"], direct and direct["rps"])
+        s["cpu_vs_nutcracker"] = _ratio(s["cpu_per_M"], nc and nc["cpu_per_M"])
+    return out
+
+
+def _ratio(a, b) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def write_csv(summary: list[dict], path: Path) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        for s in summary:
+            w.writerow({k: _fmt(s.get(k), csv_mode=True) for k in COLUMNS})
+
+
+def _fmt(v, digits: int = 2, csv_mode: bool = False) -> str:
+    if v is None or v == "":
+        return "" if csv_mode else "n/a"
+    if isinstance(v, float):
+        if csv_mode:
+            return f"{v:.4g}" if abs(v) < 1000 else f"{v:.0f}"
+        return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.{digits}f}"
+    return str(v)
+
+
+def _table(header: list[str], rows: list[list]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_fmt(c) if not isinstance(c, str) else c for c in r) + " |"
+              for r in rows]
+    return lines + [""]
+
+
+def markdown(summary: list[dict], meta: dict) -> str:
+    """The results as Markdown tables, one per section."""
+    out = [
+        "# walnut benchmark: walnut vs nutcracker 0.5.0 vs the bare backend", "",
+        f"Mode **{meta['mode']}**, {meta['date']}, host {meta['host']} ({meta['cpus']} CPUs, "
+        f"Linux {meta['kernel']}); medians of {meta['reps']} runs of ~{meta['secs']} s each; "
+        f"whole run {meta.get('elapsed_s', '?')} s. Load average at start "
+        f"{' '.join(meta['loadavg_start'])}, at end {' '.join(meta.get('loadavg_end', []))}.",
+        "",
+        "The machine is shared and noisy (2 cores, other builds running): take single "
+        "figures with a grain of salt, the ratios within one run are the useful part.",
+        "",
+        "Pinning: redis-server / memcached (3 each) and the load generator on CPU 0; "
+        "nutcracker and 1-worker walnut on CPU 1; 2-worker walnut on CPUs 0-1 (shares CPU 0 "
+        "with backends and generator). *direct* = the generator talking to the first backend "
+        "(for 3-server pools it holds every key). Latencies in ms; CPU = proxy master + workers "
+        "utime+stime, seconds per million requests (an MGET / multi-get of 10 keys counts as "
+        "one request); RSS/conn = (peak RSS during the run - RSS before) / 50 connections, KiB.",
+        "",
+        "Generators: redis-benchmark 7 (p99.9 = first HDR bucket >= 99.9 %); memcached: "
+        "bench/loadgen `mcload` (memcaslap gives no percentiles), plus one memcaslap row "
+        "(throughput only).", "",
+        "## Load", "",
+    ]
+    load = [s for s in summary if s["section"] == "load"]
+    out += _table(
+        ["scenario", "target", "req/s", "p50", "p99", "p99.9", "CPU s/M req", "RSS KiB/conn",
+         "req/s vs nutcracker", "req/s vs direct", "CPU vs nutcracker"],
+        [[s["scenario"], s["target"], s["rps"], s["p50"], s["p99"], s["p999"], s["cpu_per_M"],
+          s["rss_kb_per_conn"], s.get("rps_vs_nutcracker"), s.get("rps_vs_direct"),
+          s.get("cpu_vs_nutcracker")] for s in load])
+    lst = [s for s in summary if s["section"] == "listener"]
+    if lst:
+        out += ["## walnut listener modes (2 workers, redis-benchmark -k 0: one connection "
+                "per GET)", "",
+                "accept_eagain = wasted accept wakeups summed over workers, read from the stats "
+                "JSON; n/a while walnut does not publish the per-worker counters there.", ""]
+        out += _table(["mode", "conn+GET/s", "p50", "p99", "CPU s/M req", "accept_eagain"],
+                      [[s["scenario"], s["rps"], s["p50"], s["p99"], s["cpu_per_M"],
+                        s["accept_eagain"]] for s in lst])
+    qa = [s for s in summary if s["section"] == "quickack"]
+    if qa:
+        out += ["## 40 ms-class outliers (requests > 30 ms per million), mcload, 50 conns", ""]
+        out += _table(["scenario", "proxy", "req/s", "p99", "p99.9", "> 30 ms per M"],
+                      [[s["scenario"], s["target"], s["rps"], s["p99"], s["p999"],
+                        s["over_30ms_per_M"]] for s in qa])
+    idle = [s for s in summary if s["section"] == "idle"]
+    if idle:
+        out += ["## Idle client connections (Redis pool; RSS of master + workers)", ""]
+        out += _table(["connections", "target", "KiB per connection", "total RSS MiB", "note"],
+                      [[s["scenario"], s["target"], s["rss_kb_per_conn"], s["rss_mb_total"],
+                        s["note"] or ""] for s in idle])
+    return "\n".join(out)
+
+
+def chart(summary: list[dict], path: Path) -> None:
+    """Bars of throughput and CPU per request, per scenario and target."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib missing: no chart")
+        return
+    load = [s for s in summary if s["section"] == "load"]
+    scen = list(dict.fromkeys(s["scenario"] for s in load))
+    targets = ["direct", "nutcracker", "walnut", "walnut-2w"]
+    by = {(s["scenario"], s["target"]): s for s in load}
+    fig, axes = plt.subplots(2, 1, figsize=(14, 9), sharex=True)
+    width = 0.2
+    for i, t in enumerate(targets):
+        xs = [j + (i - 1.5) * width for j in range(len(scen))]
+        rps = [(by.get((sc, t)) or {}).get("rps") or 0 for sc in scen]
+        cpu = [(by.get((sc, t)) or {}).get("cpu_per_M") or 0 for sc in scen]
+        axes[0].bar(xs, [r / 1000 for r in rps], width, label=t)
+        axes[1].bar(xs, cpu, width, label=t)
+    axes[0].set_ylabel("throughput, k req/s")
+    axes[1].set_ylabel("proxy CPU s per M req")
+    axes[0].legend()
+    axes[0].set_title("walnut vs nutcracker vs direct (medians; noisy shared 2-core host)")
+    axes[1].set_xticks(range(len(scen)))
+    axes[1].set_xticklabels(scen, rotation=35, ha="right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)

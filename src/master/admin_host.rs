@@ -1,0 +1,171 @@
+//! The master as the admin port's host: its state for `status`, the
+//! running configuration and counters, and `config set` sent to every
+//! worker with their acknowledgements collected.
+
+use super::channel::Message;
+use super::Master;
+use crate::admin::{AdminServer, Host, HostInfo, WorkerInfo};
+use crate::config::Config;
+use crate::stats::shm::Region;
+use std::time::{Duration, Instant};
+
+/// How long `config set` waits for the workers' acknowledgements.
+const ACK_WAIT: Duration = Duration::from_secs(2);
+
+/// Open the admin port; a failure is logged and the master runs without it.
+pub(super) fn open(addr: Option<&str>) -> Option<AdminServer> {
+    let addr = addr?;
+    match AdminServer::bind(addr) {
+        Ok(a) => {
+            crate::log_notice!("admin listening on {}", a.local_addr());
+            Some(a)
+        }
+        Err(e) => {
+            crate::log_error!("admin port {addr}: {e}; running without it");
+            None
+        }
+    }
+}
+
+impl Master {
+    /// Serve the admin connections that are ready.
+    pub(super) fn serve_admin(&mut self) {
+        if let Some(mut admin) = self.admin.take() {
+            admin.service(self);
+            self.admin = Some(admin);
+        }
+    }
+}
+
+impl Host for Master {
+    fn info(&self) -> HostInfo {
+        let gen = self.current.as_ref();
+        HostInfo {
+            master_pid: std::process::id(),
+            uptime_secs: self.started.elapsed().as_secs(),
+            conf_path: self.opts.conf_path.clone(),
+            generation: gen.map_or(0, |g| g.id),
+            workers: gen
+                .map(|g| {
+                    g.workers
+                        .iter()
+                        .enumerate()
+                        .map(|(i, w)| WorkerInfo {
+                            index: i,
+                            pid: w.pid,
+                            uptime_secs: w.started.elapsed().as_secs(),
+                            alive: w.alive,
+                            respawns: w.respawns,
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+            draining: self
+                .old
+                .iter()
+                .map(|g| g.workers.iter().filter(|w| w.alive).count())
+                .sum(),
+            runtime: self.runtime.clone(),
+        }
+    }
+
+    fn config(&self) -> Option<&Config> {
+        self.current.as_ref().map(|g| &g.config)
+    }
+
+    fn region(&self) -> Option<&Region> {
+        self.current.as_ref().map(|g| &*g.region)
+    }
+
+    fn stats_json(&self) -> String {
+        match &self.current {
+            Some(g) => crate::stats::json::render(
+                &g.config,
+                &g.region,
+                self.started.elapsed().as_secs(),
+                &self.source,
+            ),
+            None => String::new(),
+        }
+    }
+
+    fn set_param(&mut self, key: &str, value: &str) -> Vec<String> {
+        let Some(gen) = self.current.as_mut() else {
+            return vec!["no workers".into()];
+        };
+        let msg = Message::Set(key.to_string(), value.to_string());
+        let mut errors = Vec::new();
+        let mut waiting = Vec::new();
+        for (i, w) in gen.workers.iter_mut().enumerate().filter(|(_, w)| w.alive) {
+            match w.channel.send(&msg) {
+                Ok(()) => waiting.push(i),
+                Err(e) => errors.push(format!("worker {i} (pid {}): {e}", w.pid)),
+            }
+        }
+        let deadline = Instant::now() + ACK_WAIT;
+        while !waiting.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let mut pfds: Vec<libc::pollfd> = waiting
+                .iter()
+                .map(|&i| libc::pollfd {
+                    fd: gen.workers[i].channel.fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                })
+                .collect();
+            // SAFETY: poll on a valid array of pollfds.
+            unsafe {
+                libc::poll(
+                    pfds.as_mut_ptr(),
+                    pfds.len() as libc::nfds_t,
+                    left.as_millis().min(100) as i32,
+                );
+            }
+            waiting.retain(|&i| {
+                let w = &mut gen.workers[i];
+                match w.channel.recv() {
+                    Ok(msgs) => {
+                        let mut acked = false;
+                        for m in msgs {
+                            if let Message::Ack(e) = m {
+                                acked = true;
+                                if !e.is_empty() {
+                                    errors.push(format!("worker {i} (pid {}): {e}", w.pid));
+                                }
+                            }
+                        }
+                        !acked
+                    }
+                    Err(e) => {
+                        errors.push(format!("worker {i} (pid {}): {e}", w.pid));
+                        false
+                    }
+                }
+            });
+        }
+        for i in waiting {
+            errors.push(format!("worker {i}: no answer"));
+        }
+        if errors.is_empty() {
+            if key == "log_level" {
+                if let Ok(n) = value.parse() {
+                    crate::log::set_level(n);
+                }
+            }
+            self.runtime.retain(|(k, _)| k != key);
+            self.runtime.push((key.to_string(), value.to_string()));
+            crate::log_notice!("admin: {key} set to {value}");
+        }
+        errors
+    }
+
+    fn reload(&mut self) {
+        crate::log_notice!("admin: reload");
+        let _ = crate::log::reopen();
+        self.broadcast(&Message::ReopenLogs);
+        Master::reload(self);
+    }
+}

@@ -1,0 +1,470 @@
+//! Sending requests to servers: one server, split per server, every
+//! server, and for replicated memcached pools every replica (writes) or
+//! one replica with the next tried on failure (reads).
+
+use super::conn::{Conn, Fragment, Multi, MultiMode, Retry, Slot, Waiter};
+use super::Worker;
+use crate::proto::{Op, Request};
+use crate::stats::PoolField;
+use mio::Token;
+use smallvec::SmallVec;
+use std::time::Instant;
+
+/// Whether a memcached operation only reads (served by one replica).
+fn is_read(op: Op) -> bool {
+    match op {
+        Op::Mc(op) => op.is_retrieval(),
+        Op::Redis(_) => false,
+    }
+}
+
+impl Worker<'_> {
+    /// The server connection slot a client uses for a server: fixed per
+    /// client and protocol version, so one client's requests to one server
+    /// never overtake each other even with `server_connections` > 1, and a
+    /// RESP3 client gets a connection that said `HELLO 3`; a memcached
+    /// binary request gets a binary connection (the same second half).
+    fn conn_slot(&self, token: Token, pool: usize, server: usize, client_id: u64, op: Op) -> usize {
+        let resp3 = matches!(self.conns.get(token.0), Some(Conn::Client(c)) if c.session.resp3);
+        let second = resp3 || self.pools[pool].proto.conn_class(op) == 1;
+        self.pools[pool].servers[server].slot_for(client_id, second)
+    }
+
+    /// Queue `req` (or its rewrite) on a connection to `server`, answered
+    /// into slot `seq` (or nowhere for noreply).
+    #[allow(clippy::too_many_arguments)]
+    fn send_to(
+        &mut self,
+        token: Token,
+        client_id: u64,
+        seq: Option<u64>,
+        frag: Option<u32>,
+        pool: usize,
+        server: usize,
+        write: impl FnOnce(&mut Vec<u8>),
+        op: Op,
+        now: Instant,
+    ) -> Result<(), String> {
+        let slot = self.conn_slot(token, pool, server, client_id, op);
+        let st = self.server_conn(pool, server, slot, now)?;
+        let waiter = seq.map(|seq| Waiter::Client {
+            token,
+            id: client_id,
+            seq,
+            frag,
+        });
+        self.enqueue(st, waiter, op, write, now);
+        Ok(())
+    }
+
+    pub(super) fn reply_no_server(&mut self, token: Token, pool: usize, req: &Request) {
+        self.stats.pool_add(pool, PoolField::ForwardError, 1);
+        if req.noreply {
+            return;
+        }
+        let mut out = Vec::new();
+        self.pools[pool]
+            .proto
+            .server_error(req.op, "Connection refused", &mut out);
+        self.push_ready(token, out, false);
+    }
+
+    /// A request for the server that owns its key.
+    pub(super) fn forward_single(
+        &mut self,
+        token: Token,
+        client_id: u64,
+        pool: usize,
+        req: &Request,
+        bytes: &[u8],
+        now: Instant,
+    ) {
+        let key = req.keys.first().map_or(&b""[..], |r| &bytes[r.clone()]);
+        if self.pools[pool].cfg.replicas > 1 {
+            self.forward_replicated(token, client_id, pool, req, bytes, now);
+            return;
+        }
+        let Some(server) = self.pools[pool].server_for(key, now) else {
+            self.reply_no_server(token, pool, req);
+            return;
+        };
+        let seq = self.push_slot(token, req.noreply, Slot::default());
+        let proto = self.pools[pool].proto;
+        let sent = self.send_to(
+            token,
+            client_id,
+            seq,
+            None,
+            pool,
+            server,
+            |out| proto.write_request(req, bytes, out),
+            req.op,
+            now,
+        );
+        if let Err(msg) = sent {
+            self.fail_unsent(token, client_id, seq, None, pool, req.op, &msg);
+        }
+    }
+
+    /// Reserve the next reply slot (none for noreply); returns its sequence.
+    fn push_slot(&mut self, token: Token, noreply: bool, slot: Slot) -> Option<u64> {
+        if noreply {
+            return None;
+        }
+        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+            return None;
+        };
+        let seq = c.next_seq();
+        c.pending.push_back(slot);
+        Some(seq)
+    }
+
+    /// A request that could not be queued: its slot gets the error (which
+    /// may trigger a retry on another replica).
+    #[allow(clippy::too_many_arguments)]
+    fn fail_unsent(
+        &mut self,
+        token: Token,
+        client_id: u64,
+        seq: Option<u64>,
+        frag: Option<u32>,
+        pool: usize,
+        op: Op,
+        msg: &str,
+    ) {
+        self.stats.pool_add(pool, PoolField::ForwardError, 1);
+        if let Some(seq) = seq {
+            let proto = self.pools[pool].proto;
+            let mut out = Vec::new();
+            proto.server_error(op, msg, &mut out);
+            self.fragment_done(token, client_id, seq, frag, out, true, true);
+        }
+    }
+
+    /// Replicated pool: reads go to one replica (the rest kept for
+    /// failover), writes to every replica.
+    fn forward_replicated(
+        &mut self,
+        token: Token,
+        client_id: u64,
+        pool: usize,
+        req: &Request,
+        bytes: &[u8],
+        now: Instant,
+    ) {
+        let key = req.keys.first().map_or(&b""[..], |r| &bytes[r.clone()]);
+        let _ = self.pools[pool].server_for(key, now);
+        let r = self.pools[pool].cfg.replicas as usize;
+        let mut replicas = Vec::with_capacity(r);
+        self.pools[pool]
+            .placement
+            .replicas_for(key, r, &mut replicas);
+        if replicas.is_empty() {
+            self.reply_no_server(token, pool, req);
+            return;
+        }
+        let proto = self.pools[pool].proto;
+        if is_read(req.op) {
+            if self.pools[pool].cfg.replica_read_random && replicas.len() > 1 {
+                let n = (crate::util::epoch_us() as usize ^ client_id as usize) % replicas.len();
+                replicas.rotate_left(n);
+            }
+            let first = replicas[0];
+            let slot = Slot {
+                retry: Some(Box::new(Retry {
+                    req: req.clone(),
+                    bytes: bytes.to_vec(),
+                    replicas,
+                    next: 1,
+                })),
+                ..Slot::default()
+            };
+            let seq = self.push_slot(token, req.noreply, slot);
+            let sent = self.send_to(
+                token,
+                client_id,
+                seq,
+                None,
+                pool,
+                first,
+                |out| proto.write_request(req, bytes, out),
+                req.op,
+                now,
+            );
+            if let Err(msg) = sent {
+                self.fail_unsent(token, client_id, seq, None, pool, req.op, &msg);
+            }
+            return;
+        }
+        let slot = Slot {
+            multi: Some(Box::new(Multi {
+                req: req.clone(),
+                bytes: Vec::new(),
+                frags: replicas.iter().map(|_| Fragment::default()).collect(),
+                remaining: replicas.len(),
+                error: None,
+                mode: MultiMode::Replicate,
+            })),
+            ..Slot::default()
+        };
+        let seq = self.push_slot(token, req.noreply, slot);
+        for (i, server) in replicas.into_iter().enumerate() {
+            let frag = Some(i as u32);
+            let sent = self.send_to(
+                token,
+                client_id,
+                seq,
+                frag,
+                pool,
+                server,
+                |out| proto.write_request(req, bytes, out),
+                req.op,
+                now,
+            );
+            if let Err(msg) = sent {
+                self.fail_unsent(token, client_id, seq, frag, pool, req.op, &msg);
+            }
+        }
+    }
+
+    /// Split a multi-key request per server.
+    pub(super) fn forward_multi(
+        &mut self,
+        token: Token,
+        client_id: u64,
+        pool: usize,
+        req: Request,
+        bytes: &[u8],
+        now: Instant,
+    ) {
+        // Group key indices by server, in client order.
+        let mut groups: SmallVec<[(usize, Vec<usize>); 4]> = SmallVec::new();
+        for (i, r) in req.keys.iter().enumerate() {
+            let Some(s) = self.pools[pool].server_for(&bytes[r.clone()], now) else {
+                self.reply_no_server(token, pool, &req);
+                return;
+            };
+            match groups.iter_mut().find(|(gs, _)| *gs == s) {
+                Some((_, v)) => v.push(i),
+                None => groups.push((s, vec![i])),
+            }
+        }
+        let replicated = self.pools[pool].cfg.replicas > 1;
+        if groups.len() <= 1 && !replicated {
+            self.forward_single(token, client_id, pool, &req, bytes, now);
+            return;
+        }
+        self.stats
+            .pool_add(pool, PoolField::Fragments, groups.len() as u64);
+        let frags = groups
+            .iter()
+            .map(|(_, keys)| Fragment {
+                keys: keys.clone(),
+                ..Fragment::default()
+            })
+            .collect();
+        let op = req.op;
+        let slot = Slot {
+            multi: Some(Box::new(Multi {
+                req: req.clone(),
+                bytes: bytes.to_vec(),
+                frags,
+                remaining: groups.len(),
+                error: None,
+                mode: MultiMode::Split,
+            })),
+            ..Slot::default()
+        };
+        let seq = self.push_slot(token, req.noreply, slot);
+        let proto = self.pools[pool].proto;
+        for (fi, (server, keys)) in groups.iter().enumerate() {
+            let frag = Some(fi as u32);
+            let sent = self.send_to(
+                token,
+                client_id,
+                seq,
+                frag,
+                pool,
+                *server,
+                |out| proto.write_fragment(bytes, &req, keys, out),
+                op,
+                now,
+            );
+            if let Err(msg) = sent {
+                self.fail_unsent(token, client_id, seq, frag, pool, op, &msg);
+            }
+        }
+    }
+
+    /// Send a request to every server of the pool (flush_all).
+    pub(super) fn forward_broadcast(
+        &mut self,
+        token: Token,
+        client_id: u64,
+        pool: usize,
+        req: Request,
+        bytes: &[u8],
+        now: Instant,
+    ) {
+        let n = self.pools[pool].servers.len();
+        let slot = Slot {
+            multi: Some(Box::new(Multi {
+                req: req.clone(),
+                bytes: Vec::new(),
+                frags: (0..n).map(|_| Fragment::default()).collect(),
+                remaining: n,
+                error: None,
+                mode: MultiMode::Broadcast,
+            })),
+            ..Slot::default()
+        };
+        let seq = self.push_slot(token, req.noreply, slot);
+        for s in 0..n {
+            let frag = Some(s as u32);
+            let sent = self.send_to(
+                token,
+                client_id,
+                seq,
+                frag,
+                pool,
+                s,
+                |out| out.extend_from_slice(bytes),
+                req.op,
+                now,
+            );
+            if let Err(msg) = sent {
+                self.fail_unsent(token, client_id, seq, frag, pool, req.op, &msg);
+            }
+        }
+    }
+
+    /// Send a failed single read to the next replica; false when none is left.
+    pub(super) fn retry_read(
+        &mut self,
+        token: Token,
+        client_id: u64,
+        seq: u64,
+        pool: usize,
+    ) -> bool {
+        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+            return false;
+        };
+        let Some(slot) = c.slot_mut(seq) else {
+            return false;
+        };
+        let Some(retry) = slot.retry.as_mut() else {
+            return false;
+        };
+        let Some(&server) = retry.replicas.get(retry.next) else {
+            return false;
+        };
+        retry.next += 1;
+        let (req, bytes) = (retry.req.clone(), std::mem::take(&mut retry.bytes));
+        let proto = self.pools[pool].proto;
+        let now = Instant::now();
+        let sent = self.send_to(
+            token,
+            client_id,
+            Some(seq),
+            None,
+            pool,
+            server,
+            |out| proto.write_request(&req, &bytes, out),
+            req.op,
+            now,
+        );
+        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+            if let Some(r) = c.slot_mut(seq).and_then(|s| s.retry.as_mut()) {
+                r.bytes = bytes;
+            }
+        }
+        if let Err(msg) = sent {
+            self.fail_unsent(token, client_id, Some(seq), None, pool, req.op, &msg);
+        }
+        true
+    }
+
+    /// Send the keys of a failed fragment of a replicated multi-get to
+    /// their next replicas, as new fragments of the same request. Returns
+    /// false when the keys have no further replica.
+    pub(super) fn retry_fragment(
+        &mut self,
+        token: Token,
+        client_id: u64,
+        seq: u64,
+        frag: usize,
+        pool: usize,
+    ) -> bool {
+        let r = self.pools[pool].cfg.replicas as usize;
+        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+            return false;
+        };
+        let Some(m) = c.slot_mut(seq).and_then(|s| s.multi.as_mut()) else {
+            return false;
+        };
+        let Some(f) = m.frags.get(frag) else {
+            return false;
+        };
+        let attempt = f.attempt as usize + 1;
+        if r <= 1 || attempt >= r || m.mode != MultiMode::Split {
+            return false;
+        }
+        let keys = f.keys.clone();
+        let (req, bytes) = (m.req.clone(), m.bytes.clone());
+        let mut replicas = Vec::with_capacity(r);
+        let mut groups: SmallVec<[(usize, Vec<usize>); 4]> = SmallVec::new();
+        for &i in &keys {
+            let Some(range) = req.keys.get(i) else {
+                continue;
+            };
+            self.pools[pool]
+                .placement
+                .replicas_for(&bytes[range.clone()], r, &mut replicas);
+            let Some(&s) = replicas.get(attempt) else {
+                return false;
+            };
+            match groups.iter_mut().find(|(gs, _)| *gs == s) {
+                Some((_, v)) => v.push(i),
+                None => groups.push((s, vec![i])),
+            }
+        }
+        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+            return false;
+        };
+        let Some(m) = c.slot_mut(seq).and_then(|s| s.multi.as_mut()) else {
+            return false;
+        };
+        // The failed fragment answers nothing; its keys move to new ones.
+        m.frags[frag].keys.clear();
+        m.frags[frag].reply.clear();
+        let base = m.frags.len();
+        for (_, keys) in &groups {
+            m.frags.push(Fragment {
+                keys: keys.clone(),
+                attempt: attempt as u8,
+                ..Fragment::default()
+            });
+        }
+        m.remaining += groups.len();
+        let proto = self.pools[pool].proto;
+        let now = Instant::now();
+        for (gi, (server, keys)) in groups.iter().enumerate() {
+            let fi = Some((base + gi) as u32);
+            let sent = self.send_to(
+                token,
+                client_id,
+                Some(seq),
+                fi,
+                pool,
+                *server,
+                |out| proto.write_fragment(&bytes, &req, keys, out),
+                req.op,
+                now,
+            );
+            if let Err(msg) = sent {
+                self.fail_unsent(token, client_id, Some(seq), fi, pool, req.op, &msg);
+            }
+        }
+        true
+    }
+}

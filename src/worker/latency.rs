@@ -1,0 +1,108 @@
+//! Observability on the data path: reply latency into the shared
+//! histograms, the slow log, and runtime parameters that touch pools.
+
+use super::conn::{Conn, Inflight};
+use super::Worker;
+use crate::stats::histogram::Class;
+use crate::stats::slowlog::{Entry, KeyPrefix};
+use mio::Token;
+use std::time::Instant;
+
+impl Worker<'_> {
+    /// Remember a request's first key for the slow log (only while it is on).
+    #[inline]
+    pub(super) fn note_key(&mut self, key: &[u8]) {
+        if self.ctl.slowlog_us > 0 {
+            self.slow_key = KeyPrefix::new(key);
+        }
+    }
+
+    /// A server reply for a client request arrived: record its latency and
+    /// log it if it was slow.
+    #[inline]
+    pub(super) fn record_reply(
+        &mut self,
+        pool: usize,
+        server: usize,
+        req: &Inflight,
+        now: Instant,
+    ) {
+        if !self.ctl.latency && self.ctl.slowlog_us == 0 {
+            return;
+        }
+        let us = now.saturating_duration_since(req.sent_at).as_micros() as u64;
+        if self.ctl.latency {
+            self.stats
+                .record_latency(pool, server, Class::of(req.op), us);
+        }
+        if self.ctl.slowlog_us > 0 && us >= self.ctl.slowlog_us {
+            self.slow(pool, server, req, us);
+        }
+    }
+
+    #[cold]
+    fn slow(&mut self, pool: usize, server: usize, req: &Inflight, us: u64) {
+        let cmd = match req.op {
+            crate::proto::Op::Mc(m) => m.name(),
+            crate::proto::Op::Redis(r) => r.cmd.name(),
+        };
+        let e = Entry {
+            seq: 0,
+            time_us: crate::util::epoch_us(),
+            pool: pool as u32,
+            server: server as u32,
+            latency_us: us,
+            size: req.len as u64,
+            cmd: cmd.to_string(),
+            key: req.key.bytes().to_vec(),
+        };
+        self.stats.slowlog().push(&e);
+        let (pname, sname) = self
+            .pools
+            .get(pool)
+            .and_then(|p| Some((p.cfg.name.as_str(), p.servers.get(server)?.name.as_str())))
+            .unwrap_or(("?", "?"));
+        crate::log_notice!(
+            "slow request: pool '{}' server '{}' {} '{}' {} bytes {} us",
+            pname,
+            sname,
+            cmd,
+            String::from_utf8_lossy(req.key.bytes()),
+            req.len,
+            us
+        );
+    }
+
+    /// Apply parameters the controller changed that live in the pools.
+    pub(super) fn apply_ctl(&mut self) {
+        if self.ctl.pool_timeouts.is_empty() {
+            return;
+        }
+        for (pool, ms) in std::mem::take(&mut self.ctl.pool_timeouts) {
+            let Some(p) = self.pools.get_mut(pool) else {
+                continue;
+            };
+            p.cfg.timeout_ms = (ms > 0).then_some(ms);
+            let timeout = p.timeout();
+            // Re-arm the timers of this pool's connections for the new
+            // timeout (a stale timer re-reads the timeout when it fires).
+            let mut arm = Vec::new();
+            for (k, c) in self.conns.iter_mut() {
+                let Conn::Server(s) = c else { continue };
+                if s.pool != pool {
+                    continue;
+                }
+                match (s.inflight.front(), timeout) {
+                    (Some(f), Some(t)) => {
+                        s.timer_armed = true;
+                        arm.push((f.sent_at + t, Token(k), s.id));
+                    }
+                    _ => s.timer_armed = false,
+                }
+            }
+            for (at, token, id) in arm {
+                self.arm_timer(at, token, id);
+            }
+        }
+    }
+}

@@ -1,0 +1,229 @@
+"""walnut's admin port, latency histograms, slow log and Prometheus metrics,
+with two workers over real Redis backends (walnut only)."""
+
+from __future__ import annotations
+
+import math
+import re
+import socket
+import subprocess
+import time
+
+import pytest
+
+from procs import HOST, free_port, redis_pool, walnut_bin
+from test_redis_basic import connect, unique
+
+# A script that keeps Redis busy for ~20 ms (EVAL passes through walnut).
+SLOW = (
+    "local t=redis.call('TIME') local s=t[1]*1000000+t[2] "
+    "while true do local n=redis.call('TIME') "
+    "if n[1]*1000000+n[2]-s >= tonumber(ARGV[1]) then break end end return 1"
+)
+
+
+def admin(port: int, line: str, timeout: float = 5.0) -> str:
+    """Send an inline admin command; the reply up to END (or one line)."""
+    with socket.create_connection((HOST, port), timeout=timeout) as s:
+        s.sendall(line.encode() + b"\r\n")
+        buf = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+            if buf.endswith(b"END\r\n") or (buf.count(b"\r\n") == 1 and re.match(rb"^(OK|ERR)", buf)):
+                break
+    return buf.decode()
+
+
+def http_get(port: int, path: str) -> tuple[str, str]:
+    with socket.create_connection((HOST, port), timeout=5) as s:
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        buf = b""
+        while chunk := s.recv(65536):
+            buf += chunk
+    head, _, body = buf.partition(b"\r\n\r\n")
+    return head.decode(), body.decode()
+
+
+@pytest.fixture(scope="module")
+def backends(module_procs):
+    return [module_procs.redis() for _ in range(2)]
+
+
+@pytest.fixture
+def walnut(procs, backends):
+    port = free_port()
+    p = procs.proxy(
+        "walnut",
+        {"beta": redis_pool(backends, hash_tag="{}")},
+        extra_args=["--workers", "2", "--admin", f"{HOST}:{port}"],
+    )
+    p.admin_port = port
+    deadline = time.time() + 5
+    while time.time() < deadline:
+        try:
+            if "PONG" in admin(port, "ping"):
+                break
+        except OSError:
+            time.sleep(0.05)
+    return p
+
+
+def pct(values: list[float], q: float) -> float:
+    v = sorted(values)
+    return v[max(0, math.ceil(q * len(v)) - 1)]
+
+
+def kv(line: str) -> dict[str, str]:
+    return dict(w.split("=", 1) for w in line.split() if "=" in w)
+
+
+def test_status_and_protocols(walnut):
+    st = admin(walnut.admin_port, "status")
+    assert "master_pid: " in st and "generation: 1" in st
+    assert len(re.findall(r"worker \d: pid=\d+ state=running", st)) == 2
+    assert re.search(r"config_checksum: fnv1a64:[0-9a-f]{16}", st)
+    # RESP framing, as redis-cli sends it.
+    with socket.create_connection((HOST, walnut.admin_port), timeout=5) as s:
+        s.sendall(b"*1\r\n$4\r\nping\r\n*2\r\n$7\r\nslowlog\r\n$3\r\nlen\r\n")
+        time.sleep(0.3)
+        got = s.recv(65536)
+    assert got.startswith(b"$4\r\nPONG\r\n$"), got
+    assert admin(walnut.admin_port, "bogus").startswith("ERR ")
+    head, body = http_get(walnut.admin_port, "/stats")
+    assert head.startswith("HTTP/1.1 200") and '"service":"nutcracker"' in body
+    assert http_get(walnut.admin_port, "/nope")[0].startswith("HTTP/1.1 404")
+
+
+def test_requests_sum_over_workers(walnut):
+    n = 0
+    clients = [connect(walnut.port()) for _ in range(8)]
+    for i, c in enumerate(clients):
+        for j in range(25):
+            c.set(unique(), "v")
+            n += 1
+    for c in clients:
+        c.close()
+    stats = walnut.stats()
+    total = sum(s["requests"] for k, s in stats["beta"].items() if isinstance(s, dict))
+    assert total == n
+    for f in ["service", "source", "version", "uptime", "timestamp", "total_connections", "curr_connections"]:
+        assert f in stats
+    for f in ["client_eof", "client_err", "client_connections", "server_ejects", "forward_error", "fragments"]:
+        assert f in stats["beta"]
+    lines = [l for l in admin(walnut.admin_port, "pools").splitlines() if "class=write" in l]
+    assert kv(lines[0])["count"] == str(n)
+
+
+def parse_prometheus(text: str) -> dict[str, list[tuple[dict, float]]]:
+    """A strict parser of the text format subset walnut emits."""
+    families: dict[str, str] = {}
+    samples: dict[str, list[tuple[dict, float]]] = {}
+    sample = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$')
+    label = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"(,|$)')
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            continue
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ")
+            assert name not in families, f"duplicate family {name}"
+            assert kind in ("counter", "gauge", "histogram")
+            families[name] = kind
+            continue
+        m = sample.match(line)
+        assert m, f"bad line {line!r}"
+        name, labels_s, value = m.group(1), m.group(3) or "", float(m.group(4))
+        labels = {}
+        pos = 0
+        while pos < len(labels_s):
+            lm = label.match(labels_s, pos)
+            assert lm, f"bad labels {labels_s!r}"
+            labels[lm.group(1)] = lm.group(2)
+            pos = lm.end()
+        base = re.sub(r"_(bucket|sum|count)$", "", name)
+        assert name in families or base in families, f"sample {name} without TYPE"
+        samples.setdefault(name, []).append((labels, value))
+    return samples
+
+
+def test_metrics_and_p99_of_slow_backend(walnut):
+    c = connect(walnut.port())
+    measured = []
+    for i in range(60):
+        t = time.perf_counter()
+        assert c.eval(SLOW, 1, f"{{k}}{i}", 20000) == 1
+        measured.append((time.perf_counter() - t) * 1e6)
+    c.close()
+    other = [kv(l) for l in admin(walnut.admin_port, "pools").splitlines() if "class=other" in l][0]
+    assert int(other["count"]) == 60
+    for q, key in [(0.99, "p99_us"), (0.5, "p50_us")]:
+        want = pct(measured, q)
+        got = int(other[key])
+        assert abs(got - want) / want < 0.10, (key, got, want)
+    head, body = http_get(walnut.admin_port, "/metrics")
+    assert head.startswith("HTTP/1.1 200")
+    s = parse_prometheus(body)
+    count = [v for l, v in s["walnut_request_duration_seconds_count"] if l["class"] == "other"]
+    assert count == [60]
+    buckets = [(l["le"], v) for l, v in s["walnut_request_duration_seconds_bucket"] if l["class"] == "other"]
+    assert dict(buckets)["0.01"] == 0 and dict(buckets)["0.05"] == 60 and dict(buckets)["+Inf"] == 60
+    assert len(s["walnut_worker_resident_memory_bytes"]) == 2
+    assert all(v > 0 for _, v in s["walnut_worker_resident_memory_bytes"])
+    assert len(s["walnut_worker_cpu_seconds_total"]) == 2
+    assert "walnut_worker_accept_eagain_total" in s and "walnut_worker_respawns_total" in s
+    assert sum(v for _, v in s["walnut_server_requests_total"]) == 60
+
+
+def slow_burst(port: int, n: int, us: int) -> None:
+    clients = [connect(port) for _ in range(n)]
+    for i, c in enumerate(clients):
+        c.eval(SLOW, 1, f"{{s}}{i}", us)
+    for c in clients:
+        c.close()
+
+
+def test_slowlog_and_config_set(walnut):
+    port = walnut.admin_port
+    slow_burst(walnut.port(), 16, 15000)
+    log = admin(port, "slowlog get 100")
+    entries = [kv(l) for l in log.splitlines() if l.startswith("id=")]
+    assert len(entries) == 16
+    assert all(e["cmd"] == "EVAL" and e["key"].startswith('"{s}') for e in entries)
+    assert {e["id"].split(".")[0] for e in entries} == {"0", "1"}, "both workers logged"
+    assert admin(port, "slowlog len").startswith("16")
+    assert admin(port, "slowlog reset").startswith("OK")
+    assert admin(port, "slowlog len").startswith("0")
+    # Raise the threshold at run time: the same requests are no longer slow.
+    assert admin(port, "config set slowlog_threshold 50ms").startswith("OK")
+    slow_burst(walnut.port(), 16, 15000)
+    assert admin(port, "slowlog len").startswith("0")
+    assert "runtime_set: slowlog_threshold=50ms" in admin(port, "status")
+    # Server timeout per pool: 5 ms makes a 30 ms script fail on every worker.
+    assert admin(port, "config set pool.beta.timeout 5").startswith("OK")
+    errors = 0
+    for i in range(8):
+        c = connect(walnut.port())
+        try:
+            c.eval(SLOW, 1, f"{{t}}{i}", 30000)
+        except Exception:  # noqa: BLE001 - the timeout error reply
+            errors += 1
+        c.close()
+    assert errors == 8
+    assert admin(port, "config set pool.beta.timeout 0").startswith("OK")
+    time.sleep(0.1)
+    c = connect(walnut.port())
+    assert c.eval(SLOW, 1, "{t}x", 30000) == 1
+    c.close()
+    assert admin(port, "config set pool.nope.timeout 5").startswith("ERR")
+    assert admin(port, "config set nope 1").startswith("ERR")
+    assert "beta.timeout=" in admin(port, "config show")
+
+
+def test_top_shows_pools(walnut):
+    p = subprocess.Popen([walnut_bin(), "--top", f"{HOST}:{walnut.admin_port}"], stdout=subprocess.PIPE)
+    time.sleep(1.5)
+    p.terminate()
+    out, _ = p.communicate(timeout=5)
+    assert b"beta" in out and b"REQ/S" in out
