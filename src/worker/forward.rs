@@ -13,7 +13,7 @@ use std::time::Instant;
 /// Whether a memcached operation only reads (served by one replica).
 fn is_read(op: Op) -> bool {
     match op {
-        Op::Mc(op) => op.is_retrieval(),
+        Op::Mc(op) => op.is_read(),
         Op::Redis(_) => false,
     }
 }

@@ -197,6 +197,16 @@ impl McOp {
         matches!(self, McOp::Get | McOp::Gets | McOp::Gat | McOp::Gats)
     }
 
+    /// Only reads the item (text/binary get family, meta `mg`): a
+    /// replicated pool serves it from one replica.
+    pub fn is_read(self) -> bool {
+        match self {
+            McOp::Bin { opcode, .. } => matches!(opcode, 0x00 | 0x09 | 0x0c | 0x0d),
+            McOp::Meta { cmd, .. } => cmd == meta::MetaCmd::Get,
+            op => op.is_retrieval(),
+        }
+    }
+
     /// A retrieval command whose first argument is an expiration time.
     pub fn has_exptime_arg(self) -> bool {
         matches!(self, McOp::Gat | McOp::Gats)
