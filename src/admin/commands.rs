@@ -13,6 +13,8 @@ const PARAMS: &[&str] = &[
     "client_idle_timeout",
     "tcp_quickack",
     "latency",
+    "client_output_limit",
+    "client_max_inflight",
 ];
 
 const HELP: &str = "commands:
@@ -23,7 +25,8 @@ const HELP: &str = "commands:
   slowlog get [N] | len | reset
   config show                 effective configuration
   config set PARAM VALUE      log_level, slowlog_threshold (us), client_idle_timeout (ms),
-                              tcp_quickack, latency (on/off), pool.NAME.timeout (ms)
+                              tcp_quickack, latency (on/off), pool.NAME.timeout (ms),
+                              client_output_limit (bytes, k/m/g), client_max_inflight
   reload                      re-read the configuration (as SIGHUP)
   ping | help | quit
 HTTP: GET /metrics (Prometheus), GET /stats (JSON)";

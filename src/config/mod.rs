@@ -17,7 +17,7 @@ mod yaml;
 
 pub use addr::{ListenAddr, ServerAddr, ServerConfig, KETAMA_DEFAULT_PORT};
 pub use error::{ConfigError, ConfigErrors};
-pub use pool::{PoolConfig, POOL_KEYS};
+pub use pool::{parse_size, PoolConfig, POOL_KEYS};
 pub use process::{
     parse_admin, parse_micros, parse_millis, CpuAffinity, ListenerMode, ProcessConfig, Workers,
     DEFAULT_ADMIN, DEFAULT_SLOWLOG_US, LOG_LEVEL_MAX, PROCESS_KEYS, PROCESS_SECTION,

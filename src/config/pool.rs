@@ -189,7 +189,7 @@ pub(crate) fn parse_num(r: &mut Report, key: &str, v: &Scalar) -> Option<u32> {
 }
 
 /// Parses a byte size: a number with an optional k, m or g suffix (powers of 1024).
-pub(crate) fn parse_size(text: &str) -> Option<usize> {
+pub fn parse_size(text: &str) -> Option<usize> {
     let lower = text.to_ascii_lowercase();
     let (digits, mult) = match lower.as_bytes().last() {
         Some(b'k') => (&lower[..lower.len() - 1], 1usize << 10),

@@ -107,6 +107,19 @@ pub fn apply_param(ctl: &mut WorkerCtl, key: &str, value: &str) -> Result<(), St
             ctl.slowlog_us = crate::config::parse_micros(value)
                 .ok_or_else(|| format!("bad slowlog_threshold '{value}'"))?;
         }
+        "client_output_limit" => {
+            let n = crate::config::parse_size(value)
+                .ok_or_else(|| format!("bad client_output_limit '{value}'"))?;
+            ctl.client_output_limit = Some(n);
+        }
+        "client_max_inflight" => {
+            let n: usize = value
+                .parse()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| format!("bad client_max_inflight '{value}'"))?;
+            ctl.client_max_inflight = Some(n);
+        }
         "latency" => {
             ctl.latency = match value {
                 "true" | "on" | "1" => true,

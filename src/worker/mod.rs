@@ -105,6 +105,10 @@ pub struct WorkerCtl {
     pub pool_names: Vec<String>,
     /// Per-pool server timeouts to apply (pool index, ms; 0 = none).
     pub pool_timeouts: Vec<(usize, u64)>,
+    /// Run-time override of every pool's `client_output_limit`.
+    pub client_output_limit: Option<usize>,
+    /// Run-time override of every pool's `client_max_inflight`.
+    pub client_max_inflight: Option<usize>,
 }
 
 /// A worker's data path.
@@ -169,6 +173,8 @@ impl<'a> Worker<'a> {
                 slowlog_us: config.process.slowlog_threshold_us,
                 pool_names: config.pools.iter().map(|p| p.name.clone()).collect(),
                 pool_timeouts: Vec::new(),
+                client_output_limit: None,
+                client_max_inflight: None,
             },
             accepting: true,
             max_conns: config.process.max_connections,
