@@ -443,6 +443,11 @@ impl<'a> Worker<'a> {
     fn accept(&mut self, idx: usize, now: Instant) {
         let mut accepted = 0u64;
         loop {
+            if self.capped {
+                // max_connections reached: the rest waits in the backlog
+                // (and an exclusive listener must not be re-added).
+                return;
+            }
             let Some((listener, pool)) = self.listeners.get(idx) else {
                 return;
             };
