@@ -16,7 +16,7 @@ use std::ops::Range;
 /// Which wire protocol a pool speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protocol {
-    /// memcached text protocol (binary and meta share the port later).
+    /// memcached: text, binary and meta protocols on one port.
     Memcache,
     /// Redis RESP.
     Redis,
@@ -167,16 +167,43 @@ impl Protocol {
     /// memcached binary or meta request is sent in its non-quiet form so
     /// every request gets exactly one reply, see `keep_reply`).
     pub fn write_request(self, req: &Request, bytes: &[u8], out: &mut Vec<u8>) {
-        let _ = req;
-        out.extend_from_slice(bytes);
+        match self {
+            Protocol::Memcache => memcache::write_request(req, bytes, out),
+            Protocol::Redis => out.extend_from_slice(bytes),
+        }
     }
 
     /// Whether a server's reply to a request of operation `op` is passed on
     /// to the client (false for the replies a quiet request asked not to
     /// get, e.g. a miss of a binary GETKQ or of a meta `mg ... q`).
     pub fn keep_reply(self, op: Op, reply: &[u8]) -> bool {
-        let _ = (op, reply);
-        true
+        match (self, op) {
+            (Protocol::Memcache, Op::Mc(op)) => memcache::keep_reply(op, reply),
+            _ => true,
+        }
+    }
+
+    /// The bytes the client gets for a kept server reply, when they differ
+    /// from the server's (`None`: unchanged). A quiet memcached binary
+    /// request was sent in its non-quiet form; its reply carries the
+    /// client's quiet opcode again.
+    pub fn rewrite_reply(self, op: Op, reply: &[u8]) -> Option<Vec<u8>> {
+        match (self, op) {
+            (Protocol::Memcache, Op::Mc(op)) => memcache::rewrite_reply(op, reply),
+            _ => None,
+        }
+    }
+
+    /// The class of server connection a request of operation `op` must use
+    /// (0 or 1; class 1 uses the second half of a server's connection
+    /// slots): memcached binds a connection to the binary or the text
+    /// protocol on its first byte, so binary requests have their own
+    /// connections.
+    pub fn conn_class(self, op: Op) -> usize {
+        match (self, op) {
+            (Protocol::Memcache, Op::Mc(op)) => memcache::conn_class(op),
+            _ => 0,
+        }
     }
 
     /// Write the request one server gets for the keys `key_idx` of a multi-key request.
@@ -221,10 +248,10 @@ impl Protocol {
     /// The reply a client gets when its request could not be served by a
     /// backend (twemproxy's wording: the strerror text of the failure).
     pub fn server_error(self, op: Op, msg: &str, out: &mut Vec<u8>) {
-        let _ = op;
-        match self {
-            Protocol::Memcache => memcache::server_error(msg, out),
-            Protocol::Redis => redis::error_reply(msg, out),
+        match (self, op) {
+            (Protocol::Memcache, Op::Mc(op)) => memcache::error_reply(op, msg, out),
+            (Protocol::Memcache, _) => memcache::server_error(msg, out),
+            (Protocol::Redis, _) => redis::error_reply(msg, out),
         }
     }
 }

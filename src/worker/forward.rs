@@ -13,7 +13,7 @@ use std::time::Instant;
 /// Whether a memcached operation only reads (served by one replica).
 fn is_read(op: Op) -> bool {
     match op {
-        Op::Mc(op) => op.is_retrieval(),
+        Op::Mc(op) => op.is_read(),
         Op::Redis(_) => false,
     }
 }
@@ -22,10 +22,12 @@ impl Worker<'_> {
     /// The server connection slot a client uses for a server: fixed per
     /// client and protocol version, so one client's requests to one server
     /// never overtake each other even with `server_connections` > 1, and a
-    /// RESP3 client gets a connection that said `HELLO 3`.
-    fn conn_slot(&self, token: Token, pool: usize, server: usize, client_id: u64) -> usize {
+    /// RESP3 client gets a connection that said `HELLO 3`; a memcached
+    /// binary request gets a binary connection (the same second half).
+    fn conn_slot(&self, token: Token, pool: usize, server: usize, client_id: u64, op: Op) -> usize {
         let resp3 = matches!(self.conns.get(token.0), Some(Conn::Client(c)) if c.session.resp3);
-        self.pools[pool].servers[server].slot_for(client_id, resp3)
+        let second = resp3 || self.pools[pool].proto.conn_class(op) == 1;
+        self.pools[pool].servers[server].slot_for(client_id, second)
     }
 
     /// Queue `req` (or its rewrite) on a connection to `server`, answered
@@ -43,7 +45,7 @@ impl Worker<'_> {
         op: Op,
         now: Instant,
     ) -> Result<(), String> {
-        let slot = self.conn_slot(token, pool, server, client_id);
+        let slot = self.conn_slot(token, pool, server, client_id, op);
         let st = self.server_conn(pool, server, slot, now)?;
         let waiter = seq.map(|seq| Waiter::Client {
             token,

@@ -327,10 +327,14 @@ impl Worker<'_> {
                         .server_add(pool, server, ServerField::ResponseBytes, rsp.len as u64);
                     replies += 1;
                     let bytes = &input[..rsp.len];
-                    let bytes = if proto.keep_reply(front.op, bytes) {
-                        bytes
-                    } else {
+                    let rewritten;
+                    let bytes = if !proto.keep_reply(front.op, bytes) {
                         &[][..]
+                    } else if let Some(b) = proto.rewrite_reply(front.op, bytes) {
+                        rewritten = b;
+                        &rewritten[..]
+                    } else {
+                        bytes
                     };
                     if let Waiter::Client {
                         token: ct,

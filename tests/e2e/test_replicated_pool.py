@@ -86,3 +86,30 @@ def test_replicas_config_is_validated(tmp_path):
     r = subprocess.run([walnut_bin(), "-t", "-c", str(conf)], capture_output=True, text=True, timeout=30)
     assert r.returncode == 1
     assert "replicas" in r.stderr and ":3:" in r.stderr, r.stderr
+
+
+def test_binary_and_meta_clients_read_from_a_surviving_replica(procs):
+    import struct
+
+    backends = procs.memcacheds(3)
+    proxy = procs.proxy("walnut", {"rep": memcache_pool(backends, replicas=2, timeout=1000)})
+    keys = [f"rb:{uuid.uuid4().hex}" for _ in range(60)]
+    with RawConn(proxy.port()) as c:
+        for k in keys:
+            assert c.request(f"set {k} 0 0 {len(k)}\r\n{k}\r\n".encode()) == b"STORED\r\n"
+    backends[1].kill()
+    with RawConn(proxy.port(), timeout=10) as c:
+        for i, k in enumerate(keys):
+            kb = k.encode()
+            # binary GET (opcode 0x00), opaque echoed
+            c.send(struct.pack(">BBHBBHIIQ", 0x80, 0x00, len(kb), 0, 0, 0, len(kb), i, 0) + kb)
+            hdr = c.read_exactly(24)
+            magic, op, _kl, el, _dt, status, blen, opaque, _cas = struct.unpack(">BBHBBHIIQ", hdr)
+            body = c.read_exactly(blen)
+            assert (magic, op, status, opaque) == (0x81, 0x00, 0, i), (k, status)
+            assert body[el:] == kb
+            # meta get with value
+            r = c.request(f"mg {k} v\r\n".encode(), b"\r\n")
+            if r.startswith(b"VA"):
+                r += c.read_until(b"\r\n")
+            assert r == f"VA {len(k)}\r\n{k}\r\n".encode(), (k, r)

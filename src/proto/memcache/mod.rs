@@ -1,17 +1,104 @@
-//! memcached protocols. The text protocol lives here: request framing and
-//! validation ([`parse_request`]), reply framing ([`parse_response`]), and
+//! memcached protocols on one port: text, binary (first byte 0x80) and
+//! meta (`mg`, `ms`, ... text-framed). Request framing and validation
+//! ([`parse_request`]), reply framing ([`parse_response`]), quiet-request
+//! rewriting ([`write_request`], [`keep_reply`], [`rewrite_reply`]), and
 //! the pieces the data path needs to split multi-key retrievals across
 //! servers and join the replies ([`write_fragment`], [`merge_responses`],
-//! [`merge_broadcast`], [`server_error`]).
+//! [`merge_broadcast`], [`error_reply`]).
 
+pub mod binary;
+pub mod binary_response;
+pub mod meta;
 mod num;
 mod text_merge;
 mod text_request;
 mod text_response;
 
-pub use text_merge::{merge_broadcast, merge_responses, server_error, write_fragment};
-pub use text_request::{parse_request, KEY_MAX_LENGTH, MAX_LINE};
-pub use text_response::parse_response;
+pub use meta::MetaCmd;
+pub use text_merge::{merge_responses, server_error, write_fragment};
+pub use text_request::{KEY_MAX_LENGTH, MAX_LINE};
+
+use crate::proto::{Limits, Op, Parse, Request, RequestError, Response, ResponseError};
+
+/// Parse one request at the start of `buf`: binary when the first byte is
+/// 0x80 (memcached decides per connection on the first byte; the proxy
+/// decides per request, which is the same for a well-behaved client), meta
+/// when it starts with a meta command word, text otherwise.
+pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, RequestError> {
+    match buf.first() {
+        None => Ok(Parse::Incomplete { hint: 1 }),
+        Some(&binary::REQ_MAGIC) => binary::parse_request(buf, limits),
+        Some(_) if meta::looks_like_meta(buf) => meta::parse_request(buf, limits),
+        Some(_) => text_request::parse_request(buf, limits),
+    }
+}
+
+/// Parse one server reply to a request of operation `op`.
+pub fn parse_response(buf: &[u8], op: McOp) -> Result<Parse<Response>, ResponseError> {
+    match op {
+        McOp::Bin { opcode, opaque } => binary_response::parse_response(buf, opcode, opaque),
+        McOp::Meta { .. } => meta::parse_response(buf),
+        _ => text_response::parse_response(buf, op),
+    }
+}
+
+/// Write a single-server request as the server gets it: quiet binary and
+/// meta requests go out in their non-quiet form; text is unchanged.
+pub fn write_request(req: &Request, bytes: &[u8], out: &mut Vec<u8>) {
+    match req.op {
+        Op::Mc(McOp::Bin { .. }) => binary::write_request(bytes, out),
+        Op::Mc(McOp::Meta { cmd, quiet }) => meta::write_request(cmd, quiet, bytes, out),
+        _ => out.extend_from_slice(bytes),
+    }
+}
+
+/// Whether a server reply to `op` reaches the client (quiet binary and
+/// meta requests drop the replies their quiet mode suppresses).
+pub fn keep_reply(op: McOp, reply: &[u8]) -> bool {
+    match op {
+        McOp::Bin { opcode, .. } => binary::keep_reply(opcode, reply),
+        McOp::Meta { cmd, quiet } => meta::keep_reply(cmd, quiet, reply),
+        _ => true,
+    }
+}
+
+/// The reply bytes the client must get instead of `reply`, when they
+/// differ: a quiet binary request's reply carries the client's opcode.
+pub fn rewrite_reply(op: McOp, reply: &[u8]) -> Option<Vec<u8>> {
+    match op {
+        McOp::Bin { opcode, .. } => binary::rewrite_reply(opcode, reply),
+        _ => None,
+    }
+}
+
+/// Merge the replies every server gave to a broadcast (`flush_all`, FLUSH).
+pub fn merge_broadcast(replies: &[&[u8]], out: &mut Vec<u8>) {
+    if replies
+        .iter()
+        .any(|r| r.first() == Some(&binary::RES_MAGIC))
+    {
+        binary_response::merge_broadcast(replies, out);
+    } else {
+        text_merge::merge_broadcast(replies, out);
+    }
+}
+
+/// The reply for a request that could not be served by a backend: a binary
+/// error response (status 0x0086, see [`binary_response::error_reply`])
+/// for a binary request, `SERVER_ERROR <msg>` otherwise.
+pub fn error_reply(op: McOp, msg: &str, out: &mut Vec<u8>) {
+    match op {
+        McOp::Bin { opcode, opaque } => binary_response::error_reply(opcode, opaque, msg, out),
+        _ => server_error(msg, out),
+    }
+}
+
+/// Connection class of an operation: memcached fixes a connection's
+/// protocol on its first byte, so binary requests use their own server
+/// connections (class 1); text and meta share class 0.
+pub fn conn_class(op: McOp) -> usize {
+    usize::from(matches!(op, McOp::Bin { .. }))
+}
 
 /// Version the proxy reports to `version`. Clients such as libmemcached
 /// parse "major.minor.micro" after "VERSION ", so the memcached protocol
@@ -59,6 +146,21 @@ pub enum McOp {
     Verbosity,
     /// `stats [args]`
     Stats,
+    /// Binary protocol request: the client's `opcode` (possibly a quiet
+    /// one; the server gets its non-quiet form) and `opaque`.
+    Bin {
+        /// Opcode as the client sent it.
+        opcode: u8,
+        /// Opaque the client sent, echoed by the server.
+        opaque: u32,
+    },
+    /// Meta protocol command; `quiet` when it carries the `q` flag.
+    Meta {
+        /// The command.
+        cmd: MetaCmd,
+        /// Quiet mode (the server gets the request without `q`).
+        quiet: bool,
+    },
 }
 
 impl McOp {
@@ -84,6 +186,8 @@ impl McOp {
             McOp::FlushAll => "flush_all",
             McOp::Verbosity => "verbosity",
             McOp::Stats => "stats",
+            McOp::Bin { .. } => "binary",
+            McOp::Meta { cmd, .. } => cmd.name(),
         }
     }
 
@@ -91,6 +195,16 @@ impl McOp {
     /// list of values closed by `END`.
     pub fn is_retrieval(self) -> bool {
         matches!(self, McOp::Get | McOp::Gets | McOp::Gat | McOp::Gats)
+    }
+
+    /// Only reads the item (text/binary get family, meta `mg`): a
+    /// replicated pool serves it from one replica.
+    pub fn is_read(self) -> bool {
+        match self {
+            McOp::Bin { opcode, .. } => matches!(opcode, 0x00 | 0x09 | 0x0c | 0x0d),
+            McOp::Meta { cmd, .. } => cmd == meta::MetaCmd::Get,
+            op => op.is_retrieval(),
+        }
     }
 
     /// A retrieval command whose first argument is an expiration time.
@@ -109,3 +223,8 @@ impl McOp {
 
 #[cfg(test)]
 mod vectors;
+
+#[cfg(test)]
+mod binary_vectors;
+#[cfg(test)]
+mod meta_vectors;

@@ -326,7 +326,7 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, Requ
             false,
         ))),
         McOp::Stats => Ok(Parse::Done(local(Route::Local(Local::Stats), false))),
-        McOp::Get | McOp::Gets | McOp::Gat | McOp::Gats => Err(fail(ERROR, line_len, false)),
+        _ => Err(fail(ERROR, line_len, false)),
     }
 }
 

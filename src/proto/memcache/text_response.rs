@@ -180,7 +180,7 @@ pub fn parse_response(buf: &[u8], op: McOp) -> Result<Parse<Response>, ResponseE
                 }
                 false
             }
-            McOp::Quit | McOp::Get | McOp::Gets | McOp::Gat | McOp::Gats => false,
+            _ => false,
         };
         if ok {
             return done(false);
