@@ -281,16 +281,52 @@ impl Worker<'_> {
 
     /// Write as much queued output as the socket takes.
     pub(super) fn write_client(&mut self, token: Token) {
+        if !self.flush_client(token) {
+            return;
+        }
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return;
         };
-        let (limit, max_inflight) = {
-            let cfg = &self.pools[c.pool].cfg;
-            (
-                self.ctl.client_output_limit.unwrap_or(cfg.client_output_limit),
-                self.ctl.client_max_inflight.unwrap_or(cfg.client_max_inflight),
-            )
+        let max_inflight = self
+            .ctl
+            .client_max_inflight
+            .unwrap_or(self.pools[c.pool].cfg.client_max_inflight);
+        if c.paused && c.pending.len() < max_inflight / 2 + 1 && c.wbuf.len() < READ_CHUNK * 4 {
+            c.paused = false;
+            self.read_client(token, std::time::Instant::now(), true);
+            return;
+        }
+        self.maybe_finish_client(token);
+    }
+
+    /// Replies were queued for a client: if that took its output over
+    /// `client_output_limit`, write what the socket takes now and close the
+    /// client if it is still over (so one burst of replies cannot grow the
+    /// buffer far past the limit before the end of the loop iteration).
+    pub(super) fn check_output_limit(&mut self, token: Token) {
+        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+            return;
         };
+        let limit = self
+            .ctl
+            .client_output_limit
+            .unwrap_or(self.pools[c.pool].cfg.client_output_limit);
+        if limit > 0 && c.wbuf.len() > limit {
+            self.flush_client(token);
+        }
+    }
+
+    /// Write queued output; close the client on a socket error or when
+    /// more than `client_output_limit` bytes stay unwritten. Returns
+    /// whether the client is still open.
+    fn flush_client(&mut self, token: Token) -> bool {
+        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+            return false;
+        };
+        let limit = self
+            .ctl
+            .client_output_limit
+            .unwrap_or(self.pools[c.pool].cfg.client_output_limit);
         while !c.wbuf.is_empty() {
             match c.sock.write(c.wbuf.bytes()) {
                 Ok(0) => break,
@@ -299,7 +335,7 @@ impl Worker<'_> {
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(_) => {
                     self.close_client(token, true);
-                    return;
+                    return false;
                 }
             }
         }
@@ -314,14 +350,9 @@ impl Worker<'_> {
                 limit
             );
             self.close_client(token, true);
-            return;
+            return false;
         }
-        if c.paused && c.pending.len() < max_inflight / 2 + 1 && c.wbuf.len() < READ_CHUNK * 4 {
-            c.paused = false;
-            self.read_client(token, std::time::Instant::now(), true);
-            return;
-        }
-        self.maybe_finish_client(token);
+        true
     }
 
     /// Close a client that has nothing more to do (quit sent, or peer gone

@@ -44,6 +44,8 @@ const LISTENER_BASE: usize = 1 << 40;
 const CONTROL: usize = (1 << 40) - 1;
 /// Bytes read per `read(2)`.
 const READ_CHUNK: usize = 16 * 1024;
+/// Most write passes over dirty connections in one loop iteration.
+const FLUSH_ROUNDS: usize = 4;
 
 /// A listening socket handed to a worker, with the pool it serves.
 #[derive(Debug)]
@@ -223,6 +225,10 @@ impl<'a> Worker<'a> {
         }
         loop {
             let mut timeout = self.next_timer_wait();
+            if !self.dirty_servers.is_empty() || !self.dirty_clients.is_empty() {
+                // Output queued by the last flush itself (see flush_dirty).
+                timeout = Some(Duration::ZERO);
+            }
             if !self.accepting {
                 // Graceful stop: look at idle clients often.
                 timeout = timeout.map(|t| t.min(GRACEFUL_IDLE / 2));
@@ -449,6 +455,11 @@ impl<'a> Worker<'a> {
     fn accept(&mut self, idx: usize, now: Instant) {
         let mut accepted = 0u64;
         loop {
+            if self.capped {
+                // max_connections reached: the rest waits in the backlog
+                // (and an exclusive listener must not be re-added).
+                return;
+            }
             let Some((listener, pool)) = self.listeners.get(idx) else {
                 return;
             };
@@ -569,6 +580,19 @@ impl<'a> Worker<'a> {
     }
 
     fn flush_dirty(&mut self) {
+        // Writing to a client can resume one paused by client_max_inflight,
+        // whose next requests make servers dirty again: flush those now
+        // rather than after the next (up to 1 s) wait; the rest of a long
+        // chain is left for a zero-timeout pass of the loop.
+        for _ in 0..FLUSH_ROUNDS {
+            if self.dirty_servers.is_empty() && self.dirty_clients.is_empty() {
+                break;
+            }
+            self.flush_dirty_once();
+        }
+    }
+
+    fn flush_dirty_once(&mut self) {
         // A connection is marked once per queued message: write each once
         // (a client that does not read would otherwise cost one failed
         // write per reply queued in this iteration).

@@ -414,11 +414,13 @@ impl Worker<'_> {
                     c.wbuf.extend(bytes);
                     c.drain_ready();
                     self.dirty_clients.push(ct);
+                    self.check_output_limit(ct);
                     return;
                 }
             }
         }
         self.fragment_done(ct, id, seq, frag, bytes.to_vec(), is_error, false);
+        self.check_output_limit(ct);
     }
 
     /// A server connection's timer fired.
