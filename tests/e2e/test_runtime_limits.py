@@ -15,7 +15,6 @@ GETS = 2_000  # 20 MB of replies owed per client
 
 def flood_without_reading(port: int, key: str) -> socket.socket:
     s = socket.create_connection((HOST, port))
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     s.sendall(f"get {key}\r\n".encode() * GETS)
     return s
 
