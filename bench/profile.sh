@@ -36,7 +36,7 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
 
-backend=$(free_port); listen=$(free_port); stats=$(free_port)
+backend=$(free_port); listen=$(free_port); stats=$(free_port); admin=$(free_port)
 if [[ "$proto" == redis ]]; then
     taskset -c 0 redis-server --port "$backend" --bind 127.0.0.1 --save '' --appendonly no \
         --dir "$out" --logfile "$out/redis.log" & pids+=($!)
@@ -60,16 +60,27 @@ YML
 # explicit --callgrind-out-file is not re-read correctly in the forked worker.
 (cd "$out" && exec taskset -c 1 valgrind --tool=callgrind --trace-children=yes \
     "$root/target/release/walnut" -c "$out/walnut.yml" -s "$stats" -a 127.0.0.1 \
-    --workers 1 --cpu-affinity none -o "$out/walnut.log" 2> "$out/valgrind.log") &
+    --workers 1 --cpu-affinity none --admin "127.0.0.1:$admin" -o "$out/walnut.log" 2> "$out/valgrind.log") &
 master=$!; pids+=($master)
 wait_port "$listen"; wait_port "$stats"
 worker=""
 for _ in $(seq 1 300); do
-    worker=$(awk -v m="$master" '$4 == m {print $1}' /proc/[0-9]*/stat 2>/dev/null | head -1)
+    worker=$(pgrep -P "$master" | head -1)
     [[ -n "$worker" ]] && break
     sleep 0.1
 done
 [[ -n "$worker" ]] || { echo "profile: no worker process under $master" >&2; exit 1; }
+# LATENCY=off: measure with latency histograms and the slow log switched
+# off at run time (the on/off cost of recording, in instructions).
+if [[ "${LATENCY:-on}" == off ]]; then
+    wait_port "$admin"
+    python3 - "$admin" <<'PY'
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=30)
+s.sendall(b"config set latency off\r\n")
+print("profile: admin:", s.recv(200).decode().strip())
+PY
+fi
 callgrind_control -z "$worker" >/dev/null 2>&1 || echo "profile: could not zero counters (start-up included)"
 
 echo "profile: $requests $proto requests through worker $worker"
