@@ -186,9 +186,10 @@ class Bench:
             port = p.pool_ports["r1"]
             n = max(2000, int(self.secs * 4000))
             for rep in range(self.reps):
-                before = find_counter(p.stats(), "accept_eagain")
+                metric = "walnut_worker_accept_eagain_total"
+                before = p.metric_sum(metric)
                 res = measured(p, 50, lambda: loads.redis_benchmark(port, n, keepalive=False))
-                after = find_counter(p.stats(), "accept_eagain")
+                after = p.metric_sum(metric)
                 res["accept_eagain"] = (after - before) if None not in (before, after) else None
                 res.update(section="listener", scenario=f"GET, reconnect per request ({mode})",
                            target="walnut-2w", rep=rep)

@@ -188,8 +188,10 @@ class Proxy(Proc):
         (d / "proxy.yml").write_text(conf)
         argv = [WALNUT if kind == "walnut" else NUTCRACKER, "-c", str(d / "proxy.yml"),
                 "-s", str(self.stats_port), "-a", HOST, "-o", str(d / "proxy.log")]
+        self.admin_port = free_port() if kind == "walnut" else None
         if kind == "walnut":
-            argv += ["--workers", str(workers), "--cpu-affinity", "none"]
+            argv += ["--workers", str(workers), "--cpu-affinity", "none",
+                     "--admin", f"{HOST}:{self.admin_port}"]
             if listener:
                 argv += ["--listener", listener]
         self.ports = [int(p["listen"].rsplit(":", 1)[1]) for p in pools.values()]
@@ -198,6 +200,29 @@ class Proxy(Proc):
     def start(self, ports: list[int] | None = None) -> "Proxy":
         super().start(self.ports + [self.stats_port])
         return self
+
+    def metric_sum(self, name: str) -> int | None:
+        """Sum of a Prometheus metric over its label sets (walnut's admin
+        port, GET /metrics); None when unavailable."""
+        if self.admin_port is None:
+            return None
+        try:
+            with socket.create_connection((HOST, self.admin_port), timeout=3) as s:
+                s.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+                chunks = []
+                while True:
+                    d = s.recv(65536)
+                    if not d:
+                        break
+                    chunks.append(d)
+        except OSError:
+            return None
+        total, seen = 0, False
+        for line in b"".join(chunks).decode(errors="replace").splitlines():
+            if line.startswith(name + "{") or line.startswith(name + " "):
+                total += int(float(line.rsplit(" ", 1)[1]))
+                seen = True
+        return total if seen else None
 
     def stats(self) -> dict | None:
         """The stats JSON, or None when unreadable."""

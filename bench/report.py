@@ -109,8 +109,8 @@ def markdown(summary: list[dict], meta: dict) -> str:
     if lst:
         out += ["## walnut listener modes (2 workers, redis-benchmark -k 0: one connection "
                 "per GET)", "",
-                "accept_eagain = wasted accept wakeups summed over workers, read from the stats "
-                "JSON; n/a while walnut does not publish the per-worker counters there.", ""]
+                "accept_eagain = wasted accept wakeups (accept found no connection) summed over "
+                "workers, read from walnut's admin port (GET /metrics).", ""]
         out += _table(["mode", "conn+GET/s", "p50", "p99", "CPU s/M req", "accept_eagain"],
                       [[s["scenario"], s["rps"], s["p50"], s["p99"], s["cpu_per_M"],
                         s["accept_eagain"]] for s in lst])
