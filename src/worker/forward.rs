@@ -57,6 +57,25 @@ impl Worker<'_> {
         Ok(())
     }
 
+    /// `send_to`, and on failure the error goes to the waiting slot.
+    #[allow(clippy::too_many_arguments)]
+    fn send_or_fail(
+        &mut self,
+        token: Token,
+        client_id: u64,
+        seq: Option<u64>,
+        frag: Option<u32>,
+        pool: usize,
+        server: usize,
+        write: impl FnOnce(&mut Vec<u8>),
+        op: Op,
+        now: Instant,
+    ) {
+        if let Err(msg) = self.send_to(token, client_id, seq, frag, pool, server, write, op, now) {
+            self.fail_unsent(token, client_id, seq, frag, pool, op, &msg);
+        }
+    }
+
     pub(super) fn reply_no_server(&mut self, token: Token, pool: usize, req: &Request) {
         self.stats.pool_add(pool, PoolField::ForwardError, 1);
         if req.noreply {
@@ -90,7 +109,7 @@ impl Worker<'_> {
         };
         let seq = self.push_slot(token, req.noreply, Slot::default());
         let proto = self.pools[pool].proto;
-        let sent = self.send_to(
+        self.send_or_fail(
             token,
             client_id,
             seq,
@@ -101,9 +120,6 @@ impl Worker<'_> {
             req.op,
             now,
         );
-        if let Err(msg) = sent {
-            self.fail_unsent(token, client_id, seq, None, pool, req.op, &msg);
-        }
     }
 
     /// Reserve the next reply slot (none for noreply); returns its sequence.
@@ -180,7 +196,7 @@ impl Worker<'_> {
                 ..Slot::default()
             };
             let seq = self.push_slot(token, req.noreply, slot);
-            let sent = self.send_to(
+            self.send_or_fail(
                 token,
                 client_id,
                 seq,
@@ -191,9 +207,6 @@ impl Worker<'_> {
                 req.op,
                 now,
             );
-            if let Err(msg) = sent {
-                self.fail_unsent(token, client_id, seq, None, pool, req.op, &msg);
-            }
             return;
         }
         let slot = Slot {
@@ -210,7 +223,7 @@ impl Worker<'_> {
         let seq = self.push_slot(token, req.noreply, slot);
         for (i, server) in replicas.into_iter().enumerate() {
             let frag = Some(i as u32);
-            let sent = self.send_to(
+            self.send_or_fail(
                 token,
                 client_id,
                 seq,
@@ -221,9 +234,6 @@ impl Worker<'_> {
                 req.op,
                 now,
             );
-            if let Err(msg) = sent {
-                self.fail_unsent(token, client_id, seq, frag, pool, req.op, &msg);
-            }
         }
     }
 
@@ -279,7 +289,7 @@ impl Worker<'_> {
         let proto = self.pools[pool].proto;
         for (fi, (server, keys)) in groups.iter().enumerate() {
             let frag = Some(fi as u32);
-            let sent = self.send_to(
+            self.send_or_fail(
                 token,
                 client_id,
                 seq,
@@ -290,9 +300,6 @@ impl Worker<'_> {
                 op,
                 now,
             );
-            if let Err(msg) = sent {
-                self.fail_unsent(token, client_id, seq, frag, pool, op, &msg);
-            }
         }
     }
 
@@ -321,7 +328,7 @@ impl Worker<'_> {
         let seq = self.push_slot(token, req.noreply, slot);
         for s in 0..n {
             let frag = Some(s as u32);
-            let sent = self.send_to(
+            self.send_or_fail(
                 token,
                 client_id,
                 seq,
@@ -332,9 +339,6 @@ impl Worker<'_> {
                 req.op,
                 now,
             );
-            if let Err(msg) = sent {
-                self.fail_unsent(token, client_id, seq, frag, pool, req.op, &msg);
-            }
         }
     }
 
@@ -450,7 +454,7 @@ impl Worker<'_> {
         let now = Instant::now();
         for (gi, (server, keys)) in groups.iter().enumerate() {
             let fi = Some((base + gi) as u32);
-            let sent = self.send_to(
+            self.send_or_fail(
                 token,
                 client_id,
                 Some(seq),
@@ -461,9 +465,6 @@ impl Worker<'_> {
                 req.op,
                 now,
             );
-            if let Err(msg) = sent {
-                self.fail_unsent(token, client_id, Some(seq), fi, pool, req.op, &msg);
-            }
         }
         true
     }
