@@ -10,7 +10,7 @@ use std::str::FromStr;
 pub const PROCESS_SECTION: &str = "_walnut";
 
 /// Keys the `_walnut` section accepts.
-pub const PROCESS_KEYS: [&str; 10] = [
+pub const PROCESS_KEYS: [&str; 11] = [
     "workers",
     "listener",
     "cpu_affinity",
@@ -20,6 +20,7 @@ pub const PROCESS_KEYS: [&str; 10] = [
     "graceful_timeout",
     "log_level",
     "max_connections",
+    "buffer_budget",
     "slowlog_threshold",
 ];
 
@@ -148,6 +149,10 @@ pub struct ProcessConfig {
     /// `max_connections:` client connections one worker holds before it
     /// stops accepting (resumes below 90%); 0 = no limit (default).
     pub max_connections: usize,
+    /// `buffer_budget:` bytes of client replies one worker buffers; over
+    /// it the clients holding the most are closed until below 90%
+    /// (default 1g; 0 = no budget).
+    pub buffer_budget: usize,
     /// `log_level:` 0..=11, overriding the default of `-v`.
     pub log_level: Option<u8>,
     /// `slowlog_threshold:` requests slower than this many µs go to the
@@ -166,6 +171,7 @@ impl Default for ProcessConfig {
             accept_mutex_delay_ms: 500,
             graceful_timeout_ms: 30_000,
             max_connections: 0,
+            buffer_budget: 1 << 30,
             log_level: None,
             slowlog_threshold_us: DEFAULT_SLOWLOG_US,
         }
@@ -289,6 +295,16 @@ fn set(r: &mut Report, cfg: &mut ProcessConfig, key: &str, v: &Scalar) {
                 r,
                 format!(
                     "invalid value '{}': expected milliseconds, e.g. 500 or 30s",
+                    v.text
+                ),
+            ),
+        },
+        "buffer_budget" => match super::pool::parse_size(&v.text) {
+            Some(n) => cfg.buffer_budget = n,
+            None => fail(
+                r,
+                format!(
+                    "invalid value '{}': expected bytes, optionally with k, m or g",
                     v.text
                 ),
             ),

@@ -79,6 +79,8 @@ fields!(
         CurrConnections = ("curr_connections", Gauge, "# connections open"),
         AcceptEagain = ("accept_eagain", Counter, "# wakeups to accept that found no connection"),
         Requests = ("requests", Counter, "# client requests"),
+        OutputBytes = ("output_bytes", Gauge, "bytes of replies buffered for clients"),
+        BudgetEvictions = ("budget_evictions", Counter, "# times clients were closed to keep replies under buffer_budget"),
         Heartbeat = ("heartbeat", Timestamp, "last event loop iteration, usec since epoch"),
     }
 );

@@ -158,10 +158,11 @@ impl Worker<'_> {
             if c.wbuf.capacity() == 0 && c.pending.front().is_some_and(|s| s.ready) {
                 c.wbuf = self.bufs.take();
             }
-            c.drain_ready();
+            let added = c.drain_ready();
             if !c.wbuf.is_empty() {
                 self.dirty_clients.push(token);
             }
+            self.add_out(added);
         }
     }
 
@@ -330,7 +331,12 @@ impl Worker<'_> {
         while !c.wbuf.is_empty() {
             match c.sock.write(c.wbuf.bytes()) {
                 Ok(0) => break,
-                Ok(n) => c.wbuf.consume(n),
+                Ok(n) => {
+                    c.wbuf.consume(n);
+                    let n = n.min(self.out_bytes);
+                    self.out_bytes -= n;
+                    self.stats.worker_sub(WorkerField::OutputBytes, n as u64);
+                }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(_) => {
@@ -376,6 +382,7 @@ impl Worker<'_> {
             return;
         };
         let _ = self.poll.registry().deregister(&mut c.sock);
+        self.sub_out(c.wbuf.len());
         let pool = c.pool;
         self.pools[pool].clients = self.pools[pool].clients.saturating_sub(1);
         self.stats.pool_sub(pool, PoolField::ClientConnections, 1);

@@ -124,8 +124,10 @@ impl Client {
         self.pending.get_mut(i as usize)
     }
 
-    /// Move every ready reply at the head into the output buffer.
-    pub fn drain_ready(&mut self) {
+    /// Move every ready reply at the head into the output buffer; returns
+    /// the bytes moved.
+    pub fn drain_ready(&mut self) -> usize {
+        let before = self.wbuf.len();
         while let Some(front) = self.pending.front() {
             if !front.ready {
                 break;
@@ -141,6 +143,7 @@ impl Client {
                 break;
             }
         }
+        self.wbuf.len() - before
     }
 }
 

@@ -134,6 +134,10 @@ pub struct Worker<'a> {
     max_conns: usize,
     /// Accepting is paused at the cap (resumed below 90%).
     capped: bool,
+    /// Bytes of replies buffered for all clients of this worker.
+    out_bytes: usize,
+    /// `buffer_budget` (0 = none).
+    budget: usize,
     graceful_timeout: Duration,
     slow_key: crate::stats::slowlog::KeyPrefix,
 }
@@ -181,6 +185,8 @@ impl<'a> Worker<'a> {
             accepting: true,
             max_conns: config.process.max_connections,
             capped: false,
+            out_bytes: 0,
+            budget: config.process.buffer_budget,
             graceful_timeout: Duration::from_millis(config.process.graceful_timeout_ms),
             slow_key: crate::stats::slowlog::KeyPrefix::EMPTY,
         };
@@ -328,6 +334,50 @@ impl<'a> Worker<'a> {
         if let Some(m) = self.accept.mutex {
             m.unlock(std::process::id() as u64);
         }
+    }
+
+    /// Replies were buffered for a client: account them against the
+    /// worker's `buffer_budget`. Over it, the clients holding the most
+    /// unwritten replies are disconnected until the total is below 90% of
+    /// the budget (Redis' client eviction): memory stays bounded and the
+    /// clients that read their replies are not held up.
+    pub(super) fn add_out(&mut self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        self.out_bytes += n;
+        self.stats.worker_add(WorkerField::OutputBytes, n as u64);
+        if self.budget == 0 || self.out_bytes <= self.budget {
+            return;
+        }
+        self.stats.worker_add(WorkerField::BudgetEvictions, 1);
+        while self.out_bytes * 10 > self.budget * 9 {
+            let biggest = self
+                .conns
+                .iter()
+                .filter_map(|(k, c)| match c {
+                    Conn::Client(c) if !c.wbuf.is_empty() => Some((c.wbuf.len(), k)),
+                    _ => None,
+                })
+                .max();
+            let Some((len, k)) = biggest else {
+                break;
+            };
+            crate::log_notice!(
+                "{} bytes of replies buffered, over buffer_budget {}: closing the client holding {} of them",
+                self.out_bytes,
+                self.budget,
+                len
+            );
+            self.close_client(Token(k), true);
+        }
+    }
+
+    /// Buffered replies were written or dropped.
+    pub(super) fn sub_out(&mut self, n: usize) {
+        let n = n.min(self.out_bytes);
+        self.out_bytes -= n;
+        self.stats.worker_sub(WorkerField::OutputBytes, n as u64);
     }
 
     /// A client closed: resume accepting once below 90% of the cap.

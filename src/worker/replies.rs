@@ -74,10 +74,11 @@ impl Worker<'_> {
             }
         }
         if seq == c.head_seq {
-            c.drain_ready();
+            let added = c.drain_ready();
             if !c.wbuf.is_empty() {
                 self.dirty_clients.push(token);
             }
+            self.add_out(added);
         }
     }
 

@@ -412,8 +412,9 @@ impl Worker<'_> {
                         c.wbuf = self.bufs.take();
                     }
                     c.wbuf.extend(bytes);
-                    c.drain_ready();
+                    let added = bytes.len() + c.drain_ready();
                     self.dirty_clients.push(ct);
+                    self.add_out(added);
                     self.check_output_limit(ct);
                     return;
                 }

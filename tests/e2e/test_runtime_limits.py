@@ -72,3 +72,40 @@ def test_output_limit_set_at_run_time_cuts_clients_on_every_worker(procs):
     # walnut still serves.
     with RawConn(proxy.port()) as c:
         assert c.request(b"get big\r\n", b"END\r\n").startswith(b"VALUE big")
+
+
+def rss_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def test_buffer_budget_closes_the_biggest_hogs_and_others_keep_working(procs):
+    from test_limits import start_walnut, worker_pids
+
+    backend = procs.memcached()
+    proxy = start_walnut(procs, {"mc": memcache_pool([backend])}, {"buffer_budget": "4m"})
+    with RawConn(proxy.port()) as c:
+        assert c.request(b"set big 0 0 %d\r\n" % len(VALUE) + VALUE + b"\r\n") == b"STORED\r\n"
+    worker = worker_pids(proxy.pid)[0]
+    before = rss_kb(worker)
+
+    hogs = [flood_without_reading(proxy.port(), "big") for _ in range(3)]  # 20 MB owed each
+    ok = 0
+    with RawConn(proxy.port(), timeout=10) as c:
+        deadline = time.time() + 3
+        while time.time() < deadline:
+            assert c.request(b"set k 0 0 1\r\nx\r\n") == b"STORED\r\n"
+            assert c.request(b"get k\r\n", b"END\r\n") == b"VALUE k 0 1\r\nx\r\nEND\r\n"
+            ok += 1
+    results = [drain(s, 5.0) for s in hogs]
+    for s in hogs:
+        s.close()
+    assert ok > 50, ok
+    assert sum(closed for _, closed in results) >= 2, results
+    log = proxy.log_path.read_text()
+    assert "over buffer_budget" in log
+    peak_growth = rss_kb(worker) - before
+    assert peak_growth < 40_000, f"worker RSS grew by {peak_growth} kB"
