@@ -148,16 +148,21 @@ def parse_prometheus(text: str) -> dict[str, list[tuple[dict, float]]]:
     return samples
 
 
+# 90 ms per request: long enough that the few milliseconds a loaded machine
+# can add on the client's side stay well under the 10 % being checked.
+N_SLOW = 30
+
+
 def test_metrics_and_p99_of_slow_backend(walnut):
     c = connect(walnut.port())
     measured = []
-    for i in range(60):
+    for i in range(N_SLOW):
         t = time.perf_counter()
-        assert c.eval(SLOW, 1, f"{{k}}{i}", 20000) == 1
+        assert c.eval(SLOW, 1, f"{{k}}{i}", 90000) == 1
         measured.append((time.perf_counter() - t) * 1e6)
     c.close()
     other = [kv(l) for l in admin(walnut.admin_port, "pools").splitlines() if "class=other" in l][0]
-    assert int(other["count"]) == 60
+    assert int(other["count"]) == N_SLOW
     for q, key in [(0.99, "p99_us"), (0.5, "p50_us")]:
         want = pct(measured, q)
         got = int(other[key])
@@ -166,14 +171,14 @@ def test_metrics_and_p99_of_slow_backend(walnut):
     assert head.startswith("HTTP/1.1 200")
     s = parse_prometheus(body)
     count = [v for l, v in s["walnut_request_duration_seconds_count"] if l["class"] == "other"]
-    assert count == [60]
+    assert count == [N_SLOW]
     buckets = [(l["le"], v) for l, v in s["walnut_request_duration_seconds_bucket"] if l["class"] == "other"]
-    assert dict(buckets)["0.01"] == 0 and dict(buckets)["0.05"] == 60 and dict(buckets)["+Inf"] == 60
+    assert dict(buckets)["0.05"] == 0 and dict(buckets)["0.25"] == N_SLOW and dict(buckets)["+Inf"] == N_SLOW
     assert len(s["walnut_worker_resident_memory_bytes"]) == 2
     assert all(v > 0 for _, v in s["walnut_worker_resident_memory_bytes"])
     assert len(s["walnut_worker_cpu_seconds_total"]) == 2
     assert "walnut_worker_accept_eagain_total" in s and "walnut_worker_respawns_total" in s
-    assert sum(v for _, v in s["walnut_server_requests_total"]) == 60
+    assert sum(v for _, v in s["walnut_server_requests_total"]) == N_SLOW
 
 
 def slow_burst(port: int, n: int, us: int) -> None:
