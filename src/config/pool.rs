@@ -19,7 +19,7 @@ pub const DEFAULT_MC_MAX_VALUE_SIZE: usize = 1 << 20;
 pub const DEFAULT_REDIS_MAX_VALUE_SIZE: usize = 512 << 20;
 
 /// Every key a pool may set: twemproxy's, then walnut's extensions.
-pub const POOL_KEYS: [&str; 28] = [
+pub const POOL_KEYS: [&str; 29] = [
     "listen",
     "hash",
     "hash_tag",
@@ -48,6 +48,7 @@ pub const POOL_KEYS: [&str; 28] = [
     "client_idle_timeout",
     "eject_mode",
     "server_health_check",
+    "slowlog_threshold",
 ];
 
 /// One pool: a listen address in front of a set of servers.
@@ -120,6 +121,9 @@ pub struct PoolConfig {
     /// `version`, Redis `PING`) before taking it back (default false:
     /// twemproxy takes it back when its retry time comes).
     pub server_health_check: bool,
+    /// walnut `slowlog_threshold:` this pool's slow-log threshold in µs,
+    /// overriding `_walnut: slowlog_threshold` (0 = off for this pool).
+    pub slowlog_threshold_us: Option<u64>,
     /// walnut `allow_flush:` let flush and other pool-wide destructive
     /// commands through (default true, as twemproxy passes `flush_all`).
     pub allow_flush: bool,
@@ -403,6 +407,19 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
             r.error(v.line, "'replicas' is only supported for memcached pools");
         }
     }
+    let slowlog_threshold_us = match scalar("slowlog_threshold") {
+        None => Some(None),
+        Some(v) => match super::process::parse_micros(&v.text) {
+            Some(us) => Some(Some(us)),
+            None => {
+                r.error(
+                    v.line,
+                    format!("'slowlog_threshold' has invalid value '{}': expected microseconds, e.g. 10000, 10ms or 0", v.text),
+                );
+                None
+            }
+        },
+    };
     let eject_fail_fast = match scalar("eject_mode") {
         None => Some(false),
         Some(v) => {
@@ -496,6 +513,7 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
         client_idle_timeout_ms: u64::from(client_idle_timeout?),
         eject_fail_fast: eject_fail_fast?,
         server_health_check: server_health_check?,
+        slowlog_threshold_us: slowlog_threshold_us?,
     })
 }
 

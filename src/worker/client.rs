@@ -217,12 +217,18 @@ impl Worker<'_> {
                 close
             }
             Route::Single => {
-                self.note_key(req.keys.first().map_or(&b""[..], |r| &bytes[r.clone()]));
+                self.note_key(
+                    pool,
+                    req.keys.first().map_or(&b""[..], |r| &bytes[r.clone()]),
+                );
                 self.forward_single(token, client_id, pool, &req, bytes, now);
                 false
             }
             Route::Multi => {
-                self.note_key(req.keys.first().map_or(&b""[..], |r| &bytes[r.clone()]));
+                self.note_key(
+                    pool,
+                    req.keys.first().map_or(&b""[..], |r| &bytes[r.clone()]),
+                );
                 self.forward_multi(token, client_id, pool, req, bytes, now);
                 false
             }

@@ -11,8 +11,8 @@ use std::time::Instant;
 impl Worker<'_> {
     /// Remember a request's first key for the slow log (only while it is on).
     #[inline]
-    pub(super) fn note_key(&mut self, key: &[u8]) {
-        if self.ctl.slowlog_us > 0 {
+    pub(super) fn note_key(&mut self, pool: usize, key: &[u8]) {
+        if self.slow_threshold(pool) > 0 {
             self.slow_key = KeyPrefix::new(key);
         }
     }
@@ -27,7 +27,8 @@ impl Worker<'_> {
         req: &Inflight,
         now: Instant,
     ) {
-        if !self.ctl.latency && self.ctl.slowlog_us == 0 {
+        let threshold = self.slow_threshold(pool);
+        if !self.ctl.latency && threshold == 0 {
             return;
         }
         let us = now.saturating_duration_since(req.sent_at).as_micros() as u64;
@@ -35,9 +36,18 @@ impl Worker<'_> {
             self.stats
                 .record_latency(pool, server, Class::of(req.op), us);
         }
-        if self.ctl.slowlog_us > 0 && us >= self.ctl.slowlog_us {
+        if threshold > 0 && us >= threshold {
             self.slow(pool, server, req, us);
         }
+    }
+
+    /// The slow-log threshold of a pool: its own, else the global one.
+    #[inline]
+    fn slow_threshold(&self, pool: usize) -> u64 {
+        self.pools[pool]
+            .cfg
+            .slowlog_threshold_us
+            .unwrap_or(self.ctl.slowlog_us)
     }
 
     #[cold]

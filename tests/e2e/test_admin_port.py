@@ -232,3 +232,26 @@ def test_top_shows_pools(walnut):
     p.terminate()
     out, _ = p.communicate(timeout=5)
     assert b"beta" in out and b"REQ/S" in out
+
+
+def test_slowlog_threshold_per_pool(procs, backends):
+    """A pool's own `slowlog_threshold` overrides the global one."""
+    port = free_port()
+    p = procs.proxy(
+        "walnut",
+        {
+            "quick": redis_pool(backends, hash_tag="{}", slowlog_threshold="2ms"),
+            "lax": redis_pool(backends, hash_tag="{}", slowlog_threshold=0),
+        },
+        extra_args=["--admin", f"{HOST}:{port}"],
+    )
+    assert "PONG" in admin(port, "ping")
+    admin(port, "slowlog reset")
+    for pool in ("quick", "lax"):
+        c = connect(p.port(pool))
+        for i in range(3):
+            assert c.eval(SLOW, 1, f"{{p}}{pool}{i}", 5000) == 1  # 5 ms: under the global 10 ms
+        c.close()
+    entries = [kv(l) for l in admin(port, "slowlog get 100").splitlines() if l.startswith("id=")]
+    assert len(entries) == 3, entries
+    assert all(e["pool"] == "quick" for e in entries), entries
