@@ -158,7 +158,9 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, Requ
     } else {
         KEY_MAX_LENGTH
     };
-    if key.len() > key_max {
+    // protocol.txt: a key must not include control characters or
+    // whitespace (a stray `\r` inside the line would otherwise become a key).
+    if key.len() > key_max || line[key.clone()].iter().any(|&c| c < 0x21 || c == 0x7f) {
         return Err(fail(BAD_FORMAT, line_len));
     }
     let quiet = cmd != MetaCmd::Debug && has_flag(b'q');
@@ -307,6 +309,15 @@ mod tests {
         out.clear();
         write_request(MetaCmd::Get, true, b"mg q v q\r\n", &mut out);
         assert_eq!(out, b"mg q v\r\n");
+    }
+
+    #[test]
+    fn control_characters_in_key_rejected() {
+        for bad in [&b"md \r q\n"[..], b"mg a\x01b v\r\n", b"mg \x7f\r\n"] {
+            let e = parse(bad).unwrap_err();
+            assert_eq!(e.reply, BAD_FORMAT);
+            assert_eq!(e.skip, bad.len());
+        }
     }
 
     #[test]
