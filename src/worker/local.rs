@@ -67,13 +67,13 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return (Vec::new(), true);
         };
-        let password = self.pools[c.pool]
-            .cfg
-            .redis_auth
-            .as_deref()
-            .map(str::as_bytes);
+        let pool = &self.pools[c.pool];
+        let side = crate::proto::redis::local::PoolSide {
+            password: pool.cfg.redis_auth.as_deref().map(str::as_bytes),
+            resp3: !pool.resp3_refused,
+        };
         let mut out = Vec::new();
-        crate::proto::redis::local::answer(bytes, &mut c.session, password, &mut out);
+        crate::proto::redis::local::answer(bytes, &mut c.session, &side, &mut out);
         (out, false)
     }
 }

@@ -73,6 +73,9 @@ pub struct PoolRt {
     pub next_rebuild: Option<Instant>,
     /// Client connections open on this pool in this worker.
     pub clients: u32,
+    /// A server of this (Redis) pool refused `HELLO 3`: it predates RESP3,
+    /// and clients asking for RESP3 get `-NOPROTO` from now on.
+    pub resp3_refused: bool,
 }
 
 impl PoolRt {
@@ -130,6 +133,7 @@ impl PoolRt {
             servers,
             next_rebuild: None,
             clients: 0,
+            resp3_refused: false,
         }
     }
 

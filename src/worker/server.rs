@@ -158,14 +158,15 @@ impl Worker<'_> {
         if !self.pools[pool].cfg.redis {
             return;
         }
-        let Some(cmd) = crate::proto::redis::Cmd::lookup(b"AUTH") else {
-            return;
+        let op = |name: &[u8]| {
+            crate::proto::redis::Cmd::lookup(name).map(|cmd| {
+                Op::Redis(crate::proto::redis::RedisOp {
+                    cmd,
+                    class: cmd.class(),
+                })
+            })
         };
-        let op = Op::Redis(crate::proto::redis::RedisOp {
-            cmd,
-            class: cmd.class(),
-        });
-        if let Some(pw) = self.pools[pool].cfg.redis_auth.clone() {
+        if let (Some(pw), Some(op)) = (self.pools[pool].cfg.redis_auth.clone(), op(b"AUTH")) {
             self.enqueue(
                 token,
                 Some(Waiter::Internal),
@@ -175,7 +176,7 @@ impl Worker<'_> {
             );
         }
         let db = self.pools[pool].cfg.redis_db;
-        if db != 0 {
+        if let (true, Some(op)) = (db != 0, op(b"SELECT")) {
             self.enqueue(
                 token,
                 Some(Waiter::Internal),
@@ -184,7 +185,10 @@ impl Worker<'_> {
                 now,
             );
         }
-        if self.pools[pool].servers[server].slot_is_resp3(slot) {
+        if let (true, Some(op)) = (
+            self.pools[pool].servers[server].slot_is_resp3(slot),
+            op(b"HELLO"),
+        ) {
             self.enqueue(
                 token,
                 Some(Waiter::Internal),
@@ -295,6 +299,10 @@ impl Worker<'_> {
         let mut off = 0;
         let mut need = 0;
         let mut failure: Option<String> = None;
+        // What the requests still queued here are told if `failure` ends
+        // the connection (twemproxy's errno text for a bad reply).
+        let mut queued_error = "Invalid argument";
+        let mut is_fault = true;
         let mut replies = 0u64;
         loop {
             let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
@@ -352,6 +360,18 @@ impl Worker<'_> {
                             self.pools[pool].servers[server].name,
                             String::from_utf8_lossy(bytes).trim_end()
                         );
+                        if matches!(front.op, Op::Redis(op) if op.cmd.is("HELLO")) {
+                            // A server before Redis 6: the RESP3 clients
+                            // queued here must not get RESP2 replies, so
+                            // their requests fail with the connection, and
+                            // later `HELLO 3` gets -NOPROTO.
+                            self.pools[pool].resp3_refused = true;
+                            failure = Some("server does not speak RESP3 (HELLO 3 refused)".into());
+                            queued_error = "server does not speak RESP3";
+                            is_fault = false;
+                            off += rsp.len;
+                            break;
+                        }
                     }
                     off += rsp.len;
                 }
@@ -380,7 +400,7 @@ impl Worker<'_> {
                 self.pools[pool].servers[server].name,
                 msg
             );
-            self.close_server(token, Ending::Error, "Invalid argument", now);
+            self.close_server_as(token, Ending::Error, queued_error, now, is_fault);
         }
     }
 
@@ -468,6 +488,19 @@ impl Worker<'_> {
 
     /// Close a server connection; every request waiting on it gets an error reply.
     fn close_server(&mut self, token: Token, how: Ending, msg: &str, now: Instant) {
+        self.close_server_as(token, how, msg, now, true);
+    }
+
+    /// [`Self::close_server`]; `is_fault` false when the server is well
+    /// and only this connection is unusable (no backoff, no ejection).
+    fn close_server_as(
+        &mut self,
+        token: Token,
+        how: Ending,
+        msg: &str,
+        now: Instant,
+        is_fault: bool,
+    ) {
         let Some(Conn::Server(_)) = self.conns.get(token.0) else {
             return;
         };
@@ -504,7 +537,9 @@ impl Worker<'_> {
                 msg,
                 s.inflight.len()
             );
-            self.note_failure(pool, server, now, msg);
+            if is_fault {
+                self.note_failure(pool, server, now, msg);
+            }
         }
         let proto = self.pools[pool].proto;
         for f in s.inflight.drain(..) {

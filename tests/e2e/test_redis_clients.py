@@ -103,6 +103,35 @@ def test_resp3_pipelined_protocol_switch(proxy):
         assert c.read_line() == b"$-1\r\n"
 
 
+def test_resp3_refused_by_old_backend(procs, proxy_kind):
+    """A backend without HELLO (Redis before 6; here a redis-server with
+    HELLO renamed away) cannot give RESP3 replies: the first RESP3 client's
+    requests fail with an error rather than getting RESP2-shaped replies,
+    and from then on HELLO 3 gets -NOPROTO while RESP2 keeps working."""
+    if proxy_kind != "walnut":
+        pytest.skip("HELLO is walnut's")
+    old = procs.redis(extra=["--rename-command", "HELLO", '""'])
+    proxy = procs.proxy(proxy_kind, {"old": redis_pool([old])})
+    k = uid()
+    with RawConn(proxy.port()) as c:
+        c.send(b"HELLO 3\r\n")
+        assert c.read_until(b"modules\r\n*0\r\n").startswith(b"%7\r\n")
+        c.send(f"GET {k}\r\n".encode())
+        assert c.read_line() == b"-ERR server does not speak RESP3\r\n"
+    with RawConn(proxy.port()) as c:
+        c.send(b"HELLO 3\r\n")
+        assert c.read_line() == b"-NOPROTO sorry, this protocol version is not supported.\r\n"
+        c.send(f"SET {k} v\r\nGET {k}\r\n".encode())
+        assert c.read_line() == b"+OK\r\n"
+        assert c.read_line() == b"$1\r\n"
+        assert c.read_line() == b"v\r\n"
+    r = redis.Redis(host=HOST, port=proxy.port(), socket_timeout=10, protocol=2)
+    try:
+        assert r.get(k) == b"v"
+    finally:
+        r.close()
+
+
 def cli(port: int, *args: str, input: bytes | None = None) -> str:
     out = subprocess.run(["redis-cli", "-p", str(port), *args], input=input,
                          capture_output=True, timeout=20, check=True)

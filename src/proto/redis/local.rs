@@ -66,7 +66,8 @@ fn values(req_bytes: &[u8]) -> Vec<Vec<u8>> {
 
 /// Answers AUTH, SELECT, HELLO, CLIENT and COMMAND from `session` and the
 /// pool's `password`, appending the reply to `out`.
-pub fn answer(req_bytes: &[u8], session: &mut Session, password: Option<&[u8]>, out: &mut Vec<u8>) {
+pub fn answer(req_bytes: &[u8], session: &mut Session, pool: &PoolSide, out: &mut Vec<u8>) {
+    let password = pool.password;
     let argv = values(req_bytes);
     let Some(name) = argv.first() else {
         return reply::error_reply("empty command", out);
@@ -76,12 +77,24 @@ pub fn answer(req_bytes: &[u8], session: &mut Session, password: Option<&[u8]>, 
     match name.as_slice() {
         b"AUTH" => answer_auth(rest, session, password, out),
         b"SELECT" => answer_select(rest, out),
-        b"HELLO" => answer_hello(rest, session, password, out),
+        b"HELLO" => answer_hello(rest, session, pool, out),
         b"CLIENT" => answer_client(rest, session, out),
         b"COMMAND" => answer_command(rest, session.resp3, out),
         _ => out.extend_from_slice(&reply::unsupported(&String::from_utf8_lossy(&name))),
     }
 }
+
+/// What a session command needs to know of the client's pool.
+pub struct PoolSide<'a> {
+    /// The pool's password (`redis_auth`), if any.
+    pub password: Option<&'a [u8]>,
+    /// Whether the pool's servers speak RESP3: false once a server refused
+    /// `HELLO 3` (Redis before 6), and `HELLO 3` then gets `-NOPROTO`.
+    pub resp3: bool,
+}
+
+/// redis-server's reply to a protocol version it does not speak.
+pub const NOPROTO: &[u8] = b"-NOPROTO sorry, this protocol version is not supported.\r\n";
 
 /// Checks a password; `Err` holds the error reply.
 fn check_auth(args: &[Vec<u8>], password: Option<&[u8]>) -> Result<(), Vec<u8>> {
@@ -144,18 +157,14 @@ pub fn answer_select(args: &[Vec<u8>], out: &mut Vec<u8>) {
 
 /// `HELLO [protover [AUTH user pass] [SETNAME name]]`: switches RESP2/RESP3
 /// and replies with the server description map.
-pub fn answer_hello(
-    args: &[Vec<u8>],
-    session: &mut Session,
-    password: Option<&[u8]>,
-    out: &mut Vec<u8>,
-) {
+pub fn answer_hello(args: &[Vec<u8>], session: &mut Session, pool: &PoolSide, out: &mut Vec<u8>) {
+    let password = pool.password;
     let mut resp3 = session.resp3;
     if let Some(v) = args.first() {
         match parse_int(v) {
             Some(2) => resp3 = false,
-            Some(3) => resp3 = true,
-            Some(_) => return out.extend_from_slice(b"-NOPROTO unsupported protocol version\r\n"),
+            Some(3) if pool.resp3 => resp3 = true,
+            Some(_) => return out.extend_from_slice(NOPROTO),
             None => {
                 return reply::error_reply(
                     "Protocol version is not an integer or out of range",
@@ -354,7 +363,11 @@ mod tests {
 
     fn run(req: &[u8], s: &mut Session, pw: Option<&[u8]>) -> Vec<u8> {
         let mut out = Vec::new();
-        answer(req, s, pw, &mut out);
+        let pool = PoolSide {
+            password: pw,
+            resp3: true,
+        };
+        answer(req, s, &pool, &mut out);
         out
     }
 
@@ -378,10 +391,15 @@ mod tests {
         assert_eq!(s.lib_name.as_deref(), Some(&b"redis-py"[..]));
         assert_eq!(run(b"CLIENT GETNAME\r\n", &mut s, None), b"_\r\n");
         assert_eq!(run(b"CLIENT ID\r\n", &mut s, None), b":7\r\n");
-        assert_eq!(
-            run(b"HELLO 4\r\n", &mut s, None),
-            b"-NOPROTO unsupported protocol version\r\n"
-        );
+        assert_eq!(run(b"HELLO 4\r\n", &mut s, None), NOPROTO);
+        let old = PoolSide {
+            password: None,
+            resp3: false,
+        };
+        let mut out = Vec::new();
+        answer(b"HELLO 3\r\n", &mut s, &old, &mut out);
+        assert_eq!(out, NOPROTO);
+        assert!(s.resp3, "a refused HELLO leaves the protocol as it was");
         let r = run(b"HELLO 2\r\n", &mut s, None);
         assert!(r.starts_with(b"*14\r\n"));
     }
