@@ -8,7 +8,22 @@ use crate::proto::{Op, Request};
 use crate::stats::PoolField;
 use mio::Token;
 use smallvec::SmallVec;
+use std::borrow::Cow;
 use std::time::Instant;
+
+/// The bytes a single-key request is placed by: its key, or for a meta
+/// request with the `b` flag the key it encodes.
+fn routing_key<'a>(req: &Request, bytes: &'a [u8]) -> Cow<'a, [u8]> {
+    let Some(range) = req.keys.first() else {
+        return Cow::Borrowed(b"");
+    };
+    if let Op::Mc(crate::proto::memcache::McOp::Meta { cmd, .. }) = req.op {
+        if let Some(k) = crate::proto::memcache::meta::binary_key(cmd, bytes, range.clone()) {
+            return Cow::Owned(k);
+        }
+    }
+    Cow::Borrowed(&bytes[range.clone()])
+}
 
 /// Whether a memcached operation only reads (served by one replica).
 fn is_read(op: Op) -> bool {
@@ -98,7 +113,8 @@ impl Worker<'_> {
         bytes: &[u8],
         now: Instant,
     ) {
-        let key = req.keys.first().map_or(&b""[..], |r| &bytes[r.clone()]);
+        let key = routing_key(req, bytes);
+        let key = key.as_ref();
         if self.pools[pool].cfg.replicas > 1 {
             self.forward_replicated(token, client_id, pool, req, bytes, now);
             return;
@@ -168,7 +184,8 @@ impl Worker<'_> {
         bytes: &[u8],
         now: Instant,
     ) {
-        let key = req.keys.first().map_or(&b""[..], |r| &bytes[r.clone()]);
+        let key = routing_key(req, bytes);
+        let key = key.as_ref();
         let _ = self.pools[pool].server_for(key, now);
         let r = self.pools[pool].cfg.replicas as usize;
         let mut replicas = Vec::with_capacity(r);

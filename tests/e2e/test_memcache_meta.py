@@ -4,6 +4,7 @@ requests."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 
 import pytest
@@ -70,6 +71,27 @@ def test_quiet_mode(three):
     )
 
 
+def test_base64_keys_reach_the_same_item_as_plain_keys(three):
+    """`b` keys are placed by the key they encode: a meta client using
+    base64 and a text client using the plain key share items, as they do
+    on one memcached (spread over 3 servers, placement by the base64
+    spelling would miss about two thirds of them)."""
+    _, proxy = three
+    ks = keys(30)
+    enc = [base64.b64encode(k) for k in ks]
+    with RawConn(proxy.port()) as c:
+        c.send(b"".join(b"ms %s 3 b\r\nm%s\r\n" % (e, k[:2]) for e, k in zip(enc, ks)) + b"mn\r\n")
+        assert c.read_until(b"MN\r\n") == b"HD\r\n" * 30 + b"MN\r\n"
+        for k in ks:
+            c.send(b"get %s\r\n" % k)
+            assert c.read_until(b"END\r\n") == b"VALUE %s 0 3\r\nm%s\r\nEND\r\n" % (k, k[:2])
+        for e, k in zip(enc, ks):
+            c.send(b"set %s 0 0 2\r\nt%s\r\n" % (k, k[:1]))
+            assert c.read_line() == b"STORED\r\n"
+            c.send(b"mg %s b v\r\n" % e)
+            assert c.read_until(b"\r\n" + b"t" + k[:1] + b"\r\n") == b"VA 2\r\nt%s\r\n" % k[:1]
+
+
 @pytest.mark.parametrize(
     "req",
     [
@@ -82,6 +104,9 @@ def test_quiet_mode(three):
         b"ms k5 2 " + b" ".join([b"O1"] * 30) + b"\r\nhi\r\nmn\r\n",
         b"ms k4 2 S3\r\nhi\r\nmn\r\n",
         b"mg a2V5= b v\r\nmn\r\n",
+        b"mg Zm9 b v\r\nmn\r\n",
+        b"ms Zm9 2 b\r\nhi\r\nmn\r\n",
+        b"mg k\x01y v\r\nmn\r\n",
         b"ma nokey N0 J13 v\r\nma nokey v\r\nmn\r\n",
     ],
 )

@@ -94,6 +94,31 @@ const BAD_FORMAT: &[u8] = b"CLIENT_ERROR bad command line format\r\n";
 const BAD_CHUNK: &[u8] = b"CLIENT_ERROR bad data chunk\r\n";
 const TOO_LONG: &[u8] = b"CLIENT_ERROR options flags too long\r\n";
 const TOO_LARGE: &[u8] = b"SERVER_ERROR object too large for cache\r\n";
+const BAD_KEY_ENCODING: &[u8] = b"CLIENT_ERROR error decoding key\r\n";
+
+/// The key as the server stores it: with the `b` flag the client sends it
+/// base64-encoded (padded, standard alphabet, as memcached decodes it).
+fn decode_key(encoded: &[u8]) -> Option<Vec<u8>> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .ok()
+        .filter(|k| !k.is_empty())
+}
+
+/// The bytes a meta request is placed by: the decoded key when the request
+/// carries the `b` flag (so `mg Zm9v b` and `get foo` reach the same
+/// server, as they reach the same item in memcached), else `None` and the
+/// key as written is used.
+pub fn binary_key(cmd: MetaCmd, bytes: &[u8], key: std::ops::Range<usize>) -> Option<Vec<u8>> {
+    let nl = memchr(b'\n', bytes)?;
+    let line = command_line(bytes, nl);
+    Tokens::new(line)
+        .skip(cmd.first_flag())
+        .any(|r| line[r.start] == b'b')
+        .then(|| decode_key(bytes.get(key)?))
+        .flatten()
+}
 
 fn fail(reply: &[u8], skip: usize) -> RequestError {
     RequestError {
@@ -158,19 +183,37 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, Requ
     } else {
         KEY_MAX_LENGTH
     };
-    // protocol.txt: a key must not include control characters or
-    // whitespace (a stray `\r` inside the line would otherwise become a key).
-    if key.len() > key_max || line[key.clone()].iter().any(|&c| c < 0x21 || c == 0x7f) {
+    // A key holding CR is refused (memcached takes it): once the proxy drops
+    // a quiet flag after it, the CR would read as the line's end.
+    if key.len() > key_max || memchr(b'\r', &line[key.clone()]).is_some() {
         return Err(fail(BAD_FORMAT, line_len));
     }
+    let bad_key = has_flag(b'b') && decode_key(&line[key.clone()]).is_none();
     let quiet = cmd != MetaCmd::Debug && has_flag(b'q');
     let mut keys = Keys::new();
     keys.push(key);
     if cmd != MetaCmd::Set {
+        if bad_key {
+            return Err(fail(BAD_KEY_ENCODING, line_len));
+        }
         return Ok(Parse::Done(mk(line_len, keys, Route::Single, quiet)));
     }
     if toks.len() > MS_MAX_TOKENS {
         return Err(fail(TOO_LONG, line_len));
+    }
+    if bad_key {
+        // memcached swallows the data block after this error.
+        let block = toks
+            .get(2)
+            .and_then(|r| safe_strtol(&line[r.clone()]))
+            .and_then(|v| usize::try_from(v).ok())
+            .filter(|&v| v <= limits.max_value)
+            .map_or(0, |v| v + 2);
+        let total = line_len + block;
+        if buf.len() < total {
+            return Ok(Parse::Incomplete { hint: total });
+        }
+        return Err(fail(BAD_KEY_ENCODING, total));
     }
     let vlen = toks
         .get(2)
@@ -312,12 +355,34 @@ mod tests {
     }
 
     #[test]
-    fn control_characters_in_key_rejected() {
-        for bad in [&b"md \r q\n"[..], b"mg a\x01b v\r\n", b"mg \x7f\r\n"] {
+    fn carriage_return_in_key_rejected() {
+        for bad in [&b"md \r q\n"[..], b"mg a\rb v\r\n"] {
             let e = parse(bad).unwrap_err();
             assert_eq!(e.reply, BAD_FORMAT);
             assert_eq!(e.skip, bad.len());
         }
+    }
+
+    #[test]
+    fn base64_keys() {
+        let r = done(b"mg Zm9v b v\r\n");
+        assert_eq!(
+            binary_key(MetaCmd::Get, b"mg Zm9v b v\r\n", r.keys[0].clone()),
+            Some(b"foo".to_vec())
+        );
+        assert_eq!(binary_key(MetaCmd::Get, b"mg Zm9v v\r\n", 3..7), None);
+        for (bad, skip) in [
+            (&b"mg Zm9 b v\r\n"[..], 12),
+            (b"mg !!!! b\r\n", 11),
+            (b"ms Zm9 2 b\r\nhi\r\n", 16),
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert_eq!((e.reply.as_slice(), e.skip), (BAD_KEY_ENCODING, skip));
+        }
+        assert!(matches!(
+            parse(b"ms Zm9 2 b\r\nh"),
+            Ok(Parse::Incomplete { hint: 16 })
+        ));
     }
 
     #[test]
