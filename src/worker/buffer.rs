@@ -14,6 +14,10 @@ use std::os::fd::RawFd;
 
 /// Room below which a read first grows the buffer.
 const MIN_READ_ROOM: usize = 4096;
+/// A buffer that grew past this for a burst (a huge reply, a long
+/// pipeline) frees its allocation once it is empty again, so a long-lived
+/// server connection does not keep its high-water mark.
+const SHRINK_ABOVE: usize = 1 << 20;
 
 /// See module docs. Bytes `pos..data.len()` are the content.
 #[derive(Debug, Default)]
@@ -61,7 +65,11 @@ impl Buffer {
         self.pos += n.min(self.len());
         if self.pos == self.data.len() {
             self.pos = 0;
-            self.data.clear();
+            if self.data.capacity() > SHRINK_ABOVE {
+                self.data = Vec::new();
+            } else {
+                self.data.clear();
+            }
         }
     }
 
@@ -163,6 +171,19 @@ impl BufPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn burst_allocation_freed_when_empty() {
+        let mut b = Buffer::default();
+        b.extend(&vec![7u8; SHRINK_ABOVE + 1]);
+        b.consume(10);
+        assert!(b.capacity() > SHRINK_ABOVE);
+        b.consume(SHRINK_ABOVE);
+        assert_eq!((b.len(), b.capacity()), (0, 0));
+        b.extend(b"small");
+        b.consume(5);
+        assert!(b.capacity() > 0, "small buffers keep their room");
+    }
 
     #[test]
     fn consume_compact_and_reuse() {

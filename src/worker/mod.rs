@@ -281,6 +281,9 @@ impl<'a> Worker<'a> {
                 last_sweep = now;
                 self.sweep_idle(now);
                 self.probe_servers(now);
+                if crate::util::trim_heap() {
+                    crate::log_debug!("returned free heap memory to the kernel");
+                }
             }
             self.flush_dirty();
             self.stats
