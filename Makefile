@@ -12,7 +12,7 @@ E2E_TIMEOUT ?= 180
 E2E_ARGS ?=
 FUZZ_SECONDS ?= 20
 
-.PHONY: all build test fmt-check clippy unit fuzz-smoke e2e e2e-listeners demo bench profile venv clean-venv
+.PHONY: all build test fmt-check clippy unit fuzz-smoke e2e e2e-listeners demo bench bench-idle profile venv clean-venv
 
 all: build
 
@@ -63,9 +63,13 @@ demo:
 
 # Benchmark: walnut vs nutcracker vs the bare backend (bench/results/latest.*).
 # `make bench BENCH_ARGS=--quick` for the short mode; `make profile` for callgrind.
+# `make bench-idle` runs only the idle-connection scenario (up to 100k clients).
 BENCH_ARGS ?=
 bench:
 	bench/run.sh $(BENCH_ARGS)
+
+bench-idle:
+	bench/run.sh idle $(BENCH_ARGS)
 
 profile:
 	bench/profile.sh $(PROFILE_ARGS)

@@ -15,14 +15,14 @@ import argparse
 import os
 import platform
 import resource
-import socket
 import threading
 import time
 from pathlib import Path
 
+import idle
 import loads
 import report
-from procs import HOST, ROOT, Proxy, find_counter, free_port, memcached, redis_server, rss_kb
+from procs import HOST, ROOT, Proxy, free_port, memcached, redis_server, rss_kb
 from procs import cpu_seconds
 
 BACKEND_CPU = "0"
@@ -100,6 +100,7 @@ class Bench:
         self.rows: list[dict] = []
         self.procs: list = []
         self.n_for: dict[tuple[str, str], int] = {}
+        self.idle_verdict = ""
 
     def start_backends(self) -> None:
         self.redis = [free_port() for _ in range(3)]
@@ -218,39 +219,11 @@ class Bench:
         off.stop()
 
     def idle(self) -> None:
-        """RSS per idle client connection."""
-        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-        targets = {"direct": None, **self.proxies}
-        for n in (10000, 50000):
-            if hard < n + 1000:
-                print(f"  idle {n}: skipped (ulimit -Hn is {hard})")
-                self.rows.append({"section": "idle", "scenario": f"{n} idle conns",
-                                  "target": "all", "rep": 0, "note":
-                                  f"skipped: ulimit -Hn {hard} < {n + 1000}"})
-                continue
-            for name, p in targets.items():
-                port = self.port(name, "r1")
-                pids = p.pids() if p else [self.procs[0].pid]
-                time.sleep(0.3)
-                rss0 = rss_kb(pids)
-                socks = []
-                try:
-                    for i in range(n):
-                        socks.append(socket.create_connection((HOST, port), timeout=10))
-                        if i % 1000 == 999:
-                            time.sleep(0.05)
-                    time.sleep(1.0 if self.args.quick else 2.0)
-                    rss1 = rss_kb(p.pids() if p else pids)
-                finally:
-                    for s in socks:
-                        s.close()
-                row = {"section": "idle", "scenario": f"{n} idle conns", "target": name,
-                       "rep": 0, "rss_kb_per_conn": (rss1 - rss0) / n, "requests": 0,
-                       "rss_mb_total": rss1 / 1024}
-                self.rows.append(row)
-                print(f"  idle {n} {name:<11} {row['rss_kb_per_conn']:.2f} KiB/conn "
-                      f"(total {rss1 / 1024:.1f} MiB)", flush=True)
-                time.sleep(1.0)
+        """Idle client connections up to --idle-max (bench/idle.py)."""
+        rows = idle.run(self.work, self.redis[0], self.args.idle_max)
+        self.rows += rows
+        self.idle_verdict = idle.verdict(rows)
+        print(f"  {self.idle_verdict}", flush=True)
 
     def stop_all(self) -> None:
         for p in reversed(self.procs):
@@ -265,10 +238,14 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="one short run per scenario")
     ap.add_argument("--only", help="run only load scenarios whose name contains this")
     ap.add_argument("--skip", default="", help="comma list of: load,listener,quickack,idle")
+    ap.add_argument("--idle-max", type=int, default=None,
+                    help="largest idle-connection count (default 100000, --quick 19000)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     ap.add_argument("--workdir", default=f"/tmp/walnut-bench-{os.getpid()}")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
+    if args.idle_max is None:
+        args.idle_max = 19000 if args.quick else 100000
     b = Bench(args)
     t0 = time.monotonic()
     meta = {"mode": "quick" if args.quick else "full", "host": platform.node(),
@@ -299,11 +276,15 @@ def main() -> None:
     meta["elapsed_s"] = round(time.monotonic() - t0)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    meta["idle_verdict"] = b.idle_verdict
     summary = report.summarize(b.rows)
     report.write_csv(summary, out / "latest.csv")
     md = report.markdown(summary, meta)
     (out / "latest.md").write_text(md)
     report.chart(summary, out / "latest.png")
+    if "idle" not in skip:
+        meta["nofile"] = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        report.write_idle(b.rows, meta, out, b.idle_verdict)
     print(md)
     print(f"results in {out}/latest.{{md,csv,png}} ({meta['elapsed_s']} s)")
 

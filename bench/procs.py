@@ -186,8 +186,9 @@ class Proxy(Proc):
         if kind == "walnut" and not quickack:
             conf += "_walnut:\n  tcp_quickack: false\n"
         (d / "proxy.yml").write_text(conf)
+        self.log_path = d / "proxy.log"
         argv = [WALNUT if kind == "walnut" else NUTCRACKER, "-c", str(d / "proxy.yml"),
-                "-s", str(self.stats_port), "-a", HOST, "-o", str(d / "proxy.log")]
+                "-s", str(self.stats_port), "-a", HOST, "-o", str(self.log_path)]
         self.admin_port = free_port() if kind == "walnut" else None
         if kind == "walnut":
             argv += ["--workers", str(workers), "--cpu-affinity", "none",

@@ -6,11 +6,18 @@ import csv
 import statistics
 from pathlib import Path
 
+# Idle-connection fields (bench/idle.py).
+IDLE = ["replied", "held", "accepted", "refused", "rss_mb_base", "pss_kb_per_conn",
+        "pss_mb_total", "rss_mb_after_close", "rss_mb_open_2", "rss_mb_open_3",
+        "rss_mb_after_close_3",
+        "growth_kb_per_conn", "max_proc_fds", "procs", "open_secs", "close_secs"]
 FIELDS = ["rps", "p50", "p99", "p999", "cpu_per_M", "rss_kb_per_conn", "over_30ms",
-          "requests", "accept_eagain", "rss_mb_total"]
+          "requests", "accept_eagain", "rss_mb_total"] + IDLE
 COLUMNS = ["section", "scenario", "target", "reps", "rps", "p50", "p99", "p999", "cpu_per_M",
            "rss_kb_per_conn", "over_30ms_per_M", "accept_eagain", "rss_mb_total",
-           "rps_vs_nutcracker", "rps_vs_direct", "cpu_vs_nutcracker", "note"]
+           "rps_vs_nutcracker", "rps_vs_direct", "cpu_vs_nutcracker"] + IDLE + ["note"]
+IDLE_COLUMNS = ["section", "scenario", "target", "requests", "rss_mb_total",
+                "rss_kb_per_conn"] + IDLE + ["note"]
 
 
 def _median(values: list) -> float | None:
@@ -122,11 +129,83 @@ def markdown(summary: list[dict], meta: dict) -> str:
                         s["over_30ms_per_M"]] for s in qa])
     idle = [s for s in summary if s["section"] == "idle"]
     if idle:
-        out += ["## Idle client connections (Redis pool; RSS of master + workers)", ""]
-        out += _table(["connections", "target", "KiB per connection", "total RSS MiB", "note"],
-                      [[s["scenario"], s["target"], s["rss_kb_per_conn"], s["rss_mb_total"],
-                        s["note"] or ""] for s in idle])
+        out += ["## Idle client connections (bench/idle.py; Redis pool, one GET each)", ""]
+        if meta.get("idle_verdict"):
+            out += [f"**{meta['idle_verdict']}**", ""]
+        out += [IDLE_METHOD, ""]
+        out += idle_table(idle)
     return "\n".join(out)
+
+
+IDLE_METHOD = (
+    "Method (bench/idle.py): for each count a freshly started proxy gets a 200-connection "
+    "warm-up, then three cycles of: open the connections, measure, close them all, measure. "
+    "Connections are opened by bench/idle_open.py processes (at most 15 000 each, each bound "
+    "to its own loopback source address); each sends one Redis GET that the proxy forwards "
+    "to redis-server, reads the `$-1` reply, then idles. RSS = sum of VmRSS over the proxy's "
+    "master and workers (pages shared between them, such as the binary's text and the "
+    "shared-memory counters, count once per process); PSS = sum of Pss (shared pages "
+    "divided among the processes). KiB/conn = (RSS open - RSS before) / connections, cycle "
+    "1. *after close* = RSS once the kernel shows no proxy-side connection left, followed "
+    "for up to 2.5 s (a walnut worker returns freed heap on its once-a-second tick). "
+    "*growth 2→3* = change of the open RSS from cycle 2 to cycle 3 per connection: a leak "
+    "shows there, the allocator's first growth in cycle 1 does not. *held* = client "
+    "connections the proxy reports (walnut: curr_connections from its shared-memory "
+    "counters; nutcracker: proxy-side sockets from `ss`, as its stats JSON lags by its -i "
+    "interval); *accepted* = walnut's total_connections delta; *refused* = walnut log "
+    "lines for a connection not taken (accept error, max_connections, client_connections), "
+    "all cycles. walnut-8w = `--workers 8`, reuseport listeners, CPUs 0-1; walnut and "
+    "nutcracker = one process on CPU 1. nutcracker is a single process: under the 20 000 "
+    "descriptor limit it holds at most ~19 900 clients, so it is measured at 10 000 and "
+    "19 000 only (the same for 1-worker walnut, for the like-for-like comparison).")
+
+
+def idle_table(idle: list[dict]) -> list[str]:
+    """The idle-connection rows as a Markdown table."""
+    def mib(v):
+        return f"{v:.1f}" if v is not None else "n/a"
+
+    def held(s):
+        if s["held"] is None:
+            return "n/a"
+        return f"{s['held']:.0f}" + ("" if s["accepted"] is None else
+                                     f" / {s['accepted']:.0f}")
+
+    return _table(
+        ["connections", "proxy", "replied", "held / accepted", "refused", "RSS before MiB",
+         "RSS open MiB", "RSS KiB/conn", "PSS open MiB", "PSS KiB/conn",
+         "RSS after close MiB", "cycles 2, 3: RSS open MiB",
+         "growth 2→3 KiB/conn", "cycle 3: RSS after close MiB", "max fds / process",
+         "open s", "note"],
+        [[s["scenario"].replace(" idle conns", ""), s["target"],
+          "n/a" if s["replied"] is None else f"{s['replied']:.0f}", held(s),
+          "n/a" if s["refused"] is None else f"{s['refused']:.0f}",
+          mib(s["rss_mb_base"]), mib(s["rss_mb_total"]), s["rss_kb_per_conn"],
+          mib(s["pss_mb_total"]), s["pss_kb_per_conn"], mib(s["rss_mb_after_close"]),
+          f"{mib(s['rss_mb_open_2'])}, {mib(s['rss_mb_open_3'])}",
+          s["growth_kb_per_conn"], mib(s["rss_mb_after_close_3"]),
+          "n/a" if s["max_proc_fds"] is None else f"{s['max_proc_fds']:.0f}",
+          s["open_secs"], s["note"] or ""] for s in idle])
+
+
+def write_idle(rows: list[dict], meta: dict, out: Path, verdict: str) -> None:
+    """idle.md and idle.csv: the idle-connection scenario on its own."""
+    idle = summarize([r for r in rows if r["section"] == "idle"])
+    with open(out / "idle.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=IDLE_COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        for s in idle:
+            w.writerow({k: _fmt(s.get(k), csv_mode=True) for k in IDLE_COLUMNS})
+    md = [
+        "# walnut idle client connections: memory per connection, up to 100 000", "",
+        f"{meta['date']}, whole run {meta.get('elapsed_s', '?')} s, load average at start "
+        f"{' '.join(meta['loadavg_start'])}, at end {' '.join(meta.get('loadavg_end', []))}; "
+        f"RLIMIT_NOFILE hard limit {meta.get('nofile', '?')} per process.", "",
+        f"**{verdict}**", "",
+        IDLE_METHOD, "",
+    ]
+    md += idle_table(idle)
+    (out / "idle.md").write_text("\n".join(md))
 
 
 def chart(summary: list[dict], path: Path) -> None:

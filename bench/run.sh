@@ -3,12 +3,21 @@
 # prepares bench/.venv (matplotlib), raises the open-file limit for the idle
 # connection scenarios, and runs bench/bench.py. Extra arguments are passed
 # through, e.g. `bench/run.sh --quick` or `make bench BENCH_ARGS=--quick`.
+# `bench/run.sh idle [--max N]` (`make bench-idle`) runs only the idle
+# connection scenario, bench/idle.py (results/idle.md, idle.csv).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$here")"
 cd "$root"
 
-for tool in redis-server redis-benchmark memcached memcaslap taskset /usr/sbin/nutcracker; do
+script=bench/bench.py
+tools="redis-server redis-benchmark memcached memcaslap taskset ss /usr/sbin/nutcracker"
+if [[ "${1:-}" == idle ]]; then
+    shift
+    script=bench/idle.py
+    tools="redis-server taskset ss /usr/sbin/nutcracker"
+fi
+for tool in $tools; do
     command -v "$tool" >/dev/null || { echo "bench: $tool not found" >&2; exit 1; }
 done
 
@@ -27,4 +36,4 @@ bench/.venv/bin/python -c 'import matplotlib' 2>/dev/null \
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 echo "bench: open files limit $(ulimit -n)"
 
-exec bench/.venv/bin/python bench/bench.py "$@"
+exec bench/.venv/bin/python "$script" "$@"

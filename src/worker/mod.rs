@@ -12,6 +12,7 @@ mod buffer;
 mod client;
 mod conn;
 mod forward;
+mod heap;
 mod latency;
 mod local;
 mod pool;
@@ -140,6 +141,8 @@ pub struct Worker<'a> {
     budget: usize,
     graceful_timeout: Duration,
     slow_key: crate::stats::slowlog::KeyPrefix,
+    /// When to give freed memory back after many clients left.
+    trim: heap::HeapTrim,
 }
 
 /// During a graceful stop a client is closed once it has nothing in flight
@@ -189,6 +192,7 @@ impl<'a> Worker<'a> {
             budget: config.process.buffer_budget,
             graceful_timeout: Duration::from_millis(config.process.graceful_timeout_ms),
             slow_key: crate::stats::slowlog::KeyPrefix::EMPTY,
+            trim: heap::HeapTrim::default(),
         };
         if mode != ListenerMode::AcceptMutex {
             w.register_listeners()?;
@@ -281,7 +285,7 @@ impl<'a> Worker<'a> {
                 last_sweep = now;
                 self.sweep_idle(now);
                 self.probe_servers(now);
-                if crate::util::trim_heap() {
+                if self.trim.due() {
                     crate::log_debug!("returned free heap memory to the kernel");
                 }
             }

@@ -1,0 +1,80 @@
+//! Giving freed heap back to the kernel after a burst.
+//!
+//! Memory a worker frees (a crowd of clients gone, the buffers of a
+//! million-key MGET) returns to the C allocator, which keeps it for reuse:
+//! glibc only shrinks the top of its heap by itself, so RSS would stay near
+//! the peak for good. Once a second the worker asks glibc how much free
+//! memory it holds (`mallinfo2` sums its free lists); when that grew by
+//! `TRIM_ABOVE` since the last trim, `malloc_trim(0)` returns the free
+//! pages, anywhere in the heap. Rare by construction: it needs a burst.
+
+/// Growth of the allocator's free memory since the last trim that calls
+/// for the next one.
+const TRIM_ABOVE: usize = 4 << 20;
+
+/// Free heap bytes left after the last trim: fragments smaller than a page
+/// cannot be returned, and must not make every tick trim again.
+#[derive(Debug, Default)]
+pub struct HeapTrim {
+    floor: usize,
+}
+
+impl HeapTrim {
+    /// Trim if the free heap grew enough; returns whether it trimmed.
+    pub fn due(&mut self) -> bool {
+        let free = free_heap();
+        let due = self.decide(free);
+        if due {
+            release();
+            self.floor = free_heap();
+        }
+        due
+    }
+
+    /// The decision alone, given the free heap now.
+    fn decide(&mut self, free: usize) -> bool {
+        if free > self.floor + TRIM_ABOVE {
+            return true;
+        }
+        self.floor = self.floor.min(free);
+        false
+    }
+}
+
+/// Bytes glibc holds free (0 elsewhere: no trimming there).
+fn free_heap() -> usize {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallinfo2 only reads the allocator's statistics.
+    unsafe {
+        libc::mallinfo2().fordblks
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    0
+}
+
+/// Return the allocator's free memory to the kernel.
+fn release() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks and trims the allocator's own free
+    // lists; it has no preconditions.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trims_after_growth_only() {
+        let mut t = HeapTrim::default();
+        assert!(!t.decide(TRIM_ABOVE), "not more than TRIM_ABOVE free");
+        assert!(t.decide(TRIM_ABOVE + 1));
+        t.floor = 3 << 20;
+        assert!(!t.decide(6 << 20), "measured from what the last trim left");
+        assert!(!t.decide(1 << 20));
+        assert_eq!(t.floor, 1 << 20, "the floor follows the free heap down");
+        assert!(t.decide(6 << 20));
+    }
+}
