@@ -2,6 +2,7 @@
 //! order, write.
 
 use super::conn::{Conn, Inflight, Slot, Waiter};
+use super::stream::StreamStart;
 use super::{Worker, READ_BUDGET, READ_CHUNK, STREAM_THRESHOLD};
 use crate::proto::{Local, Parse, Request, Route};
 use crate::stats::{PoolField, ServerField, WorkerField};
@@ -131,10 +132,17 @@ impl Worker<'_> {
             }
             // Backpressure: a client with too many requests in flight is
             // not read until its replies drain (resumed in write_client).
-            if let Some(Conn::Client(c)) = self.conns.get(token.0) {
+            if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
                 if c.pending.len() >= max_inflight {
                     paused = true;
                     break;
+                }
+                if c.solo {
+                    if !c.pending.is_empty() {
+                        paused = true;
+                        break;
+                    }
+                    c.solo = false;
                 }
             }
             match proto.parse_request(input, &limits) {
@@ -155,10 +163,17 @@ impl Worker<'_> {
                             crate::proto::redis::stream_head(input, &limits, STREAM_THRESHOLD)
                         {
                             let len = head.req.len;
-                            if self.start_stream(token, head, &input[..len], now) {
-                                off += len;
-                                need = 0;
-                                streamed = true;
+                            match self.start_stream(token, head, &input[..len], now) {
+                                StreamStart::Started => {
+                                    off += len;
+                                    need = 0;
+                                    streamed = true;
+                                }
+                                StreamStart::Wait => {
+                                    need = 0;
+                                    paused = true;
+                                }
+                                StreamStart::No => {}
                             }
                         }
                     }
@@ -292,19 +307,8 @@ impl Worker<'_> {
             return;
         };
         let before = s.wbuf.len();
-        let (len, deferred) = match s.stream.as_mut() {
-            // A streamed request is half queued: this one waits behind it.
-            Some(ss) => {
-                let b = ss.deferred.len();
-                ss.deferred.append_with(write);
-                ss.deferred_n += 1;
-                (ss.deferred.len() - b, true)
-            }
-            None => {
-                s.wbuf.append_with(write);
-                (s.wbuf.len() - before, false)
-            }
-        };
+        s.wbuf.append_with(write);
+        let len = s.wbuf.len() - before;
         if let Some(waiter) = waiter {
             s.inflight.push_back(Inflight {
                 waiter,
@@ -333,7 +337,7 @@ impl Worker<'_> {
                 self.arm_timer(now + t, st, id);
             }
         }
-        if before == 0 && !deferred {
+        if before == 0 {
             self.dirty_servers.push(st);
         }
     }
@@ -351,7 +355,11 @@ impl Worker<'_> {
             .ctl
             .client_max_inflight
             .unwrap_or(self.pools[c.pool].cfg.client_max_inflight);
-        if c.paused && c.pending.len() < max_inflight / 2 + 1 && c.wbuf.len() < READ_CHUNK * 4 {
+        if c.paused
+            && c.pending.len() < max_inflight / 2 + 1
+            && (!c.solo || c.pending.is_empty())
+            && c.wbuf.len() < READ_CHUNK * 4
+        {
             c.paused = false;
             self.read_client(token, std::time::Instant::now(), true);
             return;

@@ -106,6 +106,11 @@ pub struct Client {
     pub closing: bool,
     /// Reading paused: too many requests in flight (resumed as they drain).
     pub paused: bool,
+    /// Parse nothing more until every reply is written: a streamed request
+    /// goes on a connection of its own, so it starts only once the earlier
+    /// requests are answered and the next ones wait for its reply (one
+    /// client's requests never overtake each other).
+    pub solo: bool,
     /// Redis session state (AUTH done, protocol version, name).
     pub session: crate::proto::redis::local::Session,
     /// Last activity (idle timeout).
@@ -133,19 +138,13 @@ pub struct ReqStream {
     pub blocked: bool,
 }
 
-/// A server connection that carries a streamed request: until its last
-/// byte is queued, other requests for this connection wait in `deferred`
-/// (they must not land in the middle of it).
+/// A (dedicated) server connection that carries a streamed request.
 #[derive(Debug)]
 pub struct SrvStream {
     /// The client sending it.
     pub client: Token,
     /// That client's id.
     pub client_id: u64,
-    /// Requests queued behind it.
-    pub deferred: Buffer,
-    /// How many requests `deferred` holds.
-    pub deferred_n: usize,
 }
 
 /// A large bulk reply passed to its client as it arrives (the client was
@@ -280,6 +279,9 @@ pub struct Server {
     pub stream: Option<SrvStream>,
     /// A large reply being streamed from this connection.
     pub rstream: Option<RepStream>,
+    /// A connection of its own for one streamed request (not in the
+    /// server's connection slots; closed once answered).
+    pub dedicated: bool,
 }
 
 /// A connection of the worker.

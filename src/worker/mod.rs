@@ -604,6 +604,7 @@ impl<'a> Worker<'a> {
                 eof: false,
                 closing: false,
                 paused: false,
+                solo: false,
                 session: crate::proto::redis::local::Session::new(
                     id,
                     self.pools[pool]

@@ -31,7 +31,43 @@ impl Worker<'_> {
         slot: usize,
         now: Instant,
     ) -> Result<Token, String> {
-        self.server_conn_for(pool, server, slot, now, false)
+        self.server_conn_for(pool, server, slot, now, false, false)
+    }
+
+    /// A new connection to a server for one streamed request only: it
+    /// takes no other request (so none waits behind a slow upload) and is
+    /// closed once that request is answered. `slot` gives its protocol
+    /// (RESP2 or RESP3) as for the shared connections.
+    pub(super) fn server_conn_dedicated(
+        &mut self,
+        pool: usize,
+        server: usize,
+        slot: usize,
+        now: Instant,
+    ) -> Result<Token, String> {
+        self.server_conn_for(pool, server, slot, now, false, true)
+    }
+
+    /// Close a dedicated connection whose request was answered.
+    fn retire_server(&mut self, token: Token) {
+        let Some(Conn::Server(_)) = self.conns.get(token.0) else {
+            return;
+        };
+        let Conn::Server(mut s) = self.conns.remove(token.0) else {
+            return;
+        };
+        let _ = self.poll.registry().deregister(&mut s.sock);
+        let (pool, server) = (s.pool, s.server);
+        self.stats
+            .server_sub(pool, server, ServerField::ServerConnections, 1);
+        self.stats
+            .server_sub(pool, server, ServerField::InQueue, s.unsent);
+        self.stats
+            .server_sub(pool, server, ServerField::InQueueBytes, s.unsent_bytes);
+        self.stats
+            .server_sub(pool, server, ServerField::OutQueue, s.sent);
+        self.stats
+            .server_sub(pool, server, ServerField::OutQueueBytes, s.sent_bytes);
     }
 
     /// Health checks: connect to every server whose retry time came and
@@ -49,7 +85,7 @@ impl Worker<'_> {
                 if !s.probing || s.conns[0].is_some() {
                     continue;
                 }
-                let Ok(token) = self.server_conn_for(pool, server, 0, now, true) else {
+                let Ok(token) = self.server_conn_for(pool, server, 0, now, true, false) else {
                     continue;
                 };
                 let (op, probe): (Op, &[u8]) = if self.pools[pool].cfg.redis {
@@ -87,8 +123,9 @@ impl Worker<'_> {
         slot: usize,
         now: Instant,
         probe: bool,
+        dedicated: bool,
     ) -> Result<Token, String> {
-        if let Some(t) = self.pools[pool].servers[server].conns[slot] {
+        if let (false, Some(t)) = (dedicated, self.pools[pool].servers[server].conns[slot]) {
             if matches!(self.conns.get(t.0), Some(Conn::Server(_))) {
                 return Ok(t);
             }
@@ -138,8 +175,11 @@ impl Worker<'_> {
             sent_bytes: 0,
             stream: None,
             rstream: None,
+            dedicated,
         })));
-        self.pools[pool].servers[server].conns[slot] = Some(token);
+        if !dedicated {
+            self.pools[pool].servers[server].conns[slot] = Some(token);
+        }
         self.stats
             .server_add(pool, server, ServerField::ServerConnections, 1);
         self.stats.worker_add(WorkerField::ServerConnects, 1);
@@ -440,6 +480,12 @@ impl Worker<'_> {
         }
         if streamed {
             self.process_replies(token, now);
+            return;
+        }
+        if let Some(Conn::Server(s)) = self.conns.get(token.0) {
+            if s.dedicated && s.inflight.is_empty() && s.stream.is_none() && s.rbuf.is_empty() {
+                self.retire_server(token);
+            }
         }
     }
 

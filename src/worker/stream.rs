@@ -2,13 +2,16 @@
 //!
 //! Requests: a single-key command whose bulk argument is at least
 //! [`STREAM_THRESHOLD`] bytes is routed as soon as its head (everything
-//! before that argument's value) is parsed. The head is queued on the
-//! server connection and the rest passes from the client's input to the
-//! server's output as it arrives, the later arguments framed and checked on
-//! the way. While it passes, other requests for that connection wait in the
-//! connection's `deferred` buffer so nothing lands in its middle. The client
-//! is not read while the server has more than [`STREAM_HIGH`] bytes queued,
-//! and is read again below [`STREAM_LOW`].
+//! before that argument's value) is parsed. The head is queued on a server
+//! connection of its own (so no other client's request waits behind a slow
+//! upload, and an aborted one poisons nothing shared) and the rest passes
+//! from the client's input to that connection's output as it arrives, the
+//! later arguments framed and checked on the way. The client's earlier
+//! requests are answered before it starts and its next ones wait for its
+//! reply, so one client's requests still never overtake each other. The
+//! client is not read while the server has more than [`STREAM_HIGH`] bytes
+//! queued, and is read again below [`STREAM_LOW`]. The connection is closed
+//! once the request is answered.
 //!
 //! Replies: a bulk reply of at least [`STREAM_THRESHOLD`] bytes for the
 //! request at the head of its client's replies is passed to the client as
@@ -17,8 +20,7 @@
 //! whole, as any other.
 //!
 //! Failures: a client that goes away in the middle of a request leaves the
-//! server connection with half a command, so that connection is closed
-//! (its other requests fail). A server connection that fails in the middle
+//! server connection with half a command, so that connection is closed. A server connection that fails in the middle
 //! of a request answers the client with the error; the client's input is
 //! still framed, so the rest of its request is read and dropped and the
 //! client stays usable. A server connection that fails in the middle of a
@@ -32,29 +34,45 @@ use crate::stats::{PoolField, ServerField, WorkerField};
 use mio::Token;
 use std::time::Instant;
 
+/// What became of a request that could be streamed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum StreamStart {
+    /// Routed; its head is queued.
+    Started,
+    /// Earlier requests of the client are not answered yet: wait for them.
+    Wait,
+    /// Not streamable here: buffer it whole.
+    No,
+}
+
 impl Worker<'_> {
     /// Route a request whose large argument is still arriving and queue its
-    /// head. False: the request cannot be streamed (buffer it whole).
+    /// head on a connection of its own.
     pub(super) fn start_stream(
         &mut self,
         token: Token,
         head: StreamHead,
         bytes: &[u8],
         now: Instant,
-    ) -> bool {
-        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
-            return false;
+    ) -> StreamStart {
+        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+            return StreamStart::No;
         };
         let (pool, client_id) = (c.pool, c.id);
         let req = &head.req;
         if !c.session.authenticated && redis::local::needs_auth(req) {
-            return false;
+            return StreamStart::No;
         }
         if self.pools[pool].cfg.replicas > 1 {
-            return false;
+            return StreamStart::No;
         }
+        if !c.pending.is_empty() {
+            c.solo = true;
+            return StreamStart::Wait;
+        }
+        c.solo = true;
         let Some(range) = req.keys.first() else {
-            return false;
+            return StreamStart::No;
         };
         let key = &bytes[range.clone()];
         let mut target = None;
@@ -62,16 +80,11 @@ impl Worker<'_> {
             None => self.reply_no_server(token, pool, req),
             Some(server) => {
                 let slot = self.conn_slot(token, pool, server, client_id, req.op);
-                match self.server_conn(pool, server, slot, now) {
+                match self.server_conn_dedicated(pool, server, slot, now) {
                     Ok(st) => {
                         let Some(Conn::Server(s)) = self.conns.get(st.0) else {
-                            return false;
+                            return StreamStart::No;
                         };
-                        if s.stream.is_some() {
-                            // Another client's request is passing on this
-                            // connection: this one is buffered whole.
-                            return false;
-                        }
                         let sid = s.id;
                         self.note_key(pool, key);
                         let seq = self.push_slot(token, false, Slot::default());
@@ -86,8 +99,6 @@ impl Worker<'_> {
                             s.stream = Some(SrvStream {
                                 client: token,
                                 client_id,
-                                deferred: Default::default(),
-                                deferred_n: 0,
                             });
                         }
                         target = Some((st, sid));
@@ -108,7 +119,7 @@ impl Worker<'_> {
             });
         }
         self.stats.worker_add(WorkerField::Requests, 1);
-        true
+        StreamStart::Started
     }
 
     /// Pass what the client's input holds of its streamed request. True
@@ -197,14 +208,10 @@ impl Worker<'_> {
         let before = s.wbuf.len();
         s.wbuf.extend(&c.rbuf.bytes()[..n]);
         s.unsent_bytes += n as u64;
-        if let Some(ss) = &s.stream {
-            // The streamed request's entry: the last one before the deferred.
-            let idx = s.inflight.len().checked_sub(1 + ss.deferred_n);
-            if let Some(e) = idx.and_then(|i| s.inflight.get_mut(i)) {
-                if matches!(e.waiter, Waiter::Client { token, id, .. } if token == ct && id == c.id)
-                {
-                    e.len += n;
-                }
+        // The streamed request is the connection's last.
+        if let Some(e) = s.inflight.back_mut() {
+            if matches!(e.waiter, Waiter::Client { token, id, .. } if token == ct && id == c.id) {
+                e.len += n;
             }
         }
         let (pool, server) = (s.pool, s.server);
@@ -219,8 +226,7 @@ impl Worker<'_> {
         over
     }
 
-    /// A streamed request was queued whole: the requests that waited
-    /// behind it follow, and timeouts count from now.
+    /// A streamed request was queued whole: its timeout counts from now.
     fn end_server_stream(&mut self, st: Token, sid: u64, now: Instant) {
         let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
             return;
@@ -228,16 +234,9 @@ impl Worker<'_> {
         if s.id != sid {
             return;
         }
-        let Some(ss) = s.stream.take() else {
-            return;
-        };
-        let before = s.wbuf.len();
-        s.wbuf.extend(ss.deferred.bytes());
+        s.stream = None;
         for e in s.inflight.iter_mut() {
             e.timed_from = now;
-        }
-        if before == 0 && !s.wbuf.is_empty() {
-            self.dirty_servers.push(st);
         }
     }
 
