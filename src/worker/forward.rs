@@ -24,7 +24,14 @@ impl Worker<'_> {
     /// never overtake each other even with `server_connections` > 1, and a
     /// RESP3 client gets a connection that said `HELLO 3`; a memcached
     /// binary request gets a binary connection (the same second half).
-    pub(super) fn conn_slot(&self, token: Token, pool: usize, server: usize, client_id: u64, op: Op) -> usize {
+    pub(super) fn conn_slot(
+        &self,
+        token: Token,
+        pool: usize,
+        server: usize,
+        client_id: u64,
+        op: Op,
+    ) -> usize {
         let resp3 = matches!(self.conns.get(token.0), Some(Conn::Client(c)) if c.session.resp3);
         let second = resp3 || self.pools[pool].proto.conn_class(op) == 1;
         self.pools[pool].servers[server].slot_for(client_id, second)

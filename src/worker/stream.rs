@@ -439,10 +439,12 @@ impl Worker<'_> {
         let (pool, server) = (s.pool, s.server);
         s.sent = s.sent.saturating_sub(1);
         s.sent_bytes = s.sent_bytes.saturating_sub(front.len as u64);
-        self.stats.server_sub(pool, server, ServerField::OutQueue, 1);
+        self.stats
+            .server_sub(pool, server, ServerField::OutQueue, 1);
         self.stats
             .server_sub(pool, server, ServerField::OutQueueBytes, front.len as u64);
-        self.stats.server_add(pool, server, ServerField::Responses, 1);
+        self.stats
+            .server_add(pool, server, ServerField::Responses, 1);
         self.stats
             .server_add(pool, server, ServerField::ResponseBytes, rs.total as u64);
         self.pools[pool].record_success(server, now);
