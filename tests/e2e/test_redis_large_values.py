@@ -247,3 +247,29 @@ def test_client_gone_mid_body_leaves_no_partial_write(setup):
     finally:
         b.close()
         d.close()
+
+
+def test_server_gone_mid_body_errors_and_keeps_client(setup):
+    backend, proxy, worker = setup
+    key = f"dead:{uuid.uuid4().hex}".encode()
+    size = 16 * MB
+    d = Conn(backend.port, timeout=10)
+    a = Conn(proxy.port())
+    try:
+        a.send_big(b"SET", key, size, tail=(b"EX", b"60"), stop_at=4 * MB)
+        wait_until(lambda: connected_clients(d) == 2, 10, what="the streamed request's connection")
+        d.close()
+        backend.kill()
+        # The rest of the request is read and dropped: the client stays in step.
+        left = size - 4 * MB
+        while left:
+            part = BLOCK[: min(left, 2 * MB)]
+            a.sock.sendall(part)
+            left -= len(part)
+        a.send(b"\r\n$2\r\nEX\r\n$2\r\n60\r\n")
+        reply = a.line()
+        assert reply.startswith(b"-ERR"), reply
+        a.send_command(b"PING")
+        assert a.line() == b"+PONG"
+    finally:
+        a.close()
