@@ -160,6 +160,8 @@ pub struct RepStream {
     pub total: usize,
     /// Not reading the server: the client's output is over the high mark.
     pub blocked: bool,
+    /// When bytes last passed (a client that stops reading is closed).
+    pub progress: Instant,
 }
 
 impl Client {

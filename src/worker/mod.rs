@@ -56,6 +56,8 @@ pub(crate) const STREAM_THRESHOLD: usize = 1024 * 1024;
 const STREAM_HIGH: usize = 1024 * 1024;
 /// ...and reads again once they drain below this.
 const STREAM_LOW: usize = 256 * 1024;
+/// A client that reads nothing of a streamed reply for this long is closed.
+const STREAM_STALL: Duration = Duration::from_secs(10);
 /// Most write passes over dirty connections in one loop iteration.
 const FLUSH_ROUNDS: usize = 4;
 
@@ -299,6 +301,7 @@ impl<'a> Worker<'a> {
             if now.duration_since(last_sweep) >= Duration::from_secs(1) {
                 last_sweep = now;
                 self.sweep_idle(now);
+                self.sweep_stalled_streams(now);
                 self.probe_servers(now);
             }
             self.flush_dirty();

@@ -16,8 +16,9 @@
 //! Replies: a bulk reply of at least [`STREAM_THRESHOLD`] bytes for the
 //! request at the head of its client's replies is passed to the client as
 //! it arrives; the server is not read while that client has more than
-//! [`STREAM_HIGH`] bytes unwritten. A reply not at the head is buffered
-//! whole, as any other.
+//! [`STREAM_HIGH`] bytes unwritten; a client that reads none of it for
+//! [`STREAM_STALL`] is closed (the server connection is shared). A reply not
+//! at the head is buffered whole, as any other.
 //!
 //! Failures: a client that goes away in the middle of a request leaves the
 //! server connection with half a command, so that connection is closed. A server connection that fails in the middle
@@ -28,7 +29,7 @@
 
 use super::conn::{Conn, RepStream, ReqStream, Slot, SrvStream, Waiter};
 use super::server::Ending;
-use super::{Worker, STREAM_HIGH, STREAM_LOW, STREAM_THRESHOLD};
+use super::{Worker, STREAM_HIGH, STREAM_LOW, STREAM_STALL, STREAM_THRESHOLD};
 use crate::proto::redis::{self, StreamHead};
 use crate::stats::{PoolField, ServerField, WorkerField};
 use mio::Token;
@@ -280,13 +281,22 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) else {
             return;
         };
-        if c.wbuf.len() >= STREAM_LOW {
-            return;
-        }
-        let Some((st, sid)) = c.rstream_from.take() else {
+        let Some((st, sid)) = c.rstream_from else {
             return;
         };
-        self.unblock_reply(st, sid, false);
+        let low = c.wbuf.len() < STREAM_LOW;
+        if low {
+            c.rstream_from = None;
+        }
+        // The client took some of it: not stalled.
+        if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
+            if let (true, Some(r)) = (s.id == sid, s.rstream.as_mut()) {
+                r.progress = Instant::now();
+            }
+        }
+        if low {
+            self.unblock_reply(st, sid, false);
+        }
     }
 
     /// Let a server paused by a streamed reply read again (`drop_client`:
@@ -344,6 +354,7 @@ impl Worker<'_> {
             left: total,
             total,
             blocked: false,
+            progress: Instant::now(),
         })
     }
 
@@ -380,6 +391,7 @@ impl Worker<'_> {
                 return false;
             }
             rs.left -= n;
+            rs.progress = now;
             let done = rs.left == 0;
             let mut added = 0;
             let mut over = None;
@@ -463,6 +475,33 @@ impl Worker<'_> {
                 let added = c.drain_ready();
                 self.dirty_clients.push(ct);
                 self.add_out(added);
+            }
+        }
+    }
+
+    /// Close the clients that have not read any of a streamed reply for
+    /// [`STREAM_STALL`]: the server connection they hold is shared, and the
+    /// replies of the other clients on it wait behind theirs.
+    pub(super) fn sweep_stalled_streams(&mut self, now: Instant) {
+        let stalled: Vec<(Token, u64)> = self
+            .conns
+            .iter()
+            .filter_map(|(_, c)| match c {
+                Conn::Server(s) => s.rstream.as_ref().and_then(|r| {
+                    (r.blocked && now.duration_since(r.progress) > STREAM_STALL)
+                        .then_some(r.client)
+                        .flatten()
+                }),
+                _ => None,
+            })
+            .collect();
+        for (ct, cid) in stalled {
+            if matches!(self.conns.get(ct.0), Some(Conn::Client(c)) if c.id == cid) {
+                crate::log_notice!(
+                    "client not reading a large reply for {} s: closing it",
+                    STREAM_STALL.as_secs()
+                );
+                self.close_client(ct, true);
             }
         }
     }

@@ -273,3 +273,47 @@ def test_server_gone_mid_body_errors_and_keeps_client(setup):
         assert a.line() == b"+PONG"
     finally:
         a.close()
+
+
+def test_client_not_reading_a_streamed_reply_is_closed(setup):
+    """The server connection a streamed reply comes on is shared: a client
+    that stops reading it is closed after 10 s and the others go on."""
+    backend, proxy, worker = setup
+    key = f"unread:{uuid.uuid4().hex}".encode()
+    other = f"other:{uuid.uuid4().hex}".encode()
+    w = Conn(proxy.port())
+    try:
+        w.send_big(b"SET", key, 64 * MB)
+        assert w.line() == b"+OK"
+        w.send_command(b"SET", other, b"x")
+        assert w.line() == b"+OK"
+    finally:
+        w.close()
+    a = Conn(proxy.port())
+    a.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    b = Conn(proxy.port(), timeout=30)
+    try:
+        a.send_command(b"GET", key)  # and never read
+
+        def waiting() -> bool:
+            pool = proxy.stats()["big"]
+            return any(isinstance(v, dict) and v.get("out_queue", 0) >= 1 for v in pool.values())
+        wait_until(waiting, 10, what="the GET to reach the server")
+        t0 = time.monotonic()
+        b.send_command(b"GET", other)
+        assert b.line() == b"$1"
+        assert b.line() == b"x"
+        waited = time.monotonic() - t0
+        assert waited < 25, waited
+        assert a.rf.read(1) == b"$"  # a got the start, then was closed
+        # Drain what a was sent: the stream ends before the value's 64 MB.
+        got = 1
+        while True:
+            part = a.rf.read(1 << 20)
+            if not part:
+                break
+            got += len(part)
+        assert got < 64 * MB
+    finally:
+        a.close()
+        b.close()
