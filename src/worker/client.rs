@@ -2,16 +2,14 @@
 //! order, write.
 
 use super::conn::{Conn, Inflight, Slot, Waiter};
-use super::{Worker, READ_CHUNK};
+use super::stream::StreamStart;
+use super::{Worker, READ_BUDGET, READ_CHUNK, STREAM_THRESHOLD};
 use crate::proto::{Local, Parse, Request, Route};
 use crate::stats::{PoolField, ServerField, WorkerField};
 use mio::Token;
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::AsRawFd;
 use std::time::Instant;
-
-/// Most bytes read from one client per event before other work runs.
-const READ_BUDGET: usize = 256 * 1024;
 
 impl Worker<'_> {
     /// Read what the client sent. `hup`: the peer also closed its side, so
@@ -22,7 +20,7 @@ impl Worker<'_> {
             let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
                 return;
             };
-            if c.closing || c.paused {
+            if c.closing || c.paused || c.stream.as_ref().is_some_and(|s| s.blocked) {
                 break;
             }
             if c.rbuf.capacity() == 0 {
@@ -57,6 +55,13 @@ impl Worker<'_> {
             }
         }
         self.process_input(token, now);
+        if let Some(Conn::Client(c)) = self.conns.get(token.0) {
+            if c.eof && c.stream.is_some() {
+                // The peer ended in the middle of a streamed request.
+                self.close_client(token, true);
+                return;
+            }
+        }
         // TCP_QUICKACK where a delayed ACK can stall: the client's request is
         // incomplete, so no reply will carry the ACK, and a client sending
         // with Nagle waits for it before sending the rest (the 40 ms stalls
@@ -85,6 +90,24 @@ impl Worker<'_> {
                 return;
             }
         }
+        if c.closing {
+            return;
+        }
+        if c.stream.is_some() {
+            let done = self.pass_stream(token, now);
+            let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+                return;
+            };
+            if !done {
+                if c.rbuf.is_empty() && c.rbuf.capacity() > 0 {
+                    self.bufs.give(std::mem::take(&mut c.rbuf));
+                }
+                return;
+            }
+        }
+        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+            return;
+        };
         if c.rbuf.len() < c.need || c.closing {
             return;
         }
@@ -100,6 +123,7 @@ impl Worker<'_> {
         let mut off = 0;
         let mut need = 0;
         let mut swallow = 0;
+        let mut streamed = false;
         loop {
             let input = &rbuf.bytes()[off..];
             if input.is_empty() {
@@ -107,10 +131,17 @@ impl Worker<'_> {
             }
             // Backpressure: a client with too many requests in flight is
             // not read until its replies drain (resumed in write_client).
-            if let Some(Conn::Client(c)) = self.conns.get(token.0) {
+            if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
                 if c.pending.len() >= max_inflight {
                     paused = true;
                     break;
+                }
+                if c.solo {
+                    if !c.pending.is_empty() {
+                        paused = true;
+                        break;
+                    }
+                    c.solo = false;
                 }
             }
             match proto.parse_request(input, &limits) {
@@ -125,6 +156,26 @@ impl Worker<'_> {
                 }
                 Ok(Parse::Incomplete { hint }) => {
                     need = hint;
+                    if hint > STREAM_THRESHOLD && proto == crate::proto::Protocol::Redis {
+                        // A large argument: forward the request as it arrives.
+                        if let Some(head) =
+                            crate::proto::redis::stream_head(input, &limits, STREAM_THRESHOLD)
+                        {
+                            let len = head.req.len;
+                            match self.start_stream(token, head, &input[..len], now) {
+                                StreamStart::Started => {
+                                    off += len;
+                                    need = 0;
+                                    streamed = true;
+                                }
+                                StreamStart::Wait => {
+                                    need = 0;
+                                    paused = true;
+                                }
+                                StreamStart::No => {}
+                            }
+                        }
+                    }
                     break;
                 }
                 Err(err) => {
@@ -163,6 +214,9 @@ impl Worker<'_> {
                 self.dirty_clients.push(token);
             }
             self.add_out(added);
+        }
+        if streamed {
+            self.process_input(token, now);
         }
     }
 
@@ -260,6 +314,7 @@ impl Worker<'_> {
                 op,
                 len,
                 sent_at: now,
+                timed_from: now,
                 key: self.slow_key,
             });
         }
@@ -291,6 +346,7 @@ impl Worker<'_> {
         if !self.flush_client(token) {
             return;
         }
+        self.client_drained(token);
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return;
         };
@@ -298,7 +354,11 @@ impl Worker<'_> {
             .ctl
             .client_max_inflight
             .unwrap_or(self.pools[c.pool].cfg.client_max_inflight);
-        if c.paused && c.pending.len() < max_inflight / 2 + 1 && c.wbuf.len() < READ_CHUNK * 4 {
+        if c.paused
+            && c.pending.len() < max_inflight / 2 + 1
+            && (!c.solo || c.pending.is_empty())
+            && c.wbuf.len() < READ_CHUNK * 4
+        {
             c.paused = false;
             self.read_client(token, std::time::Instant::now(), true);
             return;
@@ -326,7 +386,7 @@ impl Worker<'_> {
     /// Write queued output; close the client on a socket error or when
     /// more than `client_output_limit` bytes stay unwritten. Returns
     /// whether the client is still open.
-    fn flush_client(&mut self, token: Token) -> bool {
+    pub(super) fn flush_client(&mut self, token: Token) -> bool {
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return false;
         };
@@ -389,6 +449,12 @@ impl Worker<'_> {
         };
         let _ = self.poll.registry().deregister(&mut c.sock);
         self.sub_out(c.wbuf.len());
+        if let Some((st, sid)) = c.stream.take().and_then(|s| s.server) {
+            self.abort_server_stream(st, sid, "client closed in the middle of a request");
+        }
+        if let Some((st, sid)) = c.rstream_from.take() {
+            self.unblock_reply(st, sid, true);
+        }
         let pool = c.pool;
         self.pools[pool].clients = self.pools[pool].clients.saturating_sub(1);
         self.stats.pool_sub(pool, PoolField::ClientConnections, 1);

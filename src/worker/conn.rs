@@ -106,10 +106,62 @@ pub struct Client {
     pub closing: bool,
     /// Reading paused: too many requests in flight (resumed as they drain).
     pub paused: bool,
+    /// Parse nothing more until every reply is written: a streamed request
+    /// goes on a connection of its own, so it starts only once the earlier
+    /// requests are answered and the next ones wait for its reply (one
+    /// client's requests never overtake each other).
+    pub solo: bool,
     /// Redis session state (AUTH done, protocol version, name).
     pub session: crate::proto::redis::local::Session,
     /// Last activity (idle timeout).
     pub last_active: Instant,
+    /// A large request being passed to its server as it arrives.
+    pub stream: Option<ReqStream>,
+    /// A server whose reading is paused until this client's output drains
+    /// (a large reply streamed to it), with that server's id.
+    pub rstream_from: Option<(Token, u64)>,
+}
+
+/// A large request being forwarded as it arrives (Redis): its head went to
+/// the server; the rest passes from the client's input to the server's
+/// output, argument by argument.
+#[derive(Debug)]
+pub struct ReqStream {
+    /// The server connection and its id; `None`: the request already
+    /// failed (no server), the rest of it is read and dropped.
+    pub server: Option<(Token, u64)>,
+    /// Bytes of the current argument (value and CRLF) still to pass.
+    pub left: usize,
+    /// Arguments after the current one.
+    pub args_left: usize,
+    /// Not reading the client: the server's output is over the high mark.
+    pub blocked: bool,
+}
+
+/// A (dedicated) server connection that carries a streamed request.
+#[derive(Debug)]
+pub struct SrvStream {
+    /// The client sending it.
+    pub client: Token,
+    /// That client's id.
+    pub client_id: u64,
+}
+
+/// A large bulk reply passed to its client as it arrives (the client was
+/// waiting for it at the head of its replies).
+#[derive(Debug)]
+pub struct RepStream {
+    /// The client and its id; `None` when it went away (the rest of the
+    /// reply is read and dropped).
+    pub client: Option<(Token, u64)>,
+    /// Bytes of the reply still to pass.
+    pub left: usize,
+    /// Bytes of the whole reply.
+    pub total: usize,
+    /// Not reading the server: the client's output is over the high mark.
+    pub blocked: bool,
+    /// When bytes last passed (a client that stops reading is closed).
+    pub progress: Instant,
 }
 
 impl Client {
@@ -174,8 +226,11 @@ pub struct Inflight {
     pub op: Op,
     /// Request bytes (queue gauges).
     pub len: usize,
-    /// When the request was queued (timeouts, latency).
+    /// When the request was queued (latency).
     pub sent_at: Instant,
+    /// Where its timeout counts from: `sent_at`, or the end of a streamed
+    /// request queued before it.
+    pub timed_from: Instant,
     /// First key of the request, kept while the slow log is on.
     pub key: crate::stats::slowlog::KeyPrefix,
 }
@@ -222,6 +277,13 @@ pub struct Server {
     pub sent: u64,
     /// Bytes counted in the out_queue_bytes gauge.
     pub sent_bytes: u64,
+    /// A large request being streamed to this connection.
+    pub stream: Option<SrvStream>,
+    /// A large reply being streamed from this connection.
+    pub rstream: Option<RepStream>,
+    /// A connection of its own for one streamed request (not in the
+    /// server's connection slots; closed once answered).
+    pub dedicated: bool,
 }
 
 /// A connection of the worker.

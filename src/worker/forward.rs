@@ -39,7 +39,14 @@ impl Worker<'_> {
     /// never overtake each other even with `server_connections` > 1, and a
     /// RESP3 client gets a connection that said `HELLO 3`; a memcached
     /// binary request gets a binary connection (the same second half).
-    fn conn_slot(&self, token: Token, pool: usize, server: usize, client_id: u64, op: Op) -> usize {
+    pub(super) fn conn_slot(
+        &self,
+        token: Token,
+        pool: usize,
+        server: usize,
+        client_id: u64,
+        op: Op,
+    ) -> usize {
         let resp3 = matches!(self.conns.get(token.0), Some(Conn::Client(c)) if c.session.resp3);
         let second = resp3 || self.pools[pool].proto.conn_class(op) == 1;
         self.pools[pool].servers[server].slot_for(client_id, second)
@@ -139,7 +146,7 @@ impl Worker<'_> {
     }
 
     /// Reserve the next reply slot (none for noreply); returns its sequence.
-    fn push_slot(&mut self, token: Token, noreply: bool, slot: Slot) -> Option<u64> {
+    pub(super) fn push_slot(&mut self, token: Token, noreply: bool, slot: Slot) -> Option<u64> {
         if noreply {
             return None;
         }
@@ -154,7 +161,7 @@ impl Worker<'_> {
     /// A request that could not be queued: its slot gets the error (which
     /// may trigger a retry on another replica).
     #[allow(clippy::too_many_arguments)]
-    fn fail_unsent(
+    pub(super) fn fail_unsent(
         &mut self,
         token: Token,
         client_id: u64,

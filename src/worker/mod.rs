@@ -18,6 +18,7 @@ mod local;
 mod pool;
 mod replies;
 mod server;
+mod stream;
 
 pub use accept::AcceptMutex;
 pub use pool::PoolRt;
@@ -43,8 +44,21 @@ use std::time::{Duration, Instant};
 const LISTENER_BASE: usize = 1 << 40;
 /// Token of the master channel.
 const CONTROL: usize = (1 << 40) - 1;
+/// Most bytes read from one connection per event before what arrived is
+/// processed.
+const READ_BUDGET: usize = 256 * 1024;
 /// Bytes read per `read(2)`.
 const READ_CHUNK: usize = 16 * 1024;
+/// A Redis bulk argument or bulk reply at least this large is streamed:
+/// forwarded in pieces as it arrives instead of being buffered whole.
+pub(crate) const STREAM_THRESHOLD: usize = 1024 * 1024;
+/// A streaming side stops reading once the other side has this many bytes
+/// queued...
+const STREAM_HIGH: usize = 1024 * 1024;
+/// ...and reads again once they drain below this.
+const STREAM_LOW: usize = 256 * 1024;
+/// A client that reads nothing of a streamed reply for this long is closed.
+const STREAM_STALL: Duration = Duration::from_secs(10);
 /// Most write passes over dirty connections in one loop iteration.
 const FLUSH_ROUNDS: usize = 4;
 
@@ -127,6 +141,8 @@ pub struct Worker<'a> {
     timers: BinaryHeap<Reverse<(Instant, usize, u64)>>,
     dirty_servers: Vec<Token>,
     dirty_clients: Vec<Token>,
+    /// Connections paused by a stream's backpressure that may read again.
+    resume: Vec<Token>,
     next_id: u64,
     bufs: buffer::BufPool,
     ctl: WorkerCtl,
@@ -173,6 +189,7 @@ impl<'a> Worker<'a> {
             timers: BinaryHeap::new(),
             dirty_servers: Vec::new(),
             dirty_clients: Vec::new(),
+            resume: Vec::new(),
             next_id: 1,
             bufs: buffer::BufPool::default(),
             ctl: WorkerCtl {
@@ -235,7 +252,10 @@ impl<'a> Worker<'a> {
         }
         loop {
             let mut timeout = self.next_timer_wait();
-            if !self.dirty_servers.is_empty() || !self.dirty_clients.is_empty() {
+            if !self.dirty_servers.is_empty()
+                || !self.dirty_clients.is_empty()
+                || !self.resume.is_empty()
+            {
                 // Output queued by the last flush itself (see flush_dirty).
                 timeout = Some(Duration::ZERO);
             }
@@ -281,9 +301,11 @@ impl<'a> Worker<'a> {
                 }
             }
             self.fire_timers(now);
+            self.resume_streams(now);
             if now.duration_since(last_sweep) >= Duration::from_secs(1) {
                 last_sweep = now;
                 self.sweep_idle(now);
+                self.sweep_stalled_streams(now);
                 self.probe_servers(now);
                 if self.trim.due() {
                     crate::log_debug!("returned free heap memory to the kernel");
@@ -592,6 +614,7 @@ impl<'a> Worker<'a> {
                 eof: false,
                 closing: false,
                 paused: false,
+                solo: false,
                 session: crate::proto::redis::local::Session::new(
                     id,
                     self.pools[pool]
@@ -601,6 +624,8 @@ impl<'a> Worker<'a> {
                         .map(str::as_bytes),
                 ),
                 last_active: now,
+                stream: None,
+                rstream_from: None,
             })));
             self.pools[pool].clients += 1;
             self.stats
@@ -633,6 +658,20 @@ impl<'a> Worker<'a> {
                 break;
             };
             self.server_timer(Token(token), id, now);
+        }
+    }
+
+    /// Read again from connections a stream's backpressure had paused.
+    fn resume_streams(&mut self, now: Instant) {
+        let mut tokens = std::mem::take(&mut self.resume);
+        tokens.sort_unstable();
+        tokens.dedup();
+        for t in tokens {
+            match self.conns.get(t.0) {
+                Some(Conn::Client(_)) => self.read_client(t, now, true),
+                Some(Conn::Server(_)) => self.read_server(t, now, true),
+                None => {}
+            }
         }
     }
 

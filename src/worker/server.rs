@@ -3,7 +3,7 @@
 //! ejection.
 
 use super::conn::{Conn, Server, ServerState, Waiter};
-use super::{Worker, READ_CHUNK};
+use super::{Worker, READ_BUDGET, READ_CHUNK};
 use crate::proto::{Op, Parse};
 use crate::stats::{PoolField, ServerField, WorkerField};
 use mio::{Interest, Token};
@@ -13,7 +13,7 @@ use std::time::Instant;
 
 /// How a server connection ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Ending {
+pub(super) enum Ending {
     /// The server closed it.
     Eof,
     /// A socket or protocol error.
@@ -31,7 +31,43 @@ impl Worker<'_> {
         slot: usize,
         now: Instant,
     ) -> Result<Token, String> {
-        self.server_conn_for(pool, server, slot, now, false)
+        self.server_conn_for(pool, server, slot, now, false, false)
+    }
+
+    /// A new connection to a server for one streamed request only: it
+    /// takes no other request (so none waits behind a slow upload) and is
+    /// closed once that request is answered. `slot` gives its protocol
+    /// (RESP2 or RESP3) as for the shared connections.
+    pub(super) fn server_conn_dedicated(
+        &mut self,
+        pool: usize,
+        server: usize,
+        slot: usize,
+        now: Instant,
+    ) -> Result<Token, String> {
+        self.server_conn_for(pool, server, slot, now, false, true)
+    }
+
+    /// Close a dedicated connection whose request was answered.
+    fn retire_server(&mut self, token: Token) {
+        let Some(Conn::Server(_)) = self.conns.get(token.0) else {
+            return;
+        };
+        let Conn::Server(mut s) = self.conns.remove(token.0) else {
+            return;
+        };
+        let _ = self.poll.registry().deregister(&mut s.sock);
+        let (pool, server) = (s.pool, s.server);
+        self.stats
+            .server_sub(pool, server, ServerField::ServerConnections, 1);
+        self.stats
+            .server_sub(pool, server, ServerField::InQueue, s.unsent);
+        self.stats
+            .server_sub(pool, server, ServerField::InQueueBytes, s.unsent_bytes);
+        self.stats
+            .server_sub(pool, server, ServerField::OutQueue, s.sent);
+        self.stats
+            .server_sub(pool, server, ServerField::OutQueueBytes, s.sent_bytes);
     }
 
     /// Health checks: connect to every server whose retry time came and
@@ -49,7 +85,7 @@ impl Worker<'_> {
                 if !s.probing || s.conns[0].is_some() {
                     continue;
                 }
-                let Ok(token) = self.server_conn_for(pool, server, 0, now, true) else {
+                let Ok(token) = self.server_conn_for(pool, server, 0, now, true, false) else {
                     continue;
                 };
                 let (op, probe): (Op, &[u8]) = if self.pools[pool].cfg.redis {
@@ -87,8 +123,9 @@ impl Worker<'_> {
         slot: usize,
         now: Instant,
         probe: bool,
+        dedicated: bool,
     ) -> Result<Token, String> {
-        if let Some(t) = self.pools[pool].servers[server].conns[slot] {
+        if let (false, Some(t)) = (dedicated, self.pools[pool].servers[server].conns[slot]) {
             if matches!(self.conns.get(t.0), Some(Conn::Server(_))) {
                 return Ok(t);
             }
@@ -136,8 +173,13 @@ impl Worker<'_> {
             unsent_bytes: 0,
             sent: 0,
             sent_bytes: 0,
+            stream: None,
+            rstream: None,
+            dedicated,
         })));
-        self.pools[pool].servers[server].conns[slot] = Some(token);
+        if !dedicated {
+            self.pools[pool].servers[server].conns[slot] = Some(token);
+        }
         self.stats
             .server_add(pool, server, ServerField::ServerConnections, 1);
         self.stats.worker_add(WorkerField::ServerConnects, 1);
@@ -240,7 +282,8 @@ impl Worker<'_> {
                 }
             }
         }
-        if s.wbuf.is_empty() && s.unsent > 0 {
+        let streaming = s.stream.is_some();
+        if s.wbuf.is_empty() && (s.unsent > 0 || s.unsent_bytes > 0) {
             let (pool, server) = (s.pool, s.server);
             let (n, b) = (s.unsent, s.unsent_bytes);
             s.sent += n;
@@ -255,20 +298,36 @@ impl Worker<'_> {
             self.stats
                 .server_add(pool, server, ServerField::OutQueueBytes, b);
         }
+        if streaming {
+            self.server_drained(token);
+        }
     }
 
     pub(super) fn read_server(&mut self, token: Token, now: Instant, hup: bool) {
+        let mut total = 0;
         loop {
             let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
                 return;
             };
+            if s.rstream.as_ref().is_some_and(|r| r.blocked) {
+                // A streamed reply's client lags: read on when it drains.
+                return;
+            }
+            if total >= READ_BUDGET {
+                // Hand what arrived on (a large reply may be streaming)
+                // before reading more.
+                self.process_replies(token, now);
+                total = 0;
+                continue;
+            }
             match s.rbuf.read_fd(s.sock.as_raw_fd(), READ_CHUNK) {
                 Ok((0, _)) => {
                     self.process_replies(token, now);
                     self.close_server(token, Ending::Eof, "Connection reset by peer", now);
                     return;
                 }
-                Ok((_, short)) => {
+                Ok((n, short)) => {
+                    total += n;
                     if short && !hup {
                         break;
                     }
@@ -290,6 +349,12 @@ impl Worker<'_> {
         let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
             return;
         };
+        if s.rstream.is_some() && !self.pass_reply_stream(token, now) {
+            return;
+        }
+        let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
+            return;
+        };
         if s.rbuf.len() < s.need {
             return;
         }
@@ -304,6 +369,7 @@ impl Worker<'_> {
         let mut queued_error = "Invalid argument";
         let mut is_fault = true;
         let mut replies = 0u64;
+        let mut streamed = false;
         loop {
             let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
                 return;
@@ -377,6 +443,15 @@ impl Worker<'_> {
                 }
                 Ok(Parse::Incomplete { hint }) => {
                     need = hint;
+                    if hint > super::STREAM_THRESHOLD && proto == crate::proto::Protocol::Redis {
+                        if let Some(rs) = self.reply_stream_start(input, &front) {
+                            if let Some(Conn::Server(s)) = self.conns.get_mut(token.0) {
+                                s.rstream = Some(rs);
+                                streamed = true;
+                                need = 0;
+                            }
+                        }
+                    }
                     break;
                 }
                 Err(e) => {
@@ -401,6 +476,16 @@ impl Worker<'_> {
                 msg
             );
             self.close_server_as(token, Ending::Error, queued_error, now, is_fault);
+            return;
+        }
+        if streamed {
+            self.process_replies(token, now);
+            return;
+        }
+        if let Some(Conn::Server(s)) = self.conns.get(token.0) {
+            if s.dedicated && s.inflight.is_empty() && s.stream.is_none() && s.rbuf.is_empty() {
+                self.retire_server(token);
+            }
         }
     }
 
@@ -456,10 +541,16 @@ impl Worker<'_> {
         let Some(timeout) = self.pools[s.pool].timeout() else {
             return;
         };
+        if s.stream.is_some() || s.rstream.is_some() {
+            // A large value is moving: no timeout while it does.
+            s.timer_armed = true;
+            self.arm_timer(now + timeout, token, id);
+            return;
+        }
         let Some(front) = s.inflight.front() else {
             return;
         };
-        let deadline = front.sent_at + timeout;
+        let deadline = front.timed_from + timeout;
         if deadline <= now {
             self.close_server(token, Ending::Timeout, "Connection timed out", now);
         } else {
@@ -493,7 +584,7 @@ impl Worker<'_> {
 
     /// [`Self::close_server`]; `is_fault` false when the server is well
     /// and only this connection is unusable (no backoff, no ejection).
-    fn close_server_as(
+    pub(super) fn close_server_as(
         &mut self,
         token: Token,
         how: Ending,
@@ -509,6 +600,25 @@ impl Worker<'_> {
         };
         let _ = self.poll.registry().deregister(&mut s.sock);
         let (pool, server) = (s.pool, s.server);
+        if let Some(ss) = s.stream.take() {
+            // The client streaming a request here: the rest of it is
+            // dropped as it arrives, its reply is the error below.
+            if let Some(Conn::Client(c)) = self.conns.get_mut(ss.client.0) {
+                if c.id == ss.client_id {
+                    if let Some(rs) = c.stream.as_mut() {
+                        if rs.server == Some((token, s.id)) {
+                            rs.server = None;
+                            if rs.blocked {
+                                rs.blocked = false;
+                                self.resume.push(ss.client);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // The client that got part of a streamed reply cannot be answered.
+        let half_answered = s.rstream.take().and_then(|r| r.client);
         if self.pools[pool].servers[server].conns[s.slot] == Some(token) {
             self.pools[pool].servers[server].conns[s.slot] = None;
         }
@@ -554,6 +664,11 @@ impl Worker<'_> {
                 proto.server_error(f.op, msg, &mut out);
                 self.stats.pool_add(pool, PoolField::ForwardError, 1);
                 self.fragment_done(ct, id, seq, frag, out, true, true);
+            }
+        }
+        if let Some((ct, cid)) = half_answered {
+            if matches!(self.conns.get(ct.0), Some(Conn::Client(c)) if c.id == cid) {
+                self.close_client(ct, true);
             }
         }
     }

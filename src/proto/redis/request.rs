@@ -222,6 +222,110 @@ fn count_line(buf: &[u8], pos: usize, too_big: &str) -> Result<(Option<i64>, usi
     Ok((parse_int(&buf[pos + 1..cr]), cr + 2))
 }
 
+/// A request whose bulk argument is too large to buffer whole: what the
+/// data path needs to forward it as it arrives (see [`stream_head`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamHead {
+    /// The request with its routing; `len` is the length of the head: every
+    /// byte up to the first byte of the large argument's value.
+    pub req: Request,
+    /// Bytes of the large argument still to pass: its value and CRLF.
+    pub body: usize,
+    /// Arguments after the large one (framed and checked as they pass).
+    pub args_left: usize,
+}
+
+/// A request at the start of `buf` that `parse_request` found incomplete
+/// because a bulk argument of at least `threshold` bytes is not all there:
+/// when its command is a single-key one whose key came before that
+/// argument, returns the head to forward now. `None`: buffer the request
+/// whole, as any other.
+pub fn stream_head(buf: &[u8], limits: &Limits, threshold: usize) -> Option<StreamHead> {
+    let mut args = Args::frame(buf, limits).ok()?;
+    if !matches!(args.kind, Kind::Multibulk { .. }) {
+        return None;
+    }
+    let first = args.next_arg().ok()??;
+    let cmd = Cmd::lookup(&buf[first.range.clone()])?;
+    if cmd.class() != CmdClass::Single {
+        return None;
+    }
+    let KeySpec::At(key_idx) = cmd.keys() else {
+        return None;
+    };
+    let key_idx = usize::from(key_idx);
+    let mut keys = Keys::new();
+    let mut idx = 1usize;
+    loop {
+        let at = args.pos;
+        match args.next_arg() {
+            Ok(Some(arg)) => {
+                if idx == key_idx {
+                    keys.push(arg.range);
+                }
+                idx += 1;
+            }
+            Err(Stop::Incomplete(hint)) if hint > 0 => {
+                let (n, start) = count_line(buf, at, "").ok()?;
+                let n = usize::try_from(n?).ok()?;
+                if n < threshold || keys.is_empty() || start + n + 2 != hint {
+                    return None;
+                }
+                let Kind::Multibulk { remaining } = args.kind else {
+                    return None;
+                };
+                return Some(StreamHead {
+                    req: Request {
+                        len: start,
+                        op: Op::Redis(RedisOp {
+                            cmd,
+                            class: cmd.class(),
+                        }),
+                        keys,
+                        route: Route::Single,
+                        noreply: false,
+                    },
+                    body: n + 2,
+                    args_left: remaining - 1,
+                });
+            }
+            _ => return None,
+        }
+    }
+}
+
+/// The header (`$<len>\r\n`) of the next argument of a request being
+/// streamed: `Ok(Some((header_len, value_len)))`, `Ok(None)` when the
+/// header is not all there yet, or the protocol error to reply (the
+/// connection is then closed, as redis-server does).
+pub fn stream_arg(buf: &[u8], limits: &Limits) -> Result<Option<(usize, usize)>, Vec<u8>> {
+    let Some(&c) = buf.first() else {
+        return Ok(None);
+    };
+    if c != b'$' {
+        let mut out = b"-ERR Protocol error: expected '$', got '".to_vec();
+        out.push(c);
+        out.extend_from_slice(b"'\r\n");
+        return Err(out);
+    }
+    match count_line(buf, 0, "too big bulk count string") {
+        Ok((n, start)) => {
+            let n = n
+                .and_then(|n| usize::try_from(n).ok())
+                .filter(|&n| n <= limits.max_value && n <= isize::MAX as usize / 2);
+            match n {
+                Some(n) => Ok(Some((start, n))),
+                None => match protocol("invalid bulk length") {
+                    Stop::Protocol(r) => Err(r),
+                    Stop::Incomplete(_) => Ok(None),
+                },
+            }
+        }
+        Err(Stop::Incomplete(_)) => Ok(None),
+        Err(Stop::Protocol(r)) => Err(r),
+    }
+}
+
 /// Progress through XREAD / XREADGROUP options towards the first stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Streams {

@@ -283,3 +283,79 @@ fn random_inputs_are_split_invariant() {
     }
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
+
+fn big_limits() -> Limits {
+    Limits {
+        max_value: 512 << 20,
+        max_keys: 1000,
+    }
+}
+
+#[test]
+fn stream_head_of_a_large_set() {
+    let buf = b"*5\r\n$3\r\nSET\r\n$3\r\nkey\r\n$2000000\r\nabc";
+    let l = big_limits();
+    assert_eq!(
+        parse_request(buf, &l).unwrap(),
+        Parse::Incomplete {
+            hint: 32 + 2_000_000 + 2
+        }
+    );
+    let h = stream_head(buf, &l, 1 << 20).unwrap();
+    assert_eq!(h.req.len, 32, "the head ends where the value starts");
+    assert_eq!(&buf[h.req.keys[0].clone()], b"key");
+    assert_eq!(h.req.route, Route::Single);
+    assert_eq!(h.body, 2_000_002);
+    assert_eq!(h.args_left, 2);
+    // Not all of the header there yet: no head.
+    assert!(stream_head(&buf[..30], &l, 1 << 20).is_none());
+}
+
+#[test]
+fn stream_head_only_when_streamable() {
+    let l = big_limits();
+    let t = 1 << 20;
+    // Below the threshold.
+    assert!(stream_head(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1000\r\nab", &l, t).is_none());
+    // The large argument is the key itself.
+    assert!(stream_head(b"*3\r\n$3\r\nSET\r\n$2000000\r\nab", &l, t).is_none());
+    // The key comes after the large argument (EVAL script first).
+    assert!(stream_head(b"*4\r\n$4\r\nEVAL\r\n$2000000\r\nab", &l, t).is_none());
+    // Split across servers (MSET), answered locally (ECHO), unknown.
+    assert!(stream_head(b"*3\r\n$4\r\nMSET\r\n$1\r\nk\r\n$2000000\r\nab", &l, t).is_none());
+    assert!(stream_head(b"*2\r\n$4\r\nECHO\r\n$2000000\r\nab", &l, t).is_none());
+    assert!(stream_head(b"*3\r\n$4\r\nNOPE\r\n$1\r\nk\r\n$2000000\r\nab", &l, t).is_none());
+    // Inline commands carry no bulk strings.
+    assert!(stream_head(b"SET k v", &l, t).is_none());
+    // Over max_value: the normal parser's protocol error, not a stream.
+    let small = Limits {
+        max_value: 1 << 20,
+        max_keys: 10,
+    };
+    assert!(stream_head(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2000000\r\nab", &small, t).is_none());
+    // HSET: key first, the large field value later.
+    let h = stream_head(
+        b"*4\r\n$4\r\nHSET\r\n$1\r\nh\r\n$1\r\nf\r\n$3000000\r\n",
+        &l,
+        t,
+    )
+    .unwrap();
+    assert_eq!(h.args_left, 0);
+    assert_eq!(h.body, 3_000_002);
+}
+
+#[test]
+fn stream_arg_frames_the_arguments_after_the_value() {
+    let l = big_limits();
+    assert_eq!(stream_arg(b"", &l), Ok(None));
+    assert_eq!(stream_arg(b"$2", &l), Ok(None));
+    assert_eq!(stream_arg(b"$2\r", &l), Ok(None));
+    assert_eq!(stream_arg(b"$2\r\nEX\r\n", &l), Ok(Some((4, 2))));
+    assert_eq!(stream_arg(b"$0\r\n", &l), Ok(Some((4, 0))));
+    let err = |b: &[u8]| String::from_utf8(stream_arg(b, &l).unwrap_err()).unwrap();
+    assert!(err(b"EX\r\n").contains("expected '$', got 'E'"));
+    assert!(err(b"$-1\r\n").contains("invalid bulk length"));
+    assert!(err(b"$x\r\n").contains("invalid bulk length"));
+    assert!(err(b"$600000000\r\n").contains("invalid bulk length"));
+    assert!(err(&[b'$'; 70000]).contains("too big bulk count string"));
+}

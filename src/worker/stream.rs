@@ -1,0 +1,508 @@
+//! Large Redis values streamed instead of buffered whole.
+//!
+//! Requests: a single-key command whose bulk argument is at least
+//! [`STREAM_THRESHOLD`] bytes is routed as soon as its head (everything
+//! before that argument's value) is parsed. The head is queued on a server
+//! connection of its own (so no other client's request waits behind a slow
+//! upload, and an aborted one poisons nothing shared) and the rest passes
+//! from the client's input to that connection's output as it arrives, the
+//! later arguments framed and checked on the way. The client's earlier
+//! requests are answered before it starts and its next ones wait for its
+//! reply, so one client's requests still never overtake each other. The
+//! client is not read while the server has more than [`STREAM_HIGH`] bytes
+//! queued, and is read again below [`STREAM_LOW`]. The connection is closed
+//! once the request is answered.
+//!
+//! Replies: a bulk reply of at least [`STREAM_THRESHOLD`] bytes for the
+//! request at the head of its client's replies is passed to the client as
+//! it arrives; the server is not read while that client has more than
+//! [`STREAM_HIGH`] bytes unwritten; a client that reads none of it for
+//! [`STREAM_STALL`] is closed (the server connection is shared). A reply not
+//! at the head is buffered whole, as any other.
+//!
+//! Failures: a client that goes away in the middle of a request leaves the
+//! server connection with half a command, so that connection is closed. A server connection that fails in the middle
+//! of a request answers the client with the error; the client's input is
+//! still framed, so the rest of its request is read and dropped and the
+//! client stays usable. A server connection that fails in the middle of a
+//! streamed reply leaves the client with half a reply: the client is closed.
+
+use super::conn::{Conn, RepStream, ReqStream, Slot, SrvStream, Waiter};
+use super::server::Ending;
+use super::{Worker, STREAM_HIGH, STREAM_LOW, STREAM_STALL, STREAM_THRESHOLD};
+use crate::proto::redis::{self, StreamHead};
+use crate::stats::{PoolField, ServerField, WorkerField};
+use mio::Token;
+use std::time::Instant;
+
+/// What became of a request that could be streamed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum StreamStart {
+    /// Routed; its head is queued.
+    Started,
+    /// Earlier requests of the client are not answered yet: wait for them.
+    Wait,
+    /// Not streamable here: buffer it whole.
+    No,
+}
+
+impl Worker<'_> {
+    /// Route a request whose large argument is still arriving and queue its
+    /// head on a connection of its own.
+    pub(super) fn start_stream(
+        &mut self,
+        token: Token,
+        head: StreamHead,
+        bytes: &[u8],
+        now: Instant,
+    ) -> StreamStart {
+        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+            return StreamStart::No;
+        };
+        let (pool, client_id) = (c.pool, c.id);
+        let req = &head.req;
+        if !c.session.authenticated && redis::local::needs_auth(req) {
+            return StreamStart::No;
+        }
+        if self.pools[pool].cfg.replicas > 1 {
+            return StreamStart::No;
+        }
+        if !c.pending.is_empty() {
+            c.solo = true;
+            return StreamStart::Wait;
+        }
+        c.solo = true;
+        let Some(range) = req.keys.first() else {
+            return StreamStart::No;
+        };
+        let key = &bytes[range.clone()];
+        let mut target = None;
+        match self.pools[pool].server_for(key, now) {
+            None => self.reply_no_server(token, pool, req),
+            Some(server) => {
+                let slot = self.conn_slot(token, pool, server, client_id, req.op);
+                match self.server_conn_dedicated(pool, server, slot, now) {
+                    Ok(st) => {
+                        let Some(Conn::Server(s)) = self.conns.get(st.0) else {
+                            return StreamStart::No;
+                        };
+                        let sid = s.id;
+                        self.note_key(pool, key);
+                        let seq = self.push_slot(token, false, Slot::default());
+                        let waiter = seq.map(|seq| Waiter::Client {
+                            token,
+                            id: client_id,
+                            seq,
+                            frag: None,
+                        });
+                        self.enqueue(st, waiter, req.op, |out| out.extend_from_slice(bytes), now);
+                        if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
+                            s.stream = Some(SrvStream {
+                                client: token,
+                                client_id,
+                            });
+                        }
+                        target = Some((st, sid));
+                    }
+                    Err(msg) => {
+                        let seq = self.push_slot(token, false, Slot::default());
+                        self.fail_unsent(token, client_id, seq, None, pool, req.op, &msg);
+                    }
+                }
+            }
+        }
+        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+            c.stream = Some(ReqStream {
+                server: target,
+                left: head.body,
+                args_left: head.args_left,
+                blocked: false,
+            });
+        }
+        self.stats.worker_add(WorkerField::Requests, 1);
+        StreamStart::Started
+    }
+
+    /// Pass what the client's input holds of its streamed request. True
+    /// when the request is complete (parse the next one), false when more
+    /// input is needed or the client is paused or closing.
+    pub(super) fn pass_stream(&mut self, token: Token, now: Instant) -> bool {
+        loop {
+            let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+                return false;
+            };
+            let pool = c.pool;
+            let Some(rs) = c.stream.as_mut() else {
+                return true;
+            };
+            if rs.left > 0 {
+                let n = rs.left.min(c.rbuf.len());
+                if n == 0 {
+                    return false;
+                }
+                rs.left -= n;
+                let target = rs.server;
+                let over = match target {
+                    Some((st, sid)) => self.stream_out(token, st, sid, n),
+                    None => false,
+                };
+                let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+                    return false;
+                };
+                c.rbuf.consume(n);
+                if let (true, Some((st, _))) = (over, target) {
+                    // Write now; pause the client only if the server lags.
+                    self.write_server(st, now);
+                    let lagging = matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.wbuf.len() > STREAM_HIGH);
+                    if lagging {
+                        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+                            if let Some(rs) = c.stream.as_mut() {
+                                if rs.server.is_some() {
+                                    rs.blocked = true;
+                                    return false;
+                                }
+                            }
+                        }
+                    }
+                }
+                continue;
+            }
+            if rs.args_left > 0 {
+                let limits = self.pools[pool].limits;
+                match redis::stream_arg(c.rbuf.bytes(), &limits) {
+                    Ok(None) => return false,
+                    Ok(Some((header, n))) => {
+                        // The header passes as part of the argument.
+                        rs.args_left -= 1;
+                        rs.left = header + n + 2;
+                        continue;
+                    }
+                    Err(reply) => {
+                        let target = rs.server;
+                        c.stream = None;
+                        if let Some((st, sid)) = target {
+                            self.abort_server_stream(st, sid, "protocol error in a request");
+                        }
+                        self.stats.pool_add(pool, PoolField::ClientErr, 0);
+                        self.push_ready(token, reply, true);
+                        return false;
+                    }
+                }
+            }
+            let target = rs.server;
+            c.stream = None;
+            if let Some((st, sid)) = target {
+                self.end_server_stream(st, sid, now);
+            }
+            return true;
+        }
+    }
+
+    /// Copy the first `n` bytes of a client's input to the server
+    /// connection its request streams to. Returns whether the server's
+    /// output is now over the high mark.
+    fn stream_out(&mut self, ct: Token, st: Token, sid: u64, n: usize) -> bool {
+        let (c, s) = match self.conns.get2_mut(ct.0, st.0) {
+            Some((Conn::Client(c), Conn::Server(s))) if s.id == sid => (c, s),
+            _ => return false,
+        };
+        let before = s.wbuf.len();
+        s.wbuf.extend(&c.rbuf.bytes()[..n]);
+        s.unsent_bytes += n as u64;
+        // The streamed request is the connection's last.
+        if let Some(e) = s.inflight.back_mut() {
+            if matches!(e.waiter, Waiter::Client { token, id, .. } if token == ct && id == c.id) {
+                e.len += n;
+            }
+        }
+        let (pool, server) = (s.pool, s.server);
+        let over = s.wbuf.len() > STREAM_HIGH;
+        self.stats
+            .server_add(pool, server, ServerField::RequestBytes, n as u64);
+        self.stats
+            .server_add(pool, server, ServerField::InQueueBytes, n as u64);
+        if before == 0 {
+            self.dirty_servers.push(st);
+        }
+        over
+    }
+
+    /// A streamed request was queued whole: its timeout counts from now.
+    fn end_server_stream(&mut self, st: Token, sid: u64, now: Instant) {
+        let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
+            return;
+        };
+        if s.id != sid {
+            return;
+        }
+        s.stream = None;
+        for e in s.inflight.iter_mut() {
+            e.timed_from = now;
+        }
+    }
+
+    /// A streamed request cannot be completed: its server connection holds
+    /// half a command and is closed.
+    pub(super) fn abort_server_stream(&mut self, st: Token, sid: u64, why: &str) {
+        if matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id == sid) {
+            crate::log_info!("closing a server connection holding half a request: {why}");
+            self.close_server_as(st, Ending::Error, why, Instant::now(), false);
+        }
+    }
+
+    /// The server's output drained below the low mark: read the client
+    /// streaming to it again.
+    pub(super) fn server_drained(&mut self, st: Token) {
+        let Some(Conn::Server(s)) = self.conns.get(st.0) else {
+            return;
+        };
+        let Some(ss) = &s.stream else {
+            return;
+        };
+        if s.wbuf.len() >= STREAM_LOW {
+            return;
+        }
+        let (ct, cid) = (ss.client, ss.client_id);
+        if let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) {
+            if c.id == cid {
+                if let Some(rs) = c.stream.as_mut() {
+                    if rs.blocked {
+                        rs.blocked = false;
+                        self.resume.push(ct);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The client's output drained below the low mark: read the server
+    /// streaming a reply to it again.
+    pub(super) fn client_drained(&mut self, ct: Token) {
+        let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) else {
+            return;
+        };
+        let Some((st, sid)) = c.rstream_from else {
+            return;
+        };
+        let low = c.wbuf.len() < STREAM_LOW;
+        if low {
+            c.rstream_from = None;
+        }
+        // The client took some of it: not stalled.
+        if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
+            if let (true, Some(r)) = (s.id == sid, s.rstream.as_mut()) {
+                r.progress = Instant::now();
+            }
+        }
+        if low {
+            self.unblock_reply(st, sid, false);
+        }
+    }
+
+    /// Let a server paused by a streamed reply read again (`drop_client`:
+    /// the client went away, the rest of the reply is dropped).
+    pub(super) fn unblock_reply(&mut self, st: Token, sid: u64, drop_client: bool) {
+        if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
+            if s.id == sid {
+                if let Some(r) = s.rstream.as_mut() {
+                    if drop_client {
+                        r.client = None;
+                    }
+                    if r.blocked {
+                        r.blocked = false;
+                        self.resume.push(st);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether the reply starting `input` (incomplete, for request `front`)
+    /// is a large bulk string its client waits for at the head of its
+    /// replies: then it is streamed.
+    pub(super) fn reply_stream_start(
+        &self,
+        input: &[u8],
+        front: &super::conn::Inflight,
+    ) -> Option<RepStream> {
+        if input.first() != Some(&b'$') {
+            return None;
+        }
+        let Waiter::Client {
+            token: ct,
+            id,
+            seq,
+            frag: None,
+        } = front.waiter
+        else {
+            return None;
+        };
+        let header = redis::resp::bulk_header(input)?;
+        if header.1 < STREAM_THRESHOLD {
+            return None;
+        }
+        let Some(Conn::Client(c)) = self.conns.get(ct.0) else {
+            return None;
+        };
+        let f = c.pending.front()?;
+        if c.id != id || c.head_seq != seq || f.ready || f.multi.is_some() || f.retry.is_some() {
+            return None;
+        }
+        let total = header.0 + header.1 + 2;
+        Some(RepStream {
+            client: Some((ct, id)),
+            left: total,
+            total,
+            blocked: false,
+            progress: Instant::now(),
+        })
+    }
+
+    /// Pass what the server's input holds of a streamed reply. True when
+    /// the reply is complete (parse the next one).
+    pub(super) fn pass_reply_stream(&mut self, st: Token, now: Instant) -> bool {
+        loop {
+            let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
+                return false;
+            };
+            let sid = s.id;
+            let Some(rs) = s.rstream.as_mut() else {
+                return true;
+            };
+            if rs.blocked {
+                return false;
+            }
+            let mut n = rs.left.min(s.rbuf.len());
+            if n < rs.left && rs.left - n < 2 {
+                // Keep the final CRLF whole, to check it.
+                n = rs.left - 2;
+            }
+            if n == 0 {
+                return false;
+            }
+            if n == rs.left && &s.rbuf.bytes()[n - 2..n] != b"\r\n" {
+                let (pool, server) = (s.pool, s.server);
+                crate::log_warn!(
+                    "pool '{}': server '{}': bad reply: bulk string not terminated by CRLF",
+                    self.pools[pool].cfg.name,
+                    self.pools[pool].servers[server].name
+                );
+                self.close_server_as(st, Ending::Error, "Invalid argument", now, true);
+                return false;
+            }
+            rs.left -= n;
+            rs.progress = now;
+            let done = rs.left == 0;
+            let mut added = 0;
+            let mut over = None;
+            if let Some((ct, cid)) = rs.client {
+                match self.conns.get2_mut(st.0, ct.0) {
+                    Some((Conn::Server(s), Conn::Client(c))) if c.id == cid => {
+                        if c.wbuf.capacity() == 0 {
+                            c.wbuf = self.bufs.take();
+                        }
+                        c.wbuf.extend(&s.rbuf.bytes()[..n]);
+                        added = n;
+                        if !done && c.wbuf.len() > STREAM_HIGH {
+                            c.rstream_from = Some((st, sid));
+                            if let Some(rs) = s.rstream.as_mut() {
+                                rs.blocked = true;
+                            }
+                            over = Some(ct);
+                        }
+                        self.dirty_clients.push(ct);
+                    }
+                    Some((Conn::Server(s), _)) => {
+                        if let Some(rs) = s.rstream.as_mut() {
+                            rs.client = None;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
+                s.rbuf.consume(n);
+            }
+            self.add_out(added);
+            if done {
+                self.finish_reply_stream(st, now);
+                return true;
+            }
+            if let Some(ct) = over {
+                // Write now; the server stays paused only if the client lags.
+                if self.flush_client(ct) {
+                    self.client_drained(ct);
+                }
+            }
+        }
+    }
+
+    /// The last byte of a streamed reply passed: account it like any reply.
+    fn finish_reply_stream(&mut self, st: Token, now: Instant) {
+        let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
+            return;
+        };
+        let Some(rs) = s.rstream.take() else {
+            return;
+        };
+        let Some(front) = s.inflight.pop_front() else {
+            return;
+        };
+        let (pool, server) = (s.pool, s.server);
+        s.sent = s.sent.saturating_sub(1);
+        s.sent_bytes = s.sent_bytes.saturating_sub(front.len as u64);
+        self.stats
+            .server_sub(pool, server, ServerField::OutQueue, 1);
+        self.stats
+            .server_sub(pool, server, ServerField::OutQueueBytes, front.len as u64);
+        self.stats
+            .server_add(pool, server, ServerField::Responses, 1);
+        self.stats
+            .server_add(pool, server, ServerField::ResponseBytes, rs.total as u64);
+        self.pools[pool].record_success(server, now);
+        self.record_reply(pool, server, &front, now);
+        let Some((ct, cid)) = rs.client else {
+            return;
+        };
+        let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) else {
+            return;
+        };
+        if let Waiter::Client { seq, .. } = front.waiter {
+            if c.id == cid && c.head_seq == seq {
+                c.pending.pop_front();
+                c.head_seq += 1;
+                c.rstream_from = None;
+                let added = c.drain_ready();
+                self.dirty_clients.push(ct);
+                self.add_out(added);
+            }
+        }
+    }
+
+    /// Close the clients that have not read any of a streamed reply for
+    /// [`STREAM_STALL`]: the server connection they hold is shared, and the
+    /// replies of the other clients on it wait behind theirs.
+    pub(super) fn sweep_stalled_streams(&mut self, now: Instant) {
+        let stalled: Vec<(Token, u64)> = self
+            .conns
+            .iter()
+            .filter_map(|(_, c)| match c {
+                Conn::Server(s) => s.rstream.as_ref().and_then(|r| {
+                    (r.blocked && now.duration_since(r.progress) > STREAM_STALL)
+                        .then_some(r.client)
+                        .flatten()
+                }),
+                _ => None,
+            })
+            .collect();
+        for (ct, cid) in stalled {
+            if matches!(self.conns.get(ct.0), Some(Conn::Client(c)) if c.id == cid) {
+                crate::log_notice!(
+                    "client not reading a large reply for {} s: closing it",
+                    STREAM_STALL.as_secs()
+                );
+                self.close_client(ct, true);
+            }
+        }
+    }
+}

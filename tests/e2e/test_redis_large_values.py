@@ -1,0 +1,319 @@
+"""Large Redis values streamed through walnut (walnut only): a bulk
+argument or bulk reply of 1 MB or more is forwarded in pieces as it
+arrives, so a worker never holds a whole 300 MB value."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import threading
+import time
+import uuid
+
+import pytest
+
+from procs import HOST, Proxy, redis_pool, wait_until
+
+MB = 1024 * 1024
+# A pattern whose period (251) does not divide any chunk size, holding
+# every byte value (CR and LF included): binary safety.
+PATTERN = bytes((i * 7 + 3) % 256 for i in range(251))
+BLOCK = PATTERN * (4 * MB // len(PATTERN))  # continues the pattern block to block
+
+
+def digest_of(size: int) -> str:
+    h = hashlib.sha1()
+    left = size
+    while left:
+        part = BLOCK[: min(left, len(BLOCK))]
+        h.update(part)
+        left -= len(part)
+    return h.hexdigest()
+
+
+def worker_pids(master: int) -> list[int]:
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == master:
+            pids.append(int(d))
+    return pids
+
+
+def vm_hwm_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmHWM")
+
+
+class Conn:
+    """A raw RESP connection that sends and reads large values in pieces."""
+
+    def __init__(self, port: int, timeout: float = 120.0):
+        self.sock = socket.create_connection((HOST, port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.rf = self.sock.makefile("rb")
+
+    def close(self) -> None:
+        self.rf.close()
+        self.sock.close()
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def send_command(self, *args: bytes) -> None:
+        out = [b"*%d\r\n" % len(args)]
+        for a in args:
+            out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+        self.send(b"".join(out))
+
+    def send_big(self, cmd: bytes, key: bytes, size: int, tail: tuple[bytes, ...] = (), stop_at: int | None = None) -> None:
+        """``cmd key <size bytes of PATTERN> tail...``; ``stop_at``: send only that many value bytes."""
+        self.send(b"*%d\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n" % (3 + len(tail), len(cmd), cmd, len(key), key, size))
+        left = size if stop_at is None else stop_at
+        while left:
+            part = BLOCK[: min(left, len(BLOCK))]
+            self.sock.sendall(part)
+            left -= len(part)
+        if stop_at is not None:
+            return
+        out = [b"\r\n"]
+        for a in tail:
+            out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+        self.send(b"".join(out))
+
+    def line(self) -> bytes:
+        line = self.rf.readline()
+        assert line.endswith(b"\r\n"), f"connection ended: {line!r}"
+        return line[:-2]
+
+    def bulk_digest(self) -> tuple[int, str]:
+        """Read one bulk reply without holding it whole: its length and sha1."""
+        head = self.line()
+        assert head.startswith(b"$"), head
+        n = int(head[1:])
+        h = hashlib.sha1()
+        left = n
+        while left:
+            part = self.rf.read(min(left, 4 * MB))
+            assert part, "connection ended inside a bulk reply"
+            h.update(part)
+            left -= len(part)
+        assert self.rf.read(2) == b"\r\n"
+        return n, h.hexdigest()
+
+
+@pytest.fixture
+def setup(procs):
+    backend = procs.redis()
+    proxy = Proxy("walnut", procs.workdir, {"big": redis_pool([backend], timeout=5000)},
+                  extra_args=["--workers", "1", "--admin", "off"])
+    procs.started.append(proxy)
+    proxy.start()
+    workers = wait_until(lambda: worker_pids(proxy.pid), 10, what="worker")
+    return backend, proxy, workers[0]
+
+
+@pytest.mark.parametrize("size_mb", [64, 300])
+def test_large_set_get_streamed(setup, size_mb):
+    backend, proxy, worker = setup
+    size = size_mb * MB
+    key = f"big:{uuid.uuid4().hex}".encode()
+    small = f"small:{uuid.uuid4().hex}".encode()
+    want = digest_of(size)
+    c = Conn(proxy.port())
+    try:
+        c.send_command(b"SET", small, b"tiny\r\nvalue")
+        assert c.line() == b"+OK"
+        # A big SET with trailing arguments, a small GET pipelined after it.
+        t0 = time.monotonic()
+        c.send_big(b"SET", key, size, tail=(b"EX", b"3600"))
+        c.send_command(b"GET", small)
+        assert c.line() == b"+OK"
+        set_s = time.monotonic() - t0
+        assert c.line() == b"$11"
+        assert c.rf.read(13) == b"tiny\r\nvalue\r\n"
+        # The big GET, and a small GET pipelined behind it.
+        t0 = time.monotonic()
+        c.send_command(b"GET", key)
+        c.send_command(b"GET", small)
+        assert c.bulk_digest() == (size, want)
+        get_s = time.monotonic() - t0
+        assert c.line() == b"$11"
+        assert c.rf.read(13) == b"tiny\r\nvalue\r\n"
+        c.send_command(b"TTL", key)
+        ttl = int(c.line()[1:])
+        assert 3500 < ttl <= 3600, "the arguments after the value reached the server"
+    finally:
+        c.close()
+    # Direct to the backend: the same value, and a reference time.
+    d = Conn(backend.port)
+    try:
+        t0 = time.monotonic()
+        d.send_command(b"GET", key)
+        assert d.bulk_digest() == (size, want)
+        direct_get_s = time.monotonic() - t0
+        t0 = time.monotonic()
+        d.send_big(b"SET", key + b":direct", size)
+        assert d.line() == b"+OK"
+        direct_set_s = time.monotonic() - t0
+        d.send_command(b"DEL", key, key + b":direct")
+        assert d.line() == b":2"
+    finally:
+        d.close()
+    hwm = vm_hwm_kb(worker)
+    print(f"\n{size_mb} MB: SET via walnut {set_s:.2f}s ({size_mb / set_s:.0f} MB/s), direct {direct_set_s:.2f}s; "
+          f"GET via walnut {get_s:.2f}s ({size_mb / get_s:.0f} MB/s), direct {direct_get_s:.2f}s; "
+          f"worker VmHWM {hwm} kB")
+    assert hwm < 64 * 1024, f"worker peak RSS {hwm} kB while moving {size_mb} MB"
+    pool = proxy.stats()["big"]
+    server = next(v for v in pool.values() if isinstance(v, dict))
+    # Counted as the bytes pass: both big SETs' arguments, the big GET's reply.
+    assert server["request_bytes"] > size
+    assert server["response_bytes"] > size
+
+
+def test_other_clients_served_during_a_slow_upload(setup):
+    backend, proxy, worker = setup
+    key = f"slow:{uuid.uuid4().hex}".encode()
+    size = 32 * MB
+    a = Conn(proxy.port())
+    b = Conn(proxy.port(), timeout=10)
+    try:
+        a.send_big(b"SET", key, size, stop_at=size // 2)
+        for i in range(20):
+            k = f"other:{i}".encode()
+            b.send_command(b"SET", k, b"v%d" % i)
+            assert b.line() == b"+OK"
+            b.send_command(b"GET", k)
+            assert b.line() == b"$%d" % len(b"v%d" % i)
+            assert b.line() == b"v%d" % i
+        left = size - size // 2
+        while left:
+            part = BLOCK[(size // 2) % len(PATTERN):][: min(left, 2 * MB)]
+            a.sock.sendall(part)
+            left -= len(part)
+        # The second half did not continue the pattern exactly: only compare lengths.
+        a.send(b"\r\n")
+        assert a.line() == b"+OK"
+        a.send_command(b"STRLEN", key)
+        assert a.line() == b":%d" % size
+    finally:
+        a.close()
+        b.close()
+
+
+def connected_clients(d: Conn) -> int:
+    d.send_command(b"INFO", b"clients")
+    head = d.line()
+    body = d.rf.read(int(head[1:]) + 2)
+    return int(body.split(b"connected_clients:")[1].split(b"\r\n")[0])
+
+
+def test_client_gone_mid_body_leaves_no_partial_write(setup):
+    backend, proxy, worker = setup
+    key = f"cut:{uuid.uuid4().hex}".encode()
+    d = Conn(backend.port, timeout=10)
+    a = Conn(proxy.port())
+    b = Conn(proxy.port(), timeout=10)
+    try:
+        a.send_big(b"SET", key, 64 * MB, stop_at=20 * MB)
+        # The head went out on a connection of its own: this one and that one.
+        wait_until(lambda: connected_clients(d) == 2, 10, what="the streamed request's connection")
+        a.close()
+        wait_until(lambda: connected_clients(d) == 1, 10, what="the half-written request's connection to close")
+        d.send_command(b"EXISTS", key)
+        assert d.line() == b":0", "a partial command was applied"
+        # walnut keeps serving.
+        b.send_command(b"SET", key, b"after")
+        assert b.line() == b"+OK"
+        b.send_command(b"GET", key)
+        assert b.line() == b"$5"
+        assert b.line() == b"after"
+        # A second big SET after the abort completes on a clean connection.
+        b.send_big(b"SET", key, 3 * MB)
+        assert b.line() == b"+OK"
+        b.send_command(b"STRLEN", key)
+        assert b.line() == b":%d" % (3 * MB)
+    finally:
+        b.close()
+        d.close()
+
+
+def test_server_gone_mid_body_errors_and_keeps_client(setup):
+    backend, proxy, worker = setup
+    key = f"dead:{uuid.uuid4().hex}".encode()
+    size = 16 * MB
+    d = Conn(backend.port, timeout=10)
+    a = Conn(proxy.port())
+    try:
+        a.send_big(b"SET", key, size, tail=(b"EX", b"60"), stop_at=4 * MB)
+        wait_until(lambda: connected_clients(d) == 2, 10, what="the streamed request's connection")
+        d.close()
+        backend.kill()
+        # The rest of the request is read and dropped: the client stays in step.
+        left = size - 4 * MB
+        while left:
+            part = BLOCK[: min(left, 2 * MB)]
+            a.sock.sendall(part)
+            left -= len(part)
+        a.send(b"\r\n$2\r\nEX\r\n$2\r\n60\r\n")
+        reply = a.line()
+        assert reply.startswith(b"-ERR"), reply
+        a.send_command(b"PING")
+        assert a.line() == b"+PONG"
+    finally:
+        a.close()
+
+
+def test_client_not_reading_a_streamed_reply_is_closed(setup):
+    """The server connection a streamed reply comes on is shared: a client
+    that stops reading it is closed after 10 s and the others go on."""
+    backend, proxy, worker = setup
+    key = f"unread:{uuid.uuid4().hex}".encode()
+    other = f"other:{uuid.uuid4().hex}".encode()
+    w = Conn(proxy.port())
+    try:
+        w.send_big(b"SET", key, 64 * MB)
+        assert w.line() == b"+OK"
+        w.send_command(b"SET", other, b"x")
+        assert w.line() == b"+OK"
+    finally:
+        w.close()
+    a = Conn(proxy.port())
+    a.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    b = Conn(proxy.port(), timeout=30)
+    try:
+        a.send_command(b"GET", key)  # and never read
+
+        def waiting() -> bool:
+            pool = proxy.stats()["big"]
+            return any(isinstance(v, dict) and v.get("out_queue", 0) >= 1 for v in pool.values())
+        wait_until(waiting, 10, what="the GET to reach the server")
+        t0 = time.monotonic()
+        b.send_command(b"GET", other)
+        assert b.line() == b"$1"
+        assert b.line() == b"x"
+        waited = time.monotonic() - t0
+        assert waited < 25, waited
+        assert a.rf.read(1) == b"$"  # a got the start, then was closed
+        # Drain what a was sent: the stream ends before the value's 64 MB.
+        got = 1
+        while True:
+            part = a.rf.read(1 << 20)
+            if not part:
+                break
+            got += len(part)
+        assert got < 64 * MB
+    finally:
+        a.close()
+        b.close()
