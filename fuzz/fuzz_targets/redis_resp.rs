@@ -6,6 +6,9 @@
 //!   `Incomplete` (with a hint no larger than the message) or, for a request
 //!   the parser rejects, as the same error; a stream of messages parses the
 //!   same however it is cut;
+//! - a streamed request's head (`stream_head`) agrees with the whole-request
+//!   parser: the head, its large argument and the arguments left, once
+//!   completed, parse as one request with the same keys;
 //! - a multi-key request's fragments re-parse as whole requests that carry
 //!   exactly the keys they were built from, in order, and the merge of any
 //!   fragment replies is one whole reply.
@@ -13,7 +16,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use walnut::proto::redis::{merge_responses, parse_request, parse_response, write_fragment};
+use walnut::proto::redis::{
+    merge_responses, parse_request, parse_response, stream_arg, stream_head, write_fragment,
+};
 use walnut::proto::{Limits, Parse, Request, RequestError, Route};
 
 /// Messages looked at per input: enough to cover pipelines, bounded cost.
@@ -142,6 +147,43 @@ fn check_requests(data: &[u8], limits: &Limits) {
     }
 }
 
+/// Smallest argument streamed in this target (small, so inputs reach it).
+const STREAM_THRESHOLD: usize = 8;
+
+fn check_stream_head(data: &[u8], limits: &Limits) {
+    if let Ok(Some((start, n))) = stream_arg(data, limits) {
+        assert!(start <= data.len() && n <= limits.max_value);
+    }
+    let Some(h) = stream_head(data, limits, STREAM_THRESHOLD) else {
+        return;
+    };
+    let head = h.req.len;
+    assert!(head <= data.len());
+    assert!(h.body >= STREAM_THRESHOLD + 2 && h.body - 2 <= limits.max_value);
+    for k in &h.req.keys {
+        assert!(k.start <= k.end && k.end <= head);
+    }
+    let mut whole = data[..head].to_vec();
+    whole.resize(head + h.body - 2, b'v');
+    whole.extend_from_slice(b"\r\n");
+    for _ in 0..h.args_left.min(64) {
+        whole.extend_from_slice(b"$1\r\na\r\n");
+    }
+    if h.args_left > 64 {
+        return;
+    }
+    match parse_request(&whole, limits) {
+        Ok(Parse::Done(r)) => {
+            assert_eq!(r.len, whole.len(), "completed streamed request");
+            let got: Vec<&[u8]> = r.keys.iter().map(|k| &whole[k.clone()]).collect();
+            let want: Vec<&[u8]> = h.req.keys.iter().map(|k| &whole[k.clone()]).collect();
+            assert_eq!(got, want, "keys of the streamed head");
+            assert_eq!(r.op, h.req.op);
+        }
+        other => panic!("completed streamed request parses as {other:?}"),
+    }
+}
+
 fn check_responses(data: &[u8]) {
     let mut at = 0;
     for _ in 0..MAX_MESSAGES {
@@ -176,5 +218,6 @@ fuzz_target!(|data: &[u8]| {
         max_keys: 64,
     };
     check_requests(data, &limits);
+    check_stream_head(data, &limits);
     check_responses(data);
 });
