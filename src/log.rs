@@ -39,6 +39,9 @@ static LEVEL: AtomicU8 = AtomicU8::new(level::NOTICE);
 static FD: AtomicI32 = AtomicI32::new(2);
 static mut PATH: Option<std::path::PathBuf> = None;
 static ROLE: AtomicI32 = AtomicI32::new(-1);
+/// A worker's pid, taken once when it learns its role (a worker may log a
+/// line per slow request; getpid is a system call each time).
+static WORKER_PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 /// Current level.
 pub fn level() -> u8 {
@@ -63,6 +66,7 @@ pub fn level_down() {
 /// Name this process in log lines: -1 master/single, i for worker i.
 pub fn set_role(worker: i32) {
     ROLE.store(worker, Ordering::Relaxed);
+    WORKER_PID.store(std::process::id(), Ordering::Relaxed);
 }
 
 /// Log to `path` (appending) instead of stderr. Called once at startup,
@@ -120,10 +124,10 @@ pub fn write(lvl: u8, args: std::fmt::Arguments<'_>) {
         libc::localtime_r(&secs, &mut tm);
     }
     let role = ROLE.load(Ordering::Relaxed);
-    let who = if role < 0 {
-        String::from("master")
+    let (pid, who) = if role < 0 {
+        (std::process::id(), String::from("master"))
     } else {
-        format!("worker {role}")
+        (WORKER_PID.load(Ordering::Relaxed), format!("worker {role}"))
     };
     let line = format!(
         "[{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{:03}] {} {}: {}\n",
@@ -134,7 +138,7 @@ pub fn write(lvl: u8, args: std::fmt::Arguments<'_>) {
         tm.tm_min,
         tm.tm_sec,
         ms,
-        std::process::id(),
+        pid,
         who,
         args
     );

@@ -67,6 +67,9 @@ impl Worker<'_> {
             key: req.key.bytes().to_vec(),
         };
         self.stats.slowlog().push(&e);
+        if !self.slow_lines.take() {
+            return;
+        }
         let (pname, sname) = self
             .pools
             .get(pool)
@@ -114,5 +117,66 @@ impl Worker<'_> {
                 self.arm_timer(at, token, id);
             }
         }
+    }
+}
+
+/// Slow requests written to the log per worker and second; the rest are
+/// only in the slow log ring (`slowlog get`) and counted in one line. A
+/// stalled backend can make every request slow: writing a line for each
+/// would cost a system call per request exactly when the worker is late.
+const SLOW_LINES_PER_SECOND: u32 = 20;
+
+/// The per-second budget of slow-request log lines.
+#[derive(Debug)]
+pub struct SlowLines {
+    left: u32,
+    skipped: u64,
+}
+
+impl Default for SlowLines {
+    fn default() -> Self {
+        SlowLines {
+            left: SLOW_LINES_PER_SECOND,
+            skipped: 0,
+        }
+    }
+}
+
+impl SlowLines {
+    /// Whether one more line may be written now.
+    pub fn take(&mut self) -> bool {
+        if self.left == 0 {
+            self.skipped += 1;
+            return false;
+        }
+        self.left -= 1;
+        true
+    }
+
+    /// A new second: log what was skipped, refill the budget.
+    pub fn new_second(&mut self) {
+        if self.skipped > 0 {
+            crate::log_notice!(
+                "{} more slow requests in the last second not logged (admin: slowlog get)",
+                self.skipped
+            );
+        }
+        *self = SlowLines::default();
+    }
+}
+
+#[cfg(test)]
+mod slow_lines_tests {
+    use super::*;
+
+    #[test]
+    fn budget_per_second() {
+        let mut s = SlowLines::default();
+        let written = (0..100).filter(|_| s.take()).count();
+        assert_eq!(written, SLOW_LINES_PER_SECOND as usize);
+        assert_eq!(s.skipped, 100 - u64::from(SLOW_LINES_PER_SECOND));
+        s.new_second();
+        assert!(s.take());
+        assert_eq!(s.skipped, 0);
     }
 }

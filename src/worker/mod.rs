@@ -159,6 +159,8 @@ pub struct Worker<'a> {
     slow_key: crate::stats::slowlog::KeyPrefix,
     /// When to give freed memory back after many clients left.
     trim: heap::HeapTrim,
+    /// Slow-request log lines left this second, and those not written.
+    slow_lines: latency::SlowLines,
 }
 
 /// During a graceful stop a client is closed once it has nothing in flight
@@ -210,6 +212,7 @@ impl<'a> Worker<'a> {
             graceful_timeout: Duration::from_millis(config.process.graceful_timeout_ms),
             slow_key: crate::stats::slowlog::KeyPrefix::EMPTY,
             trim: heap::HeapTrim::default(),
+            slow_lines: latency::SlowLines::default(),
         };
         if mode != ListenerMode::AcceptMutex {
             w.register_listeners()?;
@@ -304,6 +307,7 @@ impl<'a> Worker<'a> {
             self.resume_streams(now);
             if now.duration_since(last_sweep) >= Duration::from_secs(1) {
                 last_sweep = now;
+                self.slow_lines.new_second();
                 self.sweep_idle(now);
                 self.sweep_stalled_streams(now);
                 self.probe_servers(now);
