@@ -10,6 +10,7 @@
 mod accept;
 mod buffer;
 mod client;
+mod cluster;
 mod conn;
 mod forward;
 mod heap;
@@ -215,6 +216,7 @@ impl<'a> Worker<'a> {
             w.register_listeners()?;
         }
         w.preconnect();
+        w.cluster_maintain(Instant::now());
         Ok(w)
     }
 
@@ -302,6 +304,7 @@ impl<'a> Worker<'a> {
             }
             self.fire_timers(now);
             self.resume_streams(now);
+            self.cluster_maintain(now);
             if now.duration_since(last_sweep) >= Duration::from_secs(1) {
                 last_sweep = now;
                 self.sweep_idle(now);
