@@ -90,7 +90,9 @@ impl Layout {
     }
     fn server_idx(&self, pool: usize, server: usize, f: ServerField) -> usize {
         match self.servers_per_pool.get(pool) {
-            Some(n) if server < *n => self.server_base[pool] + server * ServerField::COUNT + f as usize,
+            Some(n) if server < *n => {
+                self.server_base[pool] + server * ServerField::COUNT + f as usize
+            }
             _ => self.spare_server + f as usize,
         }
     }

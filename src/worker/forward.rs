@@ -306,7 +306,10 @@ impl Worker<'_> {
                 let key = &bytes[r.clone()];
                 let slot = crate::proto::redis::cluster::key_slot(key);
                 let g = *by_slot.entry(slot).or_insert_with(|| {
-                    groups.push((self.cluster_server(pool, key, req.op, client_id), Vec::new()));
+                    groups.push((
+                        self.cluster_server(pool, key, req.op, client_id),
+                        Vec::new(),
+                    ));
                     groups.len() - 1
                 });
                 groups[g].1.push(i);

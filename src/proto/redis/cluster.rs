@@ -71,7 +71,10 @@ pub fn parse_redirect(reply: &[u8]) -> Option<Redirect> {
         ask,
         slot,
         to: NodeAddr {
-            host: host.trim_start_matches('[').trim_end_matches(']').to_string(),
+            host: host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string(),
             port: port.parse().ok()?,
         },
     })
@@ -156,12 +159,15 @@ pub fn parse_slots(reply: &[u8]) -> Option<Vec<SlotRange>> {
         let Value::Array(items) = r else {
             return None;
         };
-        let (Some(Value::Int(start)), Some(Value::Int(end))) = (items.first(), items.get(1))
-        else {
+        let (Some(Value::Int(start)), Some(Value::Int(end))) = (items.first(), items.get(1)) else {
             return None;
         };
-        let start = u16::try_from(*start).ok().filter(|s| (*s as usize) < SLOTS)?;
-        let end = u16::try_from(*end).ok().filter(|e| (*e as usize) < SLOTS && *e >= start)?;
+        let start = u16::try_from(*start)
+            .ok()
+            .filter(|s| (*s as usize) < SLOTS)?;
+        let end = u16::try_from(*end)
+            .ok()
+            .filter(|e| (*e as usize) < SLOTS && *e >= start)?;
         let master = node(items.get(2)?)?;
         let replicas = items[3..].iter().filter_map(node).collect();
         out.push(SlotRange {
@@ -233,8 +239,14 @@ mod tests {
         assert_eq!((r[1].start, r[1].end), (5461, 16383));
         assert!(r[1].master.host.is_empty() && r[1].master.port == 30002);
         assert!(r[1].replicas.is_empty());
-        assert_eq!(parse_slots(b"-ERR This instance has cluster support disabled\r\n"), None);
-        assert_eq!(parse_slots(b"*1\r\n*3\r\n:9\r\n:1\r\n*2\r\n$1\r\na\r\n:1\r\n"), None);
+        assert_eq!(
+            parse_slots(b"-ERR This instance has cluster support disabled\r\n"),
+            None
+        );
+        assert_eq!(
+            parse_slots(b"*1\r\n*3\r\n:9\r\n:1\r\n*2\r\n$1\r\na\r\n:1\r\n"),
+            None
+        );
         assert_eq!(parse_slots(b"*0\r\n"), Some(vec![]));
     }
 }
