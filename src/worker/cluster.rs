@@ -9,7 +9,8 @@
 //! for a slot no map covers, a key goes to a seed and the seed's MOVED
 //! sends it on. A MOVED updates that slot at once and asks for a new map
 //! (at most one in flight, at most one per `REFRESH_INTERVAL`); a failed
-//! connection to a node asks for one too.
+//! connection to a node asks for one too, and so does a map older than
+//! `MAP_MAX_AGE` (replicas and nodes that joined without a slot moving).
 
 use super::conn::{Conn, Waiter};
 use super::Worker;
@@ -23,6 +24,9 @@ use std::time::{Duration, Instant};
 pub const MAX_HOPS: u8 = 5;
 /// Least time between two `CLUSTER SLOTS` of one pool in one worker.
 const REFRESH_INTERVAL: Duration = Duration::from_millis(100);
+/// A map older than this is asked for again on the next request (picks up
+/// replicas and nodes that joined without any slot moving).
+const MAP_MAX_AGE: Duration = Duration::from_secs(10);
 /// Most servers (seeds and discovered nodes) of one cluster pool.
 const MAX_NODES: usize = 4096;
 /// A slot no map covers.
@@ -195,9 +199,14 @@ impl Worker<'_> {
     /// Ask for a new slot map where one is wanted and none is in flight.
     pub(super) fn cluster_maintain(&mut self, now: Instant) {
         for pool in 0..self.pools.len() {
-            let Some(c) = self.pools[pool].cluster.as_ref() else {
+            let Some(c) = self.pools[pool].cluster.as_mut() else {
                 continue;
             };
+            if c.last_refresh
+                .is_some_and(|t| now.duration_since(t) >= MAP_MAX_AGE)
+            {
+                c.refresh_wanted = true;
+            }
             if !c.refresh_wanted
                 || c.refreshing
                 || c.last_refresh
@@ -339,8 +348,8 @@ impl Worker<'_> {
     }
 
     /// A `-MOVED` or `-ASK` reply from server `from` for a client's request
-    /// (or fragment): send the request to the node named, after `ASKING`
-    /// for ASK. Returns false when the reply must go to the client as it is
+    /// (or fragment): send the request to the node named, after `ASKING`.
+    /// Returns false when the reply must go to the client as it is
     /// (too many hops, unknown node, the client is gone).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn cluster_redirect(
@@ -416,16 +425,18 @@ impl Worker<'_> {
                 return true;
             }
         };
-        if r.ask {
-            if let Some(iop) = internal_op() {
-                self.enqueue(
-                    st,
-                    Some(Waiter::Internal),
-                    iop,
-                    |out| out.extend_from_slice(ASKING),
-                    now,
-                );
-            }
+        // ASKING for a MOVED too: while a migration ends, the old owner
+        // already says MOVED but the new one, still importing, would send
+        // the request back (MOVED) until it learns the slot is its own;
+        // ASKING makes it serve it. A node that owns the slot ignores it.
+        if let Some(iop) = internal_op() {
+            self.enqueue(
+                st,
+                Some(Waiter::Internal),
+                iop,
+                |out| out.extend_from_slice(ASKING),
+                now,
+            );
         }
         let waiter = Waiter::Client {
             token: ct,

@@ -287,7 +287,11 @@ def form_cluster(ports: Sequence[int], replicas: int = 0, timeout: float = 60.0)
         capture_output=True, text=True, timeout=timeout, check=True,
     )
 
+    masters = len(ports) // (1 + replicas)
+
     def ready() -> bool:
+        import redis  # redis-py, from requirements-test.txt
+
         for p in ports:
             info = cluster_info(p)
             if (
@@ -296,6 +300,18 @@ def form_cluster(ports: Sequence[int], replicas: int = 0, timeout: float = 60.0)
                 or info.get("cluster_known_nodes") != str(len(ports))
             ):
                 return False
+            node = redis.Redis(host=HOST, port=p, socket_timeout=5)
+            try:
+                # Every master's replicas listed in CLUSTER SLOTS, every
+                # replica's link to its master up.
+                ranges = node.execute_command("CLUSTER SLOTS")
+                if replicas and sum(len(r) - 3 for r in ranges) < masters * replicas:
+                    return False
+                repl = node.info("replication")
+                if repl.get("role") == "slave" and repl.get("master_link_status") != "up":
+                    return False
+            finally:
+                node.close()
         return True
 
     wait_until(ready, timeout, interval=0.1, what="cluster_state:ok on every node")

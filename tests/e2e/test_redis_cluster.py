@@ -10,6 +10,7 @@ MOVED after it) costs the client no error.
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import redis
@@ -121,6 +122,29 @@ def test_hash_tags_co_locate(cluster, proxied):
     assert c.get("plain-a") == b"1"
 
 
+def cmdstat(port: int, cmd: str) -> dict[str, int]:
+    """calls / rejected_calls of one command on one node (INFO commandstats)."""
+    stats = direct(port).info("commandstats").get(f"cmdstat_{cmd}", {})
+    return {"calls": int(stats.get("calls", 0)), "rejected": int(stats.get("rejected_calls", 0))}
+
+
+def test_the_slot_map_sends_each_key_straight_to_its_owner(cluster, proxied):
+    """With the map loaded no request is refused with MOVED: every GET is
+    executed once, on its owner, and none is rejected anywhere."""
+    c = client(proxied)
+    keys = [f"direct:{i}" for i in range(300)]
+    for k in keys:
+        c.set(k, k)
+    # Every worker has its map once a full pass of reads saw no redirect.
+    for n in cluster:
+        direct(n.port).config_resetstat()
+    for k in keys:
+        assert c.get(k) == k.encode()
+    calls = sum(cmdstat(n.port, "get")["calls"] for n in cluster)
+    rejected = sum(cmdstat(n.port, "get")["rejected"] for n in cluster)
+    assert (calls, rejected) == (300, 0)
+
+
 def test_keys_routed_from_a_stale_map_follow_moved(cluster, proxied):
     """Pipelined traffic right after start, before or while the map loads:
     every reply is right (MOVED followed)."""
@@ -156,7 +180,7 @@ def migrate_slot(slot: int, src: int, dst: int, between=lambda: None) -> None:
 
 def test_slot_migrated_under_load_costs_no_error(procs, proxy_kind):
     nodes = procs.redis_cluster(masters=3)
-    proxy = procs.proxy(proxy_kind, {"alpha": cluster_pool(nodes[0])}, extra_args=["--workers", "2"])
+    proxy = procs.proxy(proxy_kind, {"alpha": cluster_pool(nodes[0])}, extra_args=["--workers", "2", "-v", "7"])
     tag = "{mig}"
     slot = key_slot(b"mig")
     src = slot_owner(nodes[0].port, slot)
@@ -213,3 +237,89 @@ def test_slot_migrated_under_load_costs_no_error(procs, proxy_kind):
     # After the move every key is served by the new owner, read through walnut.
     for k in keys:
         assert c.get(k) == d.get(k)
+    # Both kinds of redirection were met and followed.
+    log = proxy.log_path.read_text(errors="replace")
+    assert f"ASK slot {slot} to 127.0.0.1:{dst}" in log
+    assert f"MOVED slot {slot} to 127.0.0.1:{dst}" in log
+
+
+def roles(port: int) -> tuple[list[int], list[int]]:
+    """(master ports, replica ports) as the node on ``port`` sees them."""
+    ids = cluster_node_ids(port)
+    masters = [p for p, (_, flags) in ids.items() if "master" in flags]
+    replicas = [p for p, (_, flags) in ids.items() if "slave" in flags]
+    return masters, replicas
+
+
+def test_reads_from_replicas(procs, proxy_kind):
+    nodes = procs.redis_cluster(masters=3, replicas=1)
+    proxy = procs.proxy(proxy_kind, {"alpha": cluster_pool(nodes[0], cluster_read_replicas=True)})
+    c = client(proxy)
+    keys = [f"rr:{i}" for i in range(200)]
+    for k in keys:
+        assert c.set(k, k) is True
+    # Replication is asynchronous: wait until the replicas have every key.
+    wait_until(lambda: c.mget(keys) == [k.encode() for k in keys], 30, what="replicated values")
+    masters, replicas = roles(nodes[0].port)
+    assert len(masters) == 3 and len(replicas) == 3
+    for n in nodes:
+        direct(n.port).config_resetstat()
+    for k in keys:
+        assert c.get(k) == k.encode()
+    assert sum(cmdstat(p, "get")["calls"] for p in replicas) == 200
+    assert sum(cmdstat(p, "get")["calls"] for p in masters) == 0
+    # Writes still go to the masters.
+    assert c.set("rr:write", "w") is True
+    assert sum(cmdstat(p, "set")["calls"] for p in masters) == 1
+    assert sum(cmdstat(p, "set")["rejected"] for p in replicas) == 0
+
+
+def test_failover_under_load(procs, proxy_kind):
+    nodes = procs.redis_cluster(masters=3, replicas=1)
+    proxy = procs.proxy(proxy_kind, {"alpha": cluster_pool(nodes[0])}, extra_args=["--workers", "2"])
+    keys = [f"fo:{i}" for i in range(30)]
+    stop = threading.Event()
+    errors: list[str] = []
+    ops = [0]
+
+    def load(worker: int) -> None:
+        lc = client(proxy)
+        value = 0
+        while not stop.is_set():
+            value += 1
+            for k in keys[worker::2]:
+                try:
+                    assert lc.set(k, f"{worker}-{value}") is True
+                    got = lc.get(k)
+                    if got != f"{worker}-{value}".encode():
+                        errors.append(f"{k}: got {got!r}, wrote {worker}-{value}")
+                    ops[0] += 2
+                except Exception as e:  # noqa: BLE001 - every error counts
+                    errors.append(f"{time.monotonic():.3f} {k}: {e!r}")
+
+    slot = key_slot(keys[0].encode())
+    old = slot_owner(nodes[0].port, slot)
+    _, replicas = roles(nodes[0].port)
+    replica = next(p for p in replicas if direct(p).info("replication").get("master_port") == old)
+    threads = [threading.Thread(target=load, args=(w,), daemon=True) for w in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        start = ops[0]
+        wait_until(lambda: ops[0] > start + 200 or errors, 30, interval=0.005, what="traffic")
+        began = time.monotonic()
+        assert redis_cli(replica, "cluster", "failover").strip() == "OK"
+        wait_until(lambda: slot_owner(replica, slot) == replica and slot_owner(old, slot) == replica,
+                   60, what="failover done")
+        ended = time.monotonic()
+        start = ops[0]
+        wait_until(lambda: ops[0] > start + 400, 30, interval=0.005, what="traffic after the failover")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+    # A coordinated failover: no client sees an error at all.
+    assert not errors, (began, ended, errors[:10])
+    assert "slave" in cluster_node_ids(old)[old][1]
+    # The promoted replica serves the slot itself, with the last value written.
+    assert direct(replica).get(keys[0]) == client(proxy).get(keys[0])
