@@ -9,6 +9,7 @@ MOVED after it) costs the client no error.
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 
@@ -16,7 +17,7 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from procs import HOST, cluster_node_ids, redis_cli, slot_owner, wait_until
+from procs import HOST, cluster_node_ids, proxy_bin, redis_cli, slot_owner, wait_until
 
 
 @pytest.fixture(autouse=True)
@@ -323,3 +324,17 @@ def test_failover_under_load(procs, proxy_kind):
     assert "slave" in cluster_node_ids(old)[old][1]
     # The promoted replica serves the slot itself, with the last value written.
     assert direct(replica).get(keys[0]) == client(proxy).get(keys[0])
+
+
+def test_config_test_checks_the_cluster_keys(tmp_path, proxy_kind):
+    good = "alpha:\n  listen: 127.0.0.1:22121\n  redis: true\n  redis_cluster: true\n  servers:\n   - 127.0.0.1:7000:1\n"
+    bad = "alpha:\n  listen: 127.0.0.1:22121\n  redis_cluster: true\n  servers:\n   - 127.0.0.1:7000:1\n"
+    for text, ok in ((good, True), (bad, False)):
+        path = tmp_path / "c.yml"
+        path.write_text(text)
+        proc = subprocess.run([proxy_bin(proxy_kind), "-t", "-c", str(path)], capture_output=True, text=True, timeout=20)
+        out = proc.stdout + proc.stderr
+        assert (proc.returncode == 0) == ok, out
+        if not ok:
+            assert "line 3" in out or ":3" in out, out
+            assert "'redis_cluster' is only valid for a redis pool" in out, out
