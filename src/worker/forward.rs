@@ -198,6 +198,8 @@ impl Worker<'_> {
         msg: &str,
     ) {
         self.stats.pool_add(pool, PoolField::ForwardError, 1);
+        // A cluster node that cannot be reached may have failed over.
+        self.cluster_node_failed(pool);
         if let Some(seq) = seq {
             let proto = self.pools[pool].proto;
             let mut out = Vec::new();

@@ -338,3 +338,58 @@ def test_config_test_checks_the_cluster_keys(tmp_path, proxy_kind):
         if not ok:
             assert "line 3" in out or ":3" in out, out
             assert "'redis_cluster' is only valid for a redis pool" in out, out
+
+
+def test_master_killed_under_load_errors_only_within_the_failover_window(procs, proxy_kind):
+    nodes = procs.redis_cluster(masters=3, replicas=1)
+    proxy = procs.proxy(proxy_kind, {"alpha": cluster_pool(nodes[0])}, extra_args=["--workers", "2"])
+    keys = [f"kill:{i}" for i in range(30)]
+    slot = key_slot(keys[0].encode())
+    old = slot_owner(nodes[0].port, slot)
+    victim = next(n for n in nodes if n.port == old)
+    survivor = next(n.port for n in nodes if n.port != old)
+    _, replicas = roles(nodes[0].port)
+    replica = next(p for p in replicas if direct(p).info("replication").get("master_port") == old)
+    stop = threading.Event()
+    errors: list[tuple[float, str]] = []
+    ops = [0]
+
+    def load(worker: int) -> None:
+        lc = client(proxy)
+        value = 0
+        while not stop.is_set():
+            value += 1
+            for k in keys[worker::2]:
+                try:
+                    assert lc.set(k, f"{worker}-{value}") is True
+                    got = lc.get(k)
+                    if got != f"{worker}-{value}".encode():
+                        errors.append((time.monotonic(), f"{k}: got {got!r}, wrote {worker}-{value}"))
+                    ops[0] += 2
+                except Exception as e:  # noqa: BLE001 - every error counts
+                    errors.append((time.monotonic(), f"{k}: {e!r}"))
+
+    threads = [threading.Thread(target=load, args=(w,), daemon=True) for w in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        start = ops[0]
+        wait_until(lambda: ops[0] > start + 200 or errors, 30, interval=0.005, what="traffic")
+        assert not errors, errors[:5]
+        killed = time.monotonic()
+        victim.kill()
+        wait_until(lambda: slot_owner(survivor, slot) == replica, 60, interval=0.05, what="replica promoted")
+        promoted = time.monotonic()
+        start = ops[0]
+        wait_until(lambda: ops[0] > start + 600, 30, interval=0.005, what="traffic after the failover")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+    # Errors while the slot had no live master, none once it had one again
+    # (1 s for walnut's next map and the cluster's gossip to settle).
+    late = [(round(t - promoted, 3), e) for t, e in errors if t > promoted + 1.0]
+    assert not late, late[:10]
+    assert all(t >= killed for t, _ in errors)
+    print(f"failover window: {promoted - killed:.2f}s, {len(errors)} client errors, "
+          f"last {max((t for t, _ in errors), default=killed) - killed:.2f}s after the kill")
