@@ -81,15 +81,18 @@ class Processes:
         """Start a redis-server on a free (or the given) port."""
         return self._start(lambda: Redis(self.workdir, port=port, extra=extra), retry=port is None)
 
-    def redis_cluster(self, masters: int = 3, replicas: int = 0) -> list[Redis]:
-        """Start ``masters * (1 + replicas)`` cluster nodes and join them into
-        one Redis Cluster (all slots served, every node agreeing)."""
+    def redis_cluster(self, masters: int = 3, replicas: int = 0, password: str | None = None) -> list[Redis]:
+        """Start ``masters * (1 + replicas)`` cluster nodes (with ``password``:
+        requirepass and masterauth) and join them into one Redis Cluster (all
+        slots served, every replica in sync, every node agreeing)."""
         nodes = []
         for _ in range(masters * (1 + replicas)):
             port = free_cluster_port()
             extra = cluster_node_args(self.workdir, port)
+            if password:
+                extra += ["--requirepass", password, "--masterauth", password]
             nodes.append(self._start(lambda port=port, extra=extra: Redis(self.workdir, port=port, extra=extra), retry=False))
-        form_cluster([n.port for n in nodes], replicas=replicas)
+        form_cluster([n.port for n in nodes], replicas=replicas, password=password)
         return nodes
 
     def proxy(self, kind: str, pools: dict, extra_args=(), stats_interval_ms: int = 100) -> Proxy:

@@ -258,26 +258,27 @@ def cluster_node_args(workdir: Path, port: int) -> list[str]:
     return ["--cluster-enabled", "yes", "--cluster-config-file", str(conf), "--cluster-node-timeout", "5000"]
 
 
-def redis_cli(port: int, *args: str, timeout: float = 30.0) -> str:
+def redis_cli(port: int, *args: str, timeout: float = 30.0, password: str | None = None) -> str:
     """Run redis-cli against 127.0.0.1:``port``; its stdout (raises on failure)."""
+    env = dict(os.environ, REDISCLI_AUTH=password) if password else None
     out = subprocess.run(
         [REDIS_CLI_BIN, "-h", HOST, "-p", str(port), *args],
-        capture_output=True, text=True, timeout=timeout, check=True,
+        capture_output=True, text=True, timeout=timeout, check=True, env=env,
     )
     return out.stdout
 
 
-def cluster_info(port: int) -> dict[str, str]:
+def cluster_info(port: int, password: str | None = None) -> dict[str, str]:
     """CLUSTER INFO of a node as a dict."""
     info = {}
-    for line in redis_cli(port, "cluster", "info").splitlines():
+    for line in redis_cli(port, "cluster", "info", password=password).splitlines():
         if ":" in line:
             k, v = line.split(":", 1)
             info[k.strip()] = v.strip()
     return info
 
 
-def form_cluster(ports: Sequence[int], replicas: int = 0, timeout: float = 60.0) -> None:
+def form_cluster(ports: Sequence[int], replicas: int = 0, timeout: float = 60.0, password: str | None = None) -> None:
     """Join fresh cluster nodes into one cluster (``redis-cli --cluster create``)
     and wait until every node reports cluster_state:ok, all 16384 slots
     assigned and every other node known."""
@@ -285,6 +286,7 @@ def form_cluster(ports: Sequence[int], replicas: int = 0, timeout: float = 60.0)
     subprocess.run(
         [REDIS_CLI_BIN, "--cluster", "create", *addrs, "--cluster-replicas", str(replicas), "--cluster-yes"],
         capture_output=True, text=True, timeout=timeout, check=True,
+        env=dict(os.environ, REDISCLI_AUTH=password) if password else None,
     )
 
     masters = len(ports) // (1 + replicas)
@@ -293,14 +295,14 @@ def form_cluster(ports: Sequence[int], replicas: int = 0, timeout: float = 60.0)
         import redis  # redis-py, from requirements-test.txt
 
         for p in ports:
-            info = cluster_info(p)
+            info = cluster_info(p, password)
             if (
                 info.get("cluster_state") != "ok"
                 or info.get("cluster_slots_assigned") != "16384"
                 or info.get("cluster_known_nodes") != str(len(ports))
             ):
                 return False
-            node = redis.Redis(host=HOST, port=p, socket_timeout=5)
+            node = redis.Redis(host=HOST, port=p, socket_timeout=5, password=password)
             try:
                 # Every master's replicas listed in CLUSTER SLOTS, every
                 # replica's link to its master up.

@@ -393,3 +393,18 @@ def test_master_killed_under_load_errors_only_within_the_failover_window(procs, 
     assert all(t >= killed for t, _ in errors)
     print(f"failover window: {promoted - killed:.2f}s, {len(errors)} client errors, "
           f"last {max((t for t, _ in errors), default=killed) - killed:.2f}s after the kill")
+
+
+def test_cluster_with_a_password(procs, proxy_kind):
+    """redis_auth: walnut authenticates every node connection, discovered
+    nodes included (and asks the clients for the password, as twemproxy)."""
+    nodes = procs.redis_cluster(masters=3, password="s3cret")
+    proxy = procs.proxy(proxy_kind, {"alpha": cluster_pool(nodes[0], redis_auth="s3cret")})
+    c = redis.Redis(host=HOST, port=proxy.port("alpha"), socket_timeout=10, protocol=2, password="s3cret")
+    keys = [f"auth:{i}" for i in range(100)]
+    assert c.mset({k: k for k in keys}) is True
+    assert c.mget(keys) == [k.encode() for k in keys]
+    held = [redis.Redis(host=HOST, port=n.port, password="s3cret").dbsize() for n in nodes]
+    assert sum(held) == 100 and all(h > 0 for h in held), held
+    with pytest.raises(redis.AuthenticationError):
+        redis.Redis(host=HOST, port=proxy.port("alpha"), socket_timeout=10, protocol=2).get("auth:1")
