@@ -11,6 +11,8 @@
 //! (at most one in flight, at most one per `REFRESH_INTERVAL`); a failed
 //! connection to a node asks for one too, and so does a map older than
 //! `MAP_MAX_AGE` (replicas and nodes that joined without a slot moving).
+//! A `-TRYAGAIN` (multi-key request on a slot half migrated) is sent again
+//! after `TRYAGAIN_DELAY`, routed by the map of that moment.
 
 use super::conn::{Conn, Waiter};
 use super::Worker;
@@ -22,6 +24,12 @@ use std::time::{Duration, Instant};
 
 /// Redirections followed for one request before the last one is replied.
 pub const MAX_HOPS: u8 = 5;
+/// TRYAGAIN replies waited out for one request before the last is replied.
+pub const MAX_TRYAGAIN: u8 = 50;
+/// Wait before a request answered TRYAGAIN is sent again.
+const TRYAGAIN_DELAY: Duration = Duration::from_millis(20);
+/// Timer token that wakes the loop for TRYAGAIN retries (no connection has it).
+const RETRY_TIMER: usize = (1 << 40) - 2;
 /// Least time between two `CLUSTER SLOTS` of one pool in one worker.
 const REFRESH_INTERVAL: Duration = Duration::from_millis(100);
 /// A map older than this is asked for again on the next request (picks up
@@ -51,6 +59,19 @@ pub struct ClusterRt {
     next_ask: usize,
     /// Maps applied so far.
     pub maps: u64,
+    /// Requests waiting out a TRYAGAIN.
+    retries: Vec<TryAgain>,
+}
+
+/// A request answered `-TRYAGAIN`, to be sent again at `at`.
+#[derive(Debug)]
+struct TryAgain {
+    at: Instant,
+    token: Token,
+    id: u64,
+    seq: u64,
+    frag: Option<u32>,
+    op: Op,
 }
 
 impl ClusterRt {
@@ -65,6 +86,7 @@ impl ClusterRt {
             last_refresh: None,
             next_ask: 0,
             maps: 0,
+            retries: Vec::new(),
         }
     }
 
@@ -199,6 +221,10 @@ impl Worker<'_> {
     /// Ask for a new slot map where one is wanted and none is in flight.
     pub(super) fn cluster_maintain(&mut self, now: Instant) {
         for pool in 0..self.pools.len() {
+            if self.pools[pool].cluster.is_none() {
+                continue;
+            }
+            self.cluster_retry_due(pool, now);
             let Some(c) = self.pools[pool].cluster.as_mut() else {
                 continue;
             };
@@ -373,7 +399,89 @@ impl Worker<'_> {
                 c.refresh_wanted = true;
             }
         }
-        // Take what is needed to send the request again.
+        if !self.count_attempt(ct, id, seq, frag, false) {
+            return false;
+        }
+        crate::log_debug!(
+            "pool '{}': {} slot {} to {}",
+            self.pools[pool].cfg.name,
+            if r.ask { "ASK" } else { "MOVED" },
+            r.slot,
+            self.pools[pool].servers[target].name
+        );
+        // ASKING for a MOVED too: while a migration ends, the old owner
+        // already says MOVED but the new one, still importing, would send
+        // the request back (MOVED) until it learns the slot is its own;
+        // ASKING makes it serve it. A node that owns the slot ignores it.
+        self.send_again(pool, target, ct, id, seq, frag, op, true, now);
+        true
+    }
+
+    /// A `-TRYAGAIN` reply (a multi-key request on a slot whose keys are
+    /// being migrated): the request is sent again after `TRYAGAIN_DELAY`,
+    /// up to `MAX_TRYAGAIN` times. False: pass the reply on.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn cluster_tryagain(
+        &mut self,
+        pool: usize,
+        ct: Token,
+        id: u64,
+        seq: u64,
+        frag: Option<u32>,
+        op: Op,
+        now: Instant,
+    ) -> bool {
+        if !self.count_attempt(ct, id, seq, frag, true) {
+            return false;
+        }
+        let at = now + TRYAGAIN_DELAY;
+        let Some(c) = self.pools[pool].cluster.as_mut() else {
+            return false;
+        };
+        c.retries.push(TryAgain {
+            at,
+            token: ct,
+            id,
+            seq,
+            frag,
+            op,
+        });
+        self.arm_timer(at, Token(RETRY_TIMER), 0);
+        true
+    }
+
+    /// Send the requests whose TRYAGAIN delay has passed, routed by the
+    /// current map.
+    fn cluster_retry_due(&mut self, pool: usize, now: Instant) {
+        let due: Vec<TryAgain> = match self.pools[pool].cluster.as_mut() {
+            Some(c) if c.retries.iter().any(|r| r.at <= now) => {
+                let (due, keep) = std::mem::take(&mut c.retries)
+                    .into_iter()
+                    .partition(|r| r.at <= now);
+                c.retries = keep;
+                due
+            }
+            _ => return,
+        };
+        for r in due {
+            let Some(key) = self.kept_first_key(r.token, r.id, r.seq, r.frag) else {
+                continue;
+            };
+            let server = self.cluster_server(pool, &key, r.op, r.id);
+            self.send_again(pool, server, r.token, r.id, r.seq, r.frag, r.op, false, now);
+        }
+    }
+
+    /// Count one more redirection (or TRYAGAIN) of a kept request; false
+    /// when its budget is spent or the request is gone.
+    fn count_attempt(
+        &mut self,
+        ct: Token,
+        id: u64,
+        seq: u64,
+        frag: Option<u32>,
+        tryagain: bool,
+    ) -> bool {
         let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) else {
             return false;
         };
@@ -383,60 +491,118 @@ impl Worker<'_> {
         let Some(slot) = c.slot_mut(seq) else {
             return false;
         };
-        let again: (Request, Vec<u8>, Option<Vec<usize>>) = match frag {
+        let (hops, tries) = match frag {
+            Some(fi) => match slot
+                .multi
+                .as_mut()
+                .and_then(|m| m.frags.get_mut(fi as usize))
+            {
+                Some(f) => (&mut f.hops, &mut f.tries),
+                None => return false,
+            },
+            None => match slot.redirect.as_mut() {
+                Some(rd) => (&mut rd.hops, &mut rd.tries),
+                None => return false,
+            },
+        };
+        let (n, max) = if tryagain {
+            (tries, MAX_TRYAGAIN)
+        } else {
+            (hops, MAX_HOPS)
+        };
+        if *n >= max {
+            return false;
+        }
+        *n += 1;
+        true
+    }
+
+    /// The first key of a kept request or fragment (routes a retry).
+    fn kept_first_key(&self, ct: Token, id: u64, seq: u64, frag: Option<u32>) -> Option<Vec<u8>> {
+        let Some(Conn::Client(c)) = self.conns.get(ct.0) else {
+            return None;
+        };
+        if c.id != id {
+            return None;
+        }
+        let slot = c.pending.get(seq.checked_sub(c.head_seq)? as usize)?;
+        let (req, bytes, idx) = match frag {
             Some(fi) => {
-                let Some(m) = slot.multi.as_mut() else {
-                    return false;
+                let m = slot.multi.as_ref()?;
+                (&m.req, &m.bytes, *m.frags.get(fi as usize)?.keys.first()?)
+            }
+            None => {
+                let rd = slot.redirect.as_ref()?;
+                (&rd.req, &rd.bytes, 0)
+            }
+        };
+        Some(
+            req.keys
+                .get(idx)
+                .map_or(Vec::new(), |r| bytes[r.clone()].to_vec()),
+        )
+    }
+
+    /// Queue a kept request (or fragment) again on server `target`,
+    /// after `ASKING` if `asking`.
+    #[allow(clippy::too_many_arguments)]
+    fn send_again(
+        &mut self,
+        pool: usize,
+        target: usize,
+        ct: Token,
+        id: u64,
+        seq: u64,
+        frag: Option<u32>,
+        op: Op,
+        asking: bool,
+        now: Instant,
+    ) {
+        let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) else {
+            return;
+        };
+        if c.id != id {
+            return;
+        }
+        let Some(slot) = c.slot_mut(seq) else {
+            return;
+        };
+        let (req, bytes, keys): (Request, Vec<u8>, Option<Vec<usize>>) = match frag {
+            Some(fi) => {
+                let Some(m) = slot.multi.as_ref() else {
+                    return;
                 };
-                let Some(f) = m.frags.get_mut(fi as usize) else {
-                    return false;
+                let Some(f) = m.frags.get(fi as usize) else {
+                    return;
                 };
-                if f.hops >= MAX_HOPS {
-                    return false;
-                }
-                f.hops += 1;
                 (m.req.clone(), m.bytes.clone(), Some(f.keys.clone()))
             }
             None => {
-                let Some(rd) = slot.redirect.as_mut() else {
-                    return false;
+                let Some(rd) = slot.redirect.as_ref() else {
+                    return;
                 };
-                if rd.hops >= MAX_HOPS {
-                    return false;
-                }
-                rd.hops += 1;
                 (rd.req.clone(), rd.bytes.clone(), None)
             }
         };
-        let (req, bytes, keys) = again;
-        crate::log_debug!(
-            "pool '{}': {} slot {} to {}",
-            self.pools[pool].cfg.name,
-            if r.ask { "ASK" } else { "MOVED" },
-            r.slot,
-            self.pools[pool].servers[target].name
-        );
         let proto = self.pools[pool].proto;
         let cslot = self.conn_slot(ct, pool, target, id, op);
         let st = match self.server_conn(pool, target, cslot, now) {
             Ok(st) => st,
             Err(msg) => {
                 self.fail_unsent(ct, id, Some(seq), frag, pool, op, &msg);
-                return true;
+                return;
             }
         };
-        // ASKING for a MOVED too: while a migration ends, the old owner
-        // already says MOVED but the new one, still importing, would send
-        // the request back (MOVED) until it learns the slot is its own;
-        // ASKING makes it serve it. A node that owns the slot ignores it.
-        if let Some(iop) = internal_op() {
-            self.enqueue(
-                st,
-                Some(Waiter::Internal),
-                iop,
-                |out| out.extend_from_slice(ASKING),
-                now,
-            );
+        if asking {
+            if let Some(iop) = internal_op() {
+                self.enqueue(
+                    st,
+                    Some(Waiter::Internal),
+                    iop,
+                    |out| out.extend_from_slice(ASKING),
+                    now,
+                );
+            }
         }
         let waiter = Waiter::Client {
             token: ct,
@@ -454,7 +620,6 @@ impl Worker<'_> {
             },
             now,
         );
-        true
     }
 }
 

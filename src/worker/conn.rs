@@ -35,6 +35,8 @@ pub struct Redirect {
     pub bytes: Vec<u8>,
     /// Redirections followed so far.
     pub hops: u8,
+    /// TRYAGAIN replies waited out so far.
+    pub tries: u8,
 }
 
 /// What a failed read of a replicated pool needs to be sent again.
@@ -92,6 +94,8 @@ pub struct Fragment {
     pub attempt: u8,
     /// Redis Cluster redirections followed for this fragment.
     pub hops: u8,
+    /// Redis Cluster TRYAGAIN replies waited out for this fragment.
+    pub tries: u8,
 }
 
 /// A client connection.

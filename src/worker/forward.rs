@@ -134,6 +134,7 @@ impl Worker<'_> {
                     req: req.clone(),
                     bytes: bytes.to_vec(),
                     hops: 0,
+                    tries: 0,
                 })),
                 ..Slot::default()
             };

@@ -648,7 +648,7 @@ impl<'a> Worker<'a> {
         Some(t.map_or(Duration::from_secs(1), |d| d.min(Duration::from_secs(1))))
     }
 
-    fn arm_timer(&mut self, at: Instant, token: Token, id: u64) {
+    pub(super) fn arm_timer(&mut self, at: Instant, token: Token, id: u64) {
         self.timers.push(Reverse((at, token.0, id)));
     }
 

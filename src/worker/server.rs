@@ -427,15 +427,19 @@ impl Worker<'_> {
                         frag,
                     } = front.waiter
                     {
-                        let redirected = rsp.is_error
-                            && self.pools[pool].cluster.is_some()
-                            && crate::proto::redis::cluster::parse_redirect(bytes).is_some_and(
-                                |r| {
-                                    self.cluster_redirect(
-                                        pool, server, ct, id, seq, frag, front.op, &r, now,
-                                    )
-                                },
-                            );
+                        let cluster = rsp.is_error && self.pools[pool].cluster.is_some();
+                        let redirected = cluster
+                            && if bytes.starts_with(b"-TRYAGAIN") {
+                                self.cluster_tryagain(pool, ct, id, seq, frag, front.op, now)
+                            } else {
+                                crate::proto::redis::cluster::parse_redirect(bytes).is_some_and(
+                                    |r| {
+                                        self.cluster_redirect(
+                                            pool, server, ct, id, seq, frag, front.op, &r, now,
+                                        )
+                                    },
+                                )
+                            };
                         if !redirected {
                             self.record_reply(pool, server, &front, now);
                             self.deliver(ct, id, seq, frag, bytes, rsp.is_error);

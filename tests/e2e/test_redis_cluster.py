@@ -211,7 +211,29 @@ def test_slot_migrated_under_load_costs_no_error(procs, proxy_kind):
                 except Exception as e:  # noqa: BLE001 - every error counts
                     errors.append(f"{k}: {e!r}")
 
+    multi_keys = [f"{tag}:m{i}" for i in range(10)]
+    multi_ops = [0]
+
+    def multi_load() -> None:
+        # Multi-key requests on the slot: a node answers TRYAGAIN while the
+        # keys are split between the two nodes; walnut waits it out.
+        lc = client(proxy)
+        value = 0
+        other = "{other}:x"
+        lc.set(other, "o")
+        while not stop.is_set():
+            value += 1
+            try:
+                assert lc.mset({k: f"m-{value}" for k in multi_keys}) is True
+                got = lc.mget([*multi_keys, other])
+                if got != [f"m-{value}".encode()] * 10 + [b"o"]:
+                    errors.append(f"mget: got {got!r}, wrote m-{value}")
+                multi_ops[0] += 2
+            except Exception as e:  # noqa: BLE001 - every error counts
+                errors.append(f"multi: {e!r}")
+
     threads = [threading.Thread(target=load, args=(w,), daemon=True) for w in range(2)]
+    threads.append(threading.Thread(target=multi_load, daemon=True))
     for t in threads:
         t.start()
 
@@ -230,7 +252,7 @@ def test_slot_migrated_under_load_costs_no_error(procs, proxy_kind):
         for t in threads:
             t.join(timeout=30)
     assert not errors, errors[:10]
-    assert ops[0] > 300
+    assert ops[0] > 300 and multi_ops[0] > 20, (ops, multi_ops)
     assert slot_owner(nodes[0].port, slot) == dst
     d = direct(dst)
     for k in keys:
