@@ -146,6 +146,19 @@ def test_the_slot_map_sends_each_key_straight_to_its_owner(cluster, proxied):
     assert (calls, rejected) == (300, 0)
 
 
+def test_large_values(cluster, proxied):
+    """A value above the streaming threshold is kept whole in a cluster
+    pool, so it reaches its slot's node (through a MOVED if need be)."""
+    c = client(proxied)
+    big = {f"big:{i}": bytes([65 + i]) * (3 * 1024 * 1024 + i) for i in range(4)}
+    for k, v in big.items():
+        assert c.set(k, v) is True
+    own = owners(cluster[0].port)
+    for k, v in big.items():
+        assert direct(own[key_slot(k.encode())]).get(k) == v
+        assert c.get(k) == v
+
+
 def test_keys_routed_from_a_stale_map_follow_moved(cluster, proxied):
     """Pipelined traffic right after start, before or while the map loads:
     every reply is right (MOVED followed)."""
