@@ -19,7 +19,7 @@ pub const DEFAULT_MC_MAX_VALUE_SIZE: usize = 1 << 20;
 pub const DEFAULT_REDIS_MAX_VALUE_SIZE: usize = 512 << 20;
 
 /// Every key a pool may set: twemproxy's, then walnut's extensions.
-pub const POOL_KEYS: [&str; 29] = [
+pub const POOL_KEYS: [&str; 31] = [
     "listen",
     "hash",
     "hash_tag",
@@ -49,6 +49,8 @@ pub const POOL_KEYS: [&str; 29] = [
     "eject_mode",
     "server_health_check",
     "slowlog_threshold",
+    "redis_cluster",
+    "cluster_read_replicas",
 ];
 
 /// One pool: a listen address in front of a set of servers.
@@ -127,6 +129,14 @@ pub struct PoolConfig {
     /// walnut `allow_flush:` let flush and other pool-wide destructive
     /// commands through (default true, as twemproxy passes `flush_all`).
     pub allow_flush: bool,
+    /// walnut `redis_cluster:` the servers are seed nodes of a Redis
+    /// Cluster: keys are routed by hash slot from the cluster's own slot
+    /// map, MOVED and ASK are followed (default false; needs `redis: true`).
+    pub redis_cluster: bool,
+    /// walnut `cluster_read_replicas:` read-only commands of a cluster pool
+    /// go to a replica of the slot's master (after `READONLY`), falling
+    /// back to the master when the slot has none (default false).
+    pub cluster_read_replicas: bool,
 }
 
 /// Collects errors and warnings for one pool.
@@ -375,6 +385,8 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
     let auto_eject_hosts = flag("auto_eject_hosts", false);
     let allow_flush = flag("allow_flush", true);
     let server_health_check = flag("server_health_check", false);
+    let redis_cluster = flag("redis_cluster", false);
+    let cluster_read_replicas = flag("cluster_read_replicas", false);
 
     let redis_auth = scalar("redis_auth").map(|v| v.text.clone());
     if redis == Some(false) {
@@ -382,6 +394,30 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
             r.error(
                 v.line,
                 "'redis_auth' is only valid for a redis pool (add 'redis: true')",
+            );
+        }
+    }
+    if redis_cluster == Some(true) && redis != Some(true) {
+        if let Some(v) = scalar("redis_cluster") {
+            r.error(
+                v.line,
+                "'redis_cluster' is only valid for a redis pool (add 'redis: true')",
+            );
+        }
+    }
+    if cluster_read_replicas == Some(true) && redis_cluster != Some(true) {
+        if let Some(v) = scalar("cluster_read_replicas") {
+            r.error(
+                v.line,
+                "'cluster_read_replicas' is only valid with 'redis_cluster: true'",
+            );
+        }
+    }
+    if redis_cluster == Some(true) && redis_db.is_some_and(|d| d != 0) {
+        if let Some(v) = scalar("redis_db") {
+            r.error(
+                v.line,
+                "'redis_db' must be 0 with 'redis_cluster: true' (a cluster has only database 0)",
             );
         }
     }
@@ -514,6 +550,8 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
         eject_fail_fast: eject_fail_fast?,
         server_health_check: server_health_check?,
         slowlog_threshold_us: slowlog_threshold_us?,
+        redis_cluster: redis_cluster?,
+        cluster_read_replicas: cluster_read_replicas?,
     })
 }
 

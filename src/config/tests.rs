@@ -381,3 +381,27 @@ fn no_panic_on_odd_input() {
         let _ = load(text);
     }
 }
+
+#[test]
+fn redis_cluster_needs_a_redis_pool() {
+    let c = load(&pool_with(
+        "redis: true\nredis_cluster: true\ncluster_read_replicas: true",
+    ))
+    .unwrap();
+    assert!(c.pools[0].redis_cluster && c.pools[0].cluster_read_replicas);
+    assert!(!load(MIN).unwrap().pools[0].redis_cluster);
+    let (line, msg) = one_error(&pool_with("redis_cluster: true"));
+    assert_eq!(line, 3);
+    assert!(
+        msg.contains("'redis_cluster' is only valid for a redis pool"),
+        "{msg}"
+    );
+    let (_, msg) = one_error(&pool_with("redis: true\ncluster_read_replicas: true"));
+    assert!(
+        msg.contains("only valid with 'redis_cluster: true'"),
+        "{msg}"
+    );
+    let (line, msg) = one_error(&pool_with("redis: true\nredis_cluster: true\nredis_db: 2"));
+    assert_eq!(line, 5);
+    assert!(msg.contains("'redis_db' must be 0"), "{msg}");
+}

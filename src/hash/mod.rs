@@ -4,7 +4,7 @@
 //! distributions; [`Ring`] is a pool's placement structure and
 //! [`Placement`] the complete key -> server decision.
 
-mod crc16;
+pub(crate) mod crc16;
 mod crc32;
 mod fnv;
 mod hsieh;

@@ -19,6 +19,10 @@ pub struct Layout {
     server_base: Vec<usize>,
     /// First histogram series of each pool's servers.
     hist_server_base: Vec<usize>,
+    /// Counters of servers a worker added at run time (Redis Cluster nodes
+    /// not in the configuration): written, never reported per server.
+    spare_server: usize,
+    spare_series: usize,
     hist_base: usize,
     hist_series: usize,
     slowlog_base: usize,
@@ -35,6 +39,8 @@ impl Layout {
             server_base.push(next);
             next += n * ServerField::COUNT;
         }
+        let spare_server = next;
+        next += ServerField::COUNT;
         // Histograms: per pool and class, then per server, each in the
         // lifetime window and two halves; then the slow-log ring.
         let hist_base = next.div_ceil(LINE_WORDS) * LINE_WORDS;
@@ -44,6 +50,8 @@ impl Layout {
             hist_server_base.push(series);
             series += n;
         }
+        let spare_series = series;
+        series += 1;
         let slowlog_base = hist_base + series * histogram::WINDOWS * histogram::WORDS;
         let end = slowlog_base + slowlog::WORDS;
         let slot_words = end.div_ceil(LINE_WORDS) * LINE_WORDS;
@@ -52,6 +60,8 @@ impl Layout {
             pool_base,
             server_base,
             hist_server_base,
+            spare_server,
+            spare_series,
             hist_base,
             hist_series: series,
             slowlog_base,
@@ -66,7 +76,10 @@ impl Layout {
         pool * Class::COUNT + class as usize
     }
     fn server_series(&self, pool: usize, server: usize) -> usize {
-        self.hist_server_base.get(pool).map_or(0, |b| b + server)
+        match self.servers_per_pool.get(pool) {
+            Some(n) if server < *n => self.hist_server_base[pool] + server,
+            _ => self.spare_series,
+        }
     }
 
     fn worker_idx(&self, f: WorkerField) -> usize {
@@ -76,7 +89,12 @@ impl Layout {
         self.pool_base + pool * PoolField::COUNT + f as usize
     }
     fn server_idx(&self, pool: usize, server: usize, f: ServerField) -> usize {
-        self.server_base[pool] + server * ServerField::COUNT + f as usize
+        match self.servers_per_pool.get(pool) {
+            Some(n) if server < *n => {
+                self.server_base[pool] + server * ServerField::COUNT + f as usize
+            }
+            _ => self.spare_server + f as usize,
+        }
     }
 }
 
@@ -388,6 +406,22 @@ mod tests {
         assert_eq!(r.server_sum(0, 1, ServerField::ServerEjectedAt), 30);
         r.clear_slot(1);
         assert_eq!(r.server_sum(1, 2, ServerField::Requests), 5);
+    }
+
+    #[test]
+    fn servers_added_at_run_time_touch_no_configured_counter() {
+        let r = Region::new(Layout::new(vec![1, 2]), 1).unwrap();
+        for server in 1..40 {
+            r.slot(0).server_add(0, server, ServerField::Requests, 1);
+            r.slot(0).record_latency(0, server, Class::Read, 100);
+        }
+        r.slot(0).server_add(1, 2, ServerField::Requests, 1);
+        assert_eq!(r.server_sum(0, 0, ServerField::Requests), 0);
+        assert_eq!(r.server_sum(1, 0, ServerField::Requests), 0);
+        assert_eq!(r.server_sum(1, 1, ServerField::Requests), 0);
+        assert_eq!(r.latency_server(0, 0, false).count, 0);
+        assert_eq!(r.latency_server(1, 0, false).count, 0);
+        assert_eq!(r.latency_server(1, 1, false).count, 0);
     }
 
     #[test]

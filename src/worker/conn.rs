@@ -21,6 +21,22 @@ pub struct Slot {
     pub multi: Option<Box<Multi>>,
     /// A read on a replicated pool: the other replicas to try on failure.
     pub retry: Option<Box<Retry>>,
+    /// A request to a Redis Cluster: kept to follow MOVED and ASK.
+    pub redirect: Option<Box<Redirect>>,
+}
+
+/// A Redis Cluster request kept until its reply, to be sent again to the
+/// node a `-MOVED` or `-ASK` names.
+#[derive(Debug)]
+pub struct Redirect {
+    /// The request.
+    pub req: Request,
+    /// Its bytes.
+    pub bytes: Vec<u8>,
+    /// Redirections followed so far.
+    pub hops: u8,
+    /// TRYAGAIN replies waited out so far.
+    pub tries: u8,
 }
 
 /// What a failed read of a replicated pool needs to be sent again.
@@ -76,6 +92,10 @@ pub struct Fragment {
     pub failed: bool,
     /// Which replica of its keys this fragment went to (0 = the owner).
     pub attempt: u8,
+    /// Redis Cluster redirections followed for this fragment.
+    pub hops: u8,
+    /// Redis Cluster TRYAGAIN replies waited out for this fragment.
+    pub tries: u8,
 }
 
 /// A client connection.
@@ -215,6 +235,8 @@ pub enum Waiter {
     },
     /// A request of the proxy's own (AUTH, SELECT on connect): the reply is dropped.
     Internal,
+    /// `CLUSTER SLOTS` of a Redis Cluster pool: the reply is the new slot map.
+    SlotMap,
 }
 
 /// A request sent (or queued) to a server, waiting for its reply.

@@ -2,7 +2,7 @@
 //! server, and for replicated memcached pools every replica (writes) or
 //! one replica with the next tried on failure (reads).
 
-use super::conn::{Conn, Fragment, Multi, MultiMode, Retry, Slot, Waiter};
+use super::conn::{Conn, Fragment, Multi, MultiMode, Redirect, Retry, Slot, Waiter};
 use super::Worker;
 use crate::proto::{Op, Request};
 use crate::stats::PoolField;
@@ -126,6 +126,33 @@ impl Worker<'_> {
             self.forward_replicated(token, client_id, pool, req, bytes, now);
             return;
         }
+        if self.pools[pool].cluster.is_some() {
+            // Kept until the reply, to follow MOVED and ASK.
+            let server = self.cluster_server(pool, key, req.op, client_id);
+            let slot = Slot {
+                redirect: Some(Box::new(Redirect {
+                    req: req.clone(),
+                    bytes: bytes.to_vec(),
+                    hops: 0,
+                    tries: 0,
+                })),
+                ..Slot::default()
+            };
+            let seq = self.push_slot(token, req.noreply, slot);
+            let proto = self.pools[pool].proto;
+            self.send_or_fail(
+                token,
+                client_id,
+                seq,
+                None,
+                pool,
+                server,
+                |out| proto.write_request(req, bytes, out),
+                req.op,
+                now,
+            );
+            return;
+        }
         let Some(server) = self.pools[pool].server_for(key, now) else {
             self.reply_no_server(token, pool, req);
             return;
@@ -172,6 +199,8 @@ impl Worker<'_> {
         msg: &str,
     ) {
         self.stats.pool_add(pool, PoolField::ForwardError, 1);
+        // A cluster node that cannot be reached may have failed over.
+        self.cluster_node_failed(pool);
         if let Some(seq) = seq {
             let proto = self.pools[pool].proto;
             let mut out = Vec::new();
@@ -271,16 +300,33 @@ impl Worker<'_> {
         bytes: &[u8],
         now: Instant,
     ) {
-        // Group key indices by server, in client order.
+        // Group key indices by server, in client order (a cluster pool: by
+        // hash slot, as a cluster node refuses keys of different slots).
         let mut groups: SmallVec<[(usize, Vec<usize>); 4]> = SmallVec::new();
-        for (i, r) in req.keys.iter().enumerate() {
-            let Some(s) = self.pools[pool].server_for(&bytes[r.clone()], now) else {
-                self.reply_no_server(token, pool, &req);
-                return;
-            };
-            match groups.iter_mut().find(|(gs, _)| *gs == s) {
-                Some((_, v)) => v.push(i),
-                None => groups.push((s, vec![i])),
+        if self.pools[pool].cluster.is_some() {
+            let mut by_slot: std::collections::HashMap<u16, usize> = Default::default();
+            for (i, r) in req.keys.iter().enumerate() {
+                let key = &bytes[r.clone()];
+                let slot = crate::proto::redis::cluster::key_slot(key);
+                let g = *by_slot.entry(slot).or_insert_with(|| {
+                    groups.push((
+                        self.cluster_server(pool, key, req.op, client_id),
+                        Vec::new(),
+                    ));
+                    groups.len() - 1
+                });
+                groups[g].1.push(i);
+            }
+        } else {
+            for (i, r) in req.keys.iter().enumerate() {
+                let Some(s) = self.pools[pool].server_for(&bytes[r.clone()], now) else {
+                    self.reply_no_server(token, pool, &req);
+                    return;
+                };
+                match groups.iter_mut().find(|(gs, _)| *gs == s) {
+                    Some((_, v)) => v.push(i),
+                    None => groups.push((s, vec![i])),
+                }
             }
         }
         let replicated = self.pools[pool].cfg.replicas > 1;

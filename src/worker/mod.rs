@@ -10,6 +10,7 @@
 mod accept;
 mod buffer;
 mod client;
+mod cluster;
 mod conn;
 mod forward;
 mod heap;
@@ -218,6 +219,7 @@ impl<'a> Worker<'a> {
             w.register_listeners()?;
         }
         w.preconnect();
+        w.cluster_maintain(Instant::now());
         Ok(w)
     }
 
@@ -305,6 +307,7 @@ impl<'a> Worker<'a> {
             }
             self.fire_timers(now);
             self.resume_streams(now);
+            self.cluster_maintain(now);
             if now.duration_since(last_sweep) >= Duration::from_secs(1) {
                 last_sweep = now;
                 self.slow_lines.new_second();
@@ -649,7 +652,7 @@ impl<'a> Worker<'a> {
         Some(t.map_or(Duration::from_secs(1), |d| d.min(Duration::from_secs(1))))
     }
 
-    fn arm_timer(&mut self, at: Instant, token: Token, id: u64) {
+    pub(super) fn arm_timer(&mut self, at: Instant, token: Token, id: u64) {
         self.timers.push(Reverse((at, token.0, id)));
     }
 

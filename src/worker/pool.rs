@@ -76,6 +76,8 @@ pub struct PoolRt {
     /// A server of this (Redis) pool refused `HELLO 3`: it predates RESP3,
     /// and clients asking for RESP3 get `-NOPROTO` from now on.
     pub resp3_refused: bool,
+    /// Redis Cluster pools: the slot map (`redis_cluster: true`).
+    pub cluster: Option<Box<super::cluster::ClusterRt>>,
 }
 
 impl PoolRt {
@@ -134,7 +136,29 @@ impl PoolRt {
             next_rebuild: None,
             clients: 0,
             resp3_refused: false,
+            cluster: cfg
+                .redis_cluster
+                .then(|| Box::new(super::cluster::ClusterRt::new(cfg.servers.len()))),
         }
+    }
+
+    /// Add a server found at run time (a Redis Cluster node that is not in
+    /// the configuration); returns its index.
+    pub fn add_server(&mut self, name: String, endpoint: Endpoint) -> usize {
+        self.servers.push(ServerRt {
+            endpoint: Some(endpoint),
+            ring_name: name.clone(),
+            name,
+            weight: 1,
+            conns: vec![None; 2 * self.cfg.server_connections.max(1) as usize],
+            failures: 0,
+            ejected_until: None,
+            retry_at: None,
+            backoff: Duration::ZERO,
+            last_error: String::new(),
+            probing: false,
+        });
+        self.servers.len() - 1
     }
 
     /// Server timeout, if any.

@@ -227,6 +227,16 @@ impl Worker<'_> {
                 now,
             );
         }
+        if let (true, Some(op)) = (self.pools[pool].cfg.cluster_read_replicas, op(b"PING")) {
+            // Lets a cluster replica serve reads of its master's slots.
+            self.enqueue(
+                token,
+                Some(Waiter::Internal),
+                op,
+                |out| write_command(&[b"READONLY"], out),
+                now,
+            );
+        }
         if let (true, Some(op)) = (
             self.pools[pool].servers[server].slot_is_resp3(slot),
             op(b"HELLO"),
@@ -417,8 +427,25 @@ impl Worker<'_> {
                         frag,
                     } = front.waiter
                     {
-                        self.record_reply(pool, server, &front, now);
-                        self.deliver(ct, id, seq, frag, bytes, rsp.is_error);
+                        let cluster = rsp.is_error && self.pools[pool].cluster.is_some();
+                        let redirected = cluster
+                            && if bytes.starts_with(b"-TRYAGAIN") {
+                                self.cluster_tryagain(pool, ct, id, seq, frag, front.op, now)
+                            } else {
+                                crate::proto::redis::cluster::parse_redirect(bytes).is_some_and(
+                                    |r| {
+                                        self.cluster_redirect(
+                                            pool, server, ct, id, seq, frag, front.op, &r, now,
+                                        )
+                                    },
+                                )
+                            };
+                        if !redirected {
+                            self.record_reply(pool, server, &front, now);
+                            self.deliver(ct, id, seq, frag, bytes, rsp.is_error);
+                        }
+                    } else if matches!(front.waiter, Waiter::SlotMap) {
+                        self.cluster_slots_reply(pool, server, bytes);
                     } else if rsp.is_error {
                         crate::log_error!(
                             "pool '{}': server '{}' refused the connection setup: {}",
@@ -651,8 +678,14 @@ impl Worker<'_> {
                 self.note_failure(pool, server, now, msg);
             }
         }
+        if self.pools[pool].cluster.is_some() && (how != Ending::Eof || had_work) {
+            self.cluster_node_failed(pool);
+        }
         let proto = self.pools[pool].proto;
         for f in s.inflight.drain(..) {
+            if matches!(f.waiter, Waiter::SlotMap) {
+                self.cluster_map_failed(pool);
+            }
             if let Waiter::Client {
                 token: ct,
                 id,

@@ -64,7 +64,8 @@ impl Worker<'_> {
         if !c.session.authenticated && redis::local::needs_auth(req) {
             return StreamStart::No;
         }
-        if self.pools[pool].cfg.replicas > 1 {
+        // A Redis Cluster request is kept whole to follow MOVED and ASK.
+        if self.pools[pool].cfg.replicas > 1 || self.pools[pool].cluster.is_some() {
             return StreamStart::No;
         }
         if !c.pending.is_empty() {

@@ -19,7 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from procs import Memcached, Proxy, Redis  # noqa: E402
+from procs import Memcached, Proxy, Redis, cluster_node_args, form_cluster, free_cluster_port  # noqa: E402
 
 KNOWN_KINDS = ("walnut", "nutcracker")
 
@@ -80,6 +80,20 @@ class Processes:
     def redis(self, port: int | None = None, extra=()) -> Redis:
         """Start a redis-server on a free (or the given) port."""
         return self._start(lambda: Redis(self.workdir, port=port, extra=extra), retry=port is None)
+
+    def redis_cluster(self, masters: int = 3, replicas: int = 0, password: str | None = None) -> list[Redis]:
+        """Start ``masters * (1 + replicas)`` cluster nodes (with ``password``:
+        requirepass and masterauth) and join them into one Redis Cluster (all
+        slots served, every replica in sync, every node agreeing)."""
+        nodes = []
+        for _ in range(masters * (1 + replicas)):
+            port = free_cluster_port()
+            extra = cluster_node_args(self.workdir, port)
+            if password:
+                extra += ["--requirepass", password, "--masterauth", password]
+            nodes.append(self._start(lambda port=port, extra=extra: Redis(self.workdir, port=port, extra=extra), retry=False))
+        form_cluster([n.port for n in nodes], replicas=replicas, password=password)
+        return nodes
 
     def proxy(self, kind: str, pools: dict, extra_args=(), stats_interval_ms: int = 100) -> Proxy:
         """Write a config for ``pools`` and start ``kind`` on it."""

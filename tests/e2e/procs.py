@@ -24,6 +24,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 NUTCRACKER_BIN = os.environ.get("NUTCRACKER_BIN", "/usr/sbin/nutcracker")
 MEMCACHED_BIN = os.environ.get("MEMCACHED_BIN", "memcached")
 REDIS_SERVER_BIN = os.environ.get("REDIS_SERVER_BIN", "redis-server")
+REDIS_CLI_BIN = os.environ.get("REDIS_CLI_BIN", "redis-cli")
 
 #: How long a server may take to accept connections after it was started.
 READY_TIMEOUT = float(os.environ.get("E2E_READY_TIMEOUT", "15"))
@@ -61,6 +62,23 @@ def free_port() -> int:
             _ALLOCATED_PORTS.add(port)
             return port
     raise RuntimeError("could not find a free TCP port")
+
+
+def free_cluster_port() -> int:
+    """A free port P whose cluster bus port P+10000 is free too."""
+    for _ in range(1000):
+        port = free_port()
+        if port + 10000 > 65535:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((HOST, port + 10000))
+            except OSError:
+                continue
+        if port + 10000 not in _ALLOCATED_PORTS:
+            _ALLOCATED_PORTS.add(port + 10000)
+            return port
+    raise RuntimeError("could not find a free TCP port pair for a cluster node")
 
 
 def log_tail(path: Path | None, limit: int = 4000) -> str:
@@ -232,6 +250,100 @@ class Redis(ManagedProcess):
     def address(self) -> str:
         """host:port of this server."""
         return f"{HOST}:{self.port}"
+
+
+def cluster_node_args(workdir: Path, port: int) -> list[str]:
+    """redis-server arguments of a Redis Cluster node on ``port``."""
+    conf = Path(workdir) / f"nodes-{port}.conf"
+    return ["--cluster-enabled", "yes", "--cluster-config-file", str(conf), "--cluster-node-timeout", "5000"]
+
+
+def redis_cli(port: int, *args: str, timeout: float = 30.0, password: str | None = None) -> str:
+    """Run redis-cli against 127.0.0.1:``port``; its stdout (raises on failure)."""
+    env = dict(os.environ, REDISCLI_AUTH=password) if password else None
+    out = subprocess.run(
+        [REDIS_CLI_BIN, "-h", HOST, "-p", str(port), *args],
+        capture_output=True, text=True, timeout=timeout, check=True, env=env,
+    )
+    return out.stdout
+
+
+def cluster_info(port: int, password: str | None = None) -> dict[str, str]:
+    """CLUSTER INFO of a node as a dict."""
+    info = {}
+    for line in redis_cli(port, "cluster", "info", password=password).splitlines():
+        if ":" in line:
+            k, v = line.split(":", 1)
+            info[k.strip()] = v.strip()
+    return info
+
+
+def form_cluster(ports: Sequence[int], replicas: int = 0, timeout: float = 60.0, password: str | None = None) -> None:
+    """Join fresh cluster nodes into one cluster (``redis-cli --cluster create``)
+    and wait until every node reports cluster_state:ok, all 16384 slots
+    assigned and every other node known."""
+    addrs = [f"{HOST}:{p}" for p in ports]
+    subprocess.run(
+        [REDIS_CLI_BIN, "--cluster", "create", *addrs, "--cluster-replicas", str(replicas), "--cluster-yes"],
+        capture_output=True, text=True, timeout=timeout, check=True,
+        env=dict(os.environ, REDISCLI_AUTH=password) if password else None,
+    )
+
+    masters = len(ports) // (1 + replicas)
+
+    def ready() -> bool:
+        import redis  # redis-py, from requirements-test.txt
+
+        for p in ports:
+            info = cluster_info(p, password)
+            if (
+                info.get("cluster_state") != "ok"
+                or info.get("cluster_slots_assigned") != "16384"
+                or info.get("cluster_known_nodes") != str(len(ports))
+            ):
+                return False
+            node = redis.Redis(host=HOST, port=p, socket_timeout=5, password=password)
+            try:
+                # Every master's replicas listed in CLUSTER SLOTS, every
+                # replica's link to its master up.
+                ranges = node.execute_command("CLUSTER SLOTS")
+                if replicas and sum(len(r) - 3 for r in ranges) < masters * replicas:
+                    return False
+                repl = node.info("replication")
+                if repl.get("role") == "slave" and repl.get("master_link_status") != "up":
+                    return False
+            finally:
+                node.close()
+        return True
+
+    wait_until(ready, timeout, interval=0.1, what="cluster_state:ok on every node")
+
+
+def cluster_node_ids(port: int) -> dict[int, tuple[str, str]]:
+    """CLUSTER NODES as seen by a node: port -> (node id, flags)."""
+    nodes = {}
+    for line in redis_cli(port, "cluster", "nodes").splitlines():
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        node_port = int(parts[1].split("@")[0].rsplit(":", 1)[1])
+        nodes[node_port] = (parts[0], parts[2])
+    return nodes
+
+
+def slot_owner(port: int, slot: int) -> int:
+    """The port of the master serving ``slot``, as the node on ``port`` sees it."""
+    for line in redis_cli(port, "cluster", "nodes").splitlines():
+        parts = line.split()
+        if len(parts) < 9 or "master" not in parts[2]:
+            continue
+        for rng in parts[8:]:
+            if rng.startswith("["):
+                continue
+            lo, _, hi = rng.partition("-")
+            if int(lo) <= slot <= int(hi or lo):
+                return int(parts[1].split("@")[0].rsplit(":", 1)[1])
+    raise LookupError(f"slot {slot} has no owner")
 
 
 # ---------------------------------------------------------------- YAML ----

@@ -15,6 +15,7 @@
 //!   COMMAND through the connection's state ([`local`]);
 //! * everything else gets an error reply and the connection stays open.
 
+pub mod cluster;
 pub mod commands;
 mod inline;
 pub mod local;

@@ -1,0 +1,652 @@
+//! Redis Cluster pools (`redis_cluster: true`): the slot map each worker
+//! asks a node for (`CLUSTER SLOTS`), routing by hash slot, and MOVED / ASK
+//! followed without the client seeing them.
+//!
+//! The configured servers are seed nodes. Nodes the cluster names that are
+//! not in the configuration are added to the pool's servers at run time;
+//! their per-server counters go to a spare area of the stats region (the
+//! pool's counters include their traffic). Until the first map arrives, or
+//! for a slot no map covers, a key goes to a seed and the seed's MOVED
+//! sends it on. A MOVED updates that slot at once and asks for a new map
+//! (at most one in flight, at most one per `REFRESH_INTERVAL`); a failed
+//! connection to a node asks for one too, and so does a map older than
+//! `MAP_MAX_AGE` (replicas and nodes that joined without a slot moving).
+//! A `-TRYAGAIN` (multi-key request on a slot half migrated) is sent again
+//! after `TRYAGAIN_DELAY`, routed by the map of that moment.
+
+use super::conn::{Conn, Waiter};
+use super::Worker;
+use crate::net::Endpoint;
+use crate::proto::redis::cluster::{self, NodeAddr, Redirect, SLOTS};
+use crate::proto::{Op, Request};
+use mio::Token;
+use std::time::{Duration, Instant};
+
+/// Redirections followed for one request before the last one is replied.
+pub const MAX_HOPS: u8 = 5;
+/// TRYAGAIN replies waited out for one request before the last is replied.
+pub const MAX_TRYAGAIN: u8 = 50;
+/// Wait before a request answered TRYAGAIN is sent again.
+const TRYAGAIN_DELAY: Duration = Duration::from_millis(20);
+/// Timer token that wakes the loop for TRYAGAIN retries (no connection has it).
+const RETRY_TIMER: usize = (1 << 40) - 2;
+/// Least time between two `CLUSTER SLOTS` of one pool in one worker.
+const REFRESH_INTERVAL: Duration = Duration::from_millis(100);
+/// A map older than this is asked for again on the next request (picks up
+/// replicas and nodes that joined without any slot moving).
+const MAP_MAX_AGE: Duration = Duration::from_secs(10);
+/// Most servers (seeds and discovered nodes) of one cluster pool.
+const MAX_NODES: usize = 4096;
+/// A slot no map covers.
+const NONE: u16 = u16::MAX;
+
+/// The slot map of one cluster pool in one worker.
+#[derive(Debug)]
+pub struct ClusterRt {
+    /// Slot → index of the master serving it (`NONE`: unknown).
+    slots: Vec<u16>,
+    /// Server index → its replicas' server indices.
+    replicas: Vec<Vec<usize>>,
+    /// Configured seed nodes (the first servers of the pool).
+    seeds: usize,
+    /// A new map is wanted.
+    pub refresh_wanted: bool,
+    /// A `CLUSTER SLOTS` is in flight.
+    pub refreshing: bool,
+    /// When the last one was sent.
+    last_refresh: Option<Instant>,
+    /// The next server to ask (rotates over every known node).
+    next_ask: usize,
+    /// Maps applied so far.
+    pub maps: u64,
+    /// Requests waiting out a TRYAGAIN.
+    retries: Vec<TryAgain>,
+}
+
+/// A request answered `-TRYAGAIN`, to be sent again at `at`.
+#[derive(Debug)]
+struct TryAgain {
+    at: Instant,
+    token: Token,
+    id: u64,
+    seq: u64,
+    frag: Option<u32>,
+    op: Op,
+}
+
+impl ClusterRt {
+    /// An empty map over `seeds` configured servers; a map is wanted at once.
+    pub fn new(seeds: usize) -> ClusterRt {
+        ClusterRt {
+            slots: vec![NONE; SLOTS],
+            replicas: Vec::new(),
+            seeds: seeds.max(1),
+            refresh_wanted: true,
+            refreshing: false,
+            last_refresh: None,
+            next_ask: 0,
+            maps: 0,
+            retries: Vec::new(),
+        }
+    }
+
+    /// The master serving `slot`, or a seed while the slot is unknown.
+    pub fn master(&self, slot: u16) -> usize {
+        match self.slots[usize::from(slot) % SLOTS] {
+            NONE => usize::from(slot) % self.seeds,
+            s => usize::from(s),
+        }
+    }
+
+    /// The server a request for `slot` goes to: its master, or with
+    /// `replica_read` one of the master's replicas (spread by client id).
+    pub fn server_for(&self, slot: u16, replica_read: bool, client_id: u64) -> usize {
+        let m = self.master(slot);
+        if replica_read {
+            if let Some(r) = self.replicas.get(m).filter(|r| !r.is_empty()) {
+                return r[(client_id % r.len() as u64) as usize];
+            }
+        }
+        m
+    }
+
+    fn set(&mut self, slot: u16, server: usize) {
+        if let (Some(e), Ok(s)) = (self.slots.get_mut(usize::from(slot)), u16::try_from(server)) {
+            *e = s;
+        }
+    }
+}
+
+/// Read-only commands a cluster replica serves after `READONLY`.
+pub fn is_read_command(name: &str) -> bool {
+    matches!(
+        name,
+        "GET"
+            | "MGET"
+            | "STRLEN"
+            | "GETRANGE"
+            | "SUBSTR"
+            | "GETBIT"
+            | "BITCOUNT"
+            | "BITPOS"
+            | "EXISTS"
+            | "TYPE"
+            | "TTL"
+            | "PTTL"
+            | "EXPIRETIME"
+            | "PEXPIRETIME"
+            | "DUMP"
+            | "HGET"
+            | "HMGET"
+            | "HGETALL"
+            | "HKEYS"
+            | "HVALS"
+            | "HLEN"
+            | "HEXISTS"
+            | "HSTRLEN"
+            | "HRANDFIELD"
+            | "HSCAN"
+            | "LRANGE"
+            | "LINDEX"
+            | "LLEN"
+            | "LPOS"
+            | "SMEMBERS"
+            | "SISMEMBER"
+            | "SMISMEMBER"
+            | "SCARD"
+            | "SRANDMEMBER"
+            | "SSCAN"
+            | "SINTER"
+            | "SUNION"
+            | "SDIFF"
+            | "SINTERCARD"
+            | "ZRANGE"
+            | "ZRANGEBYSCORE"
+            | "ZREVRANGEBYSCORE"
+            | "ZRANGEBYLEX"
+            | "ZREVRANGEBYLEX"
+            | "ZREVRANGE"
+            | "ZCARD"
+            | "ZSCORE"
+            | "ZMSCORE"
+            | "ZRANK"
+            | "ZREVRANK"
+            | "ZCOUNT"
+            | "ZLEXCOUNT"
+            | "ZSCAN"
+            | "ZRANDMEMBER"
+            | "PFCOUNT"
+            | "GEOPOS"
+            | "GEODIST"
+            | "GEOHASH"
+            | "GEOSEARCH"
+            | "XRANGE"
+            | "XREVRANGE"
+            | "XLEN"
+    )
+}
+
+/// The ASKING command.
+const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
+/// The CLUSTER SLOTS command.
+const CLUSTER_SLOTS: &[u8] = b"*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n";
+
+/// An operation to parse the reply of a command of the proxy's own.
+pub(super) fn internal_op() -> Option<Op> {
+    let cmd = crate::proto::redis::Cmd::lookup(b"PING")?;
+    Some(Op::Redis(crate::proto::redis::RedisOp {
+        cmd,
+        class: cmd.class(),
+    }))
+}
+
+fn op_is_read(op: Op) -> bool {
+    match op {
+        Op::Redis(r) => is_read_command(r.cmd.name()),
+        Op::Mc(_) => false,
+    }
+}
+
+impl Worker<'_> {
+    /// The server of a cluster pool for a request `op` on `key`.
+    pub(super) fn cluster_server(&self, pool: usize, key: &[u8], op: Op, client_id: u64) -> usize {
+        let p = &self.pools[pool];
+        let Some(c) = p.cluster.as_ref() else {
+            return 0;
+        };
+        let read = p.cfg.cluster_read_replicas && op_is_read(op);
+        c.server_for(cluster::key_slot(key), read, client_id)
+    }
+
+    /// Ask for a new slot map where one is wanted and none is in flight.
+    pub(super) fn cluster_maintain(&mut self, now: Instant) {
+        for pool in 0..self.pools.len() {
+            if self.pools[pool].cluster.is_none() {
+                continue;
+            }
+            self.cluster_retry_due(pool, now);
+            let Some(c) = self.pools[pool].cluster.as_mut() else {
+                continue;
+            };
+            if c.last_refresh
+                .is_some_and(|t| now.duration_since(t) >= MAP_MAX_AGE)
+            {
+                c.refresh_wanted = true;
+            }
+            if !c.refresh_wanted
+                || c.refreshing
+                || c.last_refresh
+                    .is_some_and(|t| now.duration_since(t) < REFRESH_INTERVAL)
+            {
+                continue;
+            }
+            let start = c.next_ask;
+            let n = self.pools[pool].servers.len();
+            let Some(op) = internal_op() else {
+                return;
+            };
+            let mut asked = false;
+            for i in 0..n {
+                let server = (start + i) % n;
+                let Ok(st) = self.server_conn(pool, server, 0, now) else {
+                    continue;
+                };
+                self.enqueue(
+                    st,
+                    Some(Waiter::SlotMap),
+                    op,
+                    |out| out.extend_from_slice(CLUSTER_SLOTS),
+                    now,
+                );
+                if let Some(c) = self.pools[pool].cluster.as_mut() {
+                    c.next_ask = server + 1;
+                }
+                asked = true;
+                break;
+            }
+            if let Some(c) = self.pools[pool].cluster.as_mut() {
+                c.last_refresh = Some(now);
+                c.refreshing = asked;
+                c.refresh_wanted = !asked;
+            }
+        }
+    }
+
+    /// A slot-map request failed (connection closed): ask again later.
+    pub(super) fn cluster_map_failed(&mut self, pool: usize) {
+        if let Some(c) = self.pools[pool].cluster.as_mut() {
+            c.refreshing = false;
+            c.refresh_wanted = true;
+        }
+    }
+
+    /// A cluster node failed: its slots may have moved.
+    pub(super) fn cluster_node_failed(&mut self, pool: usize) {
+        if let Some(c) = self.pools[pool].cluster.as_mut() {
+            c.refresh_wanted = true;
+        }
+    }
+
+    /// The reply to `CLUSTER SLOTS` from server `asked`: the new map.
+    pub(super) fn cluster_slots_reply(&mut self, pool: usize, asked: usize, reply: &[u8]) {
+        let Some(c) = self.pools[pool].cluster.as_mut() else {
+            return;
+        };
+        c.refreshing = false;
+        let Some(ranges) = cluster::parse_slots(reply) else {
+            c.refresh_wanted = true;
+            crate::log_warn!(
+                "pool '{}': CLUSTER SLOTS from '{}' failed: {}",
+                self.pools[pool].cfg.name,
+                self.pools[pool].servers[asked].name,
+                String::from_utf8_lossy(&reply[..reply.len().min(200)]).trim_end()
+            );
+            return;
+        };
+        let mut slots = vec![NONE; SLOTS];
+        let mut replicas: Vec<Vec<usize>> = Vec::new();
+        for r in &ranges {
+            let Some(m) = self.node_index(pool, &r.master, asked) else {
+                continue;
+            };
+            let Ok(m16) = u16::try_from(m) else {
+                continue;
+            };
+            slots[usize::from(r.start)..=usize::from(r.end)].fill(m16);
+            let reps: Vec<usize> = r
+                .replicas
+                .iter()
+                .filter_map(|a| self.node_index(pool, a, asked))
+                .collect();
+            if replicas.len() <= m {
+                replicas.resize(m + 1, Vec::new());
+            }
+            replicas[m] = reps;
+        }
+        let name = self.pools[pool].cfg.name.clone();
+        let n = self.pools[pool].servers.len();
+        if let Some(c) = self.pools[pool].cluster.as_mut() {
+            c.slots = slots;
+            c.replicas = replicas;
+            c.maps += 1;
+            crate::log_info!(
+                "pool '{}': cluster map {}: {} slot ranges, {} nodes known",
+                name,
+                c.maps,
+                ranges.len(),
+                n
+            );
+        }
+    }
+
+    /// The server index of a cluster node, added to the pool if new. An
+    /// empty host is the host of server `asked`.
+    fn node_index(&mut self, pool: usize, node: &NodeAddr, asked: usize) -> Option<usize> {
+        let p = &self.pools[pool];
+        let addr = if node.host.is_empty() {
+            match p.servers.get(asked)?.endpoint.as_ref()? {
+                Endpoint::Tcp(a) => std::net::SocketAddr::new(a.ip(), node.port),
+                Endpoint::Unix(_) => return None,
+            }
+        } else {
+            match node.host.parse::<std::net::IpAddr>() {
+                Ok(ip) => std::net::SocketAddr::new(ip, node.port),
+                Err(_) => crate::net::resolve(&node.host, node.port).ok()?,
+            }
+        };
+        if let Some(i) = p
+            .servers
+            .iter()
+            .position(|s| s.endpoint == Some(Endpoint::Tcp(addr)))
+        {
+            return Some(i);
+        }
+        if p.servers.len() >= MAX_NODES {
+            return None;
+        }
+        let i = self.pools[pool].add_server(addr.to_string(), Endpoint::Tcp(addr));
+        crate::log_info!(
+            "pool '{}': cluster node {} added",
+            self.pools[pool].cfg.name,
+            addr
+        );
+        Some(i)
+    }
+
+    /// A `-MOVED` or `-ASK` reply from server `from` for a client's request
+    /// (or fragment): send the request to the node named, after `ASKING`.
+    /// Returns false when the reply must go to the client as it is
+    /// (too many hops, unknown node, the client is gone).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn cluster_redirect(
+        &mut self,
+        pool: usize,
+        from: usize,
+        ct: Token,
+        id: u64,
+        seq: u64,
+        frag: Option<u32>,
+        op: Op,
+        r: &Redirect,
+        now: Instant,
+    ) -> bool {
+        let Some(target) = self.node_index(pool, &r.to, from) else {
+            return false;
+        };
+        if !r.ask {
+            if let Some(c) = self.pools[pool].cluster.as_mut() {
+                c.set(r.slot, target);
+                c.refresh_wanted = true;
+            }
+        }
+        if !self.count_attempt(ct, id, seq, frag, false) {
+            return false;
+        }
+        crate::log_debug!(
+            "pool '{}': {} slot {} to {}",
+            self.pools[pool].cfg.name,
+            if r.ask { "ASK" } else { "MOVED" },
+            r.slot,
+            self.pools[pool].servers[target].name
+        );
+        // ASKING for a MOVED too: while a migration ends, the old owner
+        // already says MOVED but the new one, still importing, would send
+        // the request back (MOVED) until it learns the slot is its own;
+        // ASKING makes it serve it. A node that owns the slot ignores it.
+        self.send_again(pool, target, ct, id, seq, frag, op, true, now);
+        true
+    }
+
+    /// A `-TRYAGAIN` reply (a multi-key request on a slot whose keys are
+    /// being migrated): the request is sent again after `TRYAGAIN_DELAY`,
+    /// up to `MAX_TRYAGAIN` times. False: pass the reply on.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn cluster_tryagain(
+        &mut self,
+        pool: usize,
+        ct: Token,
+        id: u64,
+        seq: u64,
+        frag: Option<u32>,
+        op: Op,
+        now: Instant,
+    ) -> bool {
+        if !self.count_attempt(ct, id, seq, frag, true) {
+            return false;
+        }
+        let at = now + TRYAGAIN_DELAY;
+        let Some(c) = self.pools[pool].cluster.as_mut() else {
+            return false;
+        };
+        c.retries.push(TryAgain {
+            at,
+            token: ct,
+            id,
+            seq,
+            frag,
+            op,
+        });
+        self.arm_timer(at, Token(RETRY_TIMER), 0);
+        true
+    }
+
+    /// Send the requests whose TRYAGAIN delay has passed, routed by the
+    /// current map.
+    fn cluster_retry_due(&mut self, pool: usize, now: Instant) {
+        let due: Vec<TryAgain> = match self.pools[pool].cluster.as_mut() {
+            Some(c) if c.retries.iter().any(|r| r.at <= now) => {
+                let (due, keep) = std::mem::take(&mut c.retries)
+                    .into_iter()
+                    .partition(|r| r.at <= now);
+                c.retries = keep;
+                due
+            }
+            _ => return,
+        };
+        for r in due {
+            let Some(key) = self.kept_first_key(r.token, r.id, r.seq, r.frag) else {
+                continue;
+            };
+            let server = self.cluster_server(pool, &key, r.op, r.id);
+            self.send_again(pool, server, r.token, r.id, r.seq, r.frag, r.op, false, now);
+        }
+    }
+
+    /// Count one more redirection (or TRYAGAIN) of a kept request; false
+    /// when its budget is spent or the request is gone.
+    fn count_attempt(
+        &mut self,
+        ct: Token,
+        id: u64,
+        seq: u64,
+        frag: Option<u32>,
+        tryagain: bool,
+    ) -> bool {
+        let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) else {
+            return false;
+        };
+        if c.id != id {
+            return false;
+        }
+        let Some(slot) = c.slot_mut(seq) else {
+            return false;
+        };
+        let (hops, tries) = match frag {
+            Some(fi) => match slot
+                .multi
+                .as_mut()
+                .and_then(|m| m.frags.get_mut(fi as usize))
+            {
+                Some(f) => (&mut f.hops, &mut f.tries),
+                None => return false,
+            },
+            None => match slot.redirect.as_mut() {
+                Some(rd) => (&mut rd.hops, &mut rd.tries),
+                None => return false,
+            },
+        };
+        let (n, max) = if tryagain {
+            (tries, MAX_TRYAGAIN)
+        } else {
+            (hops, MAX_HOPS)
+        };
+        if *n >= max {
+            return false;
+        }
+        *n += 1;
+        true
+    }
+
+    /// The first key of a kept request or fragment (routes a retry).
+    fn kept_first_key(&self, ct: Token, id: u64, seq: u64, frag: Option<u32>) -> Option<Vec<u8>> {
+        let Some(Conn::Client(c)) = self.conns.get(ct.0) else {
+            return None;
+        };
+        if c.id != id {
+            return None;
+        }
+        let slot = c.pending.get(seq.checked_sub(c.head_seq)? as usize)?;
+        let (req, bytes, idx) = match frag {
+            Some(fi) => {
+                let m = slot.multi.as_ref()?;
+                (&m.req, &m.bytes, *m.frags.get(fi as usize)?.keys.first()?)
+            }
+            None => {
+                let rd = slot.redirect.as_ref()?;
+                (&rd.req, &rd.bytes, 0)
+            }
+        };
+        Some(
+            req.keys
+                .get(idx)
+                .map_or(Vec::new(), |r| bytes[r.clone()].to_vec()),
+        )
+    }
+
+    /// Queue a kept request (or fragment) again on server `target`,
+    /// after `ASKING` if `asking`.
+    #[allow(clippy::too_many_arguments)]
+    fn send_again(
+        &mut self,
+        pool: usize,
+        target: usize,
+        ct: Token,
+        id: u64,
+        seq: u64,
+        frag: Option<u32>,
+        op: Op,
+        asking: bool,
+        now: Instant,
+    ) {
+        let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) else {
+            return;
+        };
+        if c.id != id {
+            return;
+        }
+        let Some(slot) = c.slot_mut(seq) else {
+            return;
+        };
+        let (req, bytes, keys): (Request, Vec<u8>, Option<Vec<usize>>) = match frag {
+            Some(fi) => {
+                let Some(m) = slot.multi.as_ref() else {
+                    return;
+                };
+                let Some(f) = m.frags.get(fi as usize) else {
+                    return;
+                };
+                (m.req.clone(), m.bytes.clone(), Some(f.keys.clone()))
+            }
+            None => {
+                let Some(rd) = slot.redirect.as_ref() else {
+                    return;
+                };
+                (rd.req.clone(), rd.bytes.clone(), None)
+            }
+        };
+        let proto = self.pools[pool].proto;
+        let cslot = self.conn_slot(ct, pool, target, id, op);
+        let st = match self.server_conn(pool, target, cslot, now) {
+            Ok(st) => st,
+            Err(msg) => {
+                self.fail_unsent(ct, id, Some(seq), frag, pool, op, &msg);
+                return;
+            }
+        };
+        if asking {
+            if let Some(iop) = internal_op() {
+                self.enqueue(
+                    st,
+                    Some(Waiter::Internal),
+                    iop,
+                    |out| out.extend_from_slice(ASKING),
+                    now,
+                );
+            }
+        }
+        let waiter = Waiter::Client {
+            token: ct,
+            id,
+            seq,
+            frag,
+        };
+        self.enqueue(
+            st,
+            Some(waiter),
+            op,
+            |out| match &keys {
+                Some(k) => proto.write_fragment(&bytes, &req, k, out),
+                None => proto.write_request(&req, &bytes, out),
+            },
+            now,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_slots_go_to_seeds_known_ones_to_their_master() {
+        let mut c = ClusterRt::new(3);
+        assert_eq!(c.master(0), 0);
+        assert_eq!(c.master(4), 1);
+        assert_eq!(c.master(16383), 16383 % 3);
+        c.set(4, 7);
+        assert_eq!(c.master(4), 7);
+        assert_eq!(c.server_for(4, true, 1), 7);
+        c.replicas = vec![Vec::new(); 8];
+        c.replicas[7] = vec![8, 9];
+        assert_eq!(c.server_for(4, false, 1), 7);
+        assert_eq!(c.server_for(4, true, 1), 9);
+        assert_eq!(c.server_for(4, true, 2), 8);
+    }
+
+    #[test]
+    fn read_commands() {
+        assert!(is_read_command("GET") && is_read_command("MGET"));
+        assert!(!is_read_command("SET") && !is_read_command("DEL"));
+        assert!(!is_read_command("EVAL"));
+    }
+}

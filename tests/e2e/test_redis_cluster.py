@@ -1,0 +1,445 @@
+"""Redis Cluster as a backend (``redis_cluster: true``): a real cluster of
+redis-server nodes, walnut given one seed node, redis-py through walnut.
+
+Checks that keys land on the node serving their hash slot, that multi-key
+commands are split per slot and merged in order, that hash tags co-locate,
+and that a slot migrated by hand under load (ASK during the migration,
+MOVED after it) costs the client no error.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+
+import pytest
+import redis
+from redis.crc import key_slot
+
+from procs import HOST, cluster_node_ids, proxy_bin, redis_cli, slot_owner, wait_until
+
+
+@pytest.fixture(autouse=True)
+def _walnut_only(proxy_kind: str) -> None:
+    if proxy_kind != "walnut":
+        pytest.skip("twemproxy has no Redis Cluster support")
+
+
+def cluster_pool(seed, **settings) -> dict:
+    pool = {
+        "redis": True,
+        "redis_cluster": True,
+        "timeout": 5000,
+        "servers": [f"{seed.address}:1"],
+    }
+    pool.update(settings)
+    return pool
+
+
+@pytest.fixture(scope="module")
+def cluster(module_procs):
+    return module_procs.redis_cluster(masters=3)
+
+
+@pytest.fixture(scope="module")
+def proxied(module_procs, cluster, proxy_kind):
+    if proxy_kind != "walnut":
+        pytest.skip("twemproxy has no Redis Cluster support")
+    proxy = module_procs.proxy(proxy_kind, {"alpha": cluster_pool(cluster[1])}, extra_args=["--workers", "2"])
+    return proxy
+
+
+def client(proxy) -> redis.Redis:
+    return redis.Redis(host=HOST, port=proxy.port("alpha"), socket_timeout=10, protocol=2)
+
+
+def direct(port: int) -> redis.Redis:
+    return redis.Redis(host=HOST, port=port, socket_timeout=10)
+
+
+def owners(port: int) -> dict[int, int]:
+    """slot -> port of its master, from CLUSTER SLOTS of one node."""
+    out = {}
+    for start, end, master, *_ in direct(port).execute_command("CLUSTER SLOTS"):
+        for s in range(start, end + 1):
+            out[s] = master[1]
+    return out
+
+
+def test_every_key_lands_on_the_node_of_its_slot(cluster, proxied):
+    c = client(proxied)
+    keys = [f"key:{i}" for i in range(1000)]
+    for k in keys:
+        assert c.set(k, f"v-{k}") is True
+    own = owners(cluster[0].port)
+    nodes = {n.port: direct(n.port) for n in cluster}
+    per_node = {p: 0 for p in nodes}
+    for k in keys:
+        port = own[key_slot(k.encode())]
+        # The owner serves it itself (a wrong node would answer MOVED).
+        assert nodes[port].get(k) == f"v-{k}".encode(), k
+        per_node[port] += 1
+        assert c.get(k) == f"v-{k}".encode()
+    # Three masters, every one got a share.
+    assert all(n > 200 for n in per_node.values()), per_node
+
+
+def test_multi_key_commands_split_per_slot_in_order(proxied):
+    c = client(proxied)
+    keys = [f"mk:{i}" for i in range(60)]
+    assert len({key_slot(k.encode()) for k in keys}) > 50
+    assert c.mset({k: f"val{i}" for i, k in enumerate(keys)}) is True
+    asked = []
+    for i, k in enumerate(keys):
+        asked.append(k)
+        if i % 7 == 0:
+            asked.append(f"missing:{i}")
+    expect = [None if k.startswith("missing") else f"val{keys.index(k)}".encode() for k in asked]
+    assert c.mget(asked) == expect
+    assert c.exists(*asked) == len(keys)
+    assert c.delete(*keys[:30], "missing:x") == 30
+    assert c.mget(keys[:31]) == [None] * 30 + [b"val30"]
+    assert c.execute_command("UNLINK", *keys[30:]) == 30
+
+
+def test_hash_tags_co_locate(cluster, proxied):
+    c = client(proxied)
+    a, b = "{user:42}:followers", "{user:42}:following"
+    assert key_slot(a.encode()) == key_slot(b.encode())
+    c.sadd(a, "x", "y", "z")
+    c.sadd(b, "y", "z", "w")
+    assert c.sinter(a, b) == {b"y", b"z"}
+    assert c.rename(a, "{user:42}:renamed") is True
+    assert c.smembers("{user:42}:renamed") == {b"x", b"y", b"z"}
+    port = owners(cluster[0].port)[key_slot(b"user:42")]
+    assert direct(port).scard("{user:42}:renamed") == 3
+    # Keys of different slots in a one-server command: the node's CROSSSLOT
+    # reaches the client, and the connection stays usable.
+    c.set("plain-a", "1")
+    assert key_slot(b"plain-a") != key_slot(b"plain-b")
+    with pytest.raises(redis.ResponseError, match="hash to the same slot"):
+        c.rename("plain-a", "plain-b")
+    assert c.get("plain-a") == b"1"
+
+
+def cmdstat(port: int, cmd: str) -> dict[str, int]:
+    """calls / rejected_calls of one command on one node (INFO commandstats)."""
+    stats = direct(port).info("commandstats").get(f"cmdstat_{cmd}", {})
+    return {"calls": int(stats.get("calls", 0)), "rejected": int(stats.get("rejected_calls", 0))}
+
+
+def test_the_slot_map_sends_each_key_straight_to_its_owner(cluster, proxied):
+    """With the map loaded no request is refused with MOVED: every GET is
+    executed once, on its owner, and none is rejected anywhere."""
+    c = client(proxied)
+    keys = [f"direct:{i}" for i in range(300)]
+    for k in keys:
+        c.set(k, k)
+    # Every worker has its map once a full pass of reads saw no redirect.
+    for n in cluster:
+        direct(n.port).config_resetstat()
+    for k in keys:
+        assert c.get(k) == k.encode()
+    calls = sum(cmdstat(n.port, "get")["calls"] for n in cluster)
+    rejected = sum(cmdstat(n.port, "get")["rejected"] for n in cluster)
+    assert (calls, rejected) == (300, 0)
+
+
+def test_large_values(cluster, proxied):
+    """A value above the streaming threshold is kept whole in a cluster
+    pool, so it reaches its slot's node (through a MOVED if need be)."""
+    c = client(proxied)
+    big = {f"big:{i}": bytes([65 + i]) * (3 * 1024 * 1024 + i) for i in range(4)}
+    for k, v in big.items():
+        assert c.set(k, v) is True
+    own = owners(cluster[0].port)
+    for k, v in big.items():
+        assert direct(own[key_slot(k.encode())]).get(k) == v
+        assert c.get(k) == v
+
+
+def test_keys_routed_from_a_stale_map_follow_moved(cluster, proxied):
+    """Pipelined traffic right after start, before or while the map loads:
+    every reply is right (MOVED followed)."""
+    c = client(proxied)
+    p = c.pipeline(transaction=False)
+    for i in range(500):
+        p.set(f"pipe:{i}", i)
+    for i in range(500):
+        p.get(f"pipe:{i}")
+    res = p.execute()
+    assert res[:500] == [True] * 500
+    assert res[500:] == [str(i).encode() for i in range(500)]
+
+
+def migrate_slot(slot: int, src: int, dst: int, between=lambda: None) -> None:
+    """Move ``slot`` from the master on port ``src`` to the one on ``dst`` as
+    ``redis-cli --cluster reshard`` does, calling ``between()`` at each step."""
+    ids = cluster_node_ids(src)
+    src_id, dst_id = ids[src][0], ids[dst][0]
+    redis_cli(dst, "cluster", "setslot", str(slot), "importing", src_id)
+    redis_cli(src, "cluster", "setslot", str(slot), "migrating", dst_id)
+    between()
+    while True:
+        keys = redis_cli(src, "cluster", "getkeysinslot", str(slot), "5").split()
+        if not keys:
+            break
+        redis_cli(src, "migrate", HOST, str(dst), "", "0", "5000", "keys", *keys)
+        between()
+    for port in ids:
+        if "master" in ids[port][1]:
+            redis_cli(port, "cluster", "setslot", str(slot), "node", dst_id)
+
+
+def test_slot_migrated_under_load_costs_no_error(procs, proxy_kind):
+    nodes = procs.redis_cluster(masters=3)
+    proxy = procs.proxy(proxy_kind, {"alpha": cluster_pool(nodes[0])}, extra_args=["--workers", "2", "-v", "7"])
+    tag = "{mig}"
+    slot = key_slot(b"mig")
+    src = slot_owner(nodes[0].port, slot)
+    dst = next(n.port for n in nodes if n.port != src)
+    keys = [f"{tag}:{i}" for i in range(40)]
+    c = client(proxy)
+    for k in keys:
+        c.set(k, "0")
+
+    stop = threading.Event()
+    errors: list[str] = []
+    ops = [0]
+
+    def load(worker: int) -> None:
+        lc = client(proxy)
+        value = 0
+        mine = keys[worker::2]
+        while not stop.is_set():
+            value += 1
+            for k in mine:
+                try:
+                    assert lc.set(k, f"{worker}-{value}") is True
+                    got = lc.get(k)
+                    if got != f"{worker}-{value}".encode():
+                        errors.append(f"{k}: got {got!r}, wrote {worker}-{value}")
+                    ops[0] += 2
+                except Exception as e:  # noqa: BLE001 - every error counts
+                    errors.append(f"{k}: {e!r}")
+
+    multi_keys = [f"{tag}:m{i}" for i in range(10)]
+    multi_ops = [0]
+
+    def multi_load() -> None:
+        # Multi-key requests on the slot: a node answers TRYAGAIN while the
+        # keys are split between the two nodes; walnut waits it out.
+        lc = client(proxy)
+        value = 0
+        other = "{other}:x"
+        lc.set(other, "o")
+        while not stop.is_set():
+            value += 1
+            try:
+                assert lc.mset({k: f"m-{value}" for k in multi_keys}) is True
+                got = lc.mget([*multi_keys, other])
+                if got != [f"m-{value}".encode()] * 10 + [b"o"]:
+                    errors.append(f"mget: got {got!r}, wrote m-{value}")
+                multi_ops[0] += 2
+            except Exception as e:  # noqa: BLE001 - every error counts
+                errors.append(f"multi: {e!r}")
+
+    threads = [threading.Thread(target=load, args=(w,), daemon=True) for w in range(2)]
+    threads.append(threading.Thread(target=multi_load, daemon=True))
+    for t in threads:
+        t.start()
+
+    def let_traffic_run() -> None:
+        # Some requests between the steps of the migration.
+        start = ops[0]
+        wait_until(lambda: ops[0] >= start + 50 or errors, 30, interval=0.005, what="traffic")
+
+    try:
+        let_traffic_run()
+        migrate_slot(slot, src, dst, between=let_traffic_run)
+        let_traffic_run()
+        let_traffic_run()
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+    assert not errors, errors[:10]
+    assert ops[0] > 300 and multi_ops[0] > 20, (ops, multi_ops)
+    assert slot_owner(nodes[0].port, slot) == dst
+    d = direct(dst)
+    for k in keys:
+        assert d.get(k) is not None, k
+    # After the move every key is served by the new owner, read through walnut.
+    for k in keys:
+        assert c.get(k) == d.get(k)
+    # Both kinds of redirection were met and followed.
+    log = proxy.log_path.read_text(errors="replace")
+    assert f"ASK slot {slot} to 127.0.0.1:{dst}" in log
+    assert f"MOVED slot {slot} to 127.0.0.1:{dst}" in log
+
+
+def roles(port: int) -> tuple[list[int], list[int]]:
+    """(master ports, replica ports) as the node on ``port`` sees them."""
+    ids = cluster_node_ids(port)
+    masters = [p for p, (_, flags) in ids.items() if "master" in flags]
+    replicas = [p for p, (_, flags) in ids.items() if "slave" in flags]
+    return masters, replicas
+
+
+def test_reads_from_replicas(procs, proxy_kind):
+    nodes = procs.redis_cluster(masters=3, replicas=1)
+    proxy = procs.proxy(proxy_kind, {"alpha": cluster_pool(nodes[0], cluster_read_replicas=True)})
+    c = client(proxy)
+    keys = [f"rr:{i}" for i in range(200)]
+    for k in keys:
+        assert c.set(k, k) is True
+    # Replication is asynchronous: wait until the replicas have every key.
+    wait_until(lambda: c.mget(keys) == [k.encode() for k in keys], 30, what="replicated values")
+    masters, replicas = roles(nodes[0].port)
+    assert len(masters) == 3 and len(replicas) == 3
+    for n in nodes:
+        direct(n.port).config_resetstat()
+    for k in keys:
+        assert c.get(k) == k.encode()
+    assert sum(cmdstat(p, "get")["calls"] for p in replicas) == 200
+    assert sum(cmdstat(p, "get")["calls"] for p in masters) == 0
+    # Writes still go to the masters.
+    assert c.set("rr:write", "w") is True
+    assert sum(cmdstat(p, "set")["calls"] for p in masters) == 1
+    assert sum(cmdstat(p, "set")["rejected"] for p in replicas) == 0
+
+
+def test_failover_under_load(procs, proxy_kind):
+    nodes = procs.redis_cluster(masters=3, replicas=1)
+    proxy = procs.proxy(proxy_kind, {"alpha": cluster_pool(nodes[0])}, extra_args=["--workers", "2"])
+    keys = [f"fo:{i}" for i in range(30)]
+    stop = threading.Event()
+    errors: list[str] = []
+    ops = [0]
+
+    def load(worker: int) -> None:
+        lc = client(proxy)
+        value = 0
+        while not stop.is_set():
+            value += 1
+            for k in keys[worker::2]:
+                try:
+                    assert lc.set(k, f"{worker}-{value}") is True
+                    got = lc.get(k)
+                    if got != f"{worker}-{value}".encode():
+                        errors.append(f"{k}: got {got!r}, wrote {worker}-{value}")
+                    ops[0] += 2
+                except Exception as e:  # noqa: BLE001 - every error counts
+                    errors.append(f"{time.monotonic():.3f} {k}: {e!r}")
+
+    slot = key_slot(keys[0].encode())
+    old = slot_owner(nodes[0].port, slot)
+    _, replicas = roles(nodes[0].port)
+    replica = next(p for p in replicas if direct(p).info("replication").get("master_port") == old)
+    threads = [threading.Thread(target=load, args=(w,), daemon=True) for w in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        start = ops[0]
+        wait_until(lambda: ops[0] > start + 200 or errors, 30, interval=0.005, what="traffic")
+        began = time.monotonic()
+        assert redis_cli(replica, "cluster", "failover").strip() == "OK"
+        wait_until(lambda: slot_owner(replica, slot) == replica and slot_owner(old, slot) == replica,
+                   60, what="failover done")
+        ended = time.monotonic()
+        start = ops[0]
+        wait_until(lambda: ops[0] > start + 400, 30, interval=0.005, what="traffic after the failover")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+    # A coordinated failover: no client sees an error at all.
+    assert not errors, (began, ended, errors[:10])
+    assert "slave" in cluster_node_ids(old)[old][1]
+    # The promoted replica serves the slot itself, with the last value written.
+    assert direct(replica).get(keys[0]) == client(proxy).get(keys[0])
+
+
+def test_config_test_checks_the_cluster_keys(tmp_path, proxy_kind):
+    good = "alpha:\n  listen: 127.0.0.1:22121\n  redis: true\n  redis_cluster: true\n  servers:\n   - 127.0.0.1:7000:1\n"
+    bad = "alpha:\n  listen: 127.0.0.1:22121\n  redis_cluster: true\n  servers:\n   - 127.0.0.1:7000:1\n"
+    for text, ok in ((good, True), (bad, False)):
+        path = tmp_path / "c.yml"
+        path.write_text(text)
+        proc = subprocess.run([proxy_bin(proxy_kind), "-t", "-c", str(path)], capture_output=True, text=True, timeout=20)
+        out = proc.stdout + proc.stderr
+        assert (proc.returncode == 0) == ok, out
+        if not ok:
+            assert "line 3" in out or ":3" in out, out
+            assert "'redis_cluster' is only valid for a redis pool" in out, out
+
+
+def test_master_killed_under_load_errors_only_within_the_failover_window(procs, proxy_kind):
+    nodes = procs.redis_cluster(masters=3, replicas=1)
+    proxy = procs.proxy(proxy_kind, {"alpha": cluster_pool(nodes[0])}, extra_args=["--workers", "2"])
+    keys = [f"kill:{i}" for i in range(30)]
+    slot = key_slot(keys[0].encode())
+    old = slot_owner(nodes[0].port, slot)
+    victim = next(n for n in nodes if n.port == old)
+    survivor = next(n.port for n in nodes if n.port != old)
+    _, replicas = roles(nodes[0].port)
+    replica = next(p for p in replicas if direct(p).info("replication").get("master_port") == old)
+    stop = threading.Event()
+    errors: list[tuple[float, str]] = []
+    ops = [0]
+
+    def load(worker: int) -> None:
+        lc = client(proxy)
+        value = 0
+        while not stop.is_set():
+            value += 1
+            for k in keys[worker::2]:
+                try:
+                    assert lc.set(k, f"{worker}-{value}") is True
+                    got = lc.get(k)
+                    if got != f"{worker}-{value}".encode():
+                        errors.append((time.monotonic(), f"{k}: got {got!r}, wrote {worker}-{value}"))
+                    ops[0] += 2
+                except Exception as e:  # noqa: BLE001 - every error counts
+                    errors.append((time.monotonic(), f"{k}: {e!r}"))
+
+    threads = [threading.Thread(target=load, args=(w,), daemon=True) for w in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        start = ops[0]
+        wait_until(lambda: ops[0] > start + 200 or errors, 30, interval=0.005, what="traffic")
+        assert not errors, errors[:5]
+        killed = time.monotonic()
+        victim.kill()
+        wait_until(lambda: slot_owner(survivor, slot) == replica, 60, interval=0.05, what="replica promoted")
+        promoted = time.monotonic()
+        start = ops[0]
+        wait_until(lambda: ops[0] > start + 600, 30, interval=0.005, what="traffic after the failover")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+    # Errors while the slot had no live master, none once it had one again
+    # (1 s for walnut's next map and the cluster's gossip to settle).
+    late = [(round(t - promoted, 3), e) for t, e in errors if t > promoted + 1.0]
+    assert not late, late[:10]
+    assert all(t >= killed for t, _ in errors)
+    print(f"failover window: {promoted - killed:.2f}s, {len(errors)} client errors, "
+          f"last {max((t for t, _ in errors), default=killed) - killed:.2f}s after the kill")
+
+
+def test_cluster_with_a_password(procs, proxy_kind):
+    """redis_auth: walnut authenticates every node connection, discovered
+    nodes included (and asks the clients for the password, as twemproxy)."""
+    nodes = procs.redis_cluster(masters=3, password="s3cret")
+    proxy = procs.proxy(proxy_kind, {"alpha": cluster_pool(nodes[0], redis_auth="s3cret")})
+    c = redis.Redis(host=HOST, port=proxy.port("alpha"), socket_timeout=10, protocol=2, password="s3cret")
+    keys = [f"auth:{i}" for i in range(100)]
+    assert c.mset({k: k for k in keys}) is True
+    assert c.mget(keys) == [k.encode() for k in keys]
+    held = [redis.Redis(host=HOST, port=n.port, password="s3cret").dbsize() for n in nodes]
+    assert sum(held) == 100 and all(h > 0 for h in held), held
+    with pytest.raises(redis.AuthenticationError):
+        redis.Redis(host=HOST, port=proxy.port("alpha"), socket_timeout=10, protocol=2).get("auth:1")
