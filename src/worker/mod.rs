@@ -345,12 +345,25 @@ impl<'a> Worker<'a> {
     /// (or the runtime override), with nothing in flight.
     fn sweep_idle(&mut self, now: Instant) {
         let overridden = self.ctl.client_idle;
+        let pools = &self.pools;
         let idle: Vec<usize> = self
             .conns
-            .iter()
+            .iter_mut()
             .filter_map(|(k, c)| match c {
-                Conn::Client(c) if c.pending.is_empty() => {
-                    let ms = self.pools[c.pool].cfg.client_idle_timeout_ms;
+                Conn::Client(c) => {
+                    if !c.pending.is_empty()
+                        || !c.wbuf.is_empty()
+                        || c.stream.is_some()
+                        || c.rstream_from.is_some()
+                    {
+                        // Busy (a request in flight, a reply not yet
+                        // written): its idle time starts after that, so
+                        // a reply arriving in this very loop pass is
+                        // never lost to the sweep.
+                        c.last_active = now;
+                        return None;
+                    }
+                    let ms = pools[c.pool].cfg.client_idle_timeout_ms;
                     let limit = overridden.or((ms > 0).then(|| Duration::from_millis(ms)))?;
                     (now.duration_since(c.last_active) > limit).then_some(k)
                 }
