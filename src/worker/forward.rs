@@ -120,15 +120,14 @@ impl Worker<'_> {
         bytes: &[u8],
         now: Instant,
     ) {
-        let key = routing_key(req, bytes);
-        let key = key.as_ref();
         if self.pools[pool].cfg.replicas > 1 {
             self.forward_replicated(token, client_id, pool, req, bytes, now);
             return;
         }
-        if self.pools[pool].cluster.is_some() {
+        let key = routing_key(req, bytes);
+        let (server, slot) = if self.pools[pool].cluster.is_some() {
             // Kept until the reply, to follow MOVED and ASK.
-            let server = self.cluster_server(pool, key, req.op, client_id);
+            let server = self.cluster_server(pool, key.as_ref(), req.op, client_id);
             let slot = Slot {
                 redirect: Some(Box::new(Redirect {
                     req: req.clone(),
@@ -138,26 +137,15 @@ impl Worker<'_> {
                 })),
                 ..Slot::default()
             };
-            let seq = self.push_slot(token, req.noreply, slot);
-            let proto = self.pools[pool].proto;
-            self.send_or_fail(
-                token,
-                client_id,
-                seq,
-                None,
-                pool,
-                server,
-                |out| proto.write_request(req, bytes, out),
-                req.op,
-                now,
-            );
-            return;
-        }
-        let Some(server) = self.pools[pool].server_for(key, now) else {
-            self.reply_no_server(token, pool, req);
-            return;
+            (server, slot)
+        } else {
+            let Some(server) = self.pools[pool].server_for(key.as_ref(), now) else {
+                self.reply_no_server(token, pool, req);
+                return;
+            };
+            (server, Slot::default())
         };
-        let seq = self.push_slot(token, req.noreply, Slot::default());
+        let seq = self.push_slot(token, req.noreply, slot);
         let proto = self.pools[pool].proto;
         self.send_or_fail(
             token,

@@ -38,6 +38,29 @@ pub struct ServerRt {
 }
 
 impl ServerRt {
+    /// A live server with `server_connections` slots per protocol half.
+    fn new(
+        endpoint: Option<Endpoint>,
+        name: String,
+        ring_name: String,
+        weight: u32,
+        server_connections: u32,
+    ) -> ServerRt {
+        ServerRt {
+            endpoint,
+            name,
+            ring_name,
+            weight,
+            conns: vec![None; 2 * server_connections.max(1) as usize],
+            failures: 0,
+            ejected_until: None,
+            retry_at: None,
+            backoff: Duration::ZERO,
+            last_error: String::new(),
+            probing: false,
+        }
+    }
+
     /// Connections per protocol version (`server_connections`).
     pub fn per_protocol(&self) -> usize {
         (self.conns.len() / 2).max(1)
@@ -102,19 +125,13 @@ impl PoolRt {
                     },
                     ServerAddr::Unix { path } => Some(Endpoint::Unix(path.clone())),
                 };
-                ServerRt {
+                ServerRt::new(
                     endpoint,
-                    name: s.stats_name(),
-                    ring_name: s.ketama_name(),
-                    weight: s.weight,
-                    conns: vec![None; 2 * cfg.server_connections.max(1) as usize],
-                    failures: 0,
-                    ejected_until: None,
-                    retry_at: None,
-                    backoff: Duration::ZERO,
-                    last_error: String::new(),
-                    probing: false,
-                }
+                    s.stats_name(),
+                    s.ketama_name(),
+                    s.weight,
+                    cfg.server_connections,
+                )
             })
             .collect();
         let proto = if cfg.redis {
@@ -145,19 +162,13 @@ impl PoolRt {
     /// Add a server found at run time (a Redis Cluster node that is not in
     /// the configuration); returns its index.
     pub fn add_server(&mut self, name: String, endpoint: Endpoint) -> usize {
-        self.servers.push(ServerRt {
-            endpoint: Some(endpoint),
-            ring_name: name.clone(),
+        self.servers.push(ServerRt::new(
+            Some(endpoint),
+            name.clone(),
             name,
-            weight: 1,
-            conns: vec![None; 2 * self.cfg.server_connections.max(1) as usize],
-            failures: 0,
-            ejected_until: None,
-            retry_at: None,
-            backoff: Duration::ZERO,
-            last_error: String::new(),
-            probing: false,
-        });
+            1,
+            self.cfg.server_connections,
+        ));
         self.servers.len() - 1
     }
 

@@ -57,7 +57,16 @@ impl Worker<'_> {
             return;
         };
         let _ = self.poll.registry().deregister(&mut s.sock);
+        self.forget_server(token, &s);
+    }
+
+    /// A server connection leaves the worker: its connection slot is freed
+    /// and its queues leave the server's gauges.
+    fn forget_server(&mut self, token: Token, s: &super::conn::Server) {
         let (pool, server) = (s.pool, s.server);
+        if self.pools[pool].servers[server].conns[s.slot] == Some(token) {
+            self.pools[pool].servers[server].conns[s.slot] = None;
+        }
         self.stats
             .server_sub(pool, server, ServerField::ServerConnections, 1);
         self.stats
@@ -646,19 +655,7 @@ impl Worker<'_> {
         }
         // The client that got part of a streamed reply cannot be answered.
         let half_answered = s.rstream.take().and_then(|r| r.client);
-        if self.pools[pool].servers[server].conns[s.slot] == Some(token) {
-            self.pools[pool].servers[server].conns[s.slot] = None;
-        }
-        self.stats
-            .server_sub(pool, server, ServerField::ServerConnections, 1);
-        self.stats
-            .server_sub(pool, server, ServerField::InQueue, s.unsent);
-        self.stats
-            .server_sub(pool, server, ServerField::InQueueBytes, s.unsent_bytes);
-        self.stats
-            .server_sub(pool, server, ServerField::OutQueue, s.sent);
-        self.stats
-            .server_sub(pool, server, ServerField::OutQueueBytes, s.sent_bytes);
+        self.forget_server(token, &s);
         let field = match how {
             Ending::Eof => ServerField::ServerEof,
             Ending::Error => ServerField::ServerErr,

@@ -42,15 +42,21 @@ def children(pid: int) -> list[int]:
     return out
 
 
-def rss_kb(pid: int) -> int:
-    """VmRSS of ``pid`` in kB (0 when the process is gone)."""
+def status_kb(pid: int, field: str) -> int:
+    """A kB field of /proc/PID/status (VmRSS, VmHWM, ...); 0 when the
+    process is gone."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
     except OSError:
         pass
     return 0
+
+
+def rss_kb(pid: int) -> int:
+    """VmRSS of ``pid`` in kB (0 when the process is gone)."""
+    return status_kb(pid, "VmRSS")
 
 
 def workers(proxy) -> list[int]:

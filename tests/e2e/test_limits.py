@@ -4,7 +4,6 @@ set at run time on the admin port) and the `_walnut` `max_connections`."""
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import time
@@ -12,6 +11,7 @@ import uuid
 
 import pytest
 
+from faultkit import children, rss_kb
 from procs import (
     HOST,
     Proxy,
@@ -39,20 +39,6 @@ def start_walnut(procs, pools: dict, process: dict | None = None, extra_args=())
     return proxy.start()
 
 
-def worker_pids(master: int) -> list[int]:
-    """Pids of the processes whose parent is ``master``."""
-    pids = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == master:
-            pids.append(int(d))
-    return pids
 
 
 def stop_process(proc) -> None:
@@ -66,12 +52,6 @@ def stop_process(proc) -> None:
     wait_until(stopped, 5, interval=0.01, what=f"{proc.name} stopped")
 
 
-def rss_kb(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 def server_stat(proxy: Proxy, pool: str, field: str, port: int) -> int:
@@ -153,7 +133,7 @@ def test_client_not_reading_is_closed_at_output_limit(procs):
     value = b"x" * (512 * 1024)
     with RawConn(proxy.port()) as c:
         assert c.request(b"set big 0 0 %d\r\n%s\r\n" % (len(value), value)) == b"STORED\r\n"
-    (worker,) = worker_pids(proxy.pid)
+    (worker,) = children(proxy.pid)
     rss_before = rss_kb(worker)
 
     # A client with a small receive buffer asks for 64 x 512 KiB (32 MiB)

@@ -192,6 +192,55 @@ def migrate_slot(slot: int, src: int, dst: int, between=lambda: None) -> None:
             redis_cli(port, "cluster", "setslot", str(slot), "node", dst_id)
 
 
+class SetGetLoad:
+    """Two client threads through ``proxy``, each setting and reading back
+    its half of ``keys`` until the block ends; ``extra`` are more thread
+    targets taking this load. Every exception or wrong value is an error,
+    kept with its time: ``errors`` holds ``(time.monotonic(), message)``."""
+
+    def __init__(self, proxy, keys: list[str], extra=()):
+        self.proxy, self.keys = proxy, keys
+        self.stop = threading.Event()
+        self.errors: list[tuple[float, str]] = []
+        self.ops = 0
+        self.threads = [threading.Thread(target=self._set_get, args=(w,), daemon=True) for w in range(2)]
+        self.threads += [threading.Thread(target=f, args=(self,), daemon=True) for f in extra]
+
+    def error(self, message: str) -> None:
+        self.errors.append((time.monotonic(), message))
+
+    def _set_get(self, worker: int) -> None:
+        lc = client(self.proxy)
+        value = 0
+        while not self.stop.is_set():
+            value += 1
+            for k in self.keys[worker::2]:
+                try:
+                    assert lc.set(k, f"{worker}-{value}") is True
+                    got = lc.get(k)
+                    if got != f"{worker}-{value}".encode():
+                        self.error(f"{k}: got {got!r}, wrote {worker}-{value}")
+                    self.ops += 2
+                except Exception as e:  # noqa: BLE001 - every error counts
+                    self.error(f"{k}: {e!r}")
+
+    def run_for(self, n: int, what: str, until_error: bool = True) -> None:
+        """Wait (bounded) for ``n`` more operations, or the first error."""
+        start = self.ops
+        wait_until(lambda: self.ops >= start + n or (until_error and self.errors), 30,
+                   interval=0.005, what=what)
+
+    def __enter__(self) -> "SetGetLoad":
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=30)
+
+
 def test_slot_migrated_under_load_costs_no_error(procs, proxy_kind):
     nodes = procs.redis_cluster(masters=3)
     proxy = procs.proxy(proxy_kind, {"alpha": cluster_pool(nodes[0])}, extra_args=["--workers", "2", "-v", "7"])
@@ -204,68 +253,38 @@ def test_slot_migrated_under_load_costs_no_error(procs, proxy_kind):
     for k in keys:
         c.set(k, "0")
 
-    stop = threading.Event()
-    errors: list[str] = []
-    ops = [0]
-
-    def load(worker: int) -> None:
-        lc = client(proxy)
-        value = 0
-        mine = keys[worker::2]
-        while not stop.is_set():
-            value += 1
-            for k in mine:
-                try:
-                    assert lc.set(k, f"{worker}-{value}") is True
-                    got = lc.get(k)
-                    if got != f"{worker}-{value}".encode():
-                        errors.append(f"{k}: got {got!r}, wrote {worker}-{value}")
-                    ops[0] += 2
-                except Exception as e:  # noqa: BLE001 - every error counts
-                    errors.append(f"{k}: {e!r}")
-
     multi_keys = [f"{tag}:m{i}" for i in range(10)]
     multi_ops = [0]
 
-    def multi_load() -> None:
+    def multi_load(load: SetGetLoad) -> None:
         # Multi-key requests on the slot: a node answers TRYAGAIN while the
         # keys are split between the two nodes; walnut waits it out.
         lc = client(proxy)
         value = 0
         other = "{other}:x"
         lc.set(other, "o")
-        while not stop.is_set():
+        while not load.stop.is_set():
             value += 1
             try:
                 assert lc.mset({k: f"m-{value}" for k in multi_keys}) is True
                 got = lc.mget([*multi_keys, other])
                 if got != [f"m-{value}".encode()] * 10 + [b"o"]:
-                    errors.append(f"mget: got {got!r}, wrote m-{value}")
+                    load.error(f"mget: got {got!r}, wrote m-{value}")
                 multi_ops[0] += 2
             except Exception as e:  # noqa: BLE001 - every error counts
-                errors.append(f"multi: {e!r}")
+                load.error(f"multi: {e!r}")
 
-    threads = [threading.Thread(target=load, args=(w,), daemon=True) for w in range(2)]
-    threads.append(threading.Thread(target=multi_load, daemon=True))
-    for t in threads:
-        t.start()
-
-    def let_traffic_run() -> None:
+    with SetGetLoad(proxy, keys, extra=[multi_load]) as load:
         # Some requests between the steps of the migration.
-        start = ops[0]
-        wait_until(lambda: ops[0] >= start + 50 or errors, 30, interval=0.005, what="traffic")
+        def let_traffic_run() -> None:
+            load.run_for(50, "traffic")
 
-    try:
         let_traffic_run()
         migrate_slot(slot, src, dst, between=let_traffic_run)
         let_traffic_run()
         let_traffic_run()
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(timeout=30)
-    assert not errors, errors[:10]
-    assert ops[0] > 300 and multi_ops[0] > 20, (ops, multi_ops)
+    assert not load.errors, load.errors[:10]
+    assert load.ops > 300 and multi_ops[0] > 20, (load.ops, multi_ops)
     assert slot_owner(nodes[0].port, slot) == dst
     d = direct(dst)
     for k in keys:
@@ -314,46 +333,19 @@ def test_failover_under_load(procs, proxy_kind):
     nodes = procs.redis_cluster(masters=3, replicas=1)
     proxy = procs.proxy(proxy_kind, {"alpha": cluster_pool(nodes[0])}, extra_args=["--workers", "2"])
     keys = [f"fo:{i}" for i in range(30)]
-    stop = threading.Event()
-    errors: list[str] = []
-    ops = [0]
-
-    def load(worker: int) -> None:
-        lc = client(proxy)
-        value = 0
-        while not stop.is_set():
-            value += 1
-            for k in keys[worker::2]:
-                try:
-                    assert lc.set(k, f"{worker}-{value}") is True
-                    got = lc.get(k)
-                    if got != f"{worker}-{value}".encode():
-                        errors.append(f"{k}: got {got!r}, wrote {worker}-{value}")
-                    ops[0] += 2
-                except Exception as e:  # noqa: BLE001 - every error counts
-                    errors.append(f"{time.monotonic():.3f} {k}: {e!r}")
-
     slot = key_slot(keys[0].encode())
     old = slot_owner(nodes[0].port, slot)
     _, replicas = roles(nodes[0].port)
     replica = next(p for p in replicas if direct(p).info("replication").get("master_port") == old)
-    threads = [threading.Thread(target=load, args=(w,), daemon=True) for w in range(2)]
-    for t in threads:
-        t.start()
-    try:
-        start = ops[0]
-        wait_until(lambda: ops[0] > start + 200 or errors, 30, interval=0.005, what="traffic")
+    with SetGetLoad(proxy, keys) as load:
+        load.run_for(200, "traffic")
         began = time.monotonic()
         assert redis_cli(replica, "cluster", "failover").strip() == "OK"
         wait_until(lambda: slot_owner(replica, slot) == replica and slot_owner(old, slot) == replica,
                    60, what="failover done")
         ended = time.monotonic()
-        start = ops[0]
-        wait_until(lambda: ops[0] > start + 400, 30, interval=0.005, what="traffic after the failover")
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(timeout=30)
+        load.run_for(400, "traffic after the failover", until_error=False)
+    errors = load.errors
     # A coordinated failover: no client sees an error at all.
     assert not errors, (began, ended, errors[:10])
     assert "slave" in cluster_node_ids(old)[old][1]
@@ -385,42 +377,15 @@ def test_master_killed_under_load_errors_only_within_the_failover_window(procs, 
     survivor = next(n.port for n in nodes if n.port != old)
     _, replicas = roles(nodes[0].port)
     replica = next(p for p in replicas if direct(p).info("replication").get("master_port") == old)
-    stop = threading.Event()
-    errors: list[tuple[float, str]] = []
-    ops = [0]
-
-    def load(worker: int) -> None:
-        lc = client(proxy)
-        value = 0
-        while not stop.is_set():
-            value += 1
-            for k in keys[worker::2]:
-                try:
-                    assert lc.set(k, f"{worker}-{value}") is True
-                    got = lc.get(k)
-                    if got != f"{worker}-{value}".encode():
-                        errors.append((time.monotonic(), f"{k}: got {got!r}, wrote {worker}-{value}"))
-                    ops[0] += 2
-                except Exception as e:  # noqa: BLE001 - every error counts
-                    errors.append((time.monotonic(), f"{k}: {e!r}"))
-
-    threads = [threading.Thread(target=load, args=(w,), daemon=True) for w in range(2)]
-    for t in threads:
-        t.start()
-    try:
-        start = ops[0]
-        wait_until(lambda: ops[0] > start + 200 or errors, 30, interval=0.005, what="traffic")
-        assert not errors, errors[:5]
+    with SetGetLoad(proxy, keys) as load:
+        load.run_for(200, "traffic")
+        assert not load.errors, load.errors[:5]
         killed = time.monotonic()
         victim.kill()
         wait_until(lambda: slot_owner(survivor, slot) == replica, 60, interval=0.05, what="replica promoted")
         promoted = time.monotonic()
-        start = ops[0]
-        wait_until(lambda: ops[0] > start + 600, 30, interval=0.005, what="traffic after the failover")
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(timeout=30)
+        load.run_for(600, "traffic after the failover", until_error=False)
+    errors = load.errors
     # Errors while the slot had no live master, none once it had one again
     # (1 s for walnut's next map and the cluster's gossip to settle).
     late = [(round(t - promoted, 3), e) for t, e in errors if t > promoted + 1.0]

@@ -5,7 +5,6 @@ arrives, so a worker never holds a whole 300 MB value."""
 from __future__ import annotations
 
 import hashlib
-import os
 import socket
 import threading
 import time
@@ -13,6 +12,7 @@ import uuid
 
 import pytest
 
+from faultkit import children, status_kb
 from procs import HOST, Proxy, redis_pool, wait_until
 
 MB = 1024 * 1024
@@ -32,27 +32,8 @@ def digest_of(size: int) -> str:
     return h.hexdigest()
 
 
-def worker_pids(master: int) -> list[int]:
-    pids = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == master:
-            pids.append(int(d))
-    return pids
 
 
-def vm_hwm_kb(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmHWM")
 
 
 class Conn:
@@ -119,7 +100,7 @@ def setup(procs):
                   extra_args=["--workers", "1", "--admin", "off"])
     procs.started.append(proxy)
     proxy.start()
-    workers = wait_until(lambda: worker_pids(proxy.pid), 10, what="worker")
+    workers = wait_until(lambda: children(proxy.pid), 10, what="worker")
     return backend, proxy, workers[0]
 
 
@@ -170,7 +151,7 @@ def test_large_set_get_streamed(setup, size_mb):
         assert d.line() == b":2"
     finally:
         d.close()
-    hwm = vm_hwm_kb(worker)
+    hwm = status_kb(worker, "VmHWM")
     print(f"\n{size_mb} MB: SET via walnut {set_s:.2f}s ({size_mb / set_s:.0f} MB/s), direct {direct_set_s:.2f}s; "
           f"GET via walnut {get_s:.2f}s ({size_mb / get_s:.0f} MB/s), direct {direct_get_s:.2f}s; "
           f"worker VmHWM {hwm} kB")

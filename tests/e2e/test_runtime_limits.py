@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import time
 
+from faultkit import children, rss_kb
 from procs import HOST, RawConn, free_port, memcache_pool
 from test_admin_port import admin
 
@@ -74,22 +75,16 @@ def test_output_limit_set_at_run_time_cuts_clients_on_every_worker(procs):
         assert c.request(b"get big\r\n", b"END\r\n").startswith(b"VALUE big")
 
 
-def rss_kb(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 def test_buffer_budget_closes_the_biggest_hogs_and_others_keep_working(procs):
-    from test_limits import start_walnut, worker_pids
+    from test_limits import start_walnut
 
     backend = procs.memcached()
     proxy = start_walnut(procs, {"mc": memcache_pool([backend])}, {"buffer_budget": "4m"})
     with RawConn(proxy.port()) as c:
         assert c.request(b"set big 0 0 %d\r\n" % len(VALUE) + VALUE + b"\r\n") == b"STORED\r\n"
-    worker = worker_pids(proxy.pid)[0]
+    worker = children(proxy.pid)[0]
     before = rss_kb(worker)
 
     hogs = [flood_without_reading(proxy.port(), "big") for _ in range(3)]  # 20 MB owed each
