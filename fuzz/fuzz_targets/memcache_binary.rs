@@ -75,6 +75,7 @@ fuzz_target!(|data: &[u8]| {
     let limits = Limits {
         max_value: 4096,
         max_keys: 64,
+        pre_auth: false,
     };
     let mut bin = Vec::with_capacity(data.len() + 1);
     bin.push(0x80);

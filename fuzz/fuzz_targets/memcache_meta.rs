@@ -74,6 +74,7 @@ fuzz_target!(|data: &[u8]| {
     let limits = Limits {
         max_value: 4096,
         max_keys: 64,
+        pre_auth: false,
     };
     let mut meta = b"m".to_vec();
     meta.extend_from_slice(data);

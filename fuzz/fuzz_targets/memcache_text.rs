@@ -202,6 +202,7 @@ fuzz_target!(|data: &[u8]| {
     let limits = Limits {
         max_value: 4096,
         max_keys: 64,
+        pre_auth: false,
     };
     check_requests(data, &limits);
     check_responses(data);

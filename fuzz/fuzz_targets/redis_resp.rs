@@ -216,6 +216,7 @@ fuzz_target!(|data: &[u8]| {
     let limits = Limits {
         max_value: 4096,
         max_keys: 64,
+        pre_auth: false,
     };
     check_requests(data, &limits);
     check_stream_head(data, &limits);

@@ -127,6 +127,11 @@ pub struct Limits {
     pub max_value: usize,
     /// Largest number of keys in one multi-key request.
     pub max_keys: usize,
+    /// The client has not authenticated to a pool that has a password:
+    /// redis-server's pre-AUTH limits apply (at most 10 arguments, bulk
+    /// strings of at most 16384 bytes), so an unauthenticated peer cannot
+    /// make the proxy buffer anything large.
+    pub pre_auth: bool,
 }
 
 impl Default for Limits {
@@ -134,6 +139,7 @@ impl Default for Limits {
         Limits {
             max_value: 1024 * 1024,
             max_keys: 1_000_000,
+            pre_auth: false,
         }
     }
 }

@@ -129,9 +129,11 @@ impl Worker<'_> {
             if input.is_empty() {
                 break;
             }
+            let mut limits = limits;
             // Backpressure: a client with too many requests in flight is
             // not read until its replies drain (resumed in write_client).
             if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+                limits.pre_auth = !c.session.authenticated;
                 if c.pending.len() >= max_inflight {
                     paused = true;
                     break;

@@ -142,6 +142,7 @@ impl PoolRt {
         let limits = Limits {
             max_value: cfg.max_value_size,
             max_keys: cfg.max_keys,
+            pre_auth: false,
         };
         let placement = build_placement(cfg, &servers);
         PoolRt {

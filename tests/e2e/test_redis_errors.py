@@ -155,6 +155,38 @@ def test_auth(procs):
         client(p.port(), password="nope").ping()
 
 
+PRE_AUTH = [
+    b"*11\r\n",
+    b"*1\r\n$16385\r\n",
+    b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$100000000\r\n",
+]
+
+
+@pytest.mark.parametrize("data", PRE_AUTH, ids=range(len(PRE_AUTH)))
+def test_pre_auth_limits_as_redis_server(procs, data):
+    """Before AUTH, redis-server reads at most 10 arguments and bulk strings
+    of at most 16384 bytes: walnut answers such input as a password-protected
+    redis-server does, byte for byte, and closes, so an unauthenticated peer
+    cannot make it buffer a large request."""
+    backend = procs.redis(extra=["--requirepass", "s3cret"])
+    p = procs.proxy("walnut", {"beta": redis_pool([backend], redis_auth="s3cret")})
+    replies = []
+    for port in (backend.port, p.port()):
+        with RawConn(port) as c:
+            c.send(data)
+            replies.append(c.read_line())
+            assert c.is_closed()
+    assert replies[0].startswith(b"-ERR Protocol error: unauthenticated")
+    assert replies[1] == replies[0]
+    # Authenticated, the same sizes pass.
+    with RawConn(p.port()) as c:
+        assert c.request(b"AUTH s3cret\r\n") == b"+OK\r\n"
+        value = b"v" * 20000
+        req = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$20000\r\n" + value + b"\r\n"
+        assert c.request(req) == b"+OK\r\n"
+        assert c.request(b"STRLEN k\r\n") == b":20000\r\n"
+
+
 def test_redis_db_selects_on_backends(procs):
     backends = [procs.redis() for _ in range(2)]
     p = procs.proxy("walnut", {"beta": redis_pool(backends, redis_db=2)})

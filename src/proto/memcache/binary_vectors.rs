@@ -196,6 +196,7 @@ pub(super) fn run_table(
     let limits = Limits {
         max_value: 100,
         max_keys: 16,
+        pre_auth: false,
     };
     let mut pending: Option<(usize, Vec<u8>, Option<McOp>)> = None;
     let mut n = 0;

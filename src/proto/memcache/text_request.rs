@@ -394,6 +394,7 @@ mod tests {
         assert_eq!(r.route, Route::Multi);
         let limits = Limits {
             max_keys: 10,
+            pre_auth: false,
             ..Limits::default()
         };
         let e = parse_request(&line[..line.len().min(2000)], &limits);
@@ -416,6 +417,7 @@ mod tests {
         assert!(matches!(parse(&get), Ok(Parse::Incomplete { .. })));
         let limits = Limits {
             max_keys: 2,
+            pre_auth: false,
             ..Limits::default()
         };
         assert!(parse_request(&get, &limits).unwrap_err().close);

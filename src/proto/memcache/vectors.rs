@@ -204,6 +204,7 @@ fn request_vectors() {
     let limits = Limits {
         max_value: 1024 * 1024,
         max_keys: 10_000,
+        pre_auth: false,
     };
     let mut input: Option<Vec<u8>> = None;
     let mut count = 0;

@@ -13,6 +13,11 @@ use std::ops::Range;
 const INLINE_MAX: usize = 64 * 1024;
 /// Most arguments accepted in one request.
 const MAX_ARGS: usize = 1024 * 1024;
+/// Most arguments redis-server reads from a client that has not
+/// authenticated to a server that requires it.
+const PRE_AUTH_MAX_ARGS: usize = 10;
+/// Longest bulk string redis-server reads from such a client.
+const PRE_AUTH_MAX_BULK: usize = 16384;
 
 /// One argument of a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,6 +61,7 @@ pub struct Args<'a> {
     kind: Kind<'a>,
     pos: usize,
     max_value: usize,
+    pre_auth: bool,
 }
 
 impl<'a> Args<'a> {
@@ -65,12 +71,14 @@ impl<'a> Args<'a> {
         let limits = Limits {
             max_value: usize::MAX,
             max_keys: usize::MAX,
+            pre_auth: false,
         };
         Args::frame(req, &limits).unwrap_or(Args {
             buf: req,
             kind: Kind::Multibulk { remaining: 0 },
             pos: 0,
             max_value: 0,
+            pre_auth: false,
         })
     }
 
@@ -94,11 +102,15 @@ impl<'a> Args<'a> {
                     .ok()
                     .filter(|&n| n <= MAX_ARGS && n <= max_args)
                     .ok_or_else(|| protocol("invalid multibulk length"))?;
+                if limits.pre_auth && n > PRE_AUTH_MAX_ARGS {
+                    return Err(protocol("unauthenticated multibulk length"));
+                }
                 return Ok(Args {
                     buf,
                     kind: Kind::Multibulk { remaining: n },
                     pos: after,
                     max_value: limits.max_value,
+                    pre_auth: limits.pre_auth,
                 });
             }
             let Some(nl) = memchr::memchr(b'\n', &buf[pos..]).map(|i| pos + i) else {
@@ -129,6 +141,7 @@ impl<'a> Args<'a> {
                         },
                         pos,
                         max_value: limits.max_value,
+                        pre_auth: limits.pre_auth,
                     })
                 }
             }
@@ -164,6 +177,9 @@ impl<'a> Args<'a> {
                     .and_then(|n| usize::try_from(n).ok())
                     .filter(|&n| n <= self.max_value && n <= isize::MAX as usize / 2)
                     .ok_or_else(|| protocol("invalid bulk length"))?;
+                if self.pre_auth && n > PRE_AUTH_MAX_BULK {
+                    return Err(protocol("unauthenticated bulk length"));
+                }
                 let end = start + n;
                 if end + 2 > buf.len() {
                     return Err(Stop::Incomplete(end + 2));

@@ -55,6 +55,7 @@ fn limits() -> Limits {
     Limits {
         max_value: 1000,
         max_keys: 100,
+        pre_auth: false,
     }
 }
 
@@ -288,6 +289,7 @@ fn big_limits() -> Limits {
     Limits {
         max_value: 512 << 20,
         max_keys: 1000,
+        pre_auth: false,
     }
 }
 
@@ -331,6 +333,7 @@ fn stream_head_only_when_streamable() {
     let small = Limits {
         max_value: 1 << 20,
         max_keys: 10,
+        pre_auth: false,
     };
     assert!(stream_head(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2000000\r\nab", &small, t).is_none());
     // HSET: key first, the large field value later.
@@ -358,4 +361,54 @@ fn stream_arg_frames_the_arguments_after_the_value() {
     assert!(err(b"$x\r\n").contains("invalid bulk length"));
     assert!(err(b"$600000000\r\n").contains("invalid bulk length"));
     assert!(err(&[b'$'; 70000]).contains("too big bulk count string"));
+}
+
+#[test]
+fn pre_auth_limits_are_redis_servers() {
+    let l = Limits {
+        pre_auth: true,
+        ..big_limits()
+    };
+    let err = |b: &[u8]| match parse_request(b, &l) {
+        Err(e) => {
+            assert!(e.close, "a pre-AUTH limit closes the connection");
+            String::from_utf8(e.reply).unwrap()
+        }
+        other => panic!("expected an error, got {other:?}"),
+    };
+    assert_eq!(
+        err(b"*11\r\n"),
+        "-ERR Protocol error: unauthenticated multibulk length\r\n"
+    );
+    assert_eq!(
+        err(b"*1\r\n$16385\r\n"),
+        "-ERR Protocol error: unauthenticated bulk length\r\n"
+    );
+    // The absolute limits are checked first, as redis-server does.
+    assert_eq!(
+        err(b"*1\r\n$-5\r\n"),
+        "-ERR Protocol error: invalid bulk length\r\n"
+    );
+    // At the limits: still parsed.
+    let mut ten = b"*10\r\n$4\r\nAUTH\r\n".to_vec();
+    for _ in 0..9 {
+        ten.extend_from_slice(b"$1\r\nx\r\n");
+    }
+    assert!(matches!(parse_request(&ten, &l), Ok(Parse::Done(_))));
+    let mut big = b"*2\r\n$4\r\nAUTH\r\n$16384\r\n".to_vec();
+    big.resize(big.len() + 16384, b'p');
+    big.extend_from_slice(b"\r\n");
+    assert!(matches!(parse_request(&big, &l), Ok(Parse::Done(_))));
+    // Authenticated: no such limits.
+    let mut set = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$20000\r\n".to_vec();
+    set.resize(set.len() + 20000, b'v');
+    set.extend_from_slice(b"\r\n");
+    assert!(matches!(
+        parse_request(&set, &big_limits()),
+        Ok(Parse::Done(_))
+    ));
+    assert_eq!(
+        err(&set),
+        "-ERR Protocol error: unauthenticated bulk length\r\n"
+    );
 }
