@@ -123,7 +123,11 @@ def markdown(summary: list[dict], meta: dict) -> str:
                         s["accept_eagain"]] for s in lst])
     qa = [s for s in summary if s["section"] == "quickack"]
     if qa:
-        out += ["## 40 ms-class outliers (requests > 30 ms per million), mcload, 50 conns", ""]
+        out += ["## 40 ms-class outliers (requests > 30 ms per million), mcload, 50 conns", "",
+                "direct = memcached with no proxy in between: what it counts is this "
+                "machine's own stalls (scheduling), the floor a proxy is measured against. "
+                "A delayed-ACK stall would show for walnut with QUICKACK off and not with it "
+                "on.", ""]
         out += _table(["scenario", "proxy", "req/s", "p99", "p99.9", "> 30 ms per M"],
                       [[s["scenario"], s["target"], s["rps"], s["p99"], s["p999"],
                         s["over_30ms_per_M"]] for s in qa])
