@@ -3,7 +3,7 @@
 
 use super::conn::{Conn, Inflight, Slot, Waiter};
 use super::stream::StreamStart;
-use super::{Worker, READ_BUDGET, READ_CHUNK, STREAM_THRESHOLD};
+use super::{Worker, READ_BUDGET, READ_CHUNK, STREAM_LOW, STREAM_THRESHOLD};
 use crate::proto::{Local, Parse, Request, Route};
 use crate::stats::{PoolField, ServerField, WorkerField};
 use mio::Token;
@@ -349,6 +349,7 @@ impl Worker<'_> {
             return;
         }
         self.client_drained(token);
+        self.drain_held(token);
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return;
         };
@@ -366,6 +367,29 @@ impl Worker<'_> {
             return;
         }
         self.maybe_finish_client(token);
+    }
+
+    /// The client's output drained: pass it more of the held reply at the
+    /// head of its replies (it is written on the loop's next flush round).
+    fn drain_held(&mut self, token: Token) {
+        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+            return;
+        };
+        let held_at_head = c
+            .pending
+            .front()
+            .is_some_and(|s| s.ready && s.held.is_some());
+        if !held_at_head || c.wbuf.len() >= STREAM_LOW {
+            return;
+        }
+        if c.wbuf.capacity() == 0 {
+            c.wbuf = self.bufs.take();
+        }
+        let added = c.drain_ready();
+        if added > 0 {
+            self.dirty_clients.push(token);
+            self.add_out(added);
+        }
     }
 
     /// Replies were queued for a client: if that took its output over

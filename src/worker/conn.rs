@@ -2,6 +2,7 @@
 //! a client's replies in the order it sent its requests.
 
 use super::buffer::Buffer;
+use super::spool::Spool;
 use crate::net::Stream;
 use crate::proto::{Op, Request};
 use mio::Token;
@@ -23,7 +24,13 @@ pub struct Slot {
     pub retry: Option<Box<Retry>>,
     /// A request to a Redis Cluster: kept to follow MOVED and ASK.
     pub redirect: Option<Box<Redirect>>,
+    /// A large reply held in chunks (instead of `out`): it passes to the
+    /// client's output as that drains, at most [`HELD_HIGH`] at a time.
+    pub held: Option<Box<Spool>>,
 }
+
+/// Most output a client gets from held replies before it drains it.
+pub const HELD_HIGH: usize = 1024 * 1024;
 
 /// A Redis Cluster request kept until its reply, to be sent again to the
 /// node a `-MOVED` or `-ASK` names.
@@ -88,6 +95,8 @@ pub struct Fragment {
     pub keys: Vec<usize>,
     /// The server's reply.
     pub reply: Vec<u8>,
+    /// Or, when it was large, the reply held in chunks.
+    pub held: Option<Box<Spool>>,
     /// The server could not be reached (the reply is the error to send).
     pub failed: bool,
     /// Which replica of its keys this fragment went to (0 = the owner).
@@ -200,9 +209,16 @@ impl Client {
     /// the bytes moved.
     pub fn drain_ready(&mut self) -> usize {
         let before = self.wbuf.len();
-        while let Some(front) = self.pending.front() {
+        while let Some(front) = self.pending.front_mut() {
             if !front.ready {
                 break;
+            }
+            if let Some(held) = front.held.as_mut() {
+                let room = HELD_HIGH.saturating_sub(self.wbuf.len());
+                held.drain_into(&mut self.wbuf, room);
+                if !held.is_empty() {
+                    break;
+                }
             }
             let Some(slot) = self.pending.pop_front() else {
                 break;

@@ -14,11 +14,13 @@ mod cluster;
 mod conn;
 mod forward;
 mod heap;
+mod held;
 mod latency;
 mod local;
 mod pool;
 mod replies;
 mod server;
+mod spool;
 mod stream;
 
 pub use accept::AcceptMutex;

@@ -1,7 +1,8 @@
 //! Replies coming back: filling a client's slot, joining the fragments of
 //! split requests, and retrying failed reads on other replicas.
 
-use super::conn::{Conn, Multi, MultiMode};
+use super::conn::{Conn, Multi, MultiMode, Slot};
+use super::spool::Spool;
 use super::Worker;
 use mio::Token;
 
@@ -58,13 +59,7 @@ impl Worker<'_> {
                 }
                 m.remaining = m.remaining.saturating_sub(1);
                 if m.remaining == 0 {
-                    if let Some(m) = slot.multi.take() {
-                        slot.out = match m.error {
-                            Some(e) => e,
-                            None => merge(proto, &m),
-                        };
-                    }
-                    slot.ready = true;
+                    finish_multi(proto, slot);
                 }
             }
             _ => {
@@ -74,12 +69,61 @@ impl Worker<'_> {
             }
         }
         if seq == c.head_seq {
-            let added = c.drain_ready();
-            if !c.wbuf.is_empty() {
-                self.dirty_clients.push(token);
-            }
-            self.add_out(added);
+            self.drain_head(token);
         }
+    }
+
+    /// Deliver a large reply that was held in chunks (see `stream.rs`): to
+    /// its slot, or to its fragment of a split request.
+    pub(super) fn held_done(
+        &mut self,
+        token: Token,
+        id: u64,
+        seq: u64,
+        frag: Option<u32>,
+        held: Box<Spool>,
+    ) {
+        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+            return;
+        };
+        if c.id != id {
+            return;
+        }
+        let proto = self.pools[c.pool].proto;
+        let Some(slot) = c.slot_mut(seq) else {
+            return;
+        };
+        match (frag, slot.multi.as_mut()) {
+            (Some(fi), Some(m)) => {
+                if let Some(f) = m.frags.get_mut(fi as usize) {
+                    f.held = Some(held);
+                }
+                m.remaining = m.remaining.saturating_sub(1);
+                if m.remaining == 0 {
+                    finish_multi(proto, slot);
+                }
+            }
+            _ => {
+                slot.held = Some(held);
+                slot.ready = true;
+                slot.retry = None;
+            }
+        }
+        if seq == c.head_seq {
+            self.drain_head(token);
+        }
+    }
+
+    /// The client's head slot may be ready: move what is ready to its output.
+    fn drain_head(&mut self, token: Token) {
+        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+            return;
+        };
+        let added = c.drain_ready();
+        if !c.wbuf.is_empty() {
+            self.dirty_clients.push(token);
+        }
+        self.add_out(added);
     }
 
     /// A fragment was replaced by retries: count it as answered.
@@ -90,6 +134,54 @@ impl Worker<'_> {
             }
         }
     }
+}
+
+/// Every fragment of a split request answered: its reply, merged.
+fn finish_multi(proto: crate::proto::Protocol, slot: &mut Slot) {
+    if let Some(mut m) = slot.multi.take() {
+        match m.error.take() {
+            Some(e) => slot.out = e,
+            None if m.frags.iter().any(|f| f.held.is_some()) => {
+                slot.held = Some(merge_held(&mut m));
+            }
+            None => slot.out = merge(proto, &m),
+        }
+    }
+    slot.ready = true;
+}
+
+/// The merge of a split Redis MGET one of whose fragment replies was large
+/// and held in chunks: built in chunks too.
+fn merge_held(m: &mut Multi) -> Box<Spool> {
+    let mut frags: Vec<(&[usize], Spool)> = m
+        .frags
+        .iter_mut()
+        .map(|f| {
+            let spool = match f.held.take() {
+                Some(h) => *h,
+                None => {
+                    let mut s = Spool::default();
+                    s.push(&f.reply);
+                    s
+                }
+            };
+            (f.keys.as_slice(), spool)
+        })
+        .collect();
+    let mut out = Box::<Spool>::default();
+    let is_mget = matches!(m.req.op, crate::proto::Op::Redis(op) if op.class == crate::proto::redis::CmdClass::MGet);
+    if !is_mget || super::held::merge_mget(m.req.keys.len(), &mut frags, &mut out).is_err() {
+        // Only MGET replies carry values; anything else large is not a
+        // reply a split command can have.
+        out = Box::default();
+        let mut err = Vec::new();
+        crate::proto::redis::error_reply(
+            "unexpected reply from a server to a split request",
+            &mut err,
+        );
+        out.push(&err);
+    }
+    out
 }
 
 fn merge(proto: crate::proto::Protocol, m: &Multi) -> Vec<u8> {
