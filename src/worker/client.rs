@@ -478,6 +478,7 @@ impl Worker<'_> {
         if let Some((st, sid)) = c.stream.take().and_then(|s| s.server) {
             self.abort_server_stream(st, sid, "client closed in the middle of a request");
         }
+        self.abort_feed_of(&c);
         if let Some((st, sid)) = c.rstream_from.take() {
             self.unblock_reply(st, sid, true);
         }

@@ -187,7 +187,7 @@ pub fn is_read_command(name: &str) -> bool {
 }
 
 /// The ASKING command.
-const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
+pub(super) const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
 /// The CLUSTER SLOTS command.
 const CLUSTER_SLOTS: &[u8] = b"*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n";
 
@@ -558,6 +558,10 @@ impl Worker<'_> {
         asking: bool,
         now: Instant,
     ) {
+        if frag.is_none() && self.kept_is_spooled(ct, id, seq) {
+            self.send_again_spooled(pool, target, ct, id, seq, op, asking, now);
+            return;
+        }
         let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) else {
             return;
         };

@@ -2,7 +2,7 @@
 //! a client's replies in the order it sent its requests.
 
 use super::buffer::Buffer;
-use super::spool::Spool;
+use super::spool::{Spool, SpoolReader};
 use crate::net::Stream;
 use crate::proto::{Op, Request};
 use mio::Token;
@@ -38,12 +38,18 @@ pub const HELD_HIGH: usize = 1024 * 1024;
 pub struct Redirect {
     /// The request.
     pub req: Request,
-    /// Its bytes.
+    /// Its bytes (of a streamed request: its head, up to the large value).
     pub bytes: Vec<u8>,
     /// Redirections followed so far.
     pub hops: u8,
     /// TRYAGAIN replies waited out so far.
     pub tries: u8,
+    /// A streamed request: every byte of it, kept in chunks as it passed
+    /// (see `worker/cluster_stream.rs`).
+    pub spool: Option<Spool>,
+    /// The dedicated connection (and its id) it is being sent again on,
+    /// from `spool`.
+    pub feeding: Option<(Token, u64)>,
 }
 
 /// What a failed read of a replicated pool needs to be sent again.
@@ -174,6 +180,21 @@ pub struct SrvStream {
     pub client: Token,
     /// That client's id.
     pub client_id: u64,
+}
+
+/// A (dedicated) server connection a kept, streamed request is sent again
+/// on from its spool (Redis Cluster, after MOVED or ASK), filled as the
+/// connection's output drains.
+#[derive(Debug)]
+pub struct Feed {
+    /// The client the request is of.
+    pub client: Token,
+    /// That client's id.
+    pub client_id: u64,
+    /// The request's sequence number (its slot holds the spool).
+    pub seq: u64,
+    /// How far the spool was queued.
+    pub at: SpoolReader,
 }
 
 /// A large bulk reply passed to its client as it arrives (the client was
@@ -319,6 +340,8 @@ pub struct Server {
     pub stream: Option<SrvStream>,
     /// A large reply being streamed from this connection.
     pub rstream: Option<RepStream>,
+    /// A kept request being sent again on this connection from its spool.
+    pub feed: Option<Feed>,
     /// A connection of its own for one streamed request (not in the
     /// server's connection slots; closed once answered).
     pub dedicated: bool,

@@ -134,6 +134,8 @@ impl Worker<'_> {
                     bytes: bytes.to_vec(),
                     hops: 0,
                     tries: 0,
+                    spool: None,
+                    feeding: None,
                 })),
                 ..Slot::default()
             };

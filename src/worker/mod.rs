@@ -11,6 +11,7 @@ mod accept;
 mod buffer;
 mod client;
 mod cluster;
+mod cluster_stream;
 mod conn;
 mod forward;
 mod heap;

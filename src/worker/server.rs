@@ -184,6 +184,7 @@ impl Worker<'_> {
             sent_bytes: 0,
             stream: None,
             rstream: None,
+            feed: None,
             dedicated,
         })));
         if !dedicated {
@@ -282,6 +283,17 @@ impl Worker<'_> {
 
     /// Write queued requests (one write for everything queued this iteration).
     pub(super) fn write_server(&mut self, token: Token, now: Instant) {
+        // A connection fed from a spool is refilled as it drains, and
+        // written again while its socket takes more.
+        loop {
+            self.write_server_once(token, now);
+            if !self.refill_feed(token, now) {
+                return;
+            }
+        }
+    }
+
+    fn write_server_once(&mut self, token: Token, now: Instant) {
         let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
             return;
         };
@@ -577,7 +589,7 @@ impl Worker<'_> {
         let Some(timeout) = self.pools[s.pool].timeout() else {
             return;
         };
-        if s.stream.is_some() || s.rstream.is_some() {
+        if s.stream.is_some() || s.rstream.is_some() || s.feed.is_some() {
             // A large value is moving: no timeout while it does.
             s.timer_armed = true;
             self.arm_timer(now + timeout, token, id);

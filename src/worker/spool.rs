@@ -3,7 +3,9 @@
 //! the fragments of a merged MGET). A `Buffer` is one contiguous vector: it
 //! would need one allocation of the whole value (and twice that while it
 //! grows); a spool never allocates more than [`SPOOL_CHUNK`] at a time and
-//! returns each chunk as soon as it is consumed.
+//! returns each chunk as soon as it is consumed. A [`SpoolReader`] reads
+//! it again from the start without consuming it (a request kept to be sent
+//! again after a Redis Cluster redirection).
 
 use std::collections::VecDeque;
 
@@ -124,6 +126,53 @@ impl Spool {
     }
 }
 
+/// A read position in a [`Spool`] that leaves the spool as it is: the same
+/// bytes can be read again by a new reader. Valid while nothing is consumed
+/// from the spool (bytes pushed after it was made are read too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpoolReader {
+    /// Index of the chunk it reads.
+    chunk: usize,
+    /// Offset in that chunk.
+    off: usize,
+}
+
+impl SpoolReader {
+    /// A reader at the first unconsumed byte of `spool`.
+    pub fn new(spool: &Spool) -> SpoolReader {
+        SpoolReader {
+            chunk: 0,
+            off: spool.head,
+        }
+    }
+
+    /// The contiguous piece at the reader's position (empty at the end).
+    pub fn piece<'a>(&self, spool: &'a Spool) -> &'a [u8] {
+        spool
+            .chunks
+            .get(self.chunk)
+            .map_or(&[], |c| &c[self.off.min(c.len())..])
+    }
+
+    /// Move past `n` bytes (`n` ≤ `piece(spool).len()`).
+    pub fn advance(&mut self, spool: &Spool, n: usize) {
+        let Some(c) = spool.chunks.get(self.chunk) else {
+            return;
+        };
+        self.off = (self.off + n).min(c.len());
+        if self.off == SPOOL_CHUNK {
+            self.chunk += 1;
+            self.off = 0;
+        }
+    }
+
+    /// Bytes from the reader's position to the end of `spool`.
+    pub fn remaining(&self, spool: &Spool) -> usize {
+        let read = self.chunk * SPOOL_CHUNK + self.off - spool.head;
+        spool.len.saturating_sub(read)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,5 +239,133 @@ mod tests {
         assert_eq!(s.len(), SPOOL_CHUNK * 2 - 100_000);
         assert_eq!(s.drain_into(&mut b, usize::MAX), SPOOL_CHUNK * 2 - 100_000);
         assert!(s.is_empty());
+    }
+
+    fn pattern(n: usize) -> Vec<u8> {
+        (0..n).map(|i| (i * 7 + 3) as u8).collect()
+    }
+
+    fn drain(s: &mut Spool) -> Vec<u8> {
+        let mut out = Vec::new();
+        while !s.front().is_empty() {
+            let f = s.front().to_vec();
+            s.consume(f.len());
+            out.extend_from_slice(&f);
+        }
+        out
+    }
+
+    #[test]
+    fn empty() {
+        let mut s = Spool::default();
+        assert!(s.is_empty() && s.len() == 0 && s.front().is_empty());
+        s.consume(0);
+        s.consume(5);
+        assert!(s.is_empty());
+        let r = SpoolReader::new(&s);
+        assert!(r.piece(&s).is_empty() && r.remaining(&s) == 0);
+    }
+
+    #[test]
+    fn chunks_are_fixed_size_and_filled_in_order() {
+        let data = pattern(3 * SPOOL_CHUNK + 100);
+        let mut s = Spool::default();
+        // Pushed in odd pieces that straddle chunk boundaries.
+        for piece in data.chunks(1000 + 7) {
+            s.push(piece);
+        }
+        assert_eq!(s.len(), data.len());
+        assert_eq!(s.chunks.len(), 4);
+        assert!(s.chunks.iter().all(|c| c.capacity() == SPOOL_CHUNK));
+        assert!(s.chunks.iter().take(3).all(|c| c.len() == SPOOL_CHUNK));
+        assert_eq!(s.front().len(), SPOOL_CHUNK);
+        assert_eq!(drain(&mut s), data);
+        assert!(s.is_empty() && s.chunks.is_empty());
+    }
+
+    #[test]
+    fn consume_in_parts_frees_chunks_as_they_empty() {
+        let data = pattern(2 * SPOOL_CHUNK + 5);
+        let mut s = Spool::default();
+        s.push(&data);
+        s.consume(10);
+        assert_eq!(s.len(), data.len() - 10);
+        assert_eq!(s.front(), &data[10..SPOOL_CHUNK]);
+        // More than the front piece: only the front piece goes.
+        s.consume(SPOOL_CHUNK);
+        assert_eq!(s.chunks.len(), 2);
+        assert_eq!(s.front(), &data[SPOOL_CHUNK..2 * SPOOL_CHUNK]);
+        assert_eq!(s.len(), SPOOL_CHUNK + 5);
+        s.consume(SPOOL_CHUNK);
+        assert_eq!(s.front(), &data[2 * SPOOL_CHUNK..]);
+        s.consume(5);
+        assert!(s.is_empty() && s.chunks.is_empty());
+        // Used again after emptying.
+        s.push(b"abc");
+        assert_eq!(s.front(), b"abc");
+        assert_eq!(s.len(), 3);
+    }
+
+    #[test]
+    fn push_after_partial_consume_continues_the_last_chunk() {
+        let mut s = Spool::default();
+        s.push(b"hello ");
+        s.consume(2);
+        s.push(b"world");
+        assert_eq!(s.front(), b"llo world");
+        assert_eq!(s.len(), 9);
+        assert_eq!(s.chunks.len(), 1);
+    }
+
+    #[test]
+    fn a_reader_reads_everything_again_and_again() {
+        let data = pattern(2 * SPOOL_CHUNK + 333);
+        let mut s = Spool::default();
+        s.push(&data);
+        for step in [1usize, 4096, SPOOL_CHUNK, usize::MAX] {
+            let mut r = SpoolReader::new(&s);
+            let mut out = Vec::new();
+            assert_eq!(r.remaining(&s), data.len());
+            loop {
+                let p = r.piece(&s);
+                if p.is_empty() {
+                    break;
+                }
+                let n = p.len().min(step).min(500_000);
+                out.extend_from_slice(&p[..n]);
+                r.advance(&s, n);
+                assert_eq!(r.remaining(&s), data.len() - out.len());
+            }
+            assert_eq!(out, data);
+        }
+        // Nothing was consumed by reading.
+        assert_eq!(s.len(), data.len());
+        assert_eq!(drain(&mut s), data);
+    }
+
+    #[test]
+    fn a_reader_sees_bytes_pushed_after_it_caught_up() {
+        let mut s = Spool::default();
+        s.push(&pattern(SPOOL_CHUNK - 1));
+        let mut r = SpoolReader::new(&s);
+        let n = r.piece(&s).len();
+        r.advance(&s, n);
+        assert!(r.piece(&s).is_empty());
+        s.push(b"xyz");
+        assert_eq!(r.piece(&s), b"x");
+        r.advance(&s, 1);
+        assert_eq!(r.piece(&s), b"yz");
+        assert_eq!(r.remaining(&s), 2);
+    }
+
+    #[test]
+    fn a_reader_starts_at_the_unconsumed_front() {
+        let data = pattern(SPOOL_CHUNK + 10);
+        let mut s = Spool::default();
+        s.push(&data);
+        s.consume(100);
+        let r = SpoolReader::new(&s);
+        assert_eq!(r.piece(&s), &data[100..SPOOL_CHUNK]);
+        assert_eq!(r.remaining(&s), data.len() - 100);
     }
 }

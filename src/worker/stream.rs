@@ -64,8 +64,9 @@ impl Worker<'_> {
         if !c.session.authenticated && redis::local::needs_auth(req) {
             return StreamStart::No;
         }
-        // A Redis Cluster request is kept whole to follow MOVED and ASK.
-        if self.pools[pool].cfg.replicas > 1 || self.pools[pool].cluster.is_some() {
+        // (Redis Cluster requests are kept in a spool to follow MOVED and
+        // ASK: cluster_stream.rs.)
+        if self.pools[pool].cfg.replicas > 1 {
             return StreamStart::No;
         }
         if !c.pending.is_empty() {
@@ -78,7 +79,7 @@ impl Worker<'_> {
         };
         let key = &bytes[range.clone()];
         let mut target = None;
-        match self.pools[pool].server_for(key, now) {
+        match self.stream_server(pool, key, req.op, client_id, now) {
             None => self.reply_no_server(token, pool, req),
             Some(server) => {
                 let slot = self.conn_slot(token, pool, server, client_id, req.op);
@@ -89,7 +90,8 @@ impl Worker<'_> {
                         };
                         let sid = s.id;
                         self.note_key(pool, key);
-                        let seq = self.push_slot(token, false, Slot::default());
+                        let kept = self.stream_slot(pool, req, bytes);
+                        let seq = self.push_slot(token, false, kept);
                         let waiter = seq.map(|seq| Waiter::Client {
                             token,
                             id: client_id,
@@ -209,6 +211,7 @@ impl Worker<'_> {
         };
         let before = s.wbuf.len();
         s.wbuf.extend(&c.rbuf.bytes()[..n]);
+        super::cluster_stream::spool_passing(c, n);
         s.unsent_bytes += n as u64;
         // The streamed request is the connection's last.
         if let Some(e) = s.inflight.back_mut() {

@@ -1,0 +1,284 @@
+//! Large requests streamed to Redis Cluster nodes.
+//!
+//! A request to a cluster pool can be answered `-MOVED`, `-ASK` or
+//! `-TRYAGAIN`, and is then sent again to another node (or later), so its
+//! bytes are kept until its reply (`Slot::redirect`). A request whose large
+//! argument is streamed (`stream.rs`: routed by its key's slot once its head
+//! is parsed, on a dedicated connection to that slot's node) is kept as it
+//! passes in a [`Spool`]: a list of 64 KiB chunks. The chunk list exists so
+//! that a value of hundreds of megabytes is held without one allocation of
+//! its size, and without the client's input buffer or the server's output
+//! buffer ever holding it whole: the bytes leave those as they are
+//! forwarded. It is bounded by the pool's largest value, which the parser
+//! enforces, and freed with the request's slot when the final reply arrives.
+//!
+//! On a redirection the request goes again on a new dedicated connection to
+//! the node named (after `ASKING`, as `cluster.rs` does), fed from the spool
+//! as that connection's output drains: never more than `STREAM_HIGH` bytes
+//! queued on it. A client that goes away while its request is being sent
+//! again leaves that connection with half a command: it is closed.
+
+use super::cluster::{internal_op, ASKING};
+use super::conn::{Client, Conn, Feed, Redirect, Slot, Waiter};
+use super::spool::{Spool, SpoolReader};
+use super::{Worker, STREAM_HIGH, STREAM_LOW};
+use crate::proto::{Op, Request};
+use crate::stats::ServerField;
+use mio::Token;
+use std::time::Instant;
+
+/// The spool of the kept request of slot `seq` of a client.
+fn kept_spool(c: &Client, seq: u64) -> Option<&Spool> {
+    let i = seq.checked_sub(c.head_seq)?;
+    c.pending.get(i as usize)?.redirect.as_ref()?.spool.as_ref()
+}
+
+/// Keep the first `n` bytes of a client's input, passing to the server its
+/// streamed request goes to, in that request's spool (its slot is the
+/// client's last: nothing else is parsed while it streams).
+pub(super) fn spool_passing(c: &mut Client, n: usize) {
+    let Client { rbuf, pending, .. } = c;
+    if let Some(sp) = pending
+        .back_mut()
+        .and_then(|s| s.redirect.as_mut())
+        .and_then(|r| r.spool.as_mut())
+    {
+        sp.push(&rbuf.bytes()[..n]);
+    }
+}
+
+impl Worker<'_> {
+    /// The server a streamed request on `key` goes to: in a cluster pool
+    /// the node of its slot, else the pool's placement (`None`: no server).
+    pub(super) fn stream_server(
+        &mut self,
+        pool: usize,
+        key: &[u8],
+        op: Op,
+        client_id: u64,
+        now: Instant,
+    ) -> Option<usize> {
+        if self.pools[pool].cluster.is_some() {
+            return Some(self.cluster_server(pool, key, op, client_id));
+        }
+        self.pools[pool].server_for(key, now)
+    }
+
+    /// The reply slot of a streamed request whose head is `head`: in a
+    /// cluster pool it keeps the request (the head now, the rest as it
+    /// passes) to follow MOVED and ASK.
+    pub(super) fn stream_slot(&self, pool: usize, req: &Request, head: &[u8]) -> Slot {
+        if self.pools[pool].cluster.is_none() {
+            return Slot::default();
+        }
+        let mut spool = Spool::default();
+        spool.push(head);
+        Slot {
+            redirect: Some(Box::new(Redirect {
+                req: req.clone(),
+                bytes: head.to_vec(),
+                hops: 0,
+                tries: 0,
+                spool: Some(spool),
+                feeding: None,
+            })),
+            ..Slot::default()
+        }
+    }
+
+    /// Whether the kept request of slot `seq` is a streamed one.
+    pub(super) fn kept_is_spooled(&self, ct: Token, id: u64, seq: u64) -> bool {
+        matches!(self.conns.get(ct.0), Some(Conn::Client(c)) if c.id == id && kept_spool(c, seq).is_some())
+    }
+
+    /// Send a streamed request kept in its spool again, to server `target`
+    /// (after `ASKING` if `asking`), on a new dedicated connection fed from
+    /// the spool as it drains.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn send_again_spooled(
+        &mut self,
+        pool: usize,
+        target: usize,
+        ct: Token,
+        id: u64,
+        seq: u64,
+        op: Op,
+        asking: bool,
+        now: Instant,
+    ) {
+        let Some(Conn::Client(c)) = self.conns.get(ct.0) else {
+            return;
+        };
+        if c.id != id {
+            return;
+        }
+        if c.stream.is_some() {
+            // A node answers once it has read the whole request: a
+            // redirection before the client sent all of it cannot be
+            // followed (the rest goes to the first node).
+            self.fail_unsent(ct, id, Some(seq), None, pool, op, "redirected mid-request");
+            return;
+        }
+        let cslot = self.conn_slot(ct, pool, target, id, op);
+        let st = match self.server_conn_dedicated(pool, target, cslot, now) {
+            Ok(st) => st,
+            Err(msg) => {
+                self.fail_unsent(ct, id, Some(seq), None, pool, op, &msg);
+                return;
+            }
+        };
+        if asking {
+            if let Some(iop) = internal_op() {
+                self.enqueue(
+                    st,
+                    Some(Waiter::Internal),
+                    iop,
+                    |out| out.extend_from_slice(ASKING),
+                    now,
+                );
+            }
+        }
+        let waiter = Waiter::Client {
+            token: ct,
+            id,
+            seq,
+            frag: None,
+        };
+        // Its bytes follow from the spool.
+        self.enqueue(st, Some(waiter), op, |_| {}, now);
+        let at = match self.conns.get(ct.0) {
+            Some(Conn::Client(c)) => kept_spool(c, seq).map(SpoolReader::new),
+            _ => None,
+        };
+        let (Some(at), Some(Conn::Server(s))) = (at, self.conns.get_mut(st.0)) else {
+            return;
+        };
+        s.feed = Some(Feed {
+            client: ct,
+            client_id: id,
+            seq,
+            at,
+        });
+        let sid = s.id;
+        if let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) {
+            if let Some(rd) = c.slot_mut(seq).and_then(|s| s.redirect.as_mut()) {
+                rd.feeding = Some((st, sid));
+            }
+        }
+        self.feed_spool(st, now);
+    }
+
+    /// Queue more of the spool a connection is fed from, up to
+    /// `STREAM_HIGH` bytes, once its output is below `STREAM_LOW`. Returns
+    /// whether bytes were queued.
+    fn feed_spool(&mut self, st: Token, now: Instant) -> bool {
+        let Some(Conn::Server(s)) = self.conns.get(st.0) else {
+            return false;
+        };
+        let Some(f) = s.feed.as_ref() else {
+            return false;
+        };
+        if s.wbuf.len() >= STREAM_LOW {
+            return false;
+        }
+        let (ct, cid, seq) = (f.client, f.client_id, f.seq);
+        let mut added = 0;
+        let fed = match self.conns.get2_mut(st.0, ct.0) {
+            Some((Conn::Server(s), Conn::Client(c))) if c.id == cid => {
+                match (kept_spool(c, seq), s.feed.as_mut()) {
+                    (Some(sp), Some(f)) => {
+                        while s.wbuf.len() < STREAM_HIGH {
+                            let piece = f.at.piece(sp);
+                            if piece.is_empty() {
+                                break;
+                            }
+                            s.wbuf.extend(piece);
+                            f.at.advance(sp, piece.len());
+                            added += piece.len();
+                        }
+                        Some(f.at.remaining(sp) == 0)
+                    }
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        let Some(done) = fed else {
+            self.abort_server_stream(
+                st,
+                self.server_id(st),
+                "client closed in the middle of a request",
+            );
+            return false;
+        };
+        let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
+            return false;
+        };
+        s.unsent_bytes += added as u64;
+        // The request is the connection's last.
+        if let Some(e) = s.inflight.back_mut() {
+            e.len += added;
+        }
+        if done {
+            // Queued whole: its timeout counts from now.
+            s.feed = None;
+            for e in s.inflight.iter_mut() {
+                e.timed_from = now;
+            }
+        }
+        let (pool, server) = (s.pool, s.server);
+        self.stats
+            .server_add(pool, server, ServerField::RequestBytes, added as u64);
+        self.stats
+            .server_add(pool, server, ServerField::InQueueBytes, added as u64);
+        if added > 0 {
+            self.dirty_servers.push(st);
+        }
+        if done {
+            if let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) {
+                if let Some(rd) = c.slot_mut(seq).and_then(|s| s.redirect.as_mut()) {
+                    rd.feeding = None;
+                }
+            }
+        }
+        added > 0
+    }
+
+    /// After a write to a connection fed from a spool: refill its output
+    /// once it drained below `STREAM_LOW`. True when it should be written
+    /// again at once (all of it was written and more was queued).
+    pub(super) fn refill_feed(&mut self, st: Token, now: Instant) -> bool {
+        let Some(Conn::Server(s)) = self.conns.get(st.0) else {
+            return false;
+        };
+        if s.feed.is_none() || s.state != super::conn::ServerState::Connected {
+            return false;
+        }
+        let drained = s.wbuf.is_empty();
+        self.feed_spool(st, now) && drained
+    }
+
+    /// A client leaves: the connection its kept request is being sent again
+    /// on holds half a command, and is closed.
+    pub(super) fn abort_feed_of(&mut self, c: &Client) {
+        let Some((st, sid)) = c
+            .pending
+            .front()
+            .and_then(|s| s.redirect.as_ref())
+            .and_then(|r| r.feeding)
+        else {
+            return;
+        };
+        if matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id == sid && s.feed.is_some())
+        {
+            self.abort_server_stream(st, sid, "client closed in the middle of a request");
+        }
+    }
+
+    fn server_id(&self, st: Token) -> u64 {
+        match self.conns.get(st.0) {
+            Some(Conn::Server(s)) => s.id,
+            _ => 0,
+        }
+    }
+}
