@@ -17,7 +17,9 @@ import pytest
 import redis
 from redis.crc import key_slot
 
+from faultkit import children, status_kb
 from procs import HOST, cluster_node_ids, proxy_bin, redis_cli, slot_owner, wait_until
+from test_redis_large_values import MB, Conn, digest_of
 
 
 @pytest.fixture(autouse=True)
@@ -147,8 +149,8 @@ def test_the_slot_map_sends_each_key_straight_to_its_owner(cluster, proxied):
 
 
 def test_large_values(cluster, proxied):
-    """A value above the streaming threshold is kept whole in a cluster
-    pool, so it reaches its slot's node (through a MOVED if need be)."""
+    """Values above the streaming threshold are streamed to their slot's
+    node (kept in a spool to follow a MOVED if need be)."""
     c = client(proxied)
     big = {f"big:{i}": bytes([65 + i]) * (3 * 1024 * 1024 + i) for i in range(4)}
     for k, v in big.items():
@@ -408,3 +410,187 @@ def test_cluster_with_a_password(procs, proxy_kind):
     assert sum(held) == 100 and all(h > 0 for h in held), held
     with pytest.raises(redis.AuthenticationError):
         redis.Redis(host=HOST, port=proxy.port("alpha"), socket_timeout=10, protocol=2).get("auth:1")
+
+
+# ------------------------------------------------ large values, streamed ----
+
+
+def one_worker(procs, nodes, *extra):
+    """walnut with one worker (its VmHWM is the proxy's) on a cluster pool."""
+    proxy = procs.proxy("walnut", {"alpha": cluster_pool(nodes[0])},
+                        extra_args=["--workers", "1", "-v", "7", *extra])
+    worker = wait_until(lambda: children(proxy.pid), 10, what="worker")[0]
+    return proxy, worker
+
+
+def map_loaded(proxy, nodes, key: str) -> bool:
+    """Whether a GET of ``key`` through walnut goes straight to its owner
+    (no node refused it with a redirection)."""
+    for n in nodes:
+        direct(n.port).config_resetstat()
+    client(proxy).get(key)
+    return sum(cmdstat(n.port, "get")["rejected"] for n in nodes) == 0
+
+
+def stored_digest(port: int, key: bytes) -> tuple[int, str]:
+    d = Conn(port)
+    try:
+        d.send_command(b"GET", key)
+        return d.bulk_digest()
+    finally:
+        d.close()
+
+
+def big_set(proxy, key: bytes, size: int) -> bytes:
+    c = Conn(proxy.port("alpha"))
+    try:
+        c.send_big(b"SET", key, size)
+        return c.line()
+    finally:
+        c.close()
+
+
+def test_100mb_value_streamed_to_a_cluster_node(procs, proxy_kind):
+    """A 100 MB SET to a cluster pool is streamed to its slot's node: the
+    worker never holds it contiguously (client input, kept copy and server
+    output would be 300 MB); its copy, kept to follow a MOVED, is in 64 KiB
+    chunks."""
+    nodes = procs.redis_cluster(masters=3)
+    proxy, worker = one_worker(procs, nodes)
+    key = b"huge:value"
+    owner = slot_owner(nodes[0].port, key_slot(key))
+    wait_until(lambda: map_loaded(proxy, nodes, key.decode()), 20, what="slot map")
+    size = 100 * MB
+    t0 = time.monotonic()
+    assert big_set(proxy, key, size) == b"+OK"
+    set_s = time.monotonic() - t0
+    want = (size, digest_of(size))
+    assert stored_digest(owner, key) == want
+    c = Conn(proxy.port("alpha"))
+    try:
+        c.send_command(b"GET", key)
+        assert c.bulk_digest() == want
+        c.send_command(b"PING")
+        assert c.line() == b"+PONG"
+    finally:
+        c.close()
+    hwm = status_kb(worker, "VmHWM")
+    print(f"\n100 MB SET to a cluster pool: {set_s:.2f}s; worker VmHWM {hwm} kB")
+    # The kept copy (100 MB) plus bounded buffers: not the 300 MB of three
+    # contiguous copies.
+    assert hwm < 160 * 1024, f"worker peak RSS {hwm} kB for a 100 MB value"
+    assert direct(owner).execute_command("DEL", key) == 1
+    # The chunks were freed with the reply (and the heap trimmed since).
+    wait_until(lambda: status_kb(worker, "VmRSS") < 48 * 1024, 20, what="the kept copy to be freed")
+
+
+def test_large_set_to_a_moved_slot_lands_on_the_new_owner(procs, proxy_kind):
+    """A slot moved by hand (SETSLOT NODE on every master) while walnut's
+    map still names the old owner: the old owner answers MOVED once the
+    whole value is read, and walnut sends the value again from its spool
+    to the new owner."""
+    nodes = procs.redis_cluster(masters=3)
+    proxy, worker = one_worker(procs, nodes)
+    key = b"{moved-big}:k"
+    slot = key_slot(key)
+    size = 64 * MB
+    want = (size, digest_of(size))
+    moved_seen = 0
+    # A map refresh (every 10 s) may land between the move and the SET:
+    # then no MOVED is needed; move the slot again and retry.
+    for attempt in range(3):
+        src = slot_owner(nodes[0].port, slot)
+        dst = next(n.port for n in nodes if n.port != src)
+        wait_until(lambda: map_loaded(proxy, nodes, key.decode()), 20, what="slot map")
+        migrate_slot(slot, src, dst)
+        for n in nodes:
+            direct(n.port).config_resetstat()
+        assert big_set(proxy, key, size) == b"+OK"
+        assert slot_owner(nodes[0].port, slot) == dst
+        # Executed once, on the new owner.
+        assert cmdstat(dst, "set") == {"calls": 1, "rejected": 0}, attempt
+        assert stored_digest(dst, key) == want
+        rejected = cmdstat(src, "set")["rejected"]
+        assert rejected in (0, 1), rejected
+        moved_seen += rejected
+        assert direct(dst).delete(key) == 1
+        if moved_seen:
+            break
+    assert moved_seen == 1
+    # Sent again from the spool as the connection drains, not queued whole.
+    hwm = status_kb(worker, "VmHWM")
+    print(f"\n64 MB SET followed MOVED: worker VmHWM {hwm} kB")
+    assert hwm < (64 + 36) * 1024, f"worker peak RSS {hwm} kB for a 64 MB value sent twice"
+    log = proxy.log_path.read_text(errors="replace")
+    assert f"MOVED slot {slot} to 127.0.0.1:{dst}" in log
+    # Through walnut, after the redirection: the client is in step.
+    c = client(proxy)
+    assert c.set(key, b"small") is True
+    assert direct(dst).get(key) == b"small"
+
+
+def test_large_set_during_a_migration_follows_ask(procs, proxy_kind):
+    """Slot MIGRATING on its owner, IMPORTING on another node, the key not
+    on the owner: the owner answers ASK; walnut sends ASKING and the value
+    (from its spool) to the importing node."""
+    nodes = procs.redis_cluster(masters=3)
+    proxy, worker = one_worker(procs, nodes)
+    key = b"{ask-big}:k"
+    slot = key_slot(key)
+    src = slot_owner(nodes[0].port, slot)
+    dst = next(n.port for n in nodes if n.port != src)
+    ids = cluster_node_ids(src)
+    wait_until(lambda: map_loaded(proxy, nodes, key.decode()), 20, what="slot map")
+    redis_cli(dst, "cluster", "setslot", str(slot), "importing", ids[src][0])
+    redis_cli(src, "cluster", "setslot", str(slot), "migrating", ids[dst][0])
+    for n in nodes:
+        direct(n.port).config_resetstat()
+    size = 48 * MB
+    assert big_set(proxy, key, size) == b"+OK"
+    hwm = status_kb(worker, "VmHWM")
+    print(f"\n48 MB SET followed ASK: worker VmHWM {hwm} kB")
+    assert hwm < (48 + 36) * 1024, f"worker peak RSS {hwm} kB for a 48 MB value sent twice"
+    assert cmdstat(src, "set") == {"calls": 0, "rejected": 1}
+    assert cmdstat(dst, "set") == {"calls": 1, "rejected": 0}
+    assert cmdstat(dst, "asking")["calls"] >= 1
+    log = proxy.log_path.read_text(errors="replace")
+    assert f"ASK slot {slot} to 127.0.0.1:{dst}" in log
+    # End the migration; the value is on the new owner, whole.
+    for port in ids:
+        if "master" in ids[port][1]:
+            redis_cli(port, "cluster", "setslot", str(slot), "node", ids[dst][0])
+    assert stored_digest(dst, key) == (size, digest_of(size))
+
+
+def big_query(port: int) -> int | None:
+    """The id of a client of the node on ``port`` in the middle of sending
+    a large argument (query buffer or arguments over 1 MB)."""
+    for line in redis_cli(port, "client", "list").splitlines():
+        f = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
+        if int(f.get("qbuf", 0)) > MB or int(f.get("argv-mem", 0)) > MB:
+            return int(f["id"])
+    return None
+
+
+def test_client_gone_mid_value_closes_the_node_connection(procs, proxy_kind):
+    nodes = procs.redis_cluster(masters=3)
+    proxy, _ = one_worker(procs, nodes)
+    key = b"{cut-big}:k"
+    owner = slot_owner(nodes[0].port, key_slot(key))
+    a = Conn(proxy.port("alpha"))
+    try:
+        a.send_big(b"SET", key, 64 * MB, stop_at=20 * MB)
+        held = wait_until(lambda: big_query(owner), 20, what="the streamed request's connection")
+        a.close()
+        wait_until(lambda: str(held) not in [ln.split()[0][3:] for ln in
+                                              redis_cli(owner, "client", "list").splitlines()],
+                   20, what="the half-written request's connection to close")
+    finally:
+        a.close()
+    assert direct(owner).exists(key) == 0, "a partial command was applied"
+    # walnut keeps serving, large values too.
+    b = client(proxy)
+    assert b.set(key, b"after") is True
+    assert b.get(key) == b"after"
+    assert big_set(proxy, key, 3 * MB) == b"+OK"
+    assert direct(owner).strlen(key) == 3 * MB
