@@ -258,7 +258,8 @@ mod tests {
     #[test]
     fn empty() {
         let mut s = Spool::default();
-        assert!(s.is_empty() && s.len() == 0 && s.front().is_empty());
+        assert!(s.is_empty() && s.front().is_empty());
+        assert_eq!(s.len(), 0);
         s.consume(0);
         s.consume(5);
         assert!(s.is_empty());
