@@ -27,6 +27,9 @@ use crate::stats::ServerField;
 use mio::Token;
 use std::time::Instant;
 
+/// Why a connection fed from a spool is closed early.
+const FEED_ABORTED: &str = "client gone while its request was sent again";
+
 /// The spool of the kept request of slot `seq` of a client.
 fn kept_spool(c: &Client, seq: u64) -> Option<&Spool> {
     let i = seq.checked_sub(c.head_seq)?;
@@ -204,11 +207,7 @@ impl Worker<'_> {
             _ => None,
         };
         let Some(done) = fed else {
-            self.abort_server_stream(
-                st,
-                self.server_id(st),
-                "client closed in the middle of a request",
-            );
+            self.abort_server_stream(st, self.server_id(st), FEED_ABORTED);
             return false;
         };
         let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
@@ -271,7 +270,7 @@ impl Worker<'_> {
         };
         if matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id == sid && s.feed.is_some())
         {
-            self.abort_server_stream(st, sid, "client closed in the middle of a request");
+            self.abort_server_stream(st, sid, FEED_ABORTED);
         }
     }
 

@@ -9,9 +9,13 @@ MOVED after it) costs the client no error.
 
 from __future__ import annotations
 
+import signal
+import socket
+import struct
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import redis
@@ -594,3 +598,55 @@ def test_client_gone_mid_value_closes_the_node_connection(procs, proxy_kind):
     assert b.get(key) == b"after"
     assert big_set(proxy, key, 3 * MB) == b"+OK"
     assert direct(owner).strlen(key) == 3 * MB
+
+
+def queued_to(port: int) -> int:
+    """Bytes on their way to ``port`` on loopback TCP connections: unread
+    at its end, unsent at the other."""
+    total = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        f = line.split()
+        tx, rx = (int(q, 16) for q in f[4].split(":"))
+        if int(f[1].split(":")[1], 16) == port:
+            total += rx
+        if int(f[2].split(":")[1], 16) == port:
+            total += tx
+    return total
+
+
+def test_client_gone_while_its_value_is_sent_again(procs, proxy_kind):
+    """The client resets its connection while walnut sends its value again
+    after ASK (the importing node stopped, so the copy is half sent): that
+    connection is closed, the node never applies half a command."""
+    nodes = procs.redis_cluster(masters=3)
+    proxy, _ = one_worker(procs, nodes)
+    key = b"{ask-cut}:k"
+    slot = key_slot(key)
+    src = slot_owner(nodes[0].port, slot)
+    dst_node = next(n for n in nodes if n.port != src)
+    dst = dst_node.port
+    ids = cluster_node_ids(src)
+    wait_until(lambda: map_loaded(proxy, nodes, key.decode()), 20, what="slot map")
+    redis_cli(dst, "cluster", "setslot", str(slot), "importing", ids[src][0])
+    redis_cli(src, "cluster", "setslot", str(slot), "migrating", ids[dst][0])
+    for n in nodes:
+        direct(n.port).config_resetstat()
+    a = Conn(proxy.port("alpha"))
+    dst_node.signal(signal.SIGSTOP)
+    try:
+        a.send_big(b"SET", key, 64 * MB)
+        # The source read it all and said ASK; the copy fills the socket
+        # of the stopped node.
+        wait_until(lambda: queued_to(dst) > 256 * 1024, 20, interval=0.01, what="the value sent again")
+        a.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        a.close()
+        wait_until(lambda: "client gone while its request was sent again" in
+                   proxy.log_path.read_text(errors="replace"), 20, what="the connection closed")
+    finally:
+        dst_node.signal(signal.SIGCONT)
+        a.close()
+    wait_until(lambda: queued_to(dst) == 0 and big_query(dst) is None, 20, what="the node to drop the half command")
+    assert cmdstat(src, "set") == {"calls": 0, "rejected": 1}
+    assert cmdstat(dst, "set")["calls"] == 0
+    for port in (src, dst):
+        assert redis_cli(port, "cluster", "countkeysinslot", str(slot)).strip() == "0"
