@@ -169,7 +169,7 @@ impl SpoolReader {
     /// Bytes from the reader's position to the end of `spool`.
     pub fn remaining(&self, spool: &Spool) -> usize {
         let read = self.chunk * SPOOL_CHUNK + self.off - spool.head;
-        spool.len.saturating_sub(read)
+        spool.len().saturating_sub(read)
     }
 }
 
