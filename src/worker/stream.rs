@@ -64,9 +64,11 @@ impl Worker<'_> {
         if !c.session.authenticated && redis::local::needs_auth(req) {
             return StreamStart::No;
         }
-        // (Redis Cluster requests are kept in a spool to follow MOVED and
-        // ASK: cluster_stream.rs.)
-        if self.pools[pool].cfg.replicas > 1 {
+        // Redis Cluster: a request whose key came before its large argument
+        // is routed by slot and kept in a spool to follow MOVED and ASK
+        // (cluster_stream.rs); any other is buffered whole.
+        let cluster = self.pools[pool].cluster.is_some();
+        if self.pools[pool].cfg.replicas > 1 || (cluster && req.keys.is_empty()) {
             return StreamStart::No;
         }
         if !c.pending.is_empty() {
