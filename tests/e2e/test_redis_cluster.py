@@ -4,7 +4,9 @@ redis-server nodes, walnut given one seed node, redis-py through walnut.
 Checks that keys land on the node serving their hash slot, that multi-key
 commands are split per slot and merged in order, that hash tags co-locate,
 and that a slot migrated by hand under load (ASK during the migration,
-MOVED after it) costs the client no error.
+MOVED after it) costs the client no error. Large values are streamed to
+their slot's node and sent again after MOVED or ASK from a copy kept in
+chunks, with the worker's peak memory checked.
 """
 
 from __future__ import annotations
