@@ -165,6 +165,23 @@ pub struct ReqStream {
     pub args_left: usize,
     /// Not reading the client: the server's output is over the high mark.
     pub blocked: bool,
+    /// An MSET sent pair by pair.
+    pub pairs: Option<Box<PairStream>>,
+}
+
+/// An MSET with a large value, sent as one `MSET key value` per pair as
+/// the pairs arrive; its reply joins theirs (a `Multi`, one fragment per
+/// pair).
+#[derive(Debug)]
+pub struct PairStream {
+    /// The client's slot for the joined reply.
+    pub seq: u64,
+    /// Index of the next pair.
+    pub next: usize,
+    /// Per server: the connection of its own this MSET's pairs for that
+    /// server go on, in order (a small pair never overtakes a large one
+    /// for the same key), with its id.
+    pub conns: Vec<(usize, Token, u64)>,
 }
 
 /// A (dedicated) server connection that carries a streamed request.

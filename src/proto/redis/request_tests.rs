@@ -323,8 +323,9 @@ fn stream_head_only_when_streamable() {
     assert!(stream_head(b"*3\r\n$3\r\nSET\r\n$2000000\r\nab", &l, t).is_none());
     // The key comes after the large argument (EVAL script first).
     assert!(stream_head(b"*4\r\n$4\r\nEVAL\r\n$2000000\r\nab", &l, t).is_none());
-    // Split across servers (MSET), answered locally (ECHO), unknown.
-    assert!(stream_head(b"*3\r\n$4\r\nMSET\r\n$1\r\nk\r\n$2000000\r\nab", &l, t).is_none());
+    // MSET of the wrong arity (its error comes from the whole request),
+    // answered locally (ECHO), unknown.
+    assert!(stream_head(b"*4\r\n$4\r\nMSET\r\n$1\r\nk\r\n$2000000\r\nab", &l, t).is_none());
     assert!(stream_head(b"*2\r\n$4\r\nECHO\r\n$2000000\r\nab", &l, t).is_none());
     assert!(stream_head(b"*3\r\n$4\r\nNOPE\r\n$1\r\nk\r\n$2000000\r\nab", &l, t).is_none());
     // Inline commands carry no bulk strings.
@@ -411,4 +412,66 @@ fn pre_auth_limits_are_redis_servers() {
         err(&set),
         "-ERR Protocol error: unauthenticated bulk length\r\n"
     );
+}
+
+#[test]
+fn stream_head_of_a_large_mset_is_pair_by_pair() {
+    let l = big_limits();
+    let t = 1 << 20;
+    let buf = b"*5\r\n$4\r\nMSET\r\n$1\r\na\r\n$1\r\n1\r\n$1\r\nb\r\n$2000000\r\nxy";
+    let h = stream_head(buf, &l, t).unwrap();
+    assert_eq!(h.kind, StreamKind::Pairs);
+    assert_eq!(h.req.len, 14, "the head is the count and the name");
+    assert_eq!(h.req.route, Route::Multi);
+    assert!(h.req.keys.is_empty());
+    assert_eq!((h.body, h.args_left), (0, 4));
+    // A large key streams too (the pair waits for the key whole).
+    let h = stream_head(b"*3\r\n$4\r\nmset\r\n$2000000\r\nk", &l, t).unwrap();
+    assert_eq!((h.kind, h.args_left), (StreamKind::Pairs, 2));
+    // Wrong arity, too few arguments, or no large argument: buffered whole.
+    assert!(stream_head(b"*2\r\n$4\r\nMSET\r\n$2000000\r\nk", &l, t).is_none());
+    assert!(stream_head(b"*3\r\n$4\r\nMSET\r\n$1\r\nk\r\n$100\r\nv", &l, t).is_none());
+    assert!(stream_head(b"*3\r\n$6\r\nMSETNX\r\n$1\r\nk\r\n$2000000\r\nv", &l, t).is_none());
+}
+
+#[test]
+fn stream_pair_frames_one_pair() {
+    let l = big_limits();
+    let t = 1 << 20;
+    let buf = b"$3\r\nkey\r\n$5\r\nvalue\r\n$1\r\n";
+    assert_eq!(
+        stream_pair(buf, &l, t).unwrap(),
+        Some(Pair::Small {
+            key: 4..7,
+            value: 13..18,
+            len: 20
+        })
+    );
+    // Incomplete anywhere: wait.
+    for cut in 0..20 {
+        assert_eq!(stream_pair(&buf[..cut], &l, t).unwrap(), None, "cut {cut}");
+    }
+    let big = b"$1\r\nk\r\n$3000000\r\nab";
+    assert_eq!(
+        stream_pair(big, &l, t).unwrap(),
+        Some(Pair::Large {
+            key: 4..5,
+            head: 17,
+            body: 3_000_002
+        })
+    );
+    assert_eq!(stream_pair(&big[..16], &l, t).unwrap(), None);
+    // Framing errors, worded as redis-server's.
+    let e = stream_pair(b"+k\r\n", &l, t).unwrap_err();
+    assert_eq!(e, b"-ERR Protocol error: expected '$', got '+'\r\n");
+    let e = stream_pair(b"$1\r\nk\r\n:1\r\n", &l, t).unwrap_err();
+    assert_eq!(e, b"-ERR Protocol error: expected '$', got ':'\r\n");
+    let e = stream_pair(b"$1\r\nk\r\n$-5\r\n", &l, t).unwrap_err();
+    assert_eq!(e, b"-ERR Protocol error: invalid bulk length\r\n");
+    let small = Limits {
+        max_value: 1 << 20,
+        max_keys: 10,
+        pre_auth: false,
+    };
+    assert!(stream_pair(b"$1\r\nk\r\n$2000000\r\n", &small, t).is_err());
 }
