@@ -8,7 +8,10 @@
 //!   same however it is cut;
 //! - a streamed request's head (`stream_head`) agrees with the whole-request
 //!   parser: the head, its large argument and the arguments left, once
-//!   completed, parse as one request with the same keys;
+//!   completed, parse as one request with the same keys (an MSET head
+//!   streamed pair by pair, or a script held before its key, with a key per
+//!   pair or the key that follows); a pair framed by `stream_pair` is the
+//!   pair the whole-request parser reads;
 //! - a multi-key request's fragments re-parse as whole requests that carry
 //!   exactly the keys they were built from, in order, and the merge of any
 //!   fragment replies is one whole reply.
@@ -18,7 +21,7 @@
 use libfuzzer_sys::fuzz_target;
 use walnut::proto::redis::{
     merge_responses, parse_request, parse_response, stream_arg, stream_head, stream_pair,
-    write_fragment, Pair, StreamHead, StreamKind,
+    whole_arg, write_fragment, Pair, StreamHead, StreamKind,
 };
 use walnut::proto::{Limits, Parse, Request, RequestError, Route};
 
@@ -156,6 +159,9 @@ fn check_stream_head(data: &[u8], limits: &Limits) {
         assert!(start <= data.len() && n <= limits.max_value);
     }
     check_stream_pair(data, limits);
+    if let Ok(Some((v, len))) = whole_arg(data, limits) {
+        assert!(v.start <= v.end && v.end + 2 == len && len <= data.len());
+    }
     let Some(h) = stream_head(data, limits, STREAM_THRESHOLD) else {
         return;
     };
@@ -171,7 +177,13 @@ fn check_stream_head(data: &[u8], limits: &Limits) {
     let mut whole = data[..head].to_vec();
     whole.resize(head + h.body - 2, b'v');
     whole.extend_from_slice(b"\r\n");
-    for _ in 0..h.args_left.min(64) {
+    let spool = h.kind == StreamKind::Spool;
+    if spool {
+        // A script before its key: no key yet; numkeys 1 makes one.
+        assert!(h.req.keys.is_empty() && h.args_left >= 2);
+        whole.extend_from_slice(b"$1\r\n1\r\n");
+    }
+    for _ in usize::from(spool)..h.args_left.min(64) {
         whole.extend_from_slice(b"$1\r\na\r\n");
     }
     if h.args_left > 64 {
@@ -182,7 +194,11 @@ fn check_stream_head(data: &[u8], limits: &Limits) {
             assert_eq!(r.len, whole.len(), "completed streamed request");
             let got: Vec<&[u8]> = r.keys.iter().map(|k| &whole[k.clone()]).collect();
             let want: Vec<&[u8]> = h.req.keys.iter().map(|k| &whole[k.clone()]).collect();
-            assert_eq!(got, want, "keys of the streamed head");
+            if spool {
+                assert_eq!(got, vec![&b"a"[..]], "the key after a held script");
+            } else {
+                assert_eq!(got, want, "keys of the streamed head");
+            }
             assert_eq!(r.op, h.req.op);
         }
         other => panic!("completed streamed request parses as {other:?}"),
@@ -244,7 +260,9 @@ fn check_stream_pair(data: &[u8], limits: &Limits) {
             assert_eq!(r.keys.len(), 1);
             assert_eq!(&whole[r.keys[0].clone()], &data[key]);
             if let Some(v) = value {
-                let got = walnut::proto::redis::Args::new(&whole).nth(2).map(|a| a.range);
+                let got = walnut::proto::redis::Args::new(&whole)
+                    .nth(2)
+                    .map(|a| a.range);
                 assert_eq!(got.map(|g| &whole[g]), Some(&data[v]));
             }
         }

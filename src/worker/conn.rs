@@ -167,6 +167,27 @@ pub struct ReqStream {
     pub blocked: bool,
     /// An MSET sent pair by pair.
     pub pairs: Option<Box<PairStream>>,
+    /// A large argument that came before the key, held until the key is
+    /// read.
+    pub spool: Option<Box<SpoolStream>>,
+}
+
+/// The start of a request whose large argument came before its key (an
+/// EVAL script): held in chunks until the key is read, then passed to the
+/// key's server as that connection drains.
+#[derive(Debug)]
+pub struct SpoolStream {
+    /// The bytes held.
+    pub bytes: super::spool::Spool,
+    /// The request's arguments.
+    pub argc: usize,
+    /// Index of the next argument to read whole (2: numkeys, 3: the key).
+    pub next_arg: usize,
+    /// The request's operation.
+    pub op: Op,
+    /// The key was read and the request routed: the bytes drain to the
+    /// server (the arguments after the key pass once they have).
+    pub draining: bool,
 }
 
 /// An MSET with a large value, sent as one `MSET key value` per pair as

@@ -24,6 +24,15 @@
 //! the others, and a client gone in the middle leaves the pairs before
 //! the one being streamed applied.
 //!
+//! A large argument before the key (an EVAL script; its key follows
+//! numkeys) cannot be routed as it arrives: it is held in a
+//! [`super::spool::Spool`] (64 KiB chunks, never one allocation of the
+//! declared size) with numkeys and the key, numkeys checked as
+//! redis-server checks it; once the key is read the request is routed
+//! to a connection of its own and the held bytes pass to it as its output
+//! drains (the client is not read meanwhile), then the arguments after the
+//! key pass as above.
+//!
 //! Replies: a bulk reply of at least [`STREAM_THRESHOLD`] bytes for the
 //! request at the head of its client's replies is passed to the client as
 //! it arrives; the server is not read while that client has more than
@@ -39,7 +48,8 @@
 //! streamed reply leaves the client with half a reply: the client is closed.
 
 use super::conn::{
-    Conn, Fragment, Multi, MultiMode, PairStream, RepStream, ReqStream, Slot, SrvStream, Waiter,
+    Conn, Fragment, Multi, MultiMode, PairStream, RepStream, ReqStream, Slot, SpoolStream,
+    SrvStream, Waiter,
 };
 use super::server::Ending;
 use super::{Worker, STREAM_HIGH, STREAM_LOW, STREAM_STALL, STREAM_THRESHOLD};
@@ -90,6 +100,26 @@ impl Worker<'_> {
             self.start_pairs(token, &head);
             return StreamStart::Started;
         }
+        if head.kind == StreamKind::Spool {
+            let mut held = super::spool::Spool::default();
+            held.push(bytes);
+            c.stream = Some(ReqStream {
+                server: None,
+                left: head.body,
+                args_left: head.args_left,
+                blocked: false,
+                pairs: None,
+                spool: Some(Box::new(SpoolStream {
+                    bytes: held,
+                    argc: head.args_left + 2,
+                    next_arg: 2,
+                    op: head.req.op,
+                    draining: false,
+                })),
+            });
+            self.stats.worker_add(WorkerField::Requests, 1);
+            return StreamStart::Started;
+        }
         let Some(range) = req.keys.first() else {
             return StreamStart::No;
         };
@@ -136,6 +166,7 @@ impl Worker<'_> {
                 args_left: head.args_left,
                 blocked: false,
                 pairs: None,
+                spool: None,
             });
         }
         self.stats.worker_add(WorkerField::Requests, 1);
@@ -182,6 +213,7 @@ impl Worker<'_> {
                     next: 0,
                     conns: Vec::new(),
                 })),
+                spool: None,
             });
         }
         self.stats.worker_add(WorkerField::Requests, 1);
@@ -371,6 +403,69 @@ impl Worker<'_> {
             let Some(rs) = c.stream.as_mut() else {
                 return true;
             };
+            if let Some(sp) = rs.spool.as_mut() {
+                if !sp.draining {
+                    if rs.left > 0 {
+                        // The large argument, before the key: held.
+                        let n = rs.left.min(c.rbuf.len());
+                        if n == 0 {
+                            return false;
+                        }
+                        sp.bytes.push(&c.rbuf.bytes()[..n]);
+                        c.rbuf.consume(n);
+                        rs.left -= n;
+                        continue;
+                    }
+                    let limits = self.pools[pool].limits;
+                    match redis::whole_arg(c.rbuf.bytes(), &limits) {
+                        Ok(None) => return false,
+                        Ok(Some((value, len))) => {
+                            sp.bytes.push(&c.rbuf.bytes()[..len]);
+                            rs.args_left = rs.args_left.saturating_sub(1);
+                            if sp.next_arg == 2 {
+                                sp.next_arg = 3;
+                                let numkeys = redis::resp::parse_int(&c.rbuf.bytes()[value]);
+                                let name = match sp.op {
+                                    crate::proto::Op::Redis(op) => op.cmd.name(),
+                                    crate::proto::Op::Mc(_) => "",
+                                };
+                                let checked = redis::eval_numkeys(numkeys, sp.argc, name);
+                                c.rbuf.consume(len);
+                                if let Err(reply) = checked {
+                                    // Answered here; the rest is read and dropped.
+                                    rs.spool = None;
+                                    self.push_ready(token, reply, false);
+                                }
+                                continue;
+                            }
+                            let key = c.rbuf.bytes()[value].to_vec();
+                            c.rbuf.consume(len);
+                            self.route_spool(token, &key, now);
+                            continue;
+                        }
+                        Err(reply) => {
+                            c.stream = None;
+                            self.stats.pool_add(pool, PoolField::ClientErr, 0);
+                            self.push_ready(token, reply, true);
+                            return false;
+                        }
+                    }
+                }
+                let Some((st, sid)) = rs.server else {
+                    // The server failed: its error is the reply, the rest
+                    // of the request is dropped.
+                    rs.spool = None;
+                    continue;
+                };
+                if sp.bytes.is_empty() {
+                    rs.spool = None;
+                    continue;
+                }
+                if !self.feed_spool(token, st, sid, now) {
+                    return false;
+                }
+                continue;
+            }
             if rs.left > 0 {
                 let n = rs.left.min(c.rbuf.len());
                 if n == 0 {
@@ -379,7 +474,7 @@ impl Worker<'_> {
                 rs.left -= n;
                 let target = rs.server;
                 let over = match target {
-                    Some((st, sid)) => self.stream_out(token, st, sid, n),
+                    Some((st, sid)) => self.stream_out(token, st, sid, n, false),
                     None => false,
                 };
                 let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
@@ -460,16 +555,118 @@ impl Worker<'_> {
         }
     }
 
-    /// Copy the first `n` bytes of a client's input to the server
-    /// connection its request streams to. Returns whether the server's
-    /// output is now over the high mark.
-    fn stream_out(&mut self, ct: Token, st: Token, sid: u64, n: usize) -> bool {
+    /// The key of a request held in a spool was read: route it, then the
+    /// held bytes drain to its server.
+    fn route_spool(&mut self, token: Token, key: &[u8], now: Instant) {
+        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+            return;
+        };
+        let (pool, client_id) = (c.pool, c.id);
+        let Some(op) = c
+            .stream
+            .as_ref()
+            .and_then(|rs| rs.spool.as_ref())
+            .map(|sp| sp.op)
+        else {
+            return;
+        };
+        let mut target = None;
+        match self.pools[pool].server_for(key, now) {
+            None => {
+                self.stats.pool_add(pool, PoolField::ForwardError, 1);
+                let mut out = Vec::new();
+                self.pools[pool]
+                    .proto
+                    .server_error(op, "Connection refused", &mut out);
+                self.push_ready(token, out, false);
+            }
+            Some(server) => {
+                let slot = self.conn_slot(token, pool, server, client_id, op);
+                let seq = self.push_slot(token, false, Slot::default());
+                match self.server_conn_dedicated(pool, server, slot, now) {
+                    Ok(st) => {
+                        self.note_key(pool, key);
+                        let waiter = seq.map(|seq| Waiter::Client {
+                            token,
+                            id: client_id,
+                            seq,
+                            frag: None,
+                        });
+                        self.enqueue(st, waiter, op, |_| {}, now);
+                        if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
+                            s.stream = Some(SrvStream {
+                                client: token,
+                                client_id,
+                            });
+                            target = Some((st, s.id));
+                        }
+                    }
+                    Err(msg) => self.fail_unsent(token, client_id, seq, None, pool, op, &msg),
+                }
+            }
+        }
+        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+            if let Some(rs) = c.stream.as_mut() {
+                rs.server = target;
+                match rs.spool.as_mut() {
+                    Some(sp) if target.is_some() => sp.draining = true,
+                    _ => rs.spool = None,
+                }
+            }
+        }
+    }
+
+    /// Pass held bytes to the server as its output drains. True when all
+    /// passed, false when the client waits for the server (or is gone).
+    fn feed_spool(&mut self, ct: Token, st: Token, sid: u64, now: Instant) -> bool {
+        loop {
+            let (c, s) = match self.conns.get2_mut(ct.0, st.0) {
+                Some((Conn::Client(c), Conn::Server(s))) if s.id == sid => (c, s),
+                // The server failed: pass_stream sees it.
+                _ => return true,
+            };
+            let room = STREAM_HIGH.saturating_sub(s.wbuf.len());
+            let Some(sp) = c.stream.as_mut().and_then(|rs| rs.spool.as_mut()) else {
+                return true;
+            };
+            let n = sp.bytes.front().len().min(room);
+            if n > 0 {
+                self.stream_out(ct, st, sid, n, true);
+                continue;
+            }
+            if sp.bytes.is_empty() {
+                return true;
+            }
+            // The server has enough queued: write it, and wait if it lags.
+            self.write_server(st, now);
+            let lagging = matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id == sid && s.wbuf.len() >= STREAM_HIGH);
+            if lagging {
+                if let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) {
+                    if let Some(rs) = c.stream.as_mut() {
+                        rs.blocked = true;
+                    }
+                }
+                return false;
+            }
+        }
+    }
+
+    /// Copy the first `n` bytes of a client's input (`held`: of its held
+    /// bytes, consumed) to the server connection its request streams to.
+    /// Returns whether the server's output is now over the high mark.
+    fn stream_out(&mut self, ct: Token, st: Token, sid: u64, n: usize, held: bool) -> bool {
         let (c, s) = match self.conns.get2_mut(ct.0, st.0) {
             Some((Conn::Client(c), Conn::Server(s))) if s.id == sid => (c, s),
             _ => return false,
         };
         let before = s.wbuf.len();
-        s.wbuf.extend(&c.rbuf.bytes()[..n]);
+        match c.stream.as_mut().and_then(|rs| rs.spool.as_mut()) {
+            Some(sp) if held => {
+                s.wbuf.extend(&sp.bytes.front()[..n]);
+                sp.bytes.consume(n);
+            }
+            _ => s.wbuf.extend(&c.rbuf.bytes()[..n]),
+        }
         s.unsent_bytes += n as u64;
         // The streamed request is the connection's last.
         if let Some(e) = s.inflight.back_mut() {

@@ -480,3 +480,62 @@ def test_mset_protocol_error_and_arity(two):
         assert b.line() == b"+PONG"
     finally:
         b.close()
+
+
+# -------------------------------------------- a large argument before the key --
+# EVAL's script comes before its key: the script is held in 64 KiB chunks
+# until the key is read, then passed to the key's server as it drains.
+
+
+def send_eval(c: Conn, size: int, tail: tuple[bytes, ...]) -> None:
+    """``EVAL <script of size bytes> tail...``: a long Lua comment, then
+    ``return redis.call('SET', KEYS[1], ARGV[1])``."""
+    code = b"\nreturn redis.call('SET', KEYS[1], ARGV[1])\n"
+    c.send(b"*%d\r\n$4\r\nEVAL\r\n$%d\r\n--[[" % (2 + len(tail), size))
+    left = size - 4 - 2 - len(code)
+    filler = b"x" * MB
+    while left:
+        part = filler[: min(left, MB)]
+        c.sock.sendall(part)
+        left -= len(part)
+    out = [b"]]" + code + b"\r\n"]
+    for a in tail:
+        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    c.send(b"".join(out))
+
+
+@pytest.mark.parametrize("size_mb", [3, 32])
+def test_eval_large_script_before_the_key(two, size_mb):
+    backends, proxy, worker = two
+    by = keys_by_server(proxy, backends)
+    size = size_mb * MB
+    c = Conn(proxy.port())
+    try:
+        for i, keys in enumerate(by):
+            key = keys[0]
+            t0 = time.monotonic()
+            send_eval(c, size, (b"1", key, b"value %d" % i))
+            c.send_command(b"GET", key)  # pipelined behind it
+            assert c.line() == b"+OK"
+            took = time.monotonic() - t0
+            assert c.line() == b"$7"
+            assert c.line() == b"value %d" % i
+            d = Conn(backends[i].port)
+            try:
+                d.send_command(b"GET", key)
+                assert d.line() == b"$7", "on the key's server"
+                assert d.line() == b"value %d" % i
+            finally:
+                d.close()
+        # numkeys checked as redis-server does, the rest read and dropped.
+        send_eval(c, size, (b"x", by[0][1], b"v"))
+        assert c.line() == b"-ERR value is not an integer or out of range"
+        send_eval(c, size, (b"3", by[0][1], b"v"))
+        assert c.line() == b"-ERR Number of keys can't be greater than number of args"
+        c.send_command(b"EXISTS", by[0][1])
+        assert c.line() == b":0"
+    finally:
+        c.close()
+    hwm = status_kb(worker, "VmHWM")
+    print(f"\nEVAL with a {size_mb} MB script: {took:.2f}s, worker VmHWM {hwm} kB")
+    assert hwm < size // 1024 + 24 * 1024, f"worker peak RSS {hwm} kB for a {size_mb} MB script"

@@ -28,7 +28,8 @@ pub use commands::{Cmd, CmdClass, KeySpec};
 pub use merge::{merge_responses, write_fragment};
 pub use reply::error_reply;
 pub use request::{
-    parse_request, stream_arg, stream_head, stream_pair, Arg, Args, Pair, StreamHead, StreamKind,
+    eval_numkeys, parse_request, stream_arg, stream_head, stream_pair, whole_arg, Arg, Args, Pair,
+    StreamHead, StreamKind,
 };
 pub use resp::parse_response;
 

@@ -248,6 +248,11 @@ pub enum StreamKind {
     /// [`stream_pair`]): the head is the array count and the command name,
     /// `body` is 0 and `args_left` counts every key and value.
     Pairs,
+    /// EVAL-like (`script numkeys key ...`) with the large argument before
+    /// the key: no key yet, the large argument and the arguments up to the
+    /// key are held (see `worker/spool.rs`) until the key is read
+    /// ([`whole_arg`], [`eval_numkeys`]).
+    Spool,
 }
 
 /// A request whose bulk argument is too large to buffer whole: what the
@@ -333,6 +338,108 @@ pub fn stream_pair(buf: &[u8], limits: &Limits, threshold: usize) -> Result<Opti
     }))
 }
 
+/// The head of an EVAL-like request (`script numkeys key ...`) whose
+/// argument of at least `threshold` bytes is incomplete: the script
+/// (before the key: [`StreamKind::Spool`]) or an argument after the key
+/// (`numkeys` valid: [`StreamKind::Single`]).
+fn eval_head(mut args: Args<'_>, cmd: Cmd, threshold: usize) -> Option<StreamHead> {
+    let Kind::Multibulk { remaining } = args.kind else {
+        return None;
+    };
+    let argc = remaining + 1;
+    let buf = args.buf;
+    let mut keys = Keys::new();
+    let mut numkeys = None;
+    let mut idx = 1usize;
+    loop {
+        let at = args.pos;
+        match args.next_arg() {
+            Ok(Some(arg)) => {
+                if idx == 2 {
+                    numkeys = parse_int(&buf[arg.range.clone()]);
+                }
+                if idx == 3 {
+                    keys.push(arg.range);
+                }
+                idx += 1;
+            }
+            Err(Stop::Incomplete(hint)) if hint > 0 => {
+                let (n, start) = count_line(buf, at, "").ok()?;
+                let n = usize::try_from(n?).ok()?;
+                if n < threshold || start + n + 2 != hint {
+                    return None;
+                }
+                let Kind::Multibulk { remaining } = args.kind else {
+                    return None;
+                };
+                let kind = match idx {
+                    // The script, with room for numkeys and a key.
+                    1 if argc >= 4 => StreamKind::Spool,
+                    i if i >= 4 && eval_numkeys(numkeys, argc, cmd.name()).is_ok() => {
+                        StreamKind::Single
+                    }
+                    _ => return None,
+                };
+                if kind == StreamKind::Spool {
+                    keys.clear();
+                }
+                return Some(StreamHead {
+                    req: Request {
+                        len: start,
+                        op: Op::Redis(RedisOp {
+                            cmd,
+                            class: cmd.class(),
+                        }),
+                        keys,
+                        route: Route::Single,
+                        noreply: false,
+                    },
+                    body: n + 2,
+                    args_left: remaining - 1,
+                    kind,
+                });
+            }
+            _ => return None,
+        }
+    }
+}
+
+/// The error reply redis-server (or the proxy, for 0) gives an EVAL-like
+/// command of `argc` arguments whose `numkeys` argument parses as
+/// `numkeys`; `Ok` when it has at least one key.
+pub fn eval_numkeys(numkeys: Option<i64>, argc: usize, name: &str) -> Result<(), Vec<u8>> {
+    match numkeys {
+        None => Err(reply::err_line("value is not an integer or out of range")),
+        Some(n) if n < 0 => Err(reply::err_line("Number of keys can't be negative")),
+        Some(n) if n > argc as i64 - 3 => Err(reply::err_line(
+            "Number of keys can't be greater than number of args",
+        )),
+        Some(0) => Err(reply::err_line(&format!(
+            "{name} with numkeys 0 is not supported by the proxy: at least one key is needed to choose a server"
+        ))),
+        Some(_) => Ok(()),
+    }
+}
+
+/// One whole bulk argument at the start of `buf` (a request being
+/// streamed): `Ok(Some((value, len)))` with the value's range and the
+/// argument's length, `Ok(None)` until it is all there, or the protocol
+/// error to reply.
+pub fn whole_arg(buf: &[u8], limits: &Limits) -> Result<Option<(Range<usize>, usize)>, Vec<u8>> {
+    let mut args = Args {
+        buf,
+        kind: Kind::Multibulk { remaining: 1 },
+        pos: 0,
+        max_value: limits.max_value,
+        pre_auth: limits.pre_auth,
+    };
+    match args.next_arg() {
+        Ok(a) => Ok(a.map(|a| (a.range, args.pos))),
+        Err(Stop::Incomplete(_)) => Ok(None),
+        Err(Stop::Protocol(reply)) => Err(reply),
+    }
+}
+
 /// The head of an MSET (`first`: its command name, read) whose argument
 /// of at least `threshold` bytes is incomplete: streamed pair by pair. An
 /// MSET of the wrong arity is not: buffered whole, it gets redis-server's
@@ -391,6 +498,9 @@ pub fn stream_head(buf: &[u8], limits: &Limits, threshold: usize) -> Option<Stre
     let cmd = Cmd::lookup(&buf[first.range.clone()])?;
     if cmd.class() == CmdClass::MSet {
         return pairs_head(args, cmd, threshold);
+    }
+    if cmd.class() == CmdClass::Eval {
+        return eval_head(args, cmd, threshold);
     }
     if cmd.class() != CmdClass::Single {
         return None;
@@ -577,20 +687,9 @@ fn scan(buf: &[u8], limits: &Limits) -> Result<Scanned, Stop> {
             if argc < 3 {
                 return fail(reply::wrong_args(name));
             }
-            match numkeys {
-                None => return fail(reply::err_line("value is not an integer or out of range")),
-                Some(n) if n < 0 => return fail(reply::err_line("Number of keys can't be negative")),
-                Some(n) if n > argc as i64 - 3 => {
-                    return fail(reply::err_line(
-                        "Number of keys can't be greater than number of args",
-                    ))
-                }
-                Some(0) => {
-                    return fail(reply::err_line(&format!(
-                        "{name} with numkeys 0 is not supported by the proxy: at least one key is needed to choose a server"
-                    )))
-                }
-                Some(_) => Route::Single,
+            match eval_numkeys(numkeys, argc, name) {
+                Ok(()) => Route::Single,
+                Err(e) => return fail(e),
             }
         }
         _ if blocking => {
