@@ -539,3 +539,25 @@ def test_eval_large_script_before_the_key(two, size_mb):
     hwm = status_kb(worker, "VmHWM")
     print(f"\nEVAL with a {size_mb} MB script: {took:.2f}s, worker VmHWM {hwm} kB")
     assert hwm < size // 1024 + 24 * 1024, f"worker peak RSS {hwm} kB for a {size_mb} MB script"
+
+
+def test_eval_large_script_server_down_or_client_gone(two):
+    backends, proxy, worker = two
+    by = keys_by_server(proxy, backends)
+    backends[1].kill()
+    c = Conn(proxy.port(), timeout=30)
+    try:
+        # The key's server is down: its error, the rest dropped, the client usable.
+        send_eval(c, 3 * MB, (b"1", by[1][0], b"v"))
+        reply = c.line()
+        assert reply.startswith(b"-ERR"), reply
+        send_eval(c, 3 * MB, (b"1", by[0][0], b"v"))
+        assert c.line() == b"+OK"
+        # A client gone in the middle of the script: nothing reaches a server.
+        gone = Conn(proxy.port())
+        gone.send(b"*4\r\n$4\r\nEVAL\r\n$%d\r\n--" % (8 * MB) + b"x" * MB)
+        gone.close()
+        c.send_command(b"PING")
+        assert c.line() == b"+PONG"
+    finally:
+        c.close()
