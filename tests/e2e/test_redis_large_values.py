@@ -561,3 +561,36 @@ def test_eval_large_script_server_down_or_client_gone(two):
         assert c.line() == b"+PONG"
     finally:
         c.close()
+
+
+def test_eval_large_argument_after_the_key(two):
+    backends, proxy, worker = two
+    by = keys_by_server(proxy, backends)
+    size = 24 * MB
+    script = b"return redis.call('SET', KEYS[1], ARGV[1])"
+    want = digest_of(size)
+    c = Conn(proxy.port())
+    try:
+        for i, keys in enumerate(by):
+            key = keys[0]
+            # EVAL script 1 key <24 MB>: streamed once the key is read.
+            c.send(b"*5\r\n$4\r\nEVAL\r\n$%d\r\n%s\r\n$1\r\n1\r\n$%d\r\n%s\r\n$%d\r\n"
+                   % (len(script), script, len(key), key, size))
+            left = size
+            while left:
+                part = BLOCK[: min(left, len(BLOCK))]
+                c.sock.sendall(part)
+                left -= len(part)
+            c.send(b"\r\n")
+            assert c.line() == b"+OK"
+            d = Conn(backends[i].port)
+            try:
+                d.send_command(b"GET", key)
+                assert d.bulk_digest() == (size, want), "on the key's server"
+            finally:
+                d.close()
+    finally:
+        c.close()
+    hwm = status_kb(worker, "VmHWM")
+    print(f"\nEVAL with a 24 MB argument after the key: worker VmHWM {hwm} kB")
+    assert hwm < 16 * 1024, hwm
