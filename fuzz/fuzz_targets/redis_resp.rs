@@ -8,7 +8,10 @@
 //!   same however it is cut;
 //! - a streamed request's head (`stream_head`) agrees with the whole-request
 //!   parser: the head, its large argument and the arguments left, once
-//!   completed, parse as one request with the same keys;
+//!   completed, parse as one request with the same keys (an MSET head
+//!   streamed pair by pair, or a script held before its key, with a key per
+//!   pair or the key that follows); a pair framed by `stream_pair` is the
+//!   pair the whole-request parser reads;
 //! - a multi-key request's fragments re-parse as whole requests that carry
 //!   exactly the keys they were built from, in order, and the merge of any
 //!   fragment replies is one whole reply.
@@ -17,7 +20,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use walnut::proto::redis::{
-    merge_responses, parse_request, parse_response, stream_arg, stream_head, write_fragment,
+    merge_responses, parse_request, parse_response, stream_arg, stream_head, stream_pair,
+    whole_arg, write_fragment, Pair, StreamHead, StreamKind,
 };
 use walnut::proto::{Limits, Parse, Request, RequestError, Route};
 
@@ -154,9 +158,16 @@ fn check_stream_head(data: &[u8], limits: &Limits) {
     if let Ok(Some((start, n))) = stream_arg(data, limits) {
         assert!(start <= data.len() && n <= limits.max_value);
     }
+    check_stream_pair(data, limits);
+    if let Ok(Some((v, len))) = whole_arg(data, limits) {
+        assert!(v.start <= v.end && v.end + 2 == len && len <= data.len());
+    }
     let Some(h) = stream_head(data, limits, STREAM_THRESHOLD) else {
         return;
     };
+    if h.kind == StreamKind::Pairs {
+        return check_pairs_head(data, limits, &h);
+    }
     let head = h.req.len;
     assert!(head <= data.len());
     assert!(h.body >= STREAM_THRESHOLD + 2 && h.body - 2 <= limits.max_value);
@@ -166,7 +177,13 @@ fn check_stream_head(data: &[u8], limits: &Limits) {
     let mut whole = data[..head].to_vec();
     whole.resize(head + h.body - 2, b'v');
     whole.extend_from_slice(b"\r\n");
-    for _ in 0..h.args_left.min(64) {
+    let spool = h.kind == StreamKind::Spool;
+    if spool {
+        // A script before its key: no key yet; numkeys 1 makes one.
+        assert!(h.req.keys.is_empty() && h.args_left >= 2);
+        whole.extend_from_slice(b"$1\r\n1\r\n");
+    }
+    for _ in usize::from(spool)..h.args_left.min(64) {
         whole.extend_from_slice(b"$1\r\na\r\n");
     }
     if h.args_left > 64 {
@@ -177,10 +194,79 @@ fn check_stream_head(data: &[u8], limits: &Limits) {
             assert_eq!(r.len, whole.len(), "completed streamed request");
             let got: Vec<&[u8]> = r.keys.iter().map(|k| &whole[k.clone()]).collect();
             let want: Vec<&[u8]> = h.req.keys.iter().map(|k| &whole[k.clone()]).collect();
-            assert_eq!(got, want, "keys of the streamed head");
+            if spool {
+                assert_eq!(got, vec![&b"a"[..]], "the key after a held script");
+            } else {
+                assert_eq!(got, want, "keys of the streamed head");
+            }
             assert_eq!(r.op, h.req.op);
         }
         other => panic!("completed streamed request parses as {other:?}"),
+    }
+}
+
+/// An MSET head streamed pair by pair: completed with small pairs, it
+/// parses as one MSET with a key per pair.
+fn check_pairs_head(data: &[u8], limits: &Limits, h: &StreamHead) {
+    let head = h.req.len;
+    assert!(head <= data.len());
+    assert_eq!(h.body, 0);
+    assert!(h.args_left >= 2 && h.args_left % 2 == 0);
+    assert!(h.req.keys.is_empty() && h.req.route == Route::Multi);
+    if h.args_left > 64 {
+        return;
+    }
+    let mut whole = data[..head].to_vec();
+    for _ in 0..h.args_left {
+        whole.extend_from_slice(b"$1\r\na\r\n");
+    }
+    match parse_request(&whole, limits) {
+        Ok(Parse::Done(r)) => {
+            assert_eq!(r.len, whole.len(), "completed MSET");
+            assert_eq!(r.keys.len(), h.args_left / 2);
+            assert_eq!(r.op, h.req.op);
+        }
+        other => panic!("completed MSET parses as {other:?}"),
+    }
+}
+
+/// One MSET pair framed by `stream_pair` is the pair the whole-request
+/// parser reads from `MSET` followed by the same bytes.
+fn check_stream_pair(data: &[u8], limits: &Limits) {
+    let Ok(Some(pair)) = stream_pair(data, limits, STREAM_THRESHOLD) else {
+        return;
+    };
+    let mut whole = b"*3\r\n$4\r\nMSET\r\n".to_vec();
+    let off = whole.len();
+    let (key, value) = match pair {
+        Pair::Small { key, value, len } => {
+            assert!(key.end <= value.start && value.end + 2 <= len && len <= data.len());
+            assert!(value.len() < STREAM_THRESHOLD);
+            whole.extend_from_slice(&data[..len]);
+            (key, Some(value))
+        }
+        Pair::Large { key, head, body } => {
+            assert!(key.end < head && head <= data.len());
+            assert!(body >= STREAM_THRESHOLD + 2 && body - 2 <= limits.max_value);
+            whole.extend_from_slice(&data[..head]);
+            whole.resize(off + head + body - 2, b'v');
+            whole.extend_from_slice(b"\r\n");
+            (key, None)
+        }
+    };
+    match parse_request(&whole, limits) {
+        Ok(Parse::Done(r)) => {
+            assert_eq!(r.len, whole.len(), "a pair is one MSET's arguments");
+            assert_eq!(r.keys.len(), 1);
+            assert_eq!(&whole[r.keys[0].clone()], &data[key]);
+            if let Some(v) = value {
+                let got = walnut::proto::redis::Args::new(&whole)
+                    .nth(2)
+                    .map(|a| a.range);
+                assert_eq!(got.map(|g| &whole[g]), Some(&data[v]));
+            }
+        }
+        other => panic!("MSET of one framed pair parses as {other:?}"),
     }
 }
 

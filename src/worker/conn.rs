@@ -171,6 +171,44 @@ pub struct ReqStream {
     pub args_left: usize,
     /// Not reading the client: the server's output is over the high mark.
     pub blocked: bool,
+    /// An MSET sent pair by pair.
+    pub pairs: Option<Box<PairStream>>,
+    /// A large argument that came before the key, held until the key is
+    /// read.
+    pub spool: Option<Box<SpoolStream>>,
+}
+
+/// The start of a request whose large argument came before its key (an
+/// EVAL script): held in chunks until the key is read, then passed to the
+/// key's server as that connection drains.
+#[derive(Debug)]
+pub struct SpoolStream {
+    /// The bytes held.
+    pub bytes: super::spool::Spool,
+    /// The request's arguments.
+    pub argc: usize,
+    /// Index of the next argument to read whole (2: numkeys, 3: the key).
+    pub next_arg: usize,
+    /// The request's operation.
+    pub op: Op,
+    /// The key was read and the request routed: the bytes drain to the
+    /// server (the arguments after the key pass once they have).
+    pub draining: bool,
+}
+
+/// An MSET with a large value, sent as one `MSET key value` per pair as
+/// the pairs arrive; its reply joins theirs (a `Multi`, one fragment per
+/// pair).
+#[derive(Debug)]
+pub struct PairStream {
+    /// The client's slot for the joined reply.
+    pub seq: u64,
+    /// Index of the next pair.
+    pub next: usize,
+    /// Per server: the connection of its own this MSET's pairs for that
+    /// server go on, in order (a small pair never overtakes a large one
+    /// for the same key), with its id.
+    pub conns: Vec<(usize, Token, u64)>,
 }
 
 /// A (dedicated) server connection that carries a streamed request.

@@ -1,6 +1,7 @@
 //! A byte queue in fixed-size chunks, for large values the proxy has to
 //! hold for a while (a reply that waits for an earlier one of its client,
-//! the fragments of a merged MGET). A `Buffer` is one contiguous vector: it
+//! the fragments of a merged MGET, a request's large argument that arrives
+//! before the key that routes it). A `Buffer` is one contiguous vector: it
 //! would need one allocation of the whole value (and twice that while it
 //! grows); a spool never allocates more than [`SPOOL_CHUNK`] at a time and
 //! returns each chunk as soon as it is consumed. A [`SpoolReader`] reads

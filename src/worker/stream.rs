@@ -13,6 +13,26 @@
 //! queued, and is read again below [`STREAM_LOW`]. The connection is closed
 //! once the request is answered.
 //!
+//! An MSET with a value of at least [`STREAM_THRESHOLD`] bytes is applied
+//! pair by pair: once its head shows a large argument, each pair is sent
+//! as it arrives as `MSET key value` (a large value streamed as above) on
+//! a connection of its own per server (so the pairs for one server keep
+//! their order: the last of a repeated key still wins), and the client
+//! gets one reply joined from theirs as a split MSET's: `+OK`, or the
+//! first error. Such an MSET is not atomic even within one server (through
+//! a proxy, an MSET across servers never was): a failed pair does not undo
+//! the others, and a client gone in the middle leaves the pairs before
+//! the one being streamed applied.
+//!
+//! A large argument before the key (an EVAL script; its key follows
+//! numkeys) cannot be routed as it arrives: it is held in a
+//! [`super::spool::Spool`] (64 KiB chunks, never one allocation of the
+//! declared size) with numkeys and the key, numkeys checked as
+//! redis-server checks it; once the key is read the request is routed
+//! to a connection of its own and the held bytes pass to it as its output
+//! drains (the client is not read meanwhile), then the arguments after the
+//! key pass as above.
+//!
 //! Replies: a bulk reply of at least [`STREAM_THRESHOLD`] bytes for the
 //! request at the head of its client's replies is passed to the client as
 //! it arrives; the server is not read while that client has more than
@@ -27,10 +47,13 @@
 //! client stays usable. A server connection that fails in the middle of a
 //! streamed reply leaves the client with half a reply: the client is closed.
 
-use super::conn::{Conn, RepStream, ReqStream, Slot, SrvStream, Waiter};
+use super::conn::{
+    Conn, Fragment, Multi, MultiMode, PairStream, RepStream, ReqStream, Slot, SpoolStream,
+    SrvStream, Waiter,
+};
 use super::server::Ending;
 use super::{Worker, STREAM_HIGH, STREAM_LOW, STREAM_STALL, STREAM_THRESHOLD};
-use crate::proto::redis::{self, StreamHead};
+use crate::proto::redis::{self, Pair, StreamHead, StreamKind};
 use crate::stats::{PoolField, ServerField, WorkerField};
 use mio::Token;
 use std::time::Instant;
@@ -76,6 +99,30 @@ impl Worker<'_> {
             return StreamStart::Wait;
         }
         c.solo = true;
+        if head.kind == StreamKind::Pairs {
+            self.start_pairs(token, &head);
+            return StreamStart::Started;
+        }
+        if head.kind == StreamKind::Spool {
+            let mut held = super::spool::Spool::default();
+            held.push(bytes);
+            c.stream = Some(ReqStream {
+                server: None,
+                left: head.body,
+                args_left: head.args_left,
+                blocked: false,
+                pairs: None,
+                spool: Some(Box::new(SpoolStream {
+                    bytes: held,
+                    argc: head.args_left + 2,
+                    next_arg: 2,
+                    op: head.req.op,
+                    draining: false,
+                })),
+            });
+            self.stats.worker_add(WorkerField::Requests, 1);
+            return StreamStart::Started;
+        }
         let Some(range) = req.keys.first() else {
             return StreamStart::No;
         };
@@ -122,10 +169,230 @@ impl Worker<'_> {
                 left: head.body,
                 args_left: head.args_left,
                 blocked: false,
+                pairs: None,
+                spool: None,
             });
         }
         self.stats.worker_add(WorkerField::Requests, 1);
         StreamStart::Started
+    }
+
+    /// An MSET with a large value: its reply slot joins one fragment per
+    /// pair; the pairs go out as they arrive (`pass_stream`).
+    fn start_pairs(&mut self, token: Token, head: &StreamHead) {
+        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+            return;
+        };
+        let pool = c.pool;
+        let pairs = head.args_left / 2;
+        let slot = Slot {
+            multi: Some(Box::new(Multi {
+                req: head.req.clone(),
+                bytes: Vec::new(),
+                frags: (0..pairs)
+                    .map(|i| Fragment {
+                        keys: vec![i],
+                        ..Fragment::default()
+                    })
+                    .collect(),
+                remaining: pairs,
+                error: None,
+                mode: MultiMode::Split,
+            })),
+            ..Slot::default()
+        };
+        let Some(seq) = self.push_slot(token, false, slot) else {
+            return;
+        };
+        self.stats
+            .pool_add(pool, PoolField::Fragments, pairs as u64);
+        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+            c.stream = Some(ReqStream {
+                server: None,
+                left: 0,
+                args_left: head.args_left,
+                blocked: false,
+                pairs: Some(Box::new(PairStream {
+                    seq,
+                    next: 0,
+                    conns: Vec::new(),
+                })),
+                spool: None,
+            });
+        }
+        self.stats.worker_add(WorkerField::Requests, 1);
+    }
+
+    /// Send the pair at the start of a client's input as `MSET key value`
+    /// on the connection its MSET uses for the key's server; a large value
+    /// is then passed as it arrives.
+    fn send_pair(&mut self, token: Token, pair: Pair, now: Instant) {
+        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+            return;
+        };
+        let (pool, client_id) = (c.pool, c.id);
+        let Some(rs) = c.stream.as_mut() else {
+            return;
+        };
+        let Some(ps) = rs.pairs.as_mut() else {
+            return;
+        };
+        let (idx, seq) = (ps.next, ps.seq);
+        ps.next += 1;
+        rs.args_left = rs.args_left.saturating_sub(2);
+        let input = c.rbuf.bytes();
+        let (key, used, body) = match &pair {
+            Pair::Small { key, len, .. } => (key.clone(), *len, 0),
+            Pair::Large { key, head, body } => (key.clone(), *head, *body),
+        };
+        let mut cmd = Vec::with_capacity(used + 32);
+        redis::reply::array(3, &mut cmd);
+        redis::reply::bulk(b"MSET", &mut cmd);
+        redis::reply::bulk(&input[key.clone()], &mut cmd);
+        match &pair {
+            Pair::Small { value, .. } => redis::reply::bulk(&input[value.clone()], &mut cmd),
+            Pair::Large { body, .. } => {
+                cmd.extend_from_slice(format!("${}\r\n", body - 2).as_bytes())
+            }
+        }
+        let server = self.pools[pool].server_for(&input[key.clone()], now);
+        let pair_key = input[key].to_vec();
+        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+            c.rbuf.consume(used);
+            if let Some(rs) = c.stream.as_mut() {
+                // Dropped unless a connection takes it below.
+                rs.left = body;
+            }
+        }
+        let op = crate::proto::Op::Redis(redis::RedisOp {
+            cmd: redis::Cmd::lookup(b"MSET").expect("MSET is in the table"),
+            class: redis::CmdClass::MSet,
+        });
+        let Some(server) = server else {
+            self.fail_unsent(
+                token,
+                client_id,
+                Some(seq),
+                Some(idx as u32),
+                pool,
+                op,
+                "Connection refused",
+            );
+            return;
+        };
+        self.note_key(pool, &pair_key);
+        let st = match self.pair_conn(token, pool, server, client_id, op, now) {
+            Ok(st) => st,
+            Err(msg) => {
+                self.fail_unsent(
+                    token,
+                    client_id,
+                    Some(seq),
+                    Some(idx as u32),
+                    pool,
+                    op,
+                    &msg,
+                );
+                return;
+            }
+        };
+        let waiter = Waiter::Client {
+            token,
+            id: client_id,
+            seq,
+            frag: Some(idx as u32),
+        };
+        self.enqueue(st, Some(waiter), op, |out| out.extend_from_slice(&cmd), now);
+        if body == 0 {
+            return;
+        }
+        let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
+            return;
+        };
+        s.stream = Some(SrvStream {
+            client: token,
+            client_id,
+        });
+        let sid = s.id;
+        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+            if let Some(rs) = c.stream.as_mut() {
+                rs.server = Some((st, sid));
+            }
+        }
+    }
+
+    /// The connection of its own a pair-by-pair MSET uses for `server`:
+    /// the one it opened before while that is still open (answered
+    /// connections are closed), else a new one.
+    fn pair_conn(
+        &mut self,
+        token: Token,
+        pool: usize,
+        server: usize,
+        client_id: u64,
+        op: crate::proto::Op,
+        now: Instant,
+    ) -> Result<Token, String> {
+        let known = match self.conns.get(token.0) {
+            Some(Conn::Client(c)) => c
+                .stream
+                .as_ref()
+                .and_then(|rs| rs.pairs.as_ref())
+                .and_then(|ps| ps.conns.iter().find(|e| e.0 == server))
+                .map(|e| (e.1, e.2)),
+            _ => None,
+        };
+        if let Some((st, sid)) = known {
+            if matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id == sid) {
+                return Ok(st);
+            }
+        }
+        let slot = self.conn_slot(token, pool, server, client_id, op);
+        let st = self.server_conn_dedicated(pool, server, slot, now)?;
+        let sid = match self.conns.get(st.0) {
+            Some(Conn::Server(s)) => s.id,
+            _ => return Err("Connection refused".to_string()),
+        };
+        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+            if let Some(ps) = c.stream.as_mut().and_then(|rs| rs.pairs.as_mut()) {
+                ps.conns.retain(|e| e.0 != server);
+                ps.conns.push((server, st, sid));
+            }
+        }
+        Ok(st)
+    }
+
+    /// A pair-by-pair MSET ends before its last pair: the pairs not sent
+    /// fail with `why`, so its reply completes.
+    fn fail_unsent_pairs(&mut self, token: Token, why: &str) {
+        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+            return;
+        };
+        let (pool, client_id) = (c.pool, c.id);
+        let Some(rs) = c.stream.as_mut() else {
+            return;
+        };
+        let Some(ps) = rs.pairs.as_ref() else {
+            return;
+        };
+        let (seq, from, to) = (ps.seq, ps.next, ps.next + rs.args_left / 2);
+        let op = match c.slot_mut(seq).and_then(|s| s.multi.as_ref()) {
+            Some(m) => m.req.op,
+            None => return,
+        };
+        let mut out = Vec::new();
+        self.pools[pool].proto.server_error(op, why, &mut out);
+        for i in from..to {
+            self.fragment_done(
+                token,
+                client_id,
+                seq,
+                Some(i as u32),
+                out.clone(),
+                true,
+                false,
+            );
+        }
     }
 
     /// Pass what the client's input holds of its streamed request. True
@@ -140,6 +407,69 @@ impl Worker<'_> {
             let Some(rs) = c.stream.as_mut() else {
                 return true;
             };
+            if let Some(sp) = rs.spool.as_mut() {
+                if !sp.draining {
+                    if rs.left > 0 {
+                        // The large argument, before the key: held.
+                        let n = rs.left.min(c.rbuf.len());
+                        if n == 0 {
+                            return false;
+                        }
+                        sp.bytes.push(&c.rbuf.bytes()[..n]);
+                        c.rbuf.consume(n);
+                        rs.left -= n;
+                        continue;
+                    }
+                    let limits = self.pools[pool].limits;
+                    match redis::whole_arg(c.rbuf.bytes(), &limits) {
+                        Ok(None) => return false,
+                        Ok(Some((value, len))) => {
+                            sp.bytes.push(&c.rbuf.bytes()[..len]);
+                            rs.args_left = rs.args_left.saturating_sub(1);
+                            if sp.next_arg == 2 {
+                                sp.next_arg = 3;
+                                let numkeys = redis::resp::parse_int(&c.rbuf.bytes()[value]);
+                                let name = match sp.op {
+                                    crate::proto::Op::Redis(op) => op.cmd.name(),
+                                    crate::proto::Op::Mc(_) => "",
+                                };
+                                let checked = redis::eval_numkeys(numkeys, sp.argc, name);
+                                c.rbuf.consume(len);
+                                if let Err(reply) = checked {
+                                    // Answered here; the rest is read and dropped.
+                                    rs.spool = None;
+                                    self.push_ready(token, reply, false);
+                                }
+                                continue;
+                            }
+                            let key = c.rbuf.bytes()[value].to_vec();
+                            c.rbuf.consume(len);
+                            self.route_spool(token, &key, now);
+                            continue;
+                        }
+                        Err(reply) => {
+                            c.stream = None;
+                            self.stats.pool_add(pool, PoolField::ClientErr, 0);
+                            self.push_ready(token, reply, true);
+                            return false;
+                        }
+                    }
+                }
+                let Some((st, sid)) = rs.server else {
+                    // The server failed: its error is the reply, the rest
+                    // of the request is dropped.
+                    rs.spool = None;
+                    continue;
+                };
+                if sp.bytes.is_empty() {
+                    rs.spool = None;
+                    continue;
+                }
+                if !self.feed_script_spool(token, st, sid, now) {
+                    return false;
+                }
+                continue;
+            }
             if rs.left > 0 {
                 let n = rs.left.min(c.rbuf.len());
                 if n == 0 {
@@ -148,7 +478,7 @@ impl Worker<'_> {
                 rs.left -= n;
                 let target = rs.server;
                 let over = match target {
-                    Some((st, sid)) => self.stream_out(token, st, sid, n),
+                    Some((st, sid)) => self.stream_out(token, st, sid, n, false),
                     None => false,
                 };
                 let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
@@ -168,6 +498,32 @@ impl Worker<'_> {
                                 }
                             }
                         }
+                    }
+                }
+                continue;
+            }
+            if rs.pairs.is_some() {
+                if let Some((st, sid)) = rs.server.take() {
+                    // A large value passed whole.
+                    self.end_server_stream(st, sid, now);
+                    continue;
+                }
+                if rs.args_left == 0 {
+                    c.stream = None;
+                    return true;
+                }
+                let limits = self.pools[pool].limits;
+                match redis::stream_pair(c.rbuf.bytes(), &limits, STREAM_THRESHOLD) {
+                    Ok(None) => return false,
+                    Ok(Some(pair)) => self.send_pair(token, pair, now),
+                    Err(reply) => {
+                        self.fail_unsent_pairs(token, "Protocol error in the request");
+                        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+                            c.stream = None;
+                        }
+                        self.stats.pool_add(pool, PoolField::ClientErr, 0);
+                        self.push_ready(token, reply, true);
+                        return false;
                     }
                 }
                 continue;
@@ -203,17 +559,121 @@ impl Worker<'_> {
         }
     }
 
-    /// Copy the first `n` bytes of a client's input to the server
-    /// connection its request streams to. Returns whether the server's
-    /// output is now over the high mark.
-    fn stream_out(&mut self, ct: Token, st: Token, sid: u64, n: usize) -> bool {
+    /// The key of a request held in a spool was read: route it, then the
+    /// held bytes drain to its server.
+    fn route_spool(&mut self, token: Token, key: &[u8], now: Instant) {
+        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+            return;
+        };
+        let (pool, client_id) = (c.pool, c.id);
+        let Some(op) = c
+            .stream
+            .as_ref()
+            .and_then(|rs| rs.spool.as_ref())
+            .map(|sp| sp.op)
+        else {
+            return;
+        };
+        let mut target = None;
+        match self.pools[pool].server_for(key, now) {
+            None => {
+                self.stats.pool_add(pool, PoolField::ForwardError, 1);
+                let mut out = Vec::new();
+                self.pools[pool]
+                    .proto
+                    .server_error(op, "Connection refused", &mut out);
+                self.push_ready(token, out, false);
+            }
+            Some(server) => {
+                let slot = self.conn_slot(token, pool, server, client_id, op);
+                let seq = self.push_slot(token, false, Slot::default());
+                match self.server_conn_dedicated(pool, server, slot, now) {
+                    Ok(st) => {
+                        self.note_key(pool, key);
+                        let waiter = seq.map(|seq| Waiter::Client {
+                            token,
+                            id: client_id,
+                            seq,
+                            frag: None,
+                        });
+                        self.enqueue(st, waiter, op, |_| {}, now);
+                        if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
+                            s.stream = Some(SrvStream {
+                                client: token,
+                                client_id,
+                            });
+                            target = Some((st, s.id));
+                        }
+                    }
+                    Err(msg) => self.fail_unsent(token, client_id, seq, None, pool, op, &msg),
+                }
+            }
+        }
+        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+            if let Some(rs) = c.stream.as_mut() {
+                rs.server = target;
+                match rs.spool.as_mut() {
+                    Some(sp) if target.is_some() => sp.draining = true,
+                    _ => rs.spool = None,
+                }
+            }
+        }
+    }
+
+    /// Pass held bytes to the server as its output drains. True when all
+    /// passed, false when the client waits for the server (or is gone).
+    fn feed_script_spool(&mut self, ct: Token, st: Token, sid: u64, now: Instant) -> bool {
+        loop {
+            let (c, s) = match self.conns.get2_mut(ct.0, st.0) {
+                Some((Conn::Client(c), Conn::Server(s))) if s.id == sid => (c, s),
+                // The server failed: pass_stream sees it.
+                _ => return true,
+            };
+            let room = STREAM_HIGH.saturating_sub(s.wbuf.len());
+            let Some(sp) = c.stream.as_mut().and_then(|rs| rs.spool.as_mut()) else {
+                return true;
+            };
+            let n = sp.bytes.front().len().min(room);
+            if n > 0 {
+                self.stream_out(ct, st, sid, n, true);
+                continue;
+            }
+            if sp.bytes.is_empty() {
+                return true;
+            }
+            // The server has enough queued: write it, and wait if it lags.
+            self.write_server(st, now);
+            let lagging = matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id == sid && s.wbuf.len() >= STREAM_HIGH);
+            if lagging {
+                if let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) {
+                    if let Some(rs) = c.stream.as_mut() {
+                        rs.blocked = true;
+                    }
+                }
+                return false;
+            }
+        }
+    }
+
+    /// Copy the first `n` bytes of a client's input (`held`: of its held
+    /// bytes, consumed) to the server connection its request streams to.
+    /// Returns whether the server's output is now over the high mark.
+    fn stream_out(&mut self, ct: Token, st: Token, sid: u64, n: usize, held: bool) -> bool {
         let (c, s) = match self.conns.get2_mut(ct.0, st.0) {
             Some((Conn::Client(c), Conn::Server(s))) if s.id == sid => (c, s),
             _ => return false,
         };
         let before = s.wbuf.len();
-        s.wbuf.extend(&c.rbuf.bytes()[..n]);
-        super::cluster_stream::spool_passing(c, n);
+        match c.stream.as_mut().and_then(|rs| rs.spool.as_mut()) {
+            Some(sp) if held => {
+                s.wbuf.extend(&sp.bytes.front()[..n]);
+                sp.bytes.consume(n);
+            }
+            _ => {
+                s.wbuf.extend(&c.rbuf.bytes()[..n]);
+                super::cluster_stream::spool_passing(c, n);
+            }
+        }
         s.unsent_bytes += n as u64;
         // The streamed request is the connection's last.
         if let Some(e) = s.inflight.back_mut() {

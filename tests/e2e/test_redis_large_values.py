@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from faultkit import children, status_kb
+from faultkit import children, redis_holder, status_kb
 from procs import HOST, Proxy, redis_pool, wait_until
 
 MB = 1024 * 1024
@@ -298,3 +298,299 @@ def test_client_not_reading_a_streamed_reply_is_closed(setup):
     finally:
         a.close()
         b.close()
+
+
+# ------------------------------------------------- MSET with large values -----
+# An MSET carrying a value of 1 MB or more is sent pair by pair as it
+# arrives, one `MSET key value` per pair on a connection of its own per
+# server; the client gets one reply.
+
+
+@pytest.fixture
+def two(procs):
+    backends = [procs.redis(), procs.redis()]
+    proxy = Proxy("walnut", procs.workdir, {"big": redis_pool(backends, timeout=5000)},
+                  extra_args=["--workers", "1", "--admin", "off"])
+    procs.started.append(proxy)
+    proxy.start()
+    workers = wait_until(lambda: children(proxy.pid), 10, what="worker")
+    return backends, proxy, workers[0]
+
+
+def keys_by_server(proxy, backends, n: int = 32) -> list[list[bytes]]:
+    """Fresh keys grouped by the backend walnut places them on."""
+    out: list[list[bytes]] = [[] for _ in backends]
+    c = Conn(proxy.port(), timeout=10)
+    try:
+        for i in range(n):
+            k = f"ms:{uuid.uuid4().hex[:12]}:{i}".encode()
+            c.send_command(b"SET", k, b"probe")
+            assert c.line() == b"+OK"
+            holder = redis_holder(backends, k.decode())
+            c.send_command(b"DEL", k)
+            assert c.line() == b":1"
+            out[holder].append(k)
+    finally:
+        c.close()
+    assert all(len(v) >= 3 for v in out), [len(v) for v in out]
+    return out
+
+
+def send_mset(c: Conn, items, stop_at: int | None = None) -> None:
+    """``MSET`` of ``items``: (key, bytes) or (key, size) for a PATTERN value
+    of that size; ``stop_at``: end after that many bytes of the first
+    sized value."""
+    c.send(b"*%d\r\n$4\r\nMSET\r\n" % (1 + 2 * len(items)))
+    for key, value in items:
+        if isinstance(value, bytes):
+            c.send(b"$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(key), key, len(value), value))
+            continue
+        c.send(b"$%d\r\n%s\r\n$%d\r\n" % (len(key), key, value))
+        left = value if stop_at is None else stop_at
+        while left:
+            part = BLOCK[: min(left, len(BLOCK))]
+            c.sock.sendall(part)
+            left -= len(part)
+        if stop_at is not None:
+            return
+        c.send(b"\r\n")
+
+
+def test_mset_large_values_pair_by_pair(two):
+    backends, proxy, worker = two
+    by = keys_by_server(proxy, backends)
+    size = 40 * MB
+    # Three 40 MB values over both servers, small pairs between them.
+    big = [by[0][0], by[1][0], by[0][1]]
+    small = [(by[1][1], b"s1\r\nx"), (by[0][2], b"s2"), (by[1][2], b"")]
+    items = [small[0], (big[0], size), small[1], (big[1], size), (big[2], size), small[2]]
+    want = digest_of(size)
+    c = Conn(proxy.port())
+    try:
+        t0 = time.monotonic()
+        send_mset(c, items)
+        c.send_command(b"GET", small[1][0])  # pipelined behind it
+        assert c.line() == b"+OK"
+        took = time.monotonic() - t0
+        assert c.line() == b"$2"
+        assert c.line() == b"s2"
+        # The same key twice, large then small: the last one wins, as in Redis.
+        dup = by[1][3]
+        send_mset(c, [(dup, 3 * MB), (dup, b"last")])
+        assert c.line() == b"+OK"
+        c.send_command(b"GET", dup)
+        assert c.line() == b"$4"
+        assert c.line() == b"last"
+    finally:
+        c.close()
+    hwm = status_kb(worker, "VmHWM")
+    for i, b in enumerate(backends):
+        d = Conn(b.port)
+        try:
+            for k in big:
+                d.send_command(b"EXISTS", k)
+                held = d.line() == b":1"
+                assert held == (k in by[i]), (k, i)
+                if held:
+                    d.send_command(b"GET", k)
+                    assert d.bulk_digest() == (size, want)
+            for k, v in small:
+                d.send_command(b"GET", k)
+                if k in by[i]:
+                    assert d.line() == b"$%d" % len(v)
+                    assert d.rf.read(len(v) + 2) == v + b"\r\n"
+                else:
+                    assert d.line() == b"$-1"
+        finally:
+            d.close()
+    print(f"\nMSET 3 x 40 MB + 3 small over 2 servers: {took:.2f}s, worker VmHWM {hwm} kB")
+    assert hwm < 64 * 1024, f"worker peak RSS {hwm} kB for a 120 MB MSET"
+
+
+def test_mset_server_gone_mid_value_errors_and_keeps_client(two):
+    backends, proxy, worker = two
+    by = keys_by_server(proxy, backends)
+    size = 16 * MB
+    small, bigk = by[0][0], by[1][0]
+    d = Conn(backends[1].port, timeout=10)
+    a = Conn(proxy.port())
+    try:
+        base = connected_clients(d)  # this one and walnut's shared connection
+        send_mset(a, [(small, b"kept"), (bigk, size)], stop_at=4 * MB)
+        wait_until(lambda: connected_clients(d) == base + 1, 10, what="the streamed pair's connection")
+        d.close()
+        backends[1].kill()
+        left = size - 4 * MB
+        while left:
+            part = BLOCK[: min(left, 2 * MB)]
+            a.sock.sendall(part)
+            left -= len(part)
+        a.send(b"\r\n")
+        reply = a.line()
+        assert reply.startswith(b"-ERR"), reply
+        a.send_command(b"PING")
+        assert a.line() == b"+PONG"
+        a.send_command(b"GET", small)
+        assert a.line() == b"$4"
+        assert a.line() == b"kept", "pairs are applied one by one"
+    finally:
+        a.close()
+
+
+def test_mset_client_gone_mid_value_leaves_no_partial_pair(two):
+    backends, proxy, worker = two
+    by = keys_by_server(proxy, backends)
+    first, bigk = by[1][0], by[0][0]
+    d = Conn(backends[0].port, timeout=10)
+    a = Conn(proxy.port())
+    b = Conn(proxy.port(), timeout=10)
+    try:
+        base = connected_clients(d)
+        send_mset(a, [(first, b"v"), (bigk, 64 * MB), (by[0][1], b"never")], stop_at=20 * MB)
+        wait_until(lambda: connected_clients(d) == base + 1, 10, what="the streamed pair's connection")
+        a.close()
+        wait_until(lambda: connected_clients(d) == base, 10, what="the half-sent pair's connection to close")
+        d.send_command(b"EXISTS", bigk, by[0][1])
+        assert d.line() == b":0", "a partial pair was applied"
+        b.send_command(b"PING")
+        assert b.line() == b"+PONG"
+    finally:
+        b.close()
+        d.close()
+
+
+def test_mset_protocol_error_and_arity(two):
+    backends, proxy, worker = two
+    a = Conn(proxy.port(), timeout=10)
+    try:
+        # A malformed argument after the large value: the error, then closed.
+        a.send(b"*5\r\n$4\r\nMSET\r\n$1\r\nk\r\n$%d\r\n" % (2 * MB) + BLOCK[: 2 * MB] + b"\r\n:1\r\n")
+        first = a.line()
+        assert first.startswith(b"-ERR"), first
+        assert a.line() == b"-ERR Protocol error: expected '$', got ':'"
+        assert a.rf.read(1) == b""
+    finally:
+        a.close()
+    b = Conn(proxy.port(), timeout=10)
+    try:
+        # An even argument count: redis-server's arity error, as for any MSET.
+        b.send(b"*4\r\n$4\r\nMSET\r\n$1\r\nk\r\n$%d\r\n" % (2 * MB) + BLOCK[: 2 * MB] + b"\r\n$1\r\nk\r\n")
+        assert b.line() == b"-ERR wrong number of arguments for 'mset' command"
+        b.send_command(b"PING")
+        assert b.line() == b"+PONG"
+    finally:
+        b.close()
+
+
+# -------------------------------------------- a large argument before the key --
+# EVAL's script comes before its key: the script is held in 64 KiB chunks
+# until the key is read, then passed to the key's server as it drains.
+
+
+def send_eval(c: Conn, size: int, tail: tuple[bytes, ...]) -> None:
+    """``EVAL <script of size bytes> tail...``: a long Lua comment, then
+    ``return redis.call('SET', KEYS[1], ARGV[1])``."""
+    code = b"\nreturn redis.call('SET', KEYS[1], ARGV[1])\n"
+    c.send(b"*%d\r\n$4\r\nEVAL\r\n$%d\r\n--[[" % (2 + len(tail), size))
+    left = size - 4 - 2 - len(code)
+    filler = b"x" * MB
+    while left:
+        part = filler[: min(left, MB)]
+        c.sock.sendall(part)
+        left -= len(part)
+    out = [b"]]" + code + b"\r\n"]
+    for a in tail:
+        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    c.send(b"".join(out))
+
+
+@pytest.mark.parametrize("size_mb", [3, 32])
+def test_eval_large_script_before_the_key(two, size_mb):
+    backends, proxy, worker = two
+    by = keys_by_server(proxy, backends)
+    size = size_mb * MB
+    c = Conn(proxy.port())
+    try:
+        for i, keys in enumerate(by):
+            key = keys[0]
+            t0 = time.monotonic()
+            send_eval(c, size, (b"1", key, b"value %d" % i))
+            c.send_command(b"GET", key)  # pipelined behind it
+            assert c.line() == b"+OK"
+            took = time.monotonic() - t0
+            assert c.line() == b"$7"
+            assert c.line() == b"value %d" % i
+            d = Conn(backends[i].port)
+            try:
+                d.send_command(b"GET", key)
+                assert d.line() == b"$7", "on the key's server"
+                assert d.line() == b"value %d" % i
+            finally:
+                d.close()
+        # numkeys checked as redis-server does, the rest read and dropped.
+        send_eval(c, size, (b"x", by[0][1], b"v"))
+        assert c.line() == b"-ERR value is not an integer or out of range"
+        send_eval(c, size, (b"3", by[0][1], b"v"))
+        assert c.line() == b"-ERR Number of keys can't be greater than number of args"
+        c.send_command(b"EXISTS", by[0][1])
+        assert c.line() == b":0"
+    finally:
+        c.close()
+    hwm = status_kb(worker, "VmHWM")
+    print(f"\nEVAL with a {size_mb} MB script: {took:.2f}s, worker VmHWM {hwm} kB")
+    assert hwm < size // 1024 + 24 * 1024, f"worker peak RSS {hwm} kB for a {size_mb} MB script"
+
+
+def test_eval_large_script_server_down_or_client_gone(two):
+    backends, proxy, worker = two
+    by = keys_by_server(proxy, backends)
+    backends[1].kill()
+    c = Conn(proxy.port(), timeout=30)
+    try:
+        # The key's server is down: its error, the rest dropped, the client usable.
+        send_eval(c, 3 * MB, (b"1", by[1][0], b"v"))
+        reply = c.line()
+        assert reply.startswith(b"-ERR"), reply
+        send_eval(c, 3 * MB, (b"1", by[0][0], b"v"))
+        assert c.line() == b"+OK"
+        # A client gone in the middle of the script: nothing reaches a server.
+        gone = Conn(proxy.port())
+        gone.send(b"*4\r\n$4\r\nEVAL\r\n$%d\r\n--" % (8 * MB) + b"x" * MB)
+        gone.close()
+        c.send_command(b"PING")
+        assert c.line() == b"+PONG"
+    finally:
+        c.close()
+
+
+def test_eval_large_argument_after_the_key(two):
+    backends, proxy, worker = two
+    by = keys_by_server(proxy, backends)
+    size = 24 * MB
+    script = b"return redis.call('SET', KEYS[1], ARGV[1])"
+    want = digest_of(size)
+    c = Conn(proxy.port())
+    try:
+        for i, keys in enumerate(by):
+            key = keys[0]
+            # EVAL script 1 key <24 MB>: streamed once the key is read.
+            c.send(b"*5\r\n$4\r\nEVAL\r\n$%d\r\n%s\r\n$1\r\n1\r\n$%d\r\n%s\r\n$%d\r\n"
+                   % (len(script), script, len(key), key, size))
+            left = size
+            while left:
+                part = BLOCK[: min(left, len(BLOCK))]
+                c.sock.sendall(part)
+                left -= len(part)
+            c.send(b"\r\n")
+            assert c.line() == b"+OK"
+            d = Conn(backends[i].port)
+            try:
+                d.send_command(b"GET", key)
+                assert d.bulk_digest() == (size, want), "on the key's server"
+            finally:
+                d.close()
+    finally:
+        c.close()
+    hwm = status_kb(worker, "VmHWM")
+    print(f"\nEVAL with a 24 MB argument after the key: worker VmHWM {hwm} kB")
+    assert hwm < 16 * 1024, hwm

@@ -27,7 +27,10 @@ pub mod resp;
 pub use commands::{Cmd, CmdClass, KeySpec};
 pub use merge::{merge_responses, write_fragment};
 pub use reply::error_reply;
-pub use request::{parse_request, stream_arg, stream_head, Arg, Args, StreamHead};
+pub use request::{
+    eval_numkeys, parse_request, stream_arg, stream_head, stream_pair, whole_arg, Arg, Args, Pair,
+    StreamHead, StreamKind,
+};
 pub use resp::parse_response;
 
 /// Redis operation carried by a parsed request.

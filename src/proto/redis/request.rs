@@ -238,6 +238,23 @@ fn count_line(buf: &[u8], pos: usize, too_big: &str) -> Result<(Option<i64>, usi
     Ok((parse_int(&buf[pos + 1..cr]), cr + 2))
 }
 
+/// How a streamed request goes to its servers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamKind {
+    /// One server: the head, then the large argument and the arguments
+    /// after it as they arrive.
+    Single,
+    /// MSET, one `MSET key value` per pair as each pair arrives (see
+    /// [`stream_pair`]): the head is the array count and the command name,
+    /// `body` is 0 and `args_left` counts every key and value.
+    Pairs,
+    /// EVAL-like (`script numkeys key ...`) with the large argument before
+    /// the key: no key yet, the large argument and the arguments up to the
+    /// key are held (see `worker/spool.rs`) until the key is read
+    /// ([`whole_arg`], [`eval_numkeys`]).
+    Spool,
+}
+
 /// A request whose bulk argument is too large to buffer whole: what the
 /// data path needs to forward it as it arrives (see [`stream_head`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -249,13 +266,229 @@ pub struct StreamHead {
     pub body: usize,
     /// Arguments after the large one (framed and checked as they pass).
     pub args_left: usize,
+    /// Single server or pair by pair.
+    pub kind: StreamKind,
+}
+
+/// One key-value pair of an MSET streamed pair by pair, at the start of the
+/// client's input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pair {
+    /// Key and value both there: the pair is `len` bytes.
+    Small {
+        /// The key.
+        key: Range<usize>,
+        /// The value.
+        value: Range<usize>,
+        /// Bytes of the pair.
+        len: usize,
+    },
+    /// A value of at least the threshold: the key and the value's header
+    /// are the first `head` bytes; the value and its CRLF (`body` bytes)
+    /// follow.
+    Large {
+        /// The key.
+        key: Range<usize>,
+        /// Bytes up to the value's first byte.
+        head: usize,
+        /// Bytes of the value and its CRLF.
+        body: usize,
+    },
+}
+
+/// The next key-value pair of an MSET streamed pair by pair:
+/// `Ok(None)` until the key and the value's header (and a value below
+/// `threshold` whole) are there; the protocol error to reply otherwise
+/// (the connection is then closed, as redis-server does).
+pub fn stream_pair(buf: &[u8], limits: &Limits, threshold: usize) -> Result<Option<Pair>, Vec<u8>> {
+    let mut args = Args {
+        buf,
+        kind: Kind::Multibulk { remaining: 2 },
+        pos: 0,
+        max_value: limits.max_value,
+        pre_auth: limits.pre_auth,
+    };
+    let step = |r: Result<Option<Arg>, Stop>| match r {
+        Ok(a) => Ok(a),
+        Err(Stop::Incomplete(_)) => Ok(None),
+        Err(Stop::Protocol(reply)) => Err(reply),
+    };
+    let Some(key) = step(args.next_arg())? else {
+        return Ok(None);
+    };
+    let at = args.pos;
+    match stream_arg(&buf[at..], limits)? {
+        None => return Ok(None),
+        Some((_, n)) if limits.pre_auth && n > PRE_AUTH_MAX_BULK => {
+            return Err(b"-ERR Protocol error: unauthenticated bulk length\r\n".to_vec())
+        }
+        Some((header, n)) if n >= threshold => {
+            return Ok(Some(Pair::Large {
+                key: key.range,
+                head: at + header,
+                body: n + 2,
+            }))
+        }
+        Some(_) => {}
+    }
+    Ok(step(args.next_arg())?.map(|value| Pair::Small {
+        key: key.range,
+        value: value.range,
+        len: args.pos,
+    }))
+}
+
+/// The head of an EVAL-like request (`script numkeys key ...`) whose
+/// argument of at least `threshold` bytes is incomplete: the script
+/// (before the key: [`StreamKind::Spool`]) or an argument after the key
+/// (`numkeys` valid: [`StreamKind::Single`]).
+fn eval_head(mut args: Args<'_>, cmd: Cmd, threshold: usize) -> Option<StreamHead> {
+    let Kind::Multibulk { remaining } = args.kind else {
+        return None;
+    };
+    let argc = remaining + 1;
+    let buf = args.buf;
+    let mut keys = Keys::new();
+    let mut numkeys = None;
+    let mut idx = 1usize;
+    loop {
+        let at = args.pos;
+        match args.next_arg() {
+            Ok(Some(arg)) => {
+                if idx == 2 {
+                    numkeys = parse_int(&buf[arg.range.clone()]);
+                }
+                if idx == 3 {
+                    keys.push(arg.range);
+                }
+                idx += 1;
+            }
+            Err(Stop::Incomplete(hint)) if hint > 0 => {
+                let (n, start) = count_line(buf, at, "").ok()?;
+                let n = usize::try_from(n?).ok()?;
+                if n < threshold || start + n + 2 != hint {
+                    return None;
+                }
+                let Kind::Multibulk { remaining } = args.kind else {
+                    return None;
+                };
+                let kind = match idx {
+                    // The script, with room for numkeys and a key.
+                    1 if argc >= 4 => StreamKind::Spool,
+                    i if i >= 4 && eval_numkeys(numkeys, argc, cmd.name()).is_ok() => {
+                        StreamKind::Single
+                    }
+                    _ => return None,
+                };
+                if kind == StreamKind::Spool {
+                    keys.clear();
+                }
+                return Some(StreamHead {
+                    req: Request {
+                        len: start,
+                        op: Op::Redis(RedisOp {
+                            cmd,
+                            class: cmd.class(),
+                        }),
+                        keys,
+                        route: Route::Single,
+                        noreply: false,
+                    },
+                    body: n + 2,
+                    args_left: remaining - 1,
+                    kind,
+                });
+            }
+            _ => return None,
+        }
+    }
+}
+
+/// The error reply redis-server (or the proxy, for 0) gives an EVAL-like
+/// command of `argc` arguments whose `numkeys` argument parses as
+/// `numkeys`; `Ok` when it has at least one key.
+pub fn eval_numkeys(numkeys: Option<i64>, argc: usize, name: &str) -> Result<(), Vec<u8>> {
+    match numkeys {
+        None => Err(reply::err_line("value is not an integer or out of range")),
+        Some(n) if n < 0 => Err(reply::err_line("Number of keys can't be negative")),
+        Some(n) if n > argc as i64 - 3 => Err(reply::err_line(
+            "Number of keys can't be greater than number of args",
+        )),
+        Some(0) => Err(reply::err_line(&format!(
+            "{name} with numkeys 0 is not supported by the proxy: at least one key is needed to choose a server"
+        ))),
+        Some(_) => Ok(()),
+    }
+}
+
+/// One whole bulk argument at the start of `buf` (a request being
+/// streamed): `Ok(Some((value, len)))` with the value's range and the
+/// argument's length, `Ok(None)` until it is all there, or the protocol
+/// error to reply.
+pub fn whole_arg(buf: &[u8], limits: &Limits) -> Result<Option<(Range<usize>, usize)>, Vec<u8>> {
+    let mut args = Args {
+        buf,
+        kind: Kind::Multibulk { remaining: 1 },
+        pos: 0,
+        max_value: limits.max_value,
+        pre_auth: limits.pre_auth,
+    };
+    match args.next_arg() {
+        Ok(a) => Ok(a.map(|a| (a.range, args.pos))),
+        Err(Stop::Incomplete(_)) => Ok(None),
+        Err(Stop::Protocol(reply)) => Err(reply),
+    }
+}
+
+/// The head of an MSET (`first`: its command name, read) whose argument
+/// of at least `threshold` bytes is incomplete: streamed pair by pair. An
+/// MSET of the wrong arity is not: buffered whole, it gets redis-server's
+/// error as any other.
+fn pairs_head(mut args: Args<'_>, cmd: Cmd, threshold: usize) -> Option<StreamHead> {
+    let Kind::Multibulk { remaining } = args.kind else {
+        return None;
+    };
+    if remaining < 2 || remaining % 2 != 0 {
+        return None;
+    }
+    let len = args.pos;
+    let buf = args.buf;
+    loop {
+        let at = args.pos;
+        match args.next_arg() {
+            Ok(Some(_)) => {}
+            Err(Stop::Incomplete(hint)) if hint > 0 => {
+                let (n, start) = count_line(buf, at, "").ok()?;
+                let n = usize::try_from(n?).ok()?;
+                if n < threshold || start + n + 2 != hint {
+                    return None;
+                }
+                return Some(StreamHead {
+                    req: Request {
+                        len,
+                        op: Op::Redis(RedisOp {
+                            cmd,
+                            class: cmd.class(),
+                        }),
+                        keys: Keys::new(),
+                        route: Route::Multi,
+                        noreply: false,
+                    },
+                    body: 0,
+                    args_left: remaining,
+                    kind: StreamKind::Pairs,
+                });
+            }
+            _ => return None,
+        }
+    }
 }
 
 /// A request at the start of `buf` that `parse_request` found incomplete
 /// because a bulk argument of at least `threshold` bytes is not all there:
 /// when its command is a single-key one whose key came before that
-/// argument, returns the head to forward now. `None`: buffer the request
-/// whole, as any other.
+/// argument, or an MSET, returns the head to forward now. `None`: buffer
+/// the request whole, as any other.
 pub fn stream_head(buf: &[u8], limits: &Limits, threshold: usize) -> Option<StreamHead> {
     let mut args = Args::frame(buf, limits).ok()?;
     if !matches!(args.kind, Kind::Multibulk { .. }) {
@@ -263,6 +496,12 @@ pub fn stream_head(buf: &[u8], limits: &Limits, threshold: usize) -> Option<Stre
     }
     let first = args.next_arg().ok()??;
     let cmd = Cmd::lookup(&buf[first.range.clone()])?;
+    if cmd.class() == CmdClass::MSet {
+        return pairs_head(args, cmd, threshold);
+    }
+    if cmd.class() == CmdClass::Eval {
+        return eval_head(args, cmd, threshold);
+    }
     if cmd.class() != CmdClass::Single {
         return None;
     }
@@ -303,6 +542,7 @@ pub fn stream_head(buf: &[u8], limits: &Limits, threshold: usize) -> Option<Stre
                     },
                     body: n + 2,
                     args_left: remaining - 1,
+                    kind: StreamKind::Single,
                 });
             }
             _ => return None,
@@ -447,20 +687,9 @@ fn scan(buf: &[u8], limits: &Limits) -> Result<Scanned, Stop> {
             if argc < 3 {
                 return fail(reply::wrong_args(name));
             }
-            match numkeys {
-                None => return fail(reply::err_line("value is not an integer or out of range")),
-                Some(n) if n < 0 => return fail(reply::err_line("Number of keys can't be negative")),
-                Some(n) if n > argc as i64 - 3 => {
-                    return fail(reply::err_line(
-                        "Number of keys can't be greater than number of args",
-                    ))
-                }
-                Some(0) => {
-                    return fail(reply::err_line(&format!(
-                        "{name} with numkeys 0 is not supported by the proxy: at least one key is needed to choose a server"
-                    )))
-                }
-                Some(_) => Route::Single,
+            match eval_numkeys(numkeys, argc, name) {
+                Ok(()) => Route::Single,
+                Err(e) => return fail(e),
             }
         }
         _ if blocking => {

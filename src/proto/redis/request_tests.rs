@@ -321,10 +321,11 @@ fn stream_head_only_when_streamable() {
     assert!(stream_head(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1000\r\nab", &l, t).is_none());
     // The large argument is the key itself.
     assert!(stream_head(b"*3\r\n$3\r\nSET\r\n$2000000\r\nab", &l, t).is_none());
-    // The key comes after the large argument (EVAL script first).
-    assert!(stream_head(b"*4\r\n$4\r\nEVAL\r\n$2000000\r\nab", &l, t).is_none());
-    // Split across servers (MSET), answered locally (ECHO), unknown.
-    assert!(stream_head(b"*3\r\n$4\r\nMSET\r\n$1\r\nk\r\n$2000000\r\nab", &l, t).is_none());
+    // EVAL with no room for numkeys and a key: its error comes whole.
+    assert!(stream_head(b"*3\r\n$4\r\nEVAL\r\n$2000000\r\nab", &l, t).is_none());
+    // MSET of the wrong arity (its error comes from the whole request),
+    // answered locally (ECHO), unknown.
+    assert!(stream_head(b"*4\r\n$4\r\nMSET\r\n$1\r\nk\r\n$2000000\r\nab", &l, t).is_none());
     assert!(stream_head(b"*2\r\n$4\r\nECHO\r\n$2000000\r\nab", &l, t).is_none());
     assert!(stream_head(b"*3\r\n$4\r\nNOPE\r\n$1\r\nk\r\n$2000000\r\nab", &l, t).is_none());
     // Inline commands carry no bulk strings.
@@ -411,4 +412,131 @@ fn pre_auth_limits_are_redis_servers() {
         err(&set),
         "-ERR Protocol error: unauthenticated bulk length\r\n"
     );
+}
+
+#[test]
+fn stream_head_of_a_large_mset_is_pair_by_pair() {
+    let l = big_limits();
+    let t = 1 << 20;
+    let buf = b"*5\r\n$4\r\nMSET\r\n$1\r\na\r\n$1\r\n1\r\n$1\r\nb\r\n$2000000\r\nxy";
+    let h = stream_head(buf, &l, t).unwrap();
+    assert_eq!(h.kind, StreamKind::Pairs);
+    assert_eq!(h.req.len, 14, "the head is the count and the name");
+    assert_eq!(h.req.route, Route::Multi);
+    assert!(h.req.keys.is_empty());
+    assert_eq!((h.body, h.args_left), (0, 4));
+    // A large key streams too (the pair waits for the key whole).
+    let h = stream_head(b"*3\r\n$4\r\nmset\r\n$2000000\r\nk", &l, t).unwrap();
+    assert_eq!((h.kind, h.args_left), (StreamKind::Pairs, 2));
+    // Wrong arity, too few arguments, or no large argument: buffered whole.
+    assert!(stream_head(b"*2\r\n$4\r\nMSET\r\n$2000000\r\nk", &l, t).is_none());
+    assert!(stream_head(b"*3\r\n$4\r\nMSET\r\n$1\r\nk\r\n$100\r\nv", &l, t).is_none());
+    assert!(stream_head(b"*3\r\n$6\r\nMSETNX\r\n$1\r\nk\r\n$2000000\r\nv", &l, t).is_none());
+}
+
+#[test]
+fn stream_pair_frames_one_pair() {
+    let l = big_limits();
+    let t = 1 << 20;
+    let buf = b"$3\r\nkey\r\n$5\r\nvalue\r\n$1\r\n";
+    assert_eq!(
+        stream_pair(buf, &l, t).unwrap(),
+        Some(Pair::Small {
+            key: 4..7,
+            value: 13..18,
+            len: 20
+        })
+    );
+    // Incomplete anywhere: wait.
+    for cut in 0..20 {
+        assert_eq!(stream_pair(&buf[..cut], &l, t).unwrap(), None, "cut {cut}");
+    }
+    let big = b"$1\r\nk\r\n$3000000\r\nab";
+    assert_eq!(
+        stream_pair(big, &l, t).unwrap(),
+        Some(Pair::Large {
+            key: 4..5,
+            head: 17,
+            body: 3_000_002
+        })
+    );
+    assert_eq!(stream_pair(&big[..16], &l, t).unwrap(), None);
+    // Framing errors, worded as redis-server's.
+    let e = stream_pair(b"+k\r\n", &l, t).unwrap_err();
+    assert_eq!(e, b"-ERR Protocol error: expected '$', got '+'\r\n");
+    let e = stream_pair(b"$1\r\nk\r\n:1\r\n", &l, t).unwrap_err();
+    assert_eq!(e, b"-ERR Protocol error: expected '$', got ':'\r\n");
+    let e = stream_pair(b"$1\r\nk\r\n$-5\r\n", &l, t).unwrap_err();
+    assert_eq!(e, b"-ERR Protocol error: invalid bulk length\r\n");
+    let small = Limits {
+        max_value: 1 << 20,
+        max_keys: 10,
+        pre_auth: false,
+    };
+    assert!(stream_pair(b"$1\r\nk\r\n$2000000\r\n", &small, t).is_err());
+}
+
+#[test]
+fn stream_head_of_a_large_eval() {
+    let l = big_limits();
+    let t = 1 << 20;
+    // The script before the key: held until the key is read.
+    let buf = b"*5\r\n$4\r\nEVAL\r\n$2000000\r\n--";
+    let h = stream_head(buf, &l, t).unwrap();
+    assert_eq!(h.kind, StreamKind::Spool);
+    assert_eq!(h.req.len, 24, "the head ends where the script starts");
+    assert!(h.req.keys.is_empty());
+    assert_eq!((h.body, h.args_left), (2_000_002, 3));
+    // A large argument after the key: streamed as any single-key request.
+    let buf = b"*5\r\n$7\r\nEVALSHA\r\n$2\r\nab\r\n$1\r\n1\r\n$1\r\nk\r\n$2000000\r\nv";
+    let h = stream_head(buf, &l, t).unwrap();
+    assert_eq!(h.kind, StreamKind::Single);
+    assert_eq!(&buf[h.req.keys[0].clone()], b"k");
+    assert_eq!((h.body, h.args_left), (2_000_002, 0));
+    // ... unless numkeys is wrong: its error comes from the whole request.
+    for bad in [&b"x"[..], b"0", b"-1", b"3"] {
+        let mut b = b"*5\r\n$4\r\nEVAL\r\n$2\r\nab\r\n".to_vec();
+        b.extend_from_slice(format!("${}\r\n", bad.len()).as_bytes());
+        b.extend_from_slice(bad);
+        b.extend_from_slice(b"\r\n$1\r\nk\r\n$2000000\r\nv");
+        assert!(stream_head(&b, &l, t).is_none(), "numkeys {bad:?}");
+    }
+}
+
+#[test]
+fn eval_numkeys_errors_are_the_whole_parsers() {
+    let cases: [(&[u8], &str); 4] = [
+        (b"x", "-ERR value is not an integer or out of range\r\n"),
+        (b"-1", "-ERR Number of keys can't be negative\r\n"),
+        (
+            b"3",
+            "-ERR Number of keys can't be greater than number of args\r\n",
+        ),
+        (
+            b"0",
+            "-ERR EVAL with numkeys 0 is not supported by the proxy",
+        ),
+    ];
+    for (n, want) in cases {
+        let mut b = b"*5\r\n$4\r\nEVAL\r\n$1\r\ns\r\n".to_vec();
+        b.extend_from_slice(format!("${}\r\n", n.len()).as_bytes());
+        b.extend_from_slice(n);
+        b.extend_from_slice(b"\r\n$1\r\nk\r\n$1\r\nv\r\n");
+        let whole = parse_request(&b, &big_limits()).unwrap_err().reply;
+        let held = eval_numkeys(crate::proto::redis::resp::parse_int(n), 5, "EVAL").unwrap_err();
+        assert_eq!(whole, held);
+        assert!(String::from_utf8_lossy(&held).starts_with(want), "{n:?}");
+    }
+    assert!(eval_numkeys(Some(2), 5, "EVAL").is_ok());
+}
+
+#[test]
+fn whole_arg_waits_for_the_whole_argument() {
+    let l = big_limits();
+    let buf = b"$3\r\nkey\r\nmore";
+    assert_eq!(whole_arg(buf, &l).unwrap(), Some((4..7, 9)));
+    for cut in 0..9 {
+        assert_eq!(whole_arg(&buf[..cut], &l).unwrap(), None, "cut {cut}");
+    }
+    assert!(whole_arg(b"*1\r\n", &l).is_err());
 }
