@@ -28,7 +28,7 @@ pub use commands::{Cmd, CmdClass, KeySpec};
 pub use merge::{merge_responses, write_fragment};
 pub use reply::error_reply;
 pub use request::{parse_request, stream_arg, stream_head, Arg, Args, StreamHead};
-pub use resp::parse_response;
+pub use resp::{parse_response, ReplyCursor};
 
 /// Redis operation carried by a parsed request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
