@@ -12,6 +12,8 @@
 //!   streamed pair by pair, or a script held before its key, with a key per
 //!   pair or the key that follows); a pair framed by `stream_pair` is the
 //!   pair the whole-request parser reads;
+//! - the reply cursor (`ReplyCursor`), fed a reply cut anywhere, ends it
+//!   where `parse_response` does, or fails with the same error;
 //! - a multi-key request's fragments re-parse as whole requests that carry
 //!   exactly the keys they were built from, in order, and the merge of any
 //!   fragment replies is one whole reply.
@@ -21,9 +23,9 @@
 use libfuzzer_sys::fuzz_target;
 use walnut::proto::redis::{
     merge_responses, parse_request, parse_response, stream_arg, stream_head, stream_pair,
-    whole_arg, write_fragment, Pair, StreamHead, StreamKind,
+    whole_arg, write_fragment, Pair, ReplyCursor, StreamHead, StreamKind,
 };
-use walnut::proto::{Limits, Parse, Request, RequestError, Route};
+use walnut::proto::{Limits, Parse, Request, RequestError, Response, ResponseError, Route};
 
 /// Messages looked at per input: enough to cover pipelines, bounded cost.
 const MAX_MESSAGES: usize = 8;
@@ -270,11 +272,50 @@ fn check_stream_pair(data: &[u8], limits: &Limits) {
     }
 }
 
+/// Feeds `buf` to a reply cursor in pieces whose sizes come from `steps`
+/// (cycled), the unconsumed rest kept in front of the next piece as a
+/// connection's input keeps it. The bytes consumed and whether the reply
+/// ended.
+fn cursor_feed(buf: &[u8], steps: &[u8]) -> Result<(usize, bool), ResponseError> {
+    let mut cur = ReplyCursor::new();
+    let (mut start, mut end) = (0, 0);
+    let mut i = 0;
+    loop {
+        let step = steps
+            .get(i % steps.len().max(1))
+            .map_or(1, |&s| usize::from(s % 32) + 1);
+        i += 1;
+        end = (end + step).min(buf.len());
+        let (n, done) = cur.advance(&buf[start..end])?;
+        assert!(n <= end - start);
+        start += n;
+        assert_eq!(cur.consumed(), start);
+        if done || end == buf.len() {
+            return Ok((start, done));
+        }
+    }
+}
+
+fn check_cursor(buf: &[u8], whole: &Result<Parse<Response>, ResponseError>, steps: &[u8]) {
+    let one = [0u8];
+    for steps in [steps, &one[..]] {
+        let got = cursor_feed(buf, steps);
+        match (whole, &got) {
+            (Ok(Parse::Done(r)), Ok((n, true))) => assert_eq!(r.len, *n, "cursor end"),
+            (Ok(Parse::Incomplete { .. }), Ok((n, false))) => assert!(*n <= buf.len()),
+            (Err(a), Err(b)) => assert_eq!(a, b, "cursor error"),
+            _ => panic!("cursor {got:?}, whole parser {whole:?}"),
+        }
+    }
+}
+
 fn check_responses(data: &[u8]) {
     let mut at = 0;
     for _ in 0..MAX_MESSAGES {
         let buf = &data[at..];
-        let r = match parse_response(buf) {
+        let whole = parse_response(buf);
+        check_cursor(buf, &whole, data);
+        let r = match whole {
             Ok(Parse::Done(r)) => r,
             Ok(Parse::Incomplete { hint }) => {
                 assert!(

@@ -31,7 +31,7 @@ pub use request::{
     eval_numkeys, parse_request, stream_arg, stream_head, stream_pair, whole_arg, Arg, Args, Pair,
     StreamHead, StreamKind,
 };
-pub use resp::parse_response;
+pub use resp::{parse_response, ReplyCursor};
 
 /// Redis operation carried by a parsed request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -132,6 +132,142 @@ pub(crate) fn scan_value(buf: &[u8], start: usize) -> Result<Scan, ResponseError
     Ok(Scan::End(pos))
 }
 
+/// One reply walked as its bytes arrive, for passing it on in pieces: the
+/// values still owed (a count, as in [`scan_value`], so nesting costs
+/// nothing) and the bytes left of the bulk or blob body being passed.
+/// Agrees with [`parse_response`] on where a reply ends and on what is an
+/// error, however the reply is cut.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplyCursor {
+    /// Values still expected before the reply is complete.
+    pending: u64,
+    /// Bytes left of the current bulk or blob body, its CRLF included.
+    body: usize,
+    /// Bytes of the reply consumed so far.
+    pos: usize,
+}
+
+impl Default for ReplyCursor {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ReplyCursor {
+    /// A cursor at the start of a reply.
+    pub fn new() -> Self {
+        ReplyCursor {
+            pending: 1,
+            body: 0,
+            pos: 0,
+        }
+    }
+
+    /// Bytes of the reply consumed so far.
+    pub fn consumed(&self) -> usize {
+        self.pos
+    }
+
+    /// Whether the whole reply has been consumed.
+    pub fn is_done(&self) -> bool {
+        self.pending == 0 && self.body == 0
+    }
+
+    /// Consume what `input` (the bytes after those already consumed) holds
+    /// of the reply: every whole header line and as much of a bulk body as
+    /// is there; a header line not yet complete is left. Returns the bytes
+    /// consumed and whether the reply is now complete; the bytes after it
+    /// are not looked at.
+    pub fn advance(&mut self, input: &[u8]) -> Result<(usize, bool), ResponseError> {
+        let mut at = 0;
+        while !self.is_done() {
+            if self.body > 0 {
+                let avail = input.len() - at;
+                let n = if avail >= self.body {
+                    let end = at + self.body;
+                    if &input[end - 2..end] != b"\r\n" {
+                        return Err(err("bulk string not terminated by CRLF"));
+                    }
+                    self.body
+                } else {
+                    // The body's CRLF is consumed whole, once checked.
+                    avail.min(self.body - 2)
+                };
+                if n == 0 {
+                    break;
+                }
+                self.body -= n;
+                self.pos += n;
+                at += n;
+                continue;
+            }
+            let Some(&kind) = input.get(at) else {
+                break;
+            };
+            let rest = &input[at + 1..];
+            let Some(nl) = memchr::memchr(b'\n', rest) else {
+                break;
+            };
+            if nl == 0 || rest[nl - 1] != b'\r' {
+                return Err(err("reply line not terminated by CRLF"));
+            }
+            let line = &rest[..nl - 1];
+            let len = 1 + nl + 1;
+            match kind {
+                b'+' | b'-' | b':' | b'_' | b',' | b'#' | b'(' => {
+                    if kind == b':' && parse_int(line).is_none() {
+                        return Err(err("invalid integer reply"));
+                    }
+                    self.pending -= 1;
+                }
+                b'$' | b'!' | b'=' => {
+                    let n = parse_int(line).ok_or_else(|| err("invalid bulk length"))?;
+                    if n != -1 || kind != b'$' {
+                        let n = usize::try_from(n).map_err(|_| err("negative bulk length"))?;
+                        let body = n
+                            .checked_add(2)
+                            .filter(|&b| {
+                                (self.pos + len)
+                                    .checked_add(b)
+                                    .is_some_and(|e| e <= isize::MAX as usize)
+                            })
+                            .ok_or_else(|| err("bulk length too large"))?;
+                        self.body = body;
+                    }
+                    self.pending -= 1;
+                }
+                b'*' | b'~' | b'>' | b'%' | b'|' => {
+                    let n = parse_int(line).ok_or_else(|| err("invalid aggregate length"))?;
+                    if n == -1 && (kind == b'*' || kind == b'%') {
+                        self.pending -= 1;
+                    } else {
+                        let n = u64::try_from(n).map_err(|_| err("negative aggregate length"))?;
+                        let items = if kind == b'%' || kind == b'|' {
+                            n.checked_mul(2)
+                        } else {
+                            Some(n)
+                        };
+                        // An attribute annotates the value after it.
+                        let done = u64::from(kind != b'|');
+                        self.pending = items
+                            .and_then(|i| (self.pending - done).checked_add(i))
+                            .ok_or_else(|| err("aggregate length too large"))?;
+                    }
+                }
+                b'?' | b';' | b'.' => return Err(err("streamed RESP3 replies are not supported")),
+                other => {
+                    return Err(ResponseError(format!(
+                        "unexpected reply type byte 0x{other:02x}"
+                    )))
+                }
+            }
+            self.pos += len;
+            at += len;
+        }
+        Ok((at, self.is_done()))
+    }
+}
+
 /// The header of a bulk string reply (`$<len>\r\n`) at the start of
 /// `buf`: its length and the value's length. `None` when `buf` does not
 /// start with a whole, valid header of a non-null bulk string.
@@ -216,6 +352,174 @@ mod tests {
         assert_eq!(bulk_header(b"$12"), None);
         assert_eq!(bulk_header(b"+OK\r\n"), None);
         assert_eq!(bulk_header(b"$1x\r\n"), None);
+    }
+
+    /// Replies of every type, nested, null, empty, annotated.
+    fn sample_replies() -> Vec<Vec<u8>> {
+        let mut v: Vec<Vec<u8>> = [
+            &b"+OK\r\n"[..],
+            b"-ERR wrong\r\n",
+            b":-42\r\n",
+            b"$5\r\nhello\r\n",
+            b"$0\r\n\r\n",
+            b"$-1\r\n",
+            b"$4\r\n\r\n\r\n\r\n",
+            b"*-1\r\n",
+            b"*0\r\n",
+            b"*3\r\n$1\r\na\r\n$-1\r\n:7\r\n",
+            b"*2\r\n*2\r\n$1\r\na\r\n*0\r\n*1\r\n*1\r\n+x\r\n",
+            b"%2\r\n$1\r\nk\r\n$3\r\nval\r\n+k2\r\n*1\r\n:1\r\n",
+            b"%0\r\n",
+            b"%-1\r\n",
+            b"~2\r\n+a\r\n+b\r\n",
+            b">3\r\n+message\r\n+chan\r\n$2\r\nhi\r\n",
+            b"_\r\n",
+            b",3.14\r\n",
+            b"#t\r\n",
+            b"(12345678901234567890\r\n",
+            b"!8\r\nERR blob\r\n",
+            b"=15\r\ntxt:Some string\r\n",
+            b"|1\r\n+ttl\r\n:3600\r\n$2\r\nok\r\n",
+            b"*2\r\n|1\r\n+a\r\n+b\r\n:1\r\n|0\r\n$1\r\nz\r\n",
+            b"|1\r\n+a\r\n|1\r\n+b\r\n+c\r\n*1\r\n+d\r\n+e\r\n",
+        ]
+        .iter()
+        .map(|r| r.to_vec())
+        .collect();
+        let mut big = b"*3\r\n$300\r\n".to_vec();
+        big.extend((0..300).map(|i| (i % 256) as u8));
+        big.extend_from_slice(b"\r\n%1\r\n$2\r\n\r\n\r\n$-1\r\n:0\r\n");
+        v.push(big);
+        v
+    }
+
+    /// Feeds `data` cut at `cuts` the way a connection's input grows: what
+    /// the cursor leaves unconsumed stays at the front of the next call.
+    /// Returns the consumed total and whether the reply completed; checks
+    /// that no more than a header line is ever left behind.
+    fn feed(data: &[u8], cuts: &[usize]) -> Result<(usize, bool), ResponseError> {
+        let mut cur = ReplyCursor::new();
+        let mut start = 0;
+        for &end in cuts.iter().chain(std::iter::once(&data.len())) {
+            let (n, done) = cur.advance(&data[start..end])?;
+            start += n;
+            assert_eq!(cur.consumed(), start);
+            if done {
+                return Ok((start, true));
+            }
+            let left = &data[start..end];
+            assert!(
+                left.len() <= 2 || !left[1..].contains(&b'\n'),
+                "a whole header line left: {left:?}"
+            );
+        }
+        Ok((start, false))
+    }
+
+    fn whole(data: &[u8]) -> Result<(usize, bool), ResponseError> {
+        match parse_response(data)? {
+            Parse::Done(r) => Ok((r.len, true)),
+            Parse::Incomplete { .. } => Ok((0, false)),
+        }
+    }
+
+    fn agree(data: &[u8]) {
+        let want = whole(data);
+        let check = |got: Result<(usize, bool), ResponseError>, how: &str| match (&want, &got) {
+            (Ok((n, true)), Ok((m, true))) => assert_eq!(n, m, "{how} {data:?}"),
+            (Ok((_, false)), Ok((m, false))) => assert!(*m <= data.len()),
+            (Err(a), Err(b)) => assert_eq!(a, b, "{how} {data:?}"),
+            _ => panic!("{how} {data:?}: cursor {got:?}, whole {want:?}"),
+        };
+        check(feed(data, &[]), "whole");
+        for cut in 0..=data.len() {
+            check(feed(data, &[cut]), "one cut");
+        }
+        let every: Vec<usize> = (0..data.len()).collect();
+        check(feed(data, &every), "byte by byte");
+    }
+
+    #[test]
+    fn cursor_agrees_with_the_whole_parser() {
+        for r in sample_replies() {
+            assert!(matches!(whole(&r), Ok((n, true)) if n == r.len()), "{r:?}");
+            agree(&r);
+            // Every prefix: incomplete for both.
+            for cut in 0..r.len() {
+                agree(&r[..cut]);
+            }
+            // Followed by more: the cursor stops at the reply's end.
+            let mut two = r.clone();
+            two.extend_from_slice(b"+next\r\n");
+            agree(&two);
+        }
+    }
+
+    #[test]
+    fn cursor_errors_like_the_whole_parser() {
+        for bad in [
+            &b"$3\r\nabcXY"[..],
+            b"$3\r\nabc\rX",
+            b"$3\r\nabc\n\r",
+            b"*2\r\n$1\r\naXX$1\r\nb\r\n",
+            b"$x\r\n",
+            b"$-2\r\n",
+            b"*-2\r\n",
+            b"~-1\r\n",
+            b"!-1\r\n",
+            b":1.5\r\n",
+            b"+OK\n",
+            b"*1\r\n+OK\rX\n",
+            b"?\r\n",
+            b"*1\r\n.\r\n",
+            b"x\r\n",
+            b"*1\r\n\0\r\n",
+            b"$9223372036854775807\r\n",
+            b"*9223372036854775807\r\n*9223372036854775807\r\n*9223372036854775807\r\n",
+            b"%9223372036854775807\r\n%9223372036854775807\r\n",
+            b"|9223372036854775807\r\n|9223372036854775807\r\n",
+        ] {
+            assert!(whole(bad).is_err(), "{bad:?}");
+            agree(bad);
+        }
+    }
+
+    #[test]
+    fn cursor_passes_a_large_body_in_pieces() {
+        let n = 3_000_000;
+        let mut r = format!("*2\r\n${n}\r\n").into_bytes();
+        r.resize(r.len() + n, b'v');
+        r.extend_from_slice(b"\r\n:1\r\n");
+        let mut cur = ReplyCursor::new();
+        // The header lines and all of the body but its CRLF.
+        assert_eq!(
+            cur.advance(&r[..r.len() - 5]).unwrap(),
+            (r.len() - 6, false)
+        );
+        assert_eq!(
+            cur.advance(&r[r.len() - 6..r.len() - 5]).unwrap(),
+            (0, false)
+        );
+        assert_eq!(
+            cur.advance(&r[r.len() - 6..r.len() - 2]).unwrap(),
+            (2, false)
+        );
+        assert_eq!(cur.advance(&r[r.len() - 4..]).unwrap(), (4, true));
+        assert_eq!(cur.consumed(), r.len());
+        assert!(cur.is_done());
+    }
+
+    #[test]
+    fn cursor_deep_nesting() {
+        let depth = 100_000;
+        let mut buf = b"*1\r\n".repeat(depth);
+        buf.extend_from_slice(b":1\r\n");
+        let mut cur = ReplyCursor::new();
+        assert_eq!(
+            cur.advance(&buf[..buf.len() - 1]).unwrap(),
+            (buf.len() - 4, false)
+        );
+        assert_eq!(cur.advance(&buf[buf.len() - 4..]).unwrap(), (4, true));
     }
 
     #[test]
