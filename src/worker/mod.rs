@@ -728,6 +728,9 @@ impl<'a> Worker<'a> {
         for t in clients.drain(..) {
             self.write_client(t);
         }
+        // Keep the clients given output while these were written (more of
+        // a held reply): the next round writes them.
+        clients.append(&mut self.dirty_clients);
         self.dirty_clients = clients;
     }
 }

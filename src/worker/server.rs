@@ -491,8 +491,8 @@ impl Worker<'_> {
                 }
                 Ok(Parse::Incomplete { hint }) => {
                     need = hint;
-                    if hint > super::STREAM_THRESHOLD && proto == crate::proto::Protocol::Redis {
-                        if let Some(rs) = self.reply_stream_start(input, &front) {
+                    if proto == crate::proto::Protocol::Redis {
+                        if let Some(rs) = self.reply_stream_start(input, hint, &front) {
                             if let Some(Conn::Server(s)) = self.conns.get_mut(token.0) {
                                 s.rstream = Some(rs);
                                 streamed = true;
@@ -665,8 +665,13 @@ impl Worker<'_> {
                 }
             }
         }
-        // The client that got part of a streamed reply cannot be answered.
-        let half_answered = s.rstream.take().and_then(|r| r.client);
+        // The client that got part of a streamed reply cannot be answered
+        // (one that got none of it gets the error below).
+        let half_answered = s
+            .rstream
+            .take()
+            .filter(|r| r.passed > 0 && r.hold.is_none())
+            .and_then(|r| r.client);
         self.forget_server(token, &s);
         let field = match how {
             Ending::Eof => ServerField::ServerEof,

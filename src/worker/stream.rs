@@ -33,22 +33,36 @@
 //! drains (the client is not read meanwhile), then the arguments after the
 //! key pass as above.
 //!
-//! Replies: a bulk reply of at least [`STREAM_THRESHOLD`] bytes for the
-//! request at the head of its client's replies is passed to the client as
-//! it arrives; the server is not read while that client has more than
-//! [`STREAM_HIGH`] bytes unwritten; a client that reads none of it for
-//! [`STREAM_STALL`] is closed (the server connection is shared). A reply not
-//! at the head is buffered whole, as any other.
+//! Replies: a reply of any shape (a bulk string, an array, map or set,
+//! nested) for the request at the head of its client's replies is passed
+//! to the client as it arrives once it is known to be large: it declares a
+//! bulk of [`STREAM_THRESHOLD`] bytes or more, or that much of it is
+//! already buffered (an LRANGE of many small elements). A
+//! [`ReplyCursor`](crate::proto::redis::ReplyCursor) follows where the reply
+//! is, holding back at most an unfinished header line, and checks it as
+//! the whole-reply parser would. The server is not read while that client
+//! has more than [`STREAM_HIGH`] bytes unwritten; a client that reads none
+//! of it for [`STREAM_STALL`] is closed (the server connection is shared).
+//! A large reply that cannot pass yet (an earlier reply of its client is
+//! still awaited, or it is one fragment of a split MGET) is held in a
+//! [`super::spool::Spool`] as it arrives (64 KiB chunks, never one
+//! allocation of its size; the server is read on, as its connection is
+//! shared) and given to its slot at the end; a held reply reaches the
+//! client's output at most [`super::conn::HELD_HIGH`] at a time, as it
+//! drains, and a split MGET is merged from the held fragments chunk by
+//! chunk (`held.rs`). Error replies are buffered whole.
 //!
 //! Failures: a client that goes away in the middle of a request leaves the
 //! server connection with half a command, so that connection is closed. A server connection that fails in the middle
 //! of a request answers the client with the error; the client's input is
 //! still framed, so the rest of its request is read and dropped and the
 //! client stays usable. A server connection that fails in the middle of a
-//! streamed reply leaves the client with half a reply: the client is closed.
+//! streamed reply leaves the client with half a reply: the client is closed
+//! (if none of it was passed yet, the client gets the error reply instead).
+//! So does a reply the cursor finds malformed.
 
 use super::conn::{
-    Conn, Fragment, Multi, MultiMode, PairStream, RepStream, ReqStream, Slot, SpoolStream,
+    Conn, Fragment, Hold, Multi, MultiMode, PairStream, RepStream, ReqStream, Slot, SpoolStream,
     SrvStream, Waiter,
 };
 use super::server::Ending;
@@ -783,42 +797,72 @@ impl Worker<'_> {
         }
     }
 
-    /// Whether the reply starting `input` (incomplete, for request `front`)
-    /// is a large bulk string its client waits for at the head of its
-    /// replies: then it is streamed.
+    /// Whether the reply starting `input` (incomplete, for request `front`;
+    /// `hint`: the length the input must reach, 0 if unknown) is streamed:
+    /// a bulk string or an aggregate of any shape that is large (its
+    /// declared size, or the part of it already here, reaches
+    /// [`STREAM_THRESHOLD`]) and that its client waits for at the head of
+    /// its replies, not as a fragment of a multi-key request nor as a read
+    /// that may be retried on another replica.
     pub(super) fn reply_stream_start(
         &self,
         input: &[u8],
+        hint: usize,
         front: &super::conn::Inflight,
     ) -> Option<RepStream> {
-        if input.first() != Some(&b'$') {
+        // Error replies stay whole (a cluster pool reads redirections in
+        // them); a one-line reply has nothing to pass before its end.
+        if !matches!(
+            input.first(),
+            Some(b'$' | b'*' | b'%' | b'~' | b'>' | b'|' | b'=')
+        ) {
+            return None;
+        }
+        if hint <= STREAM_THRESHOLD && input.len() < STREAM_THRESHOLD {
             return None;
         }
         let Waiter::Client {
             token: ct,
             id,
             seq,
-            frag: None,
+            frag,
         } = front.waiter
         else {
             return None;
         };
-        let header = redis::resp::bulk_header(input)?;
-        if header.1 < STREAM_THRESHOLD {
-            return None;
-        }
         let Some(Conn::Client(c)) = self.conns.get(ct.0) else {
             return None;
         };
-        let f = c.pending.front()?;
-        if c.id != id || c.head_seq != seq || f.ready || f.multi.is_some() || f.retry.is_some() {
+        let i = usize::try_from(seq.checked_sub(c.head_seq)?).ok()?;
+        let f = c.pending.get(i)?;
+        if c.id != id || f.ready || f.retry.is_some() {
             return None;
         }
-        let total = header.0 + header.1 + 2;
+        let hold = match (frag, &f.multi) {
+            (None, None) if i == 0 => None,
+            (None, None) => Some(Hold {
+                spool: Box::default(),
+                seq,
+                frag,
+            }),
+            // Of split requests only MGET replies carry values.
+            (Some(_), Some(m))
+                if m.mode == MultiMode::Split
+                    && matches!(m.req.op, crate::proto::Op::Redis(op) if op.class == redis::CmdClass::MGet) =>
+            {
+                Some(Hold {
+                    spool: Box::default(),
+                    seq,
+                    frag,
+                })
+            }
+            _ => return None,
+        };
         Some(RepStream {
             client: Some((ct, id)),
-            left: total,
-            total,
+            cursor: redis::ReplyCursor::new(),
+            passed: 0,
+            hold,
             blocked: false,
             progress: Instant::now(),
         })
@@ -838,30 +882,45 @@ impl Worker<'_> {
             if rs.blocked {
                 return false;
             }
-            let mut n = rs.left.min(s.rbuf.len());
-            if n < rs.left && rs.left - n < 2 {
-                // Keep the final CRLF whole, to check it.
-                n = rs.left - 2;
-            }
-            if n == 0 {
+            let (n, done) = match rs.cursor.advance(s.rbuf.bytes()) {
+                Ok(step) => step,
+                Err(e) => {
+                    let (pool, server) = (s.pool, s.server);
+                    crate::log_warn!(
+                        "pool '{}': server '{}': bad reply: {}",
+                        self.pools[pool].cfg.name,
+                        self.pools[pool].servers[server].name,
+                        e.0
+                    );
+                    self.close_server_as(st, Ending::Error, "Invalid argument", now, true);
+                    return false;
+                }
+            };
+            if n == 0 && !done {
                 return false;
             }
-            if n == rs.left && &s.rbuf.bytes()[n - 2..n] != b"\r\n" {
-                let (pool, server) = (s.pool, s.server);
-                crate::log_warn!(
-                    "pool '{}': server '{}': bad reply: bulk string not terminated by CRLF",
-                    self.pools[pool].cfg.name,
-                    self.pools[pool].servers[server].name
-                );
-                self.close_server_as(st, Ending::Error, "Invalid argument", now, true);
-                return false;
-            }
-            rs.left -= n;
+            rs.passed += n;
             rs.progress = now;
-            let done = rs.left == 0;
             let mut added = 0;
             let mut over = None;
-            if let Some((ct, cid)) = rs.client {
+            if let (true, Some((ct, cid))) = (rs.hold.is_some(), rs.client) {
+                // Held for its slot, as long as its client is there.
+                match self.conns.get2_mut(st.0, ct.0) {
+                    Some((Conn::Server(s), Conn::Client(c))) if c.id == cid => {
+                        let super::conn::Server { rbuf, rstream, .. } = &mut **s;
+                        if let Some(h) = rstream.as_mut().and_then(|r| r.hold.as_mut()) {
+                            h.spool.push(&rbuf.bytes()[..n]);
+                        }
+                    }
+                    Some((Conn::Server(s), _)) => {
+                        if let Some(r) = s.rstream.as_mut() {
+                            r.hold = None;
+                            r.client = None;
+                        }
+                    }
+                    _ => {}
+                }
+            } else if let Some((ct, cid)) = rs.client {
                 match self.conns.get2_mut(st.0, ct.0) {
                     Some((Conn::Server(s), Conn::Client(c))) if c.id == cid => {
                         if c.wbuf.capacity() == 0 {
@@ -924,12 +983,16 @@ impl Worker<'_> {
         self.stats
             .server_add(pool, server, ServerField::Responses, 1);
         self.stats
-            .server_add(pool, server, ServerField::ResponseBytes, rs.total as u64);
+            .server_add(pool, server, ServerField::ResponseBytes, rs.passed as u64);
         self.pools[pool].record_success(server, now);
         self.record_reply(pool, server, &front, now);
         let Some((ct, cid)) = rs.client else {
             return;
         };
+        if let Some(h) = rs.hold {
+            self.held_done(ct, cid, h.seq, h.frag, h.spool);
+            return;
+        }
         let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) else {
             return;
         };

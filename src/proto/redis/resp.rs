@@ -268,21 +268,6 @@ impl ReplyCursor {
     }
 }
 
-/// The header of a bulk string reply (`$<len>\r\n`) at the start of
-/// `buf`: its length and the value's length. `None` when `buf` does not
-/// start with a whole, valid header of a non-null bulk string.
-pub fn bulk_header(buf: &[u8]) -> Option<(usize, usize)> {
-    if buf.first() != Some(&b'$') {
-        return None;
-    }
-    let nl = memchr::memchr(b'\n', buf)?;
-    if nl < 2 || buf[nl - 1] != b'\r' {
-        return None;
-    }
-    let n = usize::try_from(parse_int(&buf[1..nl - 1])?).ok()?;
-    Some((nl + 1, n))
-}
-
 /// Parses one server reply of any RESP2 or RESP3 type at the start of `buf`.
 ///
 /// `Incomplete { hint }` gives the total length the input must reach when a
@@ -342,16 +327,6 @@ mod tests {
             parse_response(&buf[..buf.len() - 1]).unwrap(),
             Parse::Incomplete { hint: 0 }
         );
-    }
-
-    #[test]
-    fn bulk_headers() {
-        assert_eq!(bulk_header(b"$5\r\nhello\r\n"), Some((4, 5)));
-        assert_eq!(bulk_header(b"$3000000\r\nab"), Some((10, 3_000_000)));
-        assert_eq!(bulk_header(b"$-1\r\n"), None);
-        assert_eq!(bulk_header(b"$12"), None);
-        assert_eq!(bulk_header(b"+OK\r\n"), None);
-        assert_eq!(bulk_header(b"$1x\r\n"), None);
     }
 
     /// Replies of every type, nested, null, empty, annotated.
