@@ -112,6 +112,44 @@ impl Worker<'_> {
         if seq == c.head_seq {
             self.drain_head(token);
         }
+        self.check_held_limit(token);
+    }
+
+    /// Held replies count against `client_output_limit` like written-out
+    /// ones: a client that pipelines large reads and reads nothing is
+    /// closed, as it would be if they sat in its output buffer.
+    fn check_held_limit(&mut self, token: Token) {
+        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+            return;
+        };
+        let limit = self
+            .ctl
+            .client_output_limit
+            .unwrap_or(self.pools[c.pool].cfg.client_output_limit);
+        let held: usize = c
+            .pending
+            .iter()
+            .map(|s| {
+                let frags = s.multi.as_ref().map_or(0, |m| {
+                    m.frags
+                        .iter()
+                        .filter_map(|f| f.held.as_ref())
+                        .map(|h| h.len())
+                        .sum()
+                });
+                s.held.as_ref().map_or(0, |h| h.len()) + frags
+            })
+            .sum();
+        let total = held + c.wbuf.len();
+        if limit > 0 && total > limit {
+            crate::log_notice!(
+                "client on pool '{}' not reading its replies: {} bytes held, over client_output_limit {}; closing it",
+                self.pools[c.pool].cfg.name,
+                total,
+                limit
+            );
+            self.close_client(token, true);
+        }
     }
 
     /// The client's head slot may be ready: move what is ready to its output.

@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from faultkit import children, status_kb
-from procs import HOST, Proxy, redis_pool, wait_until
+from procs import HOST, Proxy, log_tail, redis_pool, wait_until
 from test_redis_large_values import BLOCK, MB, Conn, digest_of
 
 # Keeps its server busy for ~300 ms, then answers :1.
@@ -31,16 +31,21 @@ def pattern(size: int) -> bytes:
     return bytes(out)
 
 
-@pytest.fixture
-def setup(procs):
+def start(procs, **settings):
     backends = [procs.redis(), procs.redis()]
-    proxy = Proxy("walnut", procs.workdir, {"held": redis_pool(backends, timeout=10000)},
+    proxy = Proxy("walnut", procs.workdir,
+                  {"held": redis_pool(backends, timeout=10000, **settings)},
                   extra_args=["--workers", "1", "--admin", "off"])
     procs.started.append(proxy)
     proxy.start()
     worker = wait_until(lambda: children(proxy.pid), 10, what="worker")[0]
     direct = [redis.Redis(host=HOST, port=b.port, protocol=2) for b in backends]
     return proxy, worker, direct
+
+
+@pytest.fixture
+def setup(procs):
+    return start(procs)
 
 
 def keys_on(direct, proxy, count_per_server: int) -> list[list[bytes]]:
@@ -184,3 +189,24 @@ def test_resp3_map_and_many_small_elements_stream_intact(setup):
         assert r.hgetall(h) == fields
         got = r.lrange(l, 0, -1)
         assert len(got) == 200_000 and got[0] == b"e0" and got[-1] == b"e199999"
+
+
+def test_held_replies_count_against_client_output_limit(procs):
+    """A client that pipelines large reads behind a slow one and reads
+    nothing is closed once its held replies pass client_output_limit, as it
+    would be with them in its output buffer; others go on."""
+    proxy, worker, direct = start(procs, client_output_limit="50m")
+    (slow_key,), (big_key,) = keys_on(direct, proxy, 1)
+    direct[1].set(big_key, pattern(30 * MB))
+    c = Conn(proxy.port())
+    try:
+        c.send_command(b"EVAL", SLOW_SCRIPT, b"1", slow_key)
+        for _ in range(3):
+            c.send_command(b"GET", big_key)
+        # Closed without a reply (the EVAL's was still awaited).
+        assert c.rf.read(1) == b""
+    finally:
+        c.close()
+    with redis.Redis(host=HOST, port=proxy.port(), protocol=2) as r:
+        assert r.strlen(big_key) == 30 * MB
+    assert "held, over client_output_limit" in log_tail(proxy.log_path, 20000)
