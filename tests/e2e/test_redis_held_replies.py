@@ -153,44 +153,6 @@ def test_client_gone_before_its_held_reply_is_read(setup):
     wait_until(lambda: status_kb(worker, "VmRSS") < 30 * 1024, 10, what="held reply freed")
 
 
-def test_array_reply_of_large_values_is_streamed(setup):
-    """LRANGE of 4 × 25 MB elements at the head of its client's replies
-    passes through as it arrives (a reply cursor follows the array): the
-    worker never holds the 100 MB reply."""
-    proxy, worker, direct = setup
-    (key,), _ = keys_on(direct, proxy, 1)
-    direct[0].delete(key)
-    sizes = [25 * MB, 7, 25 * MB, 25 * MB + 1]
-    for n in sizes:
-        direct[0].rpush(key, pattern(n))
-    hwm0 = status_kb(worker, "VmHWM")
-    c = Conn(proxy.port())
-    try:
-        c.send_command(b"LRANGE", key, b"0", b"-1")
-        assert read_array_digests(c) == [(n, digest_of(n)) for n in sizes]
-        c.send_command(b"PING")
-        assert c.line() == b"+PONG"
-    finally:
-        c.close()
-    grew_mb = (status_kb(worker, "VmHWM") - hwm0) / 1024
-    print(f"worker VmHWM grew {grew_mb:.1f} MB for a {sum(sizes) // MB} MB array reply")
-    assert grew_mb < 20
-
-
-def test_resp3_map_and_many_small_elements_stream_intact(setup):
-    proxy, worker, direct = setup
-    (h, l), _ = keys_on(direct, proxy, 2)
-    direct[0].delete(h, l)
-    fields = {b"f%d" % i: pattern(3 * MB + i) for i in range(3)}
-    direct[0].hset(h, mapping=fields)
-    direct[0].rpush(l, *[b"e%d" % i for i in range(200_000)])
-    # redis-py's default is RESP3: HGETALL comes back as a map.
-    with redis.Redis(host=HOST, port=proxy.port()) as r:
-        assert r.hgetall(h) == fields
-        got = r.lrange(l, 0, -1)
-        assert len(got) == 200_000 and got[0] == b"e0" and got[-1] == b"e199999"
-
-
 def test_held_replies_count_against_client_output_limit(procs):
     """A client that pipelines large reads behind a slow one and reads
     nothing is closed once its held replies pass client_output_limit, as it
