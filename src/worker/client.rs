@@ -400,10 +400,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
             return;
         };
-        let limit = self
-            .ctl
-            .client_output_limit
-            .unwrap_or(self.pools[c.pool].cfg.client_output_limit);
+        let limit = self.output_limit(c.pool);
         if limit > 0 && c.wbuf.len() > limit {
             self.flush_client(token);
         }
@@ -413,13 +410,13 @@ impl Worker<'_> {
     /// more than `client_output_limit` bytes stay unwritten. Returns
     /// whether the client is still open.
     pub(super) fn flush_client(&mut self, token: Token) -> bool {
+        let Some(pool) = self.client_pool(token) else {
+            return false;
+        };
+        let limit = self.output_limit(pool);
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return false;
         };
-        let limit = self
-            .ctl
-            .client_output_limit
-            .unwrap_or(self.pools[c.pool].cfg.client_output_limit);
         while !c.wbuf.is_empty() {
             match c.sock.write(c.wbuf.bytes()) {
                 Ok(0) => break,
@@ -441,16 +438,38 @@ impl Worker<'_> {
             self.bufs.give(std::mem::take(&mut c.wbuf));
         }
         if limit > 0 && c.wbuf.len() > limit {
-            crate::log_notice!(
-                "client on pool '{}' not reading its replies: {} bytes buffered, over client_output_limit {}; closing it",
-                self.pools[c.pool].cfg.name,
-                c.wbuf.len(),
-                limit
-            );
-            self.close_client(token, true);
+            let (pool, len) = (c.pool, c.wbuf.len());
+            self.close_over_limit(token, pool, len, "buffered");
             return false;
         }
         true
+    }
+
+    fn client_pool(&self, token: Token) -> Option<usize> {
+        match self.conns.get(token.0) {
+            Some(Conn::Client(c)) => Some(c.pool),
+            _ => None,
+        }
+    }
+
+    /// `client_output_limit` of `pool` (the run-time override first).
+    pub(super) fn output_limit(&self, pool: usize) -> usize {
+        self.ctl
+            .client_output_limit
+            .unwrap_or(self.pools[pool].cfg.client_output_limit)
+    }
+
+    /// Close a client whose replies (`bytes`, `how` kept) passed its
+    /// output limit.
+    pub(super) fn close_over_limit(&mut self, token: Token, pool: usize, bytes: usize, how: &str) {
+        crate::log_notice!(
+            "client on pool '{}' not reading its replies: {} bytes {}, over client_output_limit {}; closing it",
+            self.pools[pool].cfg.name,
+            bytes,
+            how,
+            self.output_limit(pool)
+        );
+        self.close_client(token, true);
     }
 
     /// Close a client that has nothing more to do (quit sent, or peer gone

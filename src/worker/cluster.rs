@@ -543,6 +543,20 @@ impl Worker<'_> {
         )
     }
 
+    /// Queue `ASKING` on a connection: the next request may use a slot the
+    /// node is importing (its reply is the proxy's own, dropped).
+    pub(super) fn queue_asking(&mut self, st: Token, now: Instant) {
+        if let Some(iop) = internal_op() {
+            self.enqueue(
+                st,
+                Some(Waiter::Internal),
+                iop,
+                |out| out.extend_from_slice(ASKING),
+                now,
+            );
+        }
+    }
+
     /// Queue a kept request (or fragment) again on server `target`,
     /// after `ASKING` if `asking`.
     #[allow(clippy::too_many_arguments)]
@@ -598,15 +612,7 @@ impl Worker<'_> {
             }
         };
         if asking {
-            if let Some(iop) = internal_op() {
-                self.enqueue(
-                    st,
-                    Some(Waiter::Internal),
-                    iop,
-                    |out| out.extend_from_slice(ASKING),
-                    now,
-                );
-            }
+            self.queue_asking(st, now);
         }
         let waiter = Waiter::Client {
             token: ct,

@@ -18,7 +18,6 @@
 //! queued on it. A client that goes away while its request is being sent
 //! again leaves that connection with half a command: it is closed.
 
-use super::cluster::{internal_op, ASKING};
 use super::conn::{Client, Conn, Feed, Redirect, Slot, Waiter};
 use super::spool::{Spool, SpoolReader};
 use super::{Worker, STREAM_HIGH, STREAM_LOW};
@@ -131,15 +130,7 @@ impl Worker<'_> {
             }
         };
         if asking {
-            if let Some(iop) = internal_op() {
-                self.enqueue(
-                    st,
-                    Some(Waiter::Internal),
-                    iop,
-                    |out| out.extend_from_slice(ASKING),
-                    now,
-                );
-            }
+            self.queue_asking(st, now);
         }
         let waiter = Waiter::Client {
             token: ct,

@@ -122,10 +122,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
             return;
         };
-        let limit = self
-            .ctl
-            .client_output_limit
-            .unwrap_or(self.pools[c.pool].cfg.client_output_limit);
+        let limit = self.output_limit(c.pool);
         let held: usize = c
             .pending
             .iter()
@@ -142,13 +139,8 @@ impl Worker<'_> {
             .sum();
         let total = held + c.wbuf.len();
         if limit > 0 && total > limit {
-            crate::log_notice!(
-                "client on pool '{}' not reading its replies: {} bytes held, over client_output_limit {}; closing it",
-                self.pools[c.pool].cfg.name,
-                total,
-                limit
-            );
-            self.close_client(token, true);
+            let pool = c.pool;
+            self.close_over_limit(token, pool, total, "held");
         }
     }
 
