@@ -383,21 +383,7 @@ fn eval_head(mut args: Args<'_>, cmd: Cmd, threshold: usize) -> Option<StreamHea
                 if kind == StreamKind::Spool {
                     keys.clear();
                 }
-                return Some(StreamHead {
-                    req: Request {
-                        len: start,
-                        op: Op::Redis(RedisOp {
-                            cmd,
-                            class: cmd.class(),
-                        }),
-                        keys,
-                        route: Route::Single,
-                        noreply: false,
-                    },
-                    body: n + 2,
-                    args_left: remaining - 1,
-                    kind,
-                });
+                return Some(single_head(cmd, keys, start, n, remaining, kind));
             }
             _ => return None,
         }
@@ -529,24 +515,44 @@ pub fn stream_head(buf: &[u8], limits: &Limits, threshold: usize) -> Option<Stre
                 let Kind::Multibulk { remaining } = args.kind else {
                     return None;
                 };
-                return Some(StreamHead {
-                    req: Request {
-                        len: start,
-                        op: Op::Redis(RedisOp {
-                            cmd,
-                            class: cmd.class(),
-                        }),
-                        keys,
-                        route: Route::Single,
-                        noreply: false,
-                    },
-                    body: n + 2,
-                    args_left: remaining - 1,
-                    kind: StreamKind::Single,
-                });
+                return Some(single_head(
+                    cmd,
+                    keys,
+                    start,
+                    n,
+                    remaining,
+                    StreamKind::Single,
+                ));
             }
             _ => return None,
         }
+    }
+}
+
+/// The head of a request routed by one key whose large argument (of `n`
+/// bytes, starting at `start`) is the next of `remaining`.
+fn single_head(
+    cmd: Cmd,
+    keys: Keys,
+    start: usize,
+    n: usize,
+    remaining: usize,
+    kind: StreamKind,
+) -> StreamHead {
+    StreamHead {
+        req: Request {
+            len: start,
+            op: Op::Redis(RedisOp {
+                cmd,
+                class: cmd.class(),
+            }),
+            keys,
+            route: Route::Single,
+            noreply: false,
+        },
+        body: n + 2,
+        args_left: remaining - 1,
+        kind,
     }
 }
 
