@@ -21,6 +21,11 @@ pub enum Message {
     Set(String, String),
     /// Worker's answer to `Set`: empty when applied, else the error.
     Ack(String),
+    /// Hand every client to the workers listening on this handover
+    /// socket name, then exit.
+    Handover(String),
+    /// Worker's answer to `Handover`: it reads no more requests.
+    Stopped,
 }
 
 impl Message {
@@ -31,6 +36,8 @@ impl Message {
             Message::ReopenLogs => "reopen".to_string(),
             Message::Set(k, v) => format!("set {k} {v}"),
             Message::Ack(e) => format!("ack {e}"),
+            Message::Handover(to) => format!("handover {to}"),
+            Message::Stopped => "stopped".to_string(),
         };
         let mut out = (body.len() as u32).to_be_bytes().to_vec();
         out.extend_from_slice(body.as_bytes());
@@ -49,6 +56,8 @@ impl Message {
                 Message::Set(k.to_string(), v.to_string())
             }
             "ack" => Message::Ack(rest.to_string()),
+            "handover" if !rest.is_empty() => Message::Handover(rest.to_string()),
+            "stopped" => Message::Stopped,
             _ => return None,
         })
     }
@@ -143,14 +152,19 @@ mod tests {
         a.send(&Message::Set("log_level".into(), "7".into()))
             .unwrap();
         a.send(&Message::Graceful).unwrap();
+        a.send(&Message::Handover("walnut-handover-42".into()))
+            .unwrap();
+        b.send(&Message::Stopped).unwrap();
         let got = b.recv().unwrap();
         assert_eq!(
             got,
             vec![
                 Message::Set("log_level".into(), "7".into()),
-                Message::Graceful
+                Message::Graceful,
+                Message::Handover("walnut-handover-42".into()),
             ]
         );
+        assert_eq!(a.recv().unwrap(), vec![Message::Stopped]);
         drop(a);
         assert!(b.recv().is_err());
     }

@@ -6,6 +6,7 @@
 
 mod admin_host;
 pub mod channel;
+mod counters;
 pub mod listeners;
 pub mod signals;
 pub mod title;
@@ -13,6 +14,7 @@ mod upgrade;
 mod worker_proc;
 
 use crate::config::{Config, CpuAffinity, ListenerMode, Workers};
+use crate::stats::carry::{Names, Totals};
 use crate::stats::shm::{Layout, Region};
 use crate::worker::{AcceptMutex, ListenerFd};
 use channel::{Channel, Message};
@@ -57,11 +59,17 @@ struct WorkerProc {
 struct Generation {
     id: u64,
     config: Config,
+    /// Pool and server names (what its counters mean).
+    names: Names,
     region: Box<Region>,
     mutex: Option<Box<AcceptMutex>>,
     listeners: Vec<Vec<ListenerFd>>,
     workers: Vec<WorkerProc>,
     draining: bool,
+    /// Workers that reported they stopped reading requests (handover).
+    stopped: usize,
+    /// The placement switch away from this generation was logged.
+    switched: bool,
 }
 
 /// The master.
@@ -79,6 +87,21 @@ pub struct Master {
     upgrade_child: Option<libc::pid_t>,
     admin: Option<crate::admin::AdminServer>,
     runtime: Vec<(String, String)>,
+    /// The socket this master's workers take handed clients on, and its
+    /// name.
+    handin: OwnedFd,
+    handin_name: String,
+    /// What ended generations and binaries counted, in the current
+    /// generation's names (see `counters.rs`).
+    retired: Totals,
+    /// The carry slot must be rewritten.
+    carry_dirty: bool,
+    /// The previous binary (after a hot upgrade), while it runs.
+    prev: Option<counters::PrevBinary>,
+    /// The new binary started by USR2 (see `upgrade.rs`).
+    successor: Option<upgrade::Successor>,
+    /// Told by the previous binary's master: report here once serving.
+    ready_pipe: Option<OwnedFd>,
 }
 
 fn nworkers(config: &Config) -> usize {
@@ -126,6 +149,12 @@ impl Master {
         };
         let _ = &mut socks;
         let admin = admin_host::open(opts.admin_addr.as_deref());
+        let handin_name = crate::net::handover::name_for(std::process::id());
+        let handin = crate::net::handover::listen(&handin_name).map_err(|e| {
+            std::io::Error::new(e.kind(), format!("handover socket @{handin_name}: {e}"))
+        })?;
+        let prev = counters::PrevBinary::inherit();
+        let ready_pipe = upgrade::inherit_ready_pipe();
         Ok(Master {
             opts,
             socks,
@@ -139,6 +168,13 @@ impl Master {
             upgrade_child: None,
             admin,
             runtime: Vec::new(),
+            handin,
+            handin_name,
+            retired: Totals::zero(&Layout::new(Vec::new())),
+            carry_dirty: true,
+            prev,
+            successor: None,
+            ready_pipe,
         })
     }
 
@@ -160,6 +196,7 @@ impl Master {
             );
         }
         self.write_pid_file();
+        upgrade::report_ready(self.ready_pipe.as_ref());
         let code = self.main_loop();
         self.remove_pid_file();
         code
@@ -168,8 +205,8 @@ impl Master {
     fn start_generation(&mut self, config: Config) -> std::io::Result<()> {
         let n = nworkers(&config);
         let listeners = self.socks.build(&config, n)?;
-        let layout = Layout::new(config.pools.iter().map(|p| p.servers.len()).collect());
-        let region = Box::new(Region::new(layout, n)?);
+        let names = Names::of(&config);
+        let region = Box::new(Region::new(names.layout(), n)?);
         let mutex = if config.process.listener == ListenerMode::AcceptMutex {
             Some(Box::new(AcceptMutex::new()?))
         } else {
@@ -180,11 +217,14 @@ impl Master {
         let mut gen = Generation {
             id,
             config,
+            names,
             region,
             mutex,
             listeners,
             workers: Vec::new(),
             draining: false,
+            stopped: 0,
+            switched: false,
         };
         for i in 0..n {
             let w = self.spawn(&gen, i)?;
@@ -196,24 +236,35 @@ impl Master {
             n,
             gen.config.process.listener
         );
+        self.retarget_retired(&gen.names);
         if let Some(old) = self.current.replace(gen) {
             self.retire(old);
         }
+        self.refresh_carry();
         Ok(())
     }
 
+    /// The old generation hands its clients to the new one (through this
+    /// master's handover socket, which only the new generation watches
+    /// once the old one got the message) and exits.
     fn retire(&mut self, mut old: Generation) {
         old.draining = true;
+        let m = Message::Handover(self.handin_name.clone());
         for w in old.workers.iter_mut().filter(|w| w.alive) {
-            let _ = w.channel.send(&Message::Graceful);
+            let _ = w.channel.send(&m);
         }
-        crate::log_notice!("generation {} draining", old.id);
+        crate::log_notice!(
+            "generation {} hands its clients over to generation {}",
+            old.id,
+            self.current.as_ref().map_or(0, |g| g.id)
+        );
         self.old.push(old);
     }
 
     /// Fork worker `index` of `gen`.
     fn spawn(&self, gen: &Generation, index: usize) -> std::io::Result<WorkerProc> {
         let (master_end, worker_end) = Channel::pair()?;
+        let handin = self.handin.try_clone()?;
         let mut listeners = Vec::new();
         for l in &gen.listeners[index] {
             listeners.push(ListenerFd {
@@ -239,9 +290,11 @@ impl Master {
                 mutex: gen.mutex.as_deref(),
                 channel: worker_end,
                 cpu: cpu_for(&gen.config, index),
+                handin: Some(handin),
             });
         }
         drop(worker_end);
+        drop(handin);
         crate::log_notice!("worker {} started, pid {}", index, pid);
         Ok(WorkerProc {
             pid,
@@ -266,6 +319,13 @@ impl Master {
         if let Some(a) = &self.admin {
             fds.extend(a.fds());
         }
+        if let Some(p) = &self.ready_pipe {
+            fds.push(p.as_raw_fd());
+        }
+        if let Some(s) = &self.successor {
+            fds.push(s.pipe_fd());
+        }
+        fds.push(self.handin.as_raw_fd());
         for gen in self
             .current
             .iter()
@@ -291,6 +351,8 @@ impl Master {
 
     fn main_loop(&mut self) -> i32 {
         loop {
+            self.refresh_carry();
+            self.watch_successor();
             self.serve_stats();
             let sigs = signals::take();
             for &s in signals::HANDLED {
@@ -302,11 +364,14 @@ impl Master {
                 self.reap();
             }
             if signals::has(sigs, libc::SIGTERM) || signals::has(sigs, libc::SIGINT) {
-                self.stop_all(false);
+                self.stop_all(Stopping::Fast);
                 return 0;
             }
             if signals::has(sigs, libc::SIGQUIT) {
-                self.stop_all(true);
+                match self.successor_handover() {
+                    Some(to) => self.stop_all(Stopping::Handover(to)),
+                    None => self.stop_all(Stopping::Graceful),
+                }
                 return 0;
             }
             if signals::has(sigs, libc::SIGHUP) {
@@ -347,6 +412,12 @@ impl Master {
     /// Wait up to 100 ms for a stats or admin connection (or a signal),
     /// serve it.
     fn serve_stats(&mut self) {
+        if self.successor.as_ref().is_some_and(|s| s.ready()) {
+            // The new binary serves the stats and admin ports (and counts
+            // this master's workers in): wait for signals only.
+            signals::wait(&mut [], 100);
+            return;
+        }
         let mut pfds = self.admin.as_ref().map(|a| a.pollfds()).unwrap_or_default();
         if let Some(stats) = &self.stats {
             pfds.push(libc::pollfd {
@@ -385,17 +456,25 @@ impl Master {
     }
 
     fn drain_acks(&mut self) {
+        let current = self.current.as_ref().map_or(0, |g| g.id);
         for gen in self.current.iter_mut().chain(self.old.iter_mut()) {
+            let before = gen.stopped;
             for w in gen.workers.iter_mut().filter(|w| w.alive) {
                 if let Ok(msgs) = w.channel.recv() {
                     for m in msgs {
-                        if let Message::Ack(e) = m {
-                            if !e.is_empty() {
+                        match m {
+                            Message::Ack(e) if !e.is_empty() => {
                                 crate::log_warn!("worker pid {}: {}", w.pid, e);
                             }
+                            Message::Stopped => gen.stopped += 1,
+                            _ => {}
                         }
                     }
                 }
+            }
+            let dead = gen.workers.iter().filter(|w| !w.alive).count();
+            if gen.stopped > before && gen.stopped + dead >= gen.workers.len() {
+                log_switch(gen, current);
             }
         }
     }
@@ -467,17 +546,22 @@ impl Master {
             }
             if self.upgrade_child == Some(pid) {
                 self.upgrade_child = None;
-                crate::log_error!("new binary (pid {pid}) {how}");
-                // nginx's rule: the old master is the live one again.
-                if let Some(p) = &self.opts.pid_file {
-                    let _ = std::fs::rename(oldbin(p), p);
-                }
+                self.upgrade_child_exited(pid, clean, &how);
             } else if !found {
                 crate::log_info!("child pid {} {}", pid, how);
             }
         }
-        // Drop finished old generations.
-        self.old.retain(|g| g.workers.iter().any(|w| w.alive));
+        // Finished old generations: keep what they counted.
+        let (ended, live): (Vec<Generation>, Vec<Generation>) = std::mem::take(&mut self.old)
+            .into_iter()
+            .partition(|g| !g.workers.iter().any(|w| w.alive));
+        self.old = live;
+        let current = self.current.as_ref().map_or(0, |g| g.id);
+        for mut g in ended {
+            log_switch(&mut g, current);
+            self.fold_generation(&g.region, &g.names);
+            crate::log_notice!("generation {} ended", g.id);
+        }
         self.respawn_due();
     }
 
@@ -513,6 +597,12 @@ impl Master {
     }
 
     fn reload(&mut self) {
+        if self.successor.is_some() {
+            crate::log_error!(
+                "reload refused: a hot upgrade is in progress (send HUP to the new master, or QUIT to this one first)"
+            );
+            return;
+        }
         let loaded = Config::load(&self.opts.conf_path);
         let config = match loaded {
             Ok(c) => (self.opts.overrides)(&c),
@@ -540,12 +630,16 @@ impl Master {
         }
     }
 
-    fn stop_all(&mut self, graceful: bool) {
+    fn stop_all(&mut self, how: Stopping) {
         self.stopping = true;
-        let m = if graceful {
-            Message::Graceful
-        } else {
-            Message::Stop
+        let graceful = !matches!(how, Stopping::Fast);
+        let m = match &how {
+            Stopping::Fast => Message::Stop,
+            Stopping::Graceful => Message::Graceful,
+            Stopping::Handover(to) => {
+                crate::log_notice!("handing every client over to the new binary ({to})");
+                Message::Handover(to.clone())
+            }
         };
         let mut pids = Vec::new();
         for gen in self.current.iter_mut().chain(self.old.iter_mut()) {
@@ -591,6 +685,12 @@ impl Master {
                 std::thread::sleep(Duration::from_millis(5));
             }
         }
+        // Everything counted is final now: leave it in the region a new
+        // binary may still read.
+        for g in std::mem::take(&mut self.old) {
+            self.fold_generation(&g.region, &g.names);
+        }
+        self.refresh_carry();
         crate::log_notice!("exiting");
     }
 
@@ -615,6 +715,29 @@ impl Master {
             }
         }
     }
+}
+
+/// The placement switch (once per generation): from here on no request is
+/// routed by `gen`'s configuration.
+fn log_switch(gen: &mut Generation, current: u64) {
+    if gen.switched || !gen.draining {
+        return;
+    }
+    gen.switched = true;
+    crate::log_notice!(
+        "placement switch: generation {} routes no new request; every request read from now on is routed by generation {current}",
+        gen.id
+    );
+}
+
+/// How the master stops its workers.
+enum Stopping {
+    /// TERM/INT: at once.
+    Fast,
+    /// QUIT: finish what is in flight, close clients as they go quiet.
+    Graceful,
+    /// QUIT after a hot upgrade: hand every client to the new binary.
+    Handover(String),
 }
 
 fn open_stats(addr: &str) -> std::io::Result<std::net::TcpListener> {

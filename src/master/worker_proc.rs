@@ -15,6 +15,7 @@ pub const EXIT_FATAL: i32 = 2;
 struct WorkerControl {
     channel: Channel,
     graceful: bool,
+    handover: bool,
 }
 
 impl Control for WorkerControl {
@@ -58,7 +59,11 @@ impl Control for WorkerControl {
                                     .channel
                                     .send(&Message::Ack(res.err().unwrap_or_default()));
                             }
-                            Message::Ack(_) => {}
+                            Message::Handover(to) => {
+                                ctl.handover_to = Some(to);
+                                self.handover = true;
+                            }
+                            Message::Ack(_) | Message::Stopped => {}
                         }
                     }
                 }
@@ -71,6 +76,8 @@ impl Control for WorkerControl {
         }
         if self.graceful {
             Stop::Graceful
+        } else if self.handover {
+            Stop::Handover
         } else {
             Stop::Run
         }
@@ -78,6 +85,10 @@ impl Control for WorkerControl {
 
     fn fd(&self) -> Option<RawFd> {
         Some(self.channel.fd())
+    }
+
+    fn stopped_routing(&mut self) {
+        let _ = self.channel.send(&Message::Stopped);
     }
 }
 
@@ -167,6 +178,8 @@ pub struct WorkerStart<'a> {
     pub channel: Channel,
     /// CPU to pin to.
     pub cpu: Option<usize>,
+    /// The master's handover socket (clients handed to this generation).
+    pub handin: Option<std::os::fd::OwnedFd>,
 }
 
 /// Body of a worker process; never returns.
@@ -185,12 +198,14 @@ pub fn worker_main(start: WorkerStart<'_>) -> ! {
     let mut control = WorkerControl {
         channel: start.channel,
         graceful: false,
+        handover: false,
     };
     let setup = WorkerSetup {
         listeners: start.listeners,
         region: start.region,
         slot: start.index,
         mutex: start.mutex,
+        handin: start.handin,
     };
     let code = match Worker::new(start.config, setup) {
         Ok(mut w) => match w.run(&mut control) {

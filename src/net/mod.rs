@@ -2,6 +2,7 @@
 //! non-blocking connects to servers, and the per-socket options the data
 //! path sets (TCP_NODELAY, keepalive, TCP_QUICKACK).
 
+pub mod handover;
 mod stream;
 
 pub use stream::{Listener, Stream};

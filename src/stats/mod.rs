@@ -2,6 +2,7 @@
 //! twemproxy's nc_stats.h, stored in a shared-memory region where each
 //! worker writes only its own slot and the master reads all of them.
 
+pub mod carry;
 pub mod histogram;
 pub mod json;
 pub mod prometheus;
@@ -82,6 +83,8 @@ fields!(
         OutputBytes = ("output_bytes", Gauge, "bytes of replies buffered for clients"),
         BudgetEvictions = ("budget_evictions", Counter, "# times clients were closed to keep replies under buffer_budget"),
         Heartbeat = ("heartbeat", Timestamp, "last event loop iteration, usec since epoch"),
+        HandedOut = ("handed_out", Counter, "# client connections handed to a successor (reload, upgrade)"),
+        HandedIn = ("handed_in", Counter, "# client connections taken over from a predecessor"),
     }
 );
 

@@ -1,11 +1,15 @@
-//! The counters region: one anonymous shared mapping created by the master
-//! before it forks workers. Each worker owns one slot (a whole number of
-//! 128-byte lines, so no two workers share a cache line) and is its only
-//! writer; the master sums the slots when asked, without asking anyone.
+//! The counters region: one shared mapping (a memfd, so a new binary can
+//! map it too) created by the master before it forks workers. Each worker
+//! owns one slot (a whole number of 128-byte lines, so no two workers share
+//! a cache line) and is its only writer; the master sums the slots when
+//! asked, without asking anyone. One more slot, the carry, is written by
+//! the master alone: what earlier generations and binaries counted (see
+//! `carry.rs`), so the sums never go back across a reload or an upgrade.
 
 use super::histogram::{self, Cell, Class, Snapshot};
 use super::slowlog::{self, Ring};
 use super::{PoolField, ServerField, WorkerField};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 const LINE_WORDS: usize = 16; // 128 bytes
@@ -27,6 +31,17 @@ pub struct Layout {
     hist_series: usize,
     slowlog_base: usize,
     slot_words: usize,
+}
+
+impl Layout {
+    /// Words of one slot.
+    pub(super) fn slot_words(&self) -> usize {
+        self.slot_words
+    }
+    /// Number of histogram series.
+    pub(super) fn hist_series(&self) -> usize {
+        self.hist_series
+    }
 }
 
 impl Layout {
@@ -69,26 +84,26 @@ impl Layout {
         }
     }
 
-    fn hist_idx(&self, window: usize, series: usize) -> usize {
+    pub(super) fn hist_idx(&self, window: usize, series: usize) -> usize {
         self.hist_base + (window * self.hist_series + series) * histogram::WORDS
     }
-    fn class_series(&self, pool: usize, class: Class) -> usize {
+    pub(super) fn class_series(&self, pool: usize, class: Class) -> usize {
         pool * Class::COUNT + class as usize
     }
-    fn server_series(&self, pool: usize, server: usize) -> usize {
+    pub(super) fn server_series(&self, pool: usize, server: usize) -> usize {
         match self.servers_per_pool.get(pool) {
             Some(n) if server < *n => self.hist_server_base[pool] + server,
             _ => self.spare_series,
         }
     }
 
-    fn worker_idx(&self, f: WorkerField) -> usize {
+    pub(super) fn worker_idx(&self, f: WorkerField) -> usize {
         f as usize
     }
-    fn pool_idx(&self, pool: usize, f: PoolField) -> usize {
+    pub(super) fn pool_idx(&self, pool: usize, f: PoolField) -> usize {
         self.pool_base + pool * PoolField::COUNT + f as usize
     }
-    fn server_idx(&self, pool: usize, server: usize, f: ServerField) -> usize {
+    pub(super) fn server_idx(&self, pool: usize, server: usize, f: ServerField) -> usize {
         match self.servers_per_pool.get(pool) {
             Some(n) if server < *n => {
                 self.server_base[pool] + server * ServerField::COUNT + f as usize
@@ -98,12 +113,16 @@ impl Layout {
     }
 }
 
-/// A shared mapping holding one slot per worker.
+/// A shared mapping holding one slot per worker, and the carry slot.
 pub struct Region {
     ptr: *mut AtomicU64,
     words: usize,
     slots: usize,
     layout: Layout,
+    /// The memfd behind the mapping (handed to a new binary on upgrade).
+    fd: OwnedFd,
+    /// Mapped read-only (a previous binary's region).
+    read_only: bool,
 }
 
 // SAFETY: the region is only accessed through atomics.
@@ -112,18 +131,60 @@ unsafe impl Send for Region {}
 unsafe impl Sync for Region {}
 
 impl Region {
-    /// Map a zeroed region for `slots` workers, shared across fork.
+    /// Map a zeroed region for `slots` workers (and the carry slot),
+    /// shared across fork.
     pub fn new(layout: Layout, slots: usize) -> std::io::Result<Region> {
-        let words = layout.slot_words * slots.max(1);
+        let slots = slots.max(1);
+        let words = layout.slot_words * (slots + 1);
         let bytes = words * std::mem::size_of::<AtomicU64>();
-        // SAFETY: anonymous shared mapping, checked for MAP_FAILED below.
+        // SAFETY: memfd_create with a NUL-terminated name.
+        let raw = unsafe { libc::memfd_create(c"walnut-stats".as_ptr(), libc::MFD_CLOEXEC) };
+        if raw < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor we own.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: sizing our own memfd.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), bytes as libc::off_t) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Self::map(fd, layout, slots, false)
+    }
+
+    /// Map the region of a previous binary (read-only): `slots` workers
+    /// and its carry slot, in `layout`.
+    pub fn open(fd: OwnedFd, layout: Layout, slots: usize) -> std::io::Result<Region> {
+        let words = layout.slot_words * (slots.max(1) + 1);
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fstat into a valid stat buffer.
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if (st.st_size as usize) < words * std::mem::size_of::<AtomicU64>() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "inherited stats region is smaller than its layout",
+            ));
+        }
+        Self::map(fd, layout, slots.max(1), true)
+    }
+
+    fn map(fd: OwnedFd, layout: Layout, slots: usize, read_only: bool) -> std::io::Result<Region> {
+        let words = layout.slot_words * (slots + 1);
+        let bytes = words * std::mem::size_of::<AtomicU64>();
+        let prot = if read_only {
+            libc::PROT_READ
+        } else {
+            libc::PROT_READ | libc::PROT_WRITE
+        };
+        // SAFETY: shared mapping of our memfd, checked for MAP_FAILED below.
         let ptr = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
+                prot,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
                 0,
             )
         };
@@ -133,9 +194,21 @@ impl Region {
         Ok(Region {
             ptr: ptr as *mut AtomicU64,
             words,
-            slots: slots.max(1),
+            slots,
             layout,
+            fd,
+            read_only,
         })
+    }
+
+    /// The memfd behind the mapping.
+    pub fn fd(&self) -> &OwnedFd {
+        &self.fd
+    }
+
+    /// Index of the carry slot (after the workers' slots).
+    pub fn carry_slot(&self) -> usize {
+        self.slots
     }
 
     /// The layout the region was made for.
@@ -148,7 +221,7 @@ impl Region {
         self.slots
     }
 
-    fn word(&self, slot: usize, idx: usize) -> &AtomicU64 {
+    pub(super) fn word(&self, slot: usize, idx: usize) -> &AtomicU64 {
         let i = slot * self.layout.slot_words + idx;
         assert!(i < self.words);
         // SAFETY: `i` is inside the mapping (checked above); AtomicU64 has
@@ -164,6 +237,7 @@ impl Region {
     /// Zero one worker's slot (a respawned worker starts from zero gauges;
     /// counters of the dead worker are folded into `retired` by the caller).
     pub fn clear_slot(&self, slot: usize) {
+        assert!(!self.read_only);
         for i in 0..self.layout.slot_words {
             self.word(slot, i).store(0, Ordering::Relaxed);
         }
@@ -215,7 +289,7 @@ impl Region {
         self.fold(self.layout.server_idx(pool, server, f), f.kind())
     }
 
-    fn words(&self, slot: usize, idx: usize, len: usize) -> &[AtomicU64] {
+    pub(super) fn words(&self, slot: usize, idx: usize, len: usize) -> &[AtomicU64] {
         let i = slot * self.layout.slot_words + idx;
         assert!(i + len <= self.words);
         // SAFETY: the range is inside the mapping (checked above).
@@ -231,10 +305,15 @@ impl Region {
     fn hist_merge(&self, series: usize, recent: bool) -> Snapshot {
         let mut snap = Snapshot::default();
         let period = histogram::period_now();
-        for slot in 0..self.slots {
+        // The lifetime histograms include the carry slot; the recent
+        // window is the live workers' alone.
+        for slot in 0..=self.slots {
             if !recent {
                 self.hist_cell(slot, 0, series).add_to(&mut snap);
                 continue;
+            }
+            if slot == self.slots {
+                break;
             }
             for half in 1..histogram::WINDOWS {
                 let c = self.hist_cell(slot, half, series);
@@ -271,7 +350,7 @@ impl Region {
     }
 
     fn fold(&self, idx: usize, kind: super::Kind) -> u64 {
-        let vals = (0..self.slots).map(|s| self.word(s, idx).load(Ordering::Relaxed));
+        let vals = (0..=self.slots).map(|s| self.word(s, idx).load(Ordering::Relaxed));
         match kind {
             super::Kind::Timestamp => vals.max().unwrap_or(0),
             _ => vals.fold(0u64, |a, b| a.wrapping_add(b)),

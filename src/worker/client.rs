@@ -16,11 +16,17 @@ impl Worker<'_> {
     /// read on to the end of the stream even after a short read.
     pub(super) fn read_client(&mut self, token: Token, now: Instant, hup: bool) {
         let mut total = 0;
+        let handing = self.handover.is_some();
         loop {
             let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
                 return;
             };
             if c.closing || c.paused || c.stream.as_ref().is_some_and(|s| s.blocked) {
+                break;
+            }
+            if handing && !Self::must_read_before_handover(c) {
+                // Handing over: what it sends next waits in the socket
+                // for the successor.
                 break;
             }
             if c.rbuf.capacity() == 0 {
@@ -82,6 +88,10 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return;
         };
+        if self.handover.is_some() && !Self::must_read_before_handover(c) {
+            // Handing over: the input goes to the successor unparsed.
+            return;
+        }
         if c.swallow > 0 {
             let n = c.swallow.min(c.rbuf.len());
             c.rbuf.consume(n);

@@ -14,6 +14,7 @@ mod cluster;
 mod cluster_stream;
 mod conn;
 mod forward;
+mod handover;
 mod heap;
 mod held;
 mod latency;
@@ -48,6 +49,11 @@ use std::time::{Duration, Instant};
 const LISTENER_BASE: usize = 1 << 40;
 /// Token of the master channel.
 const CONTROL: usize = (1 << 40) - 1;
+/// Token of the socket clients are handed to this worker on.
+const HANDIN: usize = (1 << 40) - 2;
+/// Tokens from here up to [`HANDIN`] are handover connections whose
+/// message has not arrived yet.
+const HANDIN_CONN_BASE: usize = 1 << 39;
 /// Most bytes read from one connection per event before what arrived is
 /// processed.
 const READ_BUDGET: usize = 256 * 1024;
@@ -86,6 +92,9 @@ pub enum Stop {
     Fast,
     /// Stop accepting, finish requests in flight, then exit.
     Graceful,
+    /// Stop accepting, hand every client to the successor named in
+    /// [`WorkerCtl::handover_to`] at a request boundary, then exit.
+    Handover,
 }
 
 /// Hooks the loop calls between iterations (signals, master channel).
@@ -97,6 +106,9 @@ pub trait Control {
     fn fd(&self) -> Option<RawFd> {
         None
     }
+    /// The worker stopped reading requests to hand its clients over: from
+    /// now on it routes only what it had already read.
+    fn stopped_routing(&mut self) {}
 }
 
 /// Everything a worker needs besides the configuration.
@@ -109,6 +121,8 @@ pub struct WorkerSetup<'a> {
     pub slot: usize,
     /// The accept mutex (accept_mutex mode).
     pub mutex: Option<&'a AcceptMutex>,
+    /// The socket predecessors hand clients over on (see `handover.rs`).
+    pub handin: Option<OwnedFd>,
 }
 
 /// Runtime knobs a controller can change without restarting the loop.
@@ -130,6 +144,8 @@ pub struct WorkerCtl {
     pub client_output_limit: Option<usize>,
     /// Run-time override of every pool's `client_max_inflight`.
     pub client_max_inflight: Option<usize>,
+    /// Where to hand clients over to ([`Stop::Handover`]).
+    pub handover_to: Option<String>,
 }
 
 /// A worker's data path.
@@ -165,7 +181,19 @@ pub struct Worker<'a> {
     trim: heap::HeapTrim,
     /// Slow-request log lines left this second, and those not written.
     slow_lines: latency::SlowLines,
+    /// The socket clients are handed to this worker on.
+    handin: Option<OwnedFd>,
+    /// Handover connections waiting for their message.
+    handin_conns: Slab<OwnedFd>,
+    /// The handover socket may hold more connections than one pass took.
+    handin_again: bool,
+    /// Handing clients over to this successor.
+    handover: Option<String>,
 }
+
+/// While handing clients over, how soon a full handover queue is tried
+/// again.
+const HANDOVER_RETRY: Duration = Duration::from_millis(5);
 
 /// During a graceful stop a client is closed once it has nothing in flight
 /// and has sent nothing for this long: clients busy on a connection keep it
@@ -207,6 +235,7 @@ impl<'a> Worker<'a> {
                 pool_timeouts: Vec::new(),
                 client_output_limit: None,
                 client_max_inflight: None,
+                handover_to: None,
             },
             accepting: true,
             max_conns: config.process.max_connections,
@@ -217,7 +246,18 @@ impl<'a> Worker<'a> {
             slow_key: crate::stats::slowlog::KeyPrefix::EMPTY,
             trim: heap::HeapTrim::default(),
             slow_lines: latency::SlowLines::default(),
+            handin: setup.handin,
+            handin_conns: Slab::new(),
+            handin_again: false,
+            handover: None,
         };
+        if let Some(fd) = w.handin.as_ref().map(|l| l.as_raw_fd()) {
+            w.poll.registry().register(
+                &mut mio::unix::SourceFd(&fd),
+                Token(HANDIN),
+                Interest::READABLE,
+            )?;
+        }
         if mode != ListenerMode::AcceptMutex {
             w.register_listeners()?;
         }
@@ -250,6 +290,7 @@ impl<'a> Worker<'a> {
     pub fn run(&mut self, control: &mut dyn Control) -> std::io::Result<()> {
         let mut events = Events::with_capacity(1024);
         let mut graceful_since: Option<Instant> = None;
+        let mut handover_since: Option<Instant> = None;
         let mut last_sweep = Instant::now();
         if let Some(fd) = control.fd() {
             self.poll.registry().register(
@@ -270,6 +311,13 @@ impl<'a> Worker<'a> {
             if !self.accepting {
                 // Graceful stop: look at idle clients often.
                 timeout = timeout.map(|t| t.min(GRACEFUL_IDLE / 2));
+            }
+            if self.handover.is_some() {
+                // A full handover queue is tried again soon.
+                timeout = timeout.map(|t| t.min(HANDOVER_RETRY));
+            }
+            if self.handin_again {
+                timeout = Some(Duration::ZERO);
             }
             if self.accept.mode == ListenerMode::AcceptMutex && self.accepting {
                 self.trylock_accept();
@@ -298,10 +346,17 @@ impl<'a> Worker<'a> {
                 }
                 self.accept.held = false;
             }
+            if std::mem::take(&mut self.handin_again) {
+                self.handin_ready(now);
+            }
             for ev in events.iter() {
                 let t = ev.token().0;
                 if t == CONTROL {
                     control_ready = true;
+                } else if t == HANDIN {
+                    self.handin_ready(now);
+                } else if (HANDIN_CONN_BASE..HANDIN).contains(&t) {
+                    self.handin_conn_ready(t - HANDIN_CONN_BASE, now);
                 } else if t < LISTENER_BASE {
                     let hup = ev.is_read_closed() || ev.is_error();
                     let readable = ev.is_readable() || hup;
@@ -322,6 +377,12 @@ impl<'a> Worker<'a> {
                 }
             }
             self.flush_dirty();
+            if self.handover.is_some() && !self.hand_over_ready() {
+                // Nobody to hand to: finish the clients here, as a
+                // graceful stop does.
+                self.resume_all_clients();
+                graceful_since.get_or_insert(now);
+            }
             self.stats
                 .worker_set(WorkerField::Heartbeat, crate::util::epoch_us());
             let stop = control.check(&mut self.ctl, control_ready);
@@ -329,7 +390,21 @@ impl<'a> Worker<'a> {
             match stop {
                 Stop::Run => {}
                 Stop::Fast => return Ok(()),
-                Stop::Graceful => {
+                Stop::Handover if graceful_since.is_none() => {
+                    if let Some(to) = self.ctl.handover_to.take() {
+                        self.begin_handover(to);
+                        handover_since.get_or_insert(now);
+                        control.stopped_routing();
+                    }
+                    let since = *handover_since.get_or_insert(now);
+                    let clients = self.conns.iter().any(|(_, c)| matches!(c, Conn::Client(_)));
+                    if (!clients && self.handin_conns.is_empty())
+                        || now.duration_since(since) > self.graceful_timeout
+                    {
+                        return Ok(());
+                    }
+                }
+                Stop::Graceful | Stop::Handover => {
                     if self.accepting {
                         self.stop_accepting();
                     }
@@ -566,7 +641,7 @@ impl<'a> Worker<'a> {
                 return;
             };
             let pool = *pool;
-            let mut sock = match listener.accept() {
+            let sock = match listener.accept() {
                 Ok(s) => s,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     if accepted == 0 {
@@ -613,48 +688,68 @@ impl<'a> Worker<'a> {
                 use std::os::fd::AsRawFd;
                 crate::net::tune_client(sock.as_raw_fd(), p.cfg.tcpkeepalive);
             }
-            let id = self.next_id();
-            let entry = self.conns.vacant_entry();
-            let token = Token(entry.key());
-            if self
-                .poll
-                .registry()
-                .register(&mut sock, token, Interest::READABLE | Interest::WRITABLE)
-                .is_err()
-            {
-                continue;
+            if self.insert_client(sock, pool, now).is_some() {
+                self.stats.worker_add(WorkerField::TotalConnections, 1);
             }
-            entry.insert(Conn::Client(Box::new(conn::Client {
-                sock,
+        }
+    }
+
+    /// Add a client connection of `pool` (accepted, or handed over by a
+    /// predecessor) and watch it.
+    pub(super) fn insert_client(
+        &mut self,
+        mut sock: crate::net::Stream,
+        pool: usize,
+        now: Instant,
+    ) -> Option<Token> {
+        let id = self.next_id();
+        let entry = self.conns.vacant_entry();
+        let token = Token(entry.key());
+        self.poll
+            .registry()
+            .register(&mut sock, token, Interest::READABLE | Interest::WRITABLE)
+            .ok()?;
+        entry.insert(Conn::Client(Box::new(conn::Client {
+            sock,
+            id,
+            pool,
+            rbuf: Default::default(),
+            need: 0,
+            swallow: 0,
+            wbuf: Default::default(),
+            pending: Default::default(),
+            head_seq: 0,
+            eof: false,
+            closing: false,
+            paused: false,
+            solo: false,
+            session: crate::proto::redis::local::Session::new(
                 id,
-                pool,
-                rbuf: Default::default(),
-                need: 0,
-                swallow: 0,
-                wbuf: Default::default(),
-                pending: Default::default(),
-                head_seq: 0,
-                eof: false,
-                closing: false,
-                paused: false,
-                solo: false,
-                session: crate::proto::redis::local::Session::new(
-                    id,
-                    self.pools[pool]
-                        .cfg
-                        .redis_auth
-                        .as_deref()
-                        .map(str::as_bytes),
-                ),
-                last_active: now,
-                stream: None,
-                rstream_from: None,
-            })));
-            self.pools[pool].clients += 1;
-            self.stats
-                .pool_add(pool, crate::stats::PoolField::ClientConnections, 1);
-            self.stats.worker_add(WorkerField::TotalConnections, 1);
-            self.stats.worker_add(WorkerField::CurrConnections, 1);
+                self.pools[pool]
+                    .cfg
+                    .redis_auth
+                    .as_deref()
+                    .map(str::as_bytes),
+            ),
+            last_active: now,
+            stream: None,
+            rstream_from: None,
+        })));
+        self.pools[pool].clients += 1;
+        self.stats
+            .pool_add(pool, crate::stats::PoolField::ClientConnections, 1);
+        self.stats.worker_add(WorkerField::CurrConnections, 1);
+        Some(token)
+    }
+
+    /// Read every client again (a handover that could not go on: what
+    /// they sent meanwhile waits in their sockets, and edge-triggered
+    /// epoll will not report it again).
+    fn resume_all_clients(&mut self) {
+        for (k, c) in self.conns.iter() {
+            if matches!(c, Conn::Client(_)) {
+                self.resume.push(Token(k));
+            }
         }
     }
 

@@ -1,0 +1,395 @@
+//! Handing clients to a successor: on a reload the new generation of
+//! workers, on a hot upgrade the new binary's workers.
+//!
+//! Told to hand over, a worker stops accepting and stops reading its
+//! clients (what they send meanwhile waits in the kernel's socket buffer);
+//! a client whose requests are all answered — nothing in flight, no
+//! streamed value half passed — goes to the successor at that request
+//! boundary, over `net::handover`: its descriptor, its pool's name, its
+//! Redis session (AUTH done, RESP3, names), the unparsed start of its next
+//! request and the replies not yet written. The successor takes it up as
+//! if it had accepted it: the client notices nothing. A client in the
+//! middle of a large request is read until that request is complete.
+//!
+//! A client whose pool is gone from the successor's configuration is
+//! closed there (its listener is gone too).
+
+use super::conn::Conn;
+use super::{Worker, HANDIN_CONN_BASE};
+use crate::net::handover::{self, Received, MAX_MESSAGE};
+use crate::proto::redis::local::Session;
+use crate::stats::{PoolField, WorkerField};
+use mio::{Interest, Token};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::time::Instant;
+
+const MAGIC: &[u8; 4] = b"WNH1";
+/// Room kept for the message's fixed fields and names.
+const HEADER_ROOM: usize = 4096;
+/// Largest unparsed input plus unwritten output a handed client carries.
+pub(super) const CARRY_MAX: usize = MAX_MESSAGE - HEADER_ROOM;
+/// Most handover connections accepted per wakeup (others workers of the
+/// successor take the rest).
+const ACCEPT_BATCH: usize = 32;
+
+/// A client's state as it crosses to the successor.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Handed {
+    /// Its pool's name.
+    pub pool: String,
+    /// Redis: RESP3 asked with HELLO 3.
+    pub resp3: bool,
+    /// Redis: AUTH done (or no password needed).
+    pub authenticated: bool,
+    /// Redis: CLIENT SETNAME.
+    pub name: Option<Vec<u8>>,
+    /// Redis: CLIENT SETINFO LIB-NAME.
+    pub lib_name: Option<Vec<u8>>,
+    /// Redis: CLIENT SETINFO LIB-VER.
+    pub lib_ver: Option<Vec<u8>>,
+    /// Input bytes still to discard (a refused oversized value).
+    pub swallow: u64,
+    /// The unparsed start of its next request.
+    pub input: Vec<u8>,
+    /// Replies not yet written to it.
+    pub output: Vec<u8>,
+}
+
+fn put_bytes(out: &mut Vec<u8>, b: Option<&[u8]>) {
+    match b {
+        Some(b) => {
+            out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+            out.extend_from_slice(b);
+        }
+        None => out.extend_from_slice(&u32::MAX.to_le_bytes()),
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Some(a)
+    }
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+    fn bytes(&mut self) -> Option<Option<Vec<u8>>> {
+        let n = self.u32()?;
+        if n == u32::MAX {
+            return Some(None);
+        }
+        Some(Some(self.take(n as usize)?.to_vec()))
+    }
+}
+
+impl Handed {
+    /// The message form.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(64 + self.input.len() + self.output.len());
+        out.extend_from_slice(MAGIC);
+        out.push(u8::from(self.resp3) | (u8::from(self.authenticated) << 1));
+        put_bytes(&mut out, Some(self.pool.as_bytes()));
+        put_bytes(&mut out, self.name.as_deref());
+        put_bytes(&mut out, self.lib_name.as_deref());
+        put_bytes(&mut out, self.lib_ver.as_deref());
+        out.extend_from_slice(&self.swallow.to_le_bytes());
+        put_bytes(&mut out, Some(&self.input));
+        put_bytes(&mut out, Some(&self.output));
+        out
+    }
+
+    /// Parse [`Handed::encode`]'s form; `None` for anything else.
+    pub fn decode(msg: &[u8]) -> Option<Handed> {
+        let mut r = Reader(msg);
+        if r.take(4)? != MAGIC {
+            return None;
+        }
+        let flags = r.take(1)?[0];
+        let pool = String::from_utf8(r.bytes()??).ok()?;
+        let h = Handed {
+            pool,
+            resp3: flags & 1 != 0,
+            authenticated: flags & 2 != 0,
+            name: r.bytes()?,
+            lib_name: r.bytes()?,
+            lib_ver: r.bytes()?,
+            swallow: r.u64()?,
+            input: r.bytes()??,
+            output: r.bytes()??,
+        };
+        r.0.is_empty().then_some(h)
+    }
+}
+
+impl Worker<'_> {
+    /// Start handing every client to the workers listening on `target`.
+    pub(super) fn begin_handover(&mut self, target: String) {
+        if self.handover.is_some() {
+            return;
+        }
+        crate::log_notice!("handing clients over to {target}");
+        if self.accepting {
+            self.stop_accepting();
+        }
+        // Take no more handed clients ourselves: the successor does.
+        if let Some(l) = self.handin.take() {
+            let fd = l.as_raw_fd();
+            let _ = self
+                .poll
+                .registry()
+                .deregister(&mut mio::unix::SourceFd(&fd));
+        }
+        self.handover = Some(target);
+    }
+
+    /// Whether a client must still be read while handing over: it is in
+    /// the middle of a request too large to carry across.
+    pub(super) fn must_read_before_handover(c: &super::conn::Client) -> bool {
+        c.stream.is_some() || c.rbuf.len() > CARRY_MAX || c.need > CARRY_MAX
+    }
+
+    /// Hand over every client at a request boundary. Returns false when
+    /// the successor cannot be reached (the caller falls back to a
+    /// graceful stop).
+    pub(super) fn hand_over_ready(&mut self) -> bool {
+        let Some(target) = self.handover.clone() else {
+            return true;
+        };
+        let ready: Vec<usize> = self
+            .conns
+            .iter()
+            .filter_map(|(k, c)| match c {
+                Conn::Client(c)
+                    if !c.closing
+                        && !c.eof
+                        && c.pending.is_empty()
+                        && c.stream.is_none()
+                        && c.rstream_from.is_none()
+                        && c.rbuf.len() + c.wbuf.len() <= CARRY_MAX =>
+                {
+                    Some(k)
+                }
+                _ => None,
+            })
+            .collect();
+        for k in ready {
+            let Some(Conn::Client(c)) = self.conns.get(k) else {
+                continue;
+            };
+            let s = &c.session;
+            let msg = Handed {
+                pool: self.pools[c.pool].cfg.name.clone(),
+                resp3: s.resp3,
+                authenticated: s.authenticated,
+                name: s.name.clone(),
+                lib_name: s.lib_name.clone(),
+                lib_ver: s.lib_ver.clone(),
+                swallow: c.swallow as u64,
+                input: c.rbuf.bytes().to_vec(),
+                output: c.wbuf.bytes().to_vec(),
+            }
+            .encode();
+            match handover::send(&target, &msg, c.sock.as_raw_fd()) {
+                Ok(()) => self.forget_client(Token(k)),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    crate::log_error!(
+                        "cannot hand clients over to {target}: {e}; finishing them here instead"
+                    );
+                    self.handover = None;
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// A client handed over: it leaves this worker without being closed.
+    fn forget_client(&mut self, token: Token) {
+        let Some(Conn::Client(mut c)) = self.conns.try_remove(token.0) else {
+            return;
+        };
+        let _ = self.poll.registry().deregister(&mut c.sock);
+        self.sub_out(c.wbuf.len());
+        let pool = c.pool;
+        self.pools[pool].clients = self.pools[pool].clients.saturating_sub(1);
+        self.stats.pool_sub(pool, PoolField::ClientConnections, 1);
+        self.stats.worker_sub(WorkerField::CurrConnections, 1);
+        self.stats.worker_add(WorkerField::HandedOut, 1);
+        self.maybe_uncap();
+        // Dropping `c` closes this process's copy of the descriptor; the
+        // successor holds the connection now.
+    }
+
+    /// Clients are being handed to us: take what the handover socket has.
+    pub(super) fn handin_ready(&mut self, now: Instant) {
+        let Some(l) = self.handin.as_ref().map(|l| l.as_raw_fd()) else {
+            return;
+        };
+        for _ in 0..ACCEPT_BATCH {
+            match handover::accept(l) {
+                Ok(Some(conn)) => self.handin_take(conn, now),
+                Ok(None) => return,
+                Err(e) => {
+                    crate::log_warn!("handover accept failed: {e}");
+                    return;
+                }
+            }
+        }
+        // More may wait: look again on the next pass of the loop.
+        self.handin_again = true;
+    }
+
+    /// A handover connection: its message is the client.
+    fn handin_take(&mut self, conn: OwnedFd, now: Instant) {
+        match handover::recv(conn.as_raw_fd()) {
+            Ok(Received::Client(msg, fd)) => self.adopt(&msg, fd, now),
+            Ok(Received::Pending) => {
+                let entry = self.handin_conns.vacant_entry();
+                let token = Token(HANDIN_CONN_BASE + entry.key());
+                let raw = conn.as_raw_fd();
+                if self
+                    .poll
+                    .registry()
+                    .register(&mut mio::unix::SourceFd(&raw), token, Interest::READABLE)
+                    .is_ok()
+                {
+                    entry.insert(conn);
+                }
+            }
+            Ok(Received::Nothing) => {}
+            Err(e) => crate::log_warn!("handover receive failed: {e}"),
+        }
+    }
+
+    /// A handover connection that was accepted before its message came.
+    pub(super) fn handin_conn_ready(&mut self, idx: usize, now: Instant) {
+        let Some(conn) = self.handin_conns.get(idx) else {
+            return;
+        };
+        let raw = conn.as_raw_fd();
+        match handover::recv(raw) {
+            Ok(Received::Pending) => return,
+            Ok(Received::Client(msg, fd)) => self.adopt(&msg, fd, now),
+            Ok(Received::Nothing) => {}
+            Err(e) => crate::log_warn!("handover receive failed: {e}"),
+        }
+        let _ = self
+            .poll
+            .registry()
+            .deregister(&mut mio::unix::SourceFd(&raw));
+        self.handin_conns.remove(idx);
+    }
+
+    /// Take up a client handed over by a predecessor.
+    fn adopt(&mut self, msg: &[u8], fd: OwnedFd, now: Instant) {
+        let Some(h) = Handed::decode(msg) else {
+            crate::log_warn!("handover message not understood: connection closed");
+            return;
+        };
+        let Some(pool) = self.pools.iter().position(|p| p.cfg.name == h.pool) else {
+            crate::log_notice!(
+                "handed a client of pool '{}', which is no longer configured: closing it",
+                h.pool
+            );
+            return;
+        };
+        let tcp = crate::net::is_tcp(&fd);
+        let raw = fd.into_raw_fd();
+        let sock = if tcp {
+            // SAFETY: `raw` is a connected TCP socket we now own.
+            crate::net::Stream::Tcp(unsafe { mio::net::TcpStream::from_raw_fd(raw) })
+        } else {
+            // SAFETY: `raw` is a connected unix stream socket we now own.
+            crate::net::Stream::Unix(unsafe { mio::net::UnixStream::from_raw_fd(raw) })
+        };
+        if tcp {
+            crate::net::tune_client(raw, self.pools[pool].cfg.tcpkeepalive);
+        }
+        let Some(token) = self.insert_client(sock, pool, now) else {
+            return;
+        };
+        self.stats.worker_add(WorkerField::HandedIn, 1);
+        let has_password = self.pools[pool].cfg.redis_auth.is_some();
+        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+            return;
+        };
+        c.session = Session {
+            id: c.session.id,
+            resp3: h.resp3,
+            // A password set by this reload does not log out a client
+            // that was in (as redis-server's CONFIG SET requirepass).
+            authenticated: h.authenticated || !has_password,
+            name: h.name,
+            lib_name: h.lib_name,
+            lib_ver: h.lib_ver,
+        };
+        c.swallow = h.swallow as usize;
+        if !h.input.is_empty() {
+            c.rbuf = self.bufs.take();
+            c.rbuf.extend(&h.input);
+        }
+        if !h.output.is_empty() {
+            c.wbuf = self.bufs.take();
+            c.wbuf.extend(&h.output);
+            self.dirty_clients.push(token);
+            self.add_out(h.output.len());
+        }
+        // Whatever the client sent meanwhile is in the socket: read it
+        // (with the carried input) as if it had just arrived.
+        self.read_client(token, now, true);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_round_trips() {
+        let h = Handed {
+            pool: "alpha".into(),
+            resp3: true,
+            authenticated: false,
+            name: Some(b"conn-1".to_vec()),
+            lib_name: None,
+            lib_ver: Some(Vec::new()),
+            swallow: 12,
+            input: b"*2\r\n$3\r\nGET".to_vec(),
+            output: b"+OK\r\n".to_vec(),
+        };
+        assert_eq!(Handed::decode(&h.encode()), Some(h));
+        assert_eq!(
+            Handed::decode(&Handed::default().encode()),
+            Some(Handed::default())
+        );
+    }
+
+    #[test]
+    fn damaged_messages_are_refused() {
+        let h = Handed {
+            pool: "p".into(),
+            input: b"get k".to_vec(),
+            ..Handed::default()
+        };
+        let m = h.encode();
+        for cut in 0..m.len() {
+            assert_eq!(Handed::decode(&m[..cut]), None, "cut at {cut}");
+        }
+        let mut longer = m.clone();
+        longer.push(0);
+        assert_eq!(Handed::decode(&longer), None);
+        let mut bad = m;
+        bad[0] = b'X';
+        assert_eq!(Handed::decode(&bad), None);
+    }
+}
