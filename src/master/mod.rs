@@ -419,6 +419,15 @@ impl Master {
             return;
         }
         let mut pfds = self.admin.as_ref().map(|a| a.pollfds()).unwrap_or_default();
+        if let Some(s) = &self.successor {
+            // Wake as soon as the new binary says it is ready, so the two
+            // masters never both answer the stats port for long.
+            pfds.push(libc::pollfd {
+                fd: s.pipe_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
         if let Some(stats) = &self.stats {
             pfds.push(libc::pollfd {
                 fd: stats.as_raw_fd(),
@@ -429,6 +438,13 @@ impl Master {
         if !signals::wait(&mut pfds, 100) {
             return;
         }
+        self.watch_successor();
+        if self.successor.as_ref().is_some_and(|s| s.ready()) {
+            return;
+        }
+        // Sums as of now: what draining generations and the previous
+        // binary counted up to this moment is in the carry.
+        self.refresh_carry();
         self.serve_admin();
         let Some(stats) = &self.stats else {
             return;

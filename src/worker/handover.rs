@@ -37,6 +37,8 @@ const ACCEPT_BATCH: usize = 32;
 pub struct Handed {
     /// Its pool's name.
     pub pool: String,
+    /// It speaks Redis (else memcached).
+    pub redis: bool,
     /// Redis: RESP3 asked with HELLO 3.
     pub resp3: bool,
     /// Redis: AUTH done (or no password needed).
@@ -96,7 +98,11 @@ impl Handed {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(64 + self.input.len() + self.output.len());
         out.extend_from_slice(MAGIC);
-        out.push(u8::from(self.resp3) | (u8::from(self.authenticated) << 1));
+        out.push(
+            u8::from(self.resp3)
+                | (u8::from(self.authenticated) << 1)
+                | (u8::from(self.redis) << 2),
+        );
         put_bytes(&mut out, Some(self.pool.as_bytes()));
         put_bytes(&mut out, self.name.as_deref());
         put_bytes(&mut out, self.lib_name.as_deref());
@@ -117,6 +123,7 @@ impl Handed {
         let pool = String::from_utf8(r.bytes()??).ok()?;
         let h = Handed {
             pool,
+            redis: flags & 4 != 0,
             resp3: flags & 1 != 0,
             authenticated: flags & 2 != 0,
             name: r.bytes()?,
@@ -188,6 +195,7 @@ impl Worker<'_> {
             let s = &c.session;
             let msg = Handed {
                 pool: self.pools[c.pool].cfg.name.clone(),
+                redis: self.pools[c.pool].proto == crate::proto::Protocol::Redis,
                 resp3: s.resp3,
                 authenticated: s.authenticated,
                 name: s.name.clone(),
@@ -303,6 +311,13 @@ impl Worker<'_> {
             );
             return;
         };
+        if (self.pools[pool].proto == crate::proto::Protocol::Redis) != h.redis {
+            crate::log_notice!(
+                "handed a client of pool '{}', which now speaks another protocol: closing it",
+                h.pool
+            );
+            return;
+        }
         let tcp = crate::net::is_tcp(&fd);
         let raw = fd.into_raw_fd();
         let sock = if tcp {
@@ -358,6 +373,7 @@ mod tests {
     fn state_round_trips() {
         let h = Handed {
             pool: "alpha".into(),
+            redis: true,
             resp3: true,
             authenticated: false,
             name: Some(b"conn-1".to_vec()),

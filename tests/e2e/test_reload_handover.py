@@ -157,6 +157,7 @@ class CounterWatch:
     def __init__(self, stats_port: int):
         self.port = stats_port
         self.backwards: list[str] = []
+        self.phase = "start"
         self.reads = 0
         self.last: dict[str, int] = {}
         self.stop_ev = threading.Event()
@@ -186,7 +187,7 @@ class CounterWatch:
                 continue
             for k, v in now.items():
                 if k in self.last and v < self.last[k]:
-                    self.backwards.append(f"{k}: {self.last[k]} -> {v}")
+                    self.backwards.append(f"{self.phase}: {k}: {self.last[k]} -> {v}")
             self.last.update(now)
             self.reads += 1
             time.sleep(0.05)
@@ -228,6 +229,7 @@ def test_reload_and_upgrade_fail_no_request(procs, mode):
     new_master = None
     try:
         # 1. HUP with a changed pool key.
+        watch.phase = "HUP"
         p.conf_path.write_text(config(2500))
         p.signal(signal.SIGHUP)
         gen2 = wait_workers(p.pid, 2, exclude=gen1.values())
@@ -237,6 +239,7 @@ def test_reload_and_upgrade_fail_no_request(procs, mode):
         load.wait_progress(what="load after HUP")
 
         # 2. The admin port's reload.
+        watch.phase = "admin reload"
         p.conf_path.write_text(config(3000))
         reply = admin(admin_port, "reload")
         assert not reply.startswith("ERR"), reply
@@ -246,6 +249,7 @@ def test_reload_and_upgrade_fail_no_request(procs, mode):
         load.wait_progress(what="load after admin reload")
 
         # 3. Hot upgrade: USR2, then QUIT to the old master.
+        watch.phase = "USR2"
         p.signal(signal.SIGUSR2)
         new_master = wait_until(
             lambda: next((c for c in children(p.pid) if c not in gen3.values()), None), 10,
@@ -254,6 +258,7 @@ def test_reload_and_upgrade_fail_no_request(procs, mode):
         wait_log(p.log_path, f"new master (pid {new_master}) is ready")
         load.wait_progress(what="load with both binaries up")
         quit_at = time.monotonic()
+        watch.phase = "QUIT"
         p.signal(signal.SIGQUIT)
         p.proc.wait(timeout=10)
         gone_after = time.monotonic() - quit_at
@@ -278,3 +283,104 @@ def test_reload_and_upgrade_fail_no_request(procs, mode):
     assert not watch.backwards, watch.backwards[:10]
     print(f"\n{mode}: {load.ok} request rounds, 0 errors, old master gone {gone_after:.3f}s after QUIT, "
           f"{watch.reads} stats reads, none backwards")
+
+
+def test_session_and_partial_requests_cross_a_reload(procs):
+    """What a handed client carries: its Redis session (AUTH, HELLO 3,
+    CLIENT SETNAME) and the unparsed start of a request it was sending; a
+    request too large to carry is read to its end by the old worker first."""
+    from procs import RawConn
+
+    mc = procs.memcached()
+    rd = procs.redis(extra=["--requirepass", "s3cret"])
+    mc_port, rd_port = free_port(), free_port()
+
+    def config(timeout: int) -> str:
+        return to_yaml({
+            "mc": memcache_pool([mc], listen=f"{HOST}:{mc_port}", timeout=timeout),
+            "rd": redis_pool([rd], listen=f"{HOST}:{rd_port}", timeout=timeout, redis_auth="s3cret"),
+            "_walnut": {"workers": 2},
+        })
+
+    from procs import Proxy
+
+    p = Proxy("walnut", procs.workdir, {})
+    p.conf_path.write_text(config(2000))
+    p.ports = {"mc": mc_port, "rd": rd_port}
+    procs.started.append(p)
+    p.start()
+    gen1 = wait_workers(p.pid, 2)
+    big = os.urandom(400_000).hex().encode()[:400_000]
+    with RawConn(rd_port) as r, RawConn(mc_port) as m, RawConn(mc_port) as m2:
+        hello = r.request(b"HELLO 3 AUTH default s3cret SETNAME keep-me\r\n", b"\r\n", timeout=5)
+        assert hello.startswith(b"%"), hello
+        r.read_until(b"modules\r\n*0\r\n")
+        assert r.request(b"HSET h f v\r\n") == b":1\r\n"
+        # Halfway through a request on each protocol, and a value too large
+        # to carry on the third connection.
+        r.send(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nab")
+        m.send(b"set k 0 0 5\r\nab")
+        m2.send(b"set big 0 0 %d\r\n" % len(big) + big[:150_000])
+        ended = {k: v["client_eof"] + v["client_err"] for k, v in read_stats(p.stats_port).items()
+                 if k in ("mc", "rd")}
+        p.conf_path.write_text(config(2500))
+        p.signal(signal.SIGHUP)
+        gen2 = wait_workers(p.pid, 2, exclude=gen1.values())
+        wait_log(p.log_path, "handing clients over")
+        r.send(b"cde\r\n")
+        assert r.read_line(timeout=5) == b"+OK\r\n"
+        m.send(b"cde\r\n")
+        assert m.read_line(timeout=5) == b"STORED\r\n"
+        m2.send(big[150_000:] + b"\r\n")
+        assert m2.read_line(timeout=10) == b"STORED\r\n"
+        for pid in gen1.values():
+            wait_gone(pid, timeout=5)
+        # Served by the new generation now, the session intact.
+        assert r.request(b"CLIENT GETNAME\r\n", b"\r\nkeep-me\r\n") == b"$7\r\nkeep-me\r\n"
+        assert r.request(b"HGETALL h\r\n", b"v\r\n") == b"%1\r\n$1\r\nf\r\n$1\r\nv\r\n"
+        assert r.request(b"GET k\r\n", b"cde\r\n") == b"$5\r\nabcde\r\n"
+        assert m.request(b"get k\r\n", b"END\r\n") == b"VALUE k 0 5\r\nabcde\r\nEND\r\n"
+        got = m2.request(b"get big\r\n", b"END\r\n", timeout=10)
+        assert got == b"VALUE big 0 %d\r\n" % len(big) + big + b"\r\nEND\r\n"
+        from procmodel import served_by
+        assert served_by(m) in gen2.values()
+        # Handed over, not closed: no client connection ended in either pool.
+        stats = read_stats(p.stats_port)
+        assert {k: stats[k]["client_eof"] + stats[k]["client_err"] for k in ended} == ended
+        assert stats["mc"]["client_connections"] == 2
+        assert stats["rd"]["client_connections"] == 1
+
+
+def test_removed_pool_clients_are_closed_and_others_kept(procs):
+    """A reload that removes a pool: its clients are closed by the new
+    generation (their listener is gone too); the other pool's are kept."""
+    from procs import RawConn
+
+    mc1, mc2 = procs.memcacheds(2)
+    a_port, b_port = free_port(), free_port()
+    from procs import Proxy
+
+    p = Proxy("walnut", procs.workdir, {})
+    p.conf_path.write_text(to_yaml({
+        "a": memcache_pool([mc1], listen=f"{HOST}:{a_port}"),
+        "b": memcache_pool([mc2], listen=f"{HOST}:{b_port}"),
+        "_walnut": {"workers": 2},
+    }))
+    p.ports = {"a": a_port, "b": b_port}
+    procs.started.append(p)
+    p.start()
+    gen1 = wait_workers(p.pid, 2)
+    with RawConn(a_port) as a, RawConn(b_port) as b:
+        assert a.request(b"set x 0 0 1\r\n1\r\n") == b"STORED\r\n"
+        assert b.request(b"set x 0 0 1\r\n2\r\n") == b"STORED\r\n"
+        p.conf_path.write_text(to_yaml({
+            "a": memcache_pool([mc1], listen=f"{HOST}:{a_port}"),
+            "_walnut": {"workers": 2},
+        }))
+        p.signal(signal.SIGHUP)
+        wait_workers(p.pid, 2, exclude=gen1.values())
+        for pid in gen1.values():
+            wait_gone(pid, timeout=5)
+        assert a.request(b"get x\r\n", b"END\r\n") == b"VALUE x 0 1\r\n1\r\nEND\r\n"
+        assert b.is_closed(timeout=5)
+    wait_log(p.log_path, "pool 'b', which is no longer configured")
