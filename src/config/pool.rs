@@ -19,7 +19,7 @@ pub const DEFAULT_MC_MAX_VALUE_SIZE: usize = 1 << 20;
 pub const DEFAULT_REDIS_MAX_VALUE_SIZE: usize = 512 << 20;
 
 /// Every key a pool may set: twemproxy's, then walnut's extensions.
-pub const POOL_KEYS: [&str; 31] = [
+pub const POOL_KEYS: [&str; 33] = [
     "listen",
     "hash",
     "hash_tag",
@@ -51,6 +51,8 @@ pub const POOL_KEYS: [&str; 31] = [
     "slowlog_threshold",
     "redis_cluster",
     "cluster_read_replicas",
+    "migration",
+    "migration_rate",
 ];
 
 /// One pool: a listen address in front of a set of servers.
@@ -119,6 +121,14 @@ pub struct PoolConfig {
     /// move to the others) or `fail_fast` (its keys get errors at once and
     /// never move, so no other server sees them while it is out).
     pub eject_fail_fast: bool,
+    /// walnut `migration:` when a reload changes this pool's servers, keep
+    /// serving keys whose owner changed (from the old owner until they are
+    /// moved) and move them in the background (default false: twemproxy's
+    /// plain rehash).
+    pub migration: bool,
+    /// walnut `migration_rate:` most keys moved per second by the
+    /// background migrator (default 1000).
+    pub migration_rate: u32,
     /// walnut `server_health_check:` probe an ejected server (memcached
     /// `version`, Redis `PING`) before taking it back (default false:
     /// twemproxy takes it back when its retry time comes).
@@ -364,6 +374,7 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
     let max_keys = num("max_keys", 1 << 20).map(|n| n.max(1) as usize);
     let client_max_inflight = num("client_max_inflight", 10_000).map(|n| n.max(1) as usize);
     let client_idle_timeout = num("client_idle_timeout", 0);
+    let migration_rate = num("migration_rate", 1000).map(|n| n.max(1));
     if server_connections == Some(0) {
         if let Some(v) = scalar("server_connections") {
             r.error(v.line, "'server_connections' cannot be 0");
@@ -387,6 +398,7 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
     let server_health_check = flag("server_health_check", false);
     let redis_cluster = flag("redis_cluster", false);
     let cluster_read_replicas = flag("cluster_read_replicas", false);
+    let migration = flag("migration", false);
 
     let redis_auth = scalar("redis_auth").map(|v| v.text.clone());
     if redis == Some(false) {
@@ -515,6 +527,19 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
         }
     }
 
+    if migration == Some(true) {
+        let why = if redis_cluster == Some(true) {
+            Some("a Redis Cluster reshards itself")
+        } else if replicas.is_some_and(|n| n > 1) {
+            Some("replicated pools are not migrated yet")
+        } else {
+            None
+        };
+        if let (Some(why), Some(v)) = (why, scalar("migration")) {
+            r.error(v.line, format!("'migration' cannot be on for this pool: {why}"));
+        }
+    }
+
     if r.errors.len() > before {
         return None;
     }
@@ -548,6 +573,8 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
         client_max_inflight: client_max_inflight?,
         client_idle_timeout_ms: u64::from(client_idle_timeout?),
         eject_fail_fast: eject_fail_fast?,
+        migration: migration?,
+        migration_rate: migration_rate?,
         server_health_check: server_health_check?,
         slowlog_threshold_us: slowlog_threshold_us?,
         redis_cluster: redis_cluster?,
