@@ -536,7 +536,10 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
             None
         };
         if let (Some(why), Some(v)) = (why, scalar("migration")) {
-            r.error(v.line, format!("'migration' cannot be on for this pool: {why}"));
+            r.error(
+                v.line,
+                format!("'migration' cannot be on for this pool: {why}"),
+            );
         }
     }
 

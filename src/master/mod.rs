@@ -59,6 +59,8 @@ struct WorkerProc {
 struct Generation {
     id: u64,
     config: Config,
+    /// The configuration it replaced, when a pool of it migrates.
+    previous: Option<Config>,
     /// Pool and server names (what its counters mean).
     names: Names,
     region: Box<Region>,
@@ -214,9 +216,16 @@ impl Master {
         };
         let id = self.next_gen;
         self.next_gen += 1;
+        // Pools with `migration` keep the previous configuration at hand.
+        let previous = self
+            .current
+            .as_ref()
+            .filter(|_| config.pools.iter().any(|p| p.migration))
+            .map(|g| g.config.clone());
         let mut gen = Generation {
             id,
             config,
+            previous,
             names,
             region,
             mutex,
@@ -291,6 +300,7 @@ impl Master {
                 channel: worker_end,
                 cpu: cpu_for(&gen.config, index),
                 handin: Some(handin),
+                previous: gen.previous.as_ref(),
             });
         }
         drop(worker_end);

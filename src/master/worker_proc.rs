@@ -150,6 +150,7 @@ pub fn apply_param(ctl: &mut WorkerCtl, key: &str, value: &str) -> Result<(), St
                 .position(|n| n == pool)
                 .ok_or_else(|| format!("unknown pool '{pool}'"))?;
             match param {
+                "migration" if value == "done" => ctl.migration_done.push(idx),
                 "timeout" => {
                     let ms = crate::config::parse_millis(value)
                         .ok_or_else(|| format!("bad timeout '{value}'"))?;
@@ -180,6 +181,8 @@ pub struct WorkerStart<'a> {
     pub cpu: Option<usize>,
     /// The master's handover socket (clients handed to this generation).
     pub handin: Option<std::os::fd::OwnedFd>,
+    /// The configuration this generation replaced (pools that migrate).
+    pub previous: Option<&'a Config>,
 }
 
 /// Body of a worker process; never returns.
@@ -206,6 +209,7 @@ pub fn worker_main(start: WorkerStart<'_>) -> ! {
         slot: start.index,
         mutex: start.mutex,
         handin: start.handin,
+        previous: start.previous,
     };
     let code = match Worker::new(start.config, setup) {
         Ok(mut w) => match w.run(&mut control) {

@@ -21,7 +21,11 @@ impl Worker<'_> {
             let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
                 return;
             };
-            if c.closing || c.paused || c.stream.as_ref().is_some_and(|s| s.blocked) {
+            if c.closing
+                || c.paused
+                || c.gate.is_some()
+                || c.stream.as_ref().is_some_and(|s| s.blocked)
+            {
                 break;
             }
             if handing && !Self::must_read_before_handover(c) {
@@ -88,6 +92,11 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return;
         };
+        if c.gate.is_some() {
+            // A request waits for its keys to be pulled over: the next
+            // ones wait behind it (parsed once it goes on).
+            return;
+        }
         if self.handover.is_some() && !Self::must_read_before_handover(c) {
             // Handing over: the input goes to the successor unparsed.
             return;
@@ -282,26 +291,43 @@ impl Worker<'_> {
                 self.push_ready(token, out, close);
                 close
             }
-            Route::Single => {
-                self.note_key(
-                    pool,
-                    req.keys.first().map_or(&b""[..], |r| &bytes[r.clone()]),
-                );
-                self.forward_single(token, client_id, pool, &req, bytes, now);
-                false
-            }
-            Route::Multi => {
-                self.note_key(
-                    pool,
-                    req.keys.first().map_or(&b""[..], |r| &bytes[r.clone()]),
-                );
-                self.forward_multi(token, client_id, pool, req, bytes, now);
+            Route::Single | Route::Multi => {
+                if self.pools[pool].migration.is_some()
+                    && self.hold_for_moved_keys(token, &req, bytes, now)
+                {
+                    return true;
+                }
+                self.dispatch_routed(token, req, bytes, now);
                 false
             }
             Route::Broadcast => {
                 self.forward_broadcast(token, client_id, pool, req, bytes, now);
                 false
             }
+        }
+    }
+
+    /// Send a key-routed request on (a held one, once its keys are where
+    /// they belong, comes here too).
+    pub(super) fn dispatch_routed(
+        &mut self,
+        token: Token,
+        req: Request,
+        bytes: &[u8],
+        now: Instant,
+    ) {
+        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+            return;
+        };
+        let (pool, client_id) = (c.pool, c.id);
+        self.note_key(
+            pool,
+            req.keys.first().map_or(&b""[..], |r| &bytes[r.clone()]),
+        );
+        if req.route == Route::Single {
+            self.forward_single(token, client_id, pool, &req, bytes, now);
+        } else {
+            self.forward_multi(token, client_id, pool, req, bytes, now);
         }
     }
 

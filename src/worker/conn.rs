@@ -155,6 +155,9 @@ pub struct Client {
     /// A server whose reading is paused until this client's output drains
     /// (a large reply streamed to it), with that server's id.
     pub rstream_from: Option<(Token, u64)>,
+    /// A request held while its moved keys are pulled to their new owner
+    /// (a migrating pool): nothing more is parsed until it goes on.
+    pub gate: Option<Box<super::migrate::Gate>>,
 }
 
 /// A large request being forwarded as it arrives (Redis): its head went to
@@ -328,6 +331,18 @@ pub enum Waiter {
     Internal,
     /// `CLUSTER SLOTS` of a Redis Cluster pool: the reply is the new slot map.
     SlotMap,
+    /// One step of pulling a moved key to its new owner for a held
+    /// request (see `migrate.rs`).
+    Pull {
+        /// Client token.
+        token: Token,
+        /// Client id.
+        id: u64,
+        /// Index of the key in the client's gate.
+        idx: u32,
+        /// Which step.
+        part: super::migrate::PullPart,
+    },
 }
 
 /// A request sent (or queued) to a server, waiting for its reply.

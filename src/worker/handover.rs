@@ -180,6 +180,7 @@ impl Worker<'_> {
                         && !c.eof
                         && c.pending.is_empty()
                         && c.stream.is_none()
+                        && c.gate.is_none()
                         && c.rstream_from.is_none()
                         && c.rbuf.len() + c.wbuf.len() <= CARRY_MAX =>
                 {

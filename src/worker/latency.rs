@@ -88,6 +88,16 @@ impl Worker<'_> {
 
     /// Apply parameters the controller changed that live in the pools.
     pub(super) fn apply_ctl(&mut self) {
+        for pool in std::mem::take(&mut self.ctl.migration_done) {
+            if let Some(p) = self.pools.get_mut(pool) {
+                if p.migration.take().is_some() {
+                    crate::log_notice!(
+                        "pool '{}': migration done, keys are no longer pulled from old owners",
+                        p.cfg.name
+                    );
+                }
+            }
+        }
         if self.ctl.pool_timeouts.is_empty() {
             return;
         }

@@ -19,6 +19,7 @@ mod heap;
 mod held;
 mod latency;
 mod local;
+mod migrate;
 mod pool;
 mod replies;
 mod server;
@@ -123,6 +124,9 @@ pub struct WorkerSetup<'a> {
     pub mutex: Option<&'a AcceptMutex>,
     /// The socket predecessors hand clients over on (see `handover.rs`).
     pub handin: Option<OwnedFd>,
+    /// The configuration this generation replaced, while pools of it
+    /// migrate (see `migrate.rs`).
+    pub previous: Option<&'a Config>,
 }
 
 /// Runtime knobs a controller can change without restarting the loop.
@@ -146,6 +150,8 @@ pub struct WorkerCtl {
     pub client_max_inflight: Option<usize>,
     /// Where to hand clients over to ([`Stop::Handover`]).
     pub handover_to: Option<String>,
+    /// Pools whose migration ended: keys are no longer pulled.
+    pub migration_done: Vec<usize>,
 }
 
 /// A worker's data path.
@@ -204,7 +210,16 @@ impl<'a> Worker<'a> {
     /// Build a worker for `config`, serving the given listeners.
     pub fn new(config: &Config, setup: WorkerSetup<'a>) -> std::io::Result<Worker<'a>> {
         let poll = Poll::new()?;
-        let pools: Vec<PoolRt> = config.pools.iter().map(PoolRt::new).collect();
+        let pools: Vec<PoolRt> = config
+            .pools
+            .iter()
+            .map(|p| {
+                let prev = setup
+                    .previous
+                    .and_then(|c| c.pools.iter().find(|q| q.name == p.name));
+                PoolRt::new(p, prev)
+            })
+            .collect();
         let ls = setup
             .listeners
             .into_iter()
@@ -236,6 +251,7 @@ impl<'a> Worker<'a> {
                 client_output_limit: None,
                 client_max_inflight: None,
                 handover_to: None,
+                migration_done: Vec::new(),
             },
             accepting: true,
             max_conns: config.process.max_connections,
@@ -734,6 +750,7 @@ impl<'a> Worker<'a> {
             last_active: now,
             stream: None,
             rstream_from: None,
+            gate: None,
         })));
         self.pools[pool].clients += 1;
         self.stats

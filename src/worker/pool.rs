@@ -101,39 +101,17 @@ pub struct PoolRt {
     pub resp3_refused: bool,
     /// Redis Cluster pools: the slot map (`redis_cluster: true`).
     pub cluster: Option<Box<super::cluster::ClusterRt>>,
+    /// A reload changed the servers of this pool (`migration: true`):
+    /// where keys were before, until the migration is done.
+    pub migration: Option<Box<super::migrate::MigrationRt>>,
 }
 
 impl PoolRt {
-    /// Build the runtime pool from its configuration.
-    pub fn new(cfg: &PoolConfig) -> PoolRt {
-        let servers: Vec<ServerRt> = cfg
-            .servers
-            .iter()
-            .map(|s| {
-                let endpoint = match &s.addr {
-                    ServerAddr::Tcp { host, port } => match crate::net::resolve(host, *port) {
-                        Ok(a) => Some(Endpoint::Tcp(a)),
-                        Err(e) => {
-                            crate::log_error!(
-                                "pool '{}': server '{}': {}",
-                                cfg.name,
-                                s.stats_name(),
-                                e
-                            );
-                            None
-                        }
-                    },
-                    ServerAddr::Unix { path } => Some(Endpoint::Unix(path.clone())),
-                };
-                ServerRt::new(
-                    endpoint,
-                    s.stats_name(),
-                    s.ketama_name(),
-                    s.weight,
-                    cfg.server_connections,
-                )
-            })
-            .collect();
+    /// Build the runtime pool from its configuration; `previous`: the same
+    /// pool in the configuration this one replaced (a migration starts
+    /// when its servers differ and `migration` is on).
+    pub fn new(cfg: &PoolConfig, previous: Option<&PoolConfig>) -> PoolRt {
+        let mut servers: Vec<ServerRt> = cfg.servers.iter().map(|s| server_rt(cfg, s)).collect();
         let proto = if cfg.redis {
             Protocol::Redis
         } else {
@@ -145,6 +123,8 @@ impl PoolRt {
             pre_auth: false,
         };
         let placement = build_placement(cfg, &servers);
+        let migration =
+            previous.and_then(|prev| super::migrate::MigrationRt::new(cfg, prev, &mut servers));
         PoolRt {
             cfg: cfg.clone(),
             proto,
@@ -157,6 +137,7 @@ impl PoolRt {
             cluster: cfg
                 .redis_cluster
                 .then(|| Box::new(super::cluster::ClusterRt::new(cfg.servers.len()))),
+            migration,
         }
     }
 
@@ -300,6 +281,27 @@ impl PoolRt {
     }
 }
 
+/// A server of `cfg` as the worker runs it (its address resolved once).
+pub(super) fn server_rt(cfg: &PoolConfig, s: &crate::config::ServerConfig) -> ServerRt {
+    let endpoint = match &s.addr {
+        ServerAddr::Tcp { host, port } => match crate::net::resolve(host, *port) {
+            Ok(a) => Some(Endpoint::Tcp(a)),
+            Err(e) => {
+                crate::log_error!("pool '{}': server '{}': {}", cfg.name, s.stats_name(), e);
+                None
+            }
+        },
+        ServerAddr::Unix { path } => Some(Endpoint::Unix(path.clone())),
+    };
+    ServerRt::new(
+        endpoint,
+        s.stats_name(),
+        s.ketama_name(),
+        s.weight,
+        cfg.server_connections,
+    )
+}
+
 /// A factor in [0.75, 1.25) from the clock's low bits (no shared RNG state).
 fn jitter_factor() -> f64 {
     let nanos = std::time::SystemTime::now()
@@ -310,8 +312,10 @@ fn jitter_factor() -> f64 {
 }
 
 fn build_placement(cfg: &PoolConfig, servers: &[ServerRt]) -> Placement {
-    // fail_fast ejection keeps ejected servers on the ring.
-    let ring: Vec<RingServer> = servers
+    // Only the configured servers are on the ring (not Redis Cluster nodes
+    // found at run time, nor the old servers of a migration); fail_fast
+    // ejection keeps ejected servers on it.
+    let ring: Vec<RingServer> = servers[..cfg.servers.len().min(servers.len())]
         .iter()
         .map(|s| RingServer {
             name: s.ring_name.as_bytes(),

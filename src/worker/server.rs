@@ -465,6 +465,15 @@ impl Worker<'_> {
                             self.record_reply(pool, server, &front, now);
                             self.deliver(ct, id, seq, frag, bytes, rsp.is_error);
                         }
+                    } else if let Waiter::Pull {
+                        token: ct,
+                        id,
+                        idx,
+                        part,
+                    } = front.waiter
+                    {
+                        let reply = bytes.to_vec();
+                        self.pull_reply(ct, id, idx, part, Some(&reply), now);
                     } else if matches!(front.waiter, Waiter::SlotMap) {
                         self.cluster_slots_reply(pool, server, bytes);
                     } else if rsp.is_error {
@@ -699,6 +708,15 @@ impl Worker<'_> {
         for f in s.inflight.drain(..) {
             if matches!(f.waiter, Waiter::SlotMap) {
                 self.cluster_map_failed(pool);
+            }
+            if let Waiter::Pull {
+                token: ct,
+                id,
+                idx,
+                part,
+            } = f.waiter
+            {
+                self.pull_reply(ct, id, idx, part, None, now);
             }
             if let Waiter::Client {
                 token: ct,

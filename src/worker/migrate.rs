@@ -1,0 +1,500 @@
+//! Serving a pool whose servers changed under a reload (`migration: on`)
+//! while its keys move (the background migrator, `src/migrate/`, moves
+//! them all; this is what a worker does for the keys clients ask for
+//! meanwhile).
+//!
+//! A request whose key's owner changed — the previous configuration's
+//! placement puts it on another server than the new one — is held back
+//! (its client is not parsed further, so its requests keep their order)
+//! while the key is pulled over: read from the old owner with its TTL
+//! (Redis `DUMP` + `PTTL`, memcached `mg <key> v f t`), written to the new
+//! owner only if absent there (`RESTORE` without `REPLACE`, `ms ... ME`:
+//! a newer value written since wins), and deleted from the old owner, so
+//! no older value can come back later. Then the request goes to the new
+//! owner as usual: reads find the value, writes and deletes act on it,
+//! whatever its type. Keys that did not move, and everything once the
+//! migration is done, take the ordinary path untouched.
+//!
+//! An old owner that cannot be reached loses its keys (as in twemproxy);
+//! the request then goes on to the new owner.
+
+use super::conn::{Conn, Waiter};
+use super::pool::{server_rt, ServerRt};
+use super::Worker;
+use crate::config::PoolConfig;
+use crate::hash::{Placement, RingServer};
+use crate::proto::{Parse, Protocol, Request, Route};
+use mio::Token;
+use std::time::Instant;
+
+/// Where a pool's keys were before the reload.
+#[derive(Debug)]
+pub struct MigrationRt {
+    /// The previous configuration's placement.
+    old: Placement,
+    /// Per previous server (placement index): its index in the pool's
+    /// servers (removed servers are appended there, off the ring).
+    old_index: Vec<usize>,
+}
+
+impl MigrationRt {
+    /// The migration state of `cfg` replacing `prev`, if its placement
+    /// changed and `migration` is on; servers of `prev` that `cfg` no
+    /// longer has are appended to `servers` (reachable, not on the ring).
+    pub fn new(
+        cfg: &PoolConfig,
+        prev: &PoolConfig,
+        servers: &mut Vec<ServerRt>,
+    ) -> Option<Box<MigrationRt>> {
+        if !cfg.migration || cfg.redis != prev.redis || cfg.redis_cluster || cfg.replicas > 1 {
+            return None;
+        }
+        let same = cfg.hash == prev.hash
+            && cfg.distribution == prev.distribution
+            && cfg.hash_tag == prev.hash_tag
+            && cfg.servers.len() == prev.servers.len()
+            && cfg.servers.iter().zip(&prev.servers).all(|(a, b)| {
+                a.addr == b.addr && a.weight == b.weight && a.ketama_name() == b.ketama_name()
+            });
+        if same {
+            return None;
+        }
+        let names: Vec<String> = prev.servers.iter().map(|s| s.ketama_name()).collect();
+        let ring: Vec<RingServer> = prev
+            .servers
+            .iter()
+            .zip(&names)
+            .map(|(s, name)| RingServer {
+                name: name.as_bytes(),
+                weight: s.weight,
+                live: true,
+            })
+            .collect();
+        let old = Placement::new(prev.hash, prev.distribution, prev.hash_tag, &ring);
+        let old_index = prev
+            .servers
+            .iter()
+            .map(
+                |s| match cfg.servers.iter().position(|n| n.addr == s.addr) {
+                    Some(i) => i,
+                    None => {
+                        servers.push(server_rt(prev, s));
+                        servers.len() - 1
+                    }
+                },
+            )
+            .collect();
+        crate::log_notice!(
+            "pool '{}': servers changed; keys whose owner changed are pulled from their old owner until the migration is done",
+            cfg.name
+        );
+        Some(Box::new(MigrationRt { old, old_index }))
+    }
+
+    /// The server `key` lived on before, as an index of the pool's servers.
+    pub fn old_owner(&self, key: &[u8]) -> Option<usize> {
+        self.old
+            .server_for(key)
+            .and_then(|i| self.old_index.get(i).copied())
+    }
+}
+
+/// A request held back while its moved keys are pulled over.
+#[derive(Debug)]
+pub struct Gate {
+    /// The request (key ranges into `bytes`).
+    pub req: Request,
+    /// Its bytes.
+    pub bytes: Vec<u8>,
+    /// The keys being pulled.
+    pub pulls: Vec<Pull>,
+    /// Pulls not finished.
+    pub left: usize,
+}
+
+/// One key pulled from its old owner to its new one.
+#[derive(Debug)]
+pub struct Pull {
+    /// The key.
+    pub key: Vec<u8>,
+    /// Its old owner.
+    pub old: usize,
+    /// Its new owner.
+    pub new: usize,
+    /// Redis: the `DUMP` payload, once read.
+    pub dump: Option<Vec<u8>>,
+    /// Finished (copied, found absent, or given up).
+    pub done: bool,
+}
+
+/// Which request of a pull a reply answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PullPart {
+    /// Redis `DUMP key` on the old owner.
+    Dump,
+    /// Redis `PTTL key` on the old owner (after `Dump`).
+    Ttl,
+    /// memcached `mg key v f t` on the old owner.
+    Get,
+    /// The copy on the new owner (`RESTORE`, `ms ... ME`).
+    Store,
+    /// The delete on the old owner (its reply is dropped).
+    Delete,
+}
+
+/// Whether a memcached key can go on a meta command line as it is (else
+/// it is sent base64-encoded with the `b` flag).
+fn plain_key(key: &[u8]) -> bool {
+    !key.is_empty() && key.len() <= 250 && key.iter().all(|&b| b > b' ' && b != 0x7f)
+}
+
+fn meta_key(key: &[u8]) -> (Vec<u8>, &'static str) {
+    if plain_key(key) {
+        (key.to_vec(), "")
+    } else {
+        use base64::Engine;
+        (
+            base64::engine::general_purpose::STANDARD
+                .encode(key)
+                .into_bytes(),
+            " b",
+        )
+    }
+}
+
+fn resp_command(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// A Redis bulk reply's payload (`None` for a null).
+fn bulk_payload(reply: &[u8]) -> Option<&[u8]> {
+    let rest = reply.strip_prefix(b"$")?;
+    let nl = memchr::memchr(b'\n', rest)?;
+    let len: usize = std::str::from_utf8(&rest[..nl])
+        .ok()?
+        .trim_end()
+        .parse()
+        .ok()?;
+    rest.get(nl + 1..nl + 1 + len)
+}
+
+/// A Redis integer reply.
+fn integer(reply: &[u8]) -> Option<i64> {
+    std::str::from_utf8(reply.strip_prefix(b":")?)
+        .ok()?
+        .trim_end()
+        .parse()
+        .ok()
+}
+
+/// memcached `mg ... v f t` hit: (flags, ttl seconds or -1, value).
+fn meta_value(reply: &[u8]) -> Option<(u32, i64, &[u8])> {
+    let nl = memchr::memchr(b'\n', reply)?;
+    let head = std::str::from_utf8(&reply[..nl]).ok()?.trim_end();
+    let mut words = head.split(' ');
+    if words.next()? != "VA" {
+        return None;
+    }
+    let len: usize = words.next()?.parse().ok()?;
+    let (mut flags, mut ttl) = (0u32, -1i64);
+    for w in words {
+        if let Some(f) = w.strip_prefix('f') {
+            flags = f.parse().ok()?;
+        } else if let Some(t) = w.strip_prefix('t') {
+            ttl = t.parse().ok()?;
+        }
+    }
+    Some((flags, ttl, reply.get(nl + 1..nl + 1 + len)?))
+}
+
+impl Worker<'_> {
+    /// A request of a migrating pool: if any of its keys changed owner,
+    /// hold it and pull those keys over first. Returns true when held.
+    pub(super) fn hold_for_moved_keys(
+        &mut self,
+        token: Token,
+        req: &Request,
+        bytes: &[u8],
+        now: Instant,
+    ) -> bool {
+        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+            return false;
+        };
+        let pool = c.pool;
+        let keys: Vec<&[u8]> = match req.route {
+            Route::Single => req
+                .keys
+                .first()
+                .map(|r| &bytes[r.clone()])
+                .into_iter()
+                .collect(),
+            Route::Multi => req.keys.iter().map(|r| &bytes[r.clone()]).collect(),
+            _ => return false,
+        };
+        let mut pulls = Vec::new();
+        for key in keys {
+            let Some(m) = self.pools[pool].migration.as_ref() else {
+                return false;
+            };
+            let old = m.old_owner(key);
+            let new = self.pools[pool].server_for(key, now);
+            if let (Some(old), Some(new)) = (old, new) {
+                if old != new && !pulls.iter().any(|p: &Pull| p.key == key) {
+                    pulls.push(Pull {
+                        key: key.to_vec(),
+                        old,
+                        new,
+                        dump: None,
+                        done: false,
+                    });
+                }
+            }
+        }
+        if pulls.is_empty() {
+            return false;
+        }
+        let n = pulls.len();
+        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+            c.gate = Some(Box::new(Gate {
+                req: req.clone(),
+                bytes: bytes.to_vec(),
+                pulls,
+                left: n,
+            }));
+        }
+        for idx in 0..n {
+            self.pull_start(token, idx, now);
+        }
+        true
+    }
+
+    /// Queue one of the proxy's own requests of a pull.
+    fn pull_send(
+        &mut self,
+        token: Token,
+        server: usize,
+        idx: usize,
+        part: PullPart,
+        bytes: &[u8],
+        now: Instant,
+    ) -> bool {
+        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+            return false;
+        };
+        let (pool, id) = (c.pool, c.id);
+        let proto = self.pools[pool].proto;
+        let limits = crate::proto::Limits {
+            max_value: usize::MAX,
+            max_keys: usize::MAX,
+            pre_auth: false,
+        };
+        let Ok(Parse::Done(r)) = proto.parse_request(bytes, &limits) else {
+            return false;
+        };
+        let slot = self.conn_slot(token, pool, server, id, r.op);
+        let Ok(st) = self.server_conn(pool, server, slot, now) else {
+            return false;
+        };
+        let waiter = Waiter::Pull {
+            token,
+            id,
+            idx: idx as u32,
+            part,
+        };
+        self.enqueue(
+            st,
+            Some(waiter),
+            r.op,
+            |out| out.extend_from_slice(bytes),
+            now,
+        );
+        true
+    }
+
+    /// Ask the old owner for the key (and its TTL).
+    fn pull_start(&mut self, token: Token, idx: usize, now: Instant) {
+        let Some((key, old, proto)) = self.pull_of(token, idx) else {
+            return;
+        };
+        let sent = match proto {
+            Protocol::Redis => {
+                self.pull_send(
+                    token,
+                    old,
+                    idx,
+                    PullPart::Dump,
+                    &resp_command(&[b"DUMP", &key]),
+                    now,
+                ) && self.pull_send(
+                    token,
+                    old,
+                    idx,
+                    PullPart::Ttl,
+                    &resp_command(&[b"PTTL", &key]),
+                    now,
+                )
+            }
+            Protocol::Memcache => {
+                let (k, b) = meta_key(&key);
+                let mut line = b"mg ".to_vec();
+                line.extend_from_slice(&k);
+                line.extend_from_slice(format!("{b} v f t\r\n").as_bytes());
+                self.pull_send(token, old, idx, PullPart::Get, &line, now)
+            }
+        };
+        if !sent {
+            self.pull_done(token, idx, now);
+        }
+    }
+
+    fn pull_of(&self, token: Token, idx: usize) -> Option<(Vec<u8>, usize, Protocol)> {
+        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+            return None;
+        };
+        let p = c.gate.as_ref()?.pulls.get(idx)?;
+        Some((p.key.clone(), p.old, self.pools[c.pool].proto))
+    }
+
+    /// A reply to one of a pull's requests (`None`: the server could not
+    /// be reached).
+    pub(super) fn pull_reply(
+        &mut self,
+        token: Token,
+        id: u64,
+        idx: u32,
+        part: PullPart,
+        reply: Option<&[u8]>,
+        now: Instant,
+    ) {
+        let idx = idx as usize;
+        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+            return;
+        };
+        if c.id != id || part == PullPart::Delete {
+            return;
+        }
+        let Some(pull) = c.gate.as_mut().and_then(|g| g.pulls.get_mut(idx)) else {
+            return;
+        };
+        if pull.done {
+            return;
+        }
+        let (key, old, new) = (pull.key.clone(), pull.old, pull.new);
+        let Some(reply) = reply else {
+            self.pull_done(token, idx, now);
+            return;
+        };
+        match part {
+            PullPart::Dump => {
+                pull.dump = bulk_payload(reply).map(<[u8]>::to_vec);
+            }
+            PullPart::Ttl => {
+                let ttl = integer(reply).unwrap_or(-2);
+                let Some(payload) = pull.dump.take().filter(|_| ttl != -2) else {
+                    self.pull_done(token, idx, now);
+                    return;
+                };
+                let ttl = ttl.max(0).to_string();
+                let restore = resp_command(&[b"RESTORE", &key, ttl.as_bytes(), &payload]);
+                if !self.pull_send(token, new, idx, PullPart::Store, &restore, now) {
+                    self.pull_done(token, idx, now);
+                    return;
+                }
+                self.pull_send(
+                    token,
+                    old,
+                    idx,
+                    PullPart::Delete,
+                    &resp_command(&[b"DEL", &key]),
+                    now,
+                );
+            }
+            PullPart::Get => {
+                let Some((flags, ttl, value)) = meta_value(reply) else {
+                    self.pull_done(token, idx, now);
+                    return;
+                };
+                let (k, b) = meta_key(&key);
+                let mut store = b"ms ".to_vec();
+                store.extend_from_slice(&k);
+                store.extend_from_slice(
+                    format!(" {}{b} F{flags} T{} ME\r\n", value.len(), ttl.max(0)).as_bytes(),
+                );
+                store.extend_from_slice(value);
+                store.extend_from_slice(b"\r\n");
+                if !self.pull_send(token, new, idx, PullPart::Store, &store, now) {
+                    self.pull_done(token, idx, now);
+                    return;
+                }
+                let mut del = b"md ".to_vec();
+                del.extend_from_slice(&k);
+                del.extend_from_slice(format!("{b}\r\n").as_bytes());
+                self.pull_send(token, old, idx, PullPart::Delete, &del, now);
+            }
+            PullPart::Store => self.pull_done(token, idx, now),
+            PullPart::Delete => {}
+        }
+    }
+
+    /// One key is where it belongs (or lost): once every key of the held
+    /// request is, the request goes on, and the client is read again.
+    fn pull_done(&mut self, token: Token, idx: usize, now: Instant) {
+        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+            return;
+        };
+        let Some(gate) = c.gate.as_mut() else {
+            return;
+        };
+        let Some(p) = gate.pulls.get_mut(idx) else {
+            return;
+        };
+        if p.done {
+            return;
+        }
+        p.done = true;
+        gate.left -= 1;
+        if gate.left > 0 {
+            return;
+        }
+        let Some(gate) = c.gate.take() else {
+            return;
+        };
+        let Gate { req, bytes, .. } = *gate;
+        self.dispatch_routed(token, req, &bytes, now);
+        // Parse what the client sent meanwhile.
+        self.resume.push(token);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_of_a_pull() {
+        assert_eq!(bulk_payload(b"$3\r\nabc\r\n"), Some(&b"abc"[..]));
+        assert_eq!(bulk_payload(b"$-1\r\n"), None);
+        assert_eq!(bulk_payload(b"_\r\n"), None);
+        assert_eq!(integer(b":-1\r\n"), Some(-1));
+        assert_eq!(integer(b":1500\r\n"), Some(1500));
+        assert_eq!(
+            meta_value(b"VA 2 f7 t-1\r\nhi\r\n"),
+            Some((7, -1, &b"hi"[..]))
+        );
+        assert_eq!(meta_value(b"VA 0 t30 f0\r\n\r\n"), Some((0, 30, &b""[..])));
+        assert_eq!(meta_value(b"EN\r\n"), None);
+    }
+
+    #[test]
+    fn keys_that_cannot_go_on_a_line_are_encoded() {
+        assert_eq!(meta_key(b"user:1"), (b"user:1".to_vec(), ""));
+        assert_eq!(meta_key(b"a b"), (b"YSBi".to_vec(), " b"));
+        assert_eq!(meta_key(b"\x00").1, " b");
+    }
+}
