@@ -13,7 +13,7 @@ use std::time::Instant;
 
 /// The bytes a single-key request is placed by: its key, or for a meta
 /// request with the `b` flag the key it encodes.
-fn routing_key<'a>(req: &Request, bytes: &'a [u8]) -> Cow<'a, [u8]> {
+pub(super) fn routing_key<'a>(req: &Request, bytes: &'a [u8]) -> Cow<'a, [u8]> {
     let Some(range) = req.keys.first() else {
         return Cow::Borrowed(b"");
     };

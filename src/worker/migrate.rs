@@ -227,18 +227,19 @@ impl Worker<'_> {
             return false;
         };
         let pool = c.pool;
-        let keys: Vec<&[u8]> = match req.route {
-            Route::Single => req
+        let keys: Vec<std::borrow::Cow<[u8]>> = match req.route {
+            // The key placement uses (a meta request's `b` key decoded).
+            Route::Single => vec![super::forward::routing_key(req, bytes)],
+            Route::Multi => req
                 .keys
-                .first()
-                .map(|r| &bytes[r.clone()])
-                .into_iter()
+                .iter()
+                .map(|r| std::borrow::Cow::Borrowed(&bytes[r.clone()]))
                 .collect(),
-            Route::Multi => req.keys.iter().map(|r| &bytes[r.clone()]).collect(),
             _ => return false,
         };
         let mut pulls = Vec::new();
-        for key in keys {
+        for key in &keys {
+            let key = key.as_ref();
             let Some(m) = self.pools[pool].migration.as_ref() else {
                 return false;
             };

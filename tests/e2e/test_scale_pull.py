@@ -7,6 +7,7 @@ left on its new owner only."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import signal
 import threading
@@ -189,6 +190,10 @@ def test_servers_change_under_load_without_a_miss(procs, change):
     direct = [redis.Redis(host=HOST, port=x.port) for x in rds]
     moved = 0
     with RawConn(mc_port) as c:
+        # The meta protocol pulls too (its key given base64-encoded here).
+        for i in range(10):
+            k64 = base64.b64encode(tkey(i).encode())
+            assert c.request(b"mg %s b v f\r\n" % k64, b"x\r\n") == b"VA 1 f3\r\nx\r\n"
         for i in range(40):
             k = tkey(i).encode()
             assert c.request(b"get %s\r\n" % k, b"END\r\n") == b"VALUE %s 3 1\r\nx\r\nEND\r\n" % k
