@@ -26,6 +26,9 @@ pub enum Message {
     Handover(String),
     /// Worker's answer to `Handover`: it reads no more requests.
     Stopped,
+    /// A new worker runs its event loop (the generation it replaces may
+    /// hand its clients over).
+    Ready,
 }
 
 impl Message {
@@ -38,6 +41,7 @@ impl Message {
             Message::Ack(e) => format!("ack {e}"),
             Message::Handover(to) => format!("handover {to}"),
             Message::Stopped => "stopped".to_string(),
+            Message::Ready => "ready".to_string(),
         };
         let mut out = (body.len() as u32).to_be_bytes().to_vec();
         out.extend_from_slice(body.as_bytes());
@@ -58,6 +62,7 @@ impl Message {
             "ack" => Message::Ack(rest.to_string()),
             "handover" if !rest.is_empty() => Message::Handover(rest.to_string()),
             "stopped" => Message::Stopped,
+            "ready" => Message::Ready,
             _ => return None,
         })
     }

@@ -72,6 +72,8 @@ struct Generation {
     stopped: usize,
     /// The placement switch away from this generation was logged.
     switched: bool,
+    /// Workers that reported their event loop runs.
+    ready: usize,
 }
 
 /// The master.
@@ -104,6 +106,8 @@ pub struct Master {
     successor: Option<upgrade::Successor>,
     /// Told by the previous binary's master: report here once serving.
     ready_pipe: Option<OwnedFd>,
+    /// Readiness was reported (or there was no one to report to).
+    ready_reported: bool,
 }
 
 fn nworkers(config: &Config) -> usize {
@@ -177,6 +181,7 @@ impl Master {
             prev,
             successor: None,
             ready_pipe,
+            ready_reported: false,
         })
     }
 
@@ -198,7 +203,6 @@ impl Master {
             );
         }
         self.write_pid_file();
-        upgrade::report_ready(self.ready_pipe.as_ref());
         let code = self.main_loop();
         self.remove_pid_file();
         code
@@ -234,6 +238,7 @@ impl Master {
             draining: false,
             stopped: 0,
             switched: false,
+            ready: 0,
         };
         for i in 0..n {
             let w = self.spawn(&gen, i)?;
@@ -247,27 +252,43 @@ impl Master {
         );
         self.retarget_retired(&gen.names);
         if let Some(old) = self.current.replace(gen) {
-            self.retire(old);
+            // It serves on until every new worker runs (see `retire_due`).
+            self.old.push(old);
         }
         self.refresh_carry();
         Ok(())
     }
 
-    /// The old generation hands its clients to the new one (through this
-    /// master's handover socket, which only the new generation watches
-    /// once the old one got the message) and exits.
-    fn retire(&mut self, mut old: Generation) {
-        old.draining = true;
-        let m = Message::Handover(self.handin_name.clone());
-        for w in old.workers.iter_mut().filter(|w| w.alive) {
-            let _ = w.channel.send(&m);
+    /// Once every worker of the current generation runs: older
+    /// generations hand their clients over to it (through this master's
+    /// handover socket, which only the new generation watches once the old
+    /// one got the message) and exit; a new binary tells its predecessor
+    /// it is ready. Until then the old generation serves on, so a new
+    /// generation that cannot start strands no client.
+    fn retire_due(&mut self) {
+        let Some(cur) = &self.current else {
+            return;
+        };
+        let running = cur.workers.iter().filter(|w| !w.fatal).count();
+        if cur.ready < running || running == 0 {
+            return;
         }
-        crate::log_notice!(
-            "generation {} hands its clients over to generation {}",
-            old.id,
-            self.current.as_ref().map_or(0, |g| g.id)
-        );
-        self.old.push(old);
+        let current = cur.id;
+        if !self.ready_reported {
+            self.ready_reported = true;
+            upgrade::report_ready(self.ready_pipe.as_ref());
+        }
+        let m = Message::Handover(self.handin_name.clone());
+        for old in self.old.iter_mut().filter(|g| !g.draining) {
+            old.draining = true;
+            for w in old.workers.iter_mut().filter(|w| w.alive) {
+                let _ = w.channel.send(&m);
+            }
+            crate::log_notice!(
+                "generation {} hands its clients over to generation {current}",
+                old.id
+            );
+        }
     }
 
     /// Fork worker `index` of `gen`.
@@ -416,6 +437,7 @@ impl Master {
             }
             self.respawn_due();
             self.drain_acks();
+            self.retire_due();
         }
     }
 
@@ -493,6 +515,7 @@ impl Master {
                                 crate::log_warn!("worker pid {}: {}", w.pid, e);
                             }
                             Message::Stopped => gen.stopped += 1,
+                            Message::Ready => gen.ready += 1,
                             _ => {}
                         }
                     }

@@ -63,7 +63,7 @@ impl Control for WorkerControl {
                                 ctl.handover_to = Some(to);
                                 self.handover = true;
                             }
-                            Message::Ack(_) | Message::Stopped => {}
+                            Message::Ack(_) | Message::Stopped | Message::Ready => {}
                         }
                     }
                 }
@@ -212,7 +212,10 @@ pub fn worker_main(start: WorkerStart<'_>) -> ! {
         previous: start.previous,
     };
     let code = match Worker::new(start.config, setup) {
-        Ok(mut w) => match w.run(&mut control) {
+        Ok(mut w) => match {
+            let _ = control.channel.send(&Message::Ready);
+            w.run(&mut control)
+        } {
             Ok(()) => 0,
             Err(e) => {
                 crate::log_error!("event loop failed: {e}");
