@@ -211,11 +211,12 @@ pub fn worker_main(start: WorkerStart<'_>) -> ! {
         handin: start.handin,
         previous: start.previous,
     };
-    let code = match Worker::new(start.config, setup) {
-        Ok(mut w) => match {
-            let _ = control.channel.send(&Message::Ready);
-            w.run(&mut control)
-        } {
+    let worker = Worker::new(start.config, setup);
+    if worker.is_ok() {
+        let _ = control.channel.send(&Message::Ready);
+    }
+    let code = match worker {
+        Ok(mut w) => match w.run(&mut control) {
             Ok(()) => 0,
             Err(e) => {
                 crate::log_error!("event loop failed: {e}");
