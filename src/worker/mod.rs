@@ -27,6 +27,7 @@ mod spool;
 mod stream;
 
 pub use accept::AcceptMutex;
+pub use handover::Handed;
 pub use pool::PoolRt;
 
 use crate::config::ListenerMode;
