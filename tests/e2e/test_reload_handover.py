@@ -384,3 +384,52 @@ def test_removed_pool_clients_are_closed_and_others_kept(procs):
         assert a.request(b"get x\r\n", b"END\r\n") == b"VALUE x 0 1\r\n1\r\nEND\r\n"
         assert b.is_closed(timeout=5)
     wait_log(p.log_path, "pool 'b', which is no longer configured")
+
+
+def test_many_idle_clients_all_cross(procs):
+    """Hundreds of persistent clients (more than one accept batch of the
+    receiving workers) all cross a reload; each answers on its own socket
+    afterwards."""
+    mc = procs.memcached()
+    port = free_port()
+    from procs import Proxy
+
+    p = Proxy("walnut", procs.workdir, {})
+    p.conf_path.write_text(to_yaml({"mc": memcache_pool([mc], listen=f"{HOST}:{port}"),
+                                    "_walnut": {"workers": 2}}))
+    p.ports = {"mc": port}
+    procs.started.append(p)
+    p.start()
+    gen1 = wait_workers(p.pid, 2)
+    socks = []
+    try:
+        for i in range(800):
+            s = socket.create_connection((HOST, port), timeout=10)
+            s.sendall(b"set c%d 0 0 1\r\nx\r\n" % i)
+            socks.append(s)
+        for s in socks:
+            assert s.recv(64) == b"STORED\r\n"
+        p.conf_path.write_text(to_yaml({"mc": memcache_pool([mc], listen=f"{HOST}:{port}", timeout=999),
+                                        "_walnut": {"workers": 2}}))
+        started = time.monotonic()
+        p.signal(signal.SIGHUP)
+        gen2 = wait_workers(p.pid, 2, exclude=gen1.values())
+        for w in gen1.values():
+            wait_gone(w, timeout=10)
+        took = time.monotonic() - started
+        for i, s in enumerate(socks):
+            s.sendall(b"get c%d\r\n" % i)
+        for i, s in enumerate(socks):
+            got = b""
+            while not got.endswith(b"END\r\n"):
+                chunk = s.recv(256)
+                assert chunk, f"client {i} was closed"
+                got += chunk
+            assert got == b"VALUE c%d 0 1\r\nx\r\nEND\r\n" % i
+        stats = read_stats(p.stats_port)
+        assert stats["mc"]["client_connections"] == 800
+        print(f"\n800 idle clients handed over; old generation gone {took:.3f}s after HUP; "
+              f"new workers {sorted(gen2.values())}")
+    finally:
+        for s in socks:
+            s.close()
