@@ -22,6 +22,27 @@ pub fn name_for(master_pid: u32) -> String {
     format!("walnut-handover-{master_pid}")
 }
 
+/// `bind` or `connect` (`call`) `fd` to the abstract address `name`.
+fn at_name(
+    fd: &OwnedFd,
+    name: &str,
+    call: unsafe extern "C" fn(libc::c_int, *const libc::sockaddr, libc::socklen_t) -> libc::c_int,
+) -> io::Result<()> {
+    let (sa, len) = sockaddr(name)?;
+    // SAFETY: `sa` is a valid sockaddr_un of length `len`.
+    let rc = unsafe {
+        call(
+            fd.as_raw_fd(),
+            &sa as *const libc::sockaddr_un as *const libc::sockaddr,
+            len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 fn sockaddr(name: &str) -> io::Result<(libc::sockaddr_un, libc::socklen_t)> {
     // SAFETY: a zeroed sockaddr_un is valid.
     let mut sa: libc::sockaddr_un = unsafe { std::mem::zeroed() };
@@ -60,18 +81,7 @@ fn seqpacket() -> io::Result<OwnedFd> {
 /// Bind and listen on `name` (non-blocking, close-on-exec).
 pub fn listen(name: &str) -> io::Result<OwnedFd> {
     let fd = seqpacket()?;
-    let (sa, len) = sockaddr(name)?;
-    // SAFETY: `sa` is a valid sockaddr_un of length `len`.
-    let rc = unsafe {
-        libc::bind(
-            fd.as_raw_fd(),
-            &sa as *const libc::sockaddr_un as *const libc::sockaddr,
-            len,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    at_name(&fd, name, libc::bind)?;
     // SAFETY: listen on our own socket.
     if unsafe { libc::listen(fd.as_raw_fd(), 1024) } != 0 {
         return Err(io::Error::last_os_error());
@@ -101,20 +111,8 @@ pub fn send(name: &str, payload: &[u8], fd: RawFd) -> io::Result<()> {
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         );
     }
-    let (sa, len) = sockaddr(name)?;
-    // SAFETY: `sa` is a valid sockaddr_un of length `len`.
-    let rc = unsafe {
-        libc::connect(
-            sock.as_raw_fd(),
-            &sa as *const libc::sockaddr_un as *const libc::sockaddr,
-            len,
-        )
-    };
-    if rc != 0 {
-        let e = io::Error::last_os_error();
-        // A unix connect to a listener whose backlog is full: EAGAIN.
-        return Err(e);
-    }
+    // A unix connect to a listener whose backlog is full: EAGAIN.
+    at_name(&sock, name, libc::connect)?;
     let mut iov = libc::iovec {
         iov_base: payload.as_ptr() as *mut libc::c_void,
         iov_len: payload.len(),
@@ -301,16 +299,7 @@ mod tests {
         let name = format!("walnut-handover-test2-{}", std::process::id());
         let l = listen(&name).unwrap();
         let s = seqpacket().unwrap();
-        let (sa, len) = sockaddr(&name).unwrap();
-        // SAFETY: connect with a valid address.
-        let rc = unsafe {
-            libc::connect(
-                s.as_raw_fd(),
-                &sa as *const libc::sockaddr_un as *const libc::sockaddr,
-                len,
-            )
-        };
-        assert_eq!(rc, 0);
+        at_name(&s, &name, libc::connect).unwrap();
         let conn = accept(l.as_raw_fd()).unwrap().expect("a connection");
         assert!(matches!(recv(conn.as_raw_fd()).unwrap(), Received::Pending));
         drop(s);
