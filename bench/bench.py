@@ -22,7 +22,7 @@ from pathlib import Path
 import idle
 import loads
 import report
-from procs import HOST, ROOT, Proxy, free_port, memcached, redis_server, rss_kb
+from procs import HOST, ROOT, Predixy, Proxy, free_port, have_predixy, memcached, redis_server, rss_kb
 from procs import cpu_seconds
 
 BACKEND_CPU = "0"
@@ -30,11 +30,14 @@ PROXY_CPU = "1"
 BOTH_CPUS = "0-1"
 MAIN = ["direct", "nutcracker", "walnut"]
 SCALE = MAIN + ["walnut-2w"]
+# Redis scenarios also run against predixy when its binary is there.
+REDIS = MAIN + ["predixy"]
+REDIS_SCALE = SCALE + ["predixy"]
 
 
 def scenarios() -> list[dict]:
     """(name, pool, generator, parameters, targets), run in this order each rep."""
-    def rb(name, pool, targets=MAIN, **kw):
+    def rb(name, pool, targets=REDIS, **kw):
         return {"name": name, "pool": pool, "gen": "redis", "kw": kw, "targets": targets}
 
     def mc(name, pool, targets=MAIN, gen="mcload", **kw):
@@ -43,9 +46,13 @@ def scenarios() -> list[dict]:
     mget = ["mget"] + ["key:__rand_int__"] * 10
     return [
         rb("redis SET 100B", "r1", test="set", size=100),
-        rb("redis GET 100B", "r1", SCALE, test="get", size=100),
+        rb("redis GET 100B", "r1", REDIS_SCALE, test="get", size=100),
         rb("redis SET 100B -P16", "r1", test="set", size=100, pipeline=16),
-        rb("redis GET 100B -P16", "r1", SCALE, test="get", size=100, pipeline=16),
+        rb("redis GET 100B -P16", "r1", REDIS_SCALE, test="get", size=100, pipeline=16),
+        rb("redis SET 100B -P64", "r1", test="set", size=100, pipeline=64),
+        rb("redis GET 100B -P64", "r1", test="get", size=100, pipeline=64),
+        rb("redis MGET 10 keys/3 srv -P16", "r3", command=["mget"] + ["key:__rand_int__"] * 10,
+           pipeline=16),
         rb("redis MGET 10 keys/3 srv", "r3", command=mget),
         rb("redis SET 1KB", "r1", test="set", size=1024),
         rb("redis GET 1KB", "r1", test="get", size=1024),
@@ -160,12 +167,20 @@ class Bench:
             "walnut": self.proxy("walnut", PROXY_CPU, workers=1),
             "walnut-2w": self.proxy("walnut", BOTH_CPUS, workers=2),
         }
+        if have_predixy():
+            pd = Predixy(self.pools(), self.work, PROXY_CPU).start()
+            self.procs.append(pd)
+            self.proxies["predixy"] = pd
+        else:
+            print("  (no predixy binary: see bench/README.md to build one; its rows are skipped)")
         self.prefill_r3()
         for rep in range(self.reps):
             for scn in scenarios():
                 if self.args.only and self.args.only not in scn["name"]:
                     continue
                 for target in scn["targets"]:
+                    if target not in self.proxies and target != "direct":
+                        continue
                     try:
                         row = self.run_one(scn, target, rep)
                     except Exception as e:  # noqa: BLE001 - one failure must not end the run

@@ -18,6 +18,13 @@ HOST = "127.0.0.1"
 ROOT = Path(__file__).resolve().parents[1]
 WALNUT = os.environ.get("WALNUT_BIN", str(ROOT / "target" / "release" / "walnut"))
 NUTCRACKER = os.environ.get("NUTCRACKER_BIN", "/usr/sbin/nutcracker")
+# predixy (Redis only), a peer when a binary is there: PREDIXY_BIN, or the
+# build recipe in bench/README.md leaves it at ../peers/predixy/src/predixy.
+PREDIXY = os.environ.get("PREDIXY_BIN", str(ROOT.parent / "peers" / "predixy" / "src" / "predixy"))
+
+
+def have_predixy() -> bool:
+    return os.access(PREDIXY, os.X_OK)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 _USED: set[int] = set()
 
@@ -235,6 +242,47 @@ class Proxy(Proc):
             return json.loads(b"".join(chunks))
         except (OSError, ValueError):
             return None
+
+
+class Predixy:
+    """predixy over the Redis pools: one process per pool (predixy binds one
+    address), each with one worker thread, pinned like the other proxies.
+    Keys spread by crc16 modulo the servers (predixy's standalone pools)."""
+
+    def __init__(self, pools: dict[str, dict], work: Path, cpus: str):
+        self.kind = "predixy"
+        self.admin_port = None
+        self.procs: dict[str, Proc] = {}
+        self.pool_ports: dict[str, int] = {}
+        for name, pool in pools.items():
+            if not pool.get("redis"):
+                continue
+            port = int(pool["listen"].rsplit(":", 1)[1])
+            d = work / f"predixy-{port}"
+            d.mkdir(parents=True, exist_ok=True)
+            groups = "\n".join(
+                f"    Group g{i} {{\n        + {srv}\n    }}" for i, srv in enumerate(pool["servers"]))
+            (d / "predixy.conf").write_text(
+                f"Name bench-{name}\nBind {pool['listen']}\nWorkerThreads 1\nClientTimeout 0\n"
+                "LogVerbSample 0\nLogDebugSample 0\nLogInfoSample 0\nLogNoticeSample 1\n"
+                "LogWarnSample 1\nLogErrorSample 1\n"
+                "Authority {\n    Auth {\n        Mode write\n    }\n}\n"
+                "StandaloneServerPool {\n    Hash crc16\n    Distribution modula\n"
+                f"    RefreshMethod fixed\n{groups}\n}}\n")
+            self.procs[name] = Proc([PREDIXY, str(d / "predixy.conf")], cpus, d / "stdout")
+            self.pool_ports[name] = port
+
+    def start(self) -> "Predixy":
+        for name, p in self.procs.items():
+            p.start([self.pool_ports[name]])
+        return self
+
+    def pids(self) -> list[int]:
+        return [pid for p in self.procs.values() for pid in p.pids()]
+
+    def stop(self) -> None:
+        for p in self.procs.values():
+            p.stop()
 
 
 def find_counter(doc: object, name: str) -> int | None:

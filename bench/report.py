@@ -15,7 +15,8 @@ FIELDS = ["rps", "p50", "p99", "p999", "cpu_per_M", "rss_kb_per_conn", "over_30m
           "requests", "accept_eagain", "rss_mb_total"] + IDLE
 COLUMNS = ["section", "scenario", "target", "reps", "rps", "p50", "p99", "p999", "cpu_per_M",
            "rss_kb_per_conn", "over_30ms_per_M", "accept_eagain", "rss_mb_total",
-           "rps_vs_nutcracker", "rps_vs_direct", "cpu_vs_nutcracker"] + IDLE + ["note"]
+           "rps_vs_nutcracker", "rps_vs_direct", "cpu_vs_nutcracker", "cpu_vs_predixy",
+           "cpu_vs_best_peer"] + IDLE + ["note"]
 IDLE_COLUMNS = ["section", "scenario", "target", "requests", "rss_mb_total",
                 "rss_kb_per_conn"] + IDLE + ["note"]
 
@@ -49,6 +50,10 @@ def summarize(rows: list[dict]) -> list[dict]:
         s["rps_vs_nutcracker"] = _ratio(s["rps"], nc and nc["rps"])
         s["rps_vs_direct"] = _ratio(s["rps"], direct and direct["rps"])
         s["cpu_vs_nutcracker"] = _ratio(s["cpu_per_M"], nc and nc["cpu_per_M"])
+        pd = by.get((*key, "predixy"))
+        s["cpu_vs_predixy"] = _ratio(s["cpu_per_M"], pd and pd["cpu_per_M"])
+        peers = [p["cpu_per_M"] for p in (nc, pd) if p and p.get("cpu_per_M")]
+        s["cpu_vs_best_peer"] = _ratio(s["cpu_per_M"], min(peers) if peers else None)
     return out
 
 
@@ -84,7 +89,8 @@ def _table(header: list[str], rows: list[list]) -> list[str]:
 def markdown(summary: list[dict], meta: dict) -> str:
     """The results as Markdown tables, one per section."""
     out = [
-        "# walnut benchmark: walnut vs nutcracker 0.5.0 vs the bare backend", "",
+        "# walnut benchmark: walnut vs nutcracker 0.5.0 (and predixy, Redis only, when built) "
+        "vs the bare backend", "",
         f"Mode **{meta['mode']}**, {meta['date']}, host {meta['host']} ({meta['cpus']} CPUs, "
         f"Linux {meta['kernel']}); medians of {meta['reps']} runs of ~{meta['secs']} s each; "
         f"whole run {meta.get('elapsed_s', '?')} s. Load average at start "
@@ -94,7 +100,7 @@ def markdown(summary: list[dict], meta: dict) -> str:
         "figures with a grain of salt, the ratios within one run are the useful part.",
         "",
         "Pinning: redis-server / memcached (3 each) and the load generator on CPU 0; "
-        "nutcracker and 1-worker walnut on CPU 1; 2-worker walnut on CPUs 0-1 (shares CPU 0 "
+        "nutcracker, predixy (1 thread) and 1-worker walnut on CPU 1; 2-worker walnut on CPUs 0-1 (shares CPU 0 "
         "with backends and generator). *direct* = the generator talking to the first backend "
         "(for 3-server pools it holds every key). Latencies in ms; CPU = proxy master + workers "
         "utime+stime, seconds per million requests (an MGET / multi-get of 10 keys counts as "
@@ -108,10 +114,12 @@ def markdown(summary: list[dict], meta: dict) -> str:
     load = [s for s in summary if s["section"] == "load"]
     out += _table(
         ["scenario", "target", "req/s", "p50", "p99", "p99.9", "CPU s/M req", "RSS KiB/conn",
-         "req/s vs nutcracker", "req/s vs direct", "CPU vs nutcracker"],
+         "req/s vs nutcracker", "req/s vs direct", "CPU vs nutcracker", "CPU vs predixy",
+         "CPU vs best peer"],
         [[s["scenario"], s["target"], s["rps"], s["p50"], s["p99"], s["p999"], s["cpu_per_M"],
           s["rss_kb_per_conn"], s.get("rps_vs_nutcracker"), s.get("rps_vs_direct"),
-          s.get("cpu_vs_nutcracker")] for s in load])
+          s.get("cpu_vs_nutcracker"), s.get("cpu_vs_predixy"), s.get("cpu_vs_best_peer")]
+         for s in load])
     lst = [s for s in summary if s["section"] == "listener"]
     if lst:
         out += ["## walnut listener modes (2 workers, redis-benchmark -k 0: one connection "
