@@ -86,12 +86,23 @@ impl Class {
             },
             Op::Redis(r) => match r.class {
                 CmdClass::MGet | CmdClass::MSet | CmdClass::SumInt => Class::Multi,
-                CmdClass::Single if redis_read(r.cmd.name()) => Class::Read,
+                CmdClass::Single if redis_reads()[r.cmd.index()] => Class::Read,
                 CmdClass::Single => Class::Write,
                 _ => Class::Other,
             },
         }
     }
+}
+
+/// Per command of the table: whether it only reads (built once; classing
+/// every reply must not compare names).
+fn redis_reads() -> &'static [bool] {
+    static READS: std::sync::OnceLock<Vec<bool>> = std::sync::OnceLock::new();
+    READS.get_or_init(|| {
+        crate::proto::redis::Cmd::all()
+            .map(|c| redis_read(c.name()))
+            .collect()
+    })
 }
 
 /// Whether a single-key Redis command only reads.

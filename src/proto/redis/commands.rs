@@ -56,17 +56,33 @@ pub struct Cmd(u16);
 const MAX_NAME: usize = 24;
 
 impl Cmd {
-    /// Finds a command by name, ignoring ASCII case.
+    /// Finds a command by name, ignoring ASCII case: one hash and
+    /// (almost always) one comparison, on every request's hot path.
     pub fn lookup(name: &[u8]) -> Option<Cmd> {
-        if name.len() > MAX_NAME {
+        if name.is_empty() || name.len() > MAX_NAME {
             return None;
         }
         let mut up = [0u8; MAX_NAME];
         let up = &mut up[..name.len()];
         up.copy_from_slice(name);
         up.make_ascii_uppercase();
-        let idx = TABLE.binary_search_by(|e| e.name.as_bytes().cmp(up)).ok()?;
-        u16::try_from(idx).ok().map(Cmd)
+        let index = name_index();
+        let mut at = name_hash(up) & (INDEX_SLOTS - 1);
+        loop {
+            let i = index[at];
+            if i == u16::MAX {
+                return None;
+            }
+            if TABLE[usize::from(i)].name.as_bytes() == &*up {
+                return Some(Cmd(i));
+            }
+            at = (at + 1) & (INDEX_SLOTS - 1);
+        }
+    }
+
+    /// The command's position in the table (for per-command tables).
+    pub fn index(self) -> usize {
+        usize::from(self.0)
     }
 
     fn entry(self) -> &'static Entry {
@@ -97,6 +113,35 @@ impl Cmd {
     pub fn all() -> impl Iterator<Item = Cmd> {
         (0..TABLE.len()).filter_map(|i| u16::try_from(i).ok().map(Cmd))
     }
+}
+
+/// Slots of the name index (a power of two, at least 4× the table).
+const INDEX_SLOTS: usize = 2048;
+
+/// FNV-1a of an upper-case command name.
+fn name_hash(name: &[u8]) -> usize {
+    let mut h: u32 = 0x811c_9dc5;
+    for &b in name {
+        h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+    }
+    h as usize
+}
+
+/// Open-addressed index of the table by name hash, built once.
+fn name_index() -> &'static [u16; INDEX_SLOTS] {
+    static INDEX: std::sync::OnceLock<Box<[u16; INDEX_SLOTS]>> = std::sync::OnceLock::new();
+    INDEX.get_or_init(|| {
+        assert!(TABLE.len() * 4 <= INDEX_SLOTS);
+        let mut index = Box::new([u16::MAX; INDEX_SLOTS]);
+        for (i, e) in TABLE.iter().enumerate() {
+            let mut at = name_hash(e.name.as_bytes()) & (INDEX_SLOTS - 1);
+            while index[at] != u16::MAX {
+                at = (at + 1) & (INDEX_SLOTS - 1);
+            }
+            index[at] = i as u16;
+        }
+        index
+    })
 }
 
 const fn e(name: &'static str, class: CmdClass, keys: KeySpec) -> Entry {
@@ -373,6 +418,24 @@ mod tests {
         for e in TABLE {
             assert!(e.name.len() <= MAX_NAME);
             assert_eq!(e.name, e.name.to_ascii_uppercase());
+        }
+    }
+
+    #[test]
+    fn every_command_is_found_by_its_name_in_any_case() {
+        for (i, e) in TABLE.iter().enumerate() {
+            assert_eq!(Cmd::lookup(e.name.as_bytes()).map(Cmd::index), Some(i));
+            let lower = e.name.to_ascii_lowercase();
+            assert_eq!(Cmd::lookup(lower.as_bytes()).map(Cmd::index), Some(i));
+        }
+        for miss in [
+            &b""[..],
+            b"GE",
+            b"GETT",
+            b"X",
+            b"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        ] {
+            assert!(Cmd::lookup(miss).is_none());
         }
     }
 
