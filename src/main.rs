@@ -66,7 +66,10 @@ fn main() {
         std::process::exit(cli::run_test_conf(&cli.conf_file));
     }
     walnut::util::mark_start();
-    if let Err(e) = walnut::log::init(cli.output.as_deref()) {
+    // Paths are made absolute before `-d` moves the process to `/`, so a
+    // log reopen (USR1) and a new binary (USR2) find the same files.
+    let start_dir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    if let Err(e) = walnut::log::init(cli.output.as_deref().map(absolute).as_deref()) {
         eprintln!("walnut: cannot open log file: {e}");
         std::process::exit(1);
     }
@@ -97,6 +100,7 @@ fn main() {
     };
     let config = apply(&config);
     walnut::log::set_level(cli.log_level(&config.process));
+    let pid_file = cli.pid_file.as_ref().map(|p| absolute(p));
     if cli.daemonize {
         if let Err(e) = daemonize() {
             eprintln!("walnut: cannot daemonize: {e}");
@@ -119,7 +123,8 @@ fn main() {
         conf_path,
         stats_addr: cli.stats_listen(&walnut::config::ProcessConfig::default()),
         admin_addr: cli.admin_listen(&config.process),
-        pid_file: cli.pid_file.as_ref().map(|p| absolute(p)),
+        pid_file,
+        start_dir,
         exe,
         args,
         overrides: Box::new(apply),

@@ -60,10 +60,11 @@ pub fn run(srv: &mut AdminServer, host: &mut dyn Host, req: &Request) -> (Reply,
         "servers" => Reply::Text(servers(host)),
         "slowlog" => slowlog(srv, host, &args[1..]),
         "config" => config(host, &args[1..]),
-        "reload" => {
-            host.reload();
-            Reply::Ok
-        }
+        "reload" => match host.reload() {
+            Ok(changes) if changes.is_empty() => Reply::Ok,
+            Ok(changes) => Reply::Text(changes.join("\n")),
+            Err(e) => Reply::Err(e),
+        },
         _ => Reply::Err(format!("unknown command '{}' (try help)", args[0])),
     };
     (reply, false)

@@ -71,8 +71,11 @@ pub trait Host {
     /// Send a parameter to every worker and wait for their answers; the
     /// errors reported (empty when every worker applied it).
     fn set_param(&mut self, key: &str, value: &str) -> Vec<String>;
-    /// Reload the configuration (as SIGHUP).
-    fn reload(&mut self);
+    /// Reload the configuration (as SIGHUP): what changed, or the error.
+    fn reload(&mut self) -> Result<Vec<String>, String>;
+    /// The admin port's descriptors while it serves (a process forked
+    /// meanwhile closes them).
+    fn admin_fds(&mut self, _fds: Vec<std::os::fd::RawFd>) {}
 }
 
 struct Conn {
@@ -104,7 +107,11 @@ impl AdminServer {
             .parse()
             .map_err(|_| std::io::Error::new(ErrorKind::InvalidInput, "bad admin port"))?;
         let sa = crate::net::resolve(host, port)?;
-        let fd = crate::net::listen_tcp(sa, 64, false)?;
+        Self::from_fd(crate::net::listen_tcp(sa, 64, false)?)
+    }
+
+    /// Serve on a listening socket already open (inherited on upgrade).
+    pub fn from_fd(fd: std::os::fd::OwnedFd) -> std::io::Result<AdminServer> {
         let listener = TcpListener::from(fd);
         listener.set_nonblocking(true)?;
         Ok(AdminServer {
@@ -112,6 +119,11 @@ impl AdminServer {
             conns: Vec::new(),
             slowlog_base: (0, Vec::new()),
         })
+    }
+
+    /// The listening socket's descriptor (handed to a new binary).
+    pub fn listener_fd(&self) -> RawFd {
+        self.listener.as_raw_fd()
     }
 
     /// The bound address.
@@ -172,6 +184,9 @@ impl AdminServer {
                 Err(_) => break,
             }
         }
+        // A command may fork (reload): the new workers must not keep the
+        // admin sockets open (a closed connection would never end).
+        host.admin_fds(self.fds());
         let mut conns = std::mem::take(&mut self.conns);
         for c in conns.iter_mut() {
             self.read_conn(c, host, now);

@@ -10,6 +10,7 @@
 //! are walnut's own: `max_value_size` and `allow_flush`.
 
 mod addr;
+pub mod diff;
 mod error;
 mod pool;
 mod process;

@@ -12,19 +12,29 @@ use std::time::{Duration, Instant};
 /// How long `config set` waits for the workers' acknowledgements.
 const ACK_WAIT: Duration = Duration::from_secs(2);
 
-/// Open the admin port; a failure is logged and the master runs without it.
-pub(super) fn open(addr: Option<&str>) -> Option<AdminServer> {
-    let addr = addr?;
-    match AdminServer::bind(addr) {
-        Ok(a) => {
-            crate::log_notice!("admin listening on {}", a.local_addr());
-            Some(a)
-        }
-        Err(e) => {
-            crate::log_error!("admin port {addr}: {e}; running without it");
-            None
-        }
+/// Open the admin port, or take the one a previous binary handed down
+/// (hot upgrade). A port taken by another process is a start-up error, as
+/// for the stats port (nutcracker refuses too); `off` turns it off.
+pub(super) fn open(
+    addr: Option<&str>,
+    inherited: Option<std::os::fd::OwnedFd>,
+) -> std::io::Result<Option<AdminServer>> {
+    if let Some(fd) = inherited {
+        let a = AdminServer::from_fd(fd)?;
+        crate::log_notice!("admin listening on {} (inherited)", a.local_addr());
+        return Ok(Some(a));
     }
+    let Some(addr) = addr else {
+        return Ok(None);
+    };
+    let a = AdminServer::bind(addr).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!("admin port {addr}: {e} (turn it off with --admin off)"),
+        )
+    })?;
+    crate::log_notice!("admin listening on {}", a.local_addr());
+    Ok(Some(a))
 }
 
 impl Master {
@@ -33,6 +43,7 @@ impl Master {
         if let Some(mut admin) = self.admin.take() {
             admin.service(self);
             self.admin = Some(admin);
+            self.admin_fds.clear();
         }
     }
 }
@@ -162,10 +173,14 @@ impl Host for Master {
         errors
     }
 
-    fn reload(&mut self) {
+    fn admin_fds(&mut self, fds: Vec<std::os::fd::RawFd>) {
+        self.admin_fds = fds;
+    }
+
+    fn reload(&mut self) -> Result<Vec<String>, String> {
         crate::log_notice!("admin: reload");
         let _ = crate::log::reopen();
         self.broadcast(&Message::ReopenLogs);
-        Master::reload(self);
+        Master::reload(self)
     }
 }

@@ -17,10 +17,15 @@ pub const INHERIT_ENV: &str = "WALNUT_LISTENERS";
 /// Key of the inherited stats socket.
 pub const STATS_KEY: &str = "stats#0";
 
+/// Key of the inherited admin socket.
+pub const ADMIN_KEY: &str = "admin#0";
+
 /// Sockets keyed by "listen-address#slot".
 #[derive(Default)]
 pub struct ListenerSet {
     socks: HashMap<String, (OwnedFd, bool)>,
+    /// Keys held before the build in progress.
+    held: std::collections::HashSet<String>,
 }
 
 fn key_of(addr: &ListenAddr, slot: usize) -> String {
@@ -61,6 +66,11 @@ impl ListenerSet {
         self.socks.remove(STATS_KEY).map(|(fd, _)| fd)
     }
 
+    /// Take the inherited admin socket, if any.
+    pub fn take_admin(&mut self) -> Option<OwnedFd> {
+        self.socks.remove(ADMIN_KEY).map(|(fd, _)| fd)
+    }
+
     /// Make sure every socket `config` needs exists (reusing ones already
     /// open), drop the ones it no longer uses, and return each worker
     /// slot's listeners.
@@ -69,8 +79,34 @@ impl ListenerSet {
         config: &Config,
         workers: usize,
     ) -> std::io::Result<Vec<Vec<ListenerFd>>> {
-        let mode = config.process.listener;
         let mut wanted: HashMap<String, (OwnedFd, bool)> = HashMap::new();
+        match self.build_into(config, workers, &mut wanted) {
+            Ok(per_worker) => {
+                // Sockets of removed pools close here.
+                self.socks = wanted;
+                Ok(per_worker)
+            }
+            Err(e) => {
+                // Keep every socket the running generation uses (a failed
+                // reload changes nothing); new ones close.
+                for (k, v) in wanted {
+                    if !self.socks.contains_key(&k) && self.held.contains(&k) {
+                        self.socks.insert(k, v);
+                    }
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn build_into(
+        &mut self,
+        config: &Config,
+        workers: usize,
+        wanted: &mut HashMap<String, (OwnedFd, bool)>,
+    ) -> std::io::Result<Vec<Vec<ListenerFd>>> {
+        self.held = self.socks.keys().cloned().collect();
+        let mode = config.process.listener;
         let mut per_worker: Vec<Vec<ListenerFd>> = (0..workers).map(|_| Vec::new()).collect();
         for (pi, pool) in config.pools.iter().enumerate() {
             let shared =
@@ -81,6 +117,12 @@ impl ListenerSet {
                 let entry = match self.socks.remove(&key).or_else(|| wanted.remove(&key)) {
                     Some(e) => e,
                     None => {
+                        // A fresh SO_REUSEPORT group would silently share a
+                        // port another process (or another pool of this
+                        // file) listens on: refuse that, as nutcracker does.
+                        if !shared && slot == 0 {
+                            probe(&pool.listen)?;
+                        }
                         let fd = open(&pool.listen, pool.backlog, !shared)?;
                         crate::log_notice!(
                             "pool '{}' listening on {}{}",
@@ -107,8 +149,6 @@ impl ListenerSet {
                 wanted.insert(key, entry);
             }
         }
-        // Sockets of removed pools close here.
-        self.socks = wanted;
         Ok(per_worker)
     }
 
@@ -169,6 +209,32 @@ fn open(addr: &ListenAddr, backlog: u32, reuseport: bool) -> std::io::Result<Own
         ListenAddr::Unix { path, perm } => crate::net::listen_unix(path, *perm, backlog),
     }
     .map_err(|e| std::io::Error::new(e.kind(), format!("listen on {}: {e}", describe(addr))))
+}
+
+/// Fail with "address in use" if a listening socket holds `addr` (or a
+/// wildcard address over it): a bind with SO_REUSEADDR but without
+/// SO_REUSEPORT is refused then, and only then (TIME_WAIT leftovers do
+/// not count).
+fn probe(addr: &ListenAddr) -> std::io::Result<()> {
+    let ListenAddr::Tcp { host, port } = addr else {
+        return Ok(());
+    };
+    let sa = crate::net::resolve(host, *port)?;
+    let s = socket2::Socket::new(
+        socket2::Domain::for_address(sa),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    s.set_reuse_address(true)?;
+    s.bind(&sa.into()).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!(
+                "listen on {}: {e} (another process, or another pool of this configuration, listens there)",
+                describe(addr)
+            ),
+        )
+    })
 }
 
 fn describe(addr: &ListenAddr) -> String {

@@ -41,6 +41,9 @@ pub struct MasterOpts {
     pub exe: PathBuf,
     /// The original arguments.
     pub args: Vec<String>,
+    /// The directory walnut was started from: a new binary (USR2) starts
+    /// there, so relative paths in `args` mean what they meant.
+    pub start_dir: PathBuf,
     /// Command-line overrides of the process settings.
     pub overrides: Box<dyn Fn(&Config) -> Config>,
 }
@@ -108,6 +111,8 @@ pub struct Master {
     ready_pipe: Option<OwnedFd>,
     /// Readiness was reported (or there was no one to report to).
     ready_reported: bool,
+    /// The admin port's descriptors while it is out serving a command.
+    admin_fds: Vec<RawFd>,
 }
 
 fn nworkers(config: &Config) -> usize {
@@ -153,8 +158,7 @@ impl Master {
             Some(fd) => Some(std::net::TcpListener::from(fd)),
             None => Some(open_stats(&opts.stats_addr)?),
         };
-        let _ = &mut socks;
-        let admin = admin_host::open(opts.admin_addr.as_deref());
+        let admin = admin_host::open(opts.admin_addr.as_deref(), socks.take_admin())?;
         let handin_name = crate::net::handover::name_for(std::process::id());
         let handin = crate::net::handover::listen(&handin_name).map_err(|e| {
             std::io::Error::new(e.kind(), format!("handover socket @{handin_name}: {e}"))
@@ -182,6 +186,7 @@ impl Master {
             successor: None,
             ready_pipe,
             ready_reported: false,
+            admin_fds: Vec::new(),
         })
     }
 
@@ -350,6 +355,7 @@ impl Master {
         if let Some(a) = &self.admin {
             fds.extend(a.fds());
         }
+        fds.extend(&self.admin_fds);
         if let Some(p) = &self.ready_pipe {
             fds.push(p.as_raw_fd());
         }
@@ -408,7 +414,7 @@ impl Master {
             if signals::has(sigs, libc::SIGHUP) {
                 let _ = crate::log::reopen();
                 self.broadcast(&Message::ReopenLogs);
-                self.reload();
+                let _ = self.reload();
             }
             if signals::has(sigs, libc::SIGUSR1) {
                 let _ = crate::log::reopen();
@@ -645,38 +651,54 @@ impl Master {
         self.current = Some(gen);
     }
 
-    fn reload(&mut self) {
+    /// Reload the configuration file (HUP, admin `reload`): what changed
+    /// is logged and returned; an invalid file or a start-up failure is
+    /// logged and returned as the error, and the running configuration
+    /// stays.
+    fn reload(&mut self) -> Result<Vec<String>, String> {
         if self.successor.is_some() {
-            crate::log_error!(
-                "reload refused: a hot upgrade is in progress (send HUP to the new master, or QUIT to this one first)"
-            );
-            return;
+            let e = "reload refused: a hot upgrade is in progress (send HUP to the new master, or QUIT to this one first)".to_string();
+            crate::log_error!("{e}");
+            return Err(e);
         }
-        let loaded = Config::load(&self.opts.conf_path);
-        let config = match loaded {
+        let config = match Config::load(&self.opts.conf_path) {
             Ok(c) => (self.opts.overrides)(&c),
             Err(errs) => {
-                for e in errs.iter() {
-                    crate::log_error!("reload: {e}");
-                }
-                crate::log_error!(
-                    "reload: configuration file '{}' is invalid, keeping the running configuration",
+                let mut lines: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+                lines.push(format!(
+                    "configuration file '{}' is invalid, keeping the running configuration",
                     self.opts.conf_path.display()
-                );
-                return;
+                ));
+                for l in &lines {
+                    crate::log_error!("reload: {l}");
+                }
+                return Err(lines.join("; "));
             }
         };
         // Unchanged: nothing to do, unless SIGWINCH stopped the workers
         // (then HUP starts them again, as in nginx).
         if !self.stopping && self.current.as_ref().map(|g| &g.config) == Some(&config) {
             crate::log_notice!("reload: configuration unchanged");
-            return;
+            return Ok(Vec::new());
         }
+        let changes = self
+            .current
+            .as_ref()
+            .map(|g| crate::config::diff::changes(&g.config, &config))
+            .unwrap_or_default();
+        let was_stopping = self.stopping;
         self.stopping = false;
-        self.runtime.clear();
         if let Err(e) = self.start_generation(config) {
-            crate::log_error!("reload failed, keeping the running configuration: {e}");
+            self.stopping = was_stopping;
+            let e = format!("reload failed, keeping the running configuration: {e}");
+            crate::log_error!("{e}");
+            return Err(e);
         }
+        self.runtime.clear();
+        for c in &changes {
+            crate::log_notice!("reload: {c}");
+        }
+        Ok(changes)
     }
 
     fn stop_all(&mut self, how: Stopping) {

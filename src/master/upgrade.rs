@@ -75,7 +75,13 @@ impl Master {
             listeners::set_cloexec(s.as_raw_fd(), false);
             spec.push_str(&format!("{}={}=t;", listeners::STATS_KEY, s.as_raw_fd()));
         }
+        if let Some(a) = &self.admin {
+            listeners::set_cloexec(a.listener_fd(), false);
+            spec.push_str(&format!("{}={}=t;", listeners::ADMIN_KEY, a.listener_fd()));
+        }
         let exe = std::ffi::CString::new(self.opts.exe.as_os_str().as_encoded_bytes())
+            .unwrap_or_default();
+        let start_dir = std::ffi::CString::new(self.opts.start_dir.as_os_str().as_encoded_bytes())
             .unwrap_or_default();
         let args: Vec<std::ffi::CString> = self
             .opts
@@ -133,6 +139,9 @@ impl Master {
                     listeners::set_cloexec(fd, false);
                     libc::putenv(kv.as_ptr() as *mut libc::c_char);
                 }
+                // A daemon (`-d`) runs in `/`: relative `-c`, `-o`, `-p`
+                // are relative to where walnut was started.
+                libc::chdir(start_dir.as_ptr());
                 libc::execv(exe.as_ptr(), argv.as_ptr());
                 libc::_exit(1);
             }
@@ -141,6 +150,9 @@ impl Master {
         self.socks.restore_cloexec();
         if let Some(s) = &self.stats {
             listeners::set_cloexec(s.as_raw_fd(), true);
+        }
+        if let Some(a) = &self.admin {
+            listeners::set_cloexec(a.listener_fd(), true);
         }
         if pid < 0 {
             crate::log_error!(

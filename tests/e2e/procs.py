@@ -416,9 +416,15 @@ class Proxy(ManagedProcess):
             proxy_bin(kind), "-c", str(self.conf_path), "-s", str(self.stats_port),
             "-a", HOST, "-o", str(log), "-i", str(stats_interval_ms), *extra_args,
         ]
+        self.admin_port = None
         if kind == "walnut":
             # e.g. WALNUT_ARGS="--workers 2 --listener epoll_exclusive"
             argv += shlex.split(os.environ.get("WALNUT_ARGS", ""))
+            if not any(a.startswith("--admin") for a in argv):
+                # A port of its own: the default one may be held by another
+                # walnut (a taken admin port is a start-up error).
+                self.admin_port = free_port()
+                argv += ["--admin", f"{HOST}:{self.admin_port}"]
         super().__init__(kind, argv, workdir, log)
 
     def start(self) -> "Proxy":

@@ -25,8 +25,10 @@ def test_hup_adds_pool_and_server_under_load(procs):
     load = MemcacheLoad(p.port("alpha"), conns=4, max_seconds=20).start()
     try:
         beta_port = free_port()
+        # Clients move to the new generation at once (handed over): with
+        # `migration` the keys they wrote under the old placement follow.
         p.conf_path.write_text(to_yaml({
-            "alpha": memcache_pool([mc1, mc2], listen=f"{HOST}:{p.port('alpha')}"),
+            "alpha": memcache_pool([mc1, mc2], listen=f"{HOST}:{p.port('alpha')}", migration=True),
             "beta": memcache_pool([mc3], listen=f"{HOST}:{beta_port}"),
             "_walnut": {"workers": 2},
         }))
@@ -37,8 +39,11 @@ def test_hup_adds_pool_and_server_under_load(procs):
         with RawConn(beta_port) as c:
             assert c.request(b"set b 0 0 1\r\nx\r\n") == b"STORED\r\n"
             assert served_by(c) in new.values()
-        # New connections on the old pool reach the new generation, which
-        # knows two servers.
+        # Once the old generation has handed its clients over and left, new
+        # connections on the old pool reach the new generation, which knows
+        # two servers.
+        for pid in old.values():
+            wait_gone(pid, timeout=10)
         with RawConn(p.port("alpha")) as c:
             assert c.request(b"stats\r\n", b"END\r\n").count(b"STAT servers 2\r\n") == 1
         ok_before = load.result.ok
