@@ -9,6 +9,7 @@ pub mod hash;
 #[macro_use]
 pub mod log;
 pub mod master;
+pub mod migrate;
 pub mod net;
 pub mod proto;
 pub mod stats;

@@ -64,6 +64,9 @@ pub fn level_down() {
 }
 
 /// Name this process in log lines: -1 master/single, i for worker i.
+/// The role of a migrator process (`set_role`).
+pub const MIGRATOR: i32 = -2;
+
 pub fn set_role(worker: i32) {
     ROLE.store(worker, Ordering::Relaxed);
     WORKER_PID.store(std::process::id(), Ordering::Relaxed);
@@ -124,7 +127,9 @@ pub fn write(lvl: u8, args: std::fmt::Arguments<'_>) {
         libc::localtime_r(&secs, &mut tm);
     }
     let role = ROLE.load(Ordering::Relaxed);
-    let (pid, who) = if role < 0 {
+    let (pid, who) = if role == MIGRATOR {
+        (std::process::id(), String::from("migrator"))
+    } else if role < 0 {
         (std::process::id(), String::from("master"))
     } else {
         (WORKER_PID.load(Ordering::Relaxed), format!("worker {role}"))

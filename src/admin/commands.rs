@@ -60,6 +60,21 @@ pub fn run(srv: &mut AdminServer, host: &mut dyn Host, req: &Request) -> (Reply,
         "servers" => Reply::Text(servers(host)),
         "slowlog" => slowlog(srv, host, &args[1..]),
         "config" => config(host, &args[1..]),
+        "migration" => match args.len() {
+            1 => {
+                let lines = host.migrations();
+                if lines.is_empty() {
+                    Reply::Text("no migration".into())
+                } else {
+                    Reply::Text(lines.join("\n"))
+                }
+            }
+            3 => match host.migration_control(&args[1].to_ascii_lowercase(), args[2]) {
+                Ok(()) => Reply::Ok,
+                Err(e) => Reply::Err(e),
+            },
+            _ => Reply::Err("usage: migration [pause|resume|abort POOL]".into()),
+        },
         "reload" => match host.reload() {
             Ok(changes) if changes.is_empty() => Reply::Ok,
             Ok(changes) => Reply::Text(changes.join("\n")),
@@ -72,7 +87,9 @@ pub fn run(srv: &mut AdminServer, host: &mut dyn Host, req: &Request) -> (Reply,
 
 fn metrics(host: &dyn Host) -> String {
     match (host.config(), host.region()) {
-        (Some(c), Some(r)) => crate::stats::prometheus::render(c, r, &host.info()),
+        (Some(c), Some(r)) => {
+            crate::stats::prometheus::render(c, r, &host.info()) + &host.extra_metrics()
+        }
         _ => String::new(),
     }
 }

@@ -76,6 +76,18 @@ pub trait Host {
     /// The admin port's descriptors while it serves (a process forked
     /// meanwhile closes them).
     fn admin_fds(&mut self, _fds: Vec<std::os::fd::RawFd>) {}
+    /// Migrations of pools: one `key=value` line each.
+    fn migrations(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// Pause, resume or abort a pool's migration.
+    fn migration_control(&mut self, _what: &str, _pool: &str) -> Result<(), String> {
+        Err("no migration".into())
+    }
+    /// `/metrics` families the configuration and counters do not hold.
+    fn extra_metrics(&self) -> String {
+        String::new()
+    }
 }
 
 struct Conn {

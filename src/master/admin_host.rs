@@ -177,6 +177,18 @@ impl Host for Master {
         self.admin_fds = fds;
     }
 
+    fn migrations(&self) -> Vec<String> {
+        self.migration_lines()
+    }
+
+    fn migration_control(&mut self, what: &str, pool: &str) -> Result<(), String> {
+        Master::migration_control(self, what, pool)
+    }
+
+    fn extra_metrics(&self) -> String {
+        self.migration_metrics()
+    }
+
     fn reload(&mut self) -> Result<Vec<String>, String> {
         crate::log_notice!("admin: reload");
         let _ = crate::log::reopen();

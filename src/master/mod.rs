@@ -8,6 +8,7 @@ mod admin_host;
 pub mod channel;
 mod counters;
 pub mod listeners;
+mod migration;
 pub mod signals;
 pub mod title;
 mod upgrade;
@@ -113,6 +114,8 @@ pub struct Master {
     ready_reported: bool,
     /// The admin port's descriptors while it is out serving a command.
     admin_fds: Vec<RawFd>,
+    /// Pools whose keys move after a reload (see `migration.rs`).
+    migrations: Vec<migration::Migration>,
 }
 
 fn nworkers(config: &Config) -> usize {
@@ -187,6 +190,7 @@ impl Master {
             ready_pipe,
             ready_reported: false,
             admin_fds: Vec::new(),
+            migrations: Vec::new(),
         })
     }
 
@@ -444,6 +448,7 @@ impl Master {
             self.respawn_due();
             self.drain_acks();
             self.retire_due();
+            self.migrations_due();
         }
     }
 
@@ -547,6 +552,10 @@ impl Master {
             } else {
                 format!("exited with code {}", libc::WEXITSTATUS(status))
             };
+            let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+            if self.migrator_exited(pid, code) {
+                continue;
+            }
             let fatal = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == EXIT_FATAL;
             let clean = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
             let stopping = self.stopping;
@@ -688,6 +697,7 @@ impl Master {
             .unwrap_or_default();
         let was_stopping = self.stopping;
         self.stopping = false;
+        let before = self.current.as_ref().map(|g| g.config.clone());
         if let Err(e) = self.start_generation(config) {
             self.stopping = was_stopping;
             let e = format!("reload failed, keeping the running configuration: {e}");
@@ -698,11 +708,15 @@ impl Master {
         for c in &changes {
             crate::log_notice!("reload: {c}");
         }
+        if let (Some(old), Some(new)) = (before, self.current.as_ref().map(|g| g.config.clone())) {
+            self.start_migrations(&old, &new);
+        }
         Ok(changes)
     }
 
     fn stop_all(&mut self, how: Stopping) {
         self.stopping = true;
+        self.stop_migrations();
         let graceful = !matches!(how, Stopping::Fast);
         let m = match &how {
             Stopping::Fast => Message::Stop,

@@ -46,17 +46,7 @@ impl MigrationRt {
         prev: &PoolConfig,
         servers: &mut Vec<ServerRt>,
     ) -> Option<Box<MigrationRt>> {
-        if !cfg.migration || cfg.redis != prev.redis || cfg.redis_cluster || cfg.replicas > 1 {
-            return None;
-        }
-        let same = cfg.hash == prev.hash
-            && cfg.distribution == prev.distribution
-            && cfg.hash_tag == prev.hash_tag
-            && cfg.servers.len() == prev.servers.len()
-            && cfg.servers.iter().zip(&prev.servers).all(|(a, b)| {
-                a.addr == b.addr && a.weight == b.weight && a.ketama_name() == b.ketama_name()
-            });
-        if same {
+        if !crate::migrate::placement_changed(prev, cfg) {
             return None;
         }
         let names: Vec<String> = prev.servers.iter().map(|s| s.ketama_name()).collect();

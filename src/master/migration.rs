@@ -1,0 +1,260 @@
+//! The master's side of online scale-out: after a reload that changed a
+//! migrating pool's placement, a migrator process per pool (`src/migrate/`)
+//! moves the keys; the master restarts one that dies, relays the operator's
+//! pause / resume / abort, and when one is done tells the workers to stop
+//! pulling keys on demand (`pool.NAME.migration done`).
+
+use super::channel::Message;
+use super::Master;
+use crate::config::{Config, PoolConfig};
+use crate::migrate::{Progress, State};
+use std::time::{Duration, Instant};
+
+/// Exit code of a migrator the operator aborted (not restarted).
+const EXIT_ABORTED: i32 = 3;
+
+/// One pool's migration.
+pub(super) struct Migration {
+    pool: String,
+    old: PoolConfig,
+    new: PoolConfig,
+    pid: Option<libc::pid_t>,
+    progress: Progress,
+    restart_at: Option<Instant>,
+    restarts: u32,
+}
+
+impl Migration {
+    /// The admin line.
+    pub(super) fn line(&self) -> String {
+        self.progress.line(&self.pool)
+    }
+}
+
+impl Master {
+    /// A generation of `new` replaced one of `old`: start a migrator for
+    /// every pool whose placement changed (ending one still running for
+    /// that pool: the newest pair of configurations is what counts).
+    pub(super) fn start_migrations(&mut self, old: &Config, new: &Config) {
+        for p in &new.pools {
+            let Some(o) = old.pools.iter().find(|o| o.name == p.name) else {
+                continue;
+            };
+            if !crate::migrate::placement_changed(o, p) {
+                continue;
+            }
+            if let Some(i) = self.migrations.iter().position(|m| m.pool == p.name) {
+                let m = self.migrations.remove(i);
+                if let Some(pid) = m.pid {
+                    crate::log_notice!(
+                        "pool '{}' changed again: the running migration stops and a new one starts",
+                        p.name
+                    );
+                    // SAFETY: signalling our own child.
+                    unsafe {
+                        libc::kill(pid, libc::SIGKILL);
+                    }
+                }
+            }
+            let progress = match Progress::new() {
+                Ok(pr) => pr,
+                Err(e) => {
+                    crate::log_error!("pool '{}': cannot start its migration: {e}", p.name);
+                    continue;
+                }
+            };
+            let mut m = Migration {
+                pool: p.name.clone(),
+                old: o.clone(),
+                new: p.clone(),
+                pid: None,
+                progress,
+                restart_at: None,
+                restarts: 0,
+            };
+            self.spawn_migrator(&mut m);
+            self.migrations.push(m);
+        }
+    }
+
+    fn spawn_migrator(&mut self, m: &mut Migration) {
+        // SAFETY: single-threaded master; the child runs the migrator and
+        // leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            crate::log_error!(
+                "pool '{}': cannot fork its migrator: {}",
+                m.pool,
+                std::io::Error::last_os_error()
+            );
+            m.restart_at = Some(Instant::now() + Duration::from_secs(1));
+            return;
+        }
+        if pid == 0 {
+            // SAFETY: prctl with a valid signal: die with the master.
+            unsafe {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+            }
+            if let Some(gen) = self.current.as_ref() {
+                self.close_in_child(gen);
+            }
+            super::signals::reset();
+            crate::log::set_role(crate::log::MIGRATOR);
+            super::title::set(&format!("walnut: migrator {}", m.pool));
+            let plan = crate::migrate::Plan {
+                old: &m.old,
+                new: &m.new,
+            };
+            let done = crate::migrate::run(&plan, &m.progress);
+            let code = if done {
+                0
+            } else if m.progress.aborted() {
+                EXIT_ABORTED
+            } else {
+                1
+            };
+            // SAFETY: leave without the master's destructors.
+            unsafe { libc::_exit(code) }
+        }
+        m.pid = Some(pid);
+        m.restart_at = None;
+        crate::log_notice!("pool '{}': migrator started, pid {pid}", m.pool);
+    }
+
+    /// A child exited: if it was a migrator, act on how. True if it was.
+    pub(super) fn migrator_exited(&mut self, pid: libc::pid_t, code: Option<i32>) -> bool {
+        let Some(i) = self.migrations.iter().position(|m| m.pid == Some(pid)) else {
+            return false;
+        };
+        let m = &mut self.migrations[i];
+        m.pid = None;
+        match code {
+            Some(0) => {
+                let pool = m.pool.clone();
+                self.migration_finished(&pool);
+            }
+            Some(EXIT_ABORTED) => {
+                m.progress.set_state(State::Aborted);
+                crate::log_notice!(
+                    "pool '{}': migration aborted; keys not moved yet are still pulled when asked for",
+                    m.pool
+                );
+            }
+            _ => {
+                m.restarts += 1;
+                let delay = Duration::from_millis((200u64 << m.restarts.min(5)).min(5000));
+                crate::log_error!(
+                    "pool '{}': migrator (pid {pid}) ended abnormally; restarting it in {} ms",
+                    m.pool,
+                    delay.as_millis()
+                );
+                m.restart_at = Some(Instant::now() + delay);
+            }
+        }
+        true
+    }
+
+    /// Restart migrators whose time has come.
+    pub(super) fn migrations_due(&mut self) {
+        let now = Instant::now();
+        let mut ms = std::mem::take(&mut self.migrations);
+        for m in ms.iter_mut() {
+            if matches!(m.restart_at, Some(t) if t <= now) && !self.stopping {
+                self.spawn_migrator(m);
+            }
+        }
+        self.migrations.append(&mut ms);
+    }
+
+    /// Every key of `pool` is where it belongs: workers stop pulling.
+    pub(super) fn migration_finished(&mut self, pool: &str) {
+        let key = format!("pool.{pool}.migration");
+        let msg = Message::Set(key.clone(), "done".into());
+        if let Some(gen) = self.current.as_mut() {
+            for w in gen.workers.iter_mut().filter(|w| w.alive) {
+                let _ = w.channel.send(&msg);
+            }
+        }
+        self.runtime.retain(|(k, _)| k != &key);
+        self.runtime.push((key, "done".into()));
+        crate::log_notice!("pool '{pool}': migration done, workers no longer pull keys");
+    }
+
+    /// Admin `migration`: one line per pool.
+    pub(super) fn migration_lines(&self) -> Vec<String> {
+        self.migrations.iter().map(Migration::line).collect()
+    }
+
+    /// Admin `migration pause|resume|abort POOL`.
+    pub(super) fn migration_control(&mut self, what: &str, pool: &str) -> Result<(), String> {
+        let m = self
+            .migrations
+            .iter()
+            .find(|m| m.pool == pool)
+            .ok_or_else(|| format!("no migration for pool '{pool}'"))?;
+        m.progress.control(what)?;
+        crate::log_notice!("admin: migration of pool '{pool}': {what}");
+        Ok(())
+    }
+
+    /// Stop every migrator (the master is stopping).
+    pub(super) fn stop_migrations(&mut self) {
+        for m in &self.migrations {
+            if let Some(pid) = m.pid {
+                // SAFETY: signalling our own child.
+                unsafe {
+                    libc::kill(pid, libc::SIGTERM);
+                }
+            }
+        }
+    }
+
+    /// `/metrics` families of the migrations.
+    pub(super) fn migration_metrics(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        if self.migrations.is_empty() {
+            return out;
+        }
+        out.push_str("# HELP walnut_migration_keys_total Keys of a migrating pool, by outcome.\n");
+        out.push_str("# TYPE walnut_migration_keys_total counter\n");
+        for m in &self.migrations {
+            let [scanned, moved, skipped, failed, _] = m.progress.counts();
+            for (o, v) in [
+                ("scanned", scanned),
+                ("moved", moved),
+                ("skipped", skipped),
+                ("failed", failed),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "walnut_migration_keys_total{{pool=\"{}\",outcome=\"{o}\"}} {v}",
+                    m.pool
+                );
+            }
+        }
+        out.push_str("# HELP walnut_migration_bytes_total Bytes of values moved by a migration.\n");
+        out.push_str("# TYPE walnut_migration_bytes_total counter\n");
+        for m in &self.migrations {
+            let _ = writeln!(
+                out,
+                "walnut_migration_bytes_total{{pool=\"{}\"}} {}",
+                m.pool,
+                m.progress.counts()[4]
+            );
+        }
+        out.push_str(
+            "# HELP walnut_migration_state State of a migration: 0 pending, 1 running, 2 paused, 3 done, 4 aborted.\n",
+        );
+        out.push_str("# TYPE walnut_migration_state gauge\n");
+        for m in &self.migrations {
+            let _ = writeln!(
+                out,
+                "walnut_migration_state{{pool=\"{}\"}} {}",
+                m.pool,
+                m.progress.state() as u8
+            );
+        }
+        out
+    }
+}

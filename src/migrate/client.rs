@@ -1,0 +1,386 @@
+//! The migrator's blocking connection to one server: just enough RESP and
+//! memcached (text and meta) to list keys and move one, with timeouts so
+//! a server that stops answering ends the attempt instead of hanging it.
+
+use crate::config::{PoolConfig, ServerAddr};
+use std::io::{self, Read, Write};
+use std::time::Duration;
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+const IO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest line or value read (a corrupt length must not allocate wildly).
+const MAX_READ: usize = 1 << 30;
+
+trait Stream: Read + Write {}
+impl<T: Read + Write> Stream for T {}
+
+/// A RESP reply.
+#[derive(Debug, PartialEq, Eq)]
+enum Resp {
+    Simple(Vec<u8>),
+    Error(Vec<u8>),
+    Int(i64),
+    Bulk(Option<Vec<u8>>),
+    Array(Option<Vec<Resp>>),
+}
+
+/// One blocking connection.
+pub struct Conn {
+    stream: Box<dyn Stream>,
+    buf: Vec<u8>,
+    at: usize,
+    redis: bool,
+}
+
+fn err(msg: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg.into())
+}
+
+fn resp_command(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// A memcached key on a meta command line: as it is, or base64 with ` b`.
+fn meta_key(key: &[u8]) -> (Vec<u8>, &'static str) {
+    let plain = !key.is_empty() && key.len() <= 250 && key.iter().all(|&b| b > b' ' && b != 0x7f);
+    if plain {
+        (key.to_vec(), "")
+    } else {
+        use base64::Engine;
+        (
+            base64::engine::general_purpose::STANDARD
+                .encode(key)
+                .into_bytes(),
+            " b",
+        )
+    }
+}
+
+/// `%XX` decoding of a metadump key.
+fn url_decode(s: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        if s[i] == b'%' && i + 2 < s.len() {
+            if let Ok(b) = u8::from_str_radix(&String::from_utf8_lossy(&s[i + 1..i + 3]), 16) {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(s[i]);
+        i += 1;
+    }
+    out
+}
+
+/// The key of a `lru_crawler metadump` line (`key=<url-encoded> exp=...`).
+fn metadump_key(line: &[u8]) -> Option<Vec<u8>> {
+    let rest = line.strip_prefix(b"key=")?;
+    let end = memchr::memchr(b' ', rest).unwrap_or(rest.len());
+    Some(url_decode(&rest[..end]))
+}
+
+impl Conn {
+    /// Connect to `addr` of `pool` (AUTH and SELECT as the workers do).
+    pub fn open(addr: &ServerAddr, pool: &PoolConfig) -> io::Result<Conn> {
+        let stream: Box<dyn Stream> = match addr {
+            ServerAddr::Tcp { host, port } => {
+                let sa = crate::net::resolve(host, *port)?;
+                let s = std::net::TcpStream::connect_timeout(&sa, CONNECT_TIMEOUT)?;
+                s.set_read_timeout(Some(IO_TIMEOUT))?;
+                s.set_write_timeout(Some(IO_TIMEOUT))?;
+                let _ = s.set_nodelay(true);
+                Box::new(s)
+            }
+            ServerAddr::Unix { path } => {
+                let s = std::os::unix::net::UnixStream::connect(path)?;
+                s.set_read_timeout(Some(IO_TIMEOUT))?;
+                s.set_write_timeout(Some(IO_TIMEOUT))?;
+                Box::new(s)
+            }
+        };
+        let mut c = Conn {
+            stream,
+            buf: Vec::new(),
+            at: 0,
+            redis: pool.redis,
+        };
+        if pool.redis {
+            if let Some(pw) = &pool.redis_auth {
+                c.send(&resp_command(&[b"AUTH", pw.as_bytes()]))?;
+                if let Resp::Error(e) = c.resp()? {
+                    return Err(err(String::from_utf8_lossy(&e).into_owned()));
+                }
+            }
+            if pool.redis_db != 0 {
+                c.send(&resp_command(&[
+                    b"SELECT",
+                    pool.redis_db.to_string().as_bytes(),
+                ]))?;
+                if let Resp::Error(e) = c.resp()? {
+                    return Err(err(String::from_utf8_lossy(&e).into_owned()));
+                }
+            }
+        }
+        Ok(c)
+    }
+
+    fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.stream.write_all(bytes)
+    }
+
+    fn fill(&mut self) -> io::Result<()> {
+        if self.at > 0 && self.at == self.buf.len() {
+            self.buf.clear();
+            self.at = 0;
+        }
+        let mut chunk = [0u8; 16 * 1024];
+        let n = self.stream.read(&mut chunk)?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "server closed",
+            ));
+        }
+        self.buf.extend_from_slice(&chunk[..n]);
+        Ok(())
+    }
+
+    /// One line without its CRLF.
+    fn line(&mut self) -> io::Result<Vec<u8>> {
+        loop {
+            if let Some(nl) = memchr::memchr(b'\n', &self.buf[self.at..]) {
+                let end = self.at + nl;
+                let line = self.buf[self.at..end]
+                    .strip_suffix(b"\r")
+                    .unwrap_or(&self.buf[self.at..end])
+                    .to_vec();
+                self.at = end + 1;
+                return Ok(line);
+            }
+            if self.buf.len() - self.at > MAX_READ {
+                return Err(err("line too long"));
+            }
+            self.fill()?;
+        }
+    }
+
+    /// `n` bytes then a CRLF.
+    fn block(&mut self, n: usize) -> io::Result<Vec<u8>> {
+        if n > MAX_READ {
+            return Err(err("value too large"));
+        }
+        while self.buf.len() - self.at < n + 2 {
+            self.fill()?;
+        }
+        let v = self.buf[self.at..self.at + n].to_vec();
+        self.at += n + 2;
+        Ok(v)
+    }
+
+    fn resp(&mut self) -> io::Result<Resp> {
+        let line = self.line()?;
+        let (kind, rest) = line.split_first().ok_or_else(|| err("empty reply"))?;
+        let num = || -> io::Result<i64> {
+            std::str::from_utf8(rest)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| err("bad number in reply"))
+        };
+        Ok(match kind {
+            b'+' => Resp::Simple(rest.to_vec()),
+            b'-' => Resp::Error(rest.to_vec()),
+            b':' => Resp::Int(num()?),
+            b'$' => match num()? {
+                n if n < 0 => Resp::Bulk(None),
+                n => Resp::Bulk(Some(self.block(n as usize)?)),
+            },
+            b'*' => match num()? {
+                n if n < 0 => Resp::Array(None),
+                n => {
+                    let mut v = Vec::with_capacity((n as usize).min(1024));
+                    for _ in 0..n {
+                        v.push(self.resp()?);
+                    }
+                    Resp::Array(Some(v))
+                }
+            },
+            b'_' => Resp::Bulk(None),
+            _ => return Err(err("unexpected reply")),
+        })
+    }
+
+    /// Every key of a Redis server (`SCAN`), each handed to `f`.
+    pub fn scan_redis(
+        &mut self,
+        f: &mut dyn FnMut(&[u8], &mut Conn) -> io::Result<()>,
+    ) -> io::Result<()> {
+        let mut cursor = b"0".to_vec();
+        loop {
+            self.send(&resp_command(&[b"SCAN", &cursor, b"COUNT", b"100"]))?;
+            let Resp::Array(Some(mut parts)) = self.resp()? else {
+                return Err(err("SCAN: unexpected reply"));
+            };
+            let (Some(Resp::Array(Some(keys))), Some(Resp::Bulk(Some(next)))) =
+                (parts.pop(), parts.pop())
+            else {
+                return Err(err("SCAN: unexpected reply"));
+            };
+            for k in keys {
+                if let Resp::Bulk(Some(k)) = k {
+                    f(&k, self)?;
+                }
+            }
+            if next == b"0" {
+                return Ok(());
+            }
+            cursor = next;
+        }
+    }
+
+    /// Every key of a memcached server (`lru_crawler metadump all`), each
+    /// handed to `f` once the dump is read.
+    pub fn scan_memcache(
+        &mut self,
+        f: &mut dyn FnMut(&[u8], &mut Conn) -> io::Result<()>,
+    ) -> io::Result<()> {
+        let mut keys = Vec::new();
+        let mut tries = 0;
+        loop {
+            self.send(b"lru_crawler metadump all\r\n")?;
+            let first = self.line()?;
+            if first.starts_with(b"BUSY") && tries < 100 {
+                // Another crawl runs: wait for it.
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+            let mut line = first;
+            loop {
+                if line == b"END" {
+                    break;
+                }
+                if line.starts_with(b"ERROR") || line.starts_with(b"CLIENT_ERROR") {
+                    return Err(err(format!(
+                        "lru_crawler metadump: {} (memcached 1.4.31 or later is needed)",
+                        String::from_utf8_lossy(&line)
+                    )));
+                }
+                if let Some(k) = metadump_key(&line) {
+                    keys.push(k);
+                }
+                line = self.line()?;
+            }
+            break;
+        }
+        for k in keys {
+            f(&k, self)?;
+        }
+        Ok(())
+    }
+
+    /// Move `key` from this (old) server to `dst`: copied if absent there,
+    /// then deleted here. The bytes moved, or `None` when the key was gone
+    /// or `dst` had a newer value.
+    pub fn move_key(&mut self, key: &[u8], dst: &mut Conn) -> io::Result<Option<usize>> {
+        if self.redis {
+            self.move_redis(key, dst)
+        } else {
+            self.move_memcache(key, dst)
+        }
+    }
+
+    fn move_redis(&mut self, key: &[u8], dst: &mut Conn) -> io::Result<Option<usize>> {
+        let mut req = resp_command(&[b"DUMP", key]);
+        req.extend_from_slice(&resp_command(&[b"PTTL", key]));
+        self.send(&req)?;
+        let dump = self.resp()?;
+        let ttl = self.resp()?;
+        let (Resp::Bulk(Some(payload)), Resp::Int(ttl)) = (dump, ttl) else {
+            return Ok(None);
+        };
+        if ttl == -2 {
+            return Ok(None);
+        }
+        let ttl = ttl.max(0).to_string();
+        dst.send(&resp_command(&[b"RESTORE", key, ttl.as_bytes(), &payload]))?;
+        let stored = match dst.resp()? {
+            Resp::Simple(_) => true,
+            Resp::Error(e) if e.starts_with(b"BUSYKEY") => false,
+            Resp::Error(e) => return Err(err(String::from_utf8_lossy(&e).into_owned())),
+            _ => return Err(err("RESTORE: unexpected reply")),
+        };
+        self.send(&resp_command(&[b"DEL", key]))?;
+        self.resp()?;
+        Ok(stored.then_some(payload.len()))
+    }
+
+    fn move_memcache(&mut self, key: &[u8], dst: &mut Conn) -> io::Result<Option<usize>> {
+        let (k, b) = meta_key(key);
+        let mut req = b"mg ".to_vec();
+        req.extend_from_slice(&k);
+        req.extend_from_slice(format!("{b} v f t\r\n").as_bytes());
+        self.send(&req)?;
+        let head = self.line()?;
+        if !head.starts_with(b"VA ") {
+            return Ok(None);
+        }
+        let head = String::from_utf8_lossy(&head).into_owned();
+        let mut words = head.split(' ').skip(1);
+        let len: usize = words
+            .next()
+            .and_then(|w| w.parse().ok())
+            .ok_or_else(|| err("mg: bad reply"))?;
+        let (mut flags, mut ttl) = ("0".to_string(), 0i64);
+        for w in words {
+            if let Some(f) = w.strip_prefix('f') {
+                flags = f.to_string();
+            } else if let Some(t) = w.strip_prefix('t') {
+                ttl = t.parse().unwrap_or(0);
+            }
+        }
+        let value = self.block(len)?;
+        let mut store = b"ms ".to_vec();
+        store.extend_from_slice(&k);
+        store.extend_from_slice(format!(" {len}{b} F{flags} T{} ME\r\n", ttl.max(0)).as_bytes());
+        store.extend_from_slice(&value);
+        store.extend_from_slice(b"\r\n");
+        dst.send(&store)?;
+        let stored = match dst.line()?.as_slice() {
+            b"HD" => true,
+            b"NS" | b"EX" => false,
+            other => return Err(err(format!("ms: {}", String::from_utf8_lossy(other)))),
+        };
+        let mut del = b"md ".to_vec();
+        del.extend_from_slice(&k);
+        del.extend_from_slice(format!("{b}\r\n").as_bytes());
+        self.send(&del)?;
+        self.line()?;
+        Ok(stored.then_some(len))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadump_lines() {
+        assert_eq!(
+            metadump_key(b"key=user%3A1 exp=-1 la=1 cas=2 fetch=no cls=1 size=63"),
+            Some(b"user:1".to_vec())
+        );
+        assert_eq!(metadump_key(b"key=a%20b exp=5"), Some(b"a b".to_vec()));
+        assert_eq!(metadump_key(b"key=plain"), Some(b"plain".to_vec()));
+        assert_eq!(metadump_key(b"END"), None);
+        assert_eq!(url_decode(b"%"), b"%".to_vec());
+        assert_eq!(url_decode(b"x%4"), b"x%4".to_vec());
+    }
+}

@@ -1,0 +1,237 @@
+//! A migration's state and counters in a small shared mapping: written by
+//! the migrator process, read by the master (admin `migration`,
+//! `/metrics`), and a control word the master writes (pause, resume,
+//! abort) that the migrator reads between keys.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Where a migration is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Not started yet.
+    Pending = 0,
+    /// Moving keys.
+    Running = 1,
+    /// Paused by the operator.
+    Paused = 2,
+    /// Every key that had to move did.
+    Done = 3,
+    /// Stopped by the operator (workers keep pulling keys on demand).
+    Aborted = 4,
+}
+
+impl State {
+    /// Its name (admin, logs, `/metrics` label).
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Pending => "pending",
+            State::Running => "running",
+            State::Paused => "paused",
+            State::Done => "done",
+            State::Aborted => "aborted",
+        }
+    }
+}
+
+const STATE: usize = 0;
+const CONTROL: usize = 1;
+const SCANNED: usize = 2;
+const MOVED: usize = 3;
+const SKIPPED: usize = 4;
+const FAILED: usize = 5;
+const BYTES: usize = 6;
+const STARTED: usize = 7;
+const ENDED: usize = 8;
+const WORDS: usize = 16;
+
+const CTL_RUN: u64 = 0;
+const CTL_PAUSE: u64 = 1;
+const CTL_ABORT: u64 = 2;
+
+/// One migration's shared words.
+pub struct Progress {
+    ptr: *mut AtomicU64,
+}
+
+// SAFETY: only accessed through atomics.
+unsafe impl Send for Progress {}
+// SAFETY: only accessed through atomics.
+unsafe impl Sync for Progress {}
+
+impl Progress {
+    /// A zeroed shared mapping (made before the migrator is forked).
+    pub fn new() -> std::io::Result<Progress> {
+        // SAFETY: anonymous shared mapping, checked below.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                WORDS * 8,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Progress {
+            ptr: ptr as *mut AtomicU64,
+        })
+    }
+
+    fn w(&self, i: usize) -> &AtomicU64 {
+        assert!(i < WORDS);
+        // SAFETY: inside the mapping, u64-aligned (page-aligned base).
+        unsafe { &*self.ptr.add(i) }
+    }
+
+    fn get(&self, i: usize) -> u64 {
+        self.w(i).load(Ordering::Relaxed)
+    }
+
+    fn add(&self, i: usize, n: u64) {
+        self.w(i).fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Current state.
+    pub fn state(&self) -> State {
+        match self.get(STATE) {
+            1 if self.get(CONTROL) == CTL_PAUSE => State::Paused,
+            1 => State::Running,
+            2 => State::Paused,
+            3 => State::Done,
+            4 => State::Aborted,
+            _ => State::Pending,
+        }
+    }
+
+    /// Set by the migrator.
+    pub fn set_state(&self, s: State) {
+        self.w(STATE).store(s as u64, Ordering::Relaxed);
+        let now = crate::util::epoch_us() / 1_000_000;
+        match s {
+            State::Running if self.get(STARTED) == 0 => {
+                self.w(STARTED).store(now, Ordering::Relaxed)
+            }
+            State::Done | State::Aborted => self.w(ENDED).store(now, Ordering::Relaxed),
+            _ => {}
+        }
+    }
+
+    /// Keys looked at.
+    pub fn add_scanned(&self, n: u64) {
+        self.add(SCANNED, n);
+    }
+    /// Keys moved and their bytes.
+    pub fn add_moved(&self, n: u64, bytes: u64) {
+        self.add(MOVED, n);
+        self.add(BYTES, bytes);
+    }
+    /// Keys that stay (or were gone, or newer on the new owner).
+    pub fn add_skipped(&self, n: u64) {
+        self.add(SKIPPED, n);
+    }
+    /// Keys (or servers) that could not be moved.
+    pub fn add_failed(&self, n: u64) {
+        self.add(FAILED, n);
+    }
+
+    /// Operator control: pause, resume, abort.
+    pub fn control(&self, what: &str) -> Result<(), String> {
+        let v = match what {
+            "pause" => CTL_PAUSE,
+            "resume" => CTL_RUN,
+            "abort" => CTL_ABORT,
+            _ => {
+                return Err(format!(
+                    "unknown migration command '{what}' (pause, resume, abort)"
+                ))
+            }
+        };
+        self.w(CONTROL).store(v, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The operator paused it.
+    pub fn paused(&self) -> bool {
+        self.get(CONTROL) == CTL_PAUSE
+    }
+
+    /// The operator aborted it.
+    pub fn aborted(&self) -> bool {
+        self.get(CONTROL) == CTL_ABORT
+    }
+
+    /// (scanned, moved, skipped, failed, bytes).
+    pub fn counts(&self) -> [u64; 5] {
+        [
+            self.get(SCANNED),
+            self.get(MOVED),
+            self.get(SKIPPED),
+            self.get(FAILED),
+            self.get(BYTES),
+        ]
+    }
+
+    /// One `key=value` line for the admin port.
+    pub fn line(&self, pool: &str) -> String {
+        let [scanned, moved, skipped, failed, bytes] = self.counts();
+        let started = self.get(STARTED);
+        let ended = self.get(ENDED);
+        let secs = if started == 0 {
+            0
+        } else if ended >= started {
+            ended - started
+        } else {
+            (crate::util::epoch_us() / 1_000_000).saturating_sub(started)
+        };
+        let rate = if secs > 0 { moved / secs } else { moved };
+        format!(
+            "pool={pool} state={} scanned={scanned} moved={moved} skipped={skipped} failed={failed} bytes={bytes} seconds={secs} keys_per_second={rate}",
+            self.state().name()
+        )
+    }
+
+    /// Log the progress.
+    pub fn log(&self, pool: &str) {
+        crate::log_notice!("migration: {}", self.line(pool));
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the mapping made in `new`.
+        unsafe {
+            libc::munmap(self.ptr as *mut libc::c_void, WORDS * 8);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_and_control() {
+        let p = Progress::new().unwrap();
+        assert_eq!(p.state(), State::Pending);
+        p.set_state(State::Running);
+        p.add_scanned(3);
+        p.add_moved(2, 100);
+        p.add_skipped(1);
+        assert_eq!(p.counts(), [3, 2, 1, 0, 100]);
+        p.control("pause").unwrap();
+        assert_eq!(p.state(), State::Paused);
+        assert!(p.paused());
+        p.control("resume").unwrap();
+        assert_eq!(p.state(), State::Running);
+        p.control("abort").unwrap();
+        assert!(p.aborted());
+        assert!(p.control("explode").is_err());
+        p.set_state(State::Done);
+        assert!(p
+            .line("x")
+            .starts_with("pool=x state=done scanned=3 moved=2"));
+    }
+}
