@@ -186,7 +186,7 @@ impl Progress {
         } else {
             (crate::util::epoch_us() / 1_000_000).saturating_sub(started)
         };
-        let rate = if secs > 0 { moved / secs } else { moved };
+        let rate = moved.checked_div(secs).unwrap_or(moved);
         format!(
             "pool={pool} state={} scanned={scanned} moved={moved} skipped={skipped} failed={failed} bytes={bytes} seconds={secs} keys_per_second={rate}",
             self.state().name()
