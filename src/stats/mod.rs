@@ -82,6 +82,9 @@ fields!(
         OutputBytes = ("output_bytes", Gauge, "bytes of replies buffered for clients"),
         BudgetEvictions = ("budget_evictions", Counter, "# times clients were closed to keep replies under buffer_budget"),
         Heartbeat = ("heartbeat", Timestamp, "last event loop iteration, usec since epoch"),
+        CmdGet = ("cmd_get", Counter, "# keys asked for by memcached retrievals"),
+        CmdSet = ("cmd_set", Counter, "# memcached storage requests"),
+        GetHits = ("get_hits", Counter, "# keys memcached retrievals found"),
     }
 );
 

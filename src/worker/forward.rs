@@ -17,8 +17,14 @@ fn routing_key<'a>(req: &Request, bytes: &'a [u8]) -> Cow<'a, [u8]> {
     let Some(range) = req.keys.first() else {
         return Cow::Borrowed(b"");
     };
-    if let Op::Mc(crate::proto::memcache::McOp::Meta { cmd, .. }) = req.op {
-        if let Some(k) = crate::proto::memcache::meta::binary_key(cmd, bytes, range.clone()) {
+    use crate::proto::memcache::{meta, too_large::Refused, McOp};
+    let meta_cmd = match req.op {
+        Op::Mc(McOp::Meta { cmd, .. }) => Some(cmd),
+        Op::Mc(McOp::TooLarge(Refused::Meta)) => Some(meta::MetaCmd::Set),
+        _ => None,
+    };
+    if let Some(cmd) = meta_cmd {
+        if let Some(k) = meta::binary_key(cmd, bytes, range.clone()) {
             return Cow::Owned(k);
         }
     }
@@ -120,6 +126,10 @@ impl Worker<'_> {
         bytes: &[u8],
         now: Instant,
     ) {
+        if req.route == crate::proto::Route::Single {
+            // (A split request that found one server is counted once, in forward_multi.)
+            self.count_mc_request(req);
+        }
         if self.pools[pool].cfg.replicas > 1 {
             self.forward_replicated(token, client_id, pool, req, bytes, now);
             return;
@@ -290,6 +300,7 @@ impl Worker<'_> {
         bytes: &[u8],
         now: Instant,
     ) {
+        self.count_mc_request(&req);
         // Group key indices by server, in client order (a cluster pool: by
         // hash slot, as a cluster node refuses keys of different slots).
         let mut groups: SmallVec<[(usize, Vec<usize>); 4]> = SmallVec::new();
@@ -363,7 +374,8 @@ impl Worker<'_> {
         }
     }
 
-    /// Send a request to every server of the pool (flush_all).
+    /// Send a request to every server of the pool (memcached flush_all when
+    /// the pool has `allow_flush`, Redis SCRIPT LOAD/FLUSH).
     pub(super) fn forward_broadcast(
         &mut self,
         token: Token,
@@ -373,6 +385,16 @@ impl Worker<'_> {
         bytes: &[u8],
         now: Instant,
     ) {
+        if let Op::Mc(op) = req.op {
+            // memcached's only broadcast is flush_all: opt-in per pool.
+            if !self.pools[pool].cfg.allow_flush {
+                let out = crate::proto::memcache::flush_refused(op, req.noreply);
+                if !out.is_empty() {
+                    self.push_ready(token, out, false);
+                }
+                return;
+            }
+        }
         let n = self.pools[pool].servers.len();
         let slot = Slot {
             multi: Some(Box::new(Multi {

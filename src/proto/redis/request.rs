@@ -612,6 +612,7 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, Requ
             reply,
             skip: buf.len(),
             close: true,
+            forward: None,
         }),
     }
 }
@@ -673,6 +674,7 @@ fn scan(buf: &[u8], limits: &Limits) -> Result<Scanned, Stop> {
             reply,
             skip: len,
             close: false,
+            forward: None,
         }))
     };
     let Some(cmd) = cmd else {
