@@ -151,7 +151,12 @@ impl Worker<'_> {
             };
             (server, slot)
         } else {
-            let Some(server) = self.pools[pool].server_for(key.as_ref(), now) else {
+            let server = if req.keys.is_empty() && matches!(req.op, Op::Redis(_)) {
+                self.keyless_server(pool, client_id, now)
+            } else {
+                self.pools[pool].server_for(key.as_ref(), now)
+            };
+            let Some(server) = server else {
                 self.reply_no_server(token, pool, req);
                 return;
             };
@@ -170,6 +175,23 @@ impl Worker<'_> {
             req.op,
             now,
         );
+    }
+
+    /// The server a Redis command without a key goes to (TIME, EVAL with
+    /// numkeys 0): `keyless_server: first` takes the first server of the
+    /// list that is not ejected, `random` any of them, per request.
+    fn keyless_server(&mut self, pool: usize, client_id: u64, now: Instant) -> Option<usize> {
+        let p = &mut self.pools[pool];
+        // Brings back ejected servers whose retry time came, as for a key.
+        p.server_for(b"", now)?;
+        let live: SmallVec<[usize; 8]> = (0..p.servers.len())
+            .filter(|&i| p.servers[i].ejected_until.is_none_or(|t| t <= now))
+            .collect();
+        if p.cfg.keyless_random && !live.is_empty() {
+            let n = (crate::util::epoch_us() ^ client_id.rotate_left(17)) as usize;
+            return live.get(n % live.len()).copied();
+        }
+        live.first().copied()
     }
 
     /// Reserve the next reply slot (none for noreply); returns its sequence.
@@ -329,6 +351,30 @@ impl Worker<'_> {
                     None => groups.push((s, vec![i])),
                 }
             }
+        }
+        let one_server =
+            matches!(req.op, Op::Redis(r) if r.class == crate::proto::redis::CmdClass::OneServer);
+        if one_server && groups.len() > 1 {
+            // MSETNX sets all its keys or none: only one server can promise that.
+            let mut out = Vec::new();
+            if self.pools[pool].cluster.is_some() {
+                // What a cluster node itself answers.
+                out.extend_from_slice(
+                    b"-CROSSSLOT Keys in request don't hash to the same slot\r\n",
+                );
+                self.push_ready(token, out, false);
+                return;
+            }
+            let name = match req.op {
+                Op::Redis(r) => r.cmd.name(),
+                Op::Mc(_) => "",
+            };
+            crate::proto::redis::error_reply(
+                &format!("{name} keys must all map to one server (use a hash tag, e.g. {{user1}}.a {{user1}}.b)"),
+                &mut out,
+            );
+            self.push_ready(token, out, false);
+            return;
         }
         let replicated = self.pools[pool].cfg.replicas > 1;
         if groups.len() <= 1 && !replicated {
