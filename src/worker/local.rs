@@ -36,10 +36,12 @@ impl Worker<'_> {
     /// most, for the whole instance (summed over every worker from the
     /// shared-memory counters), then walnut's own.
     ///
-    /// - `stats` alone: `pid` (the master's), `uptime`, `time`, `version`,
-    ///   `curr_connections`, `total_connections`, `cmd_get`, `cmd_set`,
-    ///   `get_hits`, `get_misses` (keys asked for minus keys found, so a
-    ///   key whose server failed counts as a miss), then walnut's fields.
+    /// - `stats` alone: `pid` (the worker's), `uptime`, `time`, `version`,
+    ///   then summed over workers `curr_connections`, `total_connections`
+    ///   (clients of every pool), `cmd_get`, `cmd_set`, `get_hits`,
+    ///   `get_misses` (keys asked for minus keys found, so a key whose
+    ///   server failed counts as a miss), then walnut's own fields, this
+    ///   worker's (`cmd_total`, `accept_eagain`, `fragments`).
     /// - `stats settings`: the proxy's settings in memcached's names.
     /// - `stats reset`: acknowledged (`RESET`); walnut's counters keep
     ///   counting, as the twemproxy stats port's do.
@@ -77,12 +79,9 @@ impl Worker<'_> {
     fn stats_general(&self, pool: usize, s: &mut String) {
         let total = |f| self.stats.worker_total(f);
         let p = &self.pools[pool];
-        // A worker reports its master's pid: the instance a client talks to.
-        let pid = if crate::log::role() >= 0 {
-            std::os::unix::process::parent_id()
-        } else {
-            std::process::id()
-        };
+        // The pid of the process serving the connection (a worker), as in
+        // memcached; tests and operators use it to tell workers apart.
+        let pid = std::process::id();
         let (gets, hits) = (total(WorkerField::CmdGet), total(WorkerField::GetHits));
         let rows: [(&str, String); 15] = [
             ("pid", pid.to_string()),
@@ -103,10 +102,14 @@ impl Worker<'_> {
             ("get_misses", gets.saturating_sub(hits).to_string()),
             ("pool", p.cfg.name.clone()),
             ("servers", p.servers.len().to_string()),
-            ("cmd_total", total(WorkerField::Requests).to_string()),
+            // walnut's own fields: this worker's.
+            (
+                "cmd_total",
+                self.stats.get_worker(WorkerField::Requests).to_string(),
+            ),
             (
                 "accept_eagain",
-                total(WorkerField::AcceptEagain).to_string(),
+                self.stats.get_worker(WorkerField::AcceptEagain).to_string(),
             ),
             (
                 "fragments",
