@@ -72,6 +72,11 @@ pub fn set_role(worker: i32) {
     WORKER_PID.store(std::process::id(), Ordering::Relaxed);
 }
 
+/// This process's role: -1 master (or single process), i for worker i.
+pub fn role() -> i32 {
+    ROLE.load(Ordering::Relaxed)
+}
+
 /// Log to `path` (appending) instead of stderr. Called once at startup,
 /// before any other thread or child exists.
 pub fn init(path: Option<&std::path::Path>) -> std::io::Result<()> {

@@ -47,6 +47,7 @@ fn pool_keys(a: &PoolConfig, b: &PoolConfig) -> Vec<&'static str> {
         "cluster_read_replicas" => cluster_read_replicas,
         "migration" => migration,
         "migration_rate" => migration_rate,
+        "keyless_server" => keyless_random,
     )
 }
 

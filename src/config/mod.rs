@@ -6,8 +6,9 @@
 //! [`Config`]. Every top-level key names a pool, except the reserved
 //! `_walnut` section which holds settings of the process as a whole.
 //!
-//! twemproxy's keys and defaults are kept exactly; two optional pool keys
-//! are walnut's own: `max_value_size` and `allow_flush`.
+//! twemproxy's keys and defaults are kept exactly; the optional pool keys
+//! walnut adds (`max_value_size`, `allow_flush`, `keyless_server`, ...)
+//! are listed in [`POOL_KEYS`] after twemproxy's.
 
 mod addr;
 pub mod diff;

@@ -19,7 +19,7 @@ pub const DEFAULT_MC_MAX_VALUE_SIZE: usize = 1 << 20;
 pub const DEFAULT_REDIS_MAX_VALUE_SIZE: usize = 512 << 20;
 
 /// Every key a pool may set: twemproxy's, then walnut's extensions.
-pub const POOL_KEYS: [&str; 33] = [
+pub const POOL_KEYS: [&str; 34] = [
     "listen",
     "hash",
     "hash_tag",
@@ -53,6 +53,7 @@ pub const POOL_KEYS: [&str; 33] = [
     "cluster_read_replicas",
     "migration",
     "migration_rate",
+    "keyless_server",
 ];
 
 /// One pool: a listen address in front of a set of servers.
@@ -136,9 +137,18 @@ pub struct PoolConfig {
     /// walnut `slowlog_threshold:` this pool's slow-log threshold in µs,
     /// overriding `_walnut: slowlog_threshold` (0 = off for this pool).
     pub slowlog_threshold_us: Option<u64>,
-    /// walnut `allow_flush:` let flush and other pool-wide destructive
-    /// commands through (default true, as twemproxy passes `flush_all`).
+    /// walnut `allow_flush:` let memcached `flush_all` (text and binary)
+    /// through to every server (default false: one stray command from any
+    /// client would wipe the whole tier; twemproxy never forwarded it, and
+    /// Redis FLUSHALL/FLUSHDB are refused). Refused with memcached's own
+    /// `-F` reply, `CLIENT_ERROR flush_all not allowed`.
     pub allow_flush: bool,
+    /// walnut `keyless_server:` where a Redis command with no key goes
+    /// (EVAL/EVALSHA/FCALL with numkeys 0, TIME): `first` (the first live
+    /// server of the list, default) or `random` (any live server, chosen
+    /// per request), as predixy routes them. SCRIPT LOAD reaches every
+    /// server, so EVALSHA works wherever it lands.
+    pub keyless_random: bool,
     /// walnut `redis_cluster:` the servers are seed nodes of a Redis
     /// Cluster: keys are routed by hash slot from the cluster's own slot
     /// map, MOVED and ASK are followed (default false; needs `redis: true`).
@@ -394,7 +404,7 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
     let reuseport = flag("reuseport", false);
     let preconnect = flag("preconnect", false);
     let auto_eject_hosts = flag("auto_eject_hosts", false);
-    let allow_flush = flag("allow_flush", true);
+    let allow_flush = flag("allow_flush", false);
     let server_health_check = flag("server_health_check", false);
     let redis_cluster = flag("redis_cluster", false);
     let cluster_read_replicas = flag("cluster_read_replicas", false);
@@ -498,6 +508,30 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
             }
         },
     };
+    let keyless_random = match scalar("keyless_server") {
+        None => Some(false),
+        Some(v) => {
+            match v.text.as_str() {
+                "first" => Some(false),
+                "random" => Some(true),
+                other => {
+                    r.error(
+                    v.line,
+                    format!("'keyless_server' has invalid value '{other}': expected first or random"),
+                );
+                    None
+                }
+            }
+        }
+    };
+    if redis == Some(false) {
+        if let Some(v) = scalar("keyless_server") {
+            r.error(
+                v.line,
+                "'keyless_server' is only valid for a redis pool (add 'redis: true')",
+            );
+        }
+    }
     let client_output_limit = match scalar("client_output_limit") {
         None => Some(256 << 20),
         Some(v) => match parse_size(&v.text) {
@@ -569,6 +603,7 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
         servers,
         max_value_size: max_value_size?,
         allow_flush: allow_flush?,
+        keyless_random: keyless_random?,
         replicas: replicas?,
         replica_read_random: replica_read_random?,
         max_keys: max_keys?,

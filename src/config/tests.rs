@@ -54,7 +54,8 @@ fn twemproxy_defaults() {
     assert_eq!(p.server_retry_timeout_ms, 30_000);
     assert_eq!(p.server_failure_limit, 2);
     assert_eq!(p.max_value_size, 1 << 20);
-    assert!(p.allow_flush);
+    assert!(!p.allow_flush);
+    assert!(!p.keyless_random);
     assert_eq!(p.servers.len(), 1);
     assert_eq!(p.servers[0].line, 4);
     assert_eq!(c.process, ProcessConfig::default());
@@ -68,7 +69,7 @@ fn every_key_set() {
          client_connections: 100\nredis: true\ntcpkeepalive: true\nreuseport: true\n\
          redis_auth: secret\nredis_db: 3\npreconnect: true\nauto_eject_hosts: true\n\
          server_connections: 4\nserver_retry_timeout: 2000\nserver_failure_limit: 1\n\
-         max_value_size: 2m\nallow_flush: false",
+         max_value_size: 2m\nallow_flush: true\nkeyless_server: random",
     );
     let c = load(&text).unwrap();
     let p = &c.pools[0];
@@ -85,7 +86,8 @@ fn every_key_set() {
     assert_eq!(p.server_retry_timeout_ms, 2000);
     assert_eq!(p.server_failure_limit, 1);
     assert_eq!(p.max_value_size, 2 << 20);
-    assert!(!p.allow_flush);
+    assert!(p.allow_flush);
+    assert!(p.keyless_random);
     // client_connections is accepted with a note that walnut enforces it.
     assert_eq!(c.warnings.len(), 1);
 }

@@ -114,6 +114,12 @@ pub struct RequestError {
     /// Close the connection after the reply (as memcached/redis-server do for
     /// unrecoverable framing errors).
     pub close: bool,
+    /// A request the data path routes in the refused one's place, its
+    /// bytes the first `len` of the input (`skip` still discards the
+    /// rest): a memcached store refused as too large deletes the key, as
+    /// memcached unlinks the old item then, and its reply becomes the
+    /// refusal (`reply` is then empty).
+    pub forward: Option<Box<Request>>,
 }
 
 /// A server reply that does not parse: the server connection is closed.

@@ -85,6 +85,9 @@ fields!(
         Heartbeat = ("heartbeat", Timestamp, "last event loop iteration, usec since epoch"),
         HandedOut = ("handed_out", Counter, "# client connections handed to a successor (reload, upgrade)"),
         HandedIn = ("handed_in", Counter, "# client connections taken over from a predecessor"),
+        CmdGet = ("cmd_get", Counter, "# keys asked for by memcached retrievals"),
+        CmdSet = ("cmd_set", Counter, "# memcached storage requests"),
+        GetHits = ("get_hits", Counter, "# keys memcached retrievals found"),
     }
 );
 

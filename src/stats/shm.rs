@@ -430,6 +430,11 @@ impl Slot<'_> {
         let idx = self.region.layout.worker_idx(f);
         self.region.word(self.slot, idx).load(Ordering::Relaxed)
     }
+    /// Sum of a worker field over every worker's slot (memcached `stats`
+    /// answered by one worker for the whole instance).
+    pub fn worker_total(&self, f: WorkerField) -> u64 {
+        self.region.worker_sum(f)
+    }
     /// Read back a pool field of this slot.
     pub fn get_pool(&self, pool: usize, f: PoolField) -> u64 {
         let idx = self.region.layout.pool_idx(pool, f);

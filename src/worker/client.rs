@@ -202,7 +202,14 @@ impl Worker<'_> {
                 Err(err) => {
                     self.stats.pool_add(pool, PoolField::ClientErr, 0);
                     let close = err.close;
-                    self.push_ready(token, err.reply, close);
+                    if let Some(req) = err.forward {
+                        // Routed in the refused request's place (proto::RequestError).
+                        self.stats.worker_add(WorkerField::Requests, 1);
+                        let len = req.len;
+                        self.dispatch(token, *req, &input[..len], now);
+                    } else {
+                        self.push_ready(token, err.reply, close);
+                    }
                     if close {
                         break;
                     }

@@ -17,8 +17,14 @@ pub(super) fn routing_key<'a>(req: &Request, bytes: &'a [u8]) -> Cow<'a, [u8]> {
     let Some(range) = req.keys.first() else {
         return Cow::Borrowed(b"");
     };
-    if let Op::Mc(crate::proto::memcache::McOp::Meta { cmd, .. }) = req.op {
-        if let Some(k) = crate::proto::memcache::meta::binary_key(cmd, bytes, range.clone()) {
+    use crate::proto::memcache::{meta, too_large::Refused, McOp};
+    let meta_cmd = match req.op {
+        Op::Mc(McOp::Meta { cmd, .. }) => Some(cmd),
+        Op::Mc(McOp::TooLarge(Refused::Meta)) => Some(meta::MetaCmd::Set),
+        _ => None,
+    };
+    if let Some(cmd) = meta_cmd {
+        if let Some(k) = meta::binary_key(cmd, bytes, range.clone()) {
             return Cow::Owned(k);
         }
     }
@@ -120,6 +126,10 @@ impl Worker<'_> {
         bytes: &[u8],
         now: Instant,
     ) {
+        if req.route == crate::proto::Route::Single {
+            // (A split request that found one server is counted once, in forward_multi.)
+            self.count_mc_request(req);
+        }
         if self.pools[pool].cfg.replicas > 1 {
             self.forward_replicated(token, client_id, pool, req, bytes, now);
             return;
@@ -141,7 +151,12 @@ impl Worker<'_> {
             };
             (server, slot)
         } else {
-            let Some(server) = self.pools[pool].server_for(key.as_ref(), now) else {
+            let server = if req.keys.is_empty() && matches!(req.op, Op::Redis(_)) {
+                self.keyless_server(pool, client_id, now)
+            } else {
+                self.pools[pool].server_for(key.as_ref(), now)
+            };
+            let Some(server) = server else {
                 self.reply_no_server(token, pool, req);
                 return;
             };
@@ -160,6 +175,23 @@ impl Worker<'_> {
             req.op,
             now,
         );
+    }
+
+    /// The server a Redis command without a key goes to (TIME, EVAL with
+    /// numkeys 0): `keyless_server: first` takes the first server of the
+    /// list that is not ejected, `random` any of them, per request.
+    fn keyless_server(&mut self, pool: usize, client_id: u64, now: Instant) -> Option<usize> {
+        let p = &mut self.pools[pool];
+        // Brings back ejected servers whose retry time came, as for a key.
+        p.server_for(b"", now)?;
+        let live: SmallVec<[usize; 8]> = (0..p.servers.len())
+            .filter(|&i| p.servers[i].ejected_until.is_none_or(|t| t <= now))
+            .collect();
+        if p.cfg.keyless_random && !live.is_empty() {
+            let n = (crate::util::epoch_us() ^ client_id.rotate_left(17)) as usize;
+            return live.get(n % live.len()).copied();
+        }
+        live.first().copied()
     }
 
     /// Reserve the next reply slot (none for noreply); returns its sequence.
@@ -290,6 +322,7 @@ impl Worker<'_> {
         bytes: &[u8],
         now: Instant,
     ) {
+        self.count_mc_request(&req);
         // Group key indices by server, in client order (a cluster pool: by
         // hash slot, as a cluster node refuses keys of different slots).
         let mut groups: SmallVec<[(usize, Vec<usize>); 4]> = SmallVec::new();
@@ -318,6 +351,30 @@ impl Worker<'_> {
                     None => groups.push((s, vec![i])),
                 }
             }
+        }
+        let one_server =
+            matches!(req.op, Op::Redis(r) if r.class == crate::proto::redis::CmdClass::OneServer);
+        if one_server && groups.len() > 1 {
+            // MSETNX sets all its keys or none: only one server can promise that.
+            let mut out = Vec::new();
+            if self.pools[pool].cluster.is_some() {
+                // What a cluster node itself answers.
+                out.extend_from_slice(
+                    b"-CROSSSLOT Keys in request don't hash to the same slot\r\n",
+                );
+                self.push_ready(token, out, false);
+                return;
+            }
+            let name = match req.op {
+                Op::Redis(r) => r.cmd.name(),
+                Op::Mc(_) => "",
+            };
+            crate::proto::redis::error_reply(
+                &format!("{name} keys must all map to one server (use a hash tag, e.g. {{user1}}.a {{user1}}.b)"),
+                &mut out,
+            );
+            self.push_ready(token, out, false);
+            return;
         }
         let replicated = self.pools[pool].cfg.replicas > 1;
         if groups.len() <= 1 && !replicated {
@@ -363,7 +420,8 @@ impl Worker<'_> {
         }
     }
 
-    /// Send a request to every server of the pool (flush_all).
+    /// Send a request to every server of the pool (memcached flush_all when
+    /// the pool has `allow_flush`, Redis SCRIPT LOAD/FLUSH).
     pub(super) fn forward_broadcast(
         &mut self,
         token: Token,
@@ -373,6 +431,16 @@ impl Worker<'_> {
         bytes: &[u8],
         now: Instant,
     ) {
+        if let Op::Mc(op) = req.op {
+            // memcached's only broadcast is flush_all: opt-in per pool.
+            if !self.pools[pool].cfg.allow_flush {
+                let out = crate::proto::memcache::flush_refused(op, req.noreply);
+                if !out.is_empty() {
+                    self.push_ready(token, out, false);
+                }
+                return;
+            }
+        }
         let n = self.pools[pool].servers.len();
         let slot = Slot {
             multi: Some(Box::new(Multi {

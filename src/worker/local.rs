@@ -3,58 +3,138 @@
 
 use super::conn::Conn;
 use super::Worker;
-use crate::proto::Request;
+use crate::proto::{Op, Request};
 use crate::stats::{PoolField, WorkerField};
 use mio::Token;
 use std::fmt::Write as _;
 
 impl Worker<'_> {
-    /// memcached `stats`: walnut's own counters in memcached's STAT format.
-    /// `stats` alone reports walnut's counters; `stats reset` is
-    /// acknowledged; any other argument gets `ERROR`, as memcached answers
-    /// a statistics group it does not know.
+    /// Count a memcached request in `cmd_get` / `cmd_set`.
+    pub(super) fn count_mc_request(&self, req: &Request) {
+        if let Op::Mc(op) = req.op {
+            let (gets, sets) = crate::proto::memcache::cmd_counts(op, req.keys.len());
+            if gets > 0 {
+                self.stats.worker_add(WorkerField::CmdGet, gets);
+            }
+            if sets > 0 {
+                self.stats.worker_add(WorkerField::CmdSet, sets);
+            }
+        }
+    }
+
+    /// Count the values a memcached server's reply carries in `get_hits`.
+    pub(super) fn count_mc_hits(&self, op: Op, reply: &[u8]) {
+        if let Op::Mc(op) = op {
+            let hits = crate::proto::memcache::hits(op, reply);
+            if hits > 0 {
+                self.stats.worker_add(WorkerField::GetHits, hits);
+            }
+        }
+    }
+
+    /// memcached `stats`: the fields memcached clients and dashboards read
+    /// most, for the whole instance (summed over every worker from the
+    /// shared-memory counters), then walnut's own.
+    ///
+    /// - `stats` alone: `pid` (the worker's), `uptime`, `time`, `version`,
+    ///   then summed over workers `curr_connections`, `total_connections`
+    ///   (clients of every pool), `cmd_get`, `cmd_set`, `get_hits`,
+    ///   `get_misses` (keys asked for minus keys found, so a key whose
+    ///   server failed counts as a miss), then walnut's own fields, this
+    ///   worker's (`cmd_total`, `accept_eagain`, `fragments`).
+    /// - `stats settings`: the proxy's settings in memcached's names.
+    /// - `stats reset`: acknowledged (`RESET`); walnut's counters keep
+    ///   counting, as the twemproxy stats port's do.
+    /// - `stats slabs|items|sizes|conns|extstore|detail|cachedump`: they
+    ///   describe one server's memory, which a proxy does not have:
+    ///   `CLIENT_ERROR` naming the group, a complete reply either way.
+    /// - anything else: `ERROR`, as memcached answers a group it does not know.
     pub(super) fn local_stats(&self, pool: usize, req: &[u8]) -> Vec<u8> {
         let line = req
             .strip_suffix(b"\r\n")
             .or_else(|| req.strip_suffix(b"\n"))
             .unwrap_or(req);
         let mut args = line.split(|&b| b == b' ').filter(|t| !t.is_empty()).skip(1);
+        let mut s = String::new();
         match args.next() {
-            None => {}
+            None => self.stats_general(pool, &mut s),
             Some(b"reset") => return b"RESET\r\n".to_vec(),
+            Some(b"settings") => self.stats_settings(pool, &mut s),
+            Some(
+                group @ (b"slabs" | b"items" | b"sizes" | b"conns" | b"extstore" | b"detail"
+                | b"cachedump"),
+            ) => {
+                return format!(
+                    "CLIENT_ERROR stats {} is kept by each memcached server, not by the proxy: ask the servers directly\r\n",
+                    String::from_utf8_lossy(group)
+                )
+                .into_bytes();
+            }
             Some(_) => return b"ERROR\r\n".to_vec(),
         }
-        let mut s = String::new();
-        let p = &self.pools[pool];
-        let _ = write!(s, "STAT pid {}\r\n", std::process::id());
-        let _ = write!(s, "STAT uptime {}\r\n", crate::util::uptime_secs());
-        let _ = write!(s, "STAT time {}\r\n", crate::util::epoch_us() / 1_000_000);
-        let _ = write!(s, "STAT version walnut-{}\r\n", env!("CARGO_PKG_VERSION"));
-        let _ = write!(s, "STAT pool {}\r\n", p.cfg.name);
-        let _ = write!(s, "STAT servers {}\r\n", p.servers.len());
-        let _ = write!(s, "STAT curr_connections {}\r\n", p.clients);
-        let _ = write!(
-            s,
-            "STAT total_connections {}\r\n",
-            self.stats.get_worker(WorkerField::TotalConnections)
-        );
-        let _ = write!(
-            s,
-            "STAT cmd_total {}\r\n",
-            self.stats.get_worker(WorkerField::Requests)
-        );
-        let _ = write!(
-            s,
-            "STAT accept_eagain {}\r\n",
-            self.stats.get_worker(WorkerField::AcceptEagain)
-        );
-        let _ = write!(
-            s,
-            "STAT fragments {}\r\n",
-            self.stats.get_pool(pool, PoolField::Fragments)
-        );
         s.push_str("END\r\n");
         s.into_bytes()
+    }
+
+    fn stats_general(&self, pool: usize, s: &mut String) {
+        let total = |f| self.stats.worker_total(f);
+        let p = &self.pools[pool];
+        // The pid of the process serving the connection (a worker), as in
+        // memcached; tests and operators use it to tell workers apart.
+        let pid = std::process::id();
+        let (gets, hits) = (total(WorkerField::CmdGet), total(WorkerField::GetHits));
+        let rows: [(&str, String); 15] = [
+            ("pid", pid.to_string()),
+            ("uptime", crate::util::uptime_secs().to_string()),
+            ("time", (crate::util::epoch_us() / 1_000_000).to_string()),
+            ("version", crate::proto::memcache::VERSION.to_string()),
+            (
+                "curr_connections",
+                total(WorkerField::CurrConnections).to_string(),
+            ),
+            (
+                "total_connections",
+                total(WorkerField::TotalConnections).to_string(),
+            ),
+            ("cmd_get", gets.to_string()),
+            ("cmd_set", total(WorkerField::CmdSet).to_string()),
+            ("get_hits", hits.to_string()),
+            ("get_misses", gets.saturating_sub(hits).to_string()),
+            ("pool", p.cfg.name.clone()),
+            ("servers", p.servers.len().to_string()),
+            // walnut's own fields: this worker's.
+            (
+                "cmd_total",
+                self.stats.get_worker(WorkerField::Requests).to_string(),
+            ),
+            (
+                "accept_eagain",
+                self.stats.get_worker(WorkerField::AcceptEagain).to_string(),
+            ),
+            (
+                "fragments",
+                self.stats.get_pool(pool, PoolField::Fragments).to_string(),
+            ),
+        ];
+        for (k, v) in rows {
+            let _ = write!(s, "STAT {k} {v}\r\n");
+        }
+    }
+
+    fn stats_settings(&self, pool: usize, s: &mut String) {
+        let c = &self.pools[pool].cfg;
+        let rows: [(&str, String); 4] = [
+            ("item_size_max", c.max_value_size.to_string()),
+            ("maxconns", c.client_connections.to_string()),
+            (
+                "flush_enabled",
+                if c.allow_flush { "yes" } else { "no" }.to_string(),
+            ),
+            ("tcp_backlog", c.backlog.to_string()),
+        ];
+        for (k, v) in rows {
+            let _ = write!(s, "STAT {k} {v}\r\n");
+        }
     }
 
     /// Answer a Redis session command; returns the reply and whether to close.

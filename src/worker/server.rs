@@ -432,6 +432,7 @@ impl Worker<'_> {
                         .server_add(pool, server, ServerField::ResponseBytes, rsp.len as u64);
                     replies += 1;
                     let bytes = &input[..rsp.len];
+                    self.count_mc_hits(front.op, bytes);
                     let rewritten;
                     let bytes = if !proto.keep_reply(front.op, bytes) {
                         &[][..]

@@ -164,7 +164,8 @@ def test_memccapable_binary(procs, proxy_kind):
         pytest.skip("binary protocol tests target walnut")
     backend = procs.memcached()
     direct = run_memccapable(backend.port)
-    proxy = procs.proxy(proxy_kind, {"alpha": memcache_pool([procs.memcached()])})
+    # memccapable flushes between tests: the pool opts in to flush_all.
+    proxy = procs.proxy(proxy_kind, {"alpha": memcache_pool([procs.memcached()], allow_flush=True)})
     through = run_memccapable(proxy.port())
     assert through[:2] == direct[:2], through[2]
     assert through[0] >= 27

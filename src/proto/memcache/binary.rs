@@ -63,6 +63,7 @@ pub mod status {
     pub const KEY_EXISTS: u16 = 0x0002;
     pub const TOO_LARGE: u16 = 0x0003;
     pub const INVALID_ARGUMENTS: u16 = 0x0004;
+    pub const AUTH_ERROR: u16 = 0x0020;
     pub const NOT_STORED: u16 = 0x0005;
     pub const UNKNOWN_COMMAND: u16 = 0x0081;
     pub const OUT_OF_MEMORY: u16 = 0x0082;
@@ -182,6 +183,7 @@ fn invalid(h: &Header) -> RequestError {
         reply: reply(h, status::INVALID_ARGUMENTS, "Invalid arguments"),
         skip: 0,
         close: true,
+        forward: None,
     }
 }
 
@@ -238,6 +240,7 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, Requ
             reply: reply(&h, status::UNKNOWN_COMMAND, "Unknown command"),
             skip: total,
             close: false,
+            forward: None,
         });
     };
     if h.key_len > KEY_MAX_LENGTH {
@@ -259,10 +262,25 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, Requ
         return Err(invalid(&h));
     }
     if value_len.unwrap_or(0) > limits.max_value {
+        if matches!(h.opcode, opc::SET | opc::SETQ) {
+            // memcached unlinks the old item (see too_large): the key is
+            // needed to delete it, the value is not.
+            let head = super::too_large::binary_head_len(&h);
+            if buf.len() < head {
+                return Ok(Parse::Incomplete { hint: head });
+            }
+            let refused = super::too_large::Refused::Bin {
+                opcode: h.opcode,
+                opaque: h.opaque,
+            };
+            let key = HEADER_LEN + h.extras_len..head;
+            return Err(super::too_large::refuse(refused, head, key, total, false));
+        }
         return Err(RequestError {
             reply: reply(&h, status::TOO_LARGE, "Too large."),
             skip: total,
             close: false,
+            forward: None,
         });
     }
     if buf.len() < total {
@@ -324,6 +342,7 @@ fn close_silently() -> RequestError {
         reply: Vec::new(),
         skip: 0,
         close: true,
+        forward: None,
     }
 }
 
@@ -449,7 +468,7 @@ mod tests {
             max_value: 4,
             ..Limits::default()
         };
-        let b = req(opc::SET, &[0; 8], b"k", b"12345", 1);
+        let b = req(opc::ADD, &[0; 8], b"k", b"12345", 1);
         let e = parse_request(&b[..HEADER_LEN], &limits).unwrap_err();
         assert_eq!((e.skip, e.close), (b.len(), false));
         assert_eq!(&e.reply[6..8], &[0, 3]);

@@ -85,6 +85,10 @@ fn op_name(op: McOp) -> String {
     match op {
         McOp::Bin { opcode, opaque } => format!("bin:{opcode:02x}:{opaque}"),
         McOp::Meta { cmd, quiet } => format!("{}{}", cmd.name(), if quiet { ":q" } else { "" }),
+        McOp::TooLarge(super::too_large::Refused::Bin { opcode, opaque }) => {
+            format!("too_large:bin:{opcode:02x}:{opaque}")
+        }
+        McOp::TooLarge(_) => "too_large".to_string(),
         other => other.name().to_string(),
     }
 }
@@ -113,6 +117,23 @@ pub(super) fn describe_request(input: &[u8], r: &Result<Parse<Request>, RequestE
                 op_name(op),
                 u8::from(req.noreply),
                 route,
+                keys.join(",")
+            )
+        }
+        // A refused store forwarded as a delete (memcache::too_large).
+        Err(RequestError {
+            skip,
+            forward: Some(req),
+            ..
+        }) => {
+            let Op::Mc(op) = req.op else {
+                return "not memcached".into();
+            };
+            let keys: Vec<String> = req.keys.iter().map(|k| escape(&input[k.clone()])).collect();
+            format!(
+                "refused skip={skip} op={} noreply={} keys={}",
+                op_name(op),
+                u8::from(req.noreply),
                 keys.join(",")
             )
         }

@@ -93,7 +93,6 @@ const ERROR: &[u8] = b"ERROR\r\n";
 const BAD_FORMAT: &[u8] = b"CLIENT_ERROR bad command line format\r\n";
 const BAD_CHUNK: &[u8] = b"CLIENT_ERROR bad data chunk\r\n";
 const TOO_LONG: &[u8] = b"CLIENT_ERROR options flags too long\r\n";
-const TOO_LARGE: &[u8] = b"SERVER_ERROR object too large for cache\r\n";
 const BAD_KEY_ENCODING: &[u8] = b"CLIENT_ERROR error decoding key\r\n";
 
 /// The key as the server stores it: with the `b` flag the client sends it
@@ -125,6 +124,7 @@ fn fail(reply: &[u8], skip: usize) -> RequestError {
         reply: reply.to_vec(),
         skip,
         close: false,
+        forward: None,
     }
 }
 
@@ -136,6 +136,7 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, Requ
                 reply: Vec::new(),
                 skip: 0,
                 close: true,
+                forward: None,
             });
         }
         return Ok(Parse::Incomplete {
@@ -147,6 +148,7 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, Requ
             reply: Vec::new(),
             skip: 0,
             close: true,
+            forward: None,
         });
     }
     let line_len = nl + 1;
@@ -191,7 +193,7 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, Requ
     let bad_key = has_flag(b'b') && decode_key(&line[key.clone()]).is_none();
     let quiet = cmd != MetaCmd::Debug && has_flag(b'q');
     let mut keys = Keys::new();
-    keys.push(key);
+    keys.push(key.clone());
     if cmd != MetaCmd::Set {
         if bad_key {
             return Err(fail(BAD_KEY_ENCODING, line_len));
@@ -224,7 +226,14 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, Requ
     };
     let total = line_len.saturating_add(vlen).saturating_add(2);
     if vlen > limits.max_value {
-        return Err(fail(TOO_LARGE, total));
+        // memcached unlinks the old item whatever the mode (see too_large).
+        return Err(super::too_large::refuse(
+            super::too_large::Refused::Meta,
+            line_len,
+            key,
+            total,
+            false,
+        ));
     }
     if buf.len() < total {
         return Ok(Parse::Incomplete { hint: total });
@@ -402,7 +411,8 @@ mod tests {
             ..Limits::default()
         };
         let e = parse_request(b"ms k 2\r\n", &limits).unwrap_err();
-        assert_eq!((e.reply.as_slice(), e.skip), (TOO_LARGE, 12));
+        assert_eq!((e.reply.is_empty(), e.skip), (true, 12));
+        assert!(e.forward.is_some(), "the key is deleted");
     }
 
     #[test]

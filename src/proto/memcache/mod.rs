@@ -13,6 +13,7 @@ mod num;
 mod text_merge;
 mod text_request;
 mod text_response;
+pub mod too_large;
 
 pub use meta::MetaCmd;
 pub use text_merge::{merge_responses, server_error, write_fragment};
@@ -36,6 +37,7 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, Requ
 /// Parse one server reply to a request of operation `op`.
 pub fn parse_response(buf: &[u8], op: McOp) -> Result<Parse<Response>, ResponseError> {
     match op {
+        McOp::TooLarge(refused) => too_large::parse_response(refused, buf),
         McOp::Bin { opcode, opaque } => binary_response::parse_response(buf, opcode, opaque),
         McOp::Meta { .. } => meta::parse_response(buf),
         _ => text_response::parse_response(buf, op),
@@ -48,6 +50,9 @@ pub fn write_request(req: &Request, bytes: &[u8], out: &mut Vec<u8>) {
     match req.op {
         Op::Mc(McOp::Bin { .. }) => binary::write_request(bytes, out),
         Op::Mc(McOp::Meta { cmd, quiet }) => meta::write_request(cmd, quiet, bytes, out),
+        Op::Mc(McOp::TooLarge(refused)) => {
+            too_large::write_request(refused, req.noreply, bytes, out)
+        }
         _ => out.extend_from_slice(bytes),
     }
 }
@@ -63,9 +68,12 @@ pub fn keep_reply(op: McOp, reply: &[u8]) -> bool {
 }
 
 /// The reply bytes the client must get instead of `reply`, when they
-/// differ: a quiet binary request's reply carries the client's opcode.
+/// differ: a quiet binary request's reply carries the client's opcode; the
+/// delete sent for a store refused as too large is answered with the
+/// refusal.
 pub fn rewrite_reply(op: McOp, reply: &[u8]) -> Option<Vec<u8>> {
     match op {
+        McOp::TooLarge(refused) => Some(too_large::refusal(refused)),
         McOp::Bin { opcode, .. } => binary::rewrite_reply(opcode, reply),
         _ => None,
     }
@@ -88,8 +96,58 @@ pub fn merge_broadcast(replies: &[&[u8]], out: &mut Vec<u8>) {
 /// for a binary request, `SERVER_ERROR <msg>` otherwise.
 pub fn error_reply(op: McOp, msg: &str, out: &mut Vec<u8>) {
     match op {
-        McOp::Bin { opcode, opaque } => binary_response::error_reply(opcode, opaque, msg, out),
+        McOp::Bin { opcode, opaque }
+        | McOp::TooLarge(too_large::Refused::Bin { opcode, opaque }) => {
+            binary_response::error_reply(opcode, opaque, msg, out)
+        }
         _ => server_error(msg, out),
+    }
+}
+
+/// What a request counts in memcached's `cmd_get` (keys asked for by a
+/// text, binary or meta retrieval) and `cmd_set` (storage requests,
+/// refused ones included, as memcached counts them).
+pub fn cmd_counts(op: McOp, keys: usize) -> (u64, u64) {
+    let keys = keys as u64;
+    match op {
+        McOp::Bin { opcode, .. } if binary_response::is_retrieval(opcode) => (keys, 0),
+        McOp::Bin { opcode, .. } => {
+            let loud = binary::loud(opcode).unwrap_or(opcode);
+            let store = matches!(
+                loud,
+                binary::opcode::SET
+                    | binary::opcode::ADD
+                    | binary::opcode::REPLACE
+                    | binary::opcode::APPEND
+                    | binary::opcode::PREPEND
+            );
+            (0, u64::from(store))
+        }
+        McOp::Meta {
+            cmd: MetaCmd::Get, ..
+        } => (keys, 0),
+        McOp::Meta {
+            cmd: MetaCmd::Set, ..
+        }
+        | McOp::TooLarge(_) => (0, 1),
+        op if op.is_retrieval() => (keys, 0),
+        op => (0, u64::from(op.is_storage())),
+    }
+}
+
+/// How many of the keys of a retrieval found a value in a server's reply
+/// (memcached's `get_hits`); 0 for any other reply.
+pub fn hits(op: McOp, reply: &[u8]) -> u64 {
+    match op {
+        McOp::Bin { opcode, .. } if binary_response::is_retrieval(opcode) => {
+            let ok = binary::Header::decode(reply).is_some_and(|h| h.status == 0);
+            u64::from(ok)
+        }
+        McOp::Meta {
+            cmd: MetaCmd::Get, ..
+        } => u64::from(reply.starts_with(b"VA ") || reply.starts_with(b"HD")),
+        op if op.is_retrieval() => text_response::count_values(reply),
+        _ => 0,
     }
 }
 
@@ -97,7 +155,32 @@ pub fn error_reply(op: McOp, msg: &str, out: &mut Vec<u8>) {
 /// protocol on its first byte, so binary requests use their own server
 /// connections (class 1); text and meta share class 0.
 pub fn conn_class(op: McOp) -> usize {
-    usize::from(matches!(op, McOp::Bin { .. }))
+    usize::from(matches!(
+        op,
+        McOp::Bin { .. } | McOp::TooLarge(too_large::Refused::Bin { .. })
+    ))
+}
+
+/// The reply to a `flush_all` (text, or binary FLUSH/FLUSHQ) on a pool
+/// without `allow_flush`: what memcached started with `-F` answers
+/// (`CLIENT_ERROR flush_all not allowed`, silenced by `noreply`; binary
+/// status 0x0020, which memcached gives then, with the same text).
+pub fn flush_refused(op: McOp, noreply: bool) -> Vec<u8> {
+    let mut out = Vec::new();
+    match op {
+        McOp::Bin { opcode, opaque } => {
+            binary::write_error(
+                &mut out,
+                opcode,
+                opaque,
+                binary::status::AUTH_ERROR,
+                "flush_all not allowed",
+            );
+        }
+        _ if noreply => {}
+        _ => out.extend_from_slice(b"CLIENT_ERROR flush_all not allowed\r\n"),
+    }
+    out
 }
 
 /// Version the proxy reports to `version`. Clients such as libmemcached
@@ -154,6 +237,9 @@ pub enum McOp {
         /// Opaque the client sent, echoed by the server.
         opaque: u32,
     },
+    /// A store refused as too large: its key's server gets a delete in
+    /// its place (see [`too_large`]).
+    TooLarge(too_large::Refused),
     /// Meta protocol command; `quiet` when it carries the `q` flag.
     Meta {
         /// The command.
@@ -188,6 +274,7 @@ impl McOp {
             McOp::Stats => "stats",
             McOp::Bin { .. } => "binary",
             McOp::Meta { cmd, .. } => cmd.name(),
+            McOp::TooLarge(_) => "set",
         }
     }
 

@@ -8,6 +8,7 @@ use memchr::memchr;
 use smallvec::SmallVec;
 
 use super::num::{safe_strtol, safe_strtoul, safe_strtoull};
+use super::too_large::{refuse, Refused};
 use super::{McOp, VERSION};
 use crate::proto::{Keys, Limits, Local, Op, Parse, Request, RequestError, Route};
 
@@ -28,7 +29,7 @@ const BAD_DELETE: &[u8] =
 const BAD_EXPTIME: &[u8] = b"CLIENT_ERROR invalid exptime argument\r\n";
 const BAD_DELTA: &[u8] = b"CLIENT_ERROR invalid numeric delta argument\r\n";
 const BAD_CHUNK: &[u8] = b"CLIENT_ERROR bad data chunk\r\n";
-const TOO_LARGE: &[u8] = b"SERVER_ERROR object too large for cache\r\n";
+const TOO_LARGE: &[u8] = super::too_large::TOO_LARGE;
 
 /// Space-separated tokens of a command line, as byte ranges of the line.
 #[derive(Debug, Clone)]
@@ -105,6 +106,7 @@ fn fail(reply: &[u8], skip: usize, noreply: bool) -> RequestError {
         reply: if noreply { Vec::new() } else { reply.to_vec() },
         skip,
         close: false,
+        forward: None,
     }
 }
 
@@ -113,7 +115,19 @@ fn close() -> RequestError {
         reply: Vec::new(),
         skip: 0,
         close: true,
+        forward: None,
     }
+}
+
+/// An unknown command whose last token starts with `HTTP/` (`GET /
+/// HTTP/1.0`): memcached closes the connection without a reply, so a
+/// browser or an HTTP request smuggled to the port gets nothing back. Like
+/// memcached, the last token is the 23rd when the line has more.
+fn looks_like_http(line: &[u8]) -> bool {
+    Tokens::new(line)
+        .take(23)
+        .last()
+        .is_some_and(|r| line[r].starts_with(b"HTTP/"))
 }
 
 fn command(word: &[u8]) -> Option<McOp> {
@@ -175,6 +189,9 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, Requ
         _ => return Err(fail(ERROR, line_len, false)),
     };
     let Some(op) = command(&line[cmd]) else {
+        if looks_like_http(line) {
+            return Err(close());
+        }
         return Err(fail(ERROR, line_len, false));
     };
     if op.is_retrieval() {
@@ -245,6 +262,10 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, Requ
             }
             let total = line_len + vlen + 2;
             if vlen > limits.max_value {
+                if op == McOp::Set {
+                    let key = t.first().cloned().unwrap_or_default();
+                    return Err(refuse(Refused::Text, line_len, key, total, noreply));
+                }
                 return Err(fail(TOO_LARGE, total, noreply));
             }
             if buf.len() < total {
@@ -424,15 +445,42 @@ mod tests {
     }
 
     #[test]
+    fn http_requests_close_without_a_reply() {
+        for line in [
+            &b"GET / HTTP/1.0\r\n"[..],
+            b"POST /x HTTP/1.1\r\n",
+            b"xx HTTP/\r\n",
+            b"HTTP/1.0\r\n",
+        ] {
+            let e = parse(line).unwrap_err();
+            assert!(e.close && e.reply.is_empty(), "{line:?}");
+        }
+        // Known commands, short command words, and HTTP/ beyond the 23rd
+        // token get memcached's ordinary replies.
+        let mut long = b"a b c d e f g h i j k l m n o p q r s t u v w x y z".to_vec();
+        long.extend_from_slice(b" HTTP/1.0\r\n");
+        for line in [
+            &b"GET / http/1.0\r\n"[..],
+            b"x HTTP/1.0\r\n",
+            b"set HTTP/1.0\r\n",
+            b"GET / HTTP/1.0 extra\r\n",
+            &long,
+        ] {
+            let e = parse(line).unwrap_err();
+            assert!(!e.close && e.reply == ERROR, "{line:?}");
+        }
+    }
+
+    #[test]
     fn too_large_is_rejected_before_the_data() {
         let limits = Limits {
             max_value: 10,
             ..Limits::default()
         };
-        let e = parse_request(b"set a 0 0 11\r\n", &limits).unwrap_err();
+        let e = parse_request(b"add a 0 0 11\r\n", &limits).unwrap_err();
         assert_eq!(e.reply, TOO_LARGE);
         assert_eq!(e.skip, 14 + 13);
-        let e = parse_request(b"set a 0 0 11 noreply\r\n", &limits).unwrap_err();
+        let e = parse_request(b"add a 0 0 11 noreply\r\n", &limits).unwrap_err();
         assert!(e.reply.is_empty());
     }
 }

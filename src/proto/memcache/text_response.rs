@@ -124,6 +124,13 @@ pub(crate) fn value_entries(reply: &[u8]) -> Vec<ValueEntry> {
     }
 }
 
+/// How many `VALUE` entries a retrieval reply holds (its hits).
+pub(crate) fn count_values(reply: &[u8]) -> u64 {
+    let mut n = 0;
+    let _ = walk_values(reply, |_| n += 1);
+    n
+}
+
 fn unexpected(line: &[u8]) -> ResponseError {
     let shown: String = String::from_utf8_lossy(&line[..line.len().min(64)]).into();
     ResponseError(format!("unexpected memcached reply: {shown:?}"))

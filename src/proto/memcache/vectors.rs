@@ -94,6 +94,23 @@ fn describe_request(input: &[u8], r: &Result<Parse<Request>, RequestError>) -> S
                 keys.join(",")
             )
         }
+        // A refused store forwarded as a delete (memcache::too_large).
+        Err(RequestError {
+            skip,
+            forward: Some(req),
+            ..
+        }) => {
+            let Op::Mc(op) = req.op else {
+                return "not memcached".into();
+            };
+            let keys: Vec<String> = req.keys.iter().map(|k| escape(&input[k.clone()])).collect();
+            format!(
+                "refused skip={skip} op={} noreply={} keys={}",
+                op.name(),
+                u8::from(req.noreply),
+                keys.join(",")
+            )
+        }
         Err(e) => format!(
             "error skip={} close={} reply={}",
             e.skip,
@@ -136,6 +153,7 @@ fn normalise(expect: &str) -> String {
         ],
         "error" => &[("skip", ""), ("close", "0"), ("reply", "")],
         "incomplete" => &[("hint", "")],
+        "refused" => &[("skip", ""), ("op", ""), ("noreply", "0"), ("keys", "")],
         _ => &[],
     };
     let mut out = vec![kind.to_string()];

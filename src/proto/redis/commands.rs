@@ -13,8 +13,19 @@ pub enum CmdClass {
     MSet,
     /// DEL, UNLINK, EXISTS, TOUCH: split per server, integer replies summed.
     SumInt,
-    /// EVAL and friends: routed by the first of `numkeys` keys.
+    /// EVAL and friends: routed by the first of `numkeys` keys; with
+    /// numkeys 0, as `Keyless`.
     Eval,
+    /// No key (TIME): sent to one server, chosen by the pool's
+    /// `keyless_server` (the first live one, or a random one).
+    Keyless,
+    /// Keys that must all be on one server for the command to keep its
+    /// meaning (MSETNX: all or none set): forwarded whole when they are,
+    /// refused when they map to several servers.
+    OneServer,
+    /// Sent to every server, replies merged (SCRIPT LOAD / FLUSH, so a
+    /// script loaded through the proxy runs wherever EVALSHA lands).
+    Broadcast,
     /// Answered by the proxy (PING, ECHO, QUIT, AUTH, SELECT, HELLO, CLIENT,
     /// COMMAND).
     Local,
@@ -148,7 +159,9 @@ const fn e(name: &'static str, class: CmdClass, keys: KeySpec) -> Entry {
     Entry { name, class, keys }
 }
 
-use CmdClass::{Eval, Local, MGet, MSet, Single, SumInt, Unsupported};
+use CmdClass::{
+    Broadcast, Eval, Keyless, Local, MGet, MSet, OneServer, Single, SumInt, Unsupported,
+};
 use KeySpec::{All, At, Pairs, Streams};
 
 /// Sorted by name (byte order) for binary search.
@@ -267,14 +280,15 @@ static TABLE: &[Entry] = &[
     e("LREM", Single, At(1)),
     e("LSET", Single, At(1)),
     e("LTRIM", Single, At(1)),
-    e("MEMORY", Unsupported, KeySpec::None),
+    // MEMORY USAGE key only (other subcommands are refused, see request.rs).
+    e("MEMORY", Single, At(2)),
     e("MGET", MGet, All),
     e("MIGRATE", Unsupported, KeySpec::None),
     e("MODULE", Unsupported, KeySpec::None),
     e("MONITOR", Unsupported, KeySpec::None),
     e("MOVE", Unsupported, KeySpec::None),
     e("MSET", MSet, Pairs),
-    e("MSETNX", Unsupported, KeySpec::None),
+    e("MSETNX", OneServer, Pairs),
     e("MULTI", Unsupported, KeySpec::None),
     e("OBJECT", Single, At(2)),
     e("PERSIST", Single, At(1)),
@@ -311,7 +325,8 @@ static TABLE: &[Entry] = &[
     e("SAVE", Unsupported, KeySpec::None),
     e("SCAN", Unsupported, KeySpec::None),
     e("SCARD", Single, At(1)),
-    e("SCRIPT", Unsupported, KeySpec::None),
+    // SCRIPT LOAD and FLUSH only (others are refused, see request.rs).
+    e("SCRIPT", Broadcast, KeySpec::None),
     e("SDIFF", Single, At(1)),
     e("SDIFFSTORE", Single, At(1)),
     e("SELECT", Local, KeySpec::None),
@@ -347,7 +362,7 @@ static TABLE: &[Entry] = &[
     e("SUNSUBSCRIBE", Unsupported, KeySpec::None),
     e("SWAPDB", Unsupported, KeySpec::None),
     e("SYNC", Unsupported, KeySpec::None),
-    e("TIME", Unsupported, KeySpec::None),
+    e("TIME", Keyless, KeySpec::None),
     e("TOUCH", SumInt, All),
     e("TTL", Single, At(1)),
     e("TYPE", Single, At(1)),

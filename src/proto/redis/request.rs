@@ -390,7 +390,7 @@ fn eval_head(mut args: Args<'_>, cmd: Cmd, threshold: usize) -> Option<StreamHea
     }
 }
 
-/// The error reply redis-server (or the proxy, for 0) gives an EVAL-like
+/// The error reply redis-server (or the proxy, for 0 when streamed) gives an EVAL-like
 /// command of `argc` arguments whose `numkeys` argument parses as
 /// `numkeys`; `Ok` when it has at least one key.
 pub fn eval_numkeys(numkeys: Option<i64>, argc: usize, name: &str) -> Result<(), Vec<u8>> {
@@ -400,8 +400,11 @@ pub fn eval_numkeys(numkeys: Option<i64>, argc: usize, name: &str) -> Result<(),
         Some(n) if n > argc as i64 - 3 => Err(reply::err_line(
             "Number of keys can't be greater than number of args",
         )),
+        // A keyless script is sent to the pool's keyless server when it is
+        // buffered whole (`scan`); one streamed (1 MB or more, held until
+        // its key arrives) needs a key.
         Some(0) => Err(reply::err_line(&format!(
-            "{name} with numkeys 0 is not supported by the proxy: at least one key is needed to choose a server"
+            "{name} with numkeys 0 and a script of 1 MB or more is not supported by the proxy"
         ))),
         Some(_) => Ok(()),
     }
@@ -612,6 +615,7 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, Requ
             reply,
             skip: buf.len(),
             close: true,
+            forward: None,
         }),
     }
 }
@@ -673,6 +677,7 @@ fn scan(buf: &[u8], limits: &Limits) -> Result<Scanned, Stop> {
             reply,
             skip: len,
             close: false,
+            forward: None,
         }))
     };
     let Some(cmd) = cmd else {
@@ -695,8 +700,40 @@ fn scan(buf: &[u8], limits: &Limits) -> Result<Scanned, Stop> {
             }
             match eval_numkeys(numkeys, argc, name) {
                 Ok(()) => Route::Single,
+                // No key: one server, as a keyless command (keys stays empty).
+                Err(_) if numkeys == Some(0) => Route::Single,
                 Err(e) => return fail(e),
             }
+        }
+        CmdClass::Keyless => Route::Single,
+        CmdClass::Broadcast => {
+            let sub = second.as_ref().map(|a| &buf[a.range.clone()]);
+            match sub {
+                Some(s) if s.eq_ignore_ascii_case(b"LOAD") || s.eq_ignore_ascii_case(b"FLUSH") => {
+                    Route::Broadcast
+                }
+                None => return fail(reply::wrong_args(name)),
+                Some(s) => {
+                    return fail(reply::unsupported(&format!(
+                        "{name} {}",
+                        String::from_utf8_lossy(s).to_ascii_uppercase()
+                    )))
+                }
+            }
+        }
+        _ if cmd.is("MEMORY")
+            && !second
+                .as_ref()
+                .is_some_and(|a| buf[a.range.clone()].eq_ignore_ascii_case(b"USAGE")) =>
+        {
+            let sub = second.as_ref().map_or(&b""[..], |a| &buf[a.range.clone()]);
+            return fail(reply::unsupported(&format!(
+                "{name} {}",
+                String::from_utf8_lossy(sub).to_ascii_uppercase()
+            )));
+        }
+        CmdClass::OneServer if argc < 3 || argc.is_multiple_of(2) => {
+            return fail(reply::wrong_args(name))
         }
         _ if blocking => {
             return fail(reply::err_line(&format!(
@@ -704,7 +741,7 @@ fn scan(buf: &[u8], limits: &Limits) -> Result<Scanned, Stop> {
             )))
         }
         _ if keys.is_empty() => return fail(reply::wrong_args(name)),
-        CmdClass::MGet | CmdClass::MSet | CmdClass::SumInt => Route::Multi,
+        CmdClass::MGet | CmdClass::MSet | CmdClass::SumInt | CmdClass::OneServer => Route::Multi,
         CmdClass::Single => Route::Single,
     };
     if inexact_key {

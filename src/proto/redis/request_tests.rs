@@ -505,16 +505,12 @@ fn stream_head_of_a_large_eval() {
 
 #[test]
 fn eval_numkeys_errors_are_the_whole_parsers() {
-    let cases: [(&[u8], &str); 4] = [
+    let cases: [(&[u8], &str); 3] = [
         (b"x", "-ERR value is not an integer or out of range\r\n"),
         (b"-1", "-ERR Number of keys can't be negative\r\n"),
         (
             b"3",
             "-ERR Number of keys can't be greater than number of args\r\n",
-        ),
-        (
-            b"0",
-            "-ERR EVAL with numkeys 0 is not supported by the proxy",
         ),
     ];
     for (n, want) in cases {
@@ -528,6 +524,14 @@ fn eval_numkeys_errors_are_the_whole_parsers() {
         assert!(String::from_utf8_lossy(&held).starts_with(want), "{n:?}");
     }
     assert!(eval_numkeys(Some(2), 5, "EVAL").is_ok());
+    // numkeys 0: routed to the keyless server when whole, refused when streamed.
+    let b = b"*3\r\n$4\r\nEVAL\r\n$1\r\ns\r\n$1\r\n0\r\n";
+    let Ok(crate::proto::Parse::Done(req)) = parse_request(b, &big_limits()) else {
+        panic!("EVAL s 0 is routed")
+    };
+    assert!(req.keys.is_empty() && req.route == crate::proto::Route::Single);
+    let held = eval_numkeys(Some(0), 3, "EVAL").unwrap_err();
+    assert!(String::from_utf8_lossy(&held).contains("1 MB or more"));
 }
 
 #[test]
