@@ -62,15 +62,20 @@ fn main() {
     if let Some(addr) = &cli.top {
         std::process::exit(walnut::admin::top::run(addr, None));
     }
+    if cli.man {
+        print!("{}", walnut::manpage::render());
+        return;
+    }
+    let conf_file = cli.conf_file();
     if cli.test_conf {
-        std::process::exit(cli::run_test_conf(&cli.conf_file));
+        std::process::exit(cli::run_test_conf(&conf_file));
     }
     walnut::util::mark_start();
     if let Err(e) = walnut::log::init(cli.output.as_deref()) {
         eprintln!("walnut: cannot open log file: {e}");
         std::process::exit(1);
     }
-    let conf_path = absolute(&cli.conf_file);
+    let conf_path = absolute(&conf_file);
     let config = match Config::load(&conf_path) {
         Ok(c) => c,
         Err(errs) => {
@@ -79,7 +84,7 @@ fn main() {
             }
             eprintln!(
                 "walnut: configuration file '{}' syntax is invalid",
-                cli.conf_file.display()
+                conf_file.display()
             );
             std::process::exit(1);
         }
