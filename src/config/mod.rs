@@ -13,6 +13,7 @@ mod addr;
 mod error;
 mod pool;
 mod process;
+pub mod show;
 mod yaml;
 
 pub use addr::{ListenAddr, ServerAddr, ServerConfig, KETAMA_DEFAULT_PORT};

@@ -191,7 +191,7 @@ impl Master {
             gen.workers.push(w);
         }
         crate::log_notice!(
-            "generation {} started: {} workers, listener mode {:?}",
+            "generation {} started: {} workers, listener mode {}",
             id,
             n,
             gen.config.process.listener
@@ -327,6 +327,7 @@ impl Master {
             }
             if signals::has(sigs, libc::SIGTTIN) {
                 crate::log::level_up();
+                crate::log_always!("log level up to {}", crate::log::level());
                 self.broadcast(&Message::Set(
                     "log_level".into(),
                     crate::log::level().to_string(),
@@ -334,6 +335,7 @@ impl Master {
             }
             if signals::has(sigs, libc::SIGTTOU) {
                 crate::log::level_down();
+                crate::log_always!("log level down to {}", crate::log::level());
                 self.broadcast(&Message::Set(
                     "log_level".into(),
                     crate::log::level().to_string(),
