@@ -111,6 +111,10 @@ def test_requests_sum_over_workers(walnut):
     assert total == n
     for f in ["service", "source", "version", "uptime", "timestamp", "total_connections", "curr_connections"]:
         assert f in stats
+    # twemproxy's identity for dashboards that match on it; walnut's beside it.
+    assert (stats["service"], stats["version"]) == ("nutcracker", "0.5.0")
+    walnut_version = subprocess.run([walnut_bin(), "-V"], capture_output=True, text=True).stdout.strip()
+    assert walnut_version == f"This is walnut-{stats['walnut_version']}"
     for f in ["client_eof", "client_err", "client_connections", "server_ejects", "forward_error", "fragments"]:
         assert f in stats["beta"]
     lines = [l for l in admin(walnut.admin_port, "pools").splitlines() if "class=write" in l]
@@ -179,6 +183,30 @@ def test_metrics_and_p99_of_slow_backend(walnut):
     assert len(s["walnut_worker_cpu_seconds_total"]) == 2
     assert "walnut_worker_accept_eagain_total" in s and "walnut_worker_respawns_total" in s
     assert sum(v for _, v in s["walnut_server_requests_total"]) == N_SLOW
+    check_metric_names(body)
+    assert [v for _, v in s["walnut_build_info"]] == [1]
+
+
+def check_metric_names(body: str) -> None:
+    """Every family has HELP and TYPE; counters end in _total and nothing
+    else does; no name says a word twice (`walnut_server_server_eof_total`)."""
+    helps = dict(re.findall(r"^# HELP (\S+) (.+)$", body, re.M))
+    types = dict(re.findall(r"^# TYPE (\S+) (\S+)$", body, re.M))
+    assert helps.keys() == types.keys()
+    samples = {re.match(r"[a-z_]+", l).group(0) for l in body.splitlines() if l and not l.startswith("#")}
+    for name in samples:
+        family = re.sub(r"_(bucket|sum|count)$", "", name) if types.get(name) is None else name
+        assert family in types, f"{name} has no # TYPE"
+        assert helps[family].strip(), family
+    for family, kind in types.items():
+        assert (kind == "counter") == family.endswith("_total"), (family, kind)
+        words = family.split("_")
+        assert len(words) == len(set(words)), f"{family} repeats a word"
+    for expected in ("walnut_server_eof_total", "walnut_server_timeouts_total", "walnut_pool_client_connections",
+                     "walnut_worker_accepted_connections_total", "walnut_worker_open_connections",
+                     "walnut_accepted_connections_total", "walnut_open_connections",
+                     "walnut_server_ejected_timestamp_seconds", "walnut_server_response_bytes_total"):
+        assert expected in types, expected
 
 
 def slow_burst(port: int, n: int, us: int) -> None:
