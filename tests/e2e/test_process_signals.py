@@ -187,7 +187,7 @@ def test_ttin_ttou_change_log_level(procs):
         i = next(nxt)
         with RawConn(p.port(f"p{i}")) as c:
             assert c.request(b"get k\r\n", b"END\r\n") == b"END\r\n"
-        return log_has(p.log_path, f"connected to server 0 of pool {i}\n")
+        return log_has(p.log_path, f"pool 'p{i}': connected to server '")
 
     def send(sig: signal.Signals) -> None:
         # Signals of one kind sent back to back merge into one: send the
