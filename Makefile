@@ -12,12 +12,59 @@ E2E_TIMEOUT ?= 180
 E2E_ARGS ?=
 FUZZ_SECONDS ?= 20
 
-.PHONY: all build test fmt-check clippy unit fuzz-smoke e2e e2e-listeners demo bench bench-idle profile venv clean-venv
+# Install layout: `make install PREFIX=/usr DESTDIR=/tmp/root`. walnut is a
+# system daemon (man section 8), so the binary goes to sbin as nutcracker's
+# does. SYSCONFDIR is built into the binary: plain `walnut` reads
+# SYSCONFDIR/walnut/nutcracker.yml when ./conf/nutcracker.yml does not exist.
+PREFIX ?= /usr/local
+DESTDIR ?=
+SBINDIR ?= $(PREFIX)/sbin
+MANDIR ?= $(PREFIX)/share/man
+SYSCONFDIR ?= /etc
+SYSTEMDDIR ?= /lib/systemd/system
+INSTALL ?= install
+# Exported only when not the default, so that `make build` and a plain
+# `cargo build` make the same binary and do not rebuild each other's.
+ifneq ($(SYSCONFDIR),/etc)
+export WALNUT_SYSCONFDIR := $(SYSCONFDIR)
+endif
+
+.PHONY: all build test fmt-check clippy unit fuzz-smoke e2e e2e-listeners demo bench bench-idle profile venv clean-venv \
+	man unit-file install uninstall deb
 
 all: build
 
 build:
 	$(CARGO) build --release
+
+# The man page, from the same clap definitions as --help (`walnut --man`).
+man: build
+	mkdir -p target/dist
+	target/release/walnut --man > target/dist/walnut.8
+	gzip -9nf < target/dist/walnut.8 > target/dist/walnut.8.gz
+
+# The systemd unit with this install's paths.
+unit-file:
+	mkdir -p target/dist
+	sed -e 's|@SBINDIR@|$(SBINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
+		dist/walnut.service.in > target/dist/walnut.service
+
+# An existing configuration is never overwritten.
+install: build man unit-file
+	$(INSTALL) -D -m 0755 target/release/walnut $(DESTDIR)$(SBINDIR)/walnut
+	$(INSTALL) -D -m 0644 target/dist/walnut.8 $(DESTDIR)$(MANDIR)/man8/walnut.8
+	$(INSTALL) -D -m 0644 target/dist/walnut.service $(DESTDIR)$(SYSTEMDDIR)/walnut.service
+	test -e $(DESTDIR)$(SYSCONFDIR)/walnut/nutcracker.yml || \
+		$(INSTALL) -D -m 0644 conf/nutcracker.yml $(DESTDIR)$(SYSCONFDIR)/walnut/nutcracker.yml
+
+uninstall:
+	rm -f $(DESTDIR)$(SBINDIR)/walnut $(DESTDIR)$(MANDIR)/man8/walnut.8 \
+		$(DESTDIR)$(SYSTEMDDIR)/walnut.service
+
+# Debian package (cargo-deb; metadata in Cargo.toml) in target/debian/.
+deb:
+	$(MAKE) --no-print-directory man unit-file PREFIX=/usr SYSCONFDIR=/etc
+	$(CARGO) deb --no-build
 
 test: fmt-check clippy unit fuzz-smoke e2e
 

@@ -193,15 +193,15 @@ def cycle(p: Proxy, port: int, n: int, sources: Sources, timeout: float) -> dict
     """Open n idle connections to p, measure, close them all, measure again."""
     pids = p.pids()
     m = {"rss0": rss_kb(pids), "pss0": pss_kb(pids), "refused0": refusals(p)}
-    total0 = p.metric_sum("walnut_worker_total_connections_total") or 0
+    total0 = p.metric_sum("walnut_worker_accepted_connections_total") or 0
     openers = Openers(port, n, sources, timeout)
     try:
         m["res"] = openers.ready()
         pids = p.pids()
         m["rss1"], m["pss1"], m["fds"] = rss_kb(pids), pss_kb(pids), fd_counts(pids)
         if p.kind == "walnut":  # walnut's own count, live from shared memory
-            m["held"] = p.metric_sum("walnut_worker_curr_connections")
-            m["accepted"] = (p.metric_sum("walnut_worker_total_connections_total") or 0) \
+            m["held"] = p.metric_sum("walnut_worker_open_connections")
+            m["accepted"] = (p.metric_sum("walnut_worker_accepted_connections_total") or 0) \
                 - total0
         else:  # nutcracker's stats JSON lags by its -i interval: ask the kernel
             m["held"], m["accepted"] = proxy_side(port), None

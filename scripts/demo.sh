@@ -20,6 +20,7 @@ REDIS_PORTS=($((BASE + 379)) $((BASE + 380)))
 MC_LISTEN=$((BASE + 121))
 REDIS_LISTEN=$((BASE + 122))
 STATS_PORT=$((BASE + 222))
+ADMIN_PORT=$((BASE + 223))
 
 say() { printf '\033[1m%s\033[0m\n' "$*"; }
 
@@ -36,7 +37,7 @@ if [ "${#need_pkgs[@]}" -gt 0 ]; then
 fi
 
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-for p in "${MC_PORTS[@]}" "${REDIS_PORTS[@]}" "$MC_LISTEN" "$REDIS_LISTEN" "$STATS_PORT"; do
+for p in "${MC_PORTS[@]}" "${REDIS_PORTS[@]}" "$MC_LISTEN" "$REDIS_LISTEN" "$STATS_PORT" "$ADMIN_PORT"; do
     if port_busy "$p"; then
         echo "port $p on 127.0.0.1 is in use; set DEMO_PORT_BASE to move the demo" >&2
         exit 1
@@ -116,13 +117,17 @@ sessions:
    - 127.0.0.1:${REDIS_PORTS[1]}:1 redis-b
 YAML
 
-say "starting $PROXY_BIN -c $CONF -s $STATS_PORT"
-"$PROXY_BIN" -c "$CONF" -s "$STATS_PORT" -a 127.0.0.1 -o "$WORK/proxy.log" &
+# nutcracker has no admin port (and no --admin flag).
+ADMIN_ARGS=(--admin "127.0.0.1:$ADMIN_PORT")
+[ -n "${DEMO_PROXY:-}" ] && ADMIN_ARGS=()
+say "starting $PROXY_BIN -c $CONF -s $STATS_PORT ${ADMIN_ARGS[*]}"
+"$PROXY_BIN" -c "$CONF" -s "$STATS_PORT" -a 127.0.0.1 "${ADMIN_ARGS[@]}" -o "$WORK/proxy.log" &
 PROXY_PID=$!
 PIDS=("$PROXY_PID" "${PIDS[@]}")
 wait_port "$MC_LISTEN" "$PROXY_PID"
 wait_port "$REDIS_LISTEN" "$PROXY_PID"
 wait_port "$STATS_PORT" "$PROXY_PID"
+[ "${#ADMIN_ARGS[@]}" -gt 0 ] && wait_port "$ADMIN_PORT" "$PROXY_PID"
 
 cat <<TXT
 
@@ -131,12 +136,15 @@ cat <<TXT
   memcached pool 'cache'   -> 127.0.0.1:$MC_LISTEN  (backends ${MC_PORTS[*]})
   Redis pool 'sessions'    -> 127.0.0.1:$REDIS_LISTEN  (backends ${REDIS_PORTS[*]})
   stats (JSON)             -> 127.0.0.1:$STATS_PORT
+  admin                    -> 127.0.0.1:$ADMIN_PORT  (status, pools, config show, GET /metrics)
 
   Try:
     printf 'set a 0 0 1\r\nx\r\nget a\r\n' | nc -q 1 127.0.0.1 $MC_LISTEN
     redis-cli -p $REDIS_LISTEN set user:{42}:name ada
     redis-cli -p $REDIS_LISTEN get user:{42}:name
     nc 127.0.0.1 $STATS_PORT
+    printf 'status\r\n' | nc -q 1 127.0.0.1 $ADMIN_PORT
+    $PROXY_BIN --top 127.0.0.1:$ADMIN_PORT
 
   Ctrl-C stops everything this script started.
 
@@ -151,6 +159,11 @@ if [ "$SMOKE" = 1 ]; then
     [ "$(redis-cli -p "$REDIS_LISTEN" get 'user:{42}:name')" = ada ]
     say "smoke: stats"
     nc -q 1 127.0.0.1 "$STATS_PORT" </dev/null | head -c 300; echo
+    if [ "${#ADMIN_ARGS[@]}" -gt 0 ]; then
+        say "smoke: admin port"
+        printf 'status\r\n' | nc -q 1 127.0.0.1 "$ADMIN_PORT" | tee "$WORK/smoke-admin.txt" | head -n 3
+        grep -q '^master_pid: ' "$WORK/smoke-admin.txt"
+    fi
     say "smoke: ok"
     exit 0
 fi

@@ -9,6 +9,12 @@ use std::path::{Path, PathBuf};
 
 /// Default configuration file, relative to the working directory.
 pub const DEFAULT_CONF_FILE: &str = "conf/nutcracker.yml";
+/// Where an installed walnut keeps its configuration: `$SYSCONFDIR`
+/// fixed at build time (`WALNUT_SYSCONFDIR`, `make install` passes it).
+pub const SYSCONFDIR: &str = match option_env!("WALNUT_SYSCONFDIR") {
+    Some(d) => d,
+    None => "/etc",
+};
 /// Default log level (twemproxy's LOG_NOTICE).
 pub const DEFAULT_LOG_LEVEL: u8 = 5;
 /// Default stats port.
@@ -56,9 +62,10 @@ pub struct Cli {
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
 
-    /// Set configuration file.
-    #[arg(short = 'c', long = "conf-file", value_name = "FILE", default_value = DEFAULT_CONF_FILE)]
-    pub conf_file: PathBuf,
+    /// Set configuration file (default: conf/nutcracker.yml, or
+    /// /etc/walnut/nutcracker.yml when that does not exist).
+    #[arg(short = 'c', long = "conf-file", value_name = "FILE")]
+    pub conf_file: Option<PathBuf>,
 
     /// Set stats monitoring port (default: 22222).
     #[arg(short = 's', long = "stats-port", value_name = "PORT", value_parser = parse_stats_port)]
@@ -106,6 +113,10 @@ pub struct Cli {
     #[arg(long = "top", value_name = "ADDR", num_args = 0..=1,
           default_missing_value = crate::config::DEFAULT_ADMIN)]
     pub top: Option<String>,
+
+    /// Print the man page (roff) generated from these flags and exit.
+    #[arg(long = "man", hide = true)]
+    pub man: bool,
 }
 
 /// A non-negative decimal number, as twemproxy's `nc_atoi` accepts.
@@ -164,6 +175,26 @@ impl Cli {
         cli
     }
 
+    /// The configuration file: `-c`, else `conf/nutcracker.yml` in the
+    /// working directory (twemproxy's default), else the installed one in
+    /// `SYSCONFDIR/walnut/` when the first does not exist, so that plain
+    /// `walnut` runs from an install.
+    pub fn conf_file(&self) -> PathBuf {
+        if let Some(p) = &self.conf_file {
+            return p.clone();
+        }
+        let local = PathBuf::from(DEFAULT_CONF_FILE);
+        if local.exists() {
+            return local;
+        }
+        let installed = installed_conf_file();
+        if installed.exists() {
+            installed
+        } else {
+            local
+        }
+    }
+
     /// The log level: `-v`, else the `_walnut` `log_level`, else 5.
     pub fn log_level(&self, process: &ProcessConfig) -> u8 {
         self.verbose
@@ -214,6 +245,11 @@ impl Cli {
             .unwrap_or(crate::config::DEFAULT_ADMIN);
         (a != "off").then(|| a.to_string())
     }
+}
+
+/// The configuration file an install provides.
+pub fn installed_conf_file() -> PathBuf {
+    Path::new(SYSCONFDIR).join("walnut/nutcracker.yml")
 }
 
 /// `-t`: checks the file at `path`. Prints each warning and error, then
@@ -269,7 +305,7 @@ mod tests {
         assert_eq!(c.verbose, None);
         assert_eq!(c.log_level(&ProcessConfig::default()), 5);
         assert_eq!(c.output, None);
-        assert_eq!(c.conf_file, PathBuf::from("conf/nutcracker.yml"));
+        assert_eq!(c.conf_file, None);
         assert_eq!(c.stats_listen(&ProcessConfig::default()), "0.0.0.0:22222");
         assert_eq!(c.stats_interval_ms, 30_000);
         assert_eq!(c.pid_file, None);
@@ -303,7 +339,7 @@ mod tests {
         assert!(c.test_conf && c.daemonize);
         assert_eq!(c.verbose, Some(7));
         assert_eq!(c.output, Some(PathBuf::from("/var/log/w.log")));
-        assert_eq!(c.conf_file, PathBuf::from("x.yml"));
+        assert_eq!(c.conf_file(), PathBuf::from("x.yml"));
         assert_eq!(c.stats_listen(&ProcessConfig::default()), "127.0.0.1:2222");
         assert_eq!(c.stats_interval_ms, 1000);
         assert_eq!(c.pid_file, Some(PathBuf::from("/run/w.pid")));

@@ -8,6 +8,7 @@ pub mod config;
 pub mod hash;
 #[macro_use]
 pub mod log;
+pub mod manpage;
 pub mod master;
 pub mod migrate;
 pub mod net;

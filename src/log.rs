@@ -159,6 +159,10 @@ pub fn write(lvl: u8, args: std::fmt::Arguments<'_>) {
     }
 }
 
+/// Log whatever the level (twemproxy's `loga`): for lines about logging
+/// itself, such as the new level after TTIN/TTOU.
+#[macro_export]
+macro_rules! log_always { ($($a:tt)*) => { $crate::log::write($crate::log::level::EMERG, format_args!($($a)*)) } }
 /// Log at error level.
 #[macro_export]
 macro_rules! log_error { ($($a:tt)*) => { $crate::log::write($crate::log::level::ERR, format_args!($($a)*)) } }

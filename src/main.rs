@@ -62,8 +62,13 @@ fn main() {
     if let Some(addr) = &cli.top {
         std::process::exit(walnut::admin::top::run(addr, None));
     }
+    if cli.man {
+        print!("{}", walnut::manpage::render());
+        return;
+    }
+    let conf_file = cli.conf_file();
     if cli.test_conf {
-        std::process::exit(cli::run_test_conf(&cli.conf_file));
+        std::process::exit(cli::run_test_conf(&conf_file));
     }
     walnut::util::mark_start();
     // Paths are made absolute before `-d` moves the process to `/`, so a
@@ -73,7 +78,7 @@ fn main() {
         eprintln!("walnut: cannot open log file: {e}");
         std::process::exit(1);
     }
-    let conf_path = absolute(&cli.conf_file);
+    let conf_path = absolute(&conf_file);
     let config = match Config::load(&conf_path) {
         Ok(c) => c,
         Err(errs) => {
@@ -82,7 +87,7 @@ fn main() {
             }
             eprintln!(
                 "walnut: configuration file '{}' syntax is invalid",
-                cli.conf_file.display()
+                conf_file.display()
             );
             std::process::exit(1);
         }

@@ -2,6 +2,7 @@
 
 use super::request::{Framing, Reply, Request};
 use super::{fnv1a64, AdminServer, Host};
+use crate::config::show;
 use crate::stats::histogram::{Class, Snapshot};
 use crate::stats::{PoolField, ServerField};
 use std::fmt::Write as _;
@@ -23,7 +24,8 @@ const HELP: &str = "commands:
   pools                       per pool: requests, errors, latency
   servers                     per server: state, connections, latency
   slowlog get [N] | len | reset
-  config show                 effective configuration
+  config show                 the running configuration as YAML (walnut -t accepts it)
+  config get PARAM            one value: KEY of _walnut, or pool.NAME.KEY
   config set PARAM VALUE      log_level, slowlog_threshold (us), client_idle_timeout (ms),
                               tcp_quickack, latency (on/off), pool.NAME.timeout (ms),
                               client_output_limit (bytes, k/m/g), client_max_inflight
@@ -290,7 +292,11 @@ fn slowlog(srv: &mut AdminServer, host: &dyn Host, args: &[&str]) -> Reply {
 
 fn config(host: &mut dyn Host, args: &[&str]) -> Reply {
     match args.first().map(|a| a.to_ascii_lowercase()).as_deref() {
-        Some("show") | Some("get") => Reply::Text(config_show(host)),
+        Some("show") => Reply::Text(config_show(host)),
+        Some("get") => match args.get(1) {
+            Some(param) => config_get(host, param),
+            None => Reply::Err("usage: config get PARAM (e.g. pool.NAME.timeout, workers)".into()),
+        },
         Some("set") => {
             let (Some(key), Some(value)) = (args.get(1), args.get(2)) else {
                 return Reply::Err("usage: config set PARAM VALUE".into());
@@ -312,7 +318,7 @@ fn config(host: &mut dyn Host, args: &[&str]) -> Reply {
                 Reply::Err(errs.join("; "))
             }
         }
-        _ => Reply::Err("usage: config show | config set PARAM VALUE".into()),
+        _ => Reply::Err("usage: config show | config get PARAM | config set PARAM VALUE".into()),
     }
 }
 
@@ -321,39 +327,24 @@ fn config_show(host: &dyn Host) -> String {
         return String::new();
     };
     let info = host.info();
-    let p = &cfg.process;
-    let mut s = String::new();
-    let _ = writeln!(s, "_walnut.workers={:?}", p.workers);
-    let _ = writeln!(s, "_walnut.listener={:?}", p.listener);
-    let _ = writeln!(s, "_walnut.cpu_affinity={:?}", p.cpu_affinity);
-    let _ = writeln!(s, "_walnut.tcp_quickack={}", p.tcp_quickack);
-    let _ = writeln!(s, "_walnut.accept_mutex_delay={}", p.accept_mutex_delay_ms);
-    let _ = writeln!(s, "_walnut.graceful_timeout={}", p.graceful_timeout_ms);
-    let _ = writeln!(s, "_walnut.slowlog_threshold={}", p.slowlog_threshold_us);
-    let _ = writeln!(s, "_walnut.log_level={}", crate::log::level());
-    for pool in &cfg.pools {
-        let n = &pool.name;
-        let _ = writeln!(s, "{n}.listen={:?}", pool.listen);
-        let _ = writeln!(s, "{n}.hash={:?}", pool.hash);
-        let _ = writeln!(s, "{n}.distribution={:?}", pool.distribution);
-        let _ = writeln!(s, "{n}.timeout={}", pool.timeout_ms.unwrap_or(0));
-        let _ = writeln!(s, "{n}.redis={}", pool.redis);
-        let _ = writeln!(s, "{n}.server_connections={}", pool.server_connections);
-        let _ = writeln!(s, "{n}.auto_eject_hosts={}", pool.auto_eject_hosts);
-        let _ = writeln!(
-            s,
-            "{n}.server_retry_timeout={}",
-            pool.server_retry_timeout_ms
-        );
-        let _ = writeln!(s, "{n}.server_failure_limit={}", pool.server_failure_limit);
-        let _ = writeln!(s, "{n}.client_connections={}", pool.client_connections);
-        let _ = writeln!(s, "{n}.preconnect={}", pool.preconnect);
-        for sv in &pool.servers {
-            let _ = writeln!(s, "{n}.server={}", sv.stats_name());
-        }
+    let rt = show::Runtime {
+        log_level: crate::log::level(),
+        set: &info.runtime,
+    };
+    show::to_yaml(cfg, &rt).trim_end().to_string()
+}
+
+fn config_get(host: &dyn Host, param: &str) -> Reply {
+    let Some(cfg) = host.config() else {
+        return Reply::Err("no configuration loaded".into());
+    };
+    let info = host.info();
+    let rt = show::Runtime {
+        log_level: crate::log::level(),
+        set: &info.runtime,
+    };
+    match show::get(cfg, &rt, param) {
+        Ok(v) => Reply::Text(v),
+        Err(e) => Reply::Err(e),
     }
-    for (k, v) in &info.runtime {
-        let _ = writeln!(s, "runtime.{k}={v}");
-    }
-    s
 }

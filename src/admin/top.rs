@@ -98,7 +98,61 @@ pub fn render(addr: &str, prev: &[PoolRow], cur: &[PoolRow], secs: f64) -> Strin
     s
 }
 
-/// Refresh every second until interrupted (or `iterations` screens).
+/// Smallest terminal the view is drawn in; below it a one-line notice is.
+const MIN_COLS: usize = 40;
+const MIN_ROWS: usize = 4;
+
+/// The terminal's size when stdout is one (asked again before every
+/// screen, so a resized window is followed within a second).
+fn terminal_size() -> Option<(usize, usize)> {
+    // SAFETY: isatty and ioctl(TIOCGWINSZ) only read the descriptor's state
+    // into the zeroed winsize they are given.
+    unsafe {
+        if libc::isatty(libc::STDOUT_FILENO) != 1 {
+            return None;
+        }
+        let mut ws: libc::winsize = std::mem::zeroed();
+        if libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) != 0 || ws.ws_col == 0 {
+            return None;
+        }
+        Some((usize::from(ws.ws_col), usize::from(ws.ws_row)))
+    }
+}
+
+/// `screen` cut to a `cols` x `rows` terminal: long lines end at the edge,
+/// pools that do not fit are counted on the last line, and a terminal
+/// smaller than the header gets one line saying so instead.
+pub fn fit(screen: &str, cols: usize, rows: usize) -> String {
+    if cols < MIN_COLS || rows < MIN_ROWS {
+        let msg = format!("terminal {cols}x{rows}, needs {MIN_COLS}x{MIN_ROWS}");
+        return msg.chars().take(cols.max(1)).collect::<String>() + "\n";
+    }
+    let lines: Vec<&str> = screen.lines().collect();
+    let mut out = String::new();
+    let shown = if lines.len() > rows {
+        rows - 1
+    } else {
+        lines.len()
+    };
+    for line in &lines[..shown] {
+        out.extend(line.chars().take(cols));
+        out.push('\n');
+    }
+    if shown < lines.len() {
+        let more = format!(
+            "... {} more pools (enlarge the terminal)",
+            lines.len() - shown
+        );
+        out.extend(more.chars().take(cols));
+        out.push('\n');
+    }
+    out
+}
+
+/// Refresh every second until interrupted (or `iterations` screens). On a
+/// terminal each screen replaces the last and fits the window; into a pipe
+/// the screens follow one another as plain text, and a reader that goes
+/// away (`walnut --top | head`) ends the view quietly with status 0.
 pub fn run(addr: &str, iterations: Option<u64>) -> i32 {
     let mut prev: Vec<PoolRow> = Vec::new();
     let mut prev_at = Instant::now();
@@ -109,8 +163,21 @@ pub fn run(addr: &str, iterations: Option<u64>) -> i32 {
                 let cur = parse_pools(&text);
                 let now = Instant::now();
                 let screen = render(addr, &prev, &cur, now.duration_since(prev_at).as_secs_f64());
-                print!("\x1b[H\x1b[2J{screen}");
-                let _ = std::io::stdout().flush();
+                let out = match terminal_size() {
+                    Some((cols, rows)) => format!("\x1b[H\x1b[2J{}", fit(&screen, cols, rows)),
+                    None => format!("{screen}\n"),
+                };
+                let mut stdout = std::io::stdout().lock();
+                if let Err(e) = stdout
+                    .write_all(out.as_bytes())
+                    .and_then(|_| stdout.flush())
+                {
+                    if e.kind() == std::io::ErrorKind::BrokenPipe {
+                        return 0;
+                    }
+                    eprintln!("walnut: --top: cannot write the view: {e}");
+                    return 1;
+                }
                 prev = cur;
                 prev_at = now;
             }
@@ -144,5 +211,38 @@ mod tests {
         let screen = render("x", &prev, &rows, 2.0);
         assert!(screen.contains("alpha"));
         assert!(screen.contains(" 25 "), "{screen}");
+    }
+
+    #[test]
+    fn fits_the_terminal() {
+        let rows: Vec<PoolRow> = (0..10)
+            .map(|i| PoolRow {
+                name: format!("pool-with-a-rather-long-name-{i}"),
+                ..PoolRow::default()
+            })
+            .collect();
+        let screen = render("127.0.0.1:22223", &[], &rows, 1.0);
+        // Wide and tall enough: unchanged.
+        assert_eq!(fit(&screen, 200, 50), screen);
+        // Narrow: every line cut at the edge.
+        let narrow = fit(&screen, 45, 50);
+        assert!(narrow.lines().all(|l| l.chars().count() <= 45), "{narrow}");
+        assert_eq!(narrow.lines().count(), screen.lines().count());
+        // Short: the pools that do not fit are counted on the last line.
+        let short = fit(&screen, 80, 8);
+        assert_eq!(short.lines().count(), 8, "{short}");
+        assert!(
+            short
+                .lines()
+                .last()
+                .unwrap()
+                .starts_with("... 6 more pools"),
+            "{short}"
+        );
+        // Too small for the header: one line saying so, within the width.
+        let tiny = fit(&screen, 30, 10);
+        assert_eq!(tiny, "terminal 30x10, needs 40x4\n");
+        assert_eq!(fit(&screen, 80, 3), "terminal 80x3, needs 40x4\n");
+        assert_eq!(fit(&screen, 5, 1), "termi\n");
     }
 }

@@ -60,6 +60,18 @@ pub enum ServerAddr {
     },
 }
 
+/// `host:port` (IPv6 in brackets) or the socket path, for logs and admin
+/// replies.
+impl std::fmt::Display for ServerAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServerAddr::Tcp { host, port } if host.contains(':') => write!(f, "[{host}]:{port}"),
+            ServerAddr::Tcp { host, port } => write!(f, "{host}:{port}"),
+            ServerAddr::Unix { path } => write!(f, "{}", path.display()),
+        }
+    }
+}
+
 /// One backend server of a pool.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerConfig {

@@ -15,6 +15,7 @@ pub mod diff;
 mod error;
 mod pool;
 mod process;
+pub mod show;
 mod yaml;
 
 pub use addr::{ListenAddr, ServerAddr, ServerConfig, KETAMA_DEFAULT_PORT};

@@ -4,6 +4,7 @@ use super::addr::parse_uint;
 use super::pool::{parse_bool, Report};
 use super::yaml::{RawSection, RawValue, Scalar};
 use std::collections::HashMap;
+use std::fmt;
 use std::str::FromStr;
 
 /// Name of the reserved top-level section.
@@ -213,6 +214,41 @@ pub fn parse_admin(s: &str) -> Result<String, String> {
             Ok(s.to_string())
         }
         _ => Err(format!("invalid admin address '{s}': expected host:port")),
+    }
+}
+
+/// Written as in the `_walnut` section (`auto`, `4`).
+impl fmt::Display for Workers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Workers::Auto => f.write_str("auto"),
+            Workers::N(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+/// Written as in the `_walnut` section (`reuseport`).
+impl fmt::Display for ListenerMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ListenerMode::Reuseport => "reuseport",
+            ListenerMode::EpollExclusive => "epoll_exclusive",
+            ListenerMode::AcceptMutex => "accept_mutex",
+        })
+    }
+}
+
+/// Written as in the `_walnut` section (`none`, `auto`, `0,2,4`).
+impl fmt::Display for CpuAffinity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CpuAffinity::None => f.write_str("none"),
+            CpuAffinity::Auto => f.write_str("auto"),
+            CpuAffinity::List(cpus) => {
+                let list: Vec<String> = cpus.iter().map(|c| c.to_string()).collect();
+                f.write_str(&list.join(","))
+            }
+        }
     }
 }
 

@@ -254,7 +254,7 @@ impl Master {
             gen.workers.push(w);
         }
         crate::log_notice!(
-            "generation {} started: {} workers, listener mode {:?}",
+            "generation {} started: {} workers, listener mode {}",
             id,
             n,
             gen.config.process.listener
@@ -433,6 +433,7 @@ impl Master {
             }
             if signals::has(sigs, libc::SIGTTIN) {
                 crate::log::level_up();
+                crate::log_always!("log level up to {}", crate::log::level());
                 self.broadcast(&Message::Set(
                     "log_level".into(),
                     crate::log::level().to_string(),
@@ -440,6 +441,7 @@ impl Master {
             }
             if signals::has(sigs, libc::SIGTTOU) {
                 crate::log::level_down();
+                crate::log_always!("log level down to {}", crate::log::level());
                 self.broadcast(&Message::Set(
                     "log_level".into(),
                     crate::log::level().to_string(),

@@ -47,10 +47,15 @@ pub fn render(config: &Config, region: &Region, uptime: u64, source: &str) -> St
     let mut s = String::with_capacity(4096);
     let now = crate::util::epoch_us() / 1_000_000;
     let (total, curr) = connections(config, region);
+    // "service" and "version" stay twemproxy's ("nutcracker", "0.5.0"):
+    // dashboards and checks match on them, and the document has the meaning
+    // of 0.5.0's. walnut's own version goes beside them, a string like
+    // "version", so tools that take object-valued keys as pools skip it.
     let _ = write!(
         s,
-        "{{\"service\":\"nutcracker\", \"source\":{}, \"version\":\"0.5.0\", \"uptime\":{}, \"timestamp\":{}, \"total_connections\":{}, \"curr_connections\":{}",
+        "{{\"service\":\"nutcracker\", \"source\":{}, \"version\":\"0.5.0\", \"walnut_version\":\"{}\", \"uptime\":{}, \"timestamp\":{}, \"total_connections\":{}, \"curr_connections\":{}",
         esc(source),
+        env!("CARGO_PKG_VERSION"),
         uptime,
         now,
         total,

@@ -24,10 +24,178 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 
-fn metric_name(prefix: &str, field: &str, kind: Kind) -> (String, &'static str) {
+/// A metric family's Prometheus name, type and HELP. The stats JSON keeps
+/// twemproxy's field names; these follow Prometheus's conventions instead:
+/// no word said twice (`walnut_server_eof_total`, not
+/// `walnut_server_server_eof_total`), `_total` only on counters, the unit in
+/// the name (`_bytes`, `_seconds`), and HELP that says what is counted.
+/// The matches are exhaustive, so a new field cannot go out unnamed.
+struct Family {
+    name: &'static str,
+    kind: &'static str,
+    help: &'static str,
+}
+
+const fn counter(name: &'static str, help: &'static str) -> Family {
+    Family {
+        name,
+        kind: "counter",
+        help,
+    }
+}
+
+const fn gauge(name: &'static str, help: &'static str) -> Family {
+    Family {
+        name,
+        kind: "gauge",
+        help,
+    }
+}
+
+fn pool_family(f: PoolField) -> Family {
+    match f {
+        PoolField::ClientEof => counter(
+            "walnut_pool_client_eof_total",
+            "client connections closed by the client (EOF)",
+        ),
+        PoolField::ClientErr => counter(
+            "walnut_pool_client_errors_total",
+            "client connections closed on an error",
+        ),
+        PoolField::ClientConnections => {
+            gauge("walnut_pool_client_connections", "client connections open")
+        }
+        PoolField::ServerEjects => counter(
+            "walnut_pool_server_ejections_total",
+            "times a server of the pool was ejected",
+        ),
+        PoolField::ForwardError => counter(
+            "walnut_pool_forward_errors_total",
+            "requests that could not be forwarded to a server",
+        ),
+        PoolField::Fragments => counter(
+            "walnut_pool_fragments_total",
+            "fragments multi-key requests were split into",
+        ),
+    }
+}
+
+fn server_family(f: ServerField) -> Family {
+    match f {
+        ServerField::ServerEof => counter(
+            "walnut_server_eof_total",
+            "server connections closed by the server (EOF)",
+        ),
+        ServerField::ServerErr => counter(
+            "walnut_server_errors_total",
+            "server connections closed on an error",
+        ),
+        ServerField::ServerTimedout => counter(
+            "walnut_server_timeouts_total",
+            "requests that timed out on the server",
+        ),
+        ServerField::ServerConnections => {
+            gauge("walnut_server_connections", "server connections open")
+        }
+        ServerField::ServerEjectedAt => gauge(
+            "walnut_server_ejected_timestamp_seconds",
+            "when the server was last ejected, seconds since the epoch (0: never)",
+        ),
+        ServerField::Requests => counter(
+            "walnut_server_requests_total",
+            "requests sent to the server",
+        ),
+        ServerField::RequestBytes => counter(
+            "walnut_server_request_bytes_total",
+            "bytes of requests sent to the server",
+        ),
+        ServerField::Responses => counter(
+            "walnut_server_responses_total",
+            "replies received from the server",
+        ),
+        ServerField::ResponseBytes => counter(
+            "walnut_server_response_bytes_total",
+            "bytes of replies received from the server",
+        ),
+        ServerField::InQueue => gauge(
+            "walnut_server_in_queue_requests",
+            "requests waiting to be sent to the server",
+        ),
+        ServerField::InQueueBytes => gauge(
+            "walnut_server_in_queue_bytes",
+            "bytes of requests waiting to be sent to the server",
+        ),
+        ServerField::OutQueue => gauge(
+            "walnut_server_out_queue_requests",
+            "requests sent to the server and waiting for its reply",
+        ),
+        ServerField::OutQueueBytes => gauge(
+            "walnut_server_out_queue_bytes",
+            "bytes of requests sent to the server and waiting for its reply",
+        ),
+    }
+}
+
+/// `None` for fields that are not metrics (the loop heartbeat).
+fn worker_family(f: WorkerField) -> Option<Family> {
+    Some(match f {
+        WorkerField::TotalConnections => counter(
+            "walnut_worker_accepted_connections_total",
+            "client connections the worker accepted",
+        ),
+        WorkerField::ServerConnects => counter(
+            "walnut_worker_server_connects_total",
+            "server connections the worker opened",
+        ),
+        WorkerField::CurrConnections => gauge(
+            "walnut_worker_open_connections",
+            "client connections open in the worker",
+        ),
+        WorkerField::AcceptEagain => counter(
+            "walnut_worker_accept_eagain_total",
+            "wakeups to accept that found no connection (thundering herd)",
+        ),
+        WorkerField::Requests => counter(
+            "walnut_worker_requests_total",
+            "client requests the worker read",
+        ),
+        WorkerField::OutputBytes => gauge(
+            "walnut_worker_output_buffer_bytes",
+            "bytes of replies buffered for the worker's clients",
+        ),
+        WorkerField::BudgetEvictions => counter(
+            "walnut_worker_budget_evictions_total",
+            "clients closed to keep buffered replies under buffer_budget",
+        ),
+        WorkerField::HandedOut => counter(
+            "walnut_worker_handed_out_connections_total",
+            "client connections handed to a successor (reload, upgrade)",
+        ),
+        WorkerField::HandedIn => counter(
+            "walnut_worker_handed_in_connections_total",
+            "client connections taken over from a predecessor",
+        ),
+        WorkerField::CmdGet => counter(
+            "walnut_worker_memcache_get_keys_total",
+            "keys asked for by memcached retrievals",
+        ),
+        WorkerField::CmdSet => counter(
+            "walnut_worker_memcache_set_requests_total",
+            "memcached storage requests",
+        ),
+        WorkerField::GetHits => counter(
+            "walnut_worker_memcache_get_hits_total",
+            "keys memcached retrievals found",
+        ),
+        WorkerField::Heartbeat => return None,
+    })
+}
+
+/// A field's value as the family exposes it: timestamps in seconds.
+fn value(kind: Kind, v: u64) -> String {
     match kind {
-        Kind::Counter => (format!("{prefix}_{field}_total"), "counter"),
-        _ => (format!("{prefix}_{field}"), "gauge"),
+        Kind::Timestamp => format!("{}", v as f64 / 1e6),
+        _ => v.to_string(),
     }
 }
 
@@ -72,6 +240,17 @@ pub fn render(config: &Config, region: &Region, info: &HostInfo) -> String {
     let _ = writeln!(out, "walnut_uptime_seconds {}", info.uptime_secs);
     family(
         &mut out,
+        "walnut_build_info",
+        "gauge",
+        "always 1; the version label is walnut's version",
+    );
+    let _ = writeln!(
+        out,
+        "walnut_build_info{{version=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION")
+    );
+    family(
+        &mut out,
         "walnut_generation",
         "gauge",
         "configuration generation of the running workers",
@@ -80,42 +259,44 @@ pub fn render(config: &Config, region: &Region, info: &HostInfo) -> String {
     let (total, curr) = super::json::connections(config, region);
     family(
         &mut out,
-        "walnut_total_connections",
+        "walnut_accepted_connections_total",
         "counter",
-        "connections made (twemproxy total_connections)",
+        "client connections accepted (twemproxy total_connections)",
     );
-    let _ = writeln!(out, "walnut_total_connections {total}");
+    let _ = writeln!(out, "walnut_accepted_connections_total {total}");
     family(
         &mut out,
-        "walnut_curr_connections",
+        "walnut_open_connections",
         "gauge",
-        "connections open (twemproxy curr_connections)",
+        "client connections open (twemproxy curr_connections)",
     );
-    let _ = writeln!(out, "walnut_curr_connections {curr}");
+    let _ = writeln!(out, "walnut_open_connections {curr}");
 
     for f in PoolField::ALL {
-        let (name, kind) = metric_name("walnut_pool", f.name(), f.kind());
-        family(&mut out, &name, kind, f.description());
+        let fam = pool_family(*f);
+        family(&mut out, fam.name, fam.kind, fam.help);
         for (pi, p) in config.pools.iter().enumerate() {
             let _ = writeln!(
                 out,
-                "{name}{{pool=\"{}\"}} {}",
+                "{}{{pool=\"{}\"}} {}",
+                fam.name,
                 esc(&p.name),
-                region.pool_sum(pi, *f)
+                value(f.kind(), region.pool_sum(pi, *f))
             );
         }
     }
     for f in ServerField::ALL {
-        let (name, kind) = metric_name("walnut_server", f.name(), f.kind());
-        family(&mut out, &name, kind, f.description());
+        let fam = server_family(*f);
+        family(&mut out, fam.name, fam.kind, fam.help);
         for (pi, p) in config.pools.iter().enumerate() {
             for (si, s) in p.servers.iter().enumerate() {
                 let _ = writeln!(
                     out,
-                    "{name}{{pool=\"{}\",server=\"{}\"}} {}",
+                    "{}{{pool=\"{}\",server=\"{}\"}} {}",
+                    fam.name,
                     esc(&p.name),
                     esc(&s.stats_name()),
-                    region.server_sum(pi, si, *f)
+                    value(f.kind(), region.server_sum(pi, si, *f))
                 );
             }
         }
@@ -226,19 +407,18 @@ fn worker_metrics(out: &mut String, region: &Region, info: &HostInfo) {
         }
     }
     for f in WorkerField::ALL {
-        if *f == WorkerField::Heartbeat {
+        let Some(fam) = worker_family(*f) else {
             continue;
-        }
-        let (name, kind) = metric_name("walnut_worker", f.name(), f.kind());
-        let name = name.replace("_total_total", "_total");
-        family(out, &name, kind, f.description());
+        };
+        family(out, fam.name, fam.kind, fam.help);
         for w in &info.workers {
             if w.index < region.slots() {
                 let _ = writeln!(
                     out,
-                    "{name}{{worker=\"{}\"}} {}",
+                    "{}{{worker=\"{}\"}} {}",
+                    fam.name,
                     w.index,
-                    region.worker_get(w.index, *f)
+                    value(f.kind(), region.worker_get(w.index, *f))
                 );
             }
         }
@@ -256,6 +436,36 @@ mod tests {
         let (cpu, rss) = proc_usage(me).unwrap();
         assert!(cpu >= 0.0 && rss > 0);
         assert!(proc_usage(-5).is_none());
+    }
+
+    #[test]
+    fn family_names_follow_prometheus_conventions() {
+        let mut names: Vec<Family> = PoolField::ALL.iter().map(|f| pool_family(*f)).collect();
+        names.extend(ServerField::ALL.iter().map(|f| server_family(*f)));
+        names.extend(WorkerField::ALL.iter().filter_map(|f| worker_family(*f)));
+        let mut seen = std::collections::HashSet::new();
+        for fam in &names {
+            assert!(seen.insert(fam.name), "{} twice", fam.name);
+            assert!(fam.name.starts_with("walnut_"), "{}", fam.name);
+            assert_eq!(
+                fam.kind == "counter",
+                fam.name.ends_with("_total"),
+                "{}",
+                fam.name
+            );
+            assert!(
+                !fam.help.is_empty() && !fam.help.starts_with('#'),
+                "{}",
+                fam.name
+            );
+            let words: Vec<&str> = fam.name.split('_').collect();
+            for w in words.windows(2) {
+                assert_ne!(w[0], w[1], "{} repeats a word", fam.name);
+            }
+            for (i, w) in words.iter().enumerate() {
+                assert!(!words[i + 1..].contains(w), "{} repeats '{w}'", fam.name);
+            }
+        }
     }
 
     #[test]

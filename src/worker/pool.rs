@@ -180,9 +180,21 @@ impl PoolRt {
             if let Some(until) = s.ejected_until {
                 if until <= now {
                     if check {
+                        if !s.probing {
+                            crate::log_notice!(
+                                "pool '{}': server '{}' ejection over: probing it before it takes keys again",
+                                self.cfg.name,
+                                s.name
+                            );
+                        }
                         s.probing = true;
                     } else {
                         s.ejected_until = None;
+                        crate::log_notice!(
+                            "pool '{}': server '{}' ejection over: back in the ring",
+                            self.cfg.name,
+                            s.name
+                        );
                     }
                 } else {
                     next = Some(next.map_or(until, |n: Instant| n.min(until)));
@@ -212,6 +224,12 @@ impl PoolRt {
         s.last_error = msg.to_string();
         if s.probing {
             // A failed health probe: stay out for another retry period.
+            crate::log_warn!(
+                "pool '{}': server '{}' failed its health check ({msg}): ejected for another {} ms",
+                self.cfg.name,
+                s.name,
+                retry.as_millis()
+            );
             s.probing = false;
             s.ejected_until = Some(now + retry);
             self.next_rebuild = Some(
@@ -246,6 +264,11 @@ impl PoolRt {
         if s.probing {
             s.probing = false;
             s.ejected_until = None;
+            crate::log_notice!(
+                "pool '{}': server '{}' answered its health check: back in the ring",
+                self.cfg.name,
+                s.name
+            );
             self.rebuild(now);
         }
     }

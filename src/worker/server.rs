@@ -269,7 +269,12 @@ impl Worker<'_> {
             match s.sock.take_error() {
                 Ok(None) => {
                     s.state = ServerState::Connected;
-                    crate::log_debug!("connected to server {} of pool {}", s.server, s.pool);
+                    let (pool, server) = (s.pool, s.server);
+                    crate::log_debug!(
+                        "pool '{}': connected to server '{}'",
+                        self.pools[pool].cfg.name,
+                        self.pools[pool].servers[server].name
+                    );
                 }
                 Ok(Some(e)) | Err(e) => {
                     let msg = crate::util::strerror(&e);
@@ -626,11 +631,19 @@ impl Worker<'_> {
                 ServerField::ServerEjectedAt,
                 crate::util::epoch_us(),
             );
+            let p = &self.pools[pool];
             crate::log_warn!(
-                "pool '{}': server '{}' ejected for {} ms",
-                self.pools[pool].cfg.name,
-                self.pools[pool].servers[server].name,
-                self.pools[pool].cfg.server_retry_timeout_ms
+                "pool '{}': server '{}' ejected for {} ms after {} failures in a row ({}){}",
+                p.cfg.name,
+                p.servers[server].name,
+                p.cfg.server_retry_timeout_ms,
+                p.cfg.server_failure_limit,
+                msg,
+                if p.cfg.eject_fail_fast {
+                    "; its keys fail fast meanwhile"
+                } else {
+                    "; its keys go to the other servers meanwhile"
+                }
             );
         }
     }

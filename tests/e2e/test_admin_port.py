@@ -111,6 +111,10 @@ def test_requests_sum_over_workers(walnut):
     assert total == n
     for f in ["service", "source", "version", "uptime", "timestamp", "total_connections", "curr_connections"]:
         assert f in stats
+    # twemproxy's identity for dashboards that match on it; walnut's beside it.
+    assert (stats["service"], stats["version"]) == ("nutcracker", "0.5.0")
+    walnut_version = subprocess.run([walnut_bin(), "-V"], capture_output=True, text=True).stdout.strip()
+    assert walnut_version == f"This is walnut-{stats['walnut_version']}"
     for f in ["client_eof", "client_err", "client_connections", "server_ejects", "forward_error", "fragments"]:
         assert f in stats["beta"]
     lines = [l for l in admin(walnut.admin_port, "pools").splitlines() if "class=write" in l]
@@ -179,6 +183,30 @@ def test_metrics_and_p99_of_slow_backend(walnut):
     assert len(s["walnut_worker_cpu_seconds_total"]) == 2
     assert "walnut_worker_accept_eagain_total" in s and "walnut_worker_respawns_total" in s
     assert sum(v for _, v in s["walnut_server_requests_total"]) == N_SLOW
+    check_metric_names(body)
+    assert [v for _, v in s["walnut_build_info"]] == [1]
+
+
+def check_metric_names(body: str) -> None:
+    """Every family has HELP and TYPE; counters end in _total and nothing
+    else does; no name says a word twice (`walnut_server_server_eof_total`)."""
+    helps = dict(re.findall(r"^# HELP (\S+) (.+)$", body, re.M))
+    types = dict(re.findall(r"^# TYPE (\S+) (\S+)$", body, re.M))
+    assert helps.keys() == types.keys()
+    samples = {re.match(r"[a-z_]+", l).group(0) for l in body.splitlines() if l and not l.startswith("#")}
+    for name in samples:
+        family = re.sub(r"_(bucket|sum|count)$", "", name) if types.get(name) is None else name
+        assert family in types, f"{name} has no # TYPE"
+        assert helps[family].strip(), family
+    for family, kind in types.items():
+        assert (kind == "counter") == family.endswith("_total"), (family, kind)
+        words = family.split("_")
+        assert len(words) == len(set(words)), f"{family} repeats a word"
+    for expected in ("walnut_server_eof_total", "walnut_server_timeouts_total", "walnut_pool_client_connections",
+                     "walnut_worker_accepted_connections_total", "walnut_worker_open_connections",
+                     "walnut_accepted_connections_total", "walnut_open_connections",
+                     "walnut_server_ejected_timestamp_seconds", "walnut_server_response_bytes_total"):
+        assert expected in types, expected
 
 
 def slow_burst(port: int, n: int, us: int) -> None:
@@ -223,7 +251,8 @@ def test_slowlog_and_config_set(walnut):
     c.close()
     assert admin(port, "config set pool.nope.timeout 5").startswith("ERR")
     assert admin(port, "config set nope 1").startswith("ERR")
-    assert "beta.timeout=" in admin(port, "config show")
+    assert admin(port, "config get pool.beta.timeout").splitlines()[0] == "0"
+    assert "slowlog_threshold: 50000us" in admin(port, "config show")
 
 
 def test_top_shows_pools(walnut):
@@ -232,6 +261,99 @@ def test_top_shows_pools(walnut):
     p.terminate()
     out, _ = p.communicate(timeout=5)
     assert b"beta" in out and b"REQ/S" in out
+
+
+def test_top_into_head_exits_quietly(walnut):
+    """`walnut --top | head -n 3`: head closes the pipe; --top ends with
+    status 0 and prints nothing on stderr (no panic), and writes no terminal
+    escapes into a pipe."""
+    top = subprocess.Popen(
+        [walnut_bin(), "--top", f"{HOST}:{walnut.admin_port}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    head = subprocess.Popen(["head", "-n", "3"], stdin=top.stdout, stdout=subprocess.PIPE)
+    top.stdout.close()
+    out, _ = head.communicate(timeout=10)
+    try:
+        code = top.wait(timeout=10)
+    finally:
+        if top.poll() is None:
+            top.kill()
+            top.wait()
+    err = top.stderr.read()
+    top.stderr.close()
+    assert code == 0, err
+    assert err == b"", err
+    lines = out.decode().splitlines()
+    assert len(lines) == 3 and lines[0].startswith("walnut top") and "\x1b" not in out.decode(), out
+
+
+def test_top_small_and_resized_terminal(walnut):
+    """In a terminal too small for the view --top says so; once the window
+    grows (no restart) the view is drawn, cut to the window's width."""
+    import fcntl
+    import os
+    import pty
+    import select
+    import struct
+    import termios
+
+    def set_size(fd: int, cols: int, rows: int) -> None:
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+    master, slave = pty.openpty()
+    set_size(slave, 30, 10)
+    top = subprocess.Popen(
+        [walnut_bin(), "--top", f"{HOST}:{walnut.admin_port}"], stdout=slave, stderr=subprocess.DEVNULL
+    )
+    os.close(slave)
+    screen = b""
+
+    def read_until(pred, timeout: float = 10.0) -> bytes:
+        nonlocal screen
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not pred(screen):
+            r, _, _ = select.select([master], [], [], 0.2)
+            if r:
+                screen += os.read(master, 65536)
+        assert pred(screen), screen
+        return screen
+
+    try:
+        read_until(lambda b: b"terminal 30x10, needs 40x4" in b)
+        set_size(master, 44, 20)
+        screen = b""
+        out = read_until(lambda b: b"beta" in b and b"REQ/S" in b)
+        last = out.rsplit(b"\x1b[2J", 1)[-1].decode()
+        assert all(len(line) <= 44 for line in last.replace("\r", "").split("\n")), last
+    finally:
+        top.terminate()
+        top.wait(timeout=5)
+        os.close(master)
+
+
+def test_config_show_round_trips_through_t(walnut, tmp_path):
+    """`config show` is YAML that `walnut -t` accepts, with the values the
+    running walnut uses; `config get` returns one of them."""
+    port = walnut.admin_port
+    assert admin(port, "config set pool.beta.timeout 750").startswith("OK")
+    shown = admin(port, "config show")
+    assert "Tcp {" not in shown and "N(" not in shown and "Fnv1a" not in shown and "Reuseport" not in shown
+    path = tmp_path / "shown.yml"
+    path.write_text(shown.replace("\r\n", "\n").removesuffix("END\n"))
+    out = subprocess.run([walnut_bin(), "-t", "-c", str(path)], capture_output=True, text=True, timeout=10)
+    assert out.returncode == 0 and out.stderr.strip().endswith("syntax is ok"), out.stderr + shown
+    # The file it shows starts the same pools: check it with the same keys.
+    assert f"listen: 127.0.0.1:{walnut.port()}" in shown
+    assert "\n  workers: 2\r\n" in shown
+    assert "timeout: 750" in shown
+    assert admin(port, "config get pool.beta.timeout").splitlines()[0] == "750"
+    assert admin(port, "config get beta.hash").splitlines()[0] == "fnv1a_64"
+    assert admin(port, "config get workers").splitlines()[0] == "2"
+    servers = [l for l in admin(port, "config get pool.beta.servers").splitlines() if l != "END"]
+    assert len(servers) == 2 and all(re.fullmatch(r"127\.0\.0\.1:\d+:1", s) for s in servers), servers
+    assert admin(port, "config get pool.nope.hash").startswith("ERR no pool named 'nope'")
+    assert admin(port, "config get beta.colour").startswith("ERR unknown parameter")
+    assert admin(port, "config get").startswith("ERR usage: config get PARAM")
 
 
 def test_slowlog_threshold_per_pool(procs, backends):

@@ -170,12 +170,24 @@ def test_health_check_keeps_dead_server_out(procs, check):
             time.sleep(0.005)
     print(f"health_check={check}: {failed} of {requests} requests failed while the server "
           f"stayed dead for 3.5 retry periods")
+    log = proxy.log_path.read_text()
+    name = f"127.0.0.1:{dead.port}"
+    ejected = f"pool 'mc': server '{name}' ejected for {retry_ms} ms after 1 failures in a row ("
     if not check:
         # twemproxy's behaviour: each retry puts the dead server back and
         # a request fails before it is ejected again.
         assert failed >= 2, failed
+        # Each change logged once, with why and for how long (the first
+        # request, which ejected it, is not counted in `failed`).
+        assert log.count(ejected) == failed + 1, log
+        assert log.count(f"pool 'mc': server '{name}' ejection over: back in the ring") >= failed, log
         return
     assert failed == 0, failed
+    # One ejection, then one line per failed probe (not per request).
+    assert log.count(ejected) == 1, log
+    probes = log.count(f"pool 'mc': server '{name}' failed its health check (")
+    assert 2 <= probes <= 4, log
+    assert log.count(f"server '{name}' ejection over: probing it") == probes, log
 
     restarted = procs.memcached(port=dead.port)
     t_up = time.monotonic()
@@ -190,6 +202,8 @@ def test_health_check_keeps_dead_server_out(procs, check):
     print(f"health_check: restarted server back on the ring after {back:.2f} s "
           f"(server_retry_timeout {retry_ms} ms)")
     assert back <= retry_ms / 1000 + 1.5, back
+    wait_until(lambda: f"server '{name}' answered its health check: back in the ring" in proxy.log_path.read_text(),
+               5, what="the return logged")
 
 
 def test_health_check_redis(procs):

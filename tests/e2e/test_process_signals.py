@@ -192,7 +192,7 @@ def test_ttin_ttou_change_log_level(procs):
         i = next(nxt)
         with RawConn(p.port(f"p{i}")) as c:
             assert c.request(b"get k\r\n", b"END\r\n") == b"END\r\n"
-        return log_has(p.log_path, f"connected to server 0 of pool {i}\n")
+        return log_has(p.log_path, f"pool 'p{i}': connected to server '")
 
     def send(sig: signal.Signals) -> None:
         # Signals of one kind sent back to back merge into one: send the
@@ -207,6 +207,20 @@ def test_ttin_ttou_change_log_level(procs):
     send(signal.SIGTTIN)
     send(signal.SIGTTIN)
     wait_until(debug_line_for_next_pool, 5, interval=0.01, what="debug lines")
+    assert log_has(p.log_path, "log level up to 6\n") and log_has(p.log_path, "log level up to 7\n")
     send(signal.SIGTTOU)
     send(signal.SIGTTOU)
+    assert log_has(p.log_path, "log level down to 5\n")
+
+    def send_logged(sig: signal.Signals, line: str) -> None:
+        # Below notice the master no longer logs "received": wait for the
+        # level line itself, which is logged whatever the level.
+        seen = p.log_path.read_text().count(line)
+        p.signal(sig)
+        wait_until(lambda: p.log_path.read_text().count(line) > seen, 5, interval=0.01, what=line)
+
+    for level in (4, 3, 2, 1, 0, 0):
+        send_logged(signal.SIGTTOU, f"log level down to {level}\n")
+    for level in (1, 2, 3, 4, 5):
+        send_logged(signal.SIGTTIN, f"log level up to {level}\n")
     wait_until(lambda: not debug_line_for_next_pool(), 5, interval=0.01, what="no debug lines")
