@@ -51,7 +51,7 @@ def settle_rss(proxy, before_kb: int, name: str) -> int:
     try:
         after = wait_until(
             lambda: (lambda r: r if r <= before_kb + RSS_SLACK_KB else 0)(workers_rss_kb(proxy)),
-            timeout=5,
+            timeout=15,
             what="RSS back near its level before",
         )
     except AssertionError:

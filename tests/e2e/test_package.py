@@ -46,7 +46,10 @@ def deb(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip(f"{', '.join(missing)} not installed")
     out = subprocess.run(["make", "deb"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout + out.stderr
-    path = Path(out.stdout.strip().splitlines()[-1])
+    # The path cargo-deb prints (under `make test`, make's own "Entering
+    # directory" lines surround it).
+    debs = [line.strip() for line in out.stdout.splitlines() if line.strip().endswith(".deb")]
+    path = Path(debs[-1] if debs else "")
     assert path.suffix == ".deb" and path.is_file(), out.stdout
     return path
 
