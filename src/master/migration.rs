@@ -154,8 +154,19 @@ impl Master {
         true
     }
 
-    /// Restart migrators whose time has come.
+    /// Start the migrations of a reload once its placement switch has
+    /// happened (no older worker routes by the old placement any more),
+    /// and restart migrators whose time has come.
     pub(super) fn migrations_due(&mut self) {
+        let switched = self
+            .old
+            .iter()
+            .all(|g| g.switched || !g.workers.iter().any(|w| w.alive));
+        if switched && !self.pending_migrations.is_empty() && !self.stopping {
+            for (old, new) in std::mem::take(&mut self.pending_migrations) {
+                self.start_migrations(&old, &new);
+            }
+        }
         let now = Instant::now();
         let mut ms = std::mem::take(&mut self.migrations);
         for m in ms.iter_mut() {

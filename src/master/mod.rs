@@ -116,6 +116,8 @@ pub struct Master {
     admin_fds: Vec<RawFd>,
     /// Pools whose keys move after a reload (see `migration.rs`).
     migrations: Vec<migration::Migration>,
+    /// Migrations to start once no older generation routes requests.
+    pending_migrations: Vec<(Config, Config)>,
 }
 
 fn nworkers(config: &Config) -> usize {
@@ -191,6 +193,7 @@ impl Master {
             ready_reported: false,
             admin_fds: Vec::new(),
             migrations: Vec::new(),
+            pending_migrations: Vec::new(),
         })
     }
 
@@ -711,7 +714,10 @@ impl Master {
             crate::log_notice!("reload: {c}");
         }
         if let (Some(old), Some(new)) = (before, self.current.as_ref().map(|g| g.config.clone())) {
-            self.start_migrations(&old, &new);
+            // The migrators start at the placement switch (see
+            // `migrations_due`): before it, the old generation still reads
+            // and writes keys where the old placement puts them.
+            self.pending_migrations.push((old, new));
         }
         Ok(changes)
     }

@@ -18,6 +18,7 @@ from collections import Counter
 import pytest
 
 from faultkit import Resp, RespError, mc_get, mc_holder, redis_holder, report, workers_rss_kb
+from procmodel import state_of
 from procs import RawConn, memcache_pool, redis_pool, wait_until
 
 RSS_SLACK_KB = 16 * 1024
@@ -205,6 +206,9 @@ def test_sigstop_backend_times_out(procs, proxy_kind, redis):
     want = "error: ERR Connection timed out" if redis else "error: SERVER_ERROR Connection timed out"
     with Load(cl, healthy_keys(placed, down)) as load:
         victim.signal(signal.SIGSTOP)
+        # SIGSTOP lands asynchronously: a request sent before the process
+        # is really stopped may still be answered.
+        wait_until(lambda: state_of(victim.pid) in ("T", "t"), 5, what="backend stopped")
         try:
             times = []
             replies = Counter()
