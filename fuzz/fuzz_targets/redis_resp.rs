@@ -145,7 +145,12 @@ fn check_requests(data: &[u8], limits: &Limits) {
             limits,
         );
         if let Ok(Parse::Done(req)) = &full {
-            if req.route == Route::Multi {
+            // MSETNX (one server or none) is forwarded whole, never split.
+            let whole = matches!(
+                req.op,
+                walnut::proto::Op::Redis(r) if r.class == walnut::proto::redis::CmdClass::OneServer
+            );
+            if req.route == Route::Multi && !whole {
                 check_fragments(&buf[..req.len], req, limits);
             }
         }
