@@ -16,7 +16,8 @@ const EXIT_ABORTED: i32 = 3;
 /// One pool's migration.
 pub(super) struct Migration {
     pool: String,
-    old: PoolConfig,
+    /// The pool's earlier configurations, newest first.
+    olds: Vec<PoolConfig>,
     new: PoolConfig,
     pid: Option<libc::pid_t>,
     progress: Progress,
@@ -34,13 +35,15 @@ impl Migration {
 impl Master {
     /// A generation of `new` replaced one of `old`: start a migrator for
     /// every pool whose placement changed (ending one still running for
-    /// that pool: the newest pair of configurations is what counts).
+    /// that pool: the new one walks the servers of every configuration
+    /// whose migration has not ended, see `Lineage`).
     pub(super) fn start_migrations(&mut self, old: &Config, new: &Config) {
         for p in &new.pools {
             let Some(o) = old.pools.iter().find(|o| o.name == p.name) else {
                 continue;
             };
-            if !crate::migrate::placement_changed(o, p) {
+            let olds = self.lineage.of(&p.name).to_vec();
+            if !crate::migrate::placement_changed(o, p) || olds.is_empty() {
                 continue;
             }
             if let Some(i) = self.migrations.iter().position(|m| m.pool == p.name) {
@@ -65,7 +68,7 @@ impl Master {
             };
             let mut m = Migration {
                 pool: p.name.clone(),
-                old: o.clone(),
+                olds,
                 new: p.clone(),
                 pid: None,
                 progress,
@@ -102,7 +105,7 @@ impl Master {
             crate::log::set_role(crate::log::MIGRATOR);
             super::title::set(&format!("walnut: migrator {}", m.pool));
             let plan = crate::migrate::Plan {
-                old: &m.old,
+                olds: &m.olds,
                 new: &m.new,
             };
             let done = crate::migrate::run(&plan, &m.progress);
@@ -188,6 +191,10 @@ impl Master {
         }
         self.runtime.retain(|(k, _)| k != &key);
         self.runtime.push((key, "done".into()));
+        self.lineage.finished(pool);
+        if let Some(gen) = self.current.as_mut() {
+            gen.lineage.finished(pool);
+        }
         crate::log_notice!("pool '{pool}': migration done, workers no longer pull keys");
     }
 

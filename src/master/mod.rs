@@ -63,8 +63,8 @@ struct WorkerProc {
 struct Generation {
     id: u64,
     config: Config,
-    /// The configuration it replaced, when a pool of it migrates.
-    previous: Option<Config>,
+    /// Earlier configurations of its pools that migrate.
+    lineage: crate::migrate::Lineage,
     /// Pool and server names (what its counters mean).
     names: Names,
     region: Box<Region>,
@@ -118,6 +118,8 @@ pub struct Master {
     migrations: Vec<migration::Migration>,
     /// Migrations to start once no older generation routes requests.
     pending_migrations: Vec<(Config, Config)>,
+    /// Earlier configurations of the pools whose migration has not ended.
+    lineage: crate::migrate::Lineage,
 }
 
 fn nworkers(config: &Config) -> usize {
@@ -194,6 +196,7 @@ impl Master {
             admin_fds: Vec::new(),
             migrations: Vec::new(),
             pending_migrations: Vec::new(),
+            lineage: crate::migrate::Lineage::default(),
         })
     }
 
@@ -232,16 +235,16 @@ impl Master {
         };
         let id = self.next_gen;
         self.next_gen += 1;
-        // Pools with `migration` keep the previous configuration at hand.
-        let previous = self
-            .current
-            .as_ref()
-            .filter(|_| config.pools.iter().any(|p| p.migration))
-            .map(|g| g.config.clone());
+        // Pools with `migration` keep their earlier configurations at hand
+        // until their migration ends.
+        let lineage = match self.current.as_ref() {
+            Some(g) => self.lineage.after(&g.config, &config),
+            None => crate::migrate::Lineage::default(),
+        };
         let mut gen = Generation {
             id,
             config,
-            previous,
+            lineage,
             names,
             region,
             mutex,
@@ -263,6 +266,7 @@ impl Master {
             gen.config.process.listener
         );
         self.retarget_retired(&gen.names);
+        self.lineage = gen.lineage.clone();
         if let Some(old) = self.current.replace(gen) {
             // It serves on until every new worker runs (see `retire_due`).
             self.old.push(old);
@@ -333,7 +337,7 @@ impl Master {
                 channel: worker_end,
                 cpu: cpu_for(&gen.config, index),
                 handin: Some(handin),
-                previous: gen.previous.as_ref(),
+                lineage: &gen.lineage,
             });
         }
         drop(worker_end);

@@ -70,6 +70,12 @@ pub fn report_ready(pipe: Option<&OwnedFd>) {
 impl Master {
     /// Exec a new binary that inherits the listening sockets (nginx's USR2).
     pub(super) fn upgrade(&mut self) {
+        if !self.lineage.is_empty() {
+            // The new binary starts from the configuration file alone.
+            crate::log_warn!(
+                "upgrade during a migration: the new binary does not carry it on; keys not moved yet are missed until written again (finish or abort the migration before upgrading)"
+            );
+        }
         let mut spec = self.socks.export_for_exec();
         if let Some(s) = &self.stats {
             listeners::set_cloexec(s.as_raw_fd(), false);

@@ -181,8 +181,8 @@ pub struct WorkerStart<'a> {
     pub cpu: Option<usize>,
     /// The master's handover socket (clients handed to this generation).
     pub handin: Option<std::os::fd::OwnedFd>,
-    /// The configuration this generation replaced (pools that migrate).
-    pub previous: Option<&'a Config>,
+    /// Earlier configurations of the pools that migrate.
+    pub lineage: &'a crate::migrate::Lineage,
 }
 
 /// Body of a worker process; never returns.
@@ -209,7 +209,7 @@ pub fn worker_main(start: WorkerStart<'_>) -> ! {
         slot: start.index,
         mutex: start.mutex,
         handin: start.handin,
-        previous: start.previous,
+        lineage: start.lineage,
     };
     let worker = Worker::new(start.config, setup);
     if worker.is_ok() {

@@ -26,10 +26,28 @@ use std::time::{Duration, Instant};
 
 /// What one migrator moves.
 pub struct Plan<'a> {
-    /// The pool as it was.
-    pub old: &'a PoolConfig,
+    /// The pool as it was, newest first: more than one when the pool was
+    /// changed again before an earlier migration ended (a key may then
+    /// still be on the owner of any of them).
+    pub olds: &'a [PoolConfig],
     /// The pool as it is now.
     pub new: &'a PoolConfig,
+}
+
+impl Plan<'_> {
+    /// The servers to walk: every server of the previous configurations,
+    /// once each, with the configuration it is reached with.
+    pub fn sources(&self) -> Vec<(&ServerAddr, &PoolConfig)> {
+        let mut out: Vec<(&ServerAddr, &PoolConfig)> = Vec::new();
+        for old in self.olds {
+            for s in &old.servers {
+                if !out.iter().any(|(a, _)| **a == s.addr) {
+                    out.push((&s.addr, old));
+                }
+            }
+        }
+        out
+    }
 }
 
 /// A pool's placement over its configured servers (as the workers build it).
@@ -48,39 +66,39 @@ fn placement(p: &PoolConfig) -> Placement {
     Placement::new(p.hash, p.distribution, p.hash_tag, &ring)
 }
 
-/// Where keys of `plan` go: for a key found on old server `from`, the new
+/// Where keys of `plan` go: for a key found on server `from`, the new
 /// server it must move to, if any.
 pub struct Mover {
-    old: Placement,
+    /// Each previous placement with its servers' addresses.
+    olds: Vec<(Placement, Vec<ServerAddr>)>,
     new: Placement,
-    /// Per old server: its index among the new servers, if still there.
-    same: Vec<Option<usize>>,
+    new_addrs: Vec<ServerAddr>,
 }
 
 impl Mover {
     /// The mover of a plan.
     pub fn new(plan: &Plan<'_>) -> Mover {
+        let addrs = |p: &PoolConfig| p.servers.iter().map(|s| s.addr.clone()).collect();
         Mover {
-            old: placement(plan.old),
+            olds: plan.olds.iter().map(|o| (placement(o), addrs(o))).collect(),
             new: placement(plan.new),
-            same: plan
-                .old
-                .servers
-                .iter()
-                .map(|s| plan.new.servers.iter().position(|n| n.addr == s.addr))
-                .collect(),
+            new_addrs: addrs(plan.new),
         }
     }
 
-    /// The new owner (an index of the new servers) of `key`, found on old
-    /// server `from`, when it must move; `None` when it stays or is not
-    /// `from`'s under the old placement (left alone).
-    pub fn target(&self, from: usize, key: &[u8]) -> Option<usize> {
-        if self.old.server_for(key) != Some(from) {
+    /// The new owner (an index of the new servers) of `key`, found on
+    /// server `from`, when it must move; `None` when it stays, or when no
+    /// previous placement put it on `from` (left alone: not the pool's).
+    pub fn target(&self, from: &ServerAddr, key: &[u8]) -> Option<usize> {
+        let owned = self
+            .olds
+            .iter()
+            .any(|(p, addrs)| p.server_for(key).map(|i| &addrs[i]) == Some(from));
+        if !owned {
             return None;
         }
         let to = self.new.server_for(key)?;
-        (self.same.get(from).copied().flatten() != Some(to)).then_some(to)
+        (self.new_addrs[to] != *from).then_some(to)
     }
 }
 
@@ -89,27 +107,33 @@ impl Mover {
 /// are counted as failed, as twemproxy loses them).
 pub fn run(plan: &Plan<'_>, progress: &Progress) -> bool {
     let mover = Mover::new(plan);
+    let sources = plan.sources();
     let rate = u64::from(plan.new.migration_rate.max(1));
     let mut limiter = Limiter::new(rate);
     progress.set_state(State::Running);
     crate::log_notice!(
         "migration of pool '{}': {} old servers, {} new; keys whose owner changed move at most {} per second",
         plan.new.name,
-        plan.old.servers.len(),
+        sources.len(),
         plan.new.servers.len(),
         rate
     );
     let mut last_log = Instant::now();
     loop {
         let mut moved_this_pass = 0u64;
-        for (from, server) in plan.old.servers.iter().enumerate() {
-            let mut src = match Conn::open(&server.addr, plan.old) {
+        // Keys that could not be written to their new owner stay where
+        // they are and are tried again on the next pass: the migration
+        // does not end leaving them behind (a new owner that is down
+        // delays it until it is back).
+        let mut unplaced_this_pass = 0u64;
+        for &(from, old) in &sources {
+            let mut src = match Conn::open(from, old) {
                 Ok(c) => c,
                 Err(e) => {
                     crate::log_warn!(
-                        "migration of pool '{}': old server '{}' unreachable ({e}): its keys are lost",
+                        "migration of pool '{}': old server {} unreachable ({e}): its keys are lost",
                         plan.new.name,
-                        server.stats_name()
+                        addr_text(from)
                     );
                     progress.add_failed(1);
                     continue;
@@ -130,7 +154,15 @@ pub fn run(plan: &Plan<'_>, progress: &Progress) -> bool {
                 };
                 limiter.take();
                 if dests[to].is_none() {
-                    dests[to] = Some(Conn::open(&plan.new.servers[to].addr, plan.new)?);
+                    match Conn::open(&plan.new.servers[to].addr, plan.new) {
+                        Ok(c) => dests[to] = Some(c),
+                        Err(e) => {
+                            progress.add_failed(1);
+                            unplaced_this_pass += 1;
+                            crate::log_info!("migration: new owner unreachable, key left: {e}");
+                            return Ok(());
+                        }
+                    }
                 }
                 let dst = dests[to].as_mut().expect("opened above");
                 match src.move_key(key, dst) {
@@ -141,6 +173,7 @@ pub fn run(plan: &Plan<'_>, progress: &Progress) -> bool {
                     Ok(None) => progress.add_skipped(1),
                     Err(e) => {
                         progress.add_failed(1);
+                        unplaced_this_pass += 1;
                         dests[to] = None;
                         crate::log_info!("migration: key not moved: {e}");
                     }
@@ -163,15 +196,23 @@ pub fn run(plan: &Plan<'_>, progress: &Progress) -> bool {
                     return false;
                 }
                 crate::log_warn!(
-                    "migration of pool '{}': old server '{}': {e}",
+                    "migration of pool '{}': old server {}: {e}",
                     plan.new.name,
-                    server.stats_name()
+                    addr_text(from)
                 );
                 progress.add_failed(1);
             }
         }
-        if moved_this_pass == 0 {
+        if moved_this_pass == 0 && unplaced_this_pass == 0 {
             break;
+        }
+        if moved_this_pass == 0 {
+            // Only keys whose new owner is down are left: wait for it.
+            std::thread::sleep(Duration::from_secs(1));
+            if progress.aborted() {
+                progress.set_state(State::Aborted);
+                return false;
+            }
         }
     }
     progress.set_state(State::Done);
@@ -220,13 +261,65 @@ pub fn placement_changed(old: &PoolConfig, new: &PoolConfig) -> bool {
         && old.redis == new.redis
         && !new.redis_cluster
         && new.replicas <= 1
-        && !(old.hash == new.hash
-            && old.distribution == new.distribution
-            && old.hash_tag == new.hash_tag
-            && old.servers.len() == new.servers.len()
-            && old.servers.iter().zip(&new.servers).all(|(a, b)| {
-                a.addr == b.addr && a.weight == b.weight && a.ketama_name() == b.ketama_name()
-            }))
+        && !same_placement(old, new)
+}
+
+/// Whether two configurations of one pool put every key on the same server.
+fn same_placement(a: &PoolConfig, b: &PoolConfig) -> bool {
+    a.hash == b.hash
+        && a.distribution == b.distribution
+        && a.hash_tag == b.hash_tag
+        && a.servers.len() == b.servers.len()
+        && a.servers.iter().zip(&b.servers).all(|(x, y)| {
+            x.addr == y.addr && x.weight == y.weight && x.ketama_name() == y.ketama_name()
+        })
+}
+
+/// Per pool, the earlier configurations whose placement a key may still
+/// follow (newest first), from the reload that changed the pool's servers
+/// until its migration ends. A pool changed again before its migration
+/// ended has several: keys not moved yet are still where the oldest put
+/// them, keys written since where a newer one did. Workers pull from each
+/// of those owners in turn, and the migrator walks all their servers.
+#[derive(Debug, Clone, Default)]
+pub struct Lineage(Vec<(String, Vec<PoolConfig>)>);
+
+impl Lineage {
+    /// The earlier configurations of `pool` (empty: it does not migrate).
+    pub fn of(&self, pool: &str) -> &[PoolConfig] {
+        self.0
+            .iter()
+            .find(|(p, _)| p == pool)
+            .map_or(&[], |(_, c)| c.as_slice())
+    }
+
+    /// The lineage after a reload from `cur` to `next`.
+    pub fn after(&self, cur: &crate::config::Config, next: &crate::config::Config) -> Lineage {
+        let mut out = Vec::new();
+        for p in &next.pools {
+            let mut chain: Vec<PoolConfig> = Vec::new();
+            let earlier = cur.pools.iter().find(|c| c.name == p.name);
+            for o in earlier.into_iter().chain(self.of(&p.name)) {
+                if placement_changed(o, p) && !chain.iter().any(|c| same_placement(c, o)) {
+                    chain.push(o.clone());
+                }
+            }
+            if !chain.is_empty() {
+                out.push((p.name.clone(), chain));
+            }
+        }
+        Lineage(out)
+    }
+
+    /// `pool`'s migration ended: its keys are where its configuration says.
+    pub fn finished(&mut self, pool: &str) {
+        self.0.retain(|(p, _)| p != pool);
+    }
+
+    /// Whether any pool migrates.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 /// A server address as text (for logs).
@@ -242,11 +335,9 @@ mod tests {
     use super::*;
 
     fn pool(servers: &[&str]) -> PoolConfig {
-        let dir = std::env::temp_dir().join(format!(
-            "walnut-mig-{}-{}",
-            std::process::id(),
-            servers.len()
-        ));
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("walnut-mig-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("c.yml");
         let mut text = "p:\n  listen: 127.0.0.1:39999\n  migration: true\n  servers:\n".to_string();
@@ -263,15 +354,19 @@ mod tests {
         let new = pool(&["127.0.0.1:30001", "127.0.0.1:30002", "127.0.0.1:30003"]);
         assert!(placement_changed(&old, &new));
         assert!(!placement_changed(&new, &new));
-        let m = Mover::new(&Plan {
-            old: &old,
+        let olds = [old];
+        let plan = Plan {
+            olds: &olds,
             new: &new,
-        });
+        };
+        assert_eq!(plan.sources().len(), 2);
+        let m = Mover::new(&plan);
+        let addr = |i: usize| &olds[0].servers[i].addr;
         let (mut moved, mut stayed) = (0, 0);
         for i in 0..3000 {
             let key = format!("key:{i}");
-            let from = m.old.server_for(key.as_bytes()).unwrap();
-            match m.target(from, key.as_bytes()) {
+            let from = m.olds[0].0.server_for(key.as_bytes()).unwrap();
+            match m.target(addr(from), key.as_bytes()) {
                 Some(to) => {
                     // Adding a server only ever moves keys to it.
                     assert_eq!(to, 2);
@@ -280,11 +375,37 @@ mod tests {
                 None => stayed += 1,
             }
             // Found on a server that does not own it: left alone.
-            assert_eq!(m.target(1 - from, key.as_bytes()), None);
+            assert_eq!(m.target(addr(1 - from), key.as_bytes()), None);
         }
         assert!(
             moved > 600 && stayed > 1200,
             "{moved} moved, {stayed} stayed"
         );
+    }
+
+    #[test]
+    fn a_second_change_moves_keys_from_either_earlier_owner() {
+        let a = pool(&["127.0.0.1:30001", "127.0.0.1:30002"]);
+        let b = pool(&["127.0.0.1:30001", "127.0.0.1:30002", "127.0.0.1:30003"]);
+        let c = pool(&["127.0.0.1:30002", "127.0.0.1:30003", "127.0.0.1:30004"]);
+        let olds = [b.clone(), a.clone()];
+        let plan = Plan {
+            olds: &olds,
+            new: &c,
+        };
+        // Every server of either earlier configuration is walked, once.
+        assert_eq!(plan.sources().len(), 3);
+        let m = Mover::new(&plan);
+        let (pa, pb, pc) = (placement(&a), placement(&b), placement(&c));
+        for i in 0..3000 {
+            let key = format!("key:{i}");
+            let k = key.as_bytes();
+            let to = pc.server_for(k).unwrap();
+            for (p, cfg) in [(&pa, &a), (&pb, &b)] {
+                let from = &cfg.servers[p.server_for(k).unwrap()].addr;
+                let want = (c.servers[to].addr != *from).then_some(to);
+                assert_eq!(m.target(from, k), want, "{key}");
+            }
+        }
     }
 }

@@ -30,62 +30,79 @@ use std::time::Instant;
 /// Where a pool's keys were before the reload.
 #[derive(Debug)]
 pub struct MigrationRt {
-    /// The previous configuration's placement.
-    old: Placement,
-    /// Per previous server (placement index): its index in the pool's
-    /// servers (removed servers are appended there, off the ring).
-    old_index: Vec<usize>,
+    /// Each earlier configuration's placement (newest first), with, per
+    /// server of it (placement index), its index in the pool's servers
+    /// (servers the pool no longer has are appended there, off the ring).
+    olds: Vec<(Placement, Vec<usize>)>,
 }
 
 impl MigrationRt {
-    /// The migration state of `cfg` replacing `prev`, if its placement
-    /// changed and `migration` is on; servers of `prev` that `cfg` no
-    /// longer has are appended to `servers` (reachable, not on the ring).
+    /// The migration state of `cfg` replacing `olds` (newest first), if
+    /// the placement of any of them differs and `migration` is on;
+    /// servers of `olds` that `cfg` no longer has are appended to
+    /// `servers` (reachable, not on the ring).
     pub fn new(
         cfg: &PoolConfig,
-        prev: &PoolConfig,
+        olds: &[PoolConfig],
         servers: &mut Vec<ServerRt>,
     ) -> Option<Box<MigrationRt>> {
-        if !crate::migrate::placement_changed(prev, cfg) {
+        let mut appended: Vec<crate::config::ServerAddr> = Vec::new();
+        let mut out = Vec::new();
+        for prev in olds
+            .iter()
+            .filter(|p| crate::migrate::placement_changed(p, cfg))
+        {
+            let names: Vec<String> = prev.servers.iter().map(|s| s.ketama_name()).collect();
+            let ring: Vec<RingServer> = prev
+                .servers
+                .iter()
+                .zip(&names)
+                .map(|(s, name)| RingServer {
+                    name: name.as_bytes(),
+                    weight: s.weight,
+                    live: true,
+                })
+                .collect();
+            let old = Placement::new(prev.hash, prev.distribution, prev.hash_tag, &ring);
+            let index = prev
+                .servers
+                .iter()
+                .map(|s| {
+                    if let Some(i) = cfg.servers.iter().position(|n| n.addr == s.addr) {
+                        return i;
+                    }
+                    if let Some(j) = appended.iter().position(|a| *a == s.addr) {
+                        return cfg.servers.len() + j;
+                    }
+                    servers.push(server_rt(prev, s));
+                    appended.push(s.addr.clone());
+                    servers.len() - 1
+                })
+                .collect();
+            out.push((old, index));
+        }
+        if out.is_empty() {
             return None;
         }
-        let names: Vec<String> = prev.servers.iter().map(|s| s.ketama_name()).collect();
-        let ring: Vec<RingServer> = prev
-            .servers
-            .iter()
-            .zip(&names)
-            .map(|(s, name)| RingServer {
-                name: name.as_bytes(),
-                weight: s.weight,
-                live: true,
-            })
-            .collect();
-        let old = Placement::new(prev.hash, prev.distribution, prev.hash_tag, &ring);
-        let old_index = prev
-            .servers
-            .iter()
-            .map(
-                |s| match cfg.servers.iter().position(|n| n.addr == s.addr) {
-                    Some(i) => i,
-                    None => {
-                        servers.push(server_rt(prev, s));
-                        servers.len() - 1
-                    }
-                },
-            )
-            .collect();
         crate::log_notice!(
             "pool '{}': servers changed; keys whose owner changed are pulled from their old owner until the migration is done",
             cfg.name
         );
-        Some(Box::new(MigrationRt { old, old_index }))
+        Some(Box::new(MigrationRt { olds: out }))
     }
 
-    /// The server `key` lived on before, as an index of the pool's servers.
-    pub fn old_owner(&self, key: &[u8]) -> Option<usize> {
-        self.old
-            .server_for(key)
-            .and_then(|i| self.old_index.get(i).copied())
+    /// The servers `key` may still be on, as indices of the pool's
+    /// servers, newest placement first, each once, `new` left out.
+    pub fn old_owners(&self, key: &[u8], new: usize) -> Vec<usize> {
+        let mut out = Vec::new();
+        for (p, index) in &self.olds {
+            if let Some(i) = p.server_for(key).and_then(|i| index.get(i).copied()) {
+                if i != new && !out.contains(&i) {
+                    out.push(i);
+                }
+            }
+        }
+        out
     }
 }
 
@@ -107,8 +124,11 @@ pub struct Gate {
 pub struct Pull {
     /// The key.
     pub key: Vec<u8>,
-    /// Its old owner.
-    pub old: usize,
+    /// The servers it may be on (newest placement first): asked in turn
+    /// until one has it.
+    pub olds: Vec<usize>,
+    /// Which of `olds` is being asked.
+    pub at: usize,
     /// Its new owner.
     pub new: usize,
     /// Redis: the `DUMP` payload, once read.
@@ -183,6 +203,14 @@ fn integer(reply: &[u8]) -> Option<i64> {
         .ok()
 }
 
+/// Whether the new owner has the key after a copy: stored, or not
+/// stored because it already had a (newer) value.
+fn stored(reply: &[u8]) -> bool {
+    [&b"+OK"[..], b"-BUSYKEY", b"HD", b"NS"]
+        .iter()
+        .any(|p| reply.starts_with(p))
+}
+
 /// memcached `mg ... v f t` hit: (flags, ttl seconds or -1, value).
 fn meta_value(reply: &[u8]) -> Option<(u32, i64, &[u8])> {
     let nl = memchr::memchr(b'\n', reply)?;
@@ -230,21 +258,22 @@ impl Worker<'_> {
         let mut pulls = Vec::new();
         for key in &keys {
             let key = key.as_ref();
+            let Some(new) = self.pools[pool].server_for(key, now) else {
+                continue;
+            };
             let Some(m) = self.pools[pool].migration.as_ref() else {
                 return false;
             };
-            let old = m.old_owner(key);
-            let new = self.pools[pool].server_for(key, now);
-            if let (Some(old), Some(new)) = (old, new) {
-                if old != new && !pulls.iter().any(|p: &Pull| p.key == key) {
-                    pulls.push(Pull {
-                        key: key.to_vec(),
-                        old,
-                        new,
-                        dump: None,
-                        done: false,
-                    });
-                }
+            let olds = m.old_owners(key, new);
+            if !olds.is_empty() && !pulls.iter().any(|p: &Pull| p.key == key) {
+                pulls.push(Pull {
+                    key: key.to_vec(),
+                    olds,
+                    at: 0,
+                    new,
+                    dump: None,
+                    done: false,
+                });
             }
         }
         if pulls.is_empty() {
@@ -349,7 +378,28 @@ impl Worker<'_> {
             return None;
         };
         let p = c.gate.as_ref()?.pulls.get(idx)?;
-        Some((p.key.clone(), p.old, self.pools[c.pool].proto))
+        Some((p.key.clone(), *p.olds.get(p.at)?, self.pools[c.pool].proto))
+    }
+
+    /// The key is not on the server asked: ask the next that may have it,
+    /// or, when none is left, let the request go on.
+    fn pull_next(&mut self, token: Token, idx: usize, now: Instant) {
+        let more = match self.conns.get_mut(token.0) {
+            Some(Conn::Client(c)) => match c.gate.as_mut().and_then(|g| g.pulls.get_mut(idx)) {
+                Some(p) if p.at + 1 < p.olds.len() => {
+                    p.at += 1;
+                    p.dump = None;
+                    true
+                }
+                _ => false,
+            },
+            _ => false,
+        };
+        if more {
+            self.pull_start(token, idx, now);
+        } else {
+            self.pull_done(token, idx, now);
+        }
     }
 
     /// A reply to one of a pull's requests (`None`: the server could not
@@ -370,15 +420,23 @@ impl Worker<'_> {
         if c.id != id || part == PullPart::Delete {
             return;
         }
+        let proto = self.pools[c.pool].proto;
         let Some(pull) = c.gate.as_mut().and_then(|g| g.pulls.get_mut(idx)) else {
             return;
         };
         if pull.done {
             return;
         }
-        let (key, old, new) = (pull.key.clone(), pull.old, pull.new);
+        let (key, new) = (pull.key.clone(), pull.new);
+        // Where it was found, and the older owners after it: every copy
+        // there is deleted once it is on its new owner.
+        let (old, older) = (pull.olds[pull.at], pull.olds[pull.at + 1..].to_vec());
         let Some(reply) = reply else {
-            self.pull_done(token, idx, now);
+            // A `DUMP` is always followed by its `PTTL` on the same
+            // connection: that one's outcome moves the pull on.
+            if part != PullPart::Dump {
+                self.pull_next(token, idx, now);
+            }
             return;
         };
         match part {
@@ -388,27 +446,18 @@ impl Worker<'_> {
             PullPart::Ttl => {
                 let ttl = integer(reply).unwrap_or(-2);
                 let Some(payload) = pull.dump.take().filter(|_| ttl != -2) else {
-                    self.pull_done(token, idx, now);
+                    self.pull_next(token, idx, now);
                     return;
                 };
                 let ttl = ttl.max(0).to_string();
                 let restore = resp_command(&[b"RESTORE", &key, ttl.as_bytes(), &payload]);
                 if !self.pull_send(token, new, idx, PullPart::Store, &restore, now) {
                     self.pull_done(token, idx, now);
-                    return;
                 }
-                self.pull_send(
-                    token,
-                    old,
-                    idx,
-                    PullPart::Delete,
-                    &resp_command(&[b"DEL", &key]),
-                    now,
-                );
             }
             PullPart::Get => {
                 let Some((flags, ttl, value)) = meta_value(reply) else {
-                    self.pull_done(token, idx, now);
+                    self.pull_next(token, idx, now);
                     return;
                 };
                 let (k, b) = meta_key(&key);
@@ -421,14 +470,29 @@ impl Worker<'_> {
                 store.extend_from_slice(b"\r\n");
                 if !self.pull_send(token, new, idx, PullPart::Store, &store, now) {
                     self.pull_done(token, idx, now);
-                    return;
                 }
-                let mut del = b"md ".to_vec();
-                del.extend_from_slice(&k);
-                del.extend_from_slice(format!("{b}\r\n").as_bytes());
-                self.pull_send(token, old, idx, PullPart::Delete, &del, now);
             }
-            PullPart::Store => self.pull_done(token, idx, now),
+            PullPart::Store => {
+                // Only once the new owner has the key (copied now, or a
+                // newer value there already) do the old copies go: a new
+                // owner that is down must not cost the key.
+                if stored(reply) {
+                    let del = match proto {
+                        Protocol::Redis => resp_command(&[b"DEL", &key]),
+                        Protocol::Memcache => {
+                            let (k, b) = meta_key(&key);
+                            let mut del = b"md ".to_vec();
+                            del.extend_from_slice(&k);
+                            del.extend_from_slice(format!("{b}\r\n").as_bytes());
+                            del
+                        }
+                    };
+                    for server in std::iter::once(old).chain(older) {
+                        self.pull_send(token, server, idx, PullPart::Delete, &del, now);
+                    }
+                }
+                self.pull_done(token, idx, now);
+            }
             PullPart::Delete => {}
         }
     }
@@ -480,6 +544,12 @@ mod tests {
         );
         assert_eq!(meta_value(b"VA 0 t30 f0\r\n\r\n"), Some((0, 30, &b""[..])));
         assert_eq!(meta_value(b"EN\r\n"), None);
+        assert!(stored(b"+OK\r\n") && stored(b"-BUSYKEY Target key name already exists.\r\n"));
+        assert!(stored(b"HD\r\n") && stored(b"NS\r\n"));
+        assert!(!stored(
+            b"-ERR DUMP payload version or checksum are wrong\r\n"
+        ));
+        assert!(!stored(b"SERVER_ERROR out of memory\r\n"));
     }
 
     #[test]

@@ -125,9 +125,8 @@ pub struct WorkerSetup<'a> {
     pub mutex: Option<&'a AcceptMutex>,
     /// The socket predecessors hand clients over on (see `handover.rs`).
     pub handin: Option<OwnedFd>,
-    /// The configuration this generation replaced, while pools of it
-    /// migrate (see `migrate.rs`).
-    pub previous: Option<&'a Config>,
+    /// Earlier configurations of the pools that migrate (see `migrate.rs`).
+    pub lineage: &'a crate::migrate::Lineage,
 }
 
 /// Runtime knobs a controller can change without restarting the loop.
@@ -214,12 +213,7 @@ impl<'a> Worker<'a> {
         let pools: Vec<PoolRt> = config
             .pools
             .iter()
-            .map(|p| {
-                let prev = setup
-                    .previous
-                    .and_then(|c| c.pools.iter().find(|q| q.name == p.name));
-                PoolRt::new(p, prev)
-            })
+            .map(|p| PoolRt::new(p, setup.lineage.of(&p.name)))
             .collect();
         let ls = setup
             .listeners

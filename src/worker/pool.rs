@@ -107,10 +107,10 @@ pub struct PoolRt {
 }
 
 impl PoolRt {
-    /// Build the runtime pool from its configuration; `previous`: the same
-    /// pool in the configuration this one replaced (a migration starts
-    /// when its servers differ and `migration` is on).
-    pub fn new(cfg: &PoolConfig, previous: Option<&PoolConfig>) -> PoolRt {
+    /// Build the runtime pool from its configuration; `olds`: the same
+    /// pool in earlier configurations whose migration has not ended
+    /// (newest first; empty when the pool does not migrate).
+    pub fn new(cfg: &PoolConfig, olds: &[PoolConfig]) -> PoolRt {
         let mut servers: Vec<ServerRt> = cfg.servers.iter().map(|s| server_rt(cfg, s)).collect();
         let proto = if cfg.redis {
             Protocol::Redis
@@ -123,8 +123,7 @@ impl PoolRt {
             pre_auth: false,
         };
         let placement = build_placement(cfg, &servers);
-        let migration =
-            previous.and_then(|prev| super::migrate::MigrationRt::new(cfg, prev, &mut servers));
+        let migration = super::migrate::MigrationRt::new(cfg, olds, &mut servers);
         PoolRt {
             cfg: cfg.clone(),
             proto,

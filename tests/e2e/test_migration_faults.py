@@ -1,0 +1,207 @@
+"""Online scale-out, its edges: a pool changed again while its migration
+runs (keys still on the owner of the first configuration, keys written
+since on the owner of the second: both found, both moved), a reload of
+something else meanwhile (pulling goes on), and a new owner that dies
+mid-migration (the migration waits for it instead of ending with keys
+left behind; only what had already moved to it is lost with it)."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import signal
+import threading
+import time
+
+import redis
+from pymemcache.client.base import Client as MemcacheClient
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from procmodel import wait_workers
+from procs import HOST, Proxy, RawConn, free_port, memcache_pool, redis_pool, to_yaml, wait_until
+from test_migration_bg import admin, state
+
+N = 2000
+
+
+def key(i: int) -> str:
+    return "f" + hashlib.sha1(str(i).encode()).hexdigest()[:10]
+
+
+class Checker(threading.Thread):
+    """A busy client that reads random keys and checks every value, and
+    now and then writes a new value (which later reads must see)."""
+
+    def __init__(self, get, put):
+        super().__init__(daemon=True)
+        self.get, self.put = get, put
+        self.want = {i: f"v{i}".encode() for i in range(N)}
+        self.stop = threading.Event()
+        self.reads = self.misses = self.stale = self.errors = 0
+        self.failures: list[str] = []
+
+    def run(self) -> None:
+        rnd = random.Random(7)
+        while not self.stop.is_set():
+            i = rnd.randrange(N)
+            try:
+                if rnd.random() < 0.1:
+                    v = f"w{i}-{self.reads}".encode()
+                    self.put(key(i), v)
+                    self.want[i] = v
+                    continue
+                got = self.get(key(i))
+                self.reads += 1
+                if got is None:
+                    self.misses += 1
+                    self.failures.append(f"miss {i}")
+                elif got != self.want[i]:
+                    self.stale += 1
+                    self.failures.append(f"stale {i}: {got!r} != {self.want[i]!r}")
+            except Exception as e:  # noqa: BLE001 - every failure is counted
+                self.errors += 1
+                self.failures.append(f"error {i}: {e!r}")
+
+
+def test_a_second_change_while_a_migration_runs(procs):
+    mcs = procs.memcacheds(4)
+    rds = [procs.redis() for _ in range(4)]
+    mc_port, rd_port = free_port(), free_port()
+
+    def conf(idx: list[int], rate: int, ports=(mc_port, rd_port), **extra) -> dict:
+        mc = memcache_pool([mcs[i] for i in idx], listen=f"{HOST}:{ports[0]}", migration=True,
+                           migration_rate=rate, **extra)
+        rd = redis_pool([rds[i] for i in idx], listen=f"{HOST}:{ports[1]}", migration=True,
+                        migration_rate=rate, **extra)
+        return {"mc": mc, "rd": rd}
+
+    p = Proxy("walnut", procs.workdir, {}, extra_args=["--workers", "2"])
+    p.conf_path.write_text(to_yaml(conf([0, 1], 150)))
+    p.ports = {"mc": mc_port, "rd": rd_port}
+    procs.started.append(p)
+    p.start()
+    gen = wait_workers(p.pid, 2)
+    mc = MemcacheClient((HOST, mc_port))
+    r = redis.Redis(host=HOST, port=rd_port, protocol=2)
+    for i in range(N):
+        mc.set(key(i), f"v{i}".encode(), noreply=False)
+        r.set(key(i), f"v{i}")
+
+    mcc = MemcacheClient((HOST, mc_port), timeout=10)
+    rc = redis.Redis(host=HOST, port=rd_port, protocol=2, retry=Retry(NoBackoff(), 0),
+                     socket_timeout=10)
+    checkers = [
+        Checker(mcc.get, lambda k, v: mcc.set(k, v, noreply=False)),
+        Checker(rc.get, rc.set),
+    ]
+    for c in checkers:
+        c.start()
+
+    def reload(doc: dict) -> None:
+        nonlocal gen
+        p.conf_path.write_text(to_yaml(doc))
+        p.signal(signal.SIGHUP)
+        gen = wait_workers(p.pid, 2, exclude=gen.values())
+
+    # A → B: a server added, moving slowly.
+    reload(conf([0, 1, 2], 150))
+    for pool in ("mc", "rd"):
+        wait_until(lambda pool=pool: int(state(p.admin_port, pool).get("moved", 0)) > 30, 30,
+                   what=f"keys of {pool} moving")
+    # Something else changes: the migration and the pulling go on.
+    reload(conf([0, 1, 2], 150, timeout=4000))
+    moved = {pool: int(state(p.admin_port, pool)["moved"]) for pool in ("mc", "rd")}
+    for pool in ("mc", "rd"):
+        wait_until(lambda pool=pool: int(state(p.admin_port, pool)["moved"]) > moved[pool] + 20, 30,
+                   what=f"{pool}'s migration going on after an unrelated reload")
+        assert state(p.admin_port, pool)["state"] == "running"
+    # B → C before B's migration ended: the first server leaves, a fourth
+    # comes. Keys are on A's or B's owners; all of them must end on C's.
+    reload(conf([1, 2, 3], 50000, timeout=4000))
+    for pool in ("mc", "rd"):
+        wait_until(lambda pool=pool: state(p.admin_port, pool).get("state") == "done", 90,
+                   what=f"migration of {pool} to end")
+    time.sleep(0.2)  # a few more checked reads after the end
+    for c in checkers:
+        c.stop.set()
+        c.join(10)
+    for c in checkers:
+        assert c.reads > 200, c.reads
+        assert (c.misses, c.stale, c.errors) == (0, 0, 0), c.failures[:10]
+
+    # The oracle: nutcracker on C finds every key, with the last value written.
+    oracle_ports = (free_port(), free_port())
+    oracle = conf([1, 2, 3], 1, oracle_ports)
+    for v in oracle.values():
+        del v["migration"], v["migration_rate"]
+    procs.proxy("nutcracker", oracle)
+    mwant, rwant = checkers[0].want, checkers[1].want
+    with RawConn(oracle_ports[0]) as c:
+        for i in range(N):
+            k = key(i).encode()
+            got = c.request(b"get %s\r\n" % k, b"END\r\n")
+            v = mwant[i]
+            assert got == b"VALUE %s 0 %d\r\n%s\r\nEND\r\n" % (k, len(v), v), (i, got)
+    nr = redis.Redis(host=HOST, port=oracle_ports[1], protocol=2, lib_name=None, lib_version=None)
+    for i in range(N):
+        assert nr.get(key(i)) == rwant[i], i
+    # And nowhere else: the server that left holds nothing of the pool.
+    assert redis.Redis(host=HOST, port=rds[0].port).dbsize() == 0
+    assert sum(redis.Redis(host=HOST, port=x.port).dbsize() for x in rds) == N
+    assert not MemcacheClient((HOST, mcs[0].port)).get_many([key(i) for i in range(N)])
+
+
+def test_a_new_owner_that_dies_mid_migration(procs):
+    rds = [procs.redis() for _ in range(3)]
+    port = free_port()
+
+    def conf(n: int) -> str:
+        return to_yaml({"rd": redis_pool(rds[:n], listen=f"{HOST}:{port}", migration=True,
+                                         migration_rate=200)})
+
+    p = Proxy("walnut", procs.workdir, {}, extra_args=["--workers", "2"])
+    p.conf_path.write_text(conf(2))
+    p.ports = {"rd": port}
+    procs.started.append(p)
+    p.start()
+    gen = wait_workers(p.pid, 2)
+    r = redis.Redis(host=HOST, port=port, protocol=2, retry=Retry(NoBackoff(), 0),
+                    socket_timeout=10)
+    pipe = r.pipeline(transaction=False)
+    for i in range(N):
+        pipe.set(key(i), f"v{i}")
+    pipe.execute()
+    p.conf_path.write_text(conf(3))
+    p.signal(signal.SIGHUP)
+    wait_workers(p.pid, 2, exclude=gen.values())
+    wait_until(lambda: int(state(p.admin_port, "rd").get("moved", 0)) > 40, 30, what="keys moving")
+    # The new owner dies: what had moved to it is lost with it (as any
+    # data on a dead server); the migration neither ends nor hangs.
+    rds[2].kill()
+    wait_until(lambda: int(state(p.admin_port, "rd").get("failed", 0)) > 0, 30,
+               what="moves to the dead server failing")
+    moved = int(state(p.admin_port, "rd")["moved"])
+    # Keys that stay where they were are served meanwhile.
+    on_live = [i for i in range(N)
+               if any(redis.Redis(host=HOST, port=x.port).exists(key(i)) for x in rds[:2])]
+    served = errors = 0
+    for i in on_live[:300]:
+        try:
+            served += r.get(key(i)) == f"v{i}".encode()
+        except redis.RedisError:
+            errors += 1  # a key due to move to the dead server
+    assert served + errors == 300 and served > 150, (served, errors)
+    assert state(p.admin_port, "rd")["state"] == "running"
+    # It comes back, empty: the keys not moved yet move now, and then the
+    # migration ends with nothing left on a server that does not own it.
+    procs.redis(port=rds[2].port)
+    wait_until(lambda: state(p.admin_port, "rd").get("state") == "done", 90,
+               what="the migration to end once the server is back")
+    found = sum(redis.Redis(host=HOST, port=x.port).dbsize() for x in rds)
+    assert N - found == moved, (found, moved)
+    # Every surviving key is where nutcracker puts it.
+    oracle_port = free_port()
+    procs.proxy("nutcracker", {"rd": redis_pool(rds, listen=f"{HOST}:{oracle_port}")})
+    nr = redis.Redis(host=HOST, port=oracle_port, protocol=2, lib_name=None, lib_version=None)
+    assert sum(1 for i in range(N) if nr.get(key(i)) == f"v{i}".encode()) == found
