@@ -89,15 +89,7 @@ impl Host for Master {
     }
 
     fn stats_json(&self) -> String {
-        match &self.current {
-            Some(g) => crate::stats::json::render(
-                &g.config,
-                &g.region,
-                self.started.elapsed().as_secs(),
-                &self.source,
-            ),
-            None => String::new(),
-        }
+        Master::stats_json(self)
     }
 
     fn set_param(&mut self, key: &str, value: &str) -> Vec<String> {

@@ -198,6 +198,26 @@ impl Master {
         crate::log_notice!("pool '{pool}': migration done, workers no longer pull keys");
     }
 
+    /// The stats JSON document, with each migration's progress in its
+    /// pool's object.
+    pub(super) fn stats_json(&self) -> String {
+        let Some(g) = &self.current else {
+            return String::new();
+        };
+        let extra: Vec<(String, String)> = self
+            .migrations
+            .iter()
+            .map(|m| (m.pool.clone(), m.progress.json_fields()))
+            .collect();
+        crate::stats::json::render(
+            &g.config,
+            &g.region,
+            self.started.elapsed().as_secs(),
+            &self.source,
+            &extra,
+        )
+    }
+
     /// Admin `migration`: one line per pool.
     pub(super) fn migration_lines(&self) -> Vec<String> {
         self.migrations.iter().map(Migration::line).collect()

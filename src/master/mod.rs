@@ -502,13 +502,10 @@ impl Master {
             return;
         };
         while let Ok((mut sock, _)) = stats.accept() {
-            let Some(gen) = &self.current else { break };
-            let doc = crate::stats::json::render(
-                &gen.config,
-                &gen.region,
-                self.started.elapsed().as_secs(),
-                &self.source,
-            );
+            if self.current.is_none() {
+                break;
+            }
+            let doc = self.stats_json();
             let _ = sock.set_nonblocking(false);
             let _ = sock.set_write_timeout(Some(Duration::from_secs(1)));
             let _ = sock.write_all(doc.as_bytes());

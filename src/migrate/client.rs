@@ -217,6 +217,34 @@ impl Conn {
         })
     }
 
+    /// How many keys the server holds (Redis `DBSIZE`, memcached
+    /// `curr_items`): the migration's estimate of the work ahead.
+    pub fn key_count(&mut self) -> io::Result<u64> {
+        if self.redis {
+            self.send(&resp_command(&[b"DBSIZE"]))?;
+            return match self.resp()? {
+                Resp::Int(n) => Ok(n.max(0) as u64),
+                _ => Err(err("DBSIZE: unexpected reply")),
+            };
+        }
+        self.send(b"stats\r\n")?;
+        let mut n = 0;
+        loop {
+            let line = self.line()?;
+            if line == b"END" {
+                return Ok(n);
+            }
+            if let Some(v) = line.strip_prefix(b"STAT curr_items ") {
+                n = std::str::from_utf8(v)
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+            } else if !line.starts_with(b"STAT ") {
+                return Err(err("stats: unexpected reply"));
+            }
+        }
+    }
+
     /// Every key of a Redis server (`SCAN`), each handed to `f`.
     pub fn scan_redis(
         &mut self,

@@ -118,6 +118,11 @@ pub fn run(plan: &Plan<'_>, progress: &Progress) -> bool {
         plan.new.servers.len(),
         rate
     );
+    let total: u64 = sources
+        .iter()
+        .filter_map(|&(addr, cfg)| Conn::open(addr, cfg).and_then(|mut c| c.key_count()).ok())
+        .sum();
+    progress.set_total(total);
     let mut last_log = Instant::now();
     loop {
         let mut moved_this_pass = 0u64;

@@ -42,6 +42,7 @@ const FAILED: usize = 5;
 const BYTES: usize = 6;
 const STARTED: usize = 7;
 const ENDED: usize = 8;
+const TOTAL: usize = 9;
 const WORDS: usize = 16;
 
 const CTL_RUN: u64 = 0;
@@ -137,6 +138,12 @@ impl Progress {
         self.add(FAILED, n);
     }
 
+    /// Keys on the servers walked, when the migration began (the
+    /// estimate its ETA is made from).
+    pub fn set_total(&self, n: u64) {
+        self.w(TOTAL).store(n, Ordering::Relaxed);
+    }
+
     /// Operator control: pause, resume, abort.
     pub fn control(&self, what: &str) -> Result<(), String> {
         let v = match what {
@@ -174,22 +181,51 @@ impl Progress {
         ]
     }
 
-    /// One `key=value` line for the admin port.
-    pub fn line(&self, pool: &str) -> String {
-        let [scanned, moved, skipped, failed, bytes] = self.counts();
-        let started = self.get(STARTED);
-        let ended = self.get(ENDED);
-        let secs = if started == 0 {
+    /// Seconds since it began (to its end, once ended).
+    fn seconds(&self) -> u64 {
+        let (started, ended) = (self.get(STARTED), self.get(ENDED));
+        if started == 0 {
             0
         } else if ended >= started {
             ended - started
         } else {
             (crate::util::epoch_us() / 1_000_000).saturating_sub(started)
-        };
+        }
+    }
+
+    /// Seconds left, estimated from the keys there were to walk and the
+    /// pace so far (0 once every key was looked at once).
+    fn eta(&self) -> u64 {
+        let (scanned, total, secs) = (self.get(SCANNED), self.get(TOTAL), self.seconds());
+        if self.state() == State::Done || scanned >= total || scanned == 0 {
+            return 0;
+        }
+        (total - scanned).saturating_mul(secs.max(1)) / scanned
+    }
+
+    /// One `key=value` line for the admin port.
+    pub fn line(&self, pool: &str) -> String {
+        let [scanned, moved, skipped, failed, bytes] = self.counts();
+        let secs = self.seconds();
         let rate = moved.checked_div(secs).unwrap_or(moved);
         format!(
-            "pool={pool} state={} scanned={scanned} moved={moved} skipped={skipped} failed={failed} bytes={bytes} seconds={secs} keys_per_second={rate}",
-            self.state().name()
+            "pool={pool} state={} keys={} scanned={scanned} moved={moved} skipped={skipped} failed={failed} bytes={bytes} seconds={secs} keys_per_second={rate} eta_seconds={}",
+            self.state().name(),
+            self.get(TOTAL),
+            self.eta()
+        )
+    }
+
+    /// The same as fields of the pool's object in the stats JSON (flat
+    /// scalars: tools read object-valued keys of a pool as its servers).
+    pub fn json_fields(&self) -> String {
+        let [scanned, moved, skipped, failed, bytes] = self.counts();
+        format!(
+            "\"migration_state\":\"{}\", \"migration_keys\":{}, \"migration_scanned\":{scanned}, \"migration_moved\":{moved}, \"migration_skipped\":{skipped}, \"migration_failed\":{failed}, \"migration_bytes\":{bytes}, \"migration_seconds\":{}, \"migration_eta_seconds\":{}",
+            self.state().name(),
+            self.get(TOTAL),
+            self.seconds(),
+            self.eta()
         )
     }
 

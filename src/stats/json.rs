@@ -42,8 +42,16 @@ pub fn connections(config: &Config, region: &Region) -> (u64, u64) {
     (total, curr)
 }
 
-/// Render the document for `config` from the counters in `region`.
-pub fn render(config: &Config, region: &Region, uptime: u64, source: &str) -> String {
+/// Render the document for `config` from the counters in `region`;
+/// `pool_extra`: fields appended to a pool's object (walnut's own, such as
+/// a running migration's progress), by pool name.
+pub fn render(
+    config: &Config,
+    region: &Region,
+    uptime: u64,
+    source: &str,
+    pool_extra: &[(String, String)],
+) -> String {
     let mut s = String::with_capacity(4096);
     let now = crate::util::epoch_us() / 1_000_000;
     let (total, curr) = connections(config, region);
@@ -68,6 +76,9 @@ pub fn render(config: &Config, region: &Region, uptime: u64, source: &str) -> St
                 s.push_str(", ");
             }
             let _ = write!(s, "\"{}\":{}", f.name(), region.pool_sum(pi, *f));
+        }
+        for (_, fields) in pool_extra.iter().filter(|(p, _)| *p == pool.name) {
+            let _ = write!(s, ", {fields}");
         }
         let names: Vec<String> = pool.servers.iter().map(|sv| sv.ketama_name()).collect();
         let ring: Vec<RingServer> = names

@@ -192,7 +192,12 @@ def test_a_new_owner_that_dies_mid_migration(procs):
         except redis.RedisError:
             errors += 1  # a key due to move to the dead server
     assert served + errors == 300 and served > 150, (served, errors)
-    assert state(p.admin_port, "rd")["state"] == "running"
+    st = state(p.admin_port, "rd")
+    assert st["state"] == "running" and st["keys"] == str(N) and int(st["eta_seconds"]) >= 0, st
+    # The same progress in the pool's object of the stats JSON.
+    doc = p.stats()["rd"]
+    assert doc["migration_state"] == "running" and doc["migration_keys"] == N, doc
+    assert doc["migration_moved"] >= moved and doc["migration_failed"] > 0, doc
     # It comes back, empty: the keys not moved yet move now, and then the
     # migration ends with nothing left on a server that does not own it.
     procs.redis(port=rds[2].port)
