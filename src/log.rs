@@ -175,6 +175,10 @@ macro_rules! log_notice { ($($a:tt)*) => { $crate::log::write($crate::log::level
 /// Log at info level.
 #[macro_export]
 macro_rules! log_info { ($($a:tt)*) => { $crate::log::write($crate::log::level::INFO, format_args!($($a)*)) } }
+/// Log at twemproxy's most verbose level, 11 (`-v 11`): per-connection
+/// events and parse errors; the arguments are not evaluated below it.
+#[macro_export]
+macro_rules! log_pverb { ($($a:tt)*) => { if $crate::log::level() >= $crate::log::level::PVERB { $crate::log::write($crate::log::level::PVERB, format_args!($($a)*)) } } }
 /// Log at debug level.
 #[macro_export]
 macro_rules! log_debug { ($($a:tt)*) => { if $crate::log::level() >= $crate::log::level::DEBUG { $crate::log::write($crate::log::level::DEBUG, format_args!($($a)*)) } } }

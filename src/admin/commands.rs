@@ -24,6 +24,9 @@ const HELP: &str = "commands:
   pools                       per pool: requests, errors, latency
   servers                     per server: state, connections, latency
   slowlog get [N] | len | reset
+  hotkeys [POOL] [N]          most requested keys per pool over the last second (sampled)
+  migration [pause|resume|abort POOL]
+                              progress of online scale-out, and its control
   config show                 the running configuration as YAML (walnut -t accepts it)
   config get PARAM            one value: KEY of _walnut, or pool.NAME.KEY
   config set PARAM VALUE      log_level, slowlog_threshold (us), client_idle_timeout (ms),
@@ -61,6 +64,13 @@ pub fn run(srv: &mut AdminServer, host: &mut dyn Host, req: &Request) -> (Reply,
         "pools" => Reply::Text(pools(host)),
         "servers" => Reply::Text(servers(host)),
         "slowlog" => slowlog(srv, host, &args[1..]),
+        "hotkeys" => match (host.config(), host.region()) {
+            (Some(c), Some(r)) => match super::hotkeys::command(c, r, &args[1..]) {
+                Ok(text) => Reply::Text(text),
+                Err(e) => Reply::Err(e),
+            },
+            _ => Reply::Err("not running".into()),
+        },
         "config" => config(host, &args[1..]),
         "migration" => match args.len() {
             1 => {
@@ -90,7 +100,9 @@ pub fn run(srv: &mut AdminServer, host: &mut dyn Host, req: &Request) -> (Reply,
 fn metrics(host: &dyn Host) -> String {
     match (host.config(), host.region()) {
         (Some(c), Some(r)) => {
-            crate::stats::prometheus::render(c, r, &host.info()) + &host.extra_metrics()
+            crate::stats::prometheus::render(c, r, &host.info())
+                + &super::hotkeys::metrics(c, r)
+                + &host.extra_metrics()
         }
         _ => String::new(),
     }

@@ -5,6 +5,7 @@
 //! the master.
 
 mod commands;
+mod hotkeys;
 pub mod request;
 pub mod top;
 

@@ -50,8 +50,9 @@ impl Plan<'_> {
     }
 }
 
-/// A pool's placement over its configured servers (as the workers build it).
-fn placement(p: &PoolConfig) -> Placement {
+/// A pool's placement over its configured servers, all live (as the
+/// workers build it; also names the server of a hot key).
+pub fn placement(p: &PoolConfig) -> Placement {
     let names: Vec<String> = p.servers.iter().map(|s| s.ketama_name()).collect();
     let ring: Vec<RingServer> = p
         .servers

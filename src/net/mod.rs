@@ -154,3 +154,16 @@ pub fn is_tcp(fd: &impl AsRawFd) -> bool {
     };
     rc == 0 && (domain == libc::AF_INET || domain == libc::AF_INET6)
 }
+
+/// The peer of a connected socket as text (`host:port`, or `unix` for a
+/// unix-domain client), for log lines.
+pub fn peer_of(fd: std::os::fd::RawFd) -> String {
+    // SAFETY: the descriptor is open for the duration of the call.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    match socket2::SockRef::from(&fd).peer_addr() {
+        Ok(a) => a
+            .as_socket()
+            .map_or_else(|| "unix".to_string(), |s| s.to_string()),
+        Err(e) => format!("unknown peer ({e})"),
+    }
+}

@@ -7,6 +7,7 @@
 //! `carry.rs`), so the sums never go back across a reload or an upgrade.
 
 use super::histogram::{self, Cell, Class, Snapshot};
+use super::hotkeys;
 use super::slowlog::{self, Ring};
 use super::{PoolField, ServerField, WorkerField};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -30,6 +31,7 @@ pub struct Layout {
     hist_base: usize,
     hist_series: usize,
     slowlog_base: usize,
+    hot_base: usize,
     slot_words: usize,
 }
 
@@ -68,7 +70,8 @@ impl Layout {
         let spare_series = series;
         series += 1;
         let slowlog_base = hist_base + series * histogram::WINDOWS * histogram::WORDS;
-        let end = slowlog_base + slowlog::WORDS;
+        let hot_base = slowlog_base + slowlog::WORDS;
+        let end = hot_base + servers_per_pool.len() * hotkeys::POOL_WORDS;
         let slot_words = end.div_ceil(LINE_WORDS) * LINE_WORDS;
         Layout {
             servers_per_pool,
@@ -80,6 +83,7 @@ impl Layout {
             hist_base,
             hist_series: series,
             slowlog_base,
+            hot_base,
             slot_words,
         }
     }
@@ -349,6 +353,15 @@ impl Region {
         Ring(self.words(slot, self.layout.slowlog_base, slowlog::WORDS))
     }
 
+    /// One worker slot's hot-key table of `pool` (see `hotkeys.rs`).
+    pub fn hotkeys(&self, slot: usize, pool: usize) -> &[AtomicU64] {
+        self.words(
+            slot,
+            self.layout.hot_base + pool * hotkeys::POOL_WORDS,
+            hotkeys::POOL_WORDS,
+        )
+    }
+
     fn fold(&self, idx: usize, kind: super::Kind) -> u64 {
         let vals = (0..=self.slots).map(|s| self.word(s, idx).load(Ordering::Relaxed));
         match kind {
@@ -460,6 +473,16 @@ impl Slot<'_> {
     /// This worker's slow-log ring.
     pub fn slowlog(&self) -> Ring<'_> {
         self.region.slowlog(self.slot)
+    }
+
+    /// This worker's hot-key tables, every pool's.
+    pub fn hotkeys(&self) -> &[AtomicU64] {
+        let l = &self.region.layout;
+        self.region.words(
+            self.slot,
+            l.hot_base,
+            l.servers_per_pool.len() * hotkeys::POOL_WORDS,
+        )
     }
 
     /// Set a server field (timestamps).

@@ -201,6 +201,7 @@ impl Worker<'_> {
                 }
                 Err(err) => {
                     self.stats.pool_add(pool, PoolField::ClientErr, 0);
+                    self.log_parse_error(token, pool, &err.reply, input);
                     let close = err.close;
                     if let Some(req) = err.forward {
                         // Routed in the refused request's place (proto::RequestError).
@@ -528,6 +529,25 @@ impl Worker<'_> {
     }
 
     /// Drop a client. Replies still coming from servers for it are discarded.
+    /// `-v 11`: a request the client got an error for, with the peer, the
+    /// error and the first bytes it sent.
+    fn log_parse_error(&self, token: Token, pool: usize, reply: &[u8], input: &[u8]) {
+        if crate::log::level() < crate::log::level::PVERB {
+            return;
+        }
+        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+            return;
+        };
+        let head = &input[..input.len().min(64)];
+        crate::log_pverb!(
+            "client {} of pool '{}': bad request: {} (it began {:?})",
+            crate::net::peer_of(std::os::fd::AsRawFd::as_raw_fd(&c.sock)),
+            self.pools[pool].cfg.name,
+            String::from_utf8_lossy(reply).trim_end(),
+            String::from_utf8_lossy(head)
+        );
+    }
+
     pub(super) fn close_client(&mut self, token: Token, error: bool) {
         let Some(Conn::Client(_)) = self.conns.get(token.0) else {
             return;
@@ -545,6 +565,12 @@ impl Worker<'_> {
             self.unblock_reply(st, sid, true);
         }
         let pool = c.pool;
+        crate::log_pverb!(
+            "client {} of pool '{}' closed ({})",
+            crate::net::peer_of(std::os::fd::AsRawFd::as_raw_fd(&c.sock)),
+            self.pools[pool].cfg.name,
+            if error { "error" } else { "eof" }
+        );
         self.pools[pool].clients = self.pools[pool].clients.saturating_sub(1);
         self.stats.pool_sub(pool, PoolField::ClientConnections, 1);
         self.stats.worker_sub(WorkerField::CurrConnections, 1);

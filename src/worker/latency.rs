@@ -9,9 +9,11 @@ use mio::Token;
 use std::time::Instant;
 
 impl Worker<'_> {
-    /// Remember a request's first key for the slow log (only while it is on).
+    /// A request's first key: sampled for the hot keys, and remembered for
+    /// the slow log (only while it is on).
     #[inline]
     pub(super) fn note_key(&mut self, pool: usize, key: &[u8]) {
+        self.hot.note(pool, key);
         if self.slow_threshold(pool) > 0 {
             self.slow_key = KeyPrefix::new(key);
         }

@@ -183,6 +183,9 @@ pub struct Worker<'a> {
     budget: usize,
     graceful_timeout: Duration,
     slow_key: crate::stats::slowlog::KeyPrefix,
+    /// Sampled keys per pool, published once a second (`stats/hotkeys.rs`).
+    hot: crate::stats::hotkeys::Sampler,
+    hot_since: Instant,
     /// When to give freed memory back after many clients left.
     trim: heap::HeapTrim,
     /// Slow-request log lines left this second, and those not written.
@@ -255,6 +258,8 @@ impl<'a> Worker<'a> {
             budget: config.process.buffer_budget,
             graceful_timeout: Duration::from_millis(config.process.graceful_timeout_ms),
             slow_key: crate::stats::slowlog::KeyPrefix::EMPTY,
+            hot: crate::stats::hotkeys::Sampler::new(config.pools.len()),
+            hot_since: Instant::now(),
             trim: heap::HeapTrim::default(),
             slow_lines: latency::SlowLines::default(),
             handin: setup.handin,
@@ -380,6 +385,9 @@ impl<'a> Worker<'a> {
             if now.duration_since(last_sweep) >= Duration::from_secs(1) {
                 last_sweep = now;
                 self.slow_lines.new_second();
+                let window = now.duration_since(self.hot_since).as_millis() as u64;
+                self.hot.publish(self.stats.hotkeys(), window);
+                self.hot_since = now;
                 self.sweep_idle(now);
                 self.sweep_stalled_streams(now);
                 self.probe_servers(now);
@@ -714,6 +722,11 @@ impl<'a> Worker<'a> {
         now: Instant,
     ) -> Option<Token> {
         let id = self.next_id();
+        crate::log_pverb!(
+            "client {} connected to pool '{}'",
+            crate::net::peer_of(std::os::fd::AsRawFd::as_raw_fd(&sock)),
+            self.pools[pool].cfg.name
+        );
         let entry = self.conns.vacant_entry();
         let token = Token(entry.key());
         self.poll

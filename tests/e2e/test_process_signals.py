@@ -224,3 +224,25 @@ def test_ttin_ttou_change_log_level(procs):
     for level in (1, 2, 3, 4, 5):
         send_logged(signal.SIGTTIN, f"log level up to {level}\n")
     wait_until(lambda: not debug_line_for_next_pool(), 5, interval=0.01, what="no debug lines")
+
+
+def test_v11_logs_connections_and_bad_requests_with_the_peer(procs):
+    mc = procs.memcached()
+    p = procs.proxy("walnut", {"mc": memcache_pool([mc])}, extra_args=["-v", "11", "--workers", "1"])
+    with RawConn(p.port("mc")) as c:
+        peer = "%s:%d" % c.sock.getsockname()
+        assert c.request(b"bogus_command k\r\n").startswith(b"ERROR")
+        assert c.request(b"get k\r\n", b"END\r\n") == b"END\r\n"
+    wait_log(p.log_path, f"client {peer} connected to pool 'mc'")
+    wait_log(p.log_path, f"client {peer} of pool 'mc': bad request: ERROR (it began \"bogus_command k\\r\\n")
+    wait_log(p.log_path, f"client {peer} of pool 'mc' closed (eof)")
+
+
+def test_default_level_logs_no_connection_events(procs):
+    mc = procs.memcached()
+    p = procs.proxy("walnut", {"mc": memcache_pool([mc])}, extra_args=["--workers", "1"])
+    with RawConn(p.port("mc")) as c:
+        assert c.request(b"bogus_command k\r\n").startswith(b"ERROR")
+    # At -v 11 the line is written before the reply is: none here.
+    assert not log_has(p.log_path, "bad request")
+    assert not log_has(p.log_path, "connected to pool")
