@@ -17,7 +17,7 @@
 //! count, a key length and the key's bytes. A reader retries while the
 //! version is odd or changed under it.
 
-use super::slowlog::KEY_MAX;
+use super::slowlog::{KeyPrefix, KEY_MAX};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -31,41 +31,93 @@ const ENTRY_WORDS: usize = 2 + KEY_MAX / 8;
 /// Words of one pool's table.
 pub const POOL_WORDS: usize = 2 + PER_POOL * ENTRY_WORDS;
 
-/// A space-saving sketch of one pool's sampled keys.
-#[derive(Debug, Default)]
+/// A key as the sketch keeps it: its first [`KEY_MAX`] bytes inline, so
+/// counting a new key allocates nothing.
+#[derive(Clone, Copy)]
+struct Key(KeyPrefix);
+
+impl PartialEq for Key {
+    fn eq(&self, o: &Key) -> bool {
+        self.0.bytes() == o.0.bytes()
+    }
+}
+impl Eq for Key {}
+impl std::hash::Hash for Key {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        h.write(self.0.bytes());
+    }
+}
+
+/// FNV-1a for the sketch's index: keys are short and the index is private
+/// to one worker (no flooding to defend against), where std's SipHash
+/// cost a measurable share of a request.
+#[derive(Default)]
+struct Fnv(u64);
+
+impl std::hash::Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for &b in bytes {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
+/// How many counters a new key's replacement is chosen among.
+const EVICT_CHOICES: usize = 4;
+
+/// A space-saving sketch of one pool's sampled keys. When full, a new key
+/// takes the least counted of a few counters picked at random (not the
+/// global minimum, which would cost a scan of every counter per new key),
+/// and inherits its count: a key that is really hot has a count far above
+/// the others' and is not picked out.
+#[derive(Default)]
 struct Sketch {
-    counts: Vec<(Box<[u8]>, u64)>,
-    index: HashMap<Box<[u8]>, usize>,
+    counts: Vec<(Key, u64)>,
+    index: HashMap<Key, usize, std::hash::BuildHasherDefault<Fnv>>,
+}
+
+impl std::fmt::Debug for Sketch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Sketch({} keys)", self.counts.len())
+    }
 }
 
 impl Sketch {
-    fn add(&mut self, key: &[u8]) {
-        let key = &key[..key.len().min(KEY_MAX)];
-        if let Some(&i) = self.index.get(key) {
+    fn add(&mut self, key: &[u8], rnd: u32) {
+        let key = Key(KeyPrefix::new(key));
+        if let Some(&i) = self.index.get(&key) {
             self.counts[i].1 += 1;
             return;
         }
         if self.counts.len() < CAPACITY {
-            self.index.insert(key.into(), self.counts.len());
-            self.counts.push((key.into(), 1));
+            self.index.insert(key, self.counts.len());
+            self.counts.push((key, 1));
             return;
         }
-        // Full: the least counted key gives its counter to the new one,
-        // which inherits its count (space-saving's over-estimate).
-        let (i, _) = self
-            .counts
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, (_, n))| *n)
-            .expect("a full sketch has counters");
-        let old = std::mem::replace(&mut self.counts[i].0, key.into());
+        let mut i = rnd as usize % CAPACITY;
+        for c in 1..EVICT_CHOICES {
+            let j = (rnd as usize).rotate_right(8 * c as u32) % CAPACITY;
+            if self.counts[j].1 < self.counts[i].1 {
+                i = j;
+            }
+        }
+        let old = std::mem::replace(&mut self.counts[i].0, key);
         self.index.remove(&old);
-        self.index.insert(key.into(), i);
+        self.index.insert(key, i);
         self.counts[i].1 += 1;
     }
 
     /// The top keys, most counted first; the sketch starts over.
-    fn take_top(&mut self) -> Vec<(Box<[u8]>, u64)> {
+    fn take_top(&mut self) -> Vec<(Key, u64)> {
         let mut all = std::mem::take(&mut self.counts);
         self.index.clear();
         all.sort_unstable_by_key(|e| std::cmp::Reverse(e.1));
@@ -106,7 +158,7 @@ impl Sampler {
         self.gap = self.rng % (2 * SAMPLE - 1);
         if !key.is_empty() {
             if let Some(s) = self.pools.get_mut(pool) {
-                s.add(key);
+                s.add(key, self.rng);
             }
         }
     }
@@ -125,7 +177,7 @@ impl Sampler {
             t[1].store(window_ms, Ordering::Relaxed);
             for i in 0..PER_POOL {
                 let e = &t[2 + i * ENTRY_WORDS..2 + (i + 1) * ENTRY_WORDS];
-                let (key, n) = top.get(i).map_or((&b""[..], 0), |(k, n)| (&k[..], *n));
+                let (key, n) = top.get(i).map_or((&b""[..], 0), |(k, n)| (k.0.bytes(), *n));
                 e[0].store(n, Ordering::Relaxed);
                 e[1].store(key.len() as u64, Ordering::Relaxed);
                 for (w, chunk) in e[2..].iter().zip(key.chunks(8)) {
