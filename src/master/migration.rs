@@ -7,11 +7,28 @@
 use super::channel::Message;
 use super::Master;
 use crate::config::{Config, PoolConfig};
-use crate::migrate::{Progress, State};
+use crate::migrate::{Lineage, Progress, State};
 use std::time::{Duration, Instant};
 
 /// Exit code of a migrator the operator aborted (not restarted).
 const EXIT_ABORTED: i32 = 3;
+
+/// Environment variables (`..0`, `..1`, ...) carrying migrations across a
+/// hot upgrade.
+const LINEAGE_ENV: &str = "WALNUT_LINEAGE_";
+
+/// What a previous binary handed down in [`LINEAGE_ENV`] (removed from the
+/// environment, so it is not passed on again).
+pub(super) fn inherit_lineage() -> Vec<String> {
+    let mut out = Vec::new();
+    for k in 0.. {
+        let key = format!("{LINEAGE_ENV}{k}");
+        let Ok(v) = std::env::var(&key) else { break };
+        std::env::remove_var(&key);
+        out.push(v);
+    }
+    out
+}
 
 /// One pool's migration.
 pub(super) struct Migration {
@@ -33,20 +50,31 @@ impl Migration {
 }
 
 impl Master {
-    /// A generation of `new` replaced one of `old`: start a migrator for
-    /// every pool whose placement changed (ending one still running for
-    /// that pool: the new one walks the servers of every configuration
-    /// whose migration has not ended, see `Lineage`).
-    pub(super) fn start_migrations(&mut self, old: &Config, new: &Config) {
-        for p in &new.pools {
-            let Some(o) = old.pools.iter().find(|o| o.name == p.name) else {
-                continue;
-            };
+    /// Make the migrators match the lineage: one for every pool that has
+    /// earlier configurations, walking all of them. A migrator already
+    /// running for the same configurations goes on (a reload that changed
+    /// something else); one for other configurations (the pool changed
+    /// again) is replaced.
+    pub(super) fn start_migrations(&mut self) {
+        let Some(cfg) = self.current.as_ref().map(|g| g.config.clone()) else {
+            return;
+        };
+        for p in &cfg.pools {
             let olds = self.lineage.of(&p.name).to_vec();
-            if !crate::migrate::placement_changed(o, p) || olds.is_empty() {
+            if olds.is_empty() {
                 continue;
             }
             if let Some(i) = self.migrations.iter().position(|m| m.pool == p.name) {
+                let m = &self.migrations[i];
+                let same = m.olds.len() == olds.len()
+                    && m.olds
+                        .iter()
+                        .zip(&olds)
+                        .all(|(a, b)| crate::migrate::same_placement(a, b))
+                    && crate::migrate::same_placement(&m.new, p);
+                if same {
+                    continue;
+                }
                 let m = self.migrations.remove(i);
                 if let Some(pid) = m.pid {
                     crate::log_notice!(
@@ -78,6 +106,46 @@ impl Master {
             self.spawn_migrator(&mut m);
             self.migrations.push(m);
         }
+    }
+
+    /// The lineage of the first generation: none, or what a previous
+    /// binary handed down, applied to `config`.
+    pub(super) fn inherit_migrations(&mut self, config: &Config) -> Lineage {
+        let texts = std::mem::take(&mut self.inherited_lineage);
+        if texts.is_empty() {
+            return Lineage::default();
+        }
+        match Lineage::import(&texts, config) {
+            Ok(l) => {
+                if !l.is_empty() {
+                    crate::log_notice!(
+                        "carrying on the migrations of the previous binary once it has stopped"
+                    );
+                    self.pending_migrations = true;
+                }
+                l
+            }
+            Err(e) => {
+                crate::log_error!(
+                    "the previous binary's migrations cannot be read, not carried on: {e}"
+                );
+                Lineage::default()
+            }
+        }
+    }
+
+    /// Environment of the new binary (hot upgrade): the migrations to
+    /// carry on, `WALNUT_LINEAGE_<k>` = YAML.
+    pub(super) fn export_lineage(&self) -> Vec<std::ffi::CString> {
+        let (Some(g), false) = (self.current.as_ref(), self.lineage.is_empty()) else {
+            return Vec::new();
+        };
+        self.lineage
+            .export(&g.config)
+            .into_iter()
+            .enumerate()
+            .filter_map(|(k, text)| std::ffi::CString::new(format!("{LINEAGE_ENV}{k}={text}")).ok())
+            .collect()
     }
 
     fn spawn_migrator(&mut self, m: &mut Migration) {
@@ -161,14 +229,16 @@ impl Master {
     /// happened (no older worker routes by the old placement any more),
     /// and restart migrators whose time has come.
     pub(super) fn migrations_due(&mut self) {
+        // A previous binary (hot upgrade) routes by the placement it had
+        // until it stops.
         let switched = self
             .old
             .iter()
-            .all(|g| g.switched || !g.workers.iter().any(|w| w.alive));
-        if switched && !self.pending_migrations.is_empty() && !self.stopping {
-            for (old, new) in std::mem::take(&mut self.pending_migrations) {
-                self.start_migrations(&old, &new);
-            }
+            .all(|g| g.switched || !g.workers.iter().any(|w| w.alive))
+            && self.prev.is_none();
+        if switched && self.pending_migrations && !self.stopping {
+            self.pending_migrations = false;
+            self.start_migrations();
         }
         let now = Instant::now();
         let mut ms = std::mem::take(&mut self.migrations);

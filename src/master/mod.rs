@@ -116,8 +116,12 @@ pub struct Master {
     admin_fds: Vec<RawFd>,
     /// Pools whose keys move after a reload (see `migration.rs`).
     migrations: Vec<migration::Migration>,
-    /// Migrations to start once no older generation routes requests.
-    pending_migrations: Vec<(Config, Config)>,
+    /// Migrators to start (or replace) once no older generation, and no
+    /// previous binary, routes requests by an older placement.
+    pending_migrations: bool,
+    /// Migrations a previous binary handed down (hot upgrade), for the
+    /// first generation (`Lineage::export`).
+    inherited_lineage: Vec<String>,
     /// Earlier configurations of the pools whose migration has not ended.
     lineage: crate::migrate::Lineage,
 }
@@ -195,7 +199,8 @@ impl Master {
             ready_reported: false,
             admin_fds: Vec::new(),
             migrations: Vec::new(),
-            pending_migrations: Vec::new(),
+            pending_migrations: false,
+            inherited_lineage: migration::inherit_lineage(),
             lineage: crate::migrate::Lineage::default(),
         })
     }
@@ -239,7 +244,7 @@ impl Master {
         // until their migration ends.
         let lineage = match self.current.as_ref() {
             Some(g) => self.lineage.after(&g.config, &config),
-            None => crate::migrate::Lineage::default(),
+            None => self.inherit_migrations(&config),
         };
         let mut gen = Generation {
             id,
@@ -714,11 +719,11 @@ impl Master {
         for c in &changes {
             crate::log_notice!("reload: {c}");
         }
-        if let (Some(old), Some(new)) = (before, self.current.as_ref().map(|g| g.config.clone())) {
+        if before.is_some() {
             // The migrators start at the placement switch (see
             // `migrations_due`): before it, the old generation still reads
             // and writes keys where the old placement puts them.
-            self.pending_migrations.push((old, new));
+            self.pending_migrations = true;
         }
         Ok(changes)
     }

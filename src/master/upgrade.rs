@@ -70,12 +70,6 @@ pub fn report_ready(pipe: Option<&OwnedFd>) {
 impl Master {
     /// Exec a new binary that inherits the listening sockets (nginx's USR2).
     pub(super) fn upgrade(&mut self) {
-        if !self.lineage.is_empty() {
-            // The new binary starts from the configuration file alone.
-            crate::log_warn!(
-                "upgrade during a migration: the new binary does not carry it on; keys not moved yet are missed until written again (finish or abort the migration before upgrading)"
-            );
-        }
         let mut spec = self.socks.export_for_exec();
         if let Some(s) = &self.stats {
             listeners::set_cloexec(s.as_raw_fd(), false);
@@ -126,6 +120,8 @@ impl Master {
             ))
             .unwrap_or_default()
         });
+        // Migrations under way go on in the new binary.
+        let lineage_kv = self.export_lineage();
         if let Some(p) = &self.opts.pid_file {
             let _ = std::fs::rename(p, oldbin(p));
         }
@@ -140,6 +136,9 @@ impl Master {
             unsafe {
                 libc::putenv(env_kv.as_ptr() as *mut libc::c_char);
                 libc::putenv(ready_kv.as_ptr() as *mut libc::c_char);
+                for kv in &lineage_kv {
+                    libc::putenv(kv.as_ptr() as *mut libc::c_char);
+                }
                 listeners::set_cloexec(ready_w.as_raw_fd(), false);
                 if let (Some(fd), Some(kv)) = (stats_fd, &stats_kv) {
                     listeners::set_cloexec(fd, false);

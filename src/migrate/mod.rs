@@ -271,7 +271,7 @@ pub fn placement_changed(old: &PoolConfig, new: &PoolConfig) -> bool {
 }
 
 /// Whether two configurations of one pool put every key on the same server.
-fn same_placement(a: &PoolConfig, b: &PoolConfig) -> bool {
+pub fn same_placement(a: &PoolConfig, b: &PoolConfig) -> bool {
     a.hash == b.hash
         && a.distribution == b.distribution
         && a.hash_tag == b.hash_tag
@@ -325,6 +325,51 @@ impl Lineage {
     /// Whether any pool migrates.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+
+    /// What a new binary needs to carry the migrations on (hot upgrade):
+    /// the running configuration, then one configuration per depth of the
+    /// pools' earlier ones, as YAML texts.
+    pub fn export(&self, current: &crate::config::Config) -> Vec<String> {
+        let rt = crate::config::show::Runtime {
+            log_level: crate::log::level(),
+            set: &[],
+        };
+        let mut out = vec![crate::config::show::to_yaml(current, &rt)];
+        let depth = self.0.iter().map(|(_, c)| c.len()).max().unwrap_or(0);
+        for k in 0..depth {
+            let mut cfg = current.clone();
+            cfg.pools = self
+                .0
+                .iter()
+                .filter_map(|(_, c)| c.get(k).cloned())
+                .collect();
+            out.push(crate::config::show::to_yaml(&cfg, &rt));
+        }
+        out
+    }
+
+    /// The lineage a new binary starts with: what `export` wrote, applied
+    /// to the configuration it loaded (as a reload from the old binary's).
+    pub fn import(
+        texts: &[String],
+        new: &crate::config::Config,
+    ) -> Result<Lineage, crate::config::ConfigErrors> {
+        let path = std::path::Path::new("(migrations of the previous binary)");
+        let Some((first, rest)) = texts.split_first() else {
+            return Ok(Lineage::default());
+        };
+        let running = crate::config::Config::from_str(first, path)?;
+        let mut tail: Vec<(String, Vec<PoolConfig>)> = Vec::new();
+        for text in rest {
+            for p in crate::config::Config::from_str(text, path)?.pools {
+                match tail.iter_mut().find(|(n, _)| *n == p.name) {
+                    Some((_, chain)) => chain.push(p),
+                    None => tail.push((p.name.clone(), vec![p])),
+                }
+            }
+        }
+        Ok(Lineage(tail).after(&running, new))
     }
 }
 

@@ -3,7 +3,8 @@ runs (keys still on the owner of the first configuration, keys written
 since on the owner of the second: both found, both moved), a reload of
 something else meanwhile (pulling goes on), and a new owner that dies
 mid-migration (the migration waits for it instead of ending with keys
-left behind; only what had already moved to it is lost with it)."""
+left behind; only what had already moved to it is lost with it), and a hot
+upgrade mid-migration (the new binary carries it on)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from pymemcache.client.base import Client as MemcacheClient
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from procmodel import wait_workers
+import os
+
+from procmodel import children, cmdline, wait_gone, wait_log, wait_workers, workers_of
 from procs import HOST, Proxy, RawConn, free_port, memcache_pool, redis_pool, to_yaml, wait_until
 from test_migration_bg import admin, state
 
@@ -210,3 +213,69 @@ def test_a_new_owner_that_dies_mid_migration(procs):
     procs.proxy("nutcracker", {"rd": redis_pool(rds, listen=f"{HOST}:{oracle_port}")})
     nr = redis.Redis(host=HOST, port=oracle_port, protocol=2, lib_name=None, lib_version=None)
     assert sum(1 for i in range(N) if nr.get(key(i)) == f"v{i}".encode()) == found
+
+
+def test_a_hot_upgrade_while_a_migration_runs(procs):
+    rds = [procs.redis() for _ in range(3)]
+    port = free_port()
+
+    def conf(n: int, rate: int) -> str:
+        return to_yaml({"rd": redis_pool(rds[:n], listen=f"{HOST}:{port}", migration=True,
+                                         migration_rate=rate)})
+
+    p = Proxy("walnut", procs.workdir, {}, extra_args=["--workers", "2"])
+    p.conf_path.write_text(conf(2, 100))
+    p.ports = {"rd": port}
+    procs.started.append(p)
+    p.start()
+    gen = wait_workers(p.pid, 2)
+    r = redis.Redis(host=HOST, port=port, protocol=2)
+    pipe = r.pipeline(transaction=False)
+    for i in range(N):
+        pipe.set(key(i), f"v{i}")
+    pipe.execute()
+    rc = redis.Redis(host=HOST, port=port, protocol=2, retry=Retry(NoBackoff(), 0),
+                     socket_timeout=10)
+    checker = Checker(rc.get, rc.set)
+    checker.start()
+    p.conf_path.write_text(conf(3, 100))
+    p.signal(signal.SIGHUP)
+    gen = wait_workers(p.pid, 2, exclude=gen.values())
+    wait_until(lambda: int(state(p.admin_port, "rd").get("moved", 0)) > 20, 30, what="keys moving")
+    # The new binary reads the file: same servers, a faster migration.
+    p.conf_path.write_text(conf(3, 50000))
+    new_master = None
+    try:
+        p.signal(signal.SIGUSR2)
+
+        def new_binary():
+            kids = [c for c in children(p.pid) if c not in gen.values()]
+            return next((k for k in kids if cmdline(k) == " ".join(p.argv)), None)
+
+        new_master = wait_until(new_binary, 10, interval=0.01, what="new master")
+        wait_workers(new_master, 2)
+        wait_log(p.log_path, "carrying on the migrations of the previous binary")
+        p.signal(signal.SIGQUIT)
+        p.proc.wait(timeout=30)
+        # The new binary's migrator starts once the old binary is gone,
+        # and moves what is left.
+        wait_until(lambda: state(p.admin_port, "rd").get("state") == "done", 60,
+                   what="the carried-on migration to end")
+        checker.stop.set()
+        checker.join(10)
+        assert checker.reads > 100, checker.reads
+        assert (checker.misses, checker.stale, checker.errors) == (0, 0, 0), checker.failures[:10]
+        oracle_port = free_port()
+        procs.proxy("nutcracker", {"rd": redis_pool(rds, listen=f"{HOST}:{oracle_port}")})
+        nr = redis.Redis(host=HOST, port=oracle_port, protocol=2, lib_name=None, lib_version=None)
+        for i in range(N):
+            assert nr.get(key(i)) == checker.want[i], i
+        assert sum(redis.Redis(host=HOST, port=x.port).dbsize() for x in rds) == N
+    finally:
+        checker.stop.set()
+        if new_master is not None:
+            kids = list(workers_of(new_master).values())
+            os.kill(new_master, signal.SIGTERM)
+            wait_gone(new_master)
+            for w in kids:
+                wait_gone(w)
