@@ -268,6 +268,6 @@ mod tests {
         p.set_state(State::Done);
         assert!(p
             .line("x")
-            .starts_with("pool=x state=done scanned=3 moved=2"));
+            .starts_with("pool=x state=done keys=0 scanned=3 moved=2"));
     }
 }
