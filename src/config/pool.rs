@@ -564,8 +564,6 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
     if migration == Some(true) {
         let why = if redis_cluster == Some(true) {
             Some("a Redis Cluster reshards itself")
-        } else if replicas.is_some_and(|n| n > 1) {
-            Some("replicated pools are not migrated yet")
         } else {
             None
         };

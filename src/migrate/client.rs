@@ -314,18 +314,60 @@ impl Conn {
         Ok(())
     }
 
-    /// Move `key` from this (old) server to `dst`: copied if absent there,
-    /// then deleted here. The bytes moved, or `None` when the key was gone
-    /// or `dst` had a newer value.
-    pub fn move_key(&mut self, key: &[u8], dst: &mut Conn) -> io::Result<Option<usize>> {
-        if self.redis {
-            self.move_redis(key, dst)
+    /// Copy `key` with its TTL (and flags) to each of `dsts` where it is
+    /// absent (a newer value there wins), then, when `delete`, delete it
+    /// here, only once every copy succeeded. The bytes copied, or `None`
+    /// when the key was gone or every `dst` had a newer value.
+    pub fn move_key(
+        &mut self,
+        key: &[u8],
+        dsts: &mut [&mut Conn],
+        delete: bool,
+    ) -> io::Result<Option<usize>> {
+        let read = if self.redis {
+            self.read_redis(key)?
         } else {
-            self.move_memcache(key, dst)
+            self.read_memcache(key)?
+        };
+        let Some((store, len)) = read else {
+            return Ok(None);
+        };
+        let mut stored = false;
+        for dst in dsts.iter_mut() {
+            dst.send(&store)?;
+            stored |= if self.redis {
+                match dst.resp()? {
+                    Resp::Simple(_) => true,
+                    Resp::Error(e) if e.starts_with(b"BUSYKEY") => false,
+                    Resp::Error(e) => return Err(err(String::from_utf8_lossy(&e).into_owned())),
+                    _ => return Err(err("RESTORE: unexpected reply")),
+                }
+            } else {
+                match dst.line()?.as_slice() {
+                    b"HD" => true,
+                    b"NS" | b"EX" => false,
+                    other => return Err(err(format!("ms: {}", String::from_utf8_lossy(other)))),
+                }
+            };
         }
+        if delete {
+            if self.redis {
+                self.send(&resp_command(&[b"DEL", key]))?;
+                self.resp()?;
+            } else {
+                let (k, b) = meta_key(key);
+                let mut del = b"md ".to_vec();
+                del.extend_from_slice(&k);
+                del.extend_from_slice(format!("{b}\r\n").as_bytes());
+                self.send(&del)?;
+                self.line()?;
+            }
+        }
+        Ok(stored.then_some(len))
     }
 
-    fn move_redis(&mut self, key: &[u8], dst: &mut Conn) -> io::Result<Option<usize>> {
+    /// `DUMP` + `PTTL`: the `RESTORE` that recreates the key, and its size.
+    fn read_redis(&mut self, key: &[u8]) -> io::Result<Option<(Vec<u8>, usize)>> {
         let mut req = resp_command(&[b"DUMP", key]);
         req.extend_from_slice(&resp_command(&[b"PTTL", key]));
         self.send(&req)?;
@@ -338,19 +380,16 @@ impl Conn {
             return Ok(None);
         }
         let ttl = ttl.max(0).to_string();
-        dst.send(&resp_command(&[b"RESTORE", key, ttl.as_bytes(), &payload]))?;
-        let stored = match dst.resp()? {
-            Resp::Simple(_) => true,
-            Resp::Error(e) if e.starts_with(b"BUSYKEY") => false,
-            Resp::Error(e) => return Err(err(String::from_utf8_lossy(&e).into_owned())),
-            _ => return Err(err("RESTORE: unexpected reply")),
-        };
-        self.send(&resp_command(&[b"DEL", key]))?;
-        self.resp()?;
-        Ok(stored.then_some(payload.len()))
+        let len = payload.len();
+        Ok(Some((
+            resp_command(&[b"RESTORE", key, ttl.as_bytes(), &payload]),
+            len,
+        )))
     }
 
-    fn move_memcache(&mut self, key: &[u8], dst: &mut Conn) -> io::Result<Option<usize>> {
+    /// `mg k v f t`: the `ms ... ME` (add) that recreates the item, and its
+    /// size.
+    fn read_memcache(&mut self, key: &[u8]) -> io::Result<Option<(Vec<u8>, usize)>> {
         let (k, b) = meta_key(key);
         let mut req = b"mg ".to_vec();
         req.extend_from_slice(&k);
@@ -380,18 +419,7 @@ impl Conn {
         store.extend_from_slice(format!(" {len}{b} F{flags} T{} ME\r\n", ttl.max(0)).as_bytes());
         store.extend_from_slice(&value);
         store.extend_from_slice(b"\r\n");
-        dst.send(&store)?;
-        let stored = match dst.line()?.as_slice() {
-            b"HD" => true,
-            b"NS" | b"EX" => false,
-            other => return Err(err(format!("ms: {}", String::from_utf8_lossy(other)))),
-        };
-        let mut del = b"md ".to_vec();
-        del.extend_from_slice(&k);
-        del.extend_from_slice(format!("{b}\r\n").as_bytes());
-        self.send(&del)?;
-        self.line()?;
-        Ok(stored.then_some(len))
+        Ok(Some((store, len)))
     }
 }
 

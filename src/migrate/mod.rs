@@ -68,12 +68,22 @@ pub fn placement(p: &PoolConfig) -> Placement {
 }
 
 /// Where keys of `plan` go: for a key found on server `from`, the new
-/// server it must move to, if any.
+/// servers it must be copied to, and whether `from` keeps it.
 pub struct Mover {
-    /// Each previous placement with its servers' addresses.
-    olds: Vec<(Placement, Vec<ServerAddr>)>,
+    /// Each previous placement with its servers' addresses and replicas.
+    olds: Vec<(Placement, Vec<ServerAddr>, usize)>,
     new: Placement,
     new_addrs: Vec<ServerAddr>,
+    new_replicas: usize,
+}
+
+/// What to do with a key found on a server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Move {
+    /// New owners (indices of the new servers) to copy it to.
+    pub to: Vec<usize>,
+    /// Whether the server it was found on no longer owns it.
+    pub delete: bool,
 }
 
 impl Mover {
@@ -81,25 +91,45 @@ impl Mover {
     pub fn new(plan: &Plan<'_>) -> Mover {
         let addrs = |p: &PoolConfig| p.servers.iter().map(|s| s.addr.clone()).collect();
         Mover {
-            olds: plan.olds.iter().map(|o| (placement(o), addrs(o))).collect(),
+            olds: plan
+                .olds
+                .iter()
+                .map(|o| (placement(o), addrs(o), o.replicas.max(1) as usize))
+                .collect(),
             new: placement(plan.new),
             new_addrs: addrs(plan.new),
+            new_replicas: plan.new.replicas.max(1) as usize,
         }
     }
 
-    /// The new owner (an index of the new servers) of `key`, found on
-    /// server `from`, when it must move; `None` when it stays, or when no
-    /// previous placement put it on `from` (left alone: not the pool's).
-    pub fn target(&self, from: &ServerAddr, key: &[u8]) -> Option<usize> {
-        let owned = self
-            .olds
-            .iter()
-            .any(|(p, addrs)| p.server_for(key).map(|i| &addrs[i]) == Some(from));
-        if !owned {
+    /// For `key` found on server `from`: `None` when its owners did not
+    /// change, or when no previous placement put it on `from` (left alone:
+    /// not the pool's); else the new owners other than `from` (a copy
+    /// where it is absent) and whether `from` must drop it.
+    pub fn plan(&self, from: &ServerAddr, key: &[u8]) -> Option<Move> {
+        let mut set = Vec::new();
+        self.new.replicas_for(key, self.new_replicas, &mut set);
+        let news: Vec<&ServerAddr> = set.iter().map(|&i| &self.new_addrs[i]).collect();
+        let (mut owned, mut moved) = (false, false);
+        for (p, addrs, r) in &self.olds {
+            p.replicas_for(key, *r, &mut set);
+            let owners: Vec<&ServerAddr> = set.iter().map(|&i| &addrs[i]).collect();
+            owned |= owners.contains(&from);
+            moved |= owners.len() != news.len() || owners.iter().any(|o| !news.contains(o));
+        }
+        if !owned || !moved {
             return None;
         }
-        let to = self.new.server_for(key)?;
-        (self.new_addrs[to] != *from).then_some(to)
+        let mut to = Vec::new();
+        self.new.replicas_for(key, self.new_replicas, &mut set);
+        for &i in &set {
+            if self.new_addrs[i] != *from {
+                to.push(i);
+            }
+        }
+        let delete = !news.contains(&from);
+        // Found where it belongs, with no other owner to copy to.
+        (delete || !to.is_empty()).then_some(Move { to, delete })
     }
 }
 
@@ -154,24 +184,31 @@ pub fn run(plan: &Plan<'_>, progress: &Progress) -> bool {
                 if progress.aborted() {
                     return Err(std::io::Error::other("aborted"));
                 }
-                let Some(to) = mover.target(from, key) else {
+                let Some(mv) = mover.plan(from, key) else {
                     progress.add_skipped(1);
                     return Ok(());
                 };
                 limiter.take();
-                if dests[to].is_none() {
-                    match Conn::open(&plan.new.servers[to].addr, plan.new) {
-                        Ok(c) => dests[to] = Some(c),
-                        Err(e) => {
-                            progress.add_failed(1);
-                            unplaced_this_pass += 1;
-                            crate::log_info!("migration: new owner unreachable, key left: {e}");
-                            return Ok(());
+                for &to in &mv.to {
+                    if dests[to].is_none() {
+                        match Conn::open(&plan.new.servers[to].addr, plan.new) {
+                            Ok(c) => dests[to] = Some(c),
+                            Err(e) => {
+                                progress.add_failed(1);
+                                unplaced_this_pass += 1;
+                                crate::log_info!("migration: new owner unreachable, key left: {e}");
+                                return Ok(());
+                            }
                         }
                     }
                 }
-                let dst = dests[to].as_mut().expect("opened above");
-                match src.move_key(key, dst) {
+                let mut picked: Vec<&mut Conn> = dests
+                    .iter_mut()
+                    .enumerate()
+                    .filter(|(i, _)| mv.to.contains(i))
+                    .filter_map(|(_, d)| d.as_mut())
+                    .collect();
+                match src.move_key(key, &mut picked, mv.delete) {
                     Ok(Some(bytes)) => {
                         progress.add_moved(1, bytes as u64);
                         moved_this_pass += 1;
@@ -180,7 +217,9 @@ pub fn run(plan: &Plan<'_>, progress: &Progress) -> bool {
                     Err(e) => {
                         progress.add_failed(1);
                         unplaced_this_pass += 1;
-                        dests[to] = None;
+                        for &to in &mv.to {
+                            dests[to] = None;
+                        }
                         crate::log_info!("migration: key not moved: {e}");
                     }
                 }
@@ -263,16 +302,13 @@ impl Limiter {
 /// Whether two configurations of one pool place keys differently (then a
 /// migration runs, if the pool has `migration: true`).
 pub fn placement_changed(old: &PoolConfig, new: &PoolConfig) -> bool {
-    new.migration
-        && old.redis == new.redis
-        && !new.redis_cluster
-        && new.replicas <= 1
-        && !same_placement(old, new)
+    new.migration && old.redis == new.redis && !new.redis_cluster && !same_placement(old, new)
 }
 
 /// Whether two configurations of one pool put every key on the same server.
 pub fn same_placement(a: &PoolConfig, b: &PoolConfig) -> bool {
     a.hash == b.hash
+        && a.replicas.max(1) == b.replicas.max(1)
         && a.distribution == b.distribution
         && a.hash_tag == b.hash_tag
         && a.servers.len() == b.servers.len()
@@ -417,16 +453,22 @@ mod tests {
         for i in 0..3000 {
             let key = format!("key:{i}");
             let from = m.olds[0].0.server_for(key.as_bytes()).unwrap();
-            match m.target(addr(from), key.as_bytes()) {
-                Some(to) => {
+            match m.plan(addr(from), key.as_bytes()) {
+                Some(mv) => {
                     // Adding a server only ever moves keys to it.
-                    assert_eq!(to, 2);
+                    assert_eq!(
+                        mv,
+                        Move {
+                            to: vec![2],
+                            delete: true
+                        }
+                    );
                     moved += 1;
                 }
                 None => stayed += 1,
             }
             // Found on a server that does not own it: left alone.
-            assert_eq!(m.target(addr(1 - from), key.as_bytes()), None);
+            assert_eq!(m.plan(addr(1 - from), key.as_bytes()), None);
         }
         assert!(
             moved > 600 && stayed > 1200,
@@ -454,9 +496,57 @@ mod tests {
             let to = pc.server_for(k).unwrap();
             for (p, cfg) in [(&pa, &a), (&pb, &b)] {
                 let from = &cfg.servers[p.server_for(k).unwrap()].addr;
-                let want = (c.servers[to].addr != *from).then_some(to);
-                assert_eq!(m.target(from, k), want, "{key}");
+                let want = (c.servers[to].addr != *from).then(|| Move {
+                    to: vec![to],
+                    delete: true,
+                });
+                assert_eq!(m.plan(from, k), want, "{key}");
             }
         }
+    }
+
+    #[test]
+    fn replicated_keys_are_copied_to_every_new_owner() {
+        let mut a = pool(&["127.0.0.1:30001", "127.0.0.1:30002", "127.0.0.1:30003"]);
+        let mut b = pool(&[
+            "127.0.0.1:30001",
+            "127.0.0.1:30002",
+            "127.0.0.1:30003",
+            "127.0.0.1:30004",
+        ]);
+        a.replicas = 2;
+        b.replicas = 2;
+        assert!(placement_changed(&a, &b));
+        let olds = [a.clone()];
+        let m = Mover::new(&Plan {
+            olds: &olds,
+            new: &b,
+        });
+        let (pa, pb) = (placement(&a), placement(&b));
+        let (mut set, mut moved) = (Vec::new(), 0);
+        for i in 0..2000 {
+            let key = format!("key:{i}");
+            let k = key.as_bytes();
+            pb.replicas_for(k, 2, &mut set);
+            let news: Vec<usize> = set.clone();
+            pa.replicas_for(k, 2, &mut set);
+            let olds: Vec<usize> = set.clone();
+            let same = olds.iter().all(|o| news.contains(o));
+            for &o in &olds {
+                let got = m.plan(&a.servers[o].addr, k);
+                if same {
+                    assert_eq!(got, None, "{key}");
+                    continue;
+                }
+                moved += 1;
+                let mv = got.expect("a moved key is planned");
+                // Copied to every new owner but itself; dropped where it
+                // no longer belongs.
+                let want: Vec<usize> = news.iter().copied().filter(|&n| n != o).collect();
+                assert_eq!(mv.to, want, "{key}");
+                assert_eq!(mv.delete, !news.contains(&o), "{key}");
+            }
+        }
+        assert!(moved > 200, "{moved}");
     }
 }

@@ -32,8 +32,9 @@ use std::time::Instant;
 pub struct MigrationRt {
     /// Each earlier configuration's placement (newest first), with, per
     /// server of it (placement index), its index in the pool's servers
-    /// (servers the pool no longer has are appended there, off the ring).
-    olds: Vec<(Placement, Vec<usize>)>,
+    /// (servers the pool no longer has are appended there, off the ring),
+    /// and its number of replicas.
+    olds: Vec<(Placement, Vec<usize>, usize)>,
 }
 
 impl MigrationRt {
@@ -79,7 +80,7 @@ impl MigrationRt {
                     servers.len() - 1
                 })
                 .collect();
-            out.push((old, index));
+            out.push((old, index, prev.replicas.max(1) as usize));
         }
         if out.is_empty() {
             return None;
@@ -91,18 +92,30 @@ impl MigrationRt {
         Some(Box::new(MigrationRt { olds: out }))
     }
 
-    /// The servers `key` may still be on, as indices of the pool's
-    /// servers, newest placement first, each once, `new` left out.
-    pub fn old_owners(&self, key: &[u8], new: usize) -> Vec<usize> {
+    /// Where `key` may still be, when an earlier placement put it on other
+    /// servers than `news` (its owners now; one, or its replicas): every
+    /// server an earlier placement gave it, as indices of the pool's
+    /// servers, newest placement first, each once. Empty when every
+    /// earlier placement agrees with `news`.
+    pub fn old_owners(&self, key: &[u8], news: &[usize]) -> Vec<usize> {
         let mut out = Vec::new();
-        for (p, index) in &self.olds {
-            if let Some(i) = p.server_for(key).and_then(|i| index.get(i).copied()) {
-                if i != new && !out.contains(&i) {
-                    out.push(i);
+        let mut moved = false;
+        let mut set = Vec::new();
+        for (p, index, r) in &self.olds {
+            p.replicas_for(key, *r, &mut set);
+            let owners: Vec<usize> = set.iter().filter_map(|&i| index.get(i).copied()).collect();
+            moved |= owners.len() != news.len() || owners.iter().any(|o| !news.contains(o));
+            for o in owners {
+                if !out.contains(&o) {
+                    out.push(o);
                 }
             }
         }
-        out
+        if moved {
+            out
+        } else {
+            Vec::new()
+        }
     }
 }
 
@@ -119,7 +132,7 @@ pub struct Gate {
     pub left: usize,
 }
 
-/// One key pulled from its old owner to its new one.
+/// One key pulled from its old owners to its new ones.
 #[derive(Debug)]
 pub struct Pull {
     /// The key.
@@ -129,8 +142,12 @@ pub struct Pull {
     pub olds: Vec<usize>,
     /// Which of `olds` is being asked.
     pub at: usize,
-    /// Its new owner.
-    pub new: usize,
+    /// Its owners now (more than one in a replicated pool).
+    pub news: Vec<usize>,
+    /// Copies to the new owners not answered yet.
+    pub stores: usize,
+    /// A copy failed: the old copies are kept.
+    pub store_failed: bool,
     /// Redis: the `DUMP` payload, once read.
     pub dump: Option<Vec<u8>>,
     /// Finished (copied, found absent, or given up).
@@ -261,16 +278,23 @@ impl Worker<'_> {
             let Some(new) = self.pools[pool].server_for(key, now) else {
                 continue;
             };
+            let r = self.pools[pool].cfg.replicas.max(1) as usize;
+            let mut news = vec![new];
+            if r > 1 {
+                self.pools[pool].placement.replicas_for(key, r, &mut news);
+            }
             let Some(m) = self.pools[pool].migration.as_ref() else {
                 return false;
             };
-            let olds = m.old_owners(key, new);
+            let olds = m.old_owners(key, &news);
             if !olds.is_empty() && !pulls.iter().any(|p: &Pull| p.key == key) {
                 pulls.push(Pull {
                     key: key.to_vec(),
                     olds,
                     at: 0,
-                    new,
+                    news,
+                    stores: 0,
+                    store_failed: false,
                     dump: None,
                     done: false,
                 });
@@ -420,22 +444,20 @@ impl Worker<'_> {
         if c.id != id || part == PullPart::Delete {
             return;
         }
-        let proto = self.pools[c.pool].proto;
         let Some(pull) = c.gate.as_mut().and_then(|g| g.pulls.get_mut(idx)) else {
             return;
         };
         if pull.done {
             return;
         }
-        let (key, new) = (pull.key.clone(), pull.new);
-        // Where it was found, and the older owners after it: every copy
-        // there is deleted once it is on its new owner.
-        let (old, older) = (pull.olds[pull.at], pull.olds[pull.at + 1..].to_vec());
+        let key = pull.key.clone();
         let Some(reply) = reply else {
-            // A `DUMP` is always followed by its `PTTL` on the same
-            // connection: that one's outcome moves the pull on.
-            if part != PullPart::Dump {
-                self.pull_next(token, idx, now);
+            match part {
+                // A `DUMP` is always followed by its `PTTL` on the same
+                // connection: that one's outcome moves the pull on.
+                PullPart::Dump => {}
+                PullPart::Store => self.pull_stored(token, idx, false, now),
+                _ => self.pull_next(token, idx, now),
             }
             return;
         };
@@ -451,9 +473,7 @@ impl Worker<'_> {
                 };
                 let ttl = ttl.max(0).to_string();
                 let restore = resp_command(&[b"RESTORE", &key, ttl.as_bytes(), &payload]);
-                if !self.pull_send(token, new, idx, PullPart::Store, &restore, now) {
-                    self.pull_done(token, idx, now);
-                }
+                self.pull_copy(token, idx, &restore, now);
             }
             PullPart::Get => {
                 let Some((flags, ttl, value)) = meta_value(reply) else {
@@ -468,33 +488,93 @@ impl Worker<'_> {
                 );
                 store.extend_from_slice(value);
                 store.extend_from_slice(b"\r\n");
-                if !self.pull_send(token, new, idx, PullPart::Store, &store, now) {
-                    self.pull_done(token, idx, now);
-                }
+                self.pull_copy(token, idx, &store, now);
             }
-            PullPart::Store => {
-                // Only once the new owner has the key (copied now, or a
-                // newer value there already) do the old copies go: a new
-                // owner that is down must not cost the key.
-                if stored(reply) {
-                    let del = match proto {
-                        Protocol::Redis => resp_command(&[b"DEL", &key]),
-                        Protocol::Memcache => {
-                            let (k, b) = meta_key(&key);
-                            let mut del = b"md ".to_vec();
-                            del.extend_from_slice(&k);
-                            del.extend_from_slice(format!("{b}\r\n").as_bytes());
-                            del
-                        }
-                    };
-                    for server in std::iter::once(old).chain(older) {
-                        self.pull_send(token, server, idx, PullPart::Delete, &del, now);
-                    }
-                }
-                self.pull_done(token, idx, now);
-            }
+            PullPart::Store => self.pull_stored(token, idx, stored(reply), now),
             PullPart::Delete => {}
         }
+    }
+
+    /// The key was found on one of its old owners: copy it (`store`) to
+    /// every new owner that is not that server.
+    fn pull_copy(&mut self, token: Token, idx: usize, store: &[u8], now: Instant) {
+        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+            return;
+        };
+        let Some(p) = c.gate.as_ref().and_then(|g| g.pulls.get(idx)) else {
+            return;
+        };
+        let source = p.olds[p.at];
+        let targets: Vec<usize> = p.news.iter().copied().filter(|&n| n != source).collect();
+        let mut sent = 0;
+        let mut failed = false;
+        for t in targets {
+            if self.pull_send(token, t, idx, PullPart::Store, store, now) {
+                sent += 1;
+            } else {
+                failed = true;
+            }
+        }
+        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+            if let Some(p) = c.gate.as_mut().and_then(|g| g.pulls.get_mut(idx)) {
+                p.stores = sent;
+                p.store_failed |= failed;
+            }
+        }
+        if sent == 0 {
+            self.pull_finish(token, idx, now);
+        }
+    }
+
+    /// A new owner answered a copy (`ok`: it has the key now, copied or
+    /// newer); once all have, the pull finishes.
+    fn pull_stored(&mut self, token: Token, idx: usize, ok: bool, now: Instant) {
+        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+            return;
+        };
+        let Some(p) = c.gate.as_mut().and_then(|g| g.pulls.get_mut(idx)) else {
+            return;
+        };
+        p.store_failed |= !ok;
+        p.stores = p.stores.saturating_sub(1);
+        if p.stores == 0 {
+            self.pull_finish(token, idx, now);
+        }
+    }
+
+    /// Only once every new owner has the key do the old copies go (from
+    /// servers that no longer own it): a new owner that is down must not
+    /// cost the key.
+    fn pull_finish(&mut self, token: Token, idx: usize, now: Instant) {
+        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+            return;
+        };
+        let proto = self.pools[c.pool].proto;
+        let Some(p) = c.gate.as_ref().and_then(|g| g.pulls.get(idx)) else {
+            return;
+        };
+        if !p.store_failed {
+            let stale: Vec<usize> = p
+                .olds
+                .iter()
+                .copied()
+                .filter(|o| !p.news.contains(o))
+                .collect();
+            let del = match proto {
+                Protocol::Redis => resp_command(&[b"DEL", &p.key]),
+                Protocol::Memcache => {
+                    let (k, b) = meta_key(&p.key);
+                    let mut del = b"md ".to_vec();
+                    del.extend_from_slice(&k);
+                    del.extend_from_slice(format!("{b}\r\n").as_bytes());
+                    del
+                }
+            };
+            for server in stale {
+                self.pull_send(token, server, idx, PullPart::Delete, &del, now);
+            }
+        }
+        self.pull_done(token, idx, now);
     }
 
     /// One key is where it belongs (or lost): once every key of the held

@@ -279,3 +279,56 @@ def test_a_hot_upgrade_while_a_migration_runs(procs):
             wait_gone(new_master)
             for w in kids:
                 wait_gone(w)
+
+
+def test_a_replicated_pool_grows_under_load(procs):
+    """replicas: 2, a fourth server added: every key ends on exactly its two
+    new owners (reads through a fresh walnut that picks a random replica
+    find every value; nutcracker finds each on its first owner)."""
+    mcs = procs.memcacheds(4)
+    port = free_port()
+
+    def pool(n: int, rate: int, listen: int = port, **extra) -> dict:
+        return memcache_pool(mcs[:n], listen=f"{HOST}:{listen}", replicas=2, **extra,
+                             **({"migration": True, "migration_rate": rate} if rate else {}))
+
+    p = Proxy("walnut", procs.workdir, {}, extra_args=["--workers", "2"])
+    p.conf_path.write_text(to_yaml({"mc": pool(3, 300)}))
+    p.ports = {"mc": port}
+    procs.started.append(p)
+    p.start()
+    gen = wait_workers(p.pid, 2)
+    mc = MemcacheClient((HOST, port))
+    for i in range(N):
+        mc.set(key(i), f"v{i}".encode(), noreply=False)
+    mcc = MemcacheClient((HOST, port), timeout=10)
+    checker = Checker(mcc.get, lambda k, v: mcc.set(k, v, noreply=False))
+    checker.start()
+    p.conf_path.write_text(to_yaml({"mc": pool(4, 300)}))
+    p.signal(signal.SIGHUP)
+    wait_workers(p.pid, 2, exclude=gen.values())
+    wait_until(lambda: state(p.admin_port, "mc").get("state") == "done", 90,
+               what="the replicated pool's migration to end")
+    checker.stop.set()
+    checker.join(10)
+    assert checker.reads > 100, checker.reads
+    assert (checker.misses, checker.stale, checker.errors) == (0, 0, 0), checker.failures[:10]
+    assert int(state(p.admin_port, "mc")["moved"]) > 0
+    # Exactly two copies of every key, nowhere else.
+    direct = [MemcacheClient((HOST, m.port)) for m in mcs]
+    names = [key(i) for i in range(N)]
+    copies = [d.get_many(names) for d in direct]
+    for i, k in enumerate(names):
+        held = [c[k] for c in copies if k in c]
+        assert held == [checker.want[i]] * 2, (i, held)
+    # On the right two: a walnut without migration reading a random replica.
+    fresh_port = free_port()
+    procs.proxy("walnut", {"mc": pool(4, 0, fresh_port, replica_read="random")})
+    fresh = MemcacheClient((HOST, fresh_port))
+    for _ in range(3):
+        got = fresh.get_many(names)
+        assert all(got.get(k) == checker.want[i] for i, k in enumerate(names))
+    oracle_port = free_port()
+    procs.proxy("nutcracker", {"mc": memcache_pool(mcs, listen=f"{HOST}:{oracle_port}")})
+    nc = MemcacheClient((HOST, oracle_port))
+    assert all(nc.get(k) == checker.want[i] for i, k in enumerate(names))
