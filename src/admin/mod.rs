@@ -10,12 +10,12 @@ pub mod request;
 pub mod top;
 
 use crate::config::Config;
+pub use crate::stats::host::{HostInfo, WorkerInfo};
 use crate::stats::shm::Region;
 use request::{Framing, Parsed};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// Most admin connections open at once.
@@ -24,40 +24,6 @@ const MAX_CONNS: usize = 32;
 const IDLE: Duration = Duration::from_secs(60);
 /// Largest reply backlog kept for one connection.
 const MAX_OUT: usize = 16 * 1024 * 1024;
-
-/// One worker as the master sees it.
-#[derive(Debug, Clone)]
-pub struct WorkerInfo {
-    /// Worker index (slot).
-    pub index: usize,
-    /// Process id.
-    pub pid: i32,
-    /// Seconds since it started.
-    pub uptime_secs: u64,
-    /// Still running.
-    pub alive: bool,
-    /// Times this slot's worker was restarted after dying.
-    pub respawns: u64,
-}
-
-/// What the master reports about itself.
-#[derive(Debug, Clone)]
-pub struct HostInfo {
-    /// Master pid.
-    pub master_pid: u32,
-    /// Master uptime in seconds.
-    pub uptime_secs: u64,
-    /// Configuration file.
-    pub conf_path: PathBuf,
-    /// Generation of the current workers (1, then +1 per reload).
-    pub generation: u64,
-    /// Workers of the current generation.
-    pub workers: Vec<WorkerInfo>,
-    /// Workers of older generations still draining.
-    pub draining: usize,
-    /// Parameters changed at run time, in the order set.
-    pub runtime: Vec<(String, String)>,
-}
 
 /// The master's side of the admin commands.
 pub trait Host {

@@ -15,18 +15,20 @@ pub mod diff;
 mod error;
 mod pool;
 mod process;
+mod scalar;
 pub mod show;
 mod yaml;
 
 pub use addr::{ListenAddr, ServerAddr, ServerConfig, KETAMA_DEFAULT_PORT};
 pub use error::{ConfigError, ConfigErrors};
-pub use pool::{parse_size, PoolConfig, POOL_KEYS};
+pub use pool::{PoolConfig, POOL_KEYS};
 pub use process::{
-    parse_admin, parse_micros, parse_millis, CpuAffinity, ListenerMode, ProcessConfig, Workers,
-    DEFAULT_ADMIN, DEFAULT_SLOWLOG_US, LOG_LEVEL_MAX, PROCESS_KEYS, PROCESS_SECTION,
+    parse_admin, CpuAffinity, ListenerMode, ProcessConfig, Workers, DEFAULT_ADMIN,
+    DEFAULT_SLOWLOG_US, LOG_LEVEL_MAX, PROCESS_KEYS, PROCESS_SECTION,
 };
+pub use scalar::{parse_micros, parse_millis, parse_size};
 
-use pool::Report;
+use scalar::Report;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 

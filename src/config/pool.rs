@@ -1,11 +1,10 @@
 //! Stage 2 for one pool: raw `key: value` entries → [`PoolConfig`].
 
-use super::addr::{overflows, parse_listen, parse_server, parse_uint, ListenAddr, ServerConfig};
-use super::error::ConfigError;
-use super::yaml::{RawEntry, RawSection, RawValue, Scalar};
+use super::addr::{parse_listen, parse_server, ListenAddr, ServerConfig};
+use super::scalar::{parse_bool, parse_micros, parse_num, parse_size, Report};
+use super::yaml::{RawEntry, RawSection, RawValue};
 use crate::hash::{Distribution, HashKind};
 use std::collections::HashMap;
-use std::path::Path;
 
 /// twemproxy's default server retry timeout (ms).
 pub const DEFAULT_SERVER_RETRY_TIMEOUT_MS: u64 = 30_000;
@@ -157,84 +156,6 @@ pub struct PoolConfig {
     /// go to a replica of the slot's master (after `READONLY`), falling
     /// back to the master when the slot has none (default false).
     pub cluster_read_replicas: bool,
-}
-
-/// Collects errors and warnings for one pool.
-pub(crate) struct Report<'a> {
-    pub file: &'a Path,
-    /// Check that listen host names resolve (as twemproxy does on load).
-    pub resolve: bool,
-    pub pool: &'a str,
-    pub errors: Vec<ConfigError>,
-    pub warnings: Vec<ConfigError>,
-}
-
-impl Report<'_> {
-    fn make(&self, line: usize, msg: String) -> ConfigError {
-        ConfigError::new(self.file, line, msg).in_pool(self.pool)
-    }
-    pub fn error(&mut self, line: usize, msg: impl Into<String>) {
-        let e = self.make(line, msg.into());
-        self.errors.push(e);
-    }
-    pub fn warn(&mut self, line: usize, msg: impl Into<String>) {
-        let e = self.make(line, msg.into());
-        self.warnings.push(e);
-    }
-}
-
-/// Parses `true`/`false` exactly, as twemproxy does.
-pub(crate) fn parse_bool(r: &mut Report, key: &str, v: &Scalar) -> Option<bool> {
-    match v.text.as_str() {
-        "true" => Some(true),
-        "false" => Some(false),
-        other => {
-            r.error(
-                v.line,
-                format!("'{key}' has invalid value '{other}': expected true or false"),
-            );
-            None
-        }
-    }
-}
-
-/// Parses a non-negative decimal number, as twemproxy does.
-pub(crate) fn parse_num(r: &mut Report, key: &str, v: &Scalar) -> Option<u32> {
-    let n = parse_uint(&v.text);
-    if let (Some(n), true) = (n, overflows(&v.text)) {
-        r.warn(
-            v.line,
-            format!(
-                "'{key}' value '{}' is too large and wraps to {n} (as in twemproxy)",
-                v.text
-            ),
-        );
-    }
-    if n.is_none() {
-        r.error(
-            v.line,
-            format!(
-                "'{key}' has invalid value '{}': expected a whole number from 0 to 2147483647",
-                v.text
-            ),
-        );
-    }
-    n
-}
-
-/// Parses a byte size: a number with an optional k, m or g suffix (powers of 1024).
-pub fn parse_size(text: &str) -> Option<usize> {
-    let lower = text.to_ascii_lowercase();
-    let (digits, mult) = match lower.as_bytes().last() {
-        Some(b'k') => (&lower[..lower.len() - 1], 1usize << 10),
-        Some(b'm') => (&lower[..lower.len() - 1], 1 << 20),
-        Some(b'g') => (&lower[..lower.len() - 1], 1 << 30),
-        _ => (lower.as_str(), 1),
-    };
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse::<usize>().ok()?.checked_mul(mult)
 }
 
 /// True when a TCP listen host is an IP literal or resolves.
@@ -467,7 +388,7 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
     }
     let slowlog_threshold_us = match scalar("slowlog_threshold") {
         None => Some(None),
-        Some(v) => match super::process::parse_micros(&v.text) {
+        Some(v) => match parse_micros(&v.text) {
             Some(us) => Some(Some(us)),
             None => {
                 r.error(

@@ -1,7 +1,7 @@
 //! The reserved `_walnut` section: settings of the process as a whole.
 
 use super::addr::parse_uint;
-use super::pool::{parse_bool, Report};
+use super::scalar::{parse_bool, parse_micros, parse_millis, parse_size, Report};
 use super::yaml::{RawSection, RawValue, Scalar};
 use std::collections::HashMap;
 use std::fmt;
@@ -179,29 +179,6 @@ impl Default for ProcessConfig {
     }
 }
 
-/// Parses a duration in ms: a number, optionally followed by `ms` or `s`.
-pub fn parse_millis(s: &str) -> Option<u64> {
-    if let Some(n) = s.strip_suffix("ms") {
-        return parse_uint(n).map(u64::from);
-    }
-    if let Some(n) = s.strip_suffix('s') {
-        return parse_uint(n).map(|n| u64::from(n) * 1000);
-    }
-    parse_uint(s).map(u64::from)
-}
-
-/// Parses a duration in µs: a number, optionally followed by `us`, `ms`
-/// or `s`.
-pub fn parse_micros(s: &str) -> Option<u64> {
-    if let Some(n) = s.strip_suffix("us") {
-        return parse_uint(n).map(u64::from);
-    }
-    parse_millis(s)
-        .filter(|_| s.ends_with('s'))
-        .map(|ms| ms * 1000)
-        .or_else(|| parse_uint(s).map(u64::from))
-}
-
 /// Checks an admin address `host:port` (or `off`).
 pub fn parse_admin(s: &str) -> Result<String, String> {
     if s == "off" {
@@ -335,7 +312,7 @@ fn set(r: &mut Report, cfg: &mut ProcessConfig, key: &str, v: &Scalar) {
                 ),
             ),
         },
-        "buffer_budget" => match super::pool::parse_size(&v.text) {
+        "buffer_budget" => match parse_size(&v.text) {
             Some(n) => cfg.buffer_budget = n,
             None => fail(
                 r,

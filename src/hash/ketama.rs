@@ -11,7 +11,7 @@
 //! first point whose value is >= the hash, wrapping to the first point.
 
 use super::md5;
-use super::ring::{Point, RingServer};
+use super::server::{Point, RingServer};
 
 /// Points per server for an average-weight server.
 const POINTS_PER_SERVER: u32 = 160;

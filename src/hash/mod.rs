@@ -17,9 +17,11 @@ mod one_at_a_time;
 mod placement;
 pub mod random;
 mod ring;
+mod server;
 
 pub use placement::{ketama_server_name, key_hash_input, Placement};
-pub use ring::{server_order, Point, Ring, RingServer};
+pub use ring::Ring;
+pub use server::{server_order, Point, RingServer};
 
 /// A key hash function (`hash:` in the configuration).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,7 +1,7 @@
 //! Modula distribution: each live server owns `weight` consecutive slots
 //! (in configuration order) and a hash picks slot `hash % slots`.
 
-use super::ring::{Point, RingServer};
+use super::server::{Point, RingServer};
 
 /// Builds the slot table for the live servers. `servers` pairs each
 /// server with its index and is in twemproxy's server order.

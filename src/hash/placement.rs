@@ -1,6 +1,7 @@
 //! The whole key -> server decision of a pool.
 
-use super::ring::{Ring, RingServer};
+use super::ring::Ring;
+use super::server::RingServer;
 use super::{Distribution, HashKind};
 
 /// The part of `key` that is hashed.

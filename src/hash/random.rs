@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::ring::{Point, RingServer};
+use super::server::{Point, RingServer};
 
 /// Builds the slot table: one slot per live server. `servers` pairs each
 /// server with its index.

@@ -4,6 +4,7 @@
 
 pub mod carry;
 pub mod histogram;
+pub mod host;
 pub mod hotkeys;
 pub mod json;
 pub mod prometheus;

@@ -6,9 +6,9 @@
 //! counts the values strictly below its bound at µs resolution.
 
 use super::histogram::{Class, Snapshot, PROM_BOUNDS_US};
+use super::host::HostInfo;
 use super::shm::Region;
 use super::{Kind, PoolField, ServerField, WorkerField};
-use crate::admin::HostInfo;
 use crate::config::Config;
 use std::fmt::Write as _;
 

@@ -1,9 +1,9 @@
 //! Answers to the commands that depend on the client connection's state:
 //! AUTH, SELECT, HELLO, CLIENT and COMMAND (`Local::RedisSession`).
 
+use super::args::{Arg, Args};
 use super::commands::{Cmd, CmdClass, KeySpec};
 use super::reply;
-use super::request::{Arg, Args};
 use super::resp::parse_int;
 use crate::proto::{Op, Request};
 

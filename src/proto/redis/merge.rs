@@ -1,9 +1,9 @@
 //! Multi-key requests (MGET, MSET, DEL, UNLINK, EXISTS, TOUCH): per-server
 //! fragments and the merge of their replies in the client's key order.
 
+use super::args::{Arg, Args};
 use super::commands::CmdClass;
 use super::reply;
-use super::request::{Arg, Args};
 use super::resp::{parse_int, scan_value, Scan};
 use crate::proto::{Op, Request};
 use std::ops::Range;

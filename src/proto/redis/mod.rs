@@ -15,6 +15,7 @@
 //!   COMMAND through the connection's state ([`local`]);
 //! * everything else gets an error reply and the connection stays open.
 
+mod args;
 pub mod cluster;
 pub mod commands;
 mod inline;
@@ -24,12 +25,13 @@ pub mod reply;
 mod request;
 pub mod resp;
 
+pub use args::{Arg, Args};
 pub use commands::{Cmd, CmdClass, KeySpec};
 pub use merge::{merge_responses, write_fragment};
 pub use reply::error_reply;
 pub use request::{
-    eval_numkeys, parse_request, stream_arg, stream_head, stream_pair, whole_arg, Arg, Args, Pair,
-    StreamHead, StreamKind,
+    eval_numkeys, parse_request, stream_arg, stream_head, stream_pair, whole_arg, Pair, StreamHead,
+    StreamKind,
 };
 pub use resp::{parse_response, ReplyCursor};
 

@@ -1,6 +1,5 @@
 //! Reply composers: append RESP replies to an output buffer.
 
-use super::request::Args;
 use std::io::Write;
 
 /// Appends `-ERR <msg>\r\n`. CR and LF in `msg` become spaces so the reply
@@ -18,7 +17,7 @@ pub fn simple(msg: &str, out: &mut Vec<u8>) {
     out.extend_from_slice(b"\r\n");
 }
 
-fn push_line(s: &[u8], out: &mut Vec<u8>) {
+pub(super) fn push_line(s: &[u8], out: &mut Vec<u8>) {
     out.extend(
         s.iter()
             .map(|&c| if c == b'\r' || c == b'\n' { b' ' } else { c }),
@@ -93,44 +92,6 @@ pub(crate) fn unsupported(name: &str) -> Vec<u8> {
     err_line(&format!("command '{name}' is not supported by the proxy"))
 }
 
-/// redis-server's reply to an unknown command: its name and the start of
-/// its arguments, each cut at a NUL byte, about 128 bytes in all.
-pub(crate) fn unknown_command(req: &[u8]) -> Vec<u8> {
-    let mut args = Args::new(req);
-    let mut vals: Vec<Vec<u8>> = Vec::new();
-    let mut v = Vec::new();
-    while let Some(arg) = args.next() {
-        v.clear();
-        args.value(&arg, &mut v);
-        let cut = memchr::memchr(0, &v).unwrap_or(v.len());
-        vals.push(v[..cut].to_vec());
-        if vals.len() > 1 && vals[1..].iter().map(|a| a.len() + 3).sum::<usize>() >= 128 {
-            break;
-        }
-    }
-    let mut line = b"unknown command '".to_vec();
-    if let Some(name) = vals.first() {
-        line.extend_from_slice(&name[..name.len().min(128)]);
-    }
-    line.extend_from_slice(b"', with args beginning with: ");
-    let mut shown = 0usize;
-    for a in vals.iter().skip(1) {
-        if shown >= 128 {
-            break;
-        }
-        let take = a.len().min(128 - shown);
-        let before = line.len();
-        line.push(b'\'');
-        line.extend_from_slice(&a[..take]);
-        line.extend_from_slice(b"' ");
-        shown += line.len() - before;
-    }
-    let mut out = b"-ERR ".to_vec();
-    push_line(&line, &mut out);
-    out.extend_from_slice(b"\r\n");
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,23 +112,5 @@ mod tests {
             o,
             b"-ERR bad  thing\r\n:-5\r\n$2\r\nab\r\n*2\r\n_\r\n$-1\r\n*4\r\n%2\r\n+OK\r\n".to_vec()
         );
-    }
-
-    #[test]
-    fn unknown_like_redis() {
-        assert_eq!(
-            unknown_command(b"xyz a b\r\n"),
-            b"-ERR unknown command 'xyz', with args beginning with: 'a' 'b' \r\n".to_vec()
-        );
-        assert_eq!(
-            unknown_command(b"*1\r\n$1\r\n\0\r\n"),
-            b"-ERR unknown command '', with args beginning with: \r\n".to_vec()
-        );
-        let long = format!("xyz {} b\r\n", "a".repeat(200));
-        let want = format!(
-            "-ERR unknown command 'xyz', with args beginning with: '{}' \r\n",
-            "a".repeat(128)
-        );
-        assert_eq!(unknown_command(long.as_bytes()), want.into_bytes());
     }
 }
