@@ -1,5 +1,5 @@
 //! How a worker takes its share of new connections, in the three listener
-//! modes (seed 000 §4.3, nginx's ngx_event_accept.c):
+//! modes (as nginx's ngx_event_accept.c does it):
 //!
 //! - `reuseport`: the worker has listening sockets of its own (the kernel
 //!   spreads connections); they are registered normally.

@@ -1,0 +1,312 @@
+//! Large Redis replies streamed instead of buffered whole (the request
+//! half is `stream.rs`).
+//!
+//! Replies: a reply of any shape (a bulk string, an array, map or set,
+//! nested) for the request at the head of its client's replies is passed
+//! to the client as it arrives once it is known to be large: it declares a
+//! bulk of [`STREAM_THRESHOLD`] bytes or more, or that much of it is
+//! already buffered (an LRANGE of many small elements). A
+//! [`ReplyCursor`](crate::proto::redis::ReplyCursor) follows where the reply
+//! is, holding back at most an unfinished header line, and checks it as
+//! the whole-reply parser would. The server is not read while that client
+//! has more than [`STREAM_HIGH`] bytes unwritten; a client that reads none
+//! of it for [`STREAM_STALL`] is closed (the server connection is shared).
+//! A large reply that cannot pass yet (an earlier reply of its client is
+//! still awaited, or it is one fragment of a split MGET) is held in a
+//! [`super::spool::Spool`] as it arrives (64 KiB chunks, never one
+//! allocation of its size; the server is read on, as its connection is
+//! shared) and given to its slot at the end; a held reply reaches the
+//! client's output at most [`super::conn::HELD_HIGH`] at a time, as it
+//! drains, and a split MGET is merged from the held fragments chunk by
+//! chunk (`held.rs`). Error replies are buffered whole.
+//!
+
+use super::conn::{Conn, Hold, MultiMode, RepStream, Waiter};
+use super::server::Ending;
+use super::{Worker, STREAM_HIGH, STREAM_LOW, STREAM_STALL, STREAM_THRESHOLD};
+use crate::proto::redis;
+use crate::stats::ServerField;
+use mio::Token;
+use std::time::Instant;
+
+impl Worker<'_> {
+    /// The client's output drained below the low mark: read the server
+    /// streaming a reply to it again.
+    pub(super) fn client_drained(&mut self, ct: Token) {
+        let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) else {
+            return;
+        };
+        let Some((st, sid)) = c.rstream_from else {
+            return;
+        };
+        let low = c.wbuf.len() < STREAM_LOW;
+        if low {
+            c.rstream_from = None;
+        }
+        // The client took some of it: not stalled.
+        if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
+            if let (true, Some(r)) = (s.id == sid, s.rstream.as_mut()) {
+                r.progress = Instant::now();
+            }
+        }
+        if low {
+            self.unblock_reply(st, sid, false);
+        }
+    }
+
+    /// Let a server paused by a streamed reply read again (`drop_client`:
+    /// the client went away, the rest of the reply is dropped).
+    pub(super) fn unblock_reply(&mut self, st: Token, sid: u64, drop_client: bool) {
+        if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
+            if s.id == sid {
+                if let Some(r) = s.rstream.as_mut() {
+                    if drop_client {
+                        r.client = None;
+                    }
+                    if r.blocked {
+                        r.blocked = false;
+                        self.resume.push(st);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether the reply starting `input` (incomplete, for request `front`;
+    /// `hint`: the length the input must reach, 0 if unknown) is streamed:
+    /// a bulk string or an aggregate of any shape that is large (its
+    /// declared size, or the part of it already here, reaches
+    /// [`STREAM_THRESHOLD`]) and that its client waits for at the head of
+    /// its replies, not as a fragment of a multi-key request nor as a read
+    /// that may be retried on another replica.
+    pub(super) fn reply_stream_start(
+        &self,
+        input: &[u8],
+        hint: usize,
+        front: &super::conn::Inflight,
+    ) -> Option<RepStream> {
+        // Error replies stay whole (a cluster pool reads redirections in
+        // them); a one-line reply has nothing to pass before its end.
+        if !matches!(
+            input.first(),
+            Some(b'$' | b'*' | b'%' | b'~' | b'>' | b'|' | b'=')
+        ) {
+            return None;
+        }
+        if hint <= STREAM_THRESHOLD && input.len() < STREAM_THRESHOLD {
+            return None;
+        }
+        let Waiter::Client {
+            token: ct,
+            id,
+            seq,
+            frag,
+        } = front.waiter
+        else {
+            return None;
+        };
+        let Some(Conn::Client(c)) = self.conns.get(ct.0) else {
+            return None;
+        };
+        let i = usize::try_from(seq.checked_sub(c.head_seq)?).ok()?;
+        let f = c.pending.get(i)?;
+        if c.id != id || f.ready || f.retry.is_some() {
+            return None;
+        }
+        let hold = match (frag, &f.multi) {
+            (None, None) if i == 0 => None,
+            (None, None) => Some(Hold {
+                spool: Box::default(),
+                seq,
+                frag,
+            }),
+            // Of split requests only MGET replies carry values.
+            (Some(_), Some(m))
+                if m.mode == MultiMode::Split
+                    && matches!(m.req.op, crate::proto::Op::Redis(op) if op.class == redis::CmdClass::MGet) =>
+            {
+                Some(Hold {
+                    spool: Box::default(),
+                    seq,
+                    frag,
+                })
+            }
+            _ => return None,
+        };
+        Some(RepStream {
+            client: Some((ct, id)),
+            cursor: redis::ReplyCursor::new(),
+            passed: 0,
+            hold,
+            blocked: false,
+            progress: Instant::now(),
+        })
+    }
+
+    /// Pass what the server's input holds of a streamed reply. True when
+    /// the reply is complete (parse the next one).
+    pub(super) fn pass_reply_stream(&mut self, st: Token, now: Instant) -> bool {
+        loop {
+            let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
+                return false;
+            };
+            let sid = s.id;
+            let Some(rs) = s.rstream.as_mut() else {
+                return true;
+            };
+            if rs.blocked {
+                return false;
+            }
+            let (n, done) = match rs.cursor.advance(s.rbuf.bytes()) {
+                Ok(step) => step,
+                Err(e) => {
+                    let (pool, server) = (s.pool, s.server);
+                    crate::log_warn!(
+                        "pool '{}': server '{}': bad reply: {}",
+                        self.pools[pool].cfg.name,
+                        self.pools[pool].servers[server].name,
+                        e.0
+                    );
+                    self.close_server_as(st, Ending::Error, "Invalid argument", now, true);
+                    return false;
+                }
+            };
+            if n == 0 && !done {
+                return false;
+            }
+            rs.passed += n;
+            rs.progress = now;
+            let mut added = 0;
+            let mut over = None;
+            if let (true, Some((ct, cid))) = (rs.hold.is_some(), rs.client) {
+                // Held for its slot, as long as its client is there.
+                match self.conns.get2_mut(st.0, ct.0) {
+                    Some((Conn::Server(s), Conn::Client(c))) if c.id == cid => {
+                        let super::conn::Server { rbuf, rstream, .. } = &mut **s;
+                        if let Some(h) = rstream.as_mut().and_then(|r| r.hold.as_mut()) {
+                            h.spool.push(&rbuf.bytes()[..n]);
+                        }
+                    }
+                    Some((Conn::Server(s), _)) => {
+                        if let Some(r) = s.rstream.as_mut() {
+                            r.hold = None;
+                            r.client = None;
+                        }
+                    }
+                    _ => {}
+                }
+            } else if let Some((ct, cid)) = rs.client {
+                match self.conns.get2_mut(st.0, ct.0) {
+                    Some((Conn::Server(s), Conn::Client(c))) if c.id == cid => {
+                        if c.wbuf.capacity() == 0 {
+                            c.wbuf = self.bufs.take();
+                        }
+                        c.wbuf.extend(&s.rbuf.bytes()[..n]);
+                        added = n;
+                        if !done && c.wbuf.len() > STREAM_HIGH {
+                            c.rstream_from = Some((st, sid));
+                            if let Some(rs) = s.rstream.as_mut() {
+                                rs.blocked = true;
+                            }
+                            over = Some(ct);
+                        }
+                        self.dirty_clients.push(ct);
+                    }
+                    Some((Conn::Server(s), _)) => {
+                        if let Some(rs) = s.rstream.as_mut() {
+                            rs.client = None;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
+                s.rbuf.consume(n);
+            }
+            self.add_out(added);
+            if done {
+                self.finish_reply_stream(st, now);
+                return true;
+            }
+            if let Some(ct) = over {
+                // Write now; the server stays paused only if the client lags.
+                if self.flush_client(ct) {
+                    self.client_drained(ct);
+                }
+            }
+        }
+    }
+
+    /// The last byte of a streamed reply passed: account it like any reply.
+    fn finish_reply_stream(&mut self, st: Token, now: Instant) {
+        let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
+            return;
+        };
+        let Some(rs) = s.rstream.take() else {
+            return;
+        };
+        let Some(front) = s.inflight.pop_front() else {
+            return;
+        };
+        let (pool, server) = (s.pool, s.server);
+        s.sent = s.sent.saturating_sub(1);
+        s.sent_bytes = s.sent_bytes.saturating_sub(front.len as u64);
+        self.stats
+            .server_sub(pool, server, ServerField::OutQueue, 1);
+        self.stats
+            .server_sub(pool, server, ServerField::OutQueueBytes, front.len as u64);
+        self.stats
+            .server_add(pool, server, ServerField::Responses, 1);
+        self.stats
+            .server_add(pool, server, ServerField::ResponseBytes, rs.passed as u64);
+        self.pools[pool].record_success(server, now);
+        self.record_reply(pool, server, &front, now);
+        let Some((ct, cid)) = rs.client else {
+            return;
+        };
+        if let Some(h) = rs.hold {
+            self.held_done(ct, cid, h.seq, h.frag, h.spool);
+            return;
+        }
+        let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) else {
+            return;
+        };
+        if let Waiter::Client { seq, .. } = front.waiter {
+            if c.id == cid && c.head_seq == seq {
+                c.pending.pop_front();
+                c.head_seq += 1;
+                c.rstream_from = None;
+                let added = c.drain_ready();
+                self.dirty_clients.push(ct);
+                self.add_out(added);
+            }
+        }
+    }
+
+    /// Close the clients that have not read any of a streamed reply for
+    /// [`STREAM_STALL`]: the server connection they hold is shared, and the
+    /// replies of the other clients on it wait behind theirs.
+    pub(super) fn sweep_stalled_streams(&mut self, now: Instant) {
+        let stalled: Vec<(Token, u64)> = self
+            .conns
+            .iter()
+            .filter_map(|(_, c)| match c {
+                Conn::Server(s) => s.rstream.as_ref().and_then(|r| {
+                    (r.blocked && now.duration_since(r.progress) > STREAM_STALL)
+                        .then_some(r.client)
+                        .flatten()
+                }),
+                _ => None,
+            })
+            .collect();
+        for (ct, cid) in stalled {
+            if matches!(self.conns.get(ct.0), Some(Conn::Client(c)) if c.id == cid) {
+                crate::log_notice!(
+                    "client not reading a large reply for {} s: closing it",
+                    STREAM_STALL.as_secs()
+                );
+                self.close_client(ct, true);
+            }
+        }
+    }
+}
