@@ -14,7 +14,7 @@
 //! A `-TRYAGAIN` (multi-key request on a slot half migrated) is sent again
 //! after `TRYAGAIN_DELAY`, routed by the map of that moment.
 
-use super::conn::{Conn, Waiter};
+use super::conn::{Conn, ReplyTo, Waiter};
 use super::Worker;
 use crate::net::Endpoint;
 use crate::proto::redis::cluster::{self, NodeAddr, Redirect, SLOTS};
@@ -377,19 +377,24 @@ impl Worker<'_> {
     /// (or fragment): send the request to the node named, after `ASKING`.
     /// Returns false when the reply must go to the client as it is
     /// (too many hops, unknown node, the client is gone).
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn cluster_redirect(
         &mut self,
         pool: usize,
         from: usize,
-        ct: Token,
-        id: u64,
-        seq: u64,
-        frag: Option<u32>,
+        to: ReplyTo,
         op: Op,
         r: &Redirect,
         now: Instant,
     ) -> bool {
+        let ReplyTo {
+            token: ct,
+            id,
+            seq: Some(seq),
+            frag,
+        } = to
+        else {
+            return false;
+        };
         let Some(target) = self.node_index(pool, &r.to, from) else {
             return false;
         };
@@ -413,24 +418,29 @@ impl Worker<'_> {
         // already says MOVED but the new one, still importing, would send
         // the request back (MOVED) until it learns the slot is its own;
         // ASKING makes it serve it. A node that owns the slot ignores it.
-        self.send_again(pool, target, ct, id, seq, frag, op, true, now);
+        self.send_again(pool, target, to, op, true, now);
         true
     }
 
     /// A `-TRYAGAIN` reply (a multi-key request on a slot whose keys are
     /// being migrated): the request is sent again after `TRYAGAIN_DELAY`,
     /// up to `MAX_TRYAGAIN` times. False: pass the reply on.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn cluster_tryagain(
         &mut self,
         pool: usize,
-        ct: Token,
-        id: u64,
-        seq: u64,
-        frag: Option<u32>,
+        to: ReplyTo,
         op: Op,
         now: Instant,
     ) -> bool {
+        let ReplyTo {
+            token: ct,
+            id,
+            seq: Some(seq),
+            frag,
+        } = to
+        else {
+            return false;
+        };
         if !self.count_attempt(ct, id, seq, frag, true) {
             return false;
         }
@@ -468,7 +478,13 @@ impl Worker<'_> {
                 continue;
             };
             let server = self.cluster_server(pool, &key, r.op, r.id);
-            self.send_again(pool, server, r.token, r.id, r.seq, r.frag, r.op, false, now);
+            let to = ReplyTo {
+                token: r.token,
+                id: r.id,
+                seq: Some(r.seq),
+                frag: r.frag,
+            };
+            self.send_again(pool, server, to, r.op, false, now);
         }
     }
 
@@ -559,21 +575,26 @@ impl Worker<'_> {
 
     /// Queue a kept request (or fragment) again on server `target`,
     /// after `ASKING` if `asking`.
-    #[allow(clippy::too_many_arguments)]
     fn send_again(
         &mut self,
         pool: usize,
         target: usize,
-        ct: Token,
-        id: u64,
-        seq: u64,
-        frag: Option<u32>,
+        to: ReplyTo,
         op: Op,
         asking: bool,
         now: Instant,
     ) {
+        let ReplyTo {
+            token: ct,
+            id,
+            seq: Some(seq),
+            frag,
+        } = to
+        else {
+            return;
+        };
         if frag.is_none() && self.kept_is_spooled(ct, id, seq) {
-            self.send_again_spooled(pool, target, ct, id, seq, op, asking, now);
+            self.send_again_spooled(pool, target, to, op, asking, now);
             return;
         }
         let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) else {
@@ -607,7 +628,17 @@ impl Worker<'_> {
         let st = match self.server_conn(pool, target, cslot, now) {
             Ok(st) => st,
             Err(msg) => {
-                self.fail_unsent(ct, id, Some(seq), frag, pool, op, &msg);
+                self.fail_unsent(
+                    ReplyTo {
+                        token: ct,
+                        id,
+                        seq: Some(seq),
+                        frag,
+                    },
+                    pool,
+                    op,
+                    &msg,
+                );
                 return;
             }
         };

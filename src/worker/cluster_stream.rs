@@ -18,7 +18,7 @@
 //! queued on it. A client that goes away while its request is being sent
 //! again leaves that connection with half a command: it is closed.
 
-use super::conn::{Client, Conn, Feed, Redirect, Slot, Waiter};
+use super::conn::{Client, Conn, Feed, Redirect, ReplyTo, Slot, Waiter};
 use super::spool::{Spool, SpoolReader};
 use super::{Worker, STREAM_HIGH, STREAM_LOW};
 use crate::proto::{Op, Request};
@@ -96,18 +96,24 @@ impl Worker<'_> {
     /// Send a streamed request kept in its spool again, to server `target`
     /// (after `ASKING` if `asking`), on a new dedicated connection fed from
     /// the spool as it drains.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn send_again_spooled(
         &mut self,
         pool: usize,
         target: usize,
-        ct: Token,
-        id: u64,
-        seq: u64,
+        to: ReplyTo,
         op: Op,
         asking: bool,
         now: Instant,
     ) {
+        let ReplyTo {
+            token: ct,
+            id,
+            seq: Some(seq),
+            ..
+        } = to
+        else {
+            return;
+        };
         let Some(Conn::Client(c)) = self.conns.get(ct.0) else {
             return;
         };
@@ -118,14 +124,34 @@ impl Worker<'_> {
             // A node answers once it has read the whole request: a
             // redirection before the client sent all of it cannot be
             // followed (the rest goes to the first node).
-            self.fail_unsent(ct, id, Some(seq), None, pool, op, "redirected mid-request");
+            self.fail_unsent(
+                ReplyTo {
+                    token: ct,
+                    id,
+                    seq: Some(seq),
+                    frag: None,
+                },
+                pool,
+                op,
+                "redirected mid-request",
+            );
             return;
         }
         let cslot = self.conn_slot(ct, pool, target, id, op);
         let st = match self.server_conn_dedicated(pool, target, cslot, now) {
             Ok(st) => st,
             Err(msg) => {
-                self.fail_unsent(ct, id, Some(seq), None, pool, op, &msg);
+                self.fail_unsent(
+                    ReplyTo {
+                        token: ct,
+                        id,
+                        seq: Some(seq),
+                        frag: None,
+                    },
+                    pool,
+                    op,
+                    &msg,
+                );
                 return;
             }
         };

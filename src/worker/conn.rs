@@ -345,6 +345,34 @@ pub enum Waiter {
     },
 }
 
+/// Where a request's reply goes: its client (the token, and the id, so a
+/// token reused by a later client is not mistaken for it), the request's
+/// place in that client's order of replies (`None`: a noreply request,
+/// answered nowhere) and, for a request split over servers, its fragment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplyTo {
+    /// Client token.
+    pub token: Token,
+    /// Client id.
+    pub id: u64,
+    /// Reply sequence number.
+    pub seq: Option<u64>,
+    /// Fragment index of a split request.
+    pub frag: Option<u32>,
+}
+
+impl ReplyTo {
+    /// What waits for the server's reply (nothing for a noreply request).
+    pub fn waiter(self) -> Option<Waiter> {
+        self.seq.map(|seq| Waiter::Client {
+            token: self.token,
+            id: self.id,
+            seq,
+            frag: self.frag,
+        })
+    }
+}
+
 /// A request sent (or queued) to a server, waiting for its reply.
 #[derive(Debug, Clone, Copy)]
 pub struct Inflight {

@@ -2,7 +2,7 @@
 //! server, and for replicated memcached pools every replica (writes) or
 //! one replica with the next tried on failure (reads).
 
-use super::conn::{Conn, Fragment, Multi, MultiMode, Redirect, Retry, Slot, Waiter};
+use super::conn::{Conn, Fragment, Multi, MultiMode, Redirect, ReplyTo, Retry, Slot};
 use super::Worker;
 use crate::proto::{Op, Request};
 use crate::stats::PoolField;
@@ -58,49 +58,35 @@ impl Worker<'_> {
         self.pools[pool].servers[server].slot_for(client_id, second)
     }
 
-    /// Queue `req` (or its rewrite) on a connection to `server`, answered
-    /// into slot `seq` (or nowhere for noreply).
-    #[allow(clippy::too_many_arguments)]
+    /// Queue `req` (or its rewrite) on a connection to `server`, its reply
+    /// going `to` its client.
     fn send_to(
         &mut self,
-        token: Token,
-        client_id: u64,
-        seq: Option<u64>,
-        frag: Option<u32>,
+        to: ReplyTo,
         pool: usize,
         server: usize,
         write: impl FnOnce(&mut Vec<u8>),
         op: Op,
         now: Instant,
     ) -> Result<(), String> {
-        let slot = self.conn_slot(token, pool, server, client_id, op);
+        let slot = self.conn_slot(to.token, pool, server, to.id, op);
         let st = self.server_conn(pool, server, slot, now)?;
-        let waiter = seq.map(|seq| Waiter::Client {
-            token,
-            id: client_id,
-            seq,
-            frag,
-        });
-        self.enqueue(st, waiter, op, write, now);
+        self.enqueue(st, to.waiter(), op, write, now);
         Ok(())
     }
 
     /// `send_to`, and on failure the error goes to the waiting slot.
-    #[allow(clippy::too_many_arguments)]
     fn send_or_fail(
         &mut self,
-        token: Token,
-        client_id: u64,
-        seq: Option<u64>,
-        frag: Option<u32>,
+        to: ReplyTo,
         pool: usize,
         server: usize,
         write: impl FnOnce(&mut Vec<u8>),
         op: Op,
         now: Instant,
     ) {
-        if let Err(msg) = self.send_to(token, client_id, seq, frag, pool, server, write, op, now) {
-            self.fail_unsent(token, client_id, seq, frag, pool, op, &msg);
+        if let Err(msg) = self.send_to(to, pool, server, write, op, now) {
+            self.fail_unsent(to, pool, op, &msg);
         }
     }
 
@@ -165,10 +151,12 @@ impl Worker<'_> {
         let seq = self.push_slot(token, req.noreply, slot);
         let proto = self.pools[pool].proto;
         self.send_or_fail(
-            token,
-            client_id,
-            seq,
-            None,
+            ReplyTo {
+                token,
+                id: client_id,
+                seq,
+                frag: None,
+            },
             pool,
             server,
             |out| proto.write_request(req, bytes, out),
@@ -209,25 +197,15 @@ impl Worker<'_> {
 
     /// A request that could not be queued: its slot gets the error (which
     /// may trigger a retry on another replica).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn fail_unsent(
-        &mut self,
-        token: Token,
-        client_id: u64,
-        seq: Option<u64>,
-        frag: Option<u32>,
-        pool: usize,
-        op: Op,
-        msg: &str,
-    ) {
+    pub(super) fn fail_unsent(&mut self, to: ReplyTo, pool: usize, op: Op, msg: &str) {
         self.stats.pool_add(pool, PoolField::ForwardError, 1);
         // A cluster node that cannot be reached may have failed over.
         self.cluster_node_failed(pool);
-        if let Some(seq) = seq {
+        if to.seq.is_some() {
             let proto = self.pools[pool].proto;
             let mut out = Vec::new();
             proto.server_error(op, msg, &mut out);
-            self.fragment_done(token, client_id, seq, frag, out, true, true);
+            self.fragment_done(to, out, true, true);
         }
     }
 
@@ -272,10 +250,12 @@ impl Worker<'_> {
             };
             let seq = self.push_slot(token, req.noreply, slot);
             self.send_or_fail(
-                token,
-                client_id,
-                seq,
-                None,
+                ReplyTo {
+                    token,
+                    id: client_id,
+                    seq,
+                    frag: None,
+                },
                 pool,
                 first,
                 |out| proto.write_request(req, bytes, out),
@@ -299,10 +279,12 @@ impl Worker<'_> {
         for (i, server) in replicas.into_iter().enumerate() {
             let frag = Some(i as u32);
             self.send_or_fail(
-                token,
-                client_id,
-                seq,
-                frag,
+                ReplyTo {
+                    token,
+                    id: client_id,
+                    seq,
+                    frag,
+                },
                 pool,
                 server,
                 |out| proto.write_request(req, bytes, out),
@@ -407,10 +389,12 @@ impl Worker<'_> {
         for (fi, (server, keys)) in groups.iter().enumerate() {
             let frag = Some(fi as u32);
             self.send_or_fail(
-                token,
-                client_id,
-                seq,
-                frag,
+                ReplyTo {
+                    token,
+                    id: client_id,
+                    seq,
+                    frag,
+                },
                 pool,
                 *server,
                 |out| proto.write_fragment(bytes, &req, keys, out),
@@ -457,10 +441,12 @@ impl Worker<'_> {
         for s in 0..n {
             let frag = Some(s as u32);
             self.send_or_fail(
-                token,
-                client_id,
-                seq,
-                frag,
+                ReplyTo {
+                    token,
+                    id: client_id,
+                    seq,
+                    frag,
+                },
                 pool,
                 s,
                 |out| out.extend_from_slice(bytes),
@@ -495,10 +481,12 @@ impl Worker<'_> {
         let proto = self.pools[pool].proto;
         let now = Instant::now();
         let sent = self.send_to(
-            token,
-            client_id,
-            Some(seq),
-            None,
+            ReplyTo {
+                token,
+                id: client_id,
+                seq: Some(seq),
+                frag: None,
+            },
             pool,
             server,
             |out| proto.write_request(&req, &bytes, out),
@@ -511,7 +499,17 @@ impl Worker<'_> {
             }
         }
         if let Err(msg) = sent {
-            self.fail_unsent(token, client_id, Some(seq), None, pool, req.op, &msg);
+            self.fail_unsent(
+                ReplyTo {
+                    token,
+                    id: client_id,
+                    seq: Some(seq),
+                    frag: None,
+                },
+                pool,
+                req.op,
+                &msg,
+            );
         }
         true
     }
@@ -583,10 +581,12 @@ impl Worker<'_> {
         for (gi, (server, keys)) in groups.iter().enumerate() {
             let fi = Some((base + gi) as u32);
             self.send_or_fail(
-                token,
-                client_id,
-                Some(seq),
-                fi,
+                ReplyTo {
+                    token,
+                    id: client_id,
+                    seq: Some(seq),
+                    frag: fi,
+                },
                 pool,
                 *server,
                 |out| proto.write_fragment(&bytes, &req, keys, out),

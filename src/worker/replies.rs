@@ -1,7 +1,7 @@
 //! Replies coming back: filling a client's slot, joining the fragments of
 //! split requests, and retrying failed reads on other replicas.
 
-use super::conn::{Conn, Multi, MultiMode, Slot};
+use super::conn::{Conn, Multi, MultiMode, ReplyTo, Slot};
 use super::spool::Spool;
 use super::Worker;
 use mio::Token;
@@ -10,17 +10,22 @@ impl Worker<'_> {
     /// Deliver a reply for one request or fragment. `is_error`: the reply
     /// is an error; `unreachable`: the server could not be reached (the
     /// reply is the error to send if no other replica can answer).
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn fragment_done(
         &mut self,
-        token: Token,
-        id: u64,
-        seq: u64,
-        frag: Option<u32>,
+        to: ReplyTo,
         reply: Vec<u8>,
         is_error: bool,
         unreachable: bool,
     ) {
+        let ReplyTo {
+            token,
+            id,
+            seq: Some(seq),
+            frag,
+        } = to
+        else {
+            return;
+        };
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return;
         };

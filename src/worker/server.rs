@@ -2,7 +2,7 @@
 //! batched writes, reply parsing and matching, timeouts, failures and
 //! ejection.
 
-use super::conn::{Conn, Server, ServerState, Waiter};
+use super::conn::{Conn, ReplyTo, Server, ServerState, Waiter};
 use super::{Worker, READ_BUDGET, READ_CHUNK};
 use crate::proto::{Op, Parse};
 use crate::stats::{PoolField, ServerField, WorkerField};
@@ -454,22 +454,24 @@ impl Worker<'_> {
                         frag,
                     } = front.waiter
                     {
+                        let to = ReplyTo {
+                            token: ct,
+                            id,
+                            seq: Some(seq),
+                            frag,
+                        };
                         let cluster = rsp.is_error && self.pools[pool].cluster.is_some();
                         let redirected = cluster
                             && if bytes.starts_with(b"-TRYAGAIN") {
-                                self.cluster_tryagain(pool, ct, id, seq, frag, front.op, now)
+                                self.cluster_tryagain(pool, to, front.op, now)
                             } else {
                                 crate::proto::redis::cluster::parse_redirect(bytes).is_some_and(
-                                    |r| {
-                                        self.cluster_redirect(
-                                            pool, server, ct, id, seq, frag, front.op, &r, now,
-                                        )
-                                    },
+                                    |r| self.cluster_redirect(pool, server, to, front.op, &r, now),
                                 )
                             };
                         if !redirected {
                             self.record_reply(pool, server, &front, now);
-                            self.deliver(ct, id, seq, frag, bytes, rsp.is_error);
+                            self.deliver(to, bytes, rsp.is_error);
                         }
                     } else if let Waiter::Pull {
                         token: ct,
@@ -553,16 +555,16 @@ impl Worker<'_> {
     }
 
     /// Hand one reply to the client that waits for it.
-    #[allow(clippy::too_many_arguments)]
-    fn deliver(
-        &mut self,
-        ct: Token,
-        id: u64,
-        seq: u64,
-        frag: Option<u32>,
-        bytes: &[u8],
-        is_error: bool,
-    ) {
+    fn deliver(&mut self, to: ReplyTo, bytes: &[u8], is_error: bool) {
+        let ReplyTo {
+            token: ct,
+            id,
+            seq: Some(seq),
+            frag,
+        } = to
+        else {
+            return;
+        };
         let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) else {
             return;
         };
@@ -588,7 +590,7 @@ impl Worker<'_> {
                 }
             }
         }
-        self.fragment_done(ct, id, seq, frag, bytes.to_vec(), is_error, false);
+        self.fragment_done(to, bytes.to_vec(), is_error, false);
         self.check_output_limit(ct);
     }
 
@@ -742,7 +744,17 @@ impl Worker<'_> {
                 let mut out = Vec::new();
                 proto.server_error(f.op, msg, &mut out);
                 self.stats.pool_add(pool, PoolField::ForwardError, 1);
-                self.fragment_done(ct, id, seq, frag, out, true, true);
+                self.fragment_done(
+                    ReplyTo {
+                        token: ct,
+                        id,
+                        seq: Some(seq),
+                        frag,
+                    },
+                    out,
+                    true,
+                    true,
+                );
             }
         }
         if let Some((ct, cid)) = half_answered {

@@ -45,7 +45,8 @@
 //! So does a reply the cursor finds malformed.
 
 use super::conn::{
-    Conn, Fragment, Multi, MultiMode, PairStream, ReqStream, Slot, SpoolStream, SrvStream, Waiter,
+    Conn, Fragment, Multi, MultiMode, PairStream, ReplyTo, ReqStream, Slot, SpoolStream, SrvStream,
+    Waiter,
 };
 use super::server::Ending;
 use super::{Worker, STREAM_HIGH, STREAM_LOW, STREAM_THRESHOLD};
@@ -154,7 +155,17 @@ impl Worker<'_> {
                     }
                     Err(msg) => {
                         let seq = self.push_slot(token, false, Slot::default());
-                        self.fail_unsent(token, client_id, seq, None, pool, req.op, &msg);
+                        self.fail_unsent(
+                            ReplyTo {
+                                token,
+                                id: client_id,
+                                seq,
+                                frag: None,
+                            },
+                            pool,
+                            req.op,
+                            &msg,
+                        );
                     }
                 }
             }
@@ -266,10 +277,12 @@ impl Worker<'_> {
         });
         let Some(server) = server else {
             self.fail_unsent(
-                token,
-                client_id,
-                Some(seq),
-                Some(idx as u32),
+                ReplyTo {
+                    token,
+                    id: client_id,
+                    seq: Some(seq),
+                    frag: Some(idx as u32),
+                },
                 pool,
                 op,
                 "Connection refused",
@@ -281,10 +294,12 @@ impl Worker<'_> {
             Ok(st) => st,
             Err(msg) => {
                 self.fail_unsent(
-                    token,
-                    client_id,
-                    Some(seq),
-                    Some(idx as u32),
+                    ReplyTo {
+                        token,
+                        id: client_id,
+                        seq: Some(seq),
+                        frag: Some(idx as u32),
+                    },
                     pool,
                     op,
                     &msg,
@@ -380,10 +395,12 @@ impl Worker<'_> {
         self.pools[pool].proto.server_error(op, why, &mut out);
         for i in from..to {
             self.fragment_done(
-                token,
-                client_id,
-                seq,
-                Some(i as u32),
+                ReplyTo {
+                    token,
+                    id: client_id,
+                    seq: Some(seq),
+                    frag: Some(i as u32),
+                },
                 out.clone(),
                 true,
                 false,
@@ -601,7 +618,17 @@ impl Worker<'_> {
                             target = Some((st, s.id));
                         }
                     }
-                    Err(msg) => self.fail_unsent(token, client_id, seq, None, pool, op, &msg),
+                    Err(msg) => self.fail_unsent(
+                        ReplyTo {
+                            token,
+                            id: client_id,
+                            seq,
+                            frag: None,
+                        },
+                        pool,
+                        op,
+                        &msg,
+                    ),
                 }
             }
         }

@@ -137,18 +137,28 @@ impl Header {
     }
 }
 
+/// The fixed fields of a response packet's header (the lengths follow
+/// from its body).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Head {
+    /// The request's opcode.
+    pub opcode: u8,
+    /// Response status.
+    pub status: u16,
+    /// The request's opaque, echoed.
+    pub opaque: u32,
+    /// CAS value (0: none).
+    pub cas: u64,
+}
+
 /// Append a response packet: header, then `extras ‖ key ‖ value`.
-#[allow(clippy::too_many_arguments)]
-pub fn write_response(
-    out: &mut Vec<u8>,
-    opcode: u8,
-    status: u16,
-    opaque: u32,
-    cas: u64,
-    extras: &[u8],
-    key: &[u8],
-    value: &[u8],
-) {
+pub fn write_response(out: &mut Vec<u8>, head: Head, extras: &[u8], key: &[u8], value: &[u8]) {
+    let Head {
+        opcode,
+        status,
+        opaque,
+        cas,
+    } = head;
     let key = &key[..key.len().min(usize::from(u16::MAX))];
     let extras = &extras[..extras.len().min(usize::from(u8::MAX))];
     let body = extras.len() + key.len() + value.len();
@@ -168,7 +178,18 @@ pub fn write_response(
 
 /// Append an error response carrying `msg` as its value.
 pub fn write_error(out: &mut Vec<u8>, opcode: u8, opaque: u32, status: u16, msg: &str) {
-    write_response(out, opcode, status, opaque, 0, &[], &[], msg.as_bytes());
+    write_response(
+        out,
+        Head {
+            opcode,
+            status,
+            opaque,
+            cas: 0,
+        },
+        &[],
+        &[],
+        msg.as_bytes(),
+    );
 }
 
 fn reply(h: &Header, status: u16, msg: &str) -> Vec<u8> {
@@ -302,7 +323,18 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, Requ
     };
     let respond = |status: u16, value: &[u8]| {
         let mut out = Vec::new();
-        write_response(&mut out, h.opcode, status, h.opaque, 0, &[], &[], value);
+        write_response(
+            &mut out,
+            Head {
+                opcode: h.opcode,
+                status,
+                opaque: h.opaque,
+                cas: 0,
+            },
+            &[],
+            &[],
+            value,
+        );
         out
     };
     let req = match h.opcode {
@@ -351,7 +383,18 @@ fn close_silently() -> RequestError {
 fn stat_reply(h: &Header, key: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     let mut stat = |k: &[u8], v: &[u8]| {
-        write_response(&mut out, opc::STAT, status::SUCCESS, h.opaque, 0, &[], k, v)
+        write_response(
+            &mut out,
+            Head {
+                opcode: opc::STAT,
+                status: status::SUCCESS,
+                opaque: h.opaque,
+                cas: 0,
+            },
+            &[],
+            k,
+            v,
+        )
     };
     if key.is_empty() {
         stat(b"pid", std::process::id().to_string().as_bytes());
@@ -410,7 +453,18 @@ mod tests {
     /// Build a request packet.
     pub(crate) fn req(op: u8, extras: &[u8], key: &[u8], value: &[u8], opaque: u32) -> Vec<u8> {
         let mut out = Vec::new();
-        write_response(&mut out, op, 0, opaque, 0, extras, key, value);
+        write_response(
+            &mut out,
+            Head {
+                opcode: op,
+                status: 0,
+                opaque,
+                cas: 0,
+            },
+            extras,
+            key,
+            value,
+        );
         out[0] = REQ_MAGIC;
         out
     }
@@ -506,7 +560,18 @@ mod tests {
         assert!(keep_reply(opc::GET, &miss));
         assert!(keep_reply(opc::SETQ, &miss));
         let mut ok = Vec::new();
-        write_response(&mut ok, opc::SET, 0, 1, 9, &[], &[], &[]);
+        write_response(
+            &mut ok,
+            Head {
+                opcode: opc::SET,
+                status: 0,
+                opaque: 1,
+                cas: 9,
+            },
+            &[],
+            &[],
+            &[],
+        );
         assert!(!keep_reply(opc::SETQ, &ok));
         assert!(keep_reply(opc::GETQ, &ok));
         assert_eq!(rewrite_reply(opc::GETQ, &ok).unwrap()[1], opc::GETQ);

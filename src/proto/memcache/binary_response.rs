@@ -83,13 +83,24 @@ pub fn is_retrieval(opcode: u8) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::super::binary::write_response;
+    use super::super::binary::{write_response, Head};
     use super::*;
 
     #[test]
     fn frames_and_checks() {
         let mut r = Vec::new();
-        write_response(&mut r, opc::GETK, 0, 5, 1, &[0; 4], b"key", b"value");
+        write_response(
+            &mut r,
+            Head {
+                opcode: opc::GETK,
+                status: 0,
+                opaque: 5,
+                cas: 1,
+            },
+            &[0; 4],
+            b"key",
+            b"value",
+        );
         assert_eq!(
             parse_response(&r, opc::GETKQ, 5).unwrap(),
             Parse::Done(Response {
@@ -120,7 +131,18 @@ mod tests {
     #[test]
     fn broadcast_prefers_failures() {
         let mut ok = Vec::new();
-        write_response(&mut ok, opc::FLUSH, 0, 1, 0, &[], &[], &[]);
+        write_response(
+            &mut ok,
+            Head {
+                opcode: opc::FLUSH,
+                status: 0,
+                opaque: 1,
+                cas: 0,
+            },
+            &[],
+            &[],
+            &[],
+        );
         let mut bad = Vec::new();
         error_reply(opc::FLUSH, 1, "down", &mut bad);
         let mut out = Vec::new();

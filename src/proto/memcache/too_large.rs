@@ -13,7 +13,7 @@
 
 use memchr::memchr;
 
-use super::binary::{self, opcode as opc, status, Header, HEADER_LEN};
+use super::binary::{self, opcode as opc, status, Head, Header, HEADER_LEN};
 use super::text_request::{command_line, Tokens};
 use super::{text_response, McOp};
 use crate::proto::{Keys, Op, Parse, Request, RequestError, Response, ResponseError, Route};
@@ -104,7 +104,18 @@ pub fn write_request(refused: Refused, noreply: bool, bytes: &[u8], out: &mut Ve
             let start = HEADER_LEN + h.extras_len;
             let key = bytes.get(start..start + h.key_len).unwrap_or_default();
             let start = out.len();
-            binary::write_response(out, opc::DELETE, 0, opaque, 0, &[], key, &[]);
+            binary::write_response(
+                out,
+                Head {
+                    opcode: opc::DELETE,
+                    status: 0,
+                    opaque,
+                    cas: 0,
+                },
+                &[],
+                key,
+                &[],
+            );
             out[start] = binary::REQ_MAGIC;
         }
     }
@@ -191,7 +202,18 @@ mod tests {
     #[test]
     fn binary_set_deletes_with_the_clients_opaque() {
         let mut pkt = Vec::new();
-        binary::write_response(&mut pkt, opc::SETQ, 0, 77, 0, &[0; 8], b"key", &[b'v'; 11]);
+        binary::write_response(
+            &mut pkt,
+            Head {
+                opcode: opc::SETQ,
+                status: 0,
+                opaque: 77,
+                cas: 0,
+            },
+            &[0; 8],
+            b"key",
+            &[b'v'; 11],
+        );
         pkt[0] = binary::REQ_MAGIC;
         // The key is not there yet: wait for it, not for the value.
         assert_eq!(
