@@ -29,7 +29,7 @@ ifneq ($(SYSCONFDIR),/etc)
 export WALNUT_SYSCONFDIR := $(SYSCONFDIR)
 endif
 
-.PHONY: all build test fmt-check clippy unit fuzz-smoke e2e e2e-listeners demo bench bench-idle profile venv clean-venv \
+.PHONY: all build test quick fmt-check clippy unit fuzz-smoke e2e e2e-listeners demo bench bench-idle profile venv clean-venv \
 	man unit-file install uninstall deb
 
 all: build
@@ -68,6 +68,16 @@ deb:
 
 test: fmt-check clippy unit fuzz-smoke e2e
 
+# The inner loop: debug unit tests, then the end-to-end tests not marked
+# slow, two at a time (pytest-xdist). Every test still starts its own
+# servers on free ports; `make test` runs everything.
+QUICK_JOBS ?= 2
+quick: $(PYTEST) build
+	@echo "== cargo test (debug)"
+	$(CARGO) test
+	@echo "== end-to-end tests not marked slow, $(QUICK_JOBS) at a time"
+	PROXY=walnut $(PYTEST) -q tests/e2e --timeout=$(E2E_TIMEOUT) -m "not slow" -n $(QUICK_JOBS) $(E2E_ARGS)
+
 fmt-check:
 	@echo "== cargo fmt --check"
 	$(CARGO) fmt --all -- --check
@@ -94,7 +104,7 @@ venv: $(PYTEST)
 e2e: $(PYTEST)
 	@echo "== end-to-end tests against PROXY=$(PROXY)"
 	@if [[ ",$(PROXY)," == *,walnut,* && -z "$$WALNUT_BIN" ]]; then $(MAKE) --no-print-directory build; fi
-	PROXY=$(PROXY) $(PYTEST) -q tests/e2e --timeout=$(E2E_TIMEOUT) $(E2E_ARGS)
+	PROXY=$(PROXY) $(PYTEST) -q tests/e2e --timeout=$(E2E_TIMEOUT) --durations=25 $(E2E_ARGS)
 
 # The whole end-to-end suite once per walnut listener mode, two workers each.
 e2e-listeners: $(PYTEST)

@@ -10,8 +10,9 @@
 # is absent the smoke is skipped with a message and exit status 0 (set
 # FUZZ_INSTALL_NIGHTLY=1 to have rustup install it instead); a missing
 # cargo-fuzz is installed with `cargo install cargo-fuzz --locked`, and
-# skipped if that fails. A crash or a broken invariant fails the script and
-# leaves the input under fuzz/artifacts/<target>/.
+# skipped if that fails. With FUZZ_REQUIRED=1 (as .ci/run sets it) a smoke
+# that cannot run fails instead of skipping. A crash or a broken invariant
+# fails the script and leaves the input under fuzz/artifacts/<target>/.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -19,7 +20,14 @@ ROOT="$(pwd)"
 SECONDS_PER_TARGET="${FUZZ_SECONDS:-15}"
 FUZZ_SEED="${FUZZ_SEED:-1}"
 
-skip() { echo "fuzz-smoke: SKIPPED: $*"; exit 0; }
+skip() {
+    if [ "${FUZZ_REQUIRED:-0}" = 1 ]; then
+        echo "fuzz-smoke: FAILED: cannot run: $*"
+        exit 1
+    fi
+    echo "fuzz-smoke: SKIPPED: $*"
+    exit 0
+}
 
 [ -d fuzz ] || skip "no fuzz/ directory"
 command -v cargo >/dev/null 2>&1 || skip "cargo not found"

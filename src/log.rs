@@ -37,7 +37,7 @@ pub mod level {
 
 static LEVEL: AtomicU8 = AtomicU8::new(level::NOTICE);
 static FD: AtomicI32 = AtomicI32::new(2);
-static mut PATH: Option<std::path::PathBuf> = None;
+static PATH: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
 static ROLE: AtomicI32 = AtomicI32::new(-1);
 /// A worker's pid, taken once when it learns its role (a worker may log a
 /// line per slow request; getpid is a system call each time).
@@ -81,10 +81,7 @@ pub fn role() -> i32 {
 /// before any other thread or child exists.
 pub fn init(path: Option<&std::path::Path>) -> std::io::Result<()> {
     if let Some(p) = path {
-        // SAFETY: called at startup by the only thread, before any reader.
-        unsafe {
-            PATH = Some(p.to_path_buf());
-        }
+        let _ = PATH.set(p.to_path_buf());
         reopen()?;
     }
     Ok(())
@@ -92,14 +89,14 @@ pub fn init(path: Option<&std::path::Path>) -> std::io::Result<()> {
 
 /// Reopen the log file (after logrotate moved it); no-op on stderr.
 pub fn reopen() -> std::io::Result<()> {
-    // SAFETY: PATH is written only by `init` before any concurrent use.
-    let path = unsafe { (*std::ptr::addr_of!(PATH)).clone() };
-    let Some(path) = path else { return Ok(()) };
+    let Some(path) = PATH.get() else {
+        return Ok(());
+    };
     use std::os::fd::IntoRawFd;
     let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(&path)?;
+        .open(path)?;
     let new = file.into_raw_fd();
     let old = FD.swap(new, Ordering::SeqCst);
     if old > 2 {

@@ -34,6 +34,7 @@ fn pool_keys(a: &PoolConfig, b: &PoolConfig) -> Vec<&'static str> {
         "server_failure_limit" => server_failure_limit,
         "max_value_size" => max_value_size,
         "allow_flush" => allow_flush,
+        "allow_keys" => allow_keys,
         "replicas" => replicas,
         "replica_read" => replica_read_random,
         "max_keys" => max_keys,

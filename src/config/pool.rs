@@ -18,7 +18,7 @@ pub const DEFAULT_MC_MAX_VALUE_SIZE: usize = 1 << 20;
 pub const DEFAULT_REDIS_MAX_VALUE_SIZE: usize = 512 << 20;
 
 /// Every key a pool may set: twemproxy's, then walnut's extensions.
-pub const POOL_KEYS: [&str; 34] = [
+pub const POOL_KEYS: [&str; 35] = [
     "listen",
     "hash",
     "hash_tag",
@@ -39,6 +39,7 @@ pub const POOL_KEYS: [&str; 34] = [
     "servers",
     "max_value_size",
     "allow_flush",
+    "allow_keys",
     "replicas",
     "replica_read",
     "max_keys",
@@ -138,10 +139,13 @@ pub struct PoolConfig {
     pub slowlog_threshold_us: Option<u64>,
     /// walnut `allow_flush:` let memcached `flush_all` (text and binary)
     /// through to every server (default false: one stray command from any
-    /// client would wipe the whole tier; twemproxy never forwarded it, and
-    /// Redis FLUSHALL/FLUSHDB are refused). Refused with memcached's own
-    /// `-F` reply, `CLIENT_ERROR flush_all not allowed`.
+    /// client would wipe the whole tier; twemproxy never forwarded it), and
+    /// Redis FLUSHALL/FLUSHDB likewise. Refused with memcached's own `-F`
+    /// reply, `CLIENT_ERROR flush_all not allowed`, and a Redis error.
     pub allow_flush: bool,
+    /// walnut `allow_keys:` let Redis `KEYS` reach every server (it walks
+    /// every key of each, blocking it meanwhile; `SCAN` does not).
+    pub allow_keys: bool,
     /// walnut `keyless_server:` where a Redis command with no key goes
     /// (EVAL/EVALSHA/FCALL with numkeys 0, TIME): `first` (the first live
     /// server of the list, default) or `random` (any live server, chosen
@@ -326,6 +330,7 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
     let preconnect = flag("preconnect", false);
     let auto_eject_hosts = flag("auto_eject_hosts", false);
     let allow_flush = flag("allow_flush", false);
+    let allow_keys = flag("allow_keys", false);
     let server_health_check = flag("server_health_check", false);
     let redis_cluster = flag("redis_cluster", false);
     let cluster_read_replicas = flag("cluster_read_replicas", false);
@@ -522,6 +527,7 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
         servers,
         max_value_size: max_value_size?,
         allow_flush: allow_flush?,
+        allow_keys: allow_keys?,
         keyless_random: keyless_random?,
         replicas: replicas?,
         replica_read_random: replica_read_random?,

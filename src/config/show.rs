@@ -174,6 +174,7 @@ fn pool_settings(p: &PoolConfig, rt: &Runtime, out: &mut Vec<Setting>) {
         put("slowlog_threshold", format!("{us}us"));
     }
     put("allow_flush", p.allow_flush.to_string());
+    put("allow_keys", p.allow_keys.to_string());
     if p.migration {
         put("migration", "true".into());
         put("migration_rate", p.migration_rate.to_string());

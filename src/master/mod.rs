@@ -88,6 +88,8 @@ pub struct Master {
     current: Option<Generation>,
     old: Vec<Generation>,
     stats: Option<std::net::TcpListener>,
+    /// Stats documents being written: socket, document, bytes written, since.
+    stats_out: Vec<(std::net::TcpStream, Vec<u8>, usize, Instant)>,
     started: Instant,
     source: String,
     next_gen: u64,
@@ -127,6 +129,10 @@ pub struct Master {
     lineage: crate::migrate::Lineage,
 }
 
+/// A stats client that reads nothing of its document for this long is
+/// closed.
+const STATS_WRITE_LIMIT: Duration = Duration::from_secs(5);
+
 fn nworkers(config: &Config) -> usize {
     match config.process.workers {
         Workers::Auto => std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -155,6 +161,7 @@ impl Master {
             current: None,
             old: Vec::new(),
             stats,
+            stats_out: Vec::new(),
             started: Instant::now(),
             source: crate::stats::json::hostname(),
             next_gen: 1,
@@ -375,7 +382,15 @@ impl Master {
                 revents: 0,
             });
         }
+        for (sock, ..) in &self.stats_out {
+            pfds.push(libc::pollfd {
+                fd: sock.as_raw_fd(),
+                events: libc::POLLOUT,
+                revents: 0,
+            });
+        }
         if !signals::wait(&mut pfds, 100) {
+            self.flush_stats();
             return;
         }
         self.watch_successor();
@@ -389,15 +404,42 @@ impl Master {
         let Some(stats) = &self.stats else {
             return;
         };
-        while let Ok((mut sock, _)) = stats.accept() {
+        let mut accepted = Vec::new();
+        while let Ok((sock, _)) = stats.accept() {
+            accepted.push(sock);
+        }
+        for sock in accepted {
             if self.current.is_none() {
                 break;
             }
-            let doc = self.stats_json();
-            let _ = sock.set_nonblocking(false);
-            let _ = sock.set_write_timeout(Some(Duration::from_secs(1)));
-            let _ = sock.write_all(doc.as_bytes());
+            // Written without blocking: what the socket does not take now
+            // is sent as it drains (`flush_stats`), so a stats client that
+            // does not read never holds up the master.
+            let _ = sock.set_nonblocking(true);
+            let doc = self.stats_json().into_bytes();
+            self.stats_out.push((sock, doc, 0, Instant::now()));
         }
+        self.flush_stats();
+    }
+
+    /// Write what stats clients are owed; close each when done, or after
+    /// [`STATS_WRITE_LIMIT`] of not reading.
+    fn flush_stats(&mut self) {
+        let now = Instant::now();
+        self.stats_out.retain_mut(|(sock, doc, off, since)| {
+            while *off < doc.len() {
+                match sock.write(&doc[*off..]) {
+                    Ok(0) => return false,
+                    Ok(n) => *off += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        return now.duration_since(*since) < STATS_WRITE_LIMIT;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => return false,
+                }
+            }
+            false
+        });
     }
 
     fn broadcast(&mut self, m: &Message) {

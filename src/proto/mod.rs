@@ -247,12 +247,23 @@ impl Protocol {
     }
 
     /// Merge the replies every server gave to a broadcast request.
-    pub fn merge_broadcast(self, replies: &[&[u8]], out: &mut Vec<u8>) {
+    pub fn merge_broadcast(self, op: Op, replies: &[&[u8]], out: &mut Vec<u8>) {
         match self {
             Protocol::Memcache => memcache::merge_broadcast(replies, out),
             Protocol::Redis => match replies.iter().find(|r| r.first() == Some(&b'-')) {
                 Some(err) => out.extend_from_slice(err),
-                None => out.extend_from_slice(replies.first().copied().unwrap_or(b"+OK\r\n")),
+                None => {
+                    let name = match op {
+                        Op::Redis(op) => op.cmd.name(),
+                        Op::Mc(_) => "",
+                    };
+                    match redis::keyspace::merge(name, replies) {
+                        Some(merged) => out.extend_from_slice(&merged),
+                        None => {
+                            out.extend_from_slice(replies.first().copied().unwrap_or(b"+OK\r\n"))
+                        }
+                    }
+                }
             },
         }
     }

@@ -75,7 +75,7 @@ impl Worker<'_> {
         // TCP_QUICKACK where a delayed ACK can stall: the client's request is
         // incomplete, so no reply will carry the ACK, and a client sending
         // with Nagle waits for it before sending the rest (the 40 ms stalls
-        // of seed 000 §5.2). A complete request is answered, and the reply
+        // of Nagle meeting a delayed ACK). A complete request is answered, and the reply
         // carries the ACK: no extra system call per request then.
         if self.ctl.quickack {
             if let Some(Conn::Client(c)) = self.conns.get(token.0) {
@@ -200,7 +200,6 @@ impl Worker<'_> {
                     break;
                 }
                 Err(err) => {
-                    self.stats.pool_add(pool, PoolField::ClientErr, 0);
                     self.log_parse_error(token, pool, &err.reply, input);
                     let close = err.close;
                     if let Some(req) = err.forward {

@@ -137,10 +137,14 @@ impl Worker<'_> {
             };
             (server, slot)
         } else {
-            let server = if req.keys.is_empty() && matches!(req.op, Op::Redis(_)) {
-                self.keyless_server(pool, client_id, now)
-            } else {
-                self.pools[pool].server_for(key.as_ref(), now)
+            let server = match req.op {
+                Op::Redis(op) if op.cmd.is("SCAN") => {
+                    self.forward_scan(token, client_id, pool, req, bytes, now);
+                    return;
+                }
+                Op::Redis(op) if op.cmd.is("RANDOMKEY") => self.random_server(pool, client_id, now),
+                Op::Redis(_) if req.keys.is_empty() => self.keyless_server(pool, client_id, now),
+                _ => self.pools[pool].server_for(key.as_ref(), now),
             };
             let Some(server) = server else {
                 self.reply_no_server(token, pool, req);
@@ -165,6 +169,34 @@ impl Worker<'_> {
         );
     }
 
+    /// Why a Redis command for every server is refused in `pool`, if it is.
+    fn broadcast_refused(&self, pool: usize, op: Op) -> Option<String> {
+        let Op::Redis(op) = op else {
+            return None;
+        };
+        let cfg = &self.pools[pool].cfg;
+        let name = op.cmd.name();
+        if name == "SCRIPT" {
+            return None;
+        }
+        if cfg.redis_cluster {
+            return Some(format!(
+                "{name} is not supported in a Redis Cluster pool (ask the nodes)"
+            ));
+        }
+        match name {
+            "FLUSHALL" | "FLUSHDB" if !cfg.allow_flush => Some(format!(
+                "{name} is refused by the proxy: pool '{}' needs 'allow_flush: true'",
+                cfg.name
+            )),
+            "KEYS" if !cfg.allow_keys => Some(format!(
+                "KEYS is refused by the proxy (it blocks every server while it walks every key; use SCAN): pool '{}' needs 'allow_keys: true'",
+                cfg.name
+            )),
+            _ => None,
+        }
+    }
+
     /// The server a Redis command without a key goes to (TIME, EVAL with
     /// numkeys 0): `keyless_server: first` takes the first server of the
     /// list that is not ejected, `random` any of them, per request.
@@ -180,6 +212,63 @@ impl Worker<'_> {
             return live.get(n % live.len()).copied();
         }
         live.first().copied()
+    }
+
+    /// A live server at random (RANDOMKEY).
+    fn random_server(&mut self, pool: usize, client_id: u64, now: Instant) -> Option<usize> {
+        let p = &mut self.pools[pool];
+        p.server_for(b"", now)?;
+        let live: SmallVec<[usize; 8]> = (0..p.servers.len())
+            .filter(|&i| p.servers[i].ejected_until.is_none_or(|t| t <= now))
+            .collect();
+        let n = (crate::util::epoch_us() ^ client_id.rotate_left(17)) as usize;
+        live.get(n % live.len().max(1)).copied()
+    }
+
+    /// SCAN over every server in turn: the client's cursor names the
+    /// server and its cursor there (`proto::redis::keyspace`); the reply's
+    /// cursor is rewritten on its way back (`process_replies`).
+    fn forward_scan(
+        &mut self,
+        token: Token,
+        client_id: u64,
+        pool: usize,
+        req: &Request,
+        bytes: &[u8],
+        now: Instant,
+    ) {
+        use crate::proto::redis::keyspace;
+        if self.pools[pool].cfg.redis_cluster {
+            let mut out = Vec::new();
+            crate::proto::redis::error_reply(
+                "SCAN is not supported in a Redis Cluster pool (ask the nodes)",
+                &mut out,
+            );
+            self.push_ready(token, out, false);
+            return;
+        }
+        let Some(cursor) = keyspace::scan_cursor(bytes) else {
+            self.push_ready(token, b"-ERR invalid cursor\r\n".to_vec(), false);
+            return;
+        };
+        // The configured servers (not those a migration keeps for pulls).
+        let n = self.pools[pool].cfg.servers.len();
+        let (server, at) = keyspace::scan_split(cursor, n);
+        let seq = self.push_slot(token, req.noreply, Slot::default());
+        let out = keyspace::scan_request(bytes, at);
+        self.send_or_fail(
+            ReplyTo {
+                token,
+                id: client_id,
+                seq,
+                frag: None,
+            },
+            pool,
+            server,
+            |o| o.extend_from_slice(&out),
+            req.op,
+            now,
+        );
     }
 
     /// Reserve the next reply slot (none for noreply); returns its sequence.
@@ -425,7 +514,20 @@ impl Worker<'_> {
                 return;
             }
         }
-        let n = self.pools[pool].servers.len();
+        if let Some(refused) = self.broadcast_refused(pool, req.op) {
+            let mut out = Vec::new();
+            crate::proto::redis::error_reply(&refused, &mut out);
+            self.push_ready(token, out, false);
+            return;
+        }
+        // Every node of a cluster pool; the configured servers of others
+        // (not those a migration keeps for pulls).
+        let p = &self.pools[pool];
+        let n = if p.cfg.redis_cluster {
+            p.servers.len()
+        } else {
+            p.cfg.servers.len()
+        };
         let slot = Slot {
             multi: Some(Box::new(Multi {
                 req: req.clone(),

@@ -72,7 +72,8 @@ impl Worker<'_> {
         let slots = self.region.slots() as u64;
         let avg = self.region.worker_sum(WorkerField::CurrConnections) / slots.max(1);
         // The threshold: skip the lock while holding 1/8 more than the
-        // average plus a small constant (seed 000's max/local thresholds).
+        // average plus a small constant (as nginx's accept_mutex holds off a
+        // worker past 7/8 of its connections).
         let loaded = (slots > 1 && mine > avg + avg / 8 + 4) || self.capped;
         if !loaded && m.try_lock(std::process::id() as u64) {
             self.accept.held = true;

@@ -224,7 +224,7 @@ fn merge(proto: crate::proto::Protocol, m: &Multi) -> Vec<u8> {
     match m.mode {
         MultiMode::Broadcast => {
             let replies: Vec<&[u8]> = m.frags.iter().map(|f| f.reply.as_slice()).collect();
-            proto.merge_broadcast(&replies, &mut out);
+            proto.merge_broadcast(m.req.op, &replies, &mut out);
         }
         MultiMode::Replicate => {
             let pick = m

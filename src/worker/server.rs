@@ -441,6 +441,9 @@ impl Worker<'_> {
                     let rewritten;
                     let bytes = if !proto.keep_reply(front.op, bytes) {
                         &[][..]
+                    } else if let Some(b) = self.scan_reply(pool, server, front.op, bytes) {
+                        rewritten = b;
+                        &rewritten[..]
                     } else if let Some(b) = proto.rewrite_reply(front.op, bytes) {
                         rewritten = b;
                         &rewritten[..]
@@ -551,6 +554,18 @@ impl Worker<'_> {
             if s.dedicated && s.inflight.is_empty() && s.stream.is_none() && s.rbuf.is_empty() {
                 self.retire_server(token);
             }
+        }
+    }
+
+    /// A SCAN reply with the client's cursor (see `forward_scan`).
+    fn scan_reply(&self, pool: usize, server: usize, op: Op, bytes: &[u8]) -> Option<Vec<u8>> {
+        match op {
+            Op::Redis(op) if op.cmd.is("SCAN") => crate::proto::redis::keyspace::scan_reply(
+                bytes,
+                server,
+                self.pools[pool].cfg.servers.len(),
+            ),
+            _ => None,
         }
     }
 

@@ -462,7 +462,6 @@ impl Worker<'_> {
                         }
                         Err(reply) => {
                             c.stream = None;
-                            self.stats.pool_add(pool, PoolField::ClientErr, 0);
                             self.push_ready(token, reply, true);
                             return false;
                         }
@@ -534,7 +533,6 @@ impl Worker<'_> {
                         if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
                             c.stream = None;
                         }
-                        self.stats.pool_add(pool, PoolField::ClientErr, 0);
                         self.push_ready(token, reply, true);
                         return false;
                     }
@@ -557,7 +555,6 @@ impl Worker<'_> {
                         if let Some((st, sid)) = target {
                             self.abort_server_stream(st, sid, "protocol error in a request");
                         }
-                        self.stats.pool_add(pool, PoolField::ClientErr, 0);
                         self.push_ready(token, reply, true);
                         return false;
                     }

@@ -138,10 +138,13 @@ def test_pipeline_without_reading_keeps_memory_bounded(mc, proxy_kind):
     hog.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     hog.close()
     if growth > 32 * 1024:
-        pytest.xfail(
-            f"no per-client output limit: {sent} pipelined gets of 1 KiB from a client that "
-            f"never reads grew worker RSS by {growth // 1024} MiB ({rss0} -> {peak} kB)"
-        )
+        why = (f"{sent} pipelined gets of 1 KiB from a client that never reads grew worker RSS "
+               f"by {growth // 1024} MiB ({rss0} -> {peak} kB)")
+        if proxy_kind == "walnut":
+            # walnut stops reading a client with client_max_inflight requests
+            # unanswered: its replies are bounded (10,000 x ~1 KiB here).
+            pytest.fail(why)
+        pytest.xfail(f"no per-client output limit: {why}")
     settle_rss(mc, rss0, "pipeline_no_read")
 
 
@@ -213,8 +216,11 @@ def test_million_element_request(rd):
     report("million_keys", mget=outcome, seconds=round(secs, 2), rss_before_kb=rss0, rss_after_each_kb=rss)
     rd_ok(rd)
     # Repeating the request levels off instead of growing, and the freed
-    # heap goes back to the kernel (the workers trim it once a second).
-    assert rss[-1] <= rss[1] + 2 * RSS_SLACK_KB, f"RSS keeps growing with each MGET: {rss}"
+    # heap goes back to the kernel (the workers trim it once a second, so
+    # a sample taken right after a reply may still hold the last one).
+    bound = rss[1] + 2 * RSS_SLACK_KB
+    wait_until(lambda: workers_rss_kb(rd) <= bound, 10, interval=0.2,
+               what=f"worker RSS back under {bound} kB after repeated MGETs (samples {rss})")
     settle_rss(rd, rss0, "million_keys")
 
 

@@ -20,6 +20,9 @@ from pymemcache.client.base import Client as MemcacheClient
 from procmodel import wait_workers
 from procs import HOST, Proxy, RawConn, free_port, memcache_pool, redis_pool, to_yaml, wait_until
 
+# Minutes of work in all: left out of `make quick`.
+pytestmark = pytest.mark.slow
+
 N = 1500
 
 

@@ -8,6 +8,8 @@ upgrade mid-migration (the new binary carries it on)."""
 
 from __future__ import annotations
 
+import pytest
+
 import hashlib
 import random
 import signal
@@ -24,6 +26,9 @@ import os
 from procmodel import children, cmdline, wait_gone, wait_log, wait_workers, workers_of
 from procs import HOST, Proxy, RawConn, free_port, memcache_pool, redis_pool, to_yaml, wait_until
 from test_migration_bg import admin, state
+
+# Minutes of work in all: left out of `make quick`.
+pytestmark = pytest.mark.slow
 
 N = 2000
 

@@ -27,6 +27,9 @@ from redis.retry import Retry
 
 from procs import HOST, REPO_ROOT, ManagedProcess, free_port, read_stats
 
+# Minutes of work in all: left out of `make quick`.
+pytestmark = pytest.mark.slow
+
 CI = bool(os.environ.get("CI"))
 
 

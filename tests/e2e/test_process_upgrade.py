@@ -4,6 +4,8 @@ request fails; the pid file follows nginx's .oldbin convention."""
 
 from __future__ import annotations
 
+import pytest
+
 import os
 import shutil
 import signal
@@ -13,6 +15,9 @@ from procmodel import (
     MemcacheLoad, children, cmdline, served_by, wait_gone, wait_log, wait_workers, workers_of,
 )
 from procs import HOST, Proxy, RawConn, memcache_pool, wait_until, walnut_bin
+
+# Minutes of work in all: left out of `make quick`.
+pytestmark = pytest.mark.slow
 
 
 def test_usr2_then_quit_under_load(procs, tmp_path, record_property):

@@ -27,6 +27,9 @@ from faultkit import children, status_kb
 from procs import HOST, cluster_node_ids, proxy_bin, redis_cli, slot_owner, wait_until
 from test_redis_large_values import MB, Conn, digest_of
 
+# Minutes of work in all: left out of `make quick`.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(autouse=True)
 def _walnut_only(proxy_kind: str) -> None:

@@ -14,6 +14,9 @@ from faultkit import children, status_kb
 from procs import HOST, Proxy, redis_pool, wait_until
 from test_redis_large_values import BLOCK, MB, Conn, digest_of
 
+# Minutes of work in all: left out of `make quick`.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def setup(procs):

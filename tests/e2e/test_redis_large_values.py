@@ -15,6 +15,9 @@ import pytest
 from faultkit import children, redis_holder, status_kb
 from procs import HOST, Proxy, redis_pool, wait_until
 
+# Minutes of work in all: left out of `make quick`.
+pytestmark = pytest.mark.slow
+
 MB = 1024 * 1024
 # A pattern whose period (251) does not divide any chunk size, holding
 # every byte value (CR and LF included): binary safety.

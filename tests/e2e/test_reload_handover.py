@@ -23,6 +23,9 @@ from redis.retry import Retry
 from procmodel import alive, children, wait_gone, wait_log, wait_workers, workers_of
 from procs import HOST, free_port, memcache_pool, read_stats, redis_pool, to_yaml, wait_until
 
+# Minutes of work in all: left out of `make quick`.
+pytestmark = pytest.mark.slow
+
 MODES = ["reuseport", "epoll_exclusive", "accept_mutex"]
 
 

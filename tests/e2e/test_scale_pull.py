@@ -22,6 +22,9 @@ from redis.retry import Retry
 from procmodel import wait_gone, wait_log, wait_workers
 from procs import HOST, Proxy, RawConn, free_port, memcache_pool, redis_pool, to_yaml, wait_until
 
+# Minutes of work in all: left out of `make quick`.
+pytestmark = pytest.mark.slow
+
 N = 600
 
 

@@ -17,14 +17,17 @@ pub enum CmdClass {
     /// numkeys 0, as `Keyless`.
     Eval,
     /// No key (TIME): sent to one server, chosen by the pool's
-    /// `keyless_server` (the first live one, or a random one).
+    /// `keyless_server` (the first live one, or a random one); RANDOMKEY
+    /// to a random live server; SCAN to the server its cursor names.
     Keyless,
     /// Keys that must all be on one server for the command to keep its
     /// meaning (MSETNX: all or none set): forwarded whole when they are,
     /// refused when they map to several servers.
     OneServer,
     /// Sent to every server, replies merged (SCRIPT LOAD / FLUSH, so a
-    /// script loaded through the proxy runs wherever EVALSHA lands).
+    /// script loaded through the proxy runs wherever EVALSHA lands;
+    /// DBSIZE summed, KEYS joined, FLUSHALL / FLUSHDB behind the pool's
+    /// `allow_flush`).
     Broadcast,
     /// Answered by the proxy (PING, ECHO, QUIT, AUTH, SELECT, HELLO, CLIENT,
     /// COMMAND).
@@ -190,7 +193,7 @@ static TABLE: &[Entry] = &[
     e("COMMAND", Local, KeySpec::None),
     e("CONFIG", Unsupported, KeySpec::None),
     e("COPY", Single, At(1)),
-    e("DBSIZE", Unsupported, KeySpec::None),
+    e("DBSIZE", Broadcast, KeySpec::None),
     e("DEBUG", Unsupported, KeySpec::None),
     e("DECR", Single, At(1)),
     e("DECRBY", Single, At(1)),
@@ -210,8 +213,8 @@ static TABLE: &[Entry] = &[
     e("FAILOVER", Unsupported, KeySpec::None),
     e("FCALL", Eval, KeySpec::Eval),
     e("FCALL_RO", Eval, KeySpec::Eval),
-    e("FLUSHALL", Unsupported, KeySpec::None),
-    e("FLUSHDB", Unsupported, KeySpec::None),
+    e("FLUSHALL", Broadcast, KeySpec::None),
+    e("FLUSHDB", Broadcast, KeySpec::None),
     e("FUNCTION", Unsupported, KeySpec::None),
     e("GEOADD", Single, At(1)),
     e("GEODIST", Single, At(1)),
@@ -262,7 +265,7 @@ static TABLE: &[Entry] = &[
     e("INCRBY", Single, At(1)),
     e("INCRBYFLOAT", Single, At(1)),
     e("INFO", Unsupported, KeySpec::None),
-    e("KEYS", Unsupported, KeySpec::None),
+    e("KEYS", Broadcast, KeySpec::None),
     e("LASTSAVE", Unsupported, KeySpec::None),
     e("LATENCY", Unsupported, KeySpec::None),
     e("LCS", Single, At(1)),
@@ -308,7 +311,7 @@ static TABLE: &[Entry] = &[
     e("PUBSUB", Unsupported, KeySpec::None),
     e("PUNSUBSCRIBE", Unsupported, KeySpec::None),
     e("QUIT", Local, KeySpec::None),
-    e("RANDOMKEY", Unsupported, KeySpec::None),
+    e("RANDOMKEY", Keyless, KeySpec::None),
     e("READONLY", Unsupported, KeySpec::None),
     e("READWRITE", Unsupported, KeySpec::None),
     e("RENAME", Single, At(1)),
@@ -323,7 +326,7 @@ static TABLE: &[Entry] = &[
     e("RPUSHX", Single, At(1)),
     e("SADD", Single, At(1)),
     e("SAVE", Unsupported, KeySpec::None),
-    e("SCAN", Unsupported, KeySpec::None),
+    e("SCAN", Keyless, KeySpec::None),
     e("SCARD", Single, At(1)),
     // SCRIPT LOAD and FLUSH only (others are refused, see request.rs).
     e("SCRIPT", Broadcast, KeySpec::None),

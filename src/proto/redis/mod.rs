@@ -19,6 +19,7 @@ mod args;
 pub mod cluster;
 pub mod commands;
 mod inline;
+pub mod keyspace;
 pub mod local;
 mod merge;
 pub mod reply;

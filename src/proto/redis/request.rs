@@ -477,6 +477,7 @@ fn scan(buf: &[u8], limits: &Limits) -> Result<Scanned, Stop> {
             }
         }
         CmdClass::Keyless => Route::Single,
+        CmdClass::Broadcast if !cmd.is("SCRIPT") => Route::Broadcast,
         CmdClass::Broadcast => {
             let sub = second.as_ref().map(|a| &buf[a.range.clone()]);
             match sub {

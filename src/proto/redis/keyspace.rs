@@ -1,0 +1,176 @@
+//! Commands over a pool's whole keyspace, which lives on several servers:
+//! `SCAN` walks the servers one after the other with a cursor that says
+//! which server and where in it; `DBSIZE` sums the servers' counts; `KEYS`
+//! joins their lists. No I/O here: the worker routes and merges with these.
+//!
+//! The client's cursor is `server_cursor * servers + server`: 0 starts at
+//! the first server, and a server's own cursor 0 (it is done) moves the
+//! walk to the next server, so every key present on any server for the
+//! whole walk is returned, as a single Redis's SCAN guarantees. Redis
+//! cursors stay below its table size, far from overflowing this.
+
+use super::args::Args;
+use super::reply;
+use super::resp::parse_int;
+
+/// The client's `SCAN` cursor (argument 1), if it is a number.
+pub fn scan_cursor(req: &[u8]) -> Option<u64> {
+    let mut args = Args::new(req);
+    args.next()?;
+    let arg = args.next()?;
+    let mut v = Vec::new();
+    args.value(&arg, &mut v);
+    std::str::from_utf8(&v).ok()?.parse().ok()
+}
+
+/// Which server a client cursor is on and the cursor to send it.
+pub fn scan_split(cursor: u64, servers: usize) -> (usize, u64) {
+    let n = servers.max(1) as u64;
+    ((cursor % n) as usize, cursor / n)
+}
+
+/// The request for one server: the client's, with the server's cursor.
+pub fn scan_request(req: &[u8], server_cursor: u64) -> Vec<u8> {
+    let mut vals: Vec<Vec<u8>> = Vec::new();
+    let mut args = Args::new(req);
+    while let Some(arg) = args.next() {
+        let mut v = Vec::new();
+        args.value(&arg, &mut v);
+        vals.push(v);
+    }
+    if let Some(c) = vals.get_mut(1) {
+        *c = server_cursor.to_string().into_bytes();
+    }
+    let mut out = Vec::with_capacity(req.len() + 8);
+    reply::array(vals.len(), &mut out);
+    for v in &vals {
+        reply::bulk(v, &mut out);
+    }
+    out
+}
+
+/// A server's `SCAN` reply with the client's cursor in place of the
+/// server's: the same server further on, the next server from its start,
+/// or 0 after the last. `None` when the reply is not a SCAN reply (an
+/// error passes as it is) or the cursor would not fit.
+pub fn scan_reply(reply: &[u8], server: usize, servers: usize) -> Option<Vec<u8>> {
+    // *2\r\n$<len>\r\n<cursor>\r\n<the keys array>
+    let rest = reply.strip_prefix(b"*2\r\n$")?;
+    let nl = memchr::memchr(b'\n', rest)?;
+    let len: usize = std::str::from_utf8(rest.get(..nl)?)
+        .ok()?
+        .trim_end()
+        .parse()
+        .ok()?;
+    let body = rest.get(nl + 1..)?;
+    let cursor = parse_int(body.get(..len)?)?;
+    let keys = body.get(len + 2..)?;
+    let n = servers.max(1) as u64;
+    let next = match cursor {
+        0 if server + 1 < servers => (server + 1) as u64,
+        0 => 0,
+        c => u64::try_from(c)
+            .ok()?
+            .checked_mul(n)?
+            .checked_add(server as u64)?,
+    };
+    let mut out = b"*2\r\n".to_vec();
+    reply::bulk(next.to_string().as_bytes(), &mut out);
+    out.extend_from_slice(keys);
+    Some(out)
+}
+
+/// The merged reply of a command sent to every server, when its replies
+/// are combined rather than one taken: `DBSIZE` summed, `KEYS` joined.
+/// `None` for the others (and when a reply is not of the expected shape).
+pub fn merge(name: &str, replies: &[&[u8]]) -> Option<Vec<u8>> {
+    match name {
+        "DBSIZE" => {
+            let mut sum = 0i64;
+            for r in replies {
+                let r = r.strip_prefix(b":")?;
+                sum += parse_int(r.get(..r.len().checked_sub(2)?)?)?;
+            }
+            Some(format!(":{sum}\r\n").into_bytes())
+        }
+        "KEYS" => {
+            let mut count = 0usize;
+            let mut body = Vec::new();
+            for r in replies {
+                let r = r.strip_prefix(b"*")?;
+                let nl = memchr::memchr(b'\n', r)?;
+                count += std::str::from_utf8(&r[..nl])
+                    .ok()?
+                    .trim_end()
+                    .parse::<usize>()
+                    .ok()?;
+                body.extend_from_slice(&r[nl + 1..]);
+            }
+            let mut out = Vec::with_capacity(body.len() + 16);
+            reply::array(count, &mut out);
+            out.extend_from_slice(&body);
+            Some(out)
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_walk_over_three_servers() {
+        assert_eq!(scan_split(0, 3), (0, 0));
+        // Server 0 is at 17: the client's cursor says so.
+        let r = scan_reply(b"*2\r\n$2\r\n17\r\n*1\r\n$1\r\na\r\n", 0, 3).unwrap();
+        assert_eq!(r, b"*2\r\n$2\r\n51\r\n*1\r\n$1\r\na\r\n".to_vec());
+        assert_eq!(scan_split(51, 3), (0, 17));
+        // Server 0 done: on to server 1 from its start.
+        let r = scan_reply(b"*2\r\n$1\r\n0\r\n*0\r\n", 0, 3).unwrap();
+        assert_eq!(r, b"*2\r\n$1\r\n1\r\n*0\r\n".to_vec());
+        assert_eq!(scan_split(1, 3), (1, 0));
+        // The last server done: the walk is over.
+        let r = scan_reply(b"*2\r\n$1\r\n0\r\n*0\r\n", 2, 3).unwrap();
+        assert_eq!(r, b"*2\r\n$1\r\n0\r\n*0\r\n".to_vec());
+        assert_eq!(scan_reply(b"-ERR invalid cursor\r\n", 0, 3), None);
+        assert_eq!(
+            scan_reply(b"*2\r\n$20\r\n18446744073709551615\r\n*0\r\n", 0, 3),
+            None
+        );
+    }
+
+    #[test]
+    fn the_request_gets_the_servers_cursor() {
+        let req = b"*6\r\n$4\r\nSCAN\r\n$2\r\n51\r\n$5\r\nMATCH\r\n$2\r\nk*\r\n$5\r\nCOUNT\r\n$2\r\n10\r\n";
+        assert_eq!(scan_cursor(req), Some(51));
+        assert_eq!(
+            scan_request(req, 17),
+            b"*6\r\n$4\r\nSCAN\r\n$2\r\n17\r\n$5\r\nMATCH\r\n$2\r\nk*\r\n$5\r\nCOUNT\r\n$2\r\n10\r\n"
+                .to_vec()
+        );
+        assert_eq!(scan_cursor(b"SCAN 0\r\n"), Some(0));
+        assert_eq!(scan_cursor(b"SCAN x\r\n"), None);
+    }
+
+    #[test]
+    fn counts_summed_and_lists_joined() {
+        assert_eq!(
+            merge("DBSIZE", &[b":3\r\n", b":0\r\n", b":12\r\n"]),
+            Some(b":15\r\n".to_vec())
+        );
+        assert_eq!(
+            merge(
+                "KEYS",
+                &[
+                    b"*1\r\n$1\r\na\r\n",
+                    b"*0\r\n",
+                    b"*2\r\n$1\r\nb\r\n$1\r\nc\r\n"
+                ]
+            ),
+            Some(b"*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n".to_vec())
+        );
+        assert_eq!(merge("FLUSHALL", &[b"+OK\r\n"]), None);
+        assert_eq!(merge("DBSIZE", &[b"-ERR x\r\n"]), None);
+    }
+}
