@@ -145,10 +145,15 @@ fn check_requests(data: &[u8], limits: &Limits) {
             limits,
         );
         if let Ok(Parse::Done(req)) = &full {
-            // MSETNX (one server or none) is forwarded whole, never split.
+            // MSETNX (one server or none) and blocking commands are
+            // forwarded whole, never split.
             let whole = matches!(
                 req.op,
-                walnut::proto::Op::Redis(r) if r.class == walnut::proto::redis::CmdClass::OneServer
+                walnut::proto::Op::Redis(r) if matches!(
+                    r.class,
+                    walnut::proto::redis::CmdClass::OneServer
+                        | walnut::proto::redis::CmdClass::Blocking
+                )
             );
             if req.route == Route::Multi && !whole {
                 check_fragments(&buf[..req.len], req, limits);

@@ -71,6 +71,16 @@ impl Worker<'_> {
                 self.close_client(token, true);
                 return;
             }
+            if c.eof
+                && c.blocked.iter().any(
+                    |(t, id)| matches!(self.conns.get(t.0), Some(Conn::Server(s)) if s.id == *id),
+                )
+            {
+                // Gone while blocked (a BLPOP ... 0 may never be answered):
+                // its blocked server connections go with it.
+                self.close_client(token, false);
+                return;
+            }
         }
         // TCP_QUICKACK where a delayed ACK can stall: the client's request is
         // incomplete, so no reply will carry the ACK, and a client sending
@@ -562,6 +572,12 @@ impl Worker<'_> {
         self.abort_feed_of(&c);
         if let Some((st, sid)) = c.rstream_from.take() {
             self.unblock_reply(st, sid, true);
+        }
+        // Blocked requests end with their client: their connections go.
+        for (st, sid) in std::mem::take(&mut c.blocked) {
+            if matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id == sid) {
+                self.retire_server(st);
+            }
         }
         let pool = c.pool;
         crate::log_pverb!(

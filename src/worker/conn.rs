@@ -158,6 +158,9 @@ pub struct Client {
     /// A request held while its moved keys are pulled to their new owner
     /// (a migrating pool): nothing more is parsed until it goes on.
     pub gate: Option<Box<super::migrate::Gate>>,
+    /// Server connections of its blocking requests (token, connection id):
+    /// closed with the client, so a client gone while blocked frees them.
+    pub blocked: Vec<(Token, u64)>,
 }
 
 /// A large request being forwarded as it arrives (Redis): its head went to
@@ -442,6 +445,9 @@ pub struct Server {
     /// A connection of its own for one streamed request (not in the
     /// server's connection slots; closed once answered).
     pub dedicated: bool,
+    /// It carries a blocking command (BLPOP, XREAD BLOCK, ...): the pool's
+    /// `timeout` does not apply (the command's own timeout does).
+    pub blocking: bool,
 }
 
 /// A connection of the worker.

@@ -116,6 +116,10 @@ impl Worker<'_> {
             // (A split request that found one server is counted once, in forward_multi.)
             self.count_mc_request(req);
         }
+        if matches!(req.op, Op::Redis(r) if r.class == crate::proto::redis::CmdClass::Blocking) {
+            self.forward_blocking(token, client_id, pool, req, bytes, now);
+            return;
+        }
         if self.pools[pool].cfg.replicas > 1 {
             self.forward_replicated(token, client_id, pool, req, bytes, now);
             return;
@@ -212,6 +216,74 @@ impl Worker<'_> {
             return live.get(n % live.len()).copied();
         }
         live.first().copied()
+    }
+
+    /// A blocking command (BLPOP, BLMOVE, XREAD ... BLOCK, ...) on a server
+    /// connection of its own: nothing queued behind it waits, no pool
+    /// `timeout` cuts it, and it closes with its reply or its client.
+    fn forward_blocking(
+        &mut self,
+        token: Token,
+        client_id: u64,
+        pool: usize,
+        req: &Request,
+        bytes: &[u8],
+        now: Instant,
+    ) {
+        let key = routing_key(req, bytes);
+        let server = if self.pools[pool].cluster.is_some() {
+            Some(self.cluster_server(pool, key.as_ref(), req.op, client_id))
+        } else {
+            self.pools[pool].server_for(key.as_ref(), now)
+        };
+        let Some(server) = server else {
+            self.reply_no_server(token, pool, req);
+            return;
+        };
+        let seq = self.push_slot(token, req.noreply, Slot::default());
+        let to = ReplyTo {
+            token,
+            id: client_id,
+            seq,
+            frag: None,
+        };
+        let slot = self.conn_slot(token, pool, server, client_id, req.op);
+        let st = match self.server_conn_dedicated(pool, server, slot, now) {
+            Ok(st) => st,
+            Err(msg) => {
+                self.fail_unsent(to, pool, req.op, &msg);
+                return;
+            }
+        };
+        let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
+            return;
+        };
+        s.blocking = true;
+        let sid = s.id;
+        // Forget connections of earlier blocking requests already answered.
+        let live: Vec<(Token, u64)> = match self.conns.get(token.0) {
+            Some(Conn::Client(c)) => c
+                .blocked
+                .iter()
+                .copied()
+                .filter(
+                    |(t, id)| matches!(self.conns.get(t.0), Some(Conn::Server(s)) if s.id == *id),
+                )
+                .collect(),
+            _ => Vec::new(),
+        };
+        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+            c.blocked = live;
+            c.blocked.push((st, sid));
+        }
+        let proto = self.pools[pool].proto;
+        self.enqueue(
+            st,
+            to.waiter(),
+            req.op,
+            |out| proto.write_request(req, bytes, out),
+            now,
+        );
     }
 
     /// A live server at random (RANDOMKEY).
@@ -423,10 +495,13 @@ impl Worker<'_> {
                 }
             }
         }
-        let one_server =
-            matches!(req.op, Op::Redis(r) if r.class == crate::proto::redis::CmdClass::OneServer);
+        let one_server = matches!(req.op, Op::Redis(r) if matches!(
+            r.class,
+            crate::proto::redis::CmdClass::OneServer | crate::proto::redis::CmdClass::Blocking
+        ));
         if one_server && groups.len() > 1 {
-            // MSETNX sets all its keys or none: only one server can promise that.
+            // MSETNX sets all its keys or none, BLPOP waits on all of them:
+            // only one server can promise that.
             let mut out = Vec::new();
             if self.pools[pool].cluster.is_some() {
                 // What a cluster node itself answers.

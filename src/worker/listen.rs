@@ -194,6 +194,7 @@ impl Worker<'_> {
             stream: None,
             rstream_from: None,
             gate: None,
+            blocked: Vec::new(),
         })));
         self.pools[pool].clients += 1;
         self.stats

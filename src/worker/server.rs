@@ -48,8 +48,9 @@ impl Worker<'_> {
         self.server_conn_for(pool, server, slot, now, false, true)
     }
 
-    /// Close a dedicated connection whose request was answered.
-    fn retire_server(&mut self, token: Token) {
+    /// Close a dedicated connection whose request was answered (or whose
+    /// client left).
+    pub(super) fn retire_server(&mut self, token: Token) {
         let Some(Conn::Server(_)) = self.conns.get(token.0) else {
             return;
         };
@@ -186,6 +187,7 @@ impl Worker<'_> {
             rstream: None,
             feed: None,
             dedicated,
+            blocking: false,
         })));
         if !dedicated {
             self.pools[pool].servers[server].conns[slot] = Some(token);
@@ -618,6 +620,10 @@ impl Worker<'_> {
             return;
         }
         s.timer_armed = false;
+        if s.blocking {
+            // BLPOP k 60 waits as long as it asked: the server answers it.
+            return;
+        }
         let Some(timeout) = self.pools[s.pool].timeout() else {
             return;
         };

@@ -32,8 +32,13 @@ pub enum CmdClass {
     /// Answered by the proxy (PING, ECHO, QUIT, AUTH, SELECT, HELLO, CLIENT,
     /// COMMAND).
     Local,
-    /// Known, but refused with an error reply (keyless, blocking,
-    /// transactions, pub/sub, administration).
+    /// Blocking commands (BLPOP, BLMOVE, BZPOPMIN, XREAD ... BLOCK, ...):
+    /// keys that must all be on one server (else refused, as MSETNX's),
+    /// sent on a server connection of the request's own, which no pool
+    /// `timeout` cuts and which closes with its client.
+    Blocking,
+    /// Known, but refused with an error reply (keyless, transactions,
+    /// pub/sub, administration).
     Unsupported,
 }
 
@@ -52,6 +57,12 @@ pub enum KeySpec {
     Eval,
     /// XREAD / XREADGROUP: the first key follows the `STREAMS` keyword.
     Streams,
+    /// Every argument after the name but the last (a timeout) is a key.
+    AllButLast,
+    /// Arguments 1 and 2 are keys (BLMOVE source and destination).
+    FirstTwo,
+    /// `name timeout numkeys key...` (BLMPOP, BZMPOP).
+    NumKeysAt2,
 }
 
 /// One row of the table.
@@ -163,9 +174,9 @@ const fn e(name: &'static str, class: CmdClass, keys: KeySpec) -> Entry {
 }
 
 use CmdClass::{
-    Broadcast, Eval, Keyless, Local, MGet, MSet, OneServer, Single, SumInt, Unsupported,
+    Blocking, Broadcast, Eval, Keyless, Local, MGet, MSet, OneServer, Single, SumInt, Unsupported,
 };
-use KeySpec::{All, At, Pairs, Streams};
+use KeySpec::{All, AllButLast, At, FirstTwo, NumKeysAt2, Pairs, Streams};
 
 /// Sorted by name (byte order) for binary search.
 static TABLE: &[Entry] = &[
@@ -180,14 +191,14 @@ static TABLE: &[Entry] = &[
     e("BITFIELD_RO", Single, At(1)),
     e("BITOP", Single, At(2)),
     e("BITPOS", Single, At(1)),
-    e("BLMOVE", Unsupported, KeySpec::None),
-    e("BLMPOP", Unsupported, KeySpec::None),
-    e("BLPOP", Unsupported, KeySpec::None),
-    e("BRPOP", Unsupported, KeySpec::None),
-    e("BRPOPLPUSH", Unsupported, KeySpec::None),
-    e("BZMPOP", Unsupported, KeySpec::None),
-    e("BZPOPMAX", Unsupported, KeySpec::None),
-    e("BZPOPMIN", Unsupported, KeySpec::None),
+    e("BLMOVE", Blocking, FirstTwo),
+    e("BLMPOP", Blocking, NumKeysAt2),
+    e("BLPOP", Blocking, AllButLast),
+    e("BRPOP", Blocking, AllButLast),
+    e("BRPOPLPUSH", Blocking, AllButLast),
+    e("BZMPOP", Blocking, NumKeysAt2),
+    e("BZPOPMAX", Blocking, AllButLast),
+    e("BZPOPMIN", Blocking, AllButLast),
     e("CLIENT", Local, KeySpec::None),
     e("CLUSTER", Unsupported, KeySpec::None),
     e("COMMAND", Local, KeySpec::None),

@@ -309,6 +309,10 @@ fn command_entry(cmd: Cmd, out: &mut Vec<u8>) {
         KeySpec::Pairs => (-3, 1, -1, 2),
         KeySpec::Eval => (-3, 0, 0, 0),
         KeySpec::Streams => (-4, 0, 0, 0),
+        // As redis-server's COMMAND INFO gives them.
+        KeySpec::AllButLast => (-3, 1, -2, 1),
+        KeySpec::FirstTwo => (6, 1, 2, 1),
+        KeySpec::NumKeysAt2 => (-5, 0, 0, 0),
     };
     reply::array(10, out);
     reply::bulk(cmd.name().to_ascii_lowercase().as_bytes(), out);

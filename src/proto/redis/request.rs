@@ -432,6 +432,15 @@ fn scan(buf: &[u8], limits: &Limits) -> Result<Scanned, Stop> {
                 streams = next;
                 key
             }
+            // The last is the timeout: taken off once the arguments end.
+            KeySpec::AllButLast => true,
+            KeySpec::FirstTwo => idx == 1 || idx == 2,
+            KeySpec::NumKeysAt2 => {
+                if idx == 2 {
+                    numkeys = parse_int(&buf[arg.range.clone()]);
+                }
+                idx >= 3 && numkeys.is_some_and(|n| n >= 1 && (idx as i64) < 3 + n)
+            }
         };
         if idx == 1 {
             second = Some(arg.clone());
@@ -440,6 +449,9 @@ fn scan(buf: &[u8], limits: &Limits) -> Result<Scanned, Stop> {
             inexact_key |= !arg.exact;
             keys.push(arg.range);
         }
+    }
+    if spec == KeySpec::AllButLast {
+        keys.pop();
     }
     let len = args.end();
     let req = &buf[..len];
@@ -454,7 +466,12 @@ fn scan(buf: &[u8], limits: &Limits) -> Result<Scanned, Stop> {
     let Some(cmd) = cmd else {
         return fail(super::args::unknown_command(req));
     };
-    let class = cmd.class();
+    // XREAD / XREADGROUP with BLOCK block like BLPOP does.
+    let class = if blocking {
+        CmdClass::Blocking
+    } else {
+        cmd.class()
+    };
     let name = cmd.name();
     let route = match class {
         CmdClass::Unsupported => return fail(reply::unsupported(name)),
@@ -507,13 +524,12 @@ fn scan(buf: &[u8], limits: &Limits) -> Result<Scanned, Stop> {
         CmdClass::OneServer if argc < 3 || argc.is_multiple_of(2) => {
             return fail(reply::wrong_args(name))
         }
-        _ if blocking => {
-            return fail(reply::err_line(&format!(
-                "command '{name}' with BLOCK is not supported by the proxy"
-            )))
-        }
         _ if keys.is_empty() => return fail(reply::wrong_args(name)),
-        CmdClass::MGet | CmdClass::MSet | CmdClass::SumInt | CmdClass::OneServer => Route::Multi,
+        CmdClass::MGet
+        | CmdClass::MSet
+        | CmdClass::SumInt
+        | CmdClass::OneServer
+        | CmdClass::Blocking => Route::Multi,
         CmdClass::Single => Route::Single,
     };
     if inexact_key {

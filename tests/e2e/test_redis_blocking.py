@@ -1,0 +1,109 @@
+"""Blocking commands through walnut: each on a server connection of its
+own (nothing queued behind it waits), not cut by the pool's timeout, keys
+that must share a server (else refused), and a client that leaves while
+blocked frees its server connection (the server no longer counts it as
+blocked, and a later push is not swallowed)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from procs import HOST, redis_pool, wait_until
+
+
+def client(port: int, protocol: int = 2) -> redis.Redis:
+    return redis.Redis(host=HOST, port=port, protocol=protocol, retry=Retry(NoBackoff(), 0),
+                       socket_timeout=30)
+
+
+@pytest.fixture
+def pool(procs):
+    servers = [procs.redis() for _ in range(3)]
+    # A short pool timeout: blocks asking for longer must outlive it.
+    p = procs.proxy("walnut", {"rd": redis_pool(servers, timeout=400, hash_tag="{}")},
+                    extra_args=["--workers", "1"])
+    return p, servers
+
+
+def blocked_on(servers) -> int:
+    return sum(redis.Redis(host=HOST, port=s.port).info("clients")["blocked_clients"]
+               for s in servers)
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_blpop_waits_without_holding_up_others(pool, protocol):
+    p, servers = pool
+    a, b = client(p.port("rd"), protocol), client(p.port("rd"))
+    got = {}
+    t = threading.Thread(target=lambda: got.setdefault("v", a.blpop(["{q}list"], timeout=20)))
+    t.start()
+    wait_until(lambda: blocked_on(servers) == 1, 10, what="BLPOP blocked on its server")
+    # Other requests, to the same server too, are answered meanwhile.
+    for i in range(50):
+        b.set(f"{{q}}other{i}", i)
+        assert b.get(f"{{q}}other{i}") == str(i).encode()
+    assert t.is_alive() and "v" not in got
+    b.rpush("{q}list", "hello")
+    t.join(10)
+    assert list(got["v"]) == [b"{q}list", b"hello"]
+
+
+def test_a_block_longer_than_the_pool_timeout(pool):
+    p, _ = pool
+    r = client(p.port("rd"))
+    t0 = time.monotonic()
+    assert r.blpop(["empty"], timeout=1.5) is None
+    assert time.monotonic() - t0 >= 1.4
+    # The connection stays usable, as the pool timeout never fired.
+    assert r.ping() is True
+
+
+def test_keys_on_several_servers_are_refused(pool):
+    p, _ = pool
+    r = client(p.port("rd"))
+    keys = [f"k{i}" for i in range(20)]  # 20 keys over 3 servers
+    with pytest.raises(redis.ResponseError, match="map to one server"):
+        r.blpop(keys, timeout=1)
+    # Hash tags keep them together.
+    r.rpush("{t}b", "x")
+    assert r.blpop(["{t}a", "{t}b"], timeout=1) == (b"{t}b", b"x")
+
+
+def test_a_client_gone_while_blocked_frees_its_connection(pool):
+    p, servers = pool
+    s = socket.create_connection((HOST, p.port("rd")))
+    s.sendall(b"*3\r\n$5\r\nBLPOP\r\n$7\r\nabandon\r\n$1\r\n0\r\n")
+    wait_until(lambda: blocked_on(servers) == 1, 10, what="BLPOP blocked")
+    s.close()
+    wait_until(lambda: blocked_on(servers) == 0, 10, what="the blocked connection closed")
+    r = client(p.port("rd"))
+    r.rpush("abandon", "kept")
+    assert r.llen("abandon") == 1  # nobody popped it
+
+
+def test_every_blocking_command(pool):
+    p, _ = pool
+    r = client(p.port("rd"))
+    r.rpush("{b}src", "1", "2")
+    assert r.blmove("{b}src", "{b}dst", 1, "LEFT", "RIGHT") == b"1"
+    assert r.brpoplpush("{b}src", "{b}dst", 1) == b"2"
+    assert r.lrange("{b}dst", 0, -1) == [b"2", b"1"]
+    assert r.brpop(["{b}dst"], timeout=1) == (b"{b}dst", b"1")
+    assert r.blmpop(1, 1, "{b}dst", direction="LEFT") == [b"{b}dst", [b"2"]]
+    r.zadd("{z}set", {"a": 1, "b": 2, "c": 3})
+    assert r.bzpopmin(["{z}set"], timeout=1) == (b"{z}set", b"a", 1.0)
+    assert r.bzpopmax(["{z}set"], timeout=1) == (b"{z}set", b"c", 3.0)
+    assert r.bzmpop(1, 1, ["{z}set"], min=True) == [b"{z}set", [[b"b", b"2"]]]
+    r.xadd("stream", {"f": "v"}, id="1-1")
+    got = r.xread({"stream": "0"}, block=1000)
+    assert got == [[b"stream", [(b"1-1", {b"f": b"v"})]]]
+    t0 = time.monotonic()
+    assert r.xread({"stream": "$"}, block=800) in (None, [], {})
+    assert time.monotonic() - t0 >= 0.7
