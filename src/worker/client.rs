@@ -218,6 +218,13 @@ impl Worker<'_> {
                         let len = req.len;
                         self.dispatch(token, *req, &input[..len], now);
                     } else {
+                        // Refused while queueing: the transaction aborts at
+                        // EXEC, as redis-server's does.
+                        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+                            if let Some(t) = c.txn.as_mut().filter(|t| t.multi) {
+                                t.dirty = true;
+                            }
+                        }
                         self.push_ready(token, err.reply, close);
                     }
                     if close {
@@ -285,6 +292,9 @@ impl Worker<'_> {
             && crate::proto::redis::local::needs_auth(&req)
         {
             self.push_ready(token, crate::proto::redis::local::NOAUTH.to_vec(), false);
+            return false;
+        }
+        if self.txn_dispatch(token, &req, bytes, now) {
             return false;
         }
         match req.route {
@@ -573,6 +583,7 @@ impl Worker<'_> {
         if let Some((st, sid)) = c.rstream_from.take() {
             self.unblock_reply(st, sid, true);
         }
+        self.txn_close(c.txn.take());
         // Blocked requests end with their client: their connections go.
         for (st, sid) in std::mem::take(&mut c.blocked) {
             if matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id == sid) {

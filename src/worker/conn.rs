@@ -161,6 +161,8 @@ pub struct Client {
     /// Server connections of its blocking requests (token, connection id):
     /// closed with the client, so a client gone while blocked frees them.
     pub blocked: Vec<(Token, u64)>,
+    /// A Redis transaction under way (see `txn.rs`).
+    pub txn: Option<Box<super::txn::Txn>>,
 }
 
 /// A large request being forwarded as it arrives (Redis): its head went to
@@ -448,6 +450,9 @@ pub struct Server {
     /// It carries a blocking command (BLPOP, XREAD BLOCK, ...): the pool's
     /// `timeout` does not apply (the command's own timeout does).
     pub blocking: bool,
+    /// Pinned to this client for its transaction (see `txn.rs`): kept
+    /// until the transaction ends, then closed.
+    pub pinned: Option<Token>,
 }
 
 /// A connection of the worker.

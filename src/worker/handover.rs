@@ -181,6 +181,7 @@ impl Worker<'_> {
                         && c.pending.is_empty()
                         && c.stream.is_none()
                         && c.gate.is_none()
+                        && c.txn.is_none()
                         && c.rstream_from.is_none()
                         && c.rbuf.len() + c.wbuf.len() <= CARRY_MAX =>
                 {

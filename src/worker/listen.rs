@@ -195,6 +195,7 @@ impl Worker<'_> {
             rstream_from: None,
             gate: None,
             blocked: Vec::new(),
+            txn: None,
         })));
         self.pools[pool].clients += 1;
         self.stats

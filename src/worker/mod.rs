@@ -27,6 +27,7 @@ mod server;
 mod spool;
 mod stream;
 mod stream_reply;
+mod txn;
 
 pub use accept::AcceptMutex;
 pub use handover::Handed;

@@ -188,6 +188,7 @@ impl Worker<'_> {
             feed: None,
             dedicated,
             blocking: false,
+            pinned: None,
         })));
         if !dedicated {
             self.pools[pool].servers[server].conns[slot] = Some(token);
@@ -553,7 +554,13 @@ impl Worker<'_> {
             return;
         }
         if let Some(Conn::Server(s)) = self.conns.get(token.0) {
-            if s.dedicated && s.inflight.is_empty() && s.stream.is_none() && s.rbuf.is_empty() {
+            if let Some(ct) = s.pinned {
+                self.txn_replied(token, ct);
+            } else if s.dedicated
+                && s.inflight.is_empty()
+                && s.stream.is_none()
+                && s.rbuf.is_empty()
+            {
                 self.retire_server(token);
             }
         }

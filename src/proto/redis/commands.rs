@@ -37,8 +37,10 @@ pub enum CmdClass {
     /// sent on a server connection of the request's own, which no pool
     /// `timeout` cuts and which closes with its client.
     Blocking,
-    /// Known, but refused with an error reply (keyless, transactions,
-    /// pub/sub, administration).
+    /// MULTI, EXEC, DISCARD, WATCH, UNWATCH: a transaction on a server
+    /// connection pinned to the client (see `worker/txn.rs`).
+    Transaction,
+    /// Known, but refused with an error reply (pub/sub, administration).
     Unsupported,
 }
 
@@ -174,7 +176,8 @@ const fn e(name: &'static str, class: CmdClass, keys: KeySpec) -> Entry {
 }
 
 use CmdClass::{
-    Blocking, Broadcast, Eval, Keyless, Local, MGet, MSet, OneServer, Single, SumInt, Unsupported,
+    Blocking, Broadcast, Eval, Keyless, Local, MGet, MSet, OneServer, Single, SumInt, Transaction,
+    Unsupported,
 };
 use KeySpec::{All, AllButLast, At, FirstTwo, NumKeysAt2, Pairs, Streams};
 
@@ -209,14 +212,14 @@ static TABLE: &[Entry] = &[
     e("DECR", Single, At(1)),
     e("DECRBY", Single, At(1)),
     e("DEL", SumInt, All),
-    e("DISCARD", Unsupported, KeySpec::None),
+    e("DISCARD", Transaction, KeySpec::None),
     e("DUMP", Single, At(1)),
     e("ECHO", Local, KeySpec::None),
     e("EVAL", Eval, KeySpec::Eval),
     e("EVALSHA", Eval, KeySpec::Eval),
     e("EVALSHA_RO", Eval, KeySpec::Eval),
     e("EVAL_RO", Eval, KeySpec::Eval),
-    e("EXEC", Unsupported, KeySpec::None),
+    e("EXEC", Transaction, KeySpec::None),
     e("EXISTS", SumInt, All),
     e("EXPIRE", Single, At(1)),
     e("EXPIREAT", Single, At(1)),
@@ -303,7 +306,7 @@ static TABLE: &[Entry] = &[
     e("MOVE", Unsupported, KeySpec::None),
     e("MSET", MSet, Pairs),
     e("MSETNX", OneServer, Pairs),
-    e("MULTI", Unsupported, KeySpec::None),
+    e("MULTI", Transaction, KeySpec::None),
     e("OBJECT", Single, At(2)),
     e("PERSIST", Single, At(1)),
     e("PEXPIRE", Single, At(1)),
@@ -382,10 +385,10 @@ static TABLE: &[Entry] = &[
     e("TYPE", Single, At(1)),
     e("UNLINK", SumInt, All),
     e("UNSUBSCRIBE", Unsupported, KeySpec::None),
-    e("UNWATCH", Unsupported, KeySpec::None),
+    e("UNWATCH", Transaction, KeySpec::None),
     e("WAIT", Unsupported, KeySpec::None),
     e("WAITAOF", Unsupported, KeySpec::None),
-    e("WATCH", Unsupported, KeySpec::None),
+    e("WATCH", Transaction, All),
     e("XACK", Single, At(1)),
     e("XADD", Single, At(1)),
     e("XAUTOCLAIM", Single, At(1)),

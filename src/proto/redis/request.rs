@@ -524,6 +524,10 @@ fn scan(buf: &[u8], limits: &Limits) -> Result<Scanned, Stop> {
         CmdClass::OneServer if argc < 3 || argc.is_multiple_of(2) => {
             return fail(reply::wrong_args(name))
         }
+        CmdClass::Transaction if cmd.is("WATCH") && keys.is_empty() => {
+            return fail(reply::wrong_args(name))
+        }
+        CmdClass::Transaction => Route::Single,
         _ if keys.is_empty() => return fail(reply::wrong_args(name)),
         CmdClass::MGet
         | CmdClass::MSet

@@ -1,0 +1,288 @@
+//! Redis transactions through the proxy: WATCH, MULTI, EXEC, DISCARD and
+//! UNWATCH on a server connection pinned to the client for the
+//! transaction, so its commands run on one server, in one connection
+//! state, with nobody else's in between.
+//!
+//! The server is the one the first key names: WATCH's keys, or, after a
+//! bare MULTI (answered here), the first command with a key (a
+//! transaction of keyless commands goes where `keyless_server` says). From
+//! then on every command of the client goes to that connection, whole
+//! (an MGET is not split), until EXEC, DISCARD or UNWATCH is answered and
+//! the connection is closed. A command whose keys map to another server
+//! is refused, and, inside MULTI, the transaction then ends in EXECABORT
+//! as redis-server ends one with a command refused while queueing. The
+//! client is not handed to a successor (reload, upgrade) while pinned.
+
+use super::conn::{Conn, ReplyTo, Slot};
+use super::forward::routing_key;
+use super::Worker;
+use crate::proto::redis::reply;
+use crate::proto::{Op, Request};
+use mio::Token;
+use std::time::Instant;
+
+/// A client's transaction state.
+#[derive(Debug, Default)]
+pub struct Txn {
+    /// The pinned connection: (token, connection id, server index).
+    pub conn: Option<(Token, u64, usize)>,
+    /// Inside MULTI.
+    pub multi: bool,
+    /// MULTI was answered here and not sent yet (no server chosen).
+    pub multi_unsent: bool,
+    /// A command was refused inside MULTI: EXEC answers EXECABORT.
+    pub dirty: bool,
+    /// EXEC, DISCARD or UNWATCH was sent: unpin once it is answered.
+    pub ending: bool,
+}
+
+fn name_of(req: &Request) -> &'static str {
+    match req.op {
+        Op::Redis(op) => op.cmd.name(),
+        Op::Mc(_) => "",
+    }
+}
+
+fn error(msg: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    reply::error_reply(msg, &mut out);
+    out
+}
+
+impl Worker<'_> {
+    /// Whether the request belongs to a transaction (a transaction
+    /// command, or any command of a client in one): then it was handled.
+    pub(super) fn txn_dispatch(
+        &mut self,
+        token: Token,
+        req: &Request,
+        bytes: &[u8],
+        now: Instant,
+    ) -> bool {
+        let Op::Redis(op) = req.op else {
+            return false;
+        };
+        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+            return false;
+        };
+        let txn_cmd = op.class == crate::proto::redis::CmdClass::Transaction;
+        if (c.txn.is_none() && !txn_cmd)
+            || matches!(
+                req.route,
+                crate::proto::Route::Local(crate::proto::Local::Quit(_))
+            )
+        {
+            return false;
+        }
+        let (pool, client_id) = (c.pool, c.id);
+        if self.pools[pool].cluster.is_some() {
+            self.push_ready(
+                token,
+                error("transactions are not supported in a Redis Cluster pool"),
+                false,
+            );
+            return true;
+        }
+        let name = name_of(req);
+        let mut t = self.take_txn(token);
+        let out: Option<Vec<u8>> = match name {
+            "MULTI" if t.multi => Some(error("MULTI calls can not be nested")),
+            "MULTI" => {
+                t.multi = true;
+                if t.conn.is_some() {
+                    None // sent to the pinned connection
+                } else {
+                    t.multi_unsent = true;
+                    Some(b"+OK\r\n".to_vec())
+                }
+            }
+            "EXEC" | "DISCARD" if !t.multi => Some(error(&format!("{name} without MULTI"))),
+            "WATCH" if t.multi => Some(error("WATCH inside MULTI is not allowed")),
+            "EXEC" if t.dirty => {
+                if t.conn.is_some() {
+                    // The server forgets the queued commands.
+                    self.txn_send_internal(token, &t, b"*1\r\n$7\r\nDISCARD\r\n", now);
+                }
+                self.txn_unpin(token, &mut t);
+                Some(b"-EXECABORT Transaction discarded because of previous errors.\r\n".to_vec())
+            }
+            "EXEC" | "DISCARD" if t.conn.is_none() => {
+                t = Txn::default();
+                Some(if name == "EXEC" {
+                    b"*0\r\n".to_vec()
+                } else {
+                    b"+OK\r\n".to_vec()
+                })
+            }
+            "UNWATCH" if t.conn.is_none() || t.multi => {
+                if t.conn.is_none() && !t.multi {
+                    t = Txn::default();
+                }
+                if t.multi {
+                    None // queued like any command
+                } else {
+                    Some(b"+OK\r\n".to_vec())
+                }
+            }
+            _ => None,
+        };
+        if let Some(out) = out {
+            let keep = t.multi || t.conn.is_some();
+            self.put_txn(token, keep.then_some(t));
+            self.push_ready(token, out, false);
+            return true;
+        }
+        // To the pinned connection, choosing (and opening) it first.
+        let key = routing_key(req, bytes);
+        let target = if req.keys.is_empty() {
+            None
+        } else {
+            self.pools[pool].server_for(key.as_ref(), now)
+        };
+        // Every key of the command on one server.
+        let others = req
+            .keys
+            .iter()
+            .skip(1)
+            .filter_map(|r| self.pools[pool].server_for(&bytes[r.clone()], now))
+            .any(|s| Some(s) != target);
+        let pinned = t.conn.map(|(_, _, s)| s);
+        if others || (target.is_some() && pinned.is_some() && target != pinned) {
+            if t.multi {
+                t.dirty = true;
+            }
+            let keep = t.multi || t.conn.is_some();
+            self.put_txn(token, keep.then_some(t));
+            self.push_ready(
+                token,
+                error(&format!(
+                    "{name} in a transaction: its keys must map to the transaction's one server (use a hash tag, e.g. {{user1}}.a {{user1}}.b)"
+                )),
+                false,
+            );
+            return true;
+        }
+        if t.conn.is_none() {
+            let server = match target {
+                Some(s) => Some(s),
+                None => self.txn_keyless(pool, client_id, now),
+            };
+            let Some(server) = server else {
+                self.put_txn(token, Some(t));
+                self.reply_no_server(token, pool, req);
+                return true;
+            };
+            let slot = self.conn_slot(token, pool, server, client_id, req.op);
+            match self.server_conn_dedicated(pool, server, slot, now) {
+                Ok(st) => {
+                    if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
+                        s.pinned = Some(token);
+                        t.conn = Some((st, s.id, server));
+                    }
+                }
+                Err(msg) => {
+                    self.put_txn(token, (t.multi).then_some(t));
+                    let mut out = Vec::new();
+                    self.pools[pool].proto.server_error(req.op, &msg, &mut out);
+                    self.push_ready(token, out, false);
+                    return true;
+                }
+            }
+            if t.multi_unsent {
+                t.multi_unsent = false;
+                self.txn_send_internal(token, &t, b"*1\r\n$5\r\nMULTI\r\n", now);
+            }
+        }
+        if matches!(name, "EXEC" | "DISCARD") || (name == "UNWATCH" && !t.multi) {
+            t.ending = true;
+        }
+        let Some((st, _, _)) = t.conn else {
+            return true;
+        };
+        self.put_txn(token, Some(t));
+        let seq = self.push_slot(token, req.noreply, Slot::default());
+        let to = ReplyTo {
+            token,
+            id: client_id,
+            seq,
+            frag: None,
+        };
+        self.enqueue(st, to.waiter(), req.op, |o| o.extend_from_slice(bytes), now);
+        true
+    }
+
+    /// A reply came back on connection `st`, pinned to client `ct`: after
+    /// the one that ends the transaction, the connection is closed and the
+    /// client unpinned.
+    pub(super) fn txn_replied(&mut self, st: Token, ct: Token) {
+        let ending = matches!(self.conns.get(ct.0), Some(Conn::Client(c))
+            if c.txn.as_ref().is_some_and(|t| t.ending && t.conn.is_some_and(|(tok, ..)| tok == st)));
+        let idle = matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.inflight.is_empty());
+        if ending && idle {
+            let mut t = self.take_txn(ct);
+            self.txn_unpin(ct, &mut t);
+        }
+    }
+
+    /// The client leaves: its pinned connection goes.
+    pub(super) fn txn_close(&mut self, t: Option<Box<Txn>>) {
+        if let Some((st, sid, _)) = t.and_then(|t| t.conn) {
+            if matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id == sid) {
+                self.retire_server(st);
+            }
+        }
+    }
+
+    fn txn_unpin(&mut self, _ct: Token, t: &mut Txn) {
+        if let Some((st, sid, _)) = t.conn.take() {
+            let idle = matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id == sid && s.inflight.is_empty());
+            if idle {
+                self.retire_server(st);
+            } else if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
+                // Retired once its last reply is in.
+                s.pinned = None;
+            }
+        }
+        *t = Txn::default();
+    }
+
+    fn txn_send_internal(&mut self, _token: Token, t: &Txn, cmd: &[u8], now: Instant) {
+        let Some((st, _, _)) = t.conn else {
+            return;
+        };
+        let Some(multi) = crate::proto::redis::Cmd::lookup(b"MULTI") else {
+            return;
+        };
+        let op = Op::Redis(crate::proto::redis::RedisOp {
+            cmd: multi,
+            class: multi.class(),
+        });
+        self.enqueue(
+            st,
+            Some(super::conn::Waiter::Internal),
+            op,
+            |o| o.extend_from_slice(cmd),
+            now,
+        );
+    }
+
+    fn txn_keyless(&mut self, pool: usize, client_id: u64, now: Instant) -> Option<usize> {
+        let p = &mut self.pools[pool];
+        p.server_for(b"", now)?;
+        let _ = client_id;
+        (0..p.servers.len()).find(|&i| p.servers[i].ejected_until.is_none_or(|t| t <= now))
+    }
+
+    fn take_txn(&mut self, token: Token) -> Txn {
+        match self.conns.get_mut(token.0) {
+            Some(Conn::Client(c)) => c.txn.take().map(|b| *b).unwrap_or_default(),
+            _ => Txn::default(),
+        }
+    }
+
+    fn put_txn(&mut self, token: Token, t: Option<Txn>) {
+        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+            c.txn = t.map(Box::new);
+        }
+    }
+}
