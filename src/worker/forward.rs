@@ -615,6 +615,13 @@ impl Worker<'_> {
             ..Slot::default()
         };
         let seq = self.push_slot(token, req.noreply, slot);
+        // INFO: each server's keyspace, summed into walnut's own answer.
+        let info = matches!(req.op, Op::Redis(op) if op.cmd.is("INFO"));
+        let bytes = if info {
+            &b"*2\r\n$4\r\nINFO\r\n$8\r\nkeyspace\r\n"[..]
+        } else {
+            bytes
+        };
         for s in 0..n {
             let frag = Some(s as u32);
             self.send_or_fail(

@@ -1,7 +1,8 @@
 """The keyspace of a Redis pool spread over three servers, as one: SCAN
 walks every server (a key present for the whole walk is returned, while
-other keys come and go), DBSIZE is the servers' sum, RANDOMKEY names a key
-that exists, KEYS and FLUSHALL only where the pool allows them."""
+other keys come and go), DBSIZE and INFO's keyspace are the servers' sums,
+RANDOMKEY names a key that exists, KEYS and FLUSHALL only where the pool
+allows them."""
 
 from __future__ import annotations
 
@@ -85,6 +86,12 @@ def test_dbsize_randomkey_keys_and_flushall(three):
         r.set(f"k:{i}", i)
     direct = [redis.Redis(host=HOST, port=s.port) for s in servers]
     assert r.dbsize() == sum(d.dbsize() for d in direct) == 600
+    # INFO: walnut's own, with the servers' keyspace summed.
+    for i in range(0, 600, 3):
+        r.expire(f"k:{i}", 1000)
+    info = r.info()
+    assert info["proxy"] == "walnut" and info["servers"] == 3, info
+    assert info["db0"]["keys"] == 600 and info["db0"]["expires"] == 200, info
     for _ in range(20):
         k = r.randomkey()
         assert k is not None and r.exists(k) == 1

@@ -278,7 +278,7 @@ static TABLE: &[Entry] = &[
     e("INCR", Single, At(1)),
     e("INCRBY", Single, At(1)),
     e("INCRBYFLOAT", Single, At(1)),
-    e("INFO", Unsupported, KeySpec::None),
+    e("INFO", Broadcast, KeySpec::None),
     e("KEYS", Broadcast, KeySpec::None),
     e("LASTSAVE", Unsupported, KeySpec::None),
     e("LATENCY", Unsupported, KeySpec::None),

@@ -8,6 +8,10 @@
 //! walk to the next server, so every key present on any server for the
 //! whole walk is returned, as a single Redis's SCAN guarantees. Redis
 //! cursors stay below its table size, far from overflowing this.
+//!
+//! `INFO` is walnut's own: a `# Proxy` section, and the `# Keyspace` of
+//! every server summed per database (the servers are asked `INFO
+//! keyspace`).
 
 use super::args::Args;
 use super::reply;
@@ -111,8 +115,79 @@ pub fn merge(name: &str, replies: &[&[u8]]) -> Option<Vec<u8>> {
             out.extend_from_slice(&body);
             Some(out)
         }
+        "INFO" => {
+            // db0:keys=3,expires=1,avg_ttl=100 per database, summed (the
+            // average TTL weighted by keys with one).
+            let mut dbs: Vec<(String, u64, u64, u128)> = Vec::new();
+            for r in replies {
+                let body = bulk_text(r)?;
+                for line in body.lines() {
+                    let Some((db, fields)) = line.split_once(':') else {
+                        continue;
+                    };
+                    if !db.starts_with("db") {
+                        continue;
+                    }
+                    let field = |name: &str| -> u64 {
+                        fields
+                            .split(',')
+                            .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+                            .and_then(|v| v.parse().ok())
+                            .unwrap_or(0)
+                    };
+                    let (keys, expires, ttl) = (field("keys"), field("expires"), field("avg_ttl"));
+                    match dbs.iter_mut().find(|d| d.0 == db) {
+                        Some(d) => {
+                            d.1 += keys;
+                            d.2 += expires;
+                            d.3 += u128::from(ttl) * u128::from(expires);
+                        }
+                        None => dbs.push((
+                            db.to_string(),
+                            keys,
+                            expires,
+                            u128::from(ttl) * u128::from(expires),
+                        )),
+                    }
+                }
+            }
+            dbs.sort_by(|a, b| a.0.len().cmp(&b.0.len()).then_with(|| a.0.cmp(&b.0)));
+            let mut text = format!(
+                "# Proxy\r\nproxy:walnut\r\nwalnut_version:{}\r\nservers:{}\r\n\r\n# Keyspace\r\n",
+                env!("CARGO_PKG_VERSION"),
+                replies.len()
+            );
+            for (db, keys, expires, ttl_sum) in dbs {
+                let avg = ttl_sum.checked_div(u128::from(expires)).unwrap_or(0);
+                text.push_str(&format!(
+                    "{db}:keys={keys},expires={expires},avg_ttl={avg}\r\n"
+                ));
+            }
+            let mut out = Vec::with_capacity(text.len() + 16);
+            reply::bulk(text.as_bytes(), &mut out);
+            Some(out)
+        }
         _ => None,
     }
+}
+
+/// The text of a bulk (or RESP3 verbatim) string reply.
+fn bulk_text(r: &[u8]) -> Option<&str> {
+    let (kind, rest) = r.split_first()?;
+    if *kind != b'$' && *kind != b'=' {
+        return None;
+    }
+    let nl = memchr::memchr(b'\n', rest)?;
+    let len: usize = std::str::from_utf8(&rest[..nl])
+        .ok()?
+        .trim_end()
+        .parse()
+        .ok()?;
+    let mut body = rest.get(nl + 1..nl + 1 + len)?;
+    if *kind == b'=' {
+        body = body.get(4..)?; // "txt:"
+    }
+    std::str::from_utf8(body).ok()
 }
 
 #[cfg(test)]
@@ -171,6 +246,15 @@ mod tests {
             Some(b"*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n".to_vec())
         );
         assert_eq!(merge("FLUSHALL", &[b"+OK\r\n"]), None);
+        let a = b"$44\r\n# Keyspace\r\ndb0:keys=3,expires=1,avg_ttl=100\r\n\r\n";
+        let b = b"$44\r\n# Keyspace\r\ndb0:keys=5,expires=1,avg_ttl=300\r\n\r\n";
+        let info = merge("INFO", &[a, b, b"$13\r\n# Keyspace\r\n\r\n"]).unwrap();
+        let text = String::from_utf8(info).unwrap();
+        assert!(text.contains("servers:3\r\n"), "{text}");
+        assert!(
+            text.contains("db0:keys=8,expires=2,avg_ttl=200\r\n"),
+            "{text}"
+        );
         assert_eq!(merge("DBSIZE", &[b"-ERR x\r\n"]), None);
     }
 }
