@@ -294,6 +294,9 @@ impl Worker<'_> {
             self.push_ready(token, crate::proto::redis::local::NOAUTH.to_vec(), false);
             return false;
         }
+        if self.pubsub_dispatch(token, &req, bytes, now) {
+            return false;
+        }
         if self.txn_dispatch(token, &req, bytes, now) {
             return false;
         }
@@ -584,6 +587,7 @@ impl Worker<'_> {
             self.unblock_reply(st, sid, true);
         }
         self.txn_close(c.txn.take());
+        self.pubsub_close(c.subs.take());
         // Blocked requests end with their client: their connections go.
         for (st, sid) in std::mem::take(&mut c.blocked) {
             if matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id == sid) {

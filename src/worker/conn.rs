@@ -163,6 +163,8 @@ pub struct Client {
     pub blocked: Vec<(Token, u64)>,
     /// A Redis transaction under way (see `txn.rs`).
     pub txn: Option<Box<super::txn::Txn>>,
+    /// Pub/sub subscriptions (see `pubsub.rs`).
+    pub subs: Option<Box<super::pubsub::Subs>>,
 }
 
 /// A large request being forwarded as it arrives (Redis): its head went to
@@ -453,6 +455,9 @@ pub struct Server {
     /// Pinned to this client for its transaction (see `txn.rs`): kept
     /// until the transaction ends, then closed.
     pub pinned: Option<Token>,
+    /// A pub/sub connection: everything it receives goes to this client
+    /// (token, id) as it arrives (see `pubsub.rs`).
+    pub push_to: Option<(Token, u64)>,
 }
 
 /// A connection of the worker.

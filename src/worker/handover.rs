@@ -182,6 +182,7 @@ impl Worker<'_> {
                         && c.stream.is_none()
                         && c.gate.is_none()
                         && c.txn.is_none()
+                        && c.subs.is_none()
                         && c.rstream_from.is_none()
                         && c.rbuf.len() + c.wbuf.len() <= CARRY_MAX =>
                 {

@@ -196,6 +196,7 @@ impl Worker<'_> {
             gate: None,
             blocked: Vec::new(),
             txn: None,
+            subs: None,
         })));
         self.pools[pool].clients += 1;
         self.stats

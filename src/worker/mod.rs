@@ -22,6 +22,7 @@ mod listen;
 mod local;
 mod migrate;
 mod pool;
+mod pubsub;
 mod replies;
 mod server;
 mod spool;

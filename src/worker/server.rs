@@ -189,6 +189,7 @@ impl Worker<'_> {
             dedicated,
             blocking: false,
             pinned: None,
+            push_to: None,
         })));
         if !dedicated {
             self.pools[pool].servers[server].conns[slot] = Some(token);
@@ -395,6 +396,16 @@ impl Worker<'_> {
             return;
         };
         if s.rbuf.len() < s.need {
+            return;
+        }
+        if s.push_to.is_some() {
+            // Pub/sub: pushed to the client as it arrives.
+            let mut rbuf = std::mem::take(&mut s.rbuf);
+            let used = self.pubsub_frames(token, rbuf.bytes());
+            rbuf.consume(used);
+            if let Some(Conn::Server(s)) = self.conns.get_mut(token.0) {
+                s.rbuf = rbuf;
+            }
             return;
         }
         let mut rbuf = std::mem::take(&mut s.rbuf);
@@ -726,6 +737,18 @@ impl Worker<'_> {
             .filter(|r| r.passed > 0 && r.hold.is_none())
             .and_then(|r| r.client);
         self.forget_server(token, &s);
+        if let Some((ct, cid)) = s.push_to {
+            // Its subscriptions there are gone: the subscriber is told by
+            // its connection closing, as by a Redis of its own.
+            if matches!(self.conns.get(ct.0), Some(Conn::Client(c)) if c.id == cid) {
+                crate::log_info!(
+                    "pool '{}': server '{}' lost under a subscriber: closing it",
+                    self.pools[pool].cfg.name,
+                    self.pools[pool].servers[server].name
+                );
+                self.close_client(ct, true);
+            }
+        }
         let field = match how {
             Ending::Eof => ServerField::ServerEof,
             Ending::Error => ServerField::ServerErr,

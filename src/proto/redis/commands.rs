@@ -40,7 +40,10 @@ pub enum CmdClass {
     /// MULTI, EXEC, DISCARD, WATCH, UNWATCH: a transaction on a server
     /// connection pinned to the client (see `worker/txn.rs`).
     Transaction,
-    /// Known, but refused with an error reply (pub/sub, administration).
+    /// SUBSCRIBE, UNSUBSCRIBE, PSUBSCRIBE, PUNSUBSCRIBE: on server
+    /// connections of the client's own (see `worker/pubsub.rs`).
+    PubSub,
+    /// Known, but refused with an error reply (administration, ...).
     Unsupported,
 }
 
@@ -176,8 +179,8 @@ const fn e(name: &'static str, class: CmdClass, keys: KeySpec) -> Entry {
 }
 
 use CmdClass::{
-    Blocking, Broadcast, Eval, Keyless, Local, MGet, MSet, OneServer, Single, SumInt, Transaction,
-    Unsupported,
+    Blocking, Broadcast, Eval, Keyless, Local, MGet, MSet, OneServer, PubSub, Single, SumInt,
+    Transaction, Unsupported,
 };
 use KeySpec::{All, AllButLast, At, FirstTwo, NumKeysAt2, Pairs, Streams};
 
@@ -318,12 +321,12 @@ static TABLE: &[Entry] = &[
     e("PFMERGE", Single, At(1)),
     e("PING", Local, KeySpec::None),
     e("PSETEX", Single, At(1)),
-    e("PSUBSCRIBE", Unsupported, KeySpec::None),
+    e("PSUBSCRIBE", PubSub, KeySpec::None),
     e("PSYNC", Unsupported, KeySpec::None),
     e("PTTL", Single, At(1)),
-    e("PUBLISH", Unsupported, KeySpec::None),
+    e("PUBLISH", Single, At(1)),
     e("PUBSUB", Unsupported, KeySpec::None),
-    e("PUNSUBSCRIBE", Unsupported, KeySpec::None),
+    e("PUNSUBSCRIBE", PubSub, KeySpec::None),
     e("QUIT", Local, KeySpec::None),
     e("RANDOMKEY", Keyless, KeySpec::None),
     e("READONLY", Unsupported, KeySpec::None),
@@ -372,7 +375,7 @@ static TABLE: &[Entry] = &[
     e("SSUBSCRIBE", Unsupported, KeySpec::None),
     e("STRALGO", Unsupported, KeySpec::None),
     e("STRLEN", Single, At(1)),
-    e("SUBSCRIBE", Unsupported, KeySpec::None),
+    e("SUBSCRIBE", PubSub, KeySpec::None),
     e("SUBSTR", Single, At(1)),
     e("SUNION", Single, At(1)),
     e("SUNIONSTORE", Single, At(1)),
@@ -384,7 +387,7 @@ static TABLE: &[Entry] = &[
     e("TTL", Single, At(1)),
     e("TYPE", Single, At(1)),
     e("UNLINK", SumInt, All),
-    e("UNSUBSCRIBE", Unsupported, KeySpec::None),
+    e("UNSUBSCRIBE", PubSub, KeySpec::None),
     e("UNWATCH", Transaction, KeySpec::None),
     e("WAIT", Unsupported, KeySpec::None),
     e("WAITAOF", Unsupported, KeySpec::None),

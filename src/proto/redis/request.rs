@@ -527,7 +527,7 @@ fn scan(buf: &[u8], limits: &Limits) -> Result<Scanned, Stop> {
         CmdClass::Transaction if cmd.is("WATCH") && keys.is_empty() => {
             return fail(reply::wrong_args(name))
         }
-        CmdClass::Transaction => Route::Single,
+        CmdClass::Transaction | CmdClass::PubSub => Route::Single,
         _ if keys.is_empty() => return fail(reply::wrong_args(name)),
         CmdClass::MGet
         | CmdClass::MSet

@@ -1,0 +1,434 @@
+//! Redis pub/sub through the proxy. A channel lives on the server its name
+//! hashes to, as a key would: PUBLISH goes there, and so does a SUBSCRIBE
+//! to it. A subscribed client gets server connections of its own, one per
+//! server it listens on (a pattern listens on every server, since any
+//! channel may match), in push mode: whatever those servers send is passed
+//! to the client as it arrives, not matched to requests.
+//!
+//! The client sees one connection's worth: the count in each (un)subscribe
+//! confirmation is its own total, kept here (each server counts only what
+//! it holds), and a pattern is confirmed once, by the first server's
+//! connection (the others' confirmations are dropped). When the count
+//! reaches 0 the client leaves subscribed mode and its connections close.
+//! A RESP2 client in subscribed mode may send only (P)SUBSCRIBE,
+//! (P)UNSUBSCRIBE, PING and QUIT, as redis-server enforces; a RESP3 client
+//! may send anything (its messages are push frames). A subscriber that
+//! does not read is bounded by `client_output_limit`; a server lost under
+//! a subscriber closes the subscriber (its subscriptions there are gone,
+//! as with a Redis of its own that went away).
+
+use super::conn::Conn;
+use super::Worker;
+use crate::proto::redis::{reply, Args};
+use crate::proto::{Op, Parse, Request};
+use mio::Token;
+use std::time::Instant;
+
+/// A client's subscriptions.
+#[derive(Debug, Default)]
+pub struct Subs {
+    /// Per server listened on: (server, connection token, connection id).
+    conns: Vec<(usize, Token, u64)>,
+    /// Channels subscribed.
+    channels: Vec<Vec<u8>>,
+    /// Patterns subscribed.
+    patterns: Vec<Vec<u8>>,
+    /// The count in the confirmations passed so far.
+    count: i64,
+}
+
+fn resp_command(name: &str, args: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    reply::array(1 + args.len(), &mut out);
+    reply::bulk(name.as_bytes(), &mut out);
+    for a in args {
+        reply::bulk(a, &mut out);
+    }
+    out
+}
+
+/// The kind of a push frame (`subscribe`, `message`, ...), lower case, and
+/// where its last element (the count of a confirmation) starts.
+fn frame_kind(frame: &[u8]) -> Option<(String, usize)> {
+    let rest = frame
+        .strip_prefix(b"*")
+        .or_else(|| frame.strip_prefix(b">"))?;
+    let nl = memchr::memchr(b'\n', rest)?;
+    let body = &rest[nl + 1..];
+    let body = body.strip_prefix(b"$")?;
+    let nl2 = memchr::memchr(b'\n', body)?;
+    let len: usize = std::str::from_utf8(&body[..nl2])
+        .ok()?
+        .trim_end()
+        .parse()
+        .ok()?;
+    let kind = std::str::from_utf8(body.get(nl2 + 1..nl2 + 1 + len)?)
+        .ok()?
+        .to_ascii_lowercase();
+    // A confirmation ends in `:<count>\r\n`.
+    let end = frame.len().checked_sub(2)?;
+    let colon = memchr::memrchr(b':', &frame[..end])?;
+    Some((kind, colon))
+}
+
+impl Worker<'_> {
+    /// Pub/sub commands, and what a subscribed client sends: true when
+    /// handled here.
+    pub(super) fn pubsub_dispatch(
+        &mut self,
+        token: Token,
+        req: &Request,
+        bytes: &[u8],
+        now: Instant,
+    ) -> bool {
+        let Op::Redis(op) = req.op else {
+            return false;
+        };
+        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+            return false;
+        };
+        let name = op.cmd.name();
+        let is_pubsub = matches!(
+            name,
+            "SUBSCRIBE" | "UNSUBSCRIBE" | "PSUBSCRIBE" | "PUNSUBSCRIBE"
+        );
+        if c.subs.is_none() && !is_pubsub {
+            return false;
+        }
+        let (pool, resp3) = (c.pool, c.session.resp3);
+        if self.pools[pool].cluster.is_some() {
+            let mut out = Vec::new();
+            reply::error_reply("pub/sub is not supported in a Redis Cluster pool", &mut out);
+            self.push_ready(token, out, false);
+            return true;
+        }
+        if !is_pubsub {
+            if resp3
+                || matches!(
+                    req.route,
+                    crate::proto::Route::Local(crate::proto::Local::Quit(_))
+                )
+            {
+                return false;
+            }
+            let out = if name == "PING" {
+                b"*2\r\n$4\r\npong\r\n$0\r\n\r\n".to_vec()
+            } else {
+                let mut out = Vec::new();
+                reply::error_reply(
+                    &format!(
+                        "Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
+                        name.to_ascii_lowercase()
+                    ),
+                    &mut out,
+                );
+                out
+            };
+            self.push_ready(token, out, false);
+            return true;
+        }
+        let mut args: Vec<Vec<u8>> = Vec::new();
+        let mut it = Args::new(bytes);
+        it.next();
+        while let Some(a) = it.next() {
+            let mut v = Vec::new();
+            it.value(&a, &mut v);
+            args.push(v);
+        }
+        let mut subs = match self.conns.get_mut(token.0) {
+            Some(Conn::Client(c)) => c.subs.take().map(|b| *b).unwrap_or_default(),
+            _ => return true,
+        };
+        match name {
+            "SUBSCRIBE" | "PSUBSCRIBE" if args.is_empty() => {
+                self.put_subs(token, subs);
+                let mut out = Vec::new();
+                reply::error_reply(
+                    &format!(
+                        "wrong number of arguments for '{}' command",
+                        name.to_ascii_lowercase()
+                    ),
+                    &mut out,
+                );
+                self.push_ready(token, out, false);
+                return true;
+            }
+            "SUBSCRIBE" => {
+                for ch in &args {
+                    if !subs.channels.contains(ch) {
+                        subs.channels.push(ch.clone());
+                    }
+                }
+                self.pubsub_send_by_channel(token, pool, &mut subs, "SUBSCRIBE", &args, now);
+            }
+            "UNSUBSCRIBE" => {
+                let list = if args.is_empty() {
+                    std::mem::take(&mut subs.channels)
+                } else {
+                    subs.channels.retain(|c| !args.contains(c));
+                    args
+                };
+                if list.is_empty() {
+                    self.pubsub_nothing(token, &subs, "unsubscribe", resp3);
+                } else {
+                    self.pubsub_send_by_channel(token, pool, &mut subs, "UNSUBSCRIBE", &list, now);
+                }
+            }
+            "PSUBSCRIBE" => {
+                for p in &args {
+                    if !subs.patterns.contains(p) {
+                        subs.patterns.push(p.clone());
+                    }
+                }
+                self.pubsub_send_everywhere(token, pool, &mut subs, "PSUBSCRIBE", &args, now);
+            }
+            _ => {
+                // PUNSUBSCRIBE
+                let list = if args.is_empty() {
+                    std::mem::take(&mut subs.patterns)
+                } else {
+                    subs.patterns.retain(|p| !args.contains(p));
+                    args
+                };
+                if list.is_empty() {
+                    self.pubsub_nothing(token, &subs, "punsubscribe", resp3);
+                } else {
+                    self.pubsub_send_everywhere(token, pool, &mut subs, "PUNSUBSCRIBE", &list, now);
+                }
+            }
+        }
+        self.put_subs(token, subs);
+        true
+    }
+
+    /// redis-server's answer to an UNSUBSCRIBE with nothing subscribed.
+    fn pubsub_nothing(&mut self, token: Token, subs: &Subs, kind: &str, resp3: bool) {
+        let mut out = Vec::new();
+        if resp3 {
+            out.extend_from_slice(b">3\r\n");
+        } else {
+            reply::array(3, &mut out);
+        }
+        reply::bulk(kind.as_bytes(), &mut out);
+        reply::null(resp3, &mut out);
+        reply::integer(subs.count, &mut out);
+        self.push_ready(token, out, false);
+    }
+
+    fn pubsub_send_by_channel(
+        &mut self,
+        token: Token,
+        pool: usize,
+        subs: &mut Subs,
+        cmd: &str,
+        channels: &[Vec<u8>],
+        now: Instant,
+    ) {
+        let mut by_server: Vec<(usize, Vec<Vec<u8>>)> = Vec::new();
+        for ch in channels {
+            let Some(s) = self.pools[pool].server_for(ch, now) else {
+                continue;
+            };
+            match by_server.iter_mut().find(|(x, _)| *x == s) {
+                Some((_, v)) => v.push(ch.clone()),
+                None => by_server.push((s, vec![ch.clone()])),
+            }
+        }
+        for (server, chs) in by_server {
+            if let Some(st) = self.pubsub_conn(token, pool, subs, server, now) {
+                self.pubsub_send(st, &resp_command(cmd, &chs), now);
+            }
+        }
+    }
+
+    fn pubsub_send_everywhere(
+        &mut self,
+        token: Token,
+        pool: usize,
+        subs: &mut Subs,
+        cmd: &str,
+        patterns: &[Vec<u8>],
+        now: Instant,
+    ) {
+        let n = self.pools[pool].cfg.servers.len();
+        for server in 0..n {
+            if let Some(st) = self.pubsub_conn(token, pool, subs, server, now) {
+                self.pubsub_send(st, &resp_command(cmd, patterns), now);
+            }
+        }
+    }
+
+    /// The client's push connection to `server`, opened if needed.
+    fn pubsub_conn(
+        &mut self,
+        token: Token,
+        pool: usize,
+        subs: &mut Subs,
+        server: usize,
+        now: Instant,
+    ) -> Option<Token> {
+        if let Some(&(_, st, id)) = subs.conns.iter().find(|(s, ..)| *s == server) {
+            if matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id == id) {
+                return Some(st);
+            }
+        }
+        let (client_id, op) = match self.conns.get(token.0) {
+            Some(Conn::Client(c)) => (c.id, crate::proto::redis::Cmd::lookup(b"SUBSCRIBE")?),
+            _ => return None,
+        };
+        let op = Op::Redis(crate::proto::redis::RedisOp {
+            cmd: op,
+            class: op.class(),
+        });
+        let slot = self.conn_slot(token, pool, server, client_id, op);
+        let st = self.server_conn_dedicated(pool, server, slot, now).ok()?;
+        let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
+            return None;
+        };
+        s.push_to = Some((token, client_id));
+        s.pinned = Some(token);
+        subs.conns.retain(|(s, ..)| *s != server);
+        subs.conns.push((server, st, s.id));
+        subs.conns.sort_unstable();
+        Some(st)
+    }
+
+    fn pubsub_send(&mut self, st: Token, cmd: &[u8], now: Instant) {
+        let Some(sub) = crate::proto::redis::Cmd::lookup(b"SUBSCRIBE") else {
+            return;
+        };
+        let op = Op::Redis(crate::proto::redis::RedisOp {
+            cmd: sub,
+            class: sub.class(),
+        });
+        // No waiter: what the server sends back is pushed (`pubsub_frames`).
+        self.enqueue(st, None, op, |o| o.extend_from_slice(cmd), now);
+    }
+
+    /// Bytes from a push connection: every whole frame goes to its client
+    /// (confirmations with the client's own count). Returns the bytes used.
+    pub(super) fn pubsub_frames(&mut self, st: Token, input: &[u8]) -> usize {
+        let Some(Conn::Server(s)) = self.conns.get(st.0) else {
+            return 0;
+        };
+        let Some((ct, cid)) = s.push_to else {
+            return 0;
+        };
+        let (pool, server) = (s.pool, s.server);
+        let proto = self.pools[pool].proto;
+        let Some(sub) = crate::proto::redis::Cmd::lookup(b"SUBSCRIBE") else {
+            return 0;
+        };
+        let op = Op::Redis(crate::proto::redis::RedisOp {
+            cmd: sub,
+            class: sub.class(),
+        });
+        let mut off = 0;
+        while off < input.len() {
+            let Ok(Parse::Done(rsp)) = proto.parse_response(&input[off..], op) else {
+                break;
+            };
+            let frame = &input[off..off + rsp.len];
+            off += rsp.len;
+            // The connection's own handshake (AUTH, SELECT, HELLO 3) is
+            // answered first: those replies are not the client's.
+            if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
+                if s.inflight.pop_front().is_some() {
+                    s.sent = s.sent.saturating_sub(1);
+                    continue;
+                }
+            }
+            let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) else {
+                continue;
+            };
+            if c.id != cid {
+                continue;
+            }
+            let Some(subs) = c.subs.as_mut() else {
+                continue;
+            };
+            let out = match frame_kind(frame) {
+                Some((kind, colon))
+                    if matches!(
+                        kind.as_str(),
+                        "subscribe" | "unsubscribe" | "psubscribe" | "punsubscribe"
+                    ) =>
+                {
+                    // A pattern is confirmed by the first server only.
+                    let first = subs.conns.first().map(|(s, ..)| *s) == Some(server);
+                    if kind.starts_with('p') && !first {
+                        continue;
+                    }
+                    subs.count += if kind.contains("unsub") { -1 } else { 1 };
+                    subs.count = subs.count.max(0);
+                    let mut out = frame[..colon].to_vec();
+                    out.extend_from_slice(format!(":{}\r\n", subs.count).as_bytes());
+                    out
+                }
+                _ => frame.to_vec(),
+            };
+            let done = subs.count == 0 && subs.channels.is_empty() && subs.patterns.is_empty();
+            self.pubsub_out(ct, out);
+            if done {
+                self.pubsub_leave(ct);
+            }
+        }
+        off
+    }
+
+    fn pubsub_out(&mut self, ct: Token, out: Vec<u8>) {
+        self.push_ready(ct, out, false);
+        if let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) {
+            if c.wbuf.capacity() == 0 {
+                c.wbuf = self.bufs.take();
+            }
+            let added = c.drain_ready();
+            self.dirty_clients.push(ct);
+            self.add_out(added);
+        }
+        self.check_output_limit(ct);
+    }
+
+    /// The client subscribes to nothing any more: its connections close.
+    fn pubsub_leave(&mut self, ct: Token) {
+        let subs = match self.conns.get_mut(ct.0) {
+            Some(Conn::Client(c)) => c.subs.take(),
+            _ => None,
+        };
+        self.pubsub_close(subs);
+    }
+
+    /// Close the push connections of `subs` (the client leaves).
+    pub(super) fn pubsub_close(&mut self, subs: Option<Box<Subs>>) {
+        for (_, st, id) in subs.map(|s| s.conns).unwrap_or_default() {
+            if matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id == id) {
+                self.retire_server(st);
+            }
+        }
+    }
+
+    fn put_subs(&mut self, token: Token, subs: Subs) {
+        let keep = !subs.conns.is_empty() || !subs.channels.is_empty() || !subs.patterns.is_empty();
+        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+            c.subs = keep.then(|| Box::new(subs));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames() {
+        let (k, colon) = frame_kind(b"*3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n").unwrap();
+        assert_eq!(k, "subscribe");
+        assert_eq!(colon, 28);
+        let (k, _) = frame_kind(b">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$2\r\nhi\r\n").unwrap();
+        assert_eq!(k, "message");
+        assert_eq!(
+            resp_command("SUBSCRIBE", &[b"a".to_vec()]),
+            b"*2\r\n$9\r\nSUBSCRIBE\r\n$1\r\na\r\n".to_vec()
+        );
+    }
+}

@@ -1,0 +1,163 @@
+"""Redis pub/sub through walnut over three servers: a channel lives on the
+server its name hashes to (PUBLISH and SUBSCRIBE agree), a pattern listens
+on every server and is confirmed once, the subscriber sees one connection's
+counts; RESP2's subscribed-mode rules and RESP3 pushes; leaving closes the
+server connections; a subscriber that does not read is bounded by
+client_output_limit; a server lost under a subscriber closes it."""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import time
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from procs import HOST, redis_pool, wait_until
+
+
+def client(port: int, protocol: int = 2) -> redis.Redis:
+    return redis.Redis(host=HOST, port=port, protocol=protocol, retry=Retry(NoBackoff(), 0),
+                       socket_timeout=10)
+
+
+def chan(i: int) -> str:
+    return "ch" + hashlib.sha1(str(i).encode()).hexdigest()[:8]
+
+
+@pytest.fixture
+def three(procs):
+    servers = [procs.redis() for _ in range(3)]
+    p = procs.proxy("walnut", {"rd": redis_pool(servers, client_output_limit="1m")},
+                    extra_args=["--workers", "1"])
+    return p, servers
+
+
+def messages(ps, n: int, timeout: float = 10) -> list[dict]:
+    out = []
+    deadline = time.monotonic() + timeout
+    while len(out) < n and time.monotonic() < deadline:
+        m = ps.get_message(timeout=0.2)
+        if m is not None:
+            out.append(m)
+    return out
+
+
+def connected(servers) -> int:
+    return sum(redis.Redis(host=HOST, port=s.port).info("clients")["connected_clients"]
+               for s in servers)
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_channels_over_servers_and_patterns(three, protocol):
+    p, servers = three
+    sub, pub = client(p.port("rd"), protocol), client(p.port("rd"))
+    channels = [chan(i) for i in range(12)]
+    # They live on several servers, as keys of those names would.
+    direct = [redis.Redis(host=HOST, port=s.port) for s in servers]
+    for c in channels:
+        pub.set(c, 1)
+    assert sum(1 for d in direct if d.dbsize() > 0) >= 2
+    base = connected(servers)
+    ps = sub.pubsub()
+    ps.subscribe(*channels)
+    got = messages(ps, len(channels))
+    assert [m["type"] for m in got] == ["subscribe"] * len(channels)
+    # One connection's counts: 1, 2, ... 12.
+    assert [m["data"] for m in got] == list(range(1, len(channels) + 1))
+    assert sorted(m["channel"].decode() for m in got) == sorted(channels)
+    for i, c in enumerate(channels):
+        assert pub.publish(c, f"m{i}") == 1  # the one server that has the channel
+    got = messages(ps, len(channels))
+    assert sorted((m["channel"].decode(), m["data"].decode()) for m in got) == sorted(
+        (c, f"m{i}") for i, c in enumerate(channels))
+    # A pattern: on every server, confirmed once.
+    ps.psubscribe("news.*")
+    got = messages(ps, 1)
+    assert got[0]["type"] == "psubscribe" and got[0]["data"] == len(channels) + 1
+    assert messages(ps, 1, timeout=0.5) == []
+    for i in range(8):
+        pub.publish(f"news.{chan(i)}", str(i))
+    got = messages(ps, 8)
+    assert sorted(m["data"].decode() for m in got) == [str(i) for i in range(8)]
+    assert all(m["type"] == "pmessage" for m in got)
+    # Leaving: the counts come down, and the server connections close.
+    ps.unsubscribe()
+    ps.punsubscribe()
+    got = messages(ps, len(channels) + 1)
+    assert got[-1]["data"] == 0
+    wait_until(lambda: connected(servers) == base, 10, what="the subscriber's connections closed")
+
+
+def test_resp2_subscribed_mode_rules(three):
+    p, _ = three
+    with socket.create_connection((HOST, p.port("rd"))) as s:
+        s.sendall(b"*2\r\n$9\r\nSUBSCRIBE\r\n$1\r\na\r\n")
+        buf = b""
+        while not buf.endswith(b":1\r\n"):
+            buf += s.recv(4096)
+        assert buf == b"*3\r\n$9\r\nsubscribe\r\n$1\r\na\r\n:1\r\n"
+        s.sendall(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n*1\r\n$4\r\nPING\r\n")
+        want = (b"-ERR Can't execute 'get': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / "
+                b"QUIT / RESET are allowed in this context\r\n*2\r\n$4\r\npong\r\n$0\r\n\r\n")
+        buf = b""
+        while len(buf) < len(want):
+            buf += s.recv(4096)
+        assert buf == want
+
+
+def test_resp3_subscriber_runs_commands_too(three):
+    p, _ = three
+    r = client(p.port("rd"), 3)
+    ps = r.pubsub()
+    ps.subscribe("r3")
+    assert messages(ps, 1)[0]["type"] == "subscribe"
+    r.set("plain", "v")
+    assert r.get("plain") == b"v"
+    assert client(p.port("rd")).publish("r3", "hello") == 1
+    got = messages(ps, 1)
+    assert got[0]["type"] == "message" and got[0]["data"] == b"hello"
+
+
+def test_a_subscriber_that_does_not_read_is_closed(three):
+    p, _ = three
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect((HOST, p.port("rd")))
+    s.sendall(b"*2\r\n$9\r\nSUBSCRIBE\r\n$4\r\nslow\r\n")
+    time.sleep(0.2)
+    pub = client(p.port("rd"))
+    payload = "x" * 65536
+    # Far more than client_output_limit (1 MB) published, never read.
+    for _ in range(400):
+        pub.publish("slow", payload)
+    assert pub.ping() is True  # the others go on
+
+    def closed() -> bool:
+        s.setblocking(False)
+        try:
+            while True:
+                data = s.recv(1 << 20)
+                if not data:
+                    return True
+        except BlockingIOError:
+            return False
+        except ConnectionResetError:
+            return True
+    wait_until(closed, 20, what="the slow subscriber closed")
+    s.close()
+
+
+def test_a_server_lost_under_a_subscriber_closes_it(three):
+    p, servers = three
+    sub = client(p.port("rd"))
+    ps = sub.pubsub()
+    ps.psubscribe("any.*")  # on every server
+    assert messages(ps, 1)[0]["type"] == "psubscribe"
+    servers[1].kill()
+    with pytest.raises(redis.ConnectionError):
+        for _ in range(50):
+            ps.get_message(timeout=0.2)
