@@ -146,7 +146,6 @@ impl Worker<'_> {
                     self.forward_scan(token, client_id, pool, req, bytes, now);
                     return;
                 }
-                Op::Redis(op) if op.cmd.is("RANDOMKEY") => self.random_server(pool, client_id, now),
                 Op::Redis(_) if req.keys.is_empty() => self.keyless_server(pool, client_id, now),
                 _ => self.pools[pool].server_for(key.as_ref(), now),
             };
@@ -284,17 +283,6 @@ impl Worker<'_> {
             |out| proto.write_request(req, bytes, out),
             now,
         );
-    }
-
-    /// A live server at random (RANDOMKEY).
-    fn random_server(&mut self, pool: usize, client_id: u64, now: Instant) -> Option<usize> {
-        let p = &mut self.pools[pool];
-        p.server_for(b"", now)?;
-        let live: SmallVec<[usize; 8]> = (0..p.servers.len())
-            .filter(|&i| p.servers[i].ejected_until.is_none_or(|t| t <= now))
-            .collect();
-        let n = (crate::util::epoch_us() ^ client_id.rotate_left(17)) as usize;
-        live.get(n % live.len().max(1)).copied()
     }
 
     /// SCAN over every server in turn: the client's cursor names the

@@ -17,8 +17,8 @@ pub enum CmdClass {
     /// numkeys 0, as `Keyless`.
     Eval,
     /// No key (TIME): sent to one server, chosen by the pool's
-    /// `keyless_server` (the first live one, or a random one); RANDOMKEY
-    /// to a random live server; SCAN to the server its cursor names.
+    /// `keyless_server` (the first live one, or a random one); SCAN to the
+    /// server its cursor names.
     Keyless,
     /// Keys that must all be on one server for the command to keep its
     /// meaning (MSETNX: all or none set): forwarded whole when they are,
@@ -26,7 +26,8 @@ pub enum CmdClass {
     OneServer,
     /// Sent to every server, replies merged (SCRIPT LOAD / FLUSH, so a
     /// script loaded through the proxy runs wherever EVALSHA lands;
-    /// DBSIZE summed, KEYS joined, FLUSHALL / FLUSHDB behind the pool's
+    /// DBSIZE summed, KEYS joined, RANDOMKEY one of the servers' keys,
+    /// INFO's keyspace summed, FLUSHALL / FLUSHDB behind the pool's
     /// `allow_flush`).
     Broadcast,
     /// Answered by the proxy (PING, ECHO, QUIT, AUTH, SELECT, HELLO, CLIENT,
@@ -328,7 +329,7 @@ static TABLE: &[Entry] = &[
     e("PUBSUB", Unsupported, KeySpec::None),
     e("PUNSUBSCRIBE", PubSub, KeySpec::None),
     e("QUIT", Local, KeySpec::None),
-    e("RANDOMKEY", Keyless, KeySpec::None),
+    e("RANDOMKEY", Broadcast, KeySpec::None),
     e("READONLY", Unsupported, KeySpec::None),
     e("READWRITE", Unsupported, KeySpec::None),
     e("RENAME", Single, At(1)),

@@ -115,6 +115,19 @@ pub fn merge(name: &str, replies: &[&[u8]]) -> Option<Vec<u8>> {
             out.extend_from_slice(&body);
             Some(out)
         }
+        "RANDOMKEY" => {
+            // A key of one of the servers that has any, at random.
+            let keys: Vec<&[u8]> = replies
+                .iter()
+                .copied()
+                .filter(|r| r.starts_with(b"$") && !r.starts_with(b"$-1"))
+                .collect();
+            let pick = match keys.len() {
+                0 => replies.first().copied().unwrap_or(b"$-1\r\n"),
+                n => keys[(crate::util::epoch_us() as usize) % n],
+            };
+            Some(pick.to_vec())
+        }
         "INFO" => {
             // db0:keys=3,expires=1,avg_ttl=100 per database, summed (the
             // average TTL weighted by keys with one).
@@ -246,6 +259,14 @@ mod tests {
             Some(b"*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n".to_vec())
         );
         assert_eq!(merge("FLUSHALL", &[b"+OK\r\n"]), None);
+        assert_eq!(
+            merge("RANDOMKEY", &[b"$-1\r\n", b"$1\r\nk\r\n", b"_\r\n"]),
+            Some(b"$1\r\nk\r\n".to_vec())
+        );
+        assert_eq!(
+            merge("RANDOMKEY", &[b"_\r\n", b"_\r\n"]),
+            Some(b"_\r\n".to_vec())
+        );
         let a = b"$44\r\n# Keyspace\r\ndb0:keys=3,expires=1,avg_ttl=100\r\n\r\n";
         let b = b"$44\r\n# Keyspace\r\ndb0:keys=5,expires=1,avg_ttl=300\r\n\r\n";
         let info = merge("INFO", &[a, b, b"$13\r\n# Keyspace\r\n\r\n"]).unwrap();
