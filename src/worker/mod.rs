@@ -25,6 +25,7 @@ mod pool;
 mod pubsub;
 mod replies;
 mod server;
+mod server_health;
 mod spool;
 mod stream;
 mod stream_reply;

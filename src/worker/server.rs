@@ -80,53 +80,7 @@ impl Worker<'_> {
             .server_sub(pool, server, ServerField::OutQueueBytes, s.sent_bytes);
     }
 
-    /// Health checks: connect to every server whose retry time came and
-    /// that waits for a probe, and ask it something cheap (memcached
-    /// `version`, Redis `PING`); its first reply takes it back.
-    pub(super) fn probe_servers(&mut self, now: Instant) {
-        for pool in 0..self.pools.len() {
-            if let Some(t) = self.pools[pool].next_rebuild {
-                if now >= t {
-                    self.pools[pool].rebuild(now);
-                }
-            }
-            for server in 0..self.pools[pool].servers.len() {
-                let s = &self.pools[pool].servers[server];
-                if !s.probing || s.conns[0].is_some() {
-                    continue;
-                }
-                let Ok(token) = self.server_conn_for(pool, server, 0, now, true, false) else {
-                    continue;
-                };
-                let (op, probe): (Op, &[u8]) = if self.pools[pool].cfg.redis {
-                    let Some(cmd) = crate::proto::redis::Cmd::lookup(b"PING") else {
-                        continue;
-                    };
-                    (
-                        Op::Redis(crate::proto::redis::RedisOp {
-                            cmd,
-                            class: cmd.class(),
-                        }),
-                        b"*1\r\n$4\r\nPING\r\n",
-                    )
-                } else {
-                    (
-                        Op::Mc(crate::proto::memcache::McOp::Version),
-                        b"version\r\n",
-                    )
-                };
-                self.enqueue(
-                    token,
-                    Some(Waiter::Internal),
-                    op,
-                    |out| out.extend_from_slice(probe),
-                    now,
-                );
-            }
-        }
-    }
-
-    fn server_conn_for(
+    pub(super) fn server_conn_for(
         &mut self,
         pool: usize,
         server: usize,
@@ -629,68 +583,8 @@ impl Worker<'_> {
         self.check_output_limit(ct);
     }
 
-    /// A server connection's timer fired.
-    pub(super) fn server_timer(&mut self, token: Token, id: u64, now: Instant) {
-        let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
-            return;
-        };
-        if s.id != id {
-            return;
-        }
-        s.timer_armed = false;
-        if s.blocking {
-            // BLPOP k 60 waits as long as it asked: the server answers it.
-            return;
-        }
-        let Some(timeout) = self.pools[s.pool].timeout() else {
-            return;
-        };
-        if s.stream.is_some() || s.rstream.is_some() || s.feed.is_some() {
-            // A large value is moving: no timeout while it does.
-            s.timer_armed = true;
-            self.arm_timer(now + timeout, token, id);
-            return;
-        }
-        let Some(front) = s.inflight.front() else {
-            return;
-        };
-        let deadline = front.timed_from + timeout;
-        if deadline <= now {
-            self.close_server(token, Ending::Timeout, "Connection timed out", now);
-        } else {
-            s.timer_armed = true;
-            self.arm_timer(deadline, token, id);
-        }
-    }
-
-    fn note_failure(&mut self, pool: usize, server: usize, now: Instant, msg: &str) {
-        if self.pools[pool].record_failure(server, now, msg) {
-            self.stats.pool_add(pool, PoolField::ServerEjects, 1);
-            self.stats.server_set(
-                pool,
-                server,
-                ServerField::ServerEjectedAt,
-                crate::util::epoch_us(),
-            );
-            let p = &self.pools[pool];
-            crate::log_warn!(
-                "pool '{}': server '{}' ejected for {} ms after {} failures in a row ({}){}",
-                p.cfg.name,
-                p.servers[server].name,
-                p.cfg.server_retry_timeout_ms,
-                p.cfg.server_failure_limit,
-                msg,
-                if p.cfg.eject_fail_fast {
-                    "; its keys fail fast meanwhile"
-                } else {
-                    "; its keys go to the other servers meanwhile"
-                }
-            );
-        }
-    }
-
     /// Close a server connection; every request waiting on it gets an error reply.
-    fn close_server(&mut self, token: Token, how: Ending, msg: &str, now: Instant) {
+    pub(super) fn close_server(&mut self, token: Token, how: Ending, msg: &str, now: Instant) {
         self.close_server_as(token, how, msg, now, true);
     }
 
