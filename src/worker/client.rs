@@ -294,10 +294,19 @@ impl Worker<'_> {
             self.push_ready(token, crate::proto::redis::local::NOAUTH.to_vec(), false);
             return false;
         }
-        if self.pubsub_dispatch(token, &req, bytes, now) {
-            return false;
-        }
-        if self.txn_dispatch(token, &req, bytes, now) {
+        // Pub/sub and transactions: their commands, and whatever a client
+        // in one of those states sends (checked here first: the common
+        // request pays two comparisons, not two lookups).
+        let stateful = c.subs.is_some()
+            || c.txn.is_some()
+            || matches!(req.op, crate::proto::Op::Redis(op) if matches!(
+                op.class,
+                crate::proto::redis::CmdClass::PubSub | crate::proto::redis::CmdClass::Transaction
+            ));
+        if stateful
+            && (self.pubsub_dispatch(token, &req, bytes, now)
+                || self.txn_dispatch(token, &req, bytes, now))
+        {
             return false;
         }
         match req.route {

@@ -142,7 +142,7 @@ impl Worker<'_> {
             (server, slot)
         } else {
             let server = match req.op {
-                Op::Redis(op) if op.cmd.is("SCAN") => {
+                Op::Redis(op) if op.class == crate::proto::redis::CmdClass::Scan => {
                     self.forward_scan(token, client_id, pool, req, bytes, now);
                     return;
                 }

@@ -87,14 +87,11 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
             return false;
         };
-        let name = op.cmd.name();
-        let is_pubsub = matches!(
-            name,
-            "SUBSCRIBE" | "UNSUBSCRIBE" | "PSUBSCRIBE" | "PUNSUBSCRIBE"
-        );
+        let is_pubsub = op.class == crate::proto::redis::CmdClass::PubSub;
         if c.subs.is_none() && !is_pubsub {
             return false;
         }
+        let name = op.cmd.name();
         let (pool, resp3) = (c.pool, c.session.resp3);
         if self.pools[pool].cluster.is_some() {
             let mut out = Vec::new();

@@ -534,16 +534,22 @@ impl Worker<'_> {
     /// A SCAN reply with the client's cursor (see `forward_scan`).
     fn scan_reply(&self, pool: usize, server: usize, op: Op, bytes: &[u8]) -> Option<Vec<u8>> {
         match op {
-            Op::Redis(op) if op.cmd.is("SCAN") => crate::proto::redis::keyspace::scan_reply(
-                bytes,
-                server,
-                self.pools[pool].cfg.servers.len(),
-            ),
+            Op::Redis(op) if op.class == crate::proto::redis::CmdClass::Scan => {
+                crate::proto::redis::keyspace::scan_reply(
+                    bytes,
+                    server,
+                    self.pools[pool].cfg.servers.len(),
+                )
+            }
             _ => None,
         }
     }
 
     /// Hand one reply to the client that waits for it.
+    // Inlined into `process_replies`, its one caller on the hot path (as
+    // it was before it took a `ReplyTo`): a call per reply costs ~30
+    // instructions per request in the profile.
+    #[inline(always)]
     fn deliver(&mut self, to: ReplyTo, bytes: &[u8], is_error: bool) {
         let ReplyTo {
             token: ct,

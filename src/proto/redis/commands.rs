@@ -17,8 +17,7 @@ pub enum CmdClass {
     /// numkeys 0, as `Keyless`.
     Eval,
     /// No key (TIME): sent to one server, chosen by the pool's
-    /// `keyless_server` (the first live one, or a random one); SCAN to the
-    /// server its cursor names.
+    /// `keyless_server` (the first live one, or a random one).
     Keyless,
     /// Keys that must all be on one server for the command to keep its
     /// meaning (MSETNX: all or none set): forwarded whole when they are,
@@ -41,6 +40,8 @@ pub enum CmdClass {
     /// MULTI, EXEC, DISCARD, WATCH, UNWATCH: a transaction on a server
     /// connection pinned to the client (see `worker/txn.rs`).
     Transaction,
+    /// SCAN: to the server its cursor names (see `keyspace.rs`).
+    Scan,
     /// SUBSCRIBE, UNSUBSCRIBE, PSUBSCRIBE, PUNSUBSCRIBE: on server
     /// connections of the client's own (see `worker/pubsub.rs`).
     PubSub,
@@ -180,7 +181,7 @@ const fn e(name: &'static str, class: CmdClass, keys: KeySpec) -> Entry {
 }
 
 use CmdClass::{
-    Blocking, Broadcast, Eval, Keyless, Local, MGet, MSet, OneServer, PubSub, Single, SumInt,
+    Blocking, Broadcast, Eval, Keyless, Local, MGet, MSet, OneServer, PubSub, Scan, Single, SumInt,
     Transaction, Unsupported,
 };
 use KeySpec::{All, AllButLast, At, FirstTwo, NumKeysAt2, Pairs, Streams};
@@ -344,7 +345,7 @@ static TABLE: &[Entry] = &[
     e("RPUSHX", Single, At(1)),
     e("SADD", Single, At(1)),
     e("SAVE", Unsupported, KeySpec::None),
-    e("SCAN", Keyless, KeySpec::None),
+    e("SCAN", Scan, KeySpec::None),
     e("SCARD", Single, At(1)),
     // SCRIPT LOAD and FLUSH only (others are refused, see request.rs).
     e("SCRIPT", Broadcast, KeySpec::None),

@@ -493,7 +493,7 @@ fn scan(buf: &[u8], limits: &Limits) -> Result<Scanned, Stop> {
                 Err(e) => return fail(e),
             }
         }
-        CmdClass::Keyless => Route::Single,
+        CmdClass::Keyless | CmdClass::Scan => Route::Single,
         CmdClass::Broadcast if !cmd.is("SCRIPT") => Route::Broadcast,
         CmdClass::Broadcast => {
             let sub = second.as_ref().map(|a| &buf[a.range.clone()]);
