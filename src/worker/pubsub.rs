@@ -124,6 +124,21 @@ impl Worker<'_> {
             self.push_ready(token, out, false);
             return true;
         }
+        self.pubsub_command(token, pool, resp3, name, bytes, now);
+        true
+    }
+
+    /// (P)SUBSCRIBE and (P)UNSUBSCRIBE: the client's subscriptions change,
+    /// and the servers concerned are told.
+    fn pubsub_command(
+        &mut self,
+        token: Token,
+        pool: usize,
+        resp3: bool,
+        name: &str,
+        bytes: &[u8],
+        now: Instant,
+    ) {
         let mut args: Vec<Vec<u8>> = Vec::new();
         let mut it = Args::new(bytes);
         it.next();
@@ -134,7 +149,7 @@ impl Worker<'_> {
         }
         let mut subs = match self.conns.get_mut(token.0) {
             Some(Conn::Client(c)) => c.subs.take().map(|b| *b).unwrap_or_default(),
-            _ => return true,
+            _ => return,
         };
         match name {
             "SUBSCRIBE" | "PSUBSCRIBE" if args.is_empty() => {
@@ -148,7 +163,7 @@ impl Worker<'_> {
                     &mut out,
                 );
                 self.push_ready(token, out, false);
-                return true;
+                return;
             }
             "SUBSCRIBE" => {
                 for ch in &args {
@@ -195,7 +210,6 @@ impl Worker<'_> {
             }
         }
         self.put_subs(token, subs);
-        true
     }
 
     /// redis-server's answer to an UNSUBSCRIBE with nothing subscribed.

@@ -74,7 +74,7 @@ impl Worker<'_> {
         {
             return false;
         }
-        let (pool, client_id) = (c.pool, c.id);
+        let pool = c.pool;
         if self.pools[pool].cluster.is_some() {
             self.push_ready(
                 token,
@@ -85,7 +85,27 @@ impl Worker<'_> {
         }
         let name = name_of(req);
         let mut t = self.take_txn(token);
-        let out: Option<Vec<u8>> = match name {
+        let out = self.txn_answer(token, name, &mut t, now);
+        if let Some(out) = out {
+            let keep = t.multi || t.conn.is_some();
+            self.put_txn(token, keep.then_some(t));
+            self.push_ready(token, out, false);
+            return true;
+        }
+        self.txn_forward(token, req, bytes, t, now);
+        true
+    }
+
+    /// What a transaction command is answered here (no server needed, or
+    /// refused); `None` when it goes to the pinned connection.
+    fn txn_answer(
+        &mut self,
+        token: Token,
+        name: &str,
+        t: &mut Txn,
+        now: Instant,
+    ) -> Option<Vec<u8>> {
+        match name {
             "MULTI" if t.multi => Some(error("MULTI calls can not be nested")),
             "MULTI" => {
                 t.multi = true;
@@ -101,13 +121,13 @@ impl Worker<'_> {
             "EXEC" if t.dirty => {
                 if t.conn.is_some() {
                     // The server forgets the queued commands.
-                    self.txn_send_internal(token, &t, b"*1\r\n$7\r\nDISCARD\r\n", now);
+                    self.txn_send_internal(token, t, b"*1\r\n$7\r\nDISCARD\r\n", now);
                 }
-                self.txn_unpin(token, &mut t);
+                self.txn_unpin(token, t);
                 Some(b"-EXECABORT Transaction discarded because of previous errors.\r\n".to_vec())
             }
             "EXEC" | "DISCARD" if t.conn.is_none() => {
-                t = Txn::default();
+                *t = Txn::default();
                 Some(if name == "EXEC" {
                     b"*0\r\n".to_vec()
                 } else {
@@ -116,7 +136,7 @@ impl Worker<'_> {
             }
             "UNWATCH" if t.conn.is_none() || t.multi => {
                 if t.conn.is_none() && !t.multi {
-                    t = Txn::default();
+                    *t = Txn::default();
                 }
                 if t.multi {
                     None // queued like any command
@@ -125,14 +145,17 @@ impl Worker<'_> {
                 }
             }
             _ => None,
-        };
-        if let Some(out) = out {
-            let keep = t.multi || t.conn.is_some();
-            self.put_txn(token, keep.then_some(t));
-            self.push_ready(token, out, false);
-            return true;
         }
-        // To the pinned connection, choosing (and opening) it first.
+    }
+
+    /// A command of a transaction to its pinned connection, choosing (and
+    /// opening) it first; refused when its keys are on another server.
+    fn txn_forward(&mut self, token: Token, req: &Request, bytes: &[u8], mut t: Txn, now: Instant) {
+        let name = name_of(req);
+        let (pool, client_id) = match self.conns.get(token.0) {
+            Some(Conn::Client(c)) => (c.pool, c.id),
+            _ => return,
+        };
         let key = routing_key(req, bytes);
         let target = if req.keys.is_empty() {
             None
@@ -160,7 +183,7 @@ impl Worker<'_> {
                 )),
                 false,
             );
-            return true;
+            return;
         }
         if t.conn.is_none() {
             let server = match target {
@@ -170,7 +193,7 @@ impl Worker<'_> {
             let Some(server) = server else {
                 self.put_txn(token, Some(t));
                 self.reply_no_server(token, pool, req);
-                return true;
+                return;
             };
             let slot = self.conn_slot(token, pool, server, client_id, req.op);
             match self.server_conn_dedicated(pool, server, slot, now) {
@@ -185,7 +208,7 @@ impl Worker<'_> {
                     let mut out = Vec::new();
                     self.pools[pool].proto.server_error(req.op, &msg, &mut out);
                     self.push_ready(token, out, false);
-                    return true;
+                    return;
                 }
             }
             if t.multi_unsent {
@@ -197,7 +220,7 @@ impl Worker<'_> {
             t.ending = true;
         }
         let Some((st, _, _)) = t.conn else {
-            return true;
+            return;
         };
         self.put_txn(token, Some(t));
         let seq = self.push_slot(token, req.noreply, Slot::default());
@@ -208,7 +231,6 @@ impl Worker<'_> {
             frag: None,
         };
         self.enqueue(st, to.waiter(), req.op, |o| o.extend_from_slice(bytes), now);
-        true
     }
 
     /// A reply came back on connection `st`, pinned to client `ct`: after
