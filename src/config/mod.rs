@@ -16,6 +16,7 @@ mod error;
 mod pool;
 mod process;
 mod scalar;
+mod security;
 pub mod show;
 mod yaml;
 
@@ -27,6 +28,7 @@ pub use process::{
     DEFAULT_SLOWLOG_US, LOG_LEVEL_MAX, PROCESS_KEYS, PROCESS_SECTION,
 };
 pub use scalar::{parse_micros, parse_millis, parse_size};
+pub use security::{AclUser, ListenTls, Security, ServerTls, SECURITY_KEYS};
 
 use scalar::Report;
 use std::collections::HashMap;

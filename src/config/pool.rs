@@ -2,6 +2,7 @@
 
 use super::addr::{parse_listen, parse_server, ListenAddr, ServerConfig};
 use super::scalar::{parse_bool, parse_micros, parse_num, parse_size, Report};
+use super::security::{validate_security, Security, SECURITY_KEYS};
 use super::yaml::{RawEntry, RawSection, RawValue};
 use crate::hash::{Distribution, HashKind};
 use std::collections::HashMap;
@@ -160,6 +161,8 @@ pub struct PoolConfig {
     /// go to a replica of the slot's master (after `READONLY`), falling
     /// back to the master when the slot has none (default false).
     pub cluster_read_replicas: bool,
+    /// TLS (listener and servers) and ACL users (config/security.rs).
+    pub security: Security,
 }
 
 /// True when a TCP listen host is an IP literal or resolves.
@@ -189,12 +192,18 @@ fn first_of_each<'e>(r: &mut Report, entries: &'e [RawEntry]) -> HashMap<&'e str
             );
             continue;
         }
-        if !POOL_KEYS.contains(&key) {
+        if !POOL_KEYS.contains(&key) && !SECURITY_KEYS.contains(&key) {
             r.error(e.key.line, format!("unknown key '{key}'{}", suggest(key)));
             continue;
         }
         let is_seq = matches!(e.value, RawValue::Seq(_));
-        if key == "servers" && !is_seq {
+        if key == "users" && !is_seq {
+            r.error(
+                e.key.line,
+                "'users' must be a list of \"- NAME PASSWORD [readonly] [~PREFIX*]...\" lines",
+            );
+        } else if key == "users" {
+        } else if key == "servers" && !is_seq {
             r.error(
                 e.key.line,
                 "'servers' must be a list of \"- host:port:weight [name]\" lines",
@@ -214,6 +223,7 @@ fn suggest(key: &str) -> String {
     let lower = key.to_ascii_lowercase().replace('-', "_");
     POOL_KEYS
         .iter()
+        .chain(SECURITY_KEYS.iter())
         .find(|k| **k == lower || k.starts_with(&lower) && lower.len() >= 4)
         .map(|k| format!(" (did you mean '{k}'?)"))
         .unwrap_or_default()
@@ -501,10 +511,18 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
         }
     }
 
+    let security = validate_security(
+        r,
+        |k| keys.get(k).map(|e| (&e.key, &e.value)),
+        redis,
+        redis_auth.is_some(),
+    );
+
     if r.errors.len() > before {
         return None;
     }
     Some(PoolConfig {
+        security: security?,
         name: section.name.text.clone(),
         line: section.name.line,
         listen: listen?,

@@ -11,8 +11,7 @@ const IO_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest line or value read (a corrupt length must not allocate wildly).
 const MAX_READ: usize = 1 << 30;
 
-trait Stream: Read + Write {}
-impl<T: Read + Write> Stream for T {}
+use crate::net::tls::ReadWrite as Stream;
 
 /// A RESP reply.
 #[derive(Debug, PartialEq, Eq)]
@@ -97,7 +96,7 @@ impl Conn {
                 s.set_read_timeout(Some(IO_TIMEOUT))?;
                 s.set_write_timeout(Some(IO_TIMEOUT))?;
                 let _ = s.set_nodelay(true);
-                Box::new(s)
+                crate::net::tls::PoolTls::new(&pool.security).connected_blocking(s, host)?
             }
             ServerAddr::Unix { path } => {
                 let s = std::os::unix::net::UnixStream::connect(path)?;
@@ -114,7 +113,10 @@ impl Conn {
         };
         if pool.redis {
             if let Some(pw) = &pool.redis_auth {
-                c.send(&resp_command(&[b"AUTH", pw.as_bytes()]))?;
+                match &pool.security.redis_auth_user {
+                    Some(u) => c.send(&resp_command(&[b"AUTH", u.as_bytes(), pw.as_bytes()]))?,
+                    None => c.send(&resp_command(&[b"AUTH", pw.as_bytes()]))?,
+                }
                 if let Resp::Error(e) = c.resp()? {
                     return Err(err(String::from_utf8_lossy(&e).into_owned()));
                 }

@@ -4,6 +4,7 @@
 
 pub mod handover;
 mod stream;
+pub mod tls;
 
 pub use stream::{Listener, Stream};
 

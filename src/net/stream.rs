@@ -13,6 +13,8 @@ pub enum Stream {
     Tcp(mio::net::TcpStream),
     /// Unix domain.
     Unix(mio::net::UnixStream),
+    /// TLS over TCP.
+    Tls(Box<super::tls::TlsStream>),
 }
 
 impl Stream {
@@ -21,12 +23,30 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.take_error(),
             Stream::Unix(s) => s.take_error(),
+            Stream::Tls(s) => s.tcp.take_error(),
         }
     }
 
     /// Whether this is a TCP stream (TCP_QUICKACK applies).
     pub fn is_tcp(&self) -> bool {
-        matches!(self, Stream::Tcp(_))
+        matches!(self, Stream::Tcp(_) | Stream::Tls(_))
+    }
+
+    /// Whether this connection carries TLS.
+    pub fn is_tls(&self) -> bool {
+        matches!(self, Stream::Tls(_))
+    }
+
+    /// A TLS handshake not finished yet.
+    pub fn is_handshaking(&self) -> bool {
+        matches!(self, Stream::Tls(t) if t.is_handshaking())
+    }
+
+    /// TLS: send close_notify (best effort) before the socket closes.
+    pub fn say_goodbye(&mut self) {
+        if let Stream::Tls(s) = self {
+            s.close();
+        }
     }
 
     /// Shut down both directions.
@@ -34,6 +54,7 @@ impl Stream {
         let _ = match self {
             Stream::Tcp(s) => s.shutdown(std::net::Shutdown::Both),
             Stream::Unix(s) => s.shutdown(std::net::Shutdown::Both),
+            Stream::Tls(s) => s.tcp.shutdown(std::net::Shutdown::Both),
         };
     }
 }
@@ -43,6 +64,7 @@ impl Read for Stream {
         match self {
             Stream::Tcp(s) => s.read(buf),
             Stream::Unix(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
         }
     }
 }
@@ -52,16 +74,23 @@ impl Write for Stream {
         match self {
             Stream::Tcp(s) => s.write(buf),
             Stream::Unix(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
         }
     }
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => s.write_vectored(bufs),
             Stream::Unix(s) => s.write_vectored(bufs),
+            Stream::Tls(s) => s.write_vectored(bufs),
         }
     }
+    /// TLS: push ciphertext left in rustls; plain sockets have none.
+    #[inline]
     fn flush(&mut self) -> io::Result<()> {
-        Ok(())
+        match self {
+            Stream::Tls(s) => s.flush_tls(),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -70,6 +99,7 @@ impl AsRawFd for Stream {
         match self {
             Stream::Tcp(s) => s.as_raw_fd(),
             Stream::Unix(s) => s.as_raw_fd(),
+            Stream::Tls(s) => s.tcp.as_raw_fd(),
         }
     }
 }
@@ -79,18 +109,21 @@ impl Source for Stream {
         match self {
             Stream::Tcp(s) => s.register(r, t, i),
             Stream::Unix(s) => s.register(r, t, i),
+            Stream::Tls(s) => s.tcp.register(r, t, i),
         }
     }
     fn reregister(&mut self, r: &Registry, t: Token, i: Interest) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.reregister(r, t, i),
             Stream::Unix(s) => s.reregister(r, t, i),
+            Stream::Tls(s) => s.tcp.reregister(r, t, i),
         }
     }
     fn deregister(&mut self, r: &Registry) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.deregister(r),
             Stream::Unix(s) => s.deregister(r),
+            Stream::Tls(s) => s.tcp.deregister(r),
         }
     }
 }

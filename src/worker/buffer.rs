@@ -101,6 +101,42 @@ impl Buffer {
         f(&mut self.data);
     }
 
+    /// One read from a client or server connection: `read(2)` straight
+    /// into the buffer for plain sockets, decrypted plaintext for TLS.
+    #[inline]
+    pub fn read_stream(
+        &mut self,
+        sock: &mut crate::net::Stream,
+        chunk: usize,
+    ) -> io::Result<(usize, bool)> {
+        match sock {
+            crate::net::Stream::Tls(t) => self.read_from(&mut **t, chunk),
+            _ => self.read_fd(std::os::fd::AsRawFd::as_raw_fd(sock), chunk),
+        }
+    }
+
+    /// One `read` from a reader that needs initialised memory (TLS):
+    /// zero at most `chunk` bytes of spare room and read into them.
+    /// Returns the bytes read and whether the read was short.
+    fn read_from(&mut self, r: &mut impl io::Read, chunk: usize) -> io::Result<(usize, bool)> {
+        if self.data.capacity() - self.data.len() < MIN_READ_ROOM {
+            self.reserve(chunk);
+        }
+        let len = self.data.len();
+        let room = (self.data.capacity() - len).min(chunk.max(MIN_READ_ROOM));
+        self.data.resize(len + room, 0);
+        match r.read(&mut self.data[len..]) {
+            Ok(n) => {
+                self.data.truncate(len + n);
+                Ok((n, n < room))
+            }
+            Err(e) => {
+                self.data.truncate(len);
+                Err(e)
+            }
+        }
+    }
+
     /// One `read(2)` from `fd` into the spare room (grown to at least
     /// `chunk` when less than a page is free). Returns the bytes read and
     /// whether the read was short (the socket had nothing more at that

@@ -36,7 +36,7 @@ impl Worker<'_> {
             if c.rbuf.capacity() == 0 {
                 c.rbuf = self.bufs.take();
             }
-            match c.rbuf.read_fd(c.sock.as_raw_fd(), READ_CHUNK) {
+            match c.rbuf.read_stream(&mut c.sock, READ_CHUNK) {
                 Ok((0, _)) => {
                     c.eof = true;
                     break;
@@ -58,7 +58,17 @@ impl Worker<'_> {
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(_) => {
+                Err(e) => {
+                    if e.kind() == ErrorKind::InvalidData {
+                        // TLS: which side failed and why (a plain-text client,
+                        // a certificate refused), with the peer.
+                        crate::log_warn!(
+                            "client {} of pool '{}': {}",
+                            crate::net::peer_of(c.sock.as_raw_fd()),
+                            self.pools[c.pool].cfg.name,
+                            e
+                        );
+                    }
                     self.close_client(token, true);
                     return;
                 }
@@ -294,6 +304,14 @@ impl Worker<'_> {
             self.push_ready(token, crate::proto::redis::local::NOAUTH.to_vec(), false);
             return false;
         }
+        if let Some(u) = c.session.user {
+            // An ACL user (`users`): read-only, or limited to key prefixes.
+            let user = &self.pools[pool].cfg.security.users[u as usize];
+            if let Some(out) = crate::proto::redis::acl::refusal(user, &req, bytes) {
+                self.push_ready(token, out, false);
+                return false;
+            }
+        }
         // Pub/sub and transactions: their commands, and whatever a client
         // in one of those states sends (checked here first: the common
         // request pays two comparisons, not two lookups).
@@ -492,6 +510,11 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return false;
         };
+        if c.sock.is_tls() && c.sock.flush().is_err() {
+            // Ciphertext rustls still held could not be written.
+            self.close_client(token, true);
+            return false;
+        }
         while !c.wbuf.is_empty() {
             match c.sock.write(c.wbuf.bytes()) {
                 Ok(0) => break,

@@ -117,75 +117,6 @@ impl ClusterRt {
     }
 }
 
-/// Read-only commands a cluster replica serves after `READONLY`.
-pub fn is_read_command(name: &str) -> bool {
-    matches!(
-        name,
-        "GET"
-            | "MGET"
-            | "STRLEN"
-            | "GETRANGE"
-            | "SUBSTR"
-            | "GETBIT"
-            | "BITCOUNT"
-            | "BITPOS"
-            | "EXISTS"
-            | "TYPE"
-            | "TTL"
-            | "PTTL"
-            | "EXPIRETIME"
-            | "PEXPIRETIME"
-            | "DUMP"
-            | "HGET"
-            | "HMGET"
-            | "HGETALL"
-            | "HKEYS"
-            | "HVALS"
-            | "HLEN"
-            | "HEXISTS"
-            | "HSTRLEN"
-            | "HRANDFIELD"
-            | "HSCAN"
-            | "LRANGE"
-            | "LINDEX"
-            | "LLEN"
-            | "LPOS"
-            | "SMEMBERS"
-            | "SISMEMBER"
-            | "SMISMEMBER"
-            | "SCARD"
-            | "SRANDMEMBER"
-            | "SSCAN"
-            | "SINTER"
-            | "SUNION"
-            | "SDIFF"
-            | "SINTERCARD"
-            | "ZRANGE"
-            | "ZRANGEBYSCORE"
-            | "ZREVRANGEBYSCORE"
-            | "ZRANGEBYLEX"
-            | "ZREVRANGEBYLEX"
-            | "ZREVRANGE"
-            | "ZCARD"
-            | "ZSCORE"
-            | "ZMSCORE"
-            | "ZRANK"
-            | "ZREVRANK"
-            | "ZCOUNT"
-            | "ZLEXCOUNT"
-            | "ZSCAN"
-            | "ZRANDMEMBER"
-            | "PFCOUNT"
-            | "GEOPOS"
-            | "GEODIST"
-            | "GEOHASH"
-            | "GEOSEARCH"
-            | "XRANGE"
-            | "XREVRANGE"
-            | "XLEN"
-    )
-}
-
 /// The ASKING command.
 pub(super) const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
 /// The CLUSTER SLOTS command.
@@ -202,7 +133,7 @@ pub(super) fn internal_op() -> Option<Op> {
 
 fn op_is_read(op: Op) -> bool {
     match op {
-        Op::Redis(r) => is_read_command(r.cmd.name()),
+        Op::Redis(r) => crate::proto::redis::commands::is_read_command(r.cmd.name()),
         Op::Mc(_) => false,
     }
 }
@@ -686,6 +617,7 @@ mod tests {
 
     #[test]
     fn read_commands() {
+        use crate::proto::redis::commands::is_read_command;
         assert!(is_read_command("GET") && is_read_command("MGET"));
         assert!(!is_read_command("SET") && !is_read_command("DEL"));
         assert!(!is_read_command("EVAL"));

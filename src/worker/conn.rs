@@ -150,6 +150,8 @@ pub struct Client {
     pub session: crate::proto::redis::local::Session,
     /// Last activity (idle timeout).
     pub last_active: Instant,
+    /// When it connected (TLS handshake timeout).
+    pub opened: Instant,
     /// A large request being passed to its server as it arrives.
     pub stream: Option<ReqStream>,
     /// A server whose reading is paused until this client's output drains

@@ -49,6 +49,8 @@ pub struct Handed {
     pub lib_name: Option<Vec<u8>>,
     /// Redis: CLIENT SETINFO LIB-VER.
     pub lib_ver: Option<Vec<u8>>,
+    /// Redis: the ACL user it logged in as (`users`), by name.
+    pub user: Option<Vec<u8>>,
     /// Input bytes still to discard (a refused oversized value).
     pub swallow: u64,
     /// The unparsed start of its next request.
@@ -110,6 +112,10 @@ impl Handed {
         out.extend_from_slice(&self.swallow.to_le_bytes());
         put_bytes(&mut out, Some(&self.input));
         put_bytes(&mut out, Some(&self.output));
+        // Last and only when set: an older binary's message has none.
+        if self.user.is_some() {
+            put_bytes(&mut out, self.user.as_deref());
+        }
         out
     }
 
@@ -121,7 +127,7 @@ impl Handed {
         }
         let flags = r.take(1)?[0];
         let pool = String::from_utf8(r.bytes()??).ok()?;
-        let h = Handed {
+        let mut h = Handed {
             pool,
             redis: flags & 4 != 0,
             resp3: flags & 1 != 0,
@@ -129,10 +135,14 @@ impl Handed {
             name: r.bytes()?,
             lib_name: r.bytes()?,
             lib_ver: r.bytes()?,
+            user: None,
             swallow: r.u64()?,
             input: r.bytes()??,
             output: r.bytes()??,
         };
+        if !r.0.is_empty() {
+            h.user = r.bytes()?;
+        }
         r.0.is_empty().then_some(h)
     }
 }
@@ -204,6 +214,10 @@ impl Worker<'_> {
                 name: s.name.clone(),
                 lib_name: s.lib_name.clone(),
                 lib_ver: s.lib_ver.clone(),
+                user: s
+                    .user
+                    .and_then(|u| self.pools[c.pool].cfg.security.users.get(u as usize))
+                    .map(|u| u.name.as_bytes().to_vec()),
                 swallow: c.swallow as u64,
                 input: c.rbuf.bytes().to_vec(),
                 output: c.wbuf.bytes().to_vec(),
@@ -337,7 +351,16 @@ impl Worker<'_> {
             return;
         };
         self.stats.worker_add(WorkerField::HandedIn, 1);
-        let has_password = self.pools[pool].cfg.redis_auth.is_some();
+        let cfg = &self.pools[pool].cfg;
+        let open = cfg.redis_auth.is_none() && cfg.security.users.is_empty();
+        // Its ACL user, if this configuration still has it: a user removed
+        // by the reload is logged out.
+        let user = h.user.as_ref().map(|name| {
+            let users = &cfg.security.users;
+            users
+                .iter()
+                .position(|u| u.name.as_bytes() == name.as_slice())
+        });
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return;
         };
@@ -346,7 +369,8 @@ impl Worker<'_> {
             resp3: h.resp3,
             // A password set by this reload does not log out a client
             // that was in (as redis-server's CONFIG SET requirepass).
-            authenticated: h.authenticated || !has_password,
+            authenticated: (h.authenticated && user != Some(None)) || open,
+            user: user.flatten().map(|u| u as u16),
             name: h.name,
             lib_name: h.lib_name,
             lib_ver: h.lib_ver,
@@ -382,6 +406,7 @@ mod tests {
             name: Some(b"conn-1".to_vec()),
             lib_name: None,
             lib_ver: Some(Vec::new()),
+            user: Some(b"app".to_vec()),
             swallow: 12,
             input: b"*2\r\n$3\r\nGET".to_vec(),
             output: b"+OK\r\n".to_vec(),

@@ -142,6 +142,13 @@ impl Worker<'_> {
                 use std::os::fd::AsRawFd;
                 crate::net::tune_client(sock.as_raw_fd(), p.cfg.tcpkeepalive);
             }
+            let sock = match p.tls.accepted(sock) {
+                Ok(s) => s,
+                Err(e) => {
+                    crate::log_error!("pool '{}': cannot start TLS: {}", p.cfg.name, e);
+                    continue;
+                }
+            };
             if self.insert_client(sock, pool, now).is_some() {
                 self.stats.worker_add(WorkerField::TotalConnections, 1);
             }
@@ -189,8 +196,10 @@ impl Worker<'_> {
                     .redis_auth
                     .as_deref()
                     .map(str::as_bytes),
+                !self.pools[pool].cfg.security.users.is_empty(),
             ),
             last_active: now,
+            opened: now,
             stream: None,
             rstream_from: None,
             gate: None,

@@ -150,6 +150,7 @@ impl Worker<'_> {
         let pool = &self.pools[c.pool];
         let side = crate::proto::redis::local::PoolSide {
             password: pool.cfg.redis_auth.as_deref().map(str::as_bytes),
+            users: &pool.cfg.security.users,
             resp3: !pool.resp3_refused,
         };
         let mut out = Vec::new();

@@ -453,6 +453,24 @@ impl<'a> Worker<'a> {
             .iter_mut()
             .filter_map(|(k, c)| match c {
                 Conn::Client(c) => {
+                    if c.sock.is_handshaking() {
+                        let ms = pools[c.pool]
+                            .cfg
+                            .security
+                            .listen_tls
+                            .as_ref()
+                            .map_or(10_000, |t| t.handshake_timeout_ms);
+                        if now.duration_since(c.opened) > Duration::from_millis(ms) {
+                            crate::log_warn!(
+                                "client {} of pool '{}': TLS handshake not finished after {} ms; closing it",
+                                crate::net::peer_of(std::os::fd::AsRawFd::as_raw_fd(&c.sock)),
+                                pools[c.pool].cfg.name,
+                                ms
+                            );
+                            return Some(k);
+                        }
+                        return None;
+                    }
                     if !c.pending.is_empty()
                         || !c.wbuf.is_empty()
                         || c.stream.is_some()

@@ -15,6 +15,9 @@ pub struct ServerRt {
     pub endpoint: Option<Endpoint>,
     /// Display name (stats key).
     pub name: String,
+    /// Host its TLS certificate must name (as written; empty for unix
+    /// sockets).
+    pub tls_host: String,
     /// The ketama name and weight, for ring rebuilds.
     pub ring_name: String,
     /// Configured weight.
@@ -48,6 +51,7 @@ impl ServerRt {
     ) -> ServerRt {
         ServerRt {
             endpoint,
+            tls_host: String::new(),
             name,
             ring_name,
             weight,
@@ -101,6 +105,8 @@ pub struct PoolRt {
     pub resp3_refused: bool,
     /// Redis Cluster pools: the slot map (`redis_cluster: true`).
     pub cluster: Option<Box<super::cluster::ClusterRt>>,
+    /// TLS on the listener and to the servers.
+    pub tls: crate::net::tls::PoolTls,
     /// A reload changed the servers of this pool (`migration: true`):
     /// where keys were before, until the migration is done.
     pub migration: Option<Box<super::migrate::MigrationRt>>,
@@ -136,6 +142,7 @@ impl PoolRt {
             cluster: cfg
                 .redis_cluster
                 .then(|| Box::new(super::cluster::ClusterRt::new(cfg.servers.len()))),
+            tls: crate::net::tls::PoolTls::new(&cfg.security),
             migration,
         }
     }
@@ -143,13 +150,17 @@ impl PoolRt {
     /// Add a server found at run time (a Redis Cluster node that is not in
     /// the configuration); returns its index.
     pub fn add_server(&mut self, name: String, endpoint: Endpoint) -> usize {
-        self.servers.push(ServerRt::new(
+        let mut s = ServerRt::new(
             Some(endpoint),
             name.clone(),
-            name,
+            name.clone(),
             1,
             self.cfg.server_connections,
-        ));
+        );
+        // A cluster node's name is `ip:port` (or `[ip6]:port`).
+        let host = name.rsplit_once(':').map_or(name.as_str(), |(h, _)| h);
+        s.tls_host = host.trim_matches(['[', ']']).to_string();
+        self.servers.push(s);
         self.servers.len() - 1
     }
 
@@ -315,13 +326,17 @@ pub(super) fn server_rt(cfg: &PoolConfig, s: &crate::config::ServerConfig) -> Se
         },
         ServerAddr::Unix { path } => Some(Endpoint::Unix(path.clone())),
     };
-    ServerRt::new(
+    let mut rt = ServerRt::new(
         endpoint,
         s.stats_name(),
         s.ketama_name(),
         s.weight,
         cfg.server_connections,
-    )
+    );
+    if let ServerAddr::Tcp { host, .. } = &s.addr {
+        rt.tls_host = host.clone();
+    }
+    rt
 }
 
 /// A factor in [0.75, 1.25) from the clock's low bits (no shared RNG state).
@@ -356,6 +371,7 @@ mod tests {
     fn resp3_clients_use_the_second_half() {
         let s = ServerRt {
             endpoint: None,
+            tls_host: String::new(),
             name: String::new(),
             ring_name: String::new(),
             weight: 1,

@@ -8,7 +8,6 @@ use crate::proto::{Op, Parse};
 use crate::stats::{PoolField, ServerField, WorkerField};
 use mio::{Interest, Token};
 use std::io::{ErrorKind, Write};
-use std::os::fd::AsRawFd;
 use std::time::Instant;
 
 /// How a server connection ended.
@@ -101,7 +100,9 @@ impl Worker<'_> {
         let Some(endpoint) = p.servers[server].endpoint.clone() else {
             return Err("Name or service not known".into());
         };
-        let mut sock = match crate::net::connect(&endpoint, p.cfg.tcpkeepalive) {
+        let opened = crate::net::connect(&endpoint, p.cfg.tcpkeepalive)
+            .and_then(|s| p.tls.connected(s, &p.servers[server].tls_host));
+        let mut sock = match opened {
             Ok(s) => s,
             Err(e) => {
                 let msg = crate::util::strerror(&e);
@@ -177,11 +178,16 @@ impl Worker<'_> {
             })
         };
         if let (Some(pw), Some(op)) = (self.pools[pool].cfg.redis_auth.clone(), op(b"AUTH")) {
+            let user = self.pools[pool].cfg.security.redis_auth_user.clone();
             self.enqueue(
                 token,
                 Some(Waiter::Internal),
                 op,
-                |out| write_command(&[b"AUTH", pw.as_bytes()], out),
+                |out| match &user {
+                    // A Redis 6 ACL user (`redis_auth_user`).
+                    Some(u) => write_command(&[b"AUTH", u.as_bytes(), pw.as_bytes()], out),
+                    None => write_command(&[b"AUTH", pw.as_bytes()], out),
+                },
                 now,
             );
         }
@@ -263,6 +269,13 @@ impl Worker<'_> {
         if s.state == ServerState::Connecting {
             return;
         }
+        if s.sock.is_tls() {
+            if let Err(e) = s.sock.flush() {
+                let msg = crate::util::strerror(&e);
+                self.close_server(token, Ending::Error, &msg, now);
+                return;
+            }
+        }
         while !s.wbuf.is_empty() {
             match s.sock.write(s.wbuf.bytes()) {
                 Ok(0) => break,
@@ -314,7 +327,7 @@ impl Worker<'_> {
                 total = 0;
                 continue;
             }
-            match s.rbuf.read_fd(s.sock.as_raw_fd(), READ_CHUNK) {
+            match s.rbuf.read_stream(&mut s.sock, READ_CHUNK) {
                 Ok((0, _)) => {
                     self.process_replies(token, now);
                     self.close_server(token, Ending::Eof, "Connection reset by peer", now);
@@ -657,12 +670,22 @@ impl Worker<'_> {
         self.stats.server_add(pool, server, field, 1);
         let had_work = !s.inflight.is_empty();
         if how != Ending::Eof || had_work {
-            crate::log_info!(
-                "pool '{}': server '{}' closed: {} ({} requests failed)",
-                self.pools[pool].cfg.name,
-                self.pools[pool].servers[server].name,
-                msg,
-                s.inflight.len()
+            // A TLS failure (certificate refused, handshake) is the
+            // operator's to fix: logged at the default level.
+            let level = if msg.starts_with("TLS ") {
+                crate::log::level::WARN
+            } else {
+                crate::log::level::INFO
+            };
+            crate::log::write(
+                level,
+                format_args!(
+                    "pool '{}': server '{}' closed: {} ({} requests failed)",
+                    self.pools[pool].cfg.name,
+                    self.pools[pool].servers[server].name,
+                    msg,
+                    s.inflight.len()
+                ),
             );
             if is_fault {
                 self.note_failure(pool, server, now, msg);

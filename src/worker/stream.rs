@@ -81,7 +81,8 @@ impl Worker<'_> {
         };
         let (pool, client_id) = (c.pool, c.id);
         let req = &head.req;
-        if !c.session.authenticated && redis::local::needs_auth(req) {
+        if (!c.session.authenticated && redis::local::needs_auth(req)) || c.session.user.is_some() {
+            // Refused, or checked against its ACL user: buffered whole.
             return StreamStart::No;
         }
         // Redis Cluster: a request whose key came before its large argument

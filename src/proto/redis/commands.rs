@@ -443,6 +443,76 @@ static TABLE: &[Entry] = &[
     e("ZUNIONSTORE", Single, At(1)),
 ];
 
+/// Read-only commands: a cluster replica serves them after `READONLY`,
+/// a read-only ACL user may run them.
+pub fn is_read_command(name: &str) -> bool {
+    matches!(
+        name,
+        "GET"
+            | "MGET"
+            | "STRLEN"
+            | "GETRANGE"
+            | "SUBSTR"
+            | "GETBIT"
+            | "BITCOUNT"
+            | "BITPOS"
+            | "EXISTS"
+            | "TYPE"
+            | "TTL"
+            | "PTTL"
+            | "EXPIRETIME"
+            | "PEXPIRETIME"
+            | "DUMP"
+            | "HGET"
+            | "HMGET"
+            | "HGETALL"
+            | "HKEYS"
+            | "HVALS"
+            | "HLEN"
+            | "HEXISTS"
+            | "HSTRLEN"
+            | "HRANDFIELD"
+            | "HSCAN"
+            | "LRANGE"
+            | "LINDEX"
+            | "LLEN"
+            | "LPOS"
+            | "SMEMBERS"
+            | "SISMEMBER"
+            | "SMISMEMBER"
+            | "SCARD"
+            | "SRANDMEMBER"
+            | "SSCAN"
+            | "SINTER"
+            | "SUNION"
+            | "SDIFF"
+            | "SINTERCARD"
+            | "ZRANGE"
+            | "ZRANGEBYSCORE"
+            | "ZREVRANGEBYSCORE"
+            | "ZRANGEBYLEX"
+            | "ZREVRANGEBYLEX"
+            | "ZREVRANGE"
+            | "ZCARD"
+            | "ZSCORE"
+            | "ZMSCORE"
+            | "ZRANK"
+            | "ZREVRANK"
+            | "ZCOUNT"
+            | "ZLEXCOUNT"
+            | "ZSCAN"
+            | "ZRANDMEMBER"
+            | "PFCOUNT"
+            | "GEOPOS"
+            | "GEODIST"
+            | "GEOHASH"
+            | "GEOSEARCH"
+            | "XRANGE"
+            | "XREVRANGE"
+            | "XLEN"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,6 +22,9 @@ pub struct Session {
     pub resp3: bool,
     /// AUTH succeeded, or no password is required.
     pub authenticated: bool,
+    /// The ACL user logged in as (index into the pool's `users`);
+    /// `None`: the default user.
+    pub user: Option<u16>,
     /// CLIENT SETNAME / HELLO SETNAME.
     pub name: Option<Vec<u8>>,
     /// CLIENT SETINFO LIB-NAME.
@@ -31,11 +34,12 @@ pub struct Session {
 }
 
 impl Session {
-    /// A new connection: authenticated unless the pool has a password.
-    pub fn new(id: u64, password: Option<&[u8]>) -> Session {
+    /// A new connection: authenticated unless the pool has a password
+    /// or ACL users.
+    pub fn new(id: u64, password: Option<&[u8]>, has_users: bool) -> Session {
         Session {
             id,
-            authenticated: password.is_none(),
+            authenticated: password.is_none() && !has_users,
             ..Session::default()
         }
     }
@@ -67,7 +71,6 @@ fn values(req_bytes: &[u8]) -> Vec<Vec<u8>> {
 /// Answers AUTH, SELECT, HELLO, CLIENT and COMMAND from `session` and the
 /// pool's `password`, appending the reply to `out`.
 pub fn answer(req_bytes: &[u8], session: &mut Session, pool: &PoolSide, out: &mut Vec<u8>) {
-    let password = pool.password;
     let argv = values(req_bytes);
     let Some(name) = argv.first() else {
         return reply::error_reply("empty command", out);
@@ -75,7 +78,7 @@ pub fn answer(req_bytes: &[u8], session: &mut Session, pool: &PoolSide, out: &mu
     let name = name.to_ascii_uppercase();
     let rest = &argv[1..];
     match name.as_slice() {
-        b"AUTH" => answer_auth(rest, session, password, out),
+        b"AUTH" => answer_auth(rest, session, pool, out),
         b"SELECT" => answer_select(rest, out),
         b"HELLO" => answer_hello(rest, session, pool, out),
         b"CLIENT" => answer_client(rest, session, out),
@@ -88,6 +91,8 @@ pub fn answer(req_bytes: &[u8], session: &mut Session, pool: &PoolSide, out: &mu
 pub struct PoolSide<'a> {
     /// The pool's password (`redis_auth`), if any.
     pub password: Option<&'a [u8]>,
+    /// The pool's ACL users (`users`).
+    pub users: &'a [crate::config::AclUser],
     /// Whether the pool's servers speak RESP3: false once a server refused
     /// `HELLO 3` (Redis before 6), and `HELLO 3` then gets `-NOPROTO`.
     pub resp3: bool,
@@ -96,43 +101,50 @@ pub struct PoolSide<'a> {
 /// redis-server's reply to a protocol version it does not speak.
 pub const NOPROTO: &[u8] = b"-NOPROTO sorry, this protocol version is not supported.\r\n";
 
-/// Checks a password; `Err` holds the error reply.
-fn check_auth(args: &[Vec<u8>], password: Option<&[u8]>) -> Result<(), Vec<u8>> {
-    let Some(expected) = password else {
-        return Err(reply::err_line("Client sent AUTH, but no password is set"));
-    };
-    let given = match args {
-        [pass] => pass,
-        [user, pass] if user.as_slice() == b"default" => pass,
-        [_, _] => {
-            return Err(
-                b"-WRONGPASS invalid username-password pair or user is disabled.\r\n".to_vec(),
-            )
-        }
+/// Redis 6's reply to a wrong user name or password.
+pub const WRONGPASS: &[u8] = b"-WRONGPASS invalid username-password pair or user is disabled.\r\n";
+
+/// Checks credentials: `AUTH pass` and `AUTH default pass` against the
+/// pool's password (twemproxy's `redis_auth`), `AUTH user pass` against
+/// its `users`. `Ok` holds the user's index (`None`: the default user);
+/// `Err` the error reply.
+fn check_auth(args: &[Vec<u8>], pool: &PoolSide) -> Result<Option<u16>, Vec<u8>> {
+    let (user, given) = match args {
+        [pass] => (None, pass),
+        [user, pass] if user.as_slice() == b"default" => (None, pass),
+        [user, pass] => (Some(user), pass),
         _ => return Err(reply::wrong_args("auth")),
     };
-    if given.as_slice() == expected {
-        Ok(())
-    } else {
-        Err(reply::err_line("invalid password"))
-    }
+    let Some(user) = user else {
+        return match pool.password {
+            Some(expected) if given.as_slice() == expected => Ok(None),
+            Some(_) => Err(reply::err_line("invalid password")),
+            // No default password but users: the default user is off.
+            None if !pool.users.is_empty() => Err(WRONGPASS.to_vec()),
+            None => Err(reply::err_line("Client sent AUTH, but no password is set")),
+        };
+    };
+    pool.users
+        .iter()
+        .position(|u| {
+            u.name.as_bytes() == user.as_slice() && u.password.as_bytes() == given.as_slice()
+        })
+        .map(|i| Some(i as u16))
+        .ok_or_else(|| WRONGPASS.to_vec())
 }
 
-/// `AUTH [user] password` against the pool's password.
-pub fn answer_auth(
-    args: &[Vec<u8>],
-    session: &mut Session,
-    password: Option<&[u8]>,
-    out: &mut Vec<u8>,
-) {
-    match check_auth(args, password) {
-        Ok(()) => {
+/// `AUTH [user] password` against the pool's password and users.
+pub fn answer_auth(args: &[Vec<u8>], session: &mut Session, pool: &PoolSide, out: &mut Vec<u8>) {
+    match check_auth(args, pool) {
+        Ok(user) => {
             session.authenticated = true;
+            session.user = user;
             out.extend_from_slice(b"+OK\r\n");
         }
         Err(e) => {
-            if password.is_some() && matches!(args.len(), 1 | 2) {
+            if (pool.password.is_some() || !pool.users.is_empty()) && matches!(args.len(), 1 | 2) {
                 session.authenticated = false;
+                session.user = None;
             }
             out.extend_from_slice(&e);
         }
@@ -158,7 +170,6 @@ pub fn answer_select(args: &[Vec<u8>], out: &mut Vec<u8>) {
 /// `HELLO [protover [AUTH user pass] [SETNAME name]]`: switches RESP2/RESP3
 /// and replies with the server description map.
 pub fn answer_hello(args: &[Vec<u8>], session: &mut Session, pool: &PoolSide, out: &mut Vec<u8>) {
-    let password = pool.password;
     let mut resp3 = session.resp3;
     if let Some(v) = args.first() {
         match parse_int(v) {
@@ -196,10 +207,13 @@ pub fn answer_hello(args: &[Vec<u8>], session: &mut Session, pool: &PoolSide, ou
         }
     }
     if let Some(creds) = auth {
-        if let Err(e) = check_auth(creds, password) {
-            return out.extend_from_slice(&e);
+        match check_auth(creds, pool) {
+            Ok(user) => {
+                session.authenticated = true;
+                session.user = user;
+            }
+            Err(e) => return out.extend_from_slice(&e),
         }
-        session.authenticated = true;
     }
     if !session.authenticated {
         return out.extend_from_slice(b"-NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time\r\n");
@@ -369,6 +383,7 @@ mod tests {
         let mut out = Vec::new();
         let pool = PoolSide {
             password: pw,
+            users: &[],
             resp3: true,
         };
         answer(req, s, &pool, &mut out);
@@ -377,7 +392,7 @@ mod tests {
 
     #[test]
     fn redis_py_handshake() {
-        let mut s = Session::new(7, None);
+        let mut s = Session::new(7, None, false);
         let r = run(b"*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n", &mut s, None);
         assert!(r.starts_with(b"%7\r\n$6\r\nserver\r\n$5\r\nredis\r\n"));
         assert!(s.resp3);
@@ -398,6 +413,7 @@ mod tests {
         assert_eq!(run(b"HELLO 4\r\n", &mut s, None), NOPROTO);
         let old = PoolSide {
             password: None,
+            users: &[],
             resp3: false,
         };
         let mut out = Vec::new();
@@ -411,7 +427,7 @@ mod tests {
     #[test]
     fn auth_and_select() {
         let pw = Some(&b"secret"[..]);
-        let mut s = Session::new(1, pw);
+        let mut s = Session::new(1, pw, false);
         assert!(!s.authenticated);
         assert!(run(b"HELLO 3\r\n", &mut s, pw).starts_with(b"-NOAUTH"));
         assert_eq!(
@@ -420,12 +436,12 @@ mod tests {
         );
         assert_eq!(run(b"AUTH secret\r\n", &mut s, pw), b"+OK\r\n");
         assert!(s.authenticated);
-        let mut t = Session::new(2, None);
+        let mut t = Session::new(2, None, false);
         assert_eq!(
             run(b"AUTH x\r\n", &mut t, None),
             b"-ERR Client sent AUTH, but no password is set\r\n"
         );
-        let mut h = Session::new(3, pw);
+        let mut h = Session::new(3, pw, false);
         assert!(run(b"HELLO 3 AUTH default secret SETNAME app\r\n", &mut h, pw).starts_with(b"%7"));
         assert!(h.authenticated && h.name.is_some());
         assert_eq!(run(b"SELECT 0\r\n", &mut s, pw), b"+OK\r\n");
@@ -433,8 +449,51 @@ mod tests {
     }
 
     #[test]
+    fn acl_users_log_in() {
+        let users = [crate::config::AclUser {
+            name: "app".into(),
+            password: "apppw".into(),
+            readonly: true,
+            prefixes: Vec::new(),
+        }];
+        let pool = PoolSide {
+            password: Some(b"secret"),
+            users: &users,
+            resp3: true,
+        };
+        let auth = |req: &[u8], s: &mut Session| {
+            let mut out = Vec::new();
+            answer(req, s, &pool, &mut out);
+            out
+        };
+        let mut s = Session::new(1, pool.password, true);
+        assert_eq!(auth(b"AUTH app wrong\r\n", &mut s), WRONGPASS);
+        assert_eq!(auth(b"AUTH nobody apppw\r\n", &mut s), WRONGPASS);
+        assert!(!s.authenticated);
+        assert_eq!(auth(b"AUTH app apppw\r\n", &mut s), b"+OK\r\n");
+        assert_eq!((s.authenticated, s.user), (true, Some(0)));
+        // Back to the default user.
+        assert_eq!(auth(b"AUTH secret\r\n", &mut s), b"+OK\r\n");
+        assert_eq!(s.user, None);
+        let mut h = Session::new(2, pool.password, true);
+        assert!(auth(b"HELLO 3 AUTH app apppw\r\n", &mut h).starts_with(b"%7"));
+        assert_eq!(h.user, Some(0));
+        // Users but no default password: the default user is off.
+        let closed = PoolSide {
+            password: None,
+            users: &users,
+            resp3: true,
+        };
+        let mut d = Session::new(3, None, true);
+        assert!(!d.authenticated);
+        let mut out = Vec::new();
+        answer(b"AUTH anything\r\n", &mut d, &closed, &mut out);
+        assert_eq!(out, WRONGPASS);
+    }
+
+    #[test]
     fn command_replies_parse() {
-        let mut s = Session::new(1, None);
+        let mut s = Session::new(1, None, false);
         for req in [
             &b"COMMAND\r\n"[..],
             b"COMMAND DOCS\r\n",

@@ -15,6 +15,7 @@
 //!   COMMAND through the connection's state ([`local`]);
 //! * everything else gets an error reply and the connection stays open.
 
+pub mod acl;
 mod args;
 pub mod cluster;
 pub mod commands;

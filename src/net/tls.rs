@@ -1,0 +1,400 @@
+//! TLS on client and server connections.
+//!
+//! rustls is used because it is a state machine over byte buffers: it
+//! never owns the socket, so it sits inside a worker's own edge-triggered
+//! epoll loop with no async runtime and no thread. The `ring` provider
+//! keeps the build free of cmake and a C toolchain beyond `cc`.
+//!
+//! A [`TlsStream`] is a non-blocking TCP socket plus a rustls connection.
+//! Reads return plaintext and report a short read only when the socket
+//! was drained *and* no decrypted byte is left inside rustls (the
+//! worker's edge-triggered reads rely on that). Writes encrypt into
+//! rustls and push ciphertext to the socket; ciphertext the socket did not
+//! take yet stays inside rustls and goes out on the next write or
+//! [`TlsStream::flush_tls`] (the next EPOLLOUT edge).
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use std::io::{self, Read, Write};
+use std::sync::Arc;
+
+/// Largest plaintext taken per `write` (rustls holds up to 64 KiB of
+/// ciphertext before its writer refuses more).
+const WRITE_CHUNK: usize = 32 * 1024;
+
+/// CA bundle used for `server_tls` when no `server_tls_ca` is given.
+pub const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn load_certs(path: &str) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs: Vec<_> = CertificateDer::pem_file_iter(path)
+        .map_err(|e| format!("cannot read certificates from '{path}': {e}"))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("bad certificate PEM in '{path}': {e}"))?;
+    if certs.is_empty() {
+        return Err(format!("no certificate found in '{path}'"));
+    }
+    Ok(certs)
+}
+
+fn load_key(path: &str) -> Result<PrivateKeyDer<'static>, String> {
+    PrivateKeyDer::from_pem_file(path)
+        .map_err(|e| format!("cannot read a private key from '{path}': {e}"))
+}
+
+fn load_roots(path: &str) -> Result<rustls::RootCertStore, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in load_certs(path)? {
+        roots
+            .add(cert)
+            .map_err(|e| format!("bad CA certificate in '{path}': {e}"))?;
+    }
+    Ok(roots)
+}
+
+/// The listener side: certificate chain, key and optional client CA
+/// (mutual TLS: a client without a certificate signed by it is refused).
+pub fn server_config(
+    cert: &str,
+    key: &str,
+    client_ca: Option<&str>,
+) -> Result<Arc<rustls::ServerConfig>, String> {
+    let certs = load_certs(cert)?;
+    let key = load_key(key)?;
+    let builder = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?;
+    let builder = match client_ca {
+        Some(ca) => {
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(load_roots(ca)?),
+                provider(),
+            )
+            .build()
+            .map_err(|e| format!("client CA '{ca}': {e}"))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let config = builder
+        .with_single_cert(certs, key)
+        .map_err(|e| format!("certificate '{cert}' and key do not fit: {e}"))?;
+    Ok(Arc::new(config))
+}
+
+/// The server side: CA to verify servers with (the system bundle when
+/// `None`), and an optional client certificate and key.
+pub fn client_config(
+    ca: Option<&str>,
+    cert_key: Option<(&str, &str)>,
+) -> Result<Arc<rustls::ClientConfig>, String> {
+    let roots = load_roots(ca.unwrap_or(SYSTEM_CA_BUNDLE))?;
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots);
+    let config = match cert_key {
+        Some((cert, key)) => builder
+            .with_client_auth_cert(load_certs(cert)?, load_key(key)?)
+            .map_err(|e| format!("certificate '{cert}' and key do not fit: {e}"))?,
+        None => builder.with_no_client_auth(),
+    };
+    Ok(Arc::new(config))
+}
+
+/// The name a server's certificate must carry: a DNS name or an IP.
+pub fn server_name(host: &str) -> Result<ServerName<'static>, String> {
+    ServerName::try_from(host.to_string())
+        .map_err(|e| format!("'{host}' is not a valid TLS name: {e}"))
+}
+
+/// Days until the first certificate in `path` expires (negative once
+/// expired), for `/metrics`.
+pub fn days_left(path: &str) -> Option<i64> {
+    let certs = load_certs(path).ok()?;
+    let (_, cert) = x509_parser::parse_x509_certificate(certs[0].as_ref()).ok()?;
+    let not_after = cert.validity().not_after.timestamp();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_secs() as i64;
+    Some((not_after - now).div_euclid(86_400))
+}
+
+/// A TCP connection carrying TLS.
+#[derive(Debug)]
+pub struct TlsStream {
+    /// The socket.
+    pub tcp: mio::net::TcpStream,
+    conn: rustls::Connection,
+}
+
+impl TlsStream {
+    /// A connection accepted on a TLS listener.
+    pub fn accept(
+        tcp: mio::net::TcpStream,
+        config: &Arc<rustls::ServerConfig>,
+    ) -> io::Result<TlsStream> {
+        let conn = rustls::ServerConnection::new(config.clone()).map_err(io::Error::other)?;
+        Ok(TlsStream {
+            tcp,
+            conn: conn.into(),
+        })
+    }
+
+    /// A connection to a TLS server (`name`: what its certificate must say).
+    pub fn connect(
+        tcp: mio::net::TcpStream,
+        config: &Arc<rustls::ClientConfig>,
+        name: ServerName<'static>,
+    ) -> io::Result<TlsStream> {
+        let conn = rustls::ClientConnection::new(config.clone(), name).map_err(io::Error::other)?;
+        Ok(TlsStream {
+            tcp,
+            conn: conn.into(),
+        })
+    }
+
+    /// Whether the handshake is still going on.
+    pub fn is_handshaking(&self) -> bool {
+        self.conn.is_handshaking()
+    }
+
+    /// Push buffered ciphertext to the socket until it is all out or the
+    /// socket is full (then `Ok`: the next EPOLLOUT edge comes back here).
+    pub fn flush_tls(&mut self) -> io::Result<()> {
+        while self.conn.wants_write() {
+            match self.conn.write_tls(&mut self.tcp) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Say goodbye (close_notify), best effort.
+    pub fn close(&mut self) {
+        self.conn.send_close_notify();
+        let _ = self.flush_tls();
+    }
+
+    /// A protocol error: send rustls's alert (best effort) and report it.
+    fn fail(&mut self, e: rustls::Error) -> io::Error {
+        let _ = self.flush_tls();
+        let what = if self.conn.is_handshaking() {
+            match &e {
+                rustls::Error::InvalidMessage(_) => {
+                    "TLS handshake failed (is the peer speaking plain text?)"
+                }
+                _ => "TLS handshake failed",
+            }
+        } else {
+            "TLS error"
+        };
+        io::Error::new(io::ErrorKind::InvalidData, format!("{what}: {e}"))
+    }
+}
+
+impl Read for TlsStream {
+    /// Fill `buf` with plaintext. Less than `buf.len()` means the socket
+    /// is drained and rustls holds no plaintext; `Ok(0)`: the peer closed.
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let mut n = 0;
+        let mut eof = false;
+        loop {
+            match self.conn.reader().read(&mut buf[n..]) {
+                Ok(0) if n < buf.len() => {
+                    // close_notify received.
+                    eof = true;
+                    break;
+                }
+                Ok(k) => n += k,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                    eof = true;
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
+            if n == buf.len() {
+                break;
+            }
+            match self.conn.read_tls(&mut self.tcp) {
+                Ok(0) => {
+                    eof = true;
+                    // Whatever rustls still holds is read above next time.
+                    if let Err(e) = self.conn.process_new_packets() {
+                        return Err(self.fail(e));
+                    }
+                    if let Ok(k) = self.conn.reader().read(&mut buf[n..]) {
+                        n += k;
+                    }
+                    break;
+                }
+                Ok(_) => {
+                    if let Err(e) = self.conn.process_new_packets() {
+                        return Err(self.fail(e));
+                    }
+                    // Handshake replies, key updates.
+                    self.flush_tls()?;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if n == 0 && !eof {
+                        return Err(e);
+                    }
+                    break;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if n == 0 && !eof {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        Ok(n)
+    }
+}
+
+impl Write for TlsStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.flush_tls()?;
+        if self.conn.wants_write() {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        let n = self
+            .conn
+            .writer()
+            .write(&buf[..buf.len().min(WRITE_CHUNK)])?;
+        self.flush_tls()?;
+        if n == 0 && !buf.is_empty() {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.flush_tls()
+    }
+}
+
+/// A pool's TLS as its connections use it: built once per worker from
+/// the pool's configuration (files are read again on every reload).
+#[derive(Debug, Default)]
+pub struct PoolTls {
+    /// The listener's config; `None`: plain TCP.
+    accept: Option<Arc<rustls::ServerConfig>>,
+    /// The servers' config; `None`: plain TCP.
+    connect: Option<Arc<rustls::ClientConfig>>,
+    /// `server_tls_name`, checked instead of each server's host.
+    name: Option<ServerName<'static>>,
+    /// Why a configured side could not be built (its files changed
+    /// since the configuration was checked): connections are refused.
+    broken: Option<String>,
+    /// The pool asked for TLS on its listener.
+    listen_wanted: bool,
+    /// The pool asked for TLS to its servers.
+    servers_wanted: bool,
+}
+
+impl PoolTls {
+    /// Build from a pool's `security` keys.
+    pub fn new(sec: &crate::config::Security) -> PoolTls {
+        let mut t = PoolTls {
+            listen_wanted: sec.listen_tls.is_some(),
+            servers_wanted: sec.server_tls.is_some(),
+            ..PoolTls::default()
+        };
+        if let Some(l) = &sec.listen_tls {
+            match server_config(&l.cert, &l.key, l.client_ca.as_deref()) {
+                Ok(c) => t.accept = Some(c),
+                Err(e) => t.broken = Some(e),
+            }
+        }
+        if let Some(s) = &sec.server_tls {
+            let pair = s.cert.as_deref().zip(s.key.as_deref());
+            match client_config(s.ca.as_deref(), pair) {
+                Ok(c) => t.connect = Some(c),
+                Err(e) => t.broken = Some(e),
+            }
+            t.name = s.name.as_deref().and_then(|n| server_name(n).ok());
+        }
+        t
+    }
+
+    /// Why TLS could not be set up, if it could not.
+    pub fn broken(&self) -> Option<&str> {
+        self.broken.as_deref()
+    }
+
+    /// A client accepted on the pool's listener, wrapped in TLS when the
+    /// listener has it.
+    pub fn accepted(&self, sock: super::Stream) -> io::Result<super::Stream> {
+        match (sock, &self.accept) {
+            (super::Stream::Tcp(tcp), Some(cfg)) => {
+                Ok(super::Stream::Tls(Box::new(TlsStream::accept(tcp, cfg)?)))
+            }
+            (_, None) if self.listen_wanted => Err(io::Error::other(
+                self.broken
+                    .clone()
+                    .unwrap_or_else(|| "TLS not set up".into()),
+            )),
+            (sock, _) => Ok(sock),
+        }
+    }
+
+    /// A connection being opened to a server at `host`, wrapped in TLS
+    /// when the pool's servers speak it.
+    pub fn connected(&self, sock: super::Stream, host: &str) -> io::Result<super::Stream> {
+        match (sock, &self.connect) {
+            (super::Stream::Tcp(tcp), Some(cfg)) => {
+                let name = match &self.name {
+                    Some(n) => n.clone(),
+                    None => server_name(host).map_err(io::Error::other)?,
+                };
+                Ok(super::Stream::Tls(Box::new(TlsStream::connect(
+                    tcp, cfg, name,
+                )?)))
+            }
+            (_, None) if self.servers_wanted => Err(io::Error::other(
+                self.broken
+                    .clone()
+                    .unwrap_or_else(|| "TLS not set up".into()),
+            )),
+            (sock, _) => Ok(sock),
+        }
+    }
+
+    /// The same for a blocking connection (the migrator's).
+    pub fn connected_blocking(
+        &self,
+        tcp: std::net::TcpStream,
+        host: &str,
+    ) -> io::Result<Box<dyn ReadWrite>> {
+        match &self.connect {
+            Some(cfg) => {
+                let name = match &self.name {
+                    Some(n) => n.clone(),
+                    None => server_name(host).map_err(io::Error::other)?,
+                };
+                let conn =
+                    rustls::ClientConnection::new(cfg.clone(), name).map_err(io::Error::other)?;
+                Ok(Box::new(rustls::StreamOwned::new(conn, tcp)))
+            }
+            None if self.servers_wanted => Err(io::Error::other(
+                self.broken
+                    .clone()
+                    .unwrap_or_else(|| "TLS not set up".into()),
+            )),
+            None => Ok(Box::new(tcp)),
+        }
+    }
+}
+
+/// A blocking byte stream (plain or TLS).
+pub trait ReadWrite: Read + Write {}
+impl<T: Read + Write> ReadWrite for T {}

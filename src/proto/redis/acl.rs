@@ -1,0 +1,193 @@
+//! Per-user permissions of a pool's ACL users (`users:` entries): a
+//! read-only user runs only read commands, a prefix-limited user touches
+//! only keys under its prefixes. Refusals carry redis-server's `-NOPERM`
+//! texts.
+
+use super::commands::CmdClass;
+use crate::config::AclUser;
+use crate::proto::{Op, Request};
+
+/// Commands a read-only user may run beyond the read commands of
+/// [`super::commands::is_read_command`]: the keyspace walks, the
+/// transaction verbs and pub/sub.
+const ALSO_READ: &[&str] = &[
+    "SCAN",
+    "DBSIZE",
+    "KEYS",
+    "RANDOMKEY",
+    "INFO",
+    "TIME",
+    "XREAD",
+    "SUBSCRIBE",
+    "UNSUBSCRIBE",
+    "PSUBSCRIBE",
+    "PUNSUBSCRIBE",
+    "MULTI",
+    "EXEC",
+    "DISCARD",
+    "WATCH",
+    "UNWATCH",
+    "EVAL_RO",
+    "EVALSHA_RO",
+    "SORT_RO",
+    "GEORADIUS_RO",
+    "GEORADIUSBYMEMBER_RO",
+    "BITFIELD_RO",
+    "OBJECT",
+    "MEMORY",
+    "LCS",
+    "SINTER",
+    "SUNION",
+    "SDIFF",
+    "ZUNION",
+    "ZINTER",
+    "ZDIFF",
+    "ZINTERCARD",
+    "PFCOUNT",
+];
+
+/// Commands with keys besides the one walnut routes by (and SORT, whose
+/// BY and GET patterns read other keys): a prefix-limited user may not
+/// run them, since only the routing key is checked.
+const MORE_KEYS: &[&str] = &[
+    "RENAME",
+    "RENAMENX",
+    "COPY",
+    "SMOVE",
+    "LMOVE",
+    "RPOPLPUSH",
+    "SINTERSTORE",
+    "SUNIONSTORE",
+    "SDIFFSTORE",
+    "ZUNIONSTORE",
+    "ZINTERSTORE",
+    "ZDIFFSTORE",
+    "ZRANGESTORE",
+    "BITOP",
+    "PFMERGE",
+    "GEOSEARCHSTORE",
+    "GEORADIUS",
+    "GEORADIUSBYMEMBER",
+    "SORT",
+    "SORT_RO",
+    "SINTER",
+    "SUNION",
+    "SDIFF",
+    "ZUNION",
+    "ZINTER",
+    "ZDIFF",
+    "SINTERCARD",
+    "ZINTERCARD",
+    "LCS",
+    "PFCOUNT",
+    "LMPOP",
+    "ZMPOP",
+    "XREAD",
+    "XREADGROUP",
+    "OBJECT",
+    "MEMORY",
+];
+
+fn is_read(name: &str) -> bool {
+    super::commands::is_read_command(name) || ALSO_READ.contains(&name)
+}
+
+/// redis-server's refusal of a command to a user without it.
+fn no_command(user: &AclUser, name: &str) -> Vec<u8> {
+    format!(
+        "-NOPERM User {} has no permissions to run the '{}' command\r\n",
+        user.name,
+        name.to_ascii_lowercase()
+    )
+    .into_bytes()
+}
+
+/// redis-server's refusal of a key outside the user's patterns.
+pub const NO_KEY: &[u8] = b"-NOPERM No permissions to access a key\r\n";
+
+/// The refusal of `req` (its bytes `bytes`) for `user`, or `None` when
+/// the user may make it.
+pub fn refusal(user: &AclUser, req: &Request, bytes: &[u8]) -> Option<Vec<u8>> {
+    let Op::Redis(op) = req.op else {
+        return None;
+    };
+    if op.class == CmdClass::Local {
+        return None;
+    }
+    let name = op.cmd.name();
+    if user.readonly && !is_read(name) {
+        return Some(no_command(user, name));
+    }
+    if user.prefixes.is_empty() {
+        return None;
+    }
+    let walks_keyspace = matches!(
+        op.class,
+        CmdClass::Broadcast | CmdClass::Scan | CmdClass::Keyless
+    ) && !matches!(name, "TIME" | "INFO");
+    if walks_keyspace || MORE_KEYS.contains(&name) {
+        return Some(no_command(user, name));
+    }
+    if req.keys.iter().any(|k| !user.may_touch(&bytes[k.clone()])) {
+        return Some(NO_KEY.to_vec());
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::{Limits, Parse, Protocol};
+
+    fn user(readonly: bool, prefixes: &[&str]) -> AclUser {
+        AclUser {
+            name: "app".into(),
+            password: "pw".into(),
+            readonly,
+            prefixes: prefixes.iter().map(|p| p.to_string()).collect(),
+        }
+    }
+
+    fn check(u: &AclUser, cmd: &[u8]) -> Option<String> {
+        let Ok(Parse::Done(req)) = Protocol::Redis.parse_request(cmd, &Limits::default()) else {
+            panic!("{cmd:?} did not parse");
+        };
+        refusal(u, &req, cmd).map(|r| String::from_utf8(r).unwrap())
+    }
+
+    #[test]
+    fn read_only_users_read() {
+        let u = user(true, &[]);
+        assert_eq!(check(&u, b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"), None);
+        assert_eq!(
+            check(&u, b"*3\r\n$4\r\nMGET\r\n$1\r\na\r\n$1\r\nb\r\n"),
+            None
+        );
+        assert_eq!(check(&u, b"*1\r\n$4\r\nPING\r\n"), None);
+        assert_eq!(
+            check(&u, b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n").unwrap(),
+            "-NOPERM User app has no permissions to run the 'set' command\r\n"
+        );
+        assert!(check(&u, b"*2\r\n$3\r\nDEL\r\n$1\r\nk\r\n").is_some());
+    }
+
+    #[test]
+    fn prefix_users_stay_under_their_prefixes() {
+        let u = user(false, &["app:", "shared:"]);
+        assert_eq!(
+            check(&u, b"*3\r\n$3\r\nSET\r\n$5\r\napp:1\r\n$1\r\nv\r\n"),
+            None
+        );
+        assert_eq!(
+            check(&u, b"*3\r\n$4\r\nMGET\r\n$5\r\napp:1\r\n$5\r\nother\r\n").unwrap(),
+            "-NOPERM No permissions to access a key\r\n"
+        );
+        assert!(
+            check(&u, b"*3\r\n$6\r\nRENAME\r\n$5\r\napp:1\r\n$5\r\nother\r\n")
+                .unwrap()
+                .contains("'rename'")
+        );
+        assert!(check(&u, b"*2\r\n$4\r\nSCAN\r\n$1\r\n0\r\n").is_some());
+        assert_eq!(check(&u, b"*1\r\n$4\r\nTIME\r\n"), None);
+    }
+}
