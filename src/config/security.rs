@@ -19,6 +19,9 @@ pub struct ListenTls {
     /// `tls_handshake_timeout:` ms a client may take to finish its
     /// handshake before it is closed (default 10000).
     pub handshake_timeout_ms: u64,
+    /// When `cert` expires (epoch seconds), read with the configuration:
+    /// `/metrics` shows the days left, and a renewed file is a change.
+    pub not_after: Option<i64>,
 }
 
 /// TLS to a pool's servers.
@@ -34,6 +37,8 @@ pub struct ServerTls {
     pub cert: Option<String>,
     /// `server_tls_key:` its key.
     pub key: Option<String>,
+    /// When `cert` expires (epoch seconds).
+    pub not_after: Option<i64>,
 }
 
 /// One `users:` entry: `NAME PASSWORD [readonly] [~PREFIX*]...`, the
@@ -109,6 +114,7 @@ pub(crate) fn validate_security<'a>(
             key: key.text.clone(),
             client_ca: text("tls_client_ca"),
             handshake_timeout_ms: handshake_timeout_ms.unwrap_or(10_000),
+            not_after: crate::net::tls::not_after(&cert.text),
         }),
         (Some(v), None) => {
             r.error(v.line, "'tls_cert' needs 'tls_key' too");
@@ -141,6 +147,7 @@ pub(crate) fn validate_security<'a>(
             name: text("server_tls_name"),
             cert: text("server_tls_cert"),
             key: text("server_tls_key"),
+            not_after: scalar("server_tls_cert").and_then(|c| crate::net::tls::not_after(&c.text)),
         };
         let line = scalar("server_tls").map_or(0, |s| s.line);
         let pair = match (&tls.cert, &tls.key) {

@@ -111,17 +111,20 @@ pub fn server_name(host: &str) -> Result<ServerName<'static>, String> {
         .map_err(|e| format!("'{host}' is not a valid TLS name: {e}"))
 }
 
-/// Days until the first certificate in `path` expires (negative once
-/// expired), for `/metrics`.
-pub fn days_left(path: &str) -> Option<i64> {
+/// When the first certificate in `path` expires (seconds since the
+/// epoch), read when the configuration is loaded.
+pub fn not_after(path: &str) -> Option<i64> {
     let certs = load_certs(path).ok()?;
     let (_, cert) = x509_parser::parse_x509_certificate(certs[0].as_ref()).ok()?;
-    let not_after = cert.validity().not_after.timestamp();
+    Some(cert.validity().not_after.timestamp())
+}
+
+/// Whole days from now until `not_after` (negative once expired).
+pub fn days_left(not_after: i64) -> i64 {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .ok()?
-        .as_secs() as i64;
-    Some((not_after - now).div_euclid(86_400))
+        .map_or(0, |d| d.as_secs() as i64);
+    (not_after - now).div_euclid(86_400)
 }
 
 /// A TCP connection carrying TLS.

@@ -228,6 +228,40 @@ pub fn proc_usage(pid: i32) -> Option<(f64, u64)> {
     Some(((utime + stime) as f64 / hz, pages * page))
 }
 
+/// Days until each loaded TLS certificate expires (the listener's and
+/// the one presented to servers), so an alert fires before it does.
+fn tls_expiry(config: &Config, out: &mut String) {
+    let certs: Vec<(&str, &str, i64)> = config
+        .pools
+        .iter()
+        .flat_map(|p| {
+            let sec = &p.security;
+            let listen = sec.listen_tls.as_ref().and_then(|t| t.not_after);
+            let server = sec.server_tls.as_ref().and_then(|t| t.not_after);
+            [("listen", listen), ("server", server)]
+                .into_iter()
+                .filter_map(move |(side, t)| t.map(|t| (p.name.as_str(), side, t)))
+        })
+        .collect();
+    if certs.is_empty() {
+        return;
+    }
+    family(
+        out,
+        "walnut_tls_certificate_days_left",
+        "gauge",
+        "whole days until a loaded TLS certificate expires (negative: expired)",
+    );
+    for (pool, side, not_after) in certs {
+        let _ = writeln!(
+            out,
+            "walnut_tls_certificate_days_left{{pool=\"{}\",side=\"{side}\"}} {}",
+            esc(pool),
+            crate::net::tls::days_left(not_after)
+        );
+    }
+}
+
 /// Render every metric.
 pub fn render(config: &Config, region: &Region, info: &HostInfo) -> String {
     let mut out = String::with_capacity(16 * 1024);
@@ -272,6 +306,7 @@ pub fn render(config: &Config, region: &Region, info: &HostInfo) -> String {
     );
     let _ = writeln!(out, "walnut_open_connections {curr}");
 
+    tls_expiry(config, &mut out);
     for f in PoolField::ALL {
         let fam = pool_family(*f);
         family(&mut out, fam.name, fam.kind, fam.help);

@@ -11,6 +11,9 @@ use std::io::{ErrorKind, Read, Write};
 use std::os::fd::AsRawFd;
 use std::time::Instant;
 
+/// A request at least this large ends a TLS record run (`Server::tls_cut`).
+pub(super) const TLS_CUT_MIN: usize = 8 * 1024;
+
 impl Worker<'_> {
     /// Read what the client sent. `hup`: the peer also closed its side, so
     /// read on to the end of the stream even after a short read.
@@ -76,6 +79,11 @@ impl Worker<'_> {
         }
         self.process_input(token, now);
         if let Some(Conn::Client(c)) = self.conns.get(token.0) {
+            if c.sock.is_tls() && !c.wbuf.is_empty() {
+                // Replies queued while the TLS handshake ran go out once
+                // a read has finished it (no EPOLLOUT edge comes for that).
+                self.dirty_clients.push(token);
+            }
             if c.eof && c.stream.is_some() {
                 // The peer ended in the middle of a streamed request.
                 self.close_client(token, true);
@@ -403,6 +411,9 @@ impl Worker<'_> {
         let before = s.wbuf.len();
         s.wbuf.append_with(write);
         let len = s.wbuf.len() - before;
+        if len >= TLS_CUT_MIN && s.tls_cut == 0 && s.sock.is_tls() {
+            s.tls_cut = s.wbuf.len();
+        }
         if let Some(waiter) = waiter {
             s.inflight.push_back(Inflight {
                 waiter,

@@ -414,6 +414,13 @@ pub enum ServerState {
 pub struct Server {
     /// Socket.
     pub sock: Stream,
+    /// TLS: the first `tls_cut` bytes of `wbuf` end a large request and
+    /// are written apart from what follows, so the next request starts a
+    /// TLS record of its own (0: no cut). memcached reads a large value
+    /// straight into its item and does not look again at bytes its TLS
+    /// library already decrypted past the value, so a request sharing
+    /// the value's last record would wait until the timeout.
+    pub tls_cut: usize,
     /// Unique id.
     pub id: u64,
     /// Pool index.

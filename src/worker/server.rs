@@ -124,6 +124,7 @@ impl Worker<'_> {
         }
         entry.insert(Conn::Server(Box::new(Server {
             sock,
+            tls_cut: 0,
             id,
             pool,
             server,
@@ -277,9 +278,17 @@ impl Worker<'_> {
             }
         }
         while !s.wbuf.is_empty() {
-            match s.sock.write(s.wbuf.bytes()) {
+            let end = if s.tls_cut > 0 {
+                s.tls_cut.min(s.wbuf.len())
+            } else {
+                s.wbuf.len()
+            };
+            match s.sock.write(&s.wbuf.bytes()[..end]) {
                 Ok(0) => break,
-                Ok(n) => s.wbuf.consume(n),
+                Ok(n) => {
+                    s.wbuf.consume(n);
+                    s.tls_cut = s.tls_cut.saturating_sub(n);
+                }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => {
@@ -346,6 +355,14 @@ impl Worker<'_> {
                     self.close_server(token, Ending::Error, &msg, now);
                     return;
                 }
+            }
+        }
+        if let Some(Conn::Server(s)) = self.conns.get(token.0) {
+            if s.sock.is_tls() && !s.wbuf.is_empty() {
+                // Requests written during the TLS handshake wait inside
+                // rustls up to its limit; the rest waits here until the
+                // handshake ends, which a read finishes, not an EPOLLOUT.
+                self.write_server(token, now);
             }
         }
         self.process_replies(token, now);

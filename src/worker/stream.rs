@@ -723,6 +723,10 @@ impl Worker<'_> {
             return;
         }
         s.stream = None;
+        if s.sock.is_tls() && s.tls_cut == 0 {
+            // The streamed request ends a TLS record run.
+            s.tls_cut = s.wbuf.len();
+        }
         for e in s.inflight.iter_mut() {
             e.timed_from = now;
         }
