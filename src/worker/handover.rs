@@ -205,6 +205,19 @@ impl Worker<'_> {
             let Some(Conn::Client(c)) = self.conns.get(k) else {
                 continue;
             };
+            // A TLS client crosses as a unix socket this worker relays
+            // to (relay.rs); its unwritten replies stay here.
+            let pair = if c.sock.is_tls() {
+                match Self::relay_pair() {
+                    Ok(p) => Some(p),
+                    Err(e) => {
+                        crate::log_error!("cannot relay a TLS client: {e}");
+                        continue;
+                    }
+                }
+            } else {
+                None
+            };
             let s = &c.session;
             let msg = Handed {
                 pool: self.pools[c.pool].cfg.name.clone(),
@@ -220,11 +233,24 @@ impl Worker<'_> {
                     .map(|u| u.name.as_bytes().to_vec()),
                 swallow: c.swallow as u64,
                 input: c.rbuf.bytes().to_vec(),
-                output: c.wbuf.bytes().to_vec(),
+                output: match pair {
+                    Some(_) => Vec::new(),
+                    None => c.wbuf.bytes().to_vec(),
+                },
             }
             .encode();
-            match handover::send(&target, &msg, c.sock.as_raw_fd()) {
-                Ok(()) => self.forget_client(Token(k)),
+            let fd = match &pair {
+                Some((_, theirs)) => theirs.as_raw_fd(),
+                None => c.sock.as_raw_fd(),
+            };
+            match handover::send(&target, &msg, fd) {
+                Ok(()) => {
+                    let gone = self.forget_client(Token(k));
+                    if let (Some(c), Some((ours, _))) = (gone, pair) {
+                        let down = c.wbuf.bytes().to_vec();
+                        self.start_relay(c.sock, ours, down);
+                    }
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) => {
                     crate::log_error!(
@@ -238,10 +264,11 @@ impl Worker<'_> {
         true
     }
 
-    /// A client handed over: it leaves this worker without being closed.
-    fn forget_client(&mut self, token: Token) {
+    /// A client handed over: it leaves this worker without being closed
+    /// (returned, for a TLS client to be relayed).
+    fn forget_client(&mut self, token: Token) -> Option<Box<super::conn::Client>> {
         let Some(Conn::Client(mut c)) = self.conns.try_remove(token.0) else {
-            return;
+            return None;
         };
         let _ = self.poll.registry().deregister(&mut c.sock);
         self.sub_out(c.wbuf.len());
@@ -253,6 +280,7 @@ impl Worker<'_> {
         self.maybe_uncap();
         // Dropping `c` closes this process's copy of the descriptor; the
         // successor holds the connection now.
+        Some(c)
     }
 
     /// Clients are being handed to us: take what the handover socket has.

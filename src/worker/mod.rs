@@ -23,6 +23,7 @@ mod local;
 mod migrate;
 mod pool;
 mod pubsub;
+mod relay;
 mod replies;
 mod server;
 mod server_health;
@@ -199,6 +200,8 @@ pub struct Worker<'a> {
     handin: Option<OwnedFd>,
     /// Handover connections waiting for their message.
     handin_conns: Slab<OwnedFd>,
+    /// TLS clients handed over, relayed to the successor (relay.rs).
+    relays: Slab<relay::Relay>,
     /// The handover socket may hold more connections than one pass took.
     handin_again: bool,
     /// Handing clients over to this successor.
@@ -269,6 +272,7 @@ impl<'a> Worker<'a> {
             slow_lines: latency::SlowLines::default(),
             handin: setup.handin,
             handin_conns: Slab::new(),
+            relays: Slab::new(),
             handin_again: false,
             handover: None,
         };
@@ -378,6 +382,8 @@ impl<'a> Worker<'a> {
                     self.handin_ready(now);
                 } else if (HANDIN_CONN_BASE..HANDIN).contains(&t) {
                     self.handin_conn_ready(t - HANDIN_CONN_BASE, now);
+                } else if (relay::RELAY_BASE..HANDIN_CONN_BASE).contains(&t) {
+                    self.relay_event(t);
                 } else if t < LISTENER_BASE {
                     let hup = ev.is_read_closed() || ev.is_error();
                     let readable = ev.is_readable() || hup;
@@ -422,8 +428,10 @@ impl<'a> Worker<'a> {
                     }
                     let since = *handover_since.get_or_insert(now);
                     let clients = self.conns.iter().any(|(_, c)| matches!(c, Conn::Client(_)));
-                    if (!clients && self.handin_conns.is_empty())
-                        || now.duration_since(since) > self.graceful_timeout
+                    // Relayed TLS clients keep this worker until they end.
+                    if ((!clients && self.handin_conns.is_empty())
+                        || now.duration_since(since) > self.graceful_timeout)
+                        && self.relays.is_empty()
                     {
                         return Ok(());
                     }

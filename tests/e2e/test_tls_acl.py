@@ -25,7 +25,7 @@ from pymemcache.client.base import Client as MemcacheClient
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from procmodel import log_has, start_walnut, wait_gone, wait_log, wait_workers
+from procmodel import alive, log_has, start_walnut, wait_gone, wait_log, wait_workers
 from procs import (HOST, MEMCACHED_BIN, REDIS_CLI_BIN, ManagedProcess, Redis, free_port,
                    memcache_pool, redis_pool, to_yaml, wait_until)
 
@@ -316,10 +316,17 @@ def test_reload_with_new_certificates_under_load(procs, certs, tmp_path):
         wait_until(lambda: served_serial(p.port("rd"), certs) == cert_serial(certs / "server2.crt"),
                    10, what="the new certificate served")
         load.progress(200)
+        # The old workers relay the TLS sessions they hold (relay.rs)...
+        assert any(alive(w) for w in gen1.values())
     finally:
         load.stop()
     assert not load.errors, load.errors
     assert load.rounds > 500
+    # ...and exit once those clients are gone.
+    for c in load.clients:
+        c.close()
+    for w in gen1.values():
+        wait_gone(w, timeout=10)
     with urllib.request.urlopen(f"http://{HOST}:{p.admin_port}/metrics", timeout=10) as resp:
         body = resp.read().decode()
     assert 'walnut_tls_certificate_days_left{pool="rd",side="listen"} 4' in body

@@ -1,0 +1,172 @@
+//! TLS clients across a reload or upgrade.
+//!
+//! A plain client crosses to the successor as its descriptor. A TLS
+//! client cannot: its session keys live in this process's rustls state,
+//! and the kernel here has no TLS offload to move them with the socket.
+//! So at its request boundary the client is handed over as one end of a
+//! unix socket pair, and this worker keeps its TLS connection and the
+//! pair's other end, and relays plaintext between them until either side
+//! closes. The successor serves the client under the new configuration
+//! like any other (its requests, routing, stats); only the TLS layer
+//! stays here, and this worker exits when its last relay ends.
+
+use super::Worker;
+use crate::net::Stream;
+use mio::{Interest, Token};
+use std::io::{ErrorKind, Read, Write};
+
+/// Tokens from here are relays: `RELAY_BASE + 2 * i` its TLS side,
+/// `+ 1` its unix side.
+pub(super) const RELAY_BASE: usize = 1 << 38;
+/// Most bytes held for one direction before reading that side pauses.
+const RELAY_HELD: usize = 256 * 1024;
+
+/// One relayed TLS client.
+#[derive(Debug)]
+pub(super) struct Relay {
+    /// The client's TLS connection.
+    tls: Stream,
+    /// Our end of the pair whose other end the successor holds.
+    plain: mio::net::UnixStream,
+    /// Plaintext from the client, not yet written to the successor.
+    up: Vec<u8>,
+    /// Replies from the successor, not yet written to the client.
+    down: Vec<u8>,
+    /// The client closed its side.
+    tls_eof: bool,
+    /// The successor closed its side.
+    plain_eof: bool,
+}
+
+/// Read what `from` has into `held` (up to [`RELAY_HELD`]). Returns
+/// whether the peer closed, or an error.
+fn fill(from: &mut impl Read, held: &mut Vec<u8>) -> std::io::Result<bool> {
+    let mut chunk = [0u8; 16 * 1024];
+    while held.len() < RELAY_HELD {
+        match from.read(&mut chunk) {
+            Ok(0) => return Ok(true),
+            Ok(n) => held.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(false)
+}
+
+/// Write as much of `held` as `to` takes.
+fn drain(to: &mut impl Write, held: &mut Vec<u8>) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < held.len() {
+        match to.write(&held[done..]) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => {
+                held.drain(..done);
+                return Err(e);
+            }
+        }
+    }
+    held.drain(..done);
+    to.flush()
+}
+
+impl Relay {
+    /// Move bytes both ways until neither side has more. Returns false
+    /// once the relay is over (both closed, or an error).
+    fn pump(&mut self) -> bool {
+        loop {
+            let (up, down) = (self.up.len(), self.down.len());
+            if !self.tls_eof {
+                match fill(&mut self.tls, &mut self.up) {
+                    Ok(eof) => self.tls_eof = eof,
+                    Err(_) => return false,
+                }
+            }
+            if drain(&mut self.plain, &mut self.up).is_err() {
+                return false;
+            }
+            if !self.plain_eof {
+                match fill(&mut self.plain, &mut self.down) {
+                    Ok(eof) => self.plain_eof = eof,
+                    Err(_) => return false,
+                }
+            }
+            if drain(&mut self.tls, &mut self.down).is_err() {
+                return false;
+            }
+            if self.tls_eof && self.up.is_empty() {
+                // The client is gone: tell the successor, which closes.
+                let _ = self.plain.shutdown(std::net::Shutdown::Write);
+            }
+            if self.plain_eof && self.down.is_empty() {
+                // The successor closed the client: so do we.
+                self.tls.say_goodbye();
+                return false;
+            }
+            if self.tls_eof && self.plain_eof {
+                return false;
+            }
+            let moved = self.up.len() != up || self.down.len() != down;
+            if !moved {
+                return true;
+            }
+        }
+    }
+}
+
+impl Worker<'_> {
+    /// Keep relaying `tls` (a client just handed over as `plain`'s pair
+    /// end) with `down` its replies not yet written.
+    pub(super) fn start_relay(
+        &mut self,
+        mut tls: Stream,
+        mut plain: mio::net::UnixStream,
+        down: Vec<u8>,
+    ) {
+        let entry = self.relays.vacant_entry();
+        let i = entry.key();
+        let reg = self.poll.registry();
+        let both = Interest::READABLE | Interest::WRITABLE;
+        if reg.register(&mut tls, Token(RELAY_BASE + 2 * i), both).is_err()
+            || reg.register(&mut plain, Token(RELAY_BASE + 2 * i + 1), both).is_err()
+        {
+            return;
+        }
+        entry.insert(Relay {
+            tls,
+            plain,
+            up: Vec::new(),
+            down,
+            tls_eof: false,
+            plain_eof: false,
+        });
+        self.relay_event(RELAY_BASE + 2 * i);
+    }
+
+    /// An event on either side of a relay.
+    pub(super) fn relay_event(&mut self, token: usize) {
+        let i = (token - RELAY_BASE) / 2;
+        let Some(r) = self.relays.get_mut(i) else {
+            return;
+        };
+        if r.pump() {
+            return;
+        }
+        let mut r = self.relays.remove(i);
+        let reg = self.poll.registry();
+        let _ = reg.deregister(&mut r.tls);
+        let _ = reg.deregister(&mut r.plain);
+        crate::log_pverb!("TLS client relay ended ({} left)", self.relays.len());
+    }
+
+    /// A unix socket pair for a relayed client: (ours, the successor's).
+    pub(super) fn relay_pair() -> std::io::Result<(mio::net::UnixStream, std::os::fd::OwnedFd)> {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+        ours.set_nonblocking(true)?;
+        theirs.set_nonblocking(true)?;
+        Ok((mio::net::UnixStream::from_std(ours), theirs.into()))
+    }
+}
