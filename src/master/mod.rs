@@ -544,9 +544,11 @@ impl Master {
                 Message::Handover(to.clone())
             }
         };
+        let handover = matches!(how, Stopping::Handover(_));
         let mut pids = Vec::new();
         for gen in self.current.iter_mut().chain(self.old.iter_mut()) {
-            for w in gen.workers.iter_mut().filter(|w| w.alive) {
+            let gid = gen.id;
+            for (slot, w) in gen.workers.iter_mut().enumerate().filter(|(_, w)| w.alive) {
                 let _ = w.channel.send(&m);
                 if !graceful {
                     // SAFETY: signalling our own child.
@@ -554,7 +556,7 @@ impl Master {
                         libc::kill(w.pid, libc::SIGTERM);
                     }
                 }
-                pids.push(w.pid);
+                pids.push((w.pid, gid, slot));
             }
         }
         // Close the listening sockets so no new connection queues here.
@@ -569,7 +571,8 @@ impl Master {
             5_000
         };
         let deadline = Instant::now() + Duration::from_millis(limit + 1000);
-        for pid in pids {
+        for (pid, gid, slot) in pids {
+            let mut told = false;
             loop {
                 let mut status = 0;
                 // SAFETY: waitpid with a valid status pointer.
@@ -577,7 +580,17 @@ impl Master {
                 if r != 0 {
                     break;
                 }
-                if Instant::now() > deadline {
+                if Instant::now() > deadline && handover && self.worker_beating(gid, slot) {
+                    // Past graceful_timeout, a worker of a binary being
+                    // replaced still runs its loop: it relays TLS clients
+                    // (they end with those clients), so it is not killed.
+                    if !told {
+                        crate::log_notice!(
+                            "worker {pid} still relays TLS clients to the new binary; waiting for them to end"
+                        );
+                        told = true;
+                    }
+                } else if Instant::now() > deadline {
                     // SAFETY: signalling our own child.
                     unsafe {
                         libc::kill(pid, libc::SIGKILL);
@@ -595,6 +608,23 @@ impl Master {
         }
         self.refresh_carry();
         crate::log_notice!("exiting");
+    }
+
+    /// Whether worker `slot` of generation `gid` ran its event loop in
+    /// the last 3 seconds (it wakes at least once a second).
+    fn worker_beating(&self, gid: u64, slot: usize) -> bool {
+        let Some(g) = self
+            .current
+            .iter()
+            .chain(self.old.iter())
+            .find(|g| g.id == gid)
+        else {
+            return false;
+        };
+        let beat = g
+            .region
+            .worker_get(slot, crate::stats::WorkerField::Heartbeat);
+        crate::util::epoch_us().saturating_sub(beat) < 3_000_000
     }
 
     fn write_pid_file(&self) {

@@ -130,8 +130,12 @@ impl Worker<'_> {
         let i = entry.key();
         let reg = self.poll.registry();
         let both = Interest::READABLE | Interest::WRITABLE;
-        if reg.register(&mut tls, Token(RELAY_BASE + 2 * i), both).is_err()
-            || reg.register(&mut plain, Token(RELAY_BASE + 2 * i + 1), both).is_err()
+        if reg
+            .register(&mut tls, Token(RELAY_BASE + 2 * i), both)
+            .is_err()
+            || reg
+                .register(&mut plain, Token(RELAY_BASE + 2 * i + 1), both)
+                .is_err()
         {
             return;
         }

@@ -416,3 +416,46 @@ def test_acl_user_survives_a_reload_and_a_removed_user_is_logged_out(procs):
     with pytest.raises(redis.AuthenticationError):
         tmp.get("any")
     assert log_has(p.log_path, "handing clients over")
+
+
+def test_hot_upgrade_keeps_busy_tls_clients(procs, certs):
+    """USR2 + QUIT under TLS load with graceful_timeout 1s: the old binary's
+    workers relay their TLS clients past that timeout, as long as the
+    clients stay, and its master waits for them."""
+    import os
+    from procmodel import children, workers_of
+
+    backend = procs.redis()
+    p = start_walnut(procs, {"rd": redis_pool([backend], **listen_tls(certs))},
+                     process={"graceful_timeout": "1s"}, args=["--workers", "1"])
+    gen1 = wait_workers(p.pid, 1)
+    load = Load(p.port("rd"), certs, n=3).start()
+    new_master = None
+    try:
+        load.progress()
+        p.signal(signal.SIGUSR2)
+        new_master = wait_until(
+            lambda: next((c for c in children(p.pid) if c not in gen1.values()), None), 10,
+            interval=0.01, what="new master")
+        wait_workers(new_master, 1)
+        wait_log(p.log_path, f"new master (pid {new_master}) is ready")
+        p.signal(signal.SIGQUIT)
+        wait_log(p.log_path, "still relays TLS clients to the new binary")
+        # Well past graceful_timeout: the clients are still served.
+        time.sleep(2.5)
+        load.progress(300)
+        assert alive(p.pid), "the old master waits for its relaying worker"
+    finally:
+        load.stop()
+        for c in load.clients:
+            c.close()
+    assert not load.errors, load.errors
+    p.proc.wait(timeout=15)
+    for w in gen1.values():
+        wait_gone(w, timeout=5)
+    assert tls_client(p.port("rd"), certs).ping()
+    nw = list(workers_of(new_master).values())
+    os.kill(new_master, signal.SIGTERM)
+    wait_gone(new_master)
+    for w in nw:
+        wait_gone(w)
