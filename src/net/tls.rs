@@ -401,3 +401,150 @@ impl PoolTls {
 /// A blocking byte stream (plain or TLS).
 pub trait ReadWrite: Read + Write {}
 impl<T: Read + Write> ReadWrite for T {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mio::{Events, Interest, Poll, Token};
+    use std::time::{Duration, Instant};
+
+    fn vector(name: &str) -> String {
+        format!("{}/tests/vectors/tls/{name}", env!("CARGO_MANIFEST_DIR"))
+    }
+
+    /// A TLS client and server over loopback.
+    fn pair() -> (TlsStream, TlsStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client = std::net::TcpStream::connect(addr).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        for s in [&client, &server] {
+            s.set_nonblocking(true).unwrap();
+        }
+        let scfg = server_config(&vector("server.crt"), &vector("server.key"), None).unwrap();
+        let ccfg = client_config(Some(&vector("ca.crt")), None).unwrap();
+        let s = TlsStream::accept(mio::net::TcpStream::from_std(server), &scfg).unwrap();
+        let c = TlsStream::connect(
+            mio::net::TcpStream::from_std(client),
+            &ccfg,
+            server_name("localhost").unwrap(),
+        )
+        .unwrap();
+        (c, s)
+    }
+
+    /// Send `data` from `a` to `b` as the worker does: write until
+    /// WouldBlock, flush on EPOLLOUT edges, read until a short read.
+    fn transfer(a: &mut TlsStream, b: &mut TlsStream, data: &[u8]) -> (Vec<u8>, usize) {
+        let mut poll = Poll::new().unwrap();
+        let both = Interest::READABLE | Interest::WRITABLE;
+        poll.registry()
+            .register(&mut a.tcp, Token(0), both)
+            .unwrap();
+        poll.registry()
+            .register(&mut b.tcp, Token(1), both)
+            .unwrap();
+        let mut events = Events::with_capacity(8);
+        let (mut sent, mut got, mut blocked) = (0, Vec::new(), 0);
+        let mut buf = vec![0u8; 16 * 1024];
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while got.len() < data.len() {
+            if Instant::now() > deadline {
+                let w = a.write(&data[sent..]);
+                let r = b.read(&mut buf);
+                panic!(
+                    "stalled at {} of {} (sent {sent}): a wants_write {} write {:?}, b wants_write {} read {:?}",
+                    got.len(),
+                    data.len(),
+                    a.conn.wants_write(),
+                    w,
+                    b.conn.wants_write(),
+                    r
+                );
+            }
+            // The sender reads too (handshake messages), as a worker
+            // reads every connection it has.
+            match a.read(&mut buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                other => panic!("sender read {other:?}"),
+            }
+            a.flush_tls().unwrap();
+            while sent < data.len() {
+                match a.write(&data[sent..]) {
+                    Ok(n) => sent += n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        blocked += 1;
+                        break;
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            b.flush_tls().unwrap();
+            loop {
+                match b.read(&mut buf) {
+                    Ok(0) => panic!("eof"),
+                    Ok(n) => {
+                        got.extend_from_slice(&buf[..n]);
+                        if n < buf.len() {
+                            break; // short: drained, wait for an edge
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            if got.len() < data.len() {
+                poll.poll(&mut events, Some(Duration::from_millis(200)))
+                    .unwrap();
+            }
+        }
+        poll.registry().deregister(&mut a.tcp).unwrap();
+        poll.registry().deregister(&mut b.tcp).unwrap();
+        (got, blocked)
+    }
+
+    #[test]
+    fn large_transfers_both_ways_with_partial_writes() {
+        let (mut c, mut s) = pair();
+        let up: Vec<u8> = (0..8_000_000u32).map(|i| (i % 251) as u8).collect();
+        let (got, blocked) = transfer(&mut c, &mut s, &up);
+        assert!(got == up, "{} bytes arrived of {}", got.len(), up.len());
+        assert!(
+            blocked > 0,
+            "the socket never refused a write: nothing partial tested"
+        );
+        assert!(!c.is_handshaking() && !s.is_handshaking());
+        let down: Vec<u8> = (0..3_000_000u32).map(|i| (i % 13) as u8).collect();
+        assert!(transfer(&mut s, &mut c, &down).0 == down);
+    }
+
+    #[test]
+    fn plain_text_to_a_tls_server_is_a_clear_error() {
+        let (c, mut s) = pair();
+        let mut raw = c.tcp;
+        raw.write_all(b"*1\r\n$4\r\nPING\r\n").unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let err = loop {
+            match s.read(&mut [0u8; 64]) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    assert!(Instant::now() < deadline);
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => break e,
+                Ok(n) => panic!("read {n} plaintext bytes"),
+            }
+        };
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        assert!(err.to_string().contains("plain text"), "{err}");
+    }
+
+    #[test]
+    fn certificate_files_are_checked() {
+        let e = server_config(&vector("server.crt"), &vector("ca.crt"), None).unwrap_err();
+        assert!(e.contains("private key"), "{e}");
+        let e = client_config(Some("/nonexistent/ca.pem"), None).unwrap_err();
+        assert!(e.contains("/nonexistent/ca.pem"), "{e}");
+        let t = not_after(&vector("server.crt")).unwrap();
+        assert!(days_left(t) > 30_000);
+    }
+}
