@@ -187,11 +187,56 @@ fn pool_settings(p: &PoolConfig, rt: &Runtime, out: &mut Vec<Setting>) {
             put("cluster_read_replicas", p.cluster_read_replicas.to_string());
         }
     }
+    let sec = &p.security;
+    if let Some(t) = &sec.listen_tls {
+        put("tls_cert", t.cert.clone());
+        put("tls_key", t.key.clone());
+        if let Some(ca) = &t.client_ca {
+            put("tls_client_ca", ca.clone());
+        }
+        put("tls_handshake_timeout", t.handshake_timeout_ms.to_string());
+    }
+    if let Some(t) = &sec.server_tls {
+        put("server_tls", "true".into());
+        let optional = [
+            ("server_tls_ca", &t.ca),
+            ("server_tls_name", &t.name),
+            ("server_tls_cert", &t.cert),
+            ("server_tls_key", &t.key),
+        ];
+        for (key, v) in optional {
+            if let Some(v) = v {
+                put(key, v.clone());
+            }
+        }
+    }
+    if let Some(u) = &sec.redis_auth_user {
+        put("redis_auth_user", u.clone());
+    }
     out.push(Setting {
         section: p.name.clone(),
         key: "servers",
         values: p.servers.iter().map(server_text).collect(),
     });
+    if !sec.users.is_empty() {
+        out.push(Setting {
+            section: p.name.clone(),
+            key: "users",
+            values: sec.users.iter().map(user_text).collect(),
+        });
+    }
+}
+
+/// A `users:` entry as written.
+fn user_text(u: &super::AclUser) -> String {
+    let mut t = format!("{} {}", u.name, u.password);
+    if u.readonly {
+        t.push_str(" readonly");
+    }
+    for prefix in &u.prefixes {
+        t.push_str(&format!(" ~{prefix}*"));
+    }
+    t
 }
 
 /// Every setting of the running configuration, pools first (in file
@@ -250,8 +295,8 @@ pub fn to_yaml(cfg: &Config, rt: &Runtime) -> String {
             section = &st.section;
             let _ = writeln!(s, "\n{}:", scalar(&st.section));
         }
-        if st.key == "servers" {
-            let _ = writeln!(s, "  servers:");
+        if st.key == "servers" || st.key == "users" {
+            let _ = writeln!(s, "  {}:", st.key);
             for v in &st.values {
                 let _ = writeln!(s, "   - {}", scalar(v));
             }
@@ -317,6 +362,10 @@ beta:
   redis_auth: \"p@ss \\\"word\\\"\"
   redis_db: 3
   eject_mode: fail_fast
+  redis_auth_user: walnut
+  users:
+   - \"app pw ~app:* ~shared:*\"
+   - \"dash pw2 readonly\"
   servers:
    - 127.0.0.1:6380:1
 _walnut:
