@@ -198,6 +198,38 @@ def test_server_certificate_that_fails_verification(procs, certs):
     assert plain_client(good.port).get("k") == b"ok"
 
 
+def test_tls_redis_cluster(procs, certs):
+    """A Redis Cluster whose nodes speak TLS (clients, bus, replication):
+    walnut follows the slot map the cluster gives a TLS connection (TLS
+    ports) and verifies each node's certificate by its IP."""
+    from procs import cluster_info, cluster_node_args, free_cluster_port
+
+    nodes = []
+    for _ in range(3):
+        plain = free_cluster_port()
+        tls_port = free_port()
+        extra = cluster_node_args(procs.workdir, plain) + [
+            "--tls-port", str(tls_port), "--tls-cluster", "yes", "--tls-replication", "yes",
+            "--tls-cert-file", str(certs / "server.crt"), "--tls-key-file", str(certs / "server.key"),
+            "--tls-ca-cert-file", str(certs / "ca.crt"), "--tls-auth-clients", "no"]
+        nodes.append((procs.redis(port=plain, extra=extra), tls_port))
+    subprocess.run([REDIS_CLI_BIN, "--tls", "--cacert", str(certs / "ca.crt"), "--cluster",
+                    "create", *[f"{HOST}:{t}" for _, t in nodes], "--cluster-yes"],
+                   capture_output=True, text=True, timeout=60, check=True)
+    wait_until(lambda: all(cluster_info(n.port).get("cluster_state") == "ok"
+                           and cluster_info(n.port).get("cluster_known_nodes") == "3"
+                           for n, _ in nodes), 60, what="the TLS cluster formed")
+    pool = redis_pool([], servers=[f"{HOST}:{nodes[0][1]}:1"], redis_cluster=True,
+                      server_tls=True, server_tls_ca=str(certs / "ca.crt"))
+    p = start_walnut(procs, {"rc": pool}, args=["--workers", "1"])
+    r = plain_client(p.port("rc"))
+    for i in range(300):
+        assert r.set(f"key:{i}", i)
+    assert r.mget([f"key:{i}" for i in range(300)]) == [str(i).encode() for i in range(300)]
+    sizes = [plain_client(n.port).dbsize() for n, _ in nodes]
+    assert sum(sizes) == 300 and all(sizes), sizes
+
+
 def test_plain_text_and_stalled_handshakes(procs, certs):
     backend = procs.redis()
     p = start_walnut(procs, {"rd": redis_pool([backend], **listen_tls(
