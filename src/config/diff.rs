@@ -50,6 +50,7 @@ fn pool_keys(a: &PoolConfig, b: &PoolConfig) -> Vec<&'static str> {
         "migration_rate" => migration_rate,
         "keyless_server" => keyless_random,
         "tls/users" => security,
+        "routes/shadow" => routing,
     )
 }
 

@@ -15,6 +15,7 @@ pub mod diff;
 mod error;
 mod pool;
 mod process;
+mod routing;
 mod scalar;
 mod security;
 pub mod show;
@@ -27,6 +28,7 @@ pub use process::{
     parse_admin, CpuAffinity, ListenerMode, ProcessConfig, Workers, DEFAULT_ADMIN,
     DEFAULT_SLOWLOG_US, LOG_LEVEL_MAX, PROCESS_KEYS, PROCESS_SECTION,
 };
+pub use routing::{PrefixRoute, RouteTarget, Routing, Shadow, ROUTING_KEYS};
 pub use scalar::{parse_micros, parse_millis, parse_size};
 pub use security::{AclUser, ListenTls, Security, ServerTls, SECURITY_KEYS};
 
@@ -109,6 +111,7 @@ impl Config {
             errors.push(ConfigError::new(path, 0, "has no pools"));
         }
         check_listen_unique(path, &sections, &pools, &mut errors);
+        routing::resolve(path, &mut pools, &mut errors);
         if !errors.is_empty() {
             errors.sort_by_key(|e| e.line);
             return Err(ConfigErrors(errors));

@@ -1,6 +1,7 @@
 //! Stage 2 for one pool: raw `key: value` entries → [`PoolConfig`].
 
 use super::addr::{parse_listen, parse_server, ListenAddr, ServerConfig};
+use super::routing::{validate_routing, Routing, ROUTING_KEYS};
 use super::scalar::{parse_bool, parse_micros, parse_num, parse_size, Report};
 use super::security::{validate_security, Security, SECURITY_KEYS};
 use super::yaml::{RawEntry, RawSection, RawValue};
@@ -163,6 +164,8 @@ pub struct PoolConfig {
     pub cluster_read_replicas: bool,
     /// TLS (listener and servers) and ACL users (config/security.rs).
     pub security: Security,
+    /// Prefix routes to other pools and a shadow pool (config/routing.rs).
+    pub routing: Routing,
 }
 
 /// True when a TCP listen host is an IP literal or resolves.
@@ -192,17 +195,26 @@ fn first_of_each<'e>(r: &mut Report, entries: &'e [RawEntry]) -> HashMap<&'e str
             );
             continue;
         }
-        if !POOL_KEYS.contains(&key) && !SECURITY_KEYS.contains(&key) {
+        if !POOL_KEYS.contains(&key)
+            && !SECURITY_KEYS.contains(&key)
+            && !ROUTING_KEYS.contains(&key)
+        {
             r.error(e.key.line, format!("unknown key '{key}'{}", suggest(key)));
             continue;
         }
         let is_seq = matches!(e.value, RawValue::Seq(_));
+        let list = matches!(key, "servers" | "users" | "routes");
         if key == "users" && !is_seq {
             r.error(
                 e.key.line,
                 "'users' must be a list of \"- NAME PASSWORD [readonly] [~PREFIX*]...\" lines",
             );
-        } else if key == "users" {
+        } else if key == "routes" && !is_seq {
+            r.error(
+                e.key.line,
+                "'routes' must be a list of \"- PREFIX POOL\" lines",
+            );
+        } else if list && key != "servers" {
         } else if key == "servers" && !is_seq {
             r.error(
                 e.key.line,
@@ -224,6 +236,7 @@ fn suggest(key: &str) -> String {
     POOL_KEYS
         .iter()
         .chain(SECURITY_KEYS.iter())
+        .chain(ROUTING_KEYS.iter())
         .find(|k| **k == lower || k.starts_with(&lower) && lower.len() >= 4)
         .map(|k| format!(" (did you mean '{k}'?)"))
         .unwrap_or_default()
@@ -482,7 +495,13 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
         },
     };
 
-    let servers = validate_servers(r, section, keys.get("servers").copied());
+    let routes = keys.contains_key("routes");
+    let servers = if routes && !keys.contains_key("servers") {
+        // Filled from the routed pools (routing::resolve).
+        Vec::new()
+    } else {
+        validate_servers(r, section, keys.get("servers").copied())
+    };
     if let Some(n) = replicas {
         if n as usize > servers.len() && !servers.is_empty() {
             if let Some(v) = scalar("replicas") {
@@ -511,6 +530,7 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
         }
     }
 
+    let routing = validate_routing(r, |k| keys.get(k).map(|e| (&e.key, &e.value)));
     let security = validate_security(
         r,
         |k| keys.get(k).map(|e| (&e.key, &e.value)),
@@ -523,6 +543,7 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
     }
     Some(PoolConfig {
         security: security?,
+        routing: routing?,
         name: section.name.text.clone(),
         line: section.name.line,
         listen: listen?,

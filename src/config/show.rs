@@ -213,11 +213,36 @@ fn pool_settings(p: &PoolConfig, rt: &Runtime, out: &mut Vec<Setting>) {
     if let Some(u) = &sec.redis_auth_user {
         put("redis_auth_user", u.clone());
     }
-    out.push(Setting {
-        section: p.name.clone(),
-        key: "servers",
-        values: p.servers.iter().map(server_text).collect(),
-    });
+    if let Some(sh) = &p.routing.shadow {
+        put("shadow", sh.pool.clone());
+        put(
+            "shadow_mode",
+            if sh.writes_only { "writes" } else { "all" }.into(),
+        );
+        put("shadow_sample", sh.sample_pct.to_string());
+    }
+    if p.routing.is_route_pool() {
+        // Its servers are the routed pools' (filled in when loaded).
+        out.push(Setting {
+            section: p.name.clone(),
+            key: "routes",
+            values: p
+                .routing
+                .routes
+                .iter()
+                .map(|r| {
+                    let prefix = if r.prefix.is_empty() { "*" } else { &r.prefix };
+                    format!("{prefix} {}", r.pool)
+                })
+                .collect(),
+        });
+    } else {
+        out.push(Setting {
+            section: p.name.clone(),
+            key: "servers",
+            values: p.servers.iter().map(server_text).collect(),
+        });
+    }
     if !sec.users.is_empty() {
         out.push(Setting {
             section: p.name.clone(),
@@ -295,7 +320,7 @@ pub fn to_yaml(cfg: &Config, rt: &Runtime) -> String {
             section = &st.section;
             let _ = writeln!(s, "\n{}:", scalar(&st.section));
         }
-        if st.key == "servers" || st.key == "users" {
+        if matches!(st.key, "servers" | "users" | "routes") {
             let _ = writeln!(s, "  {}:", st.key);
             for v in &st.values {
                 let _ = writeln!(s, "   - {}", scalar(v));

@@ -85,6 +85,7 @@ fields!(
         OutputBytes = ("output_bytes", Gauge, "bytes of replies buffered for clients"),
         BudgetEvictions = ("budget_evictions", Counter, "# times clients were closed to keep replies under buffer_budget"),
         Heartbeat = ("heartbeat", Timestamp, "last event loop iteration, usec since epoch"),
+        ShadowDropped = ("shadow_dropped", Counter, "# requests not copied to a shadow pool (its queue full or its server down)"),
         HandedOut = ("handed_out", Counter, "# client connections handed to a successor (reload, upgrade)"),
         HandedIn = ("handed_in", Counter, "# client connections taken over from a predecessor"),
         CmdGet = ("cmd_get", Counter, "# keys asked for by memcached retrievals"),

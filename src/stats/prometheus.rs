@@ -187,6 +187,10 @@ fn worker_family(f: WorkerField) -> Option<Family> {
             "walnut_worker_memcache_get_hits_total",
             "keys memcached retrievals found",
         ),
+        WorkerField::ShadowDropped => counter(
+            "walnut_worker_shadow_dropped_total",
+            "requests not copied to a shadow pool: its queue was full or its server down",
+        ),
         WorkerField::Heartbeat => return None,
     })
 }

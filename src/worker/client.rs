@@ -389,6 +389,9 @@ impl Worker<'_> {
             pool,
             req.keys.first().map_or(&b""[..], |r| &bytes[r.clone()]),
         );
+        if self.pools[pool].shadow.is_some() {
+            self.shadow_copy(pool, &req, bytes, now);
+        }
         if req.route == Route::Single {
             self.forward_single(token, client_id, pool, &req, bytes, now);
         } else {

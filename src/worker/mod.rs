@@ -25,8 +25,10 @@ mod pool;
 mod pubsub;
 mod relay;
 mod replies;
+mod routes;
 mod server;
 mod server_health;
+mod shadow;
 mod spool;
 mod stream;
 mod stream_reply;
@@ -202,6 +204,8 @@ pub struct Worker<'a> {
     handin_conns: Slab<OwnedFd>,
     /// TLS clients handed over, relayed to the successor (relay.rs).
     relays: Slab<relay::Relay>,
+    /// Requests seen by `shadow_sample` (shadow.rs).
+    shadow_tick: u64,
     /// The handover socket may hold more connections than one pass took.
     handin_again: bool,
     /// Handing clients over to this successor.
@@ -221,11 +225,16 @@ impl<'a> Worker<'a> {
     /// Build a worker for `config`, serving the given listeners.
     pub fn new(config: &Config, setup: WorkerSetup<'a>) -> std::io::Result<Worker<'a>> {
         let poll = Poll::new()?;
-        let pools: Vec<PoolRt> = config
+        let mut pools: Vec<PoolRt> = config
             .pools
             .iter()
             .map(|p| PoolRt::new(p, setup.lineage.of(&p.name)))
             .collect();
+        for i in 0..pools.len() {
+            if let Some(sh) = &pools[i].cfg.routing.shadow {
+                pools[i].shadow = pools.iter().position(|p| p.cfg.name == sh.pool);
+            }
+        }
         let ls = setup
             .listeners
             .into_iter()
@@ -273,6 +282,7 @@ impl<'a> Worker<'a> {
             handin: setup.handin,
             handin_conns: Slab::new(),
             relays: Slab::new(),
+            shadow_tick: 0,
             handin_again: false,
             handover: None,
         };

@@ -107,6 +107,10 @@ pub struct PoolRt {
     pub cluster: Option<Box<super::cluster::ClusterRt>>,
     /// TLS on the listener and to the servers.
     pub tls: crate::net::tls::PoolTls,
+    /// A route pool (`routes:`): placement per routed pool.
+    pub routes: Option<Box<super::routes::RouteRt>>,
+    /// The pool requests are copied to (`shadow:`), by index.
+    pub shadow: Option<usize>,
     /// A reload changed the servers of this pool (`migration: true`):
     /// where keys were before, until the migration is done.
     pub migration: Option<Box<super::migrate::MigrationRt>>,
@@ -130,6 +134,13 @@ impl PoolRt {
         };
         let placement = build_placement(cfg, &servers);
         let migration = super::migrate::MigrationRt::new(cfg, olds, &mut servers);
+        let routes = cfg.routing.is_route_pool().then(|| {
+            Box::new(super::routes::RouteRt::build(
+                &cfg.routing,
+                &servers,
+                cfg.eject_fail_fast,
+            ))
+        });
         PoolRt {
             cfg: cfg.clone(),
             proto,
@@ -143,6 +154,8 @@ impl PoolRt {
                 .redis_cluster
                 .then(|| Box::new(super::cluster::ClusterRt::new(cfg.servers.len()))),
             tls: crate::net::tls::PoolTls::new(&cfg.security),
+            routes,
+            shadow: None,
             migration,
         }
     }
@@ -177,7 +190,10 @@ impl PoolRt {
                 self.rebuild(now);
             }
         }
-        self.placement.server_for(key)
+        match &self.routes {
+            Some(r) => r.server_for(&self.cfg.routing, key),
+            None => self.placement.server_for(key),
+        }
     }
 
     /// Rebuild the ring from the servers that are live at `now`. With
@@ -213,6 +229,13 @@ impl PoolRt {
         }
         self.next_rebuild = next;
         self.placement = build_placement(&self.cfg, &self.servers);
+        if self.routes.is_some() {
+            self.routes = Some(Box::new(super::routes::RouteRt::build(
+                &self.cfg.routing,
+                &self.servers,
+                self.cfg.eject_fail_fast,
+            )));
+        }
     }
 
     /// Record a failure of server `idx` (`msg` is what clients are told

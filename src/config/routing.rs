@@ -1,0 +1,352 @@
+//! Routing across pools: a pool whose keys go to other pools by key
+//! prefix (`routes:`), and a pool whose traffic is copied to a shadow pool
+//! (`shadow:`, `shadow_mode:`, `shadow_sample:`). A file without these keys
+//! means what it means to twemproxy.
+//!
+//! A route pool has no `servers:` of its own: after every pool is read,
+//! [`resolve`] gives it the servers of the pools it routes to (each once,
+//! in route order) and records which slice of them each route owns, so
+//! the data path splits, merges and counts a route pool's requests like
+//! any pool's.
+
+use super::error::ConfigError;
+use super::scalar::{parse_num, Report};
+use super::yaml::{RawValue, Scalar};
+use super::PoolConfig;
+use std::path::Path;
+
+/// The keys this file reads.
+pub const ROUTING_KEYS: [&str; 4] = ["routes", "shadow", "shadow_mode", "shadow_sample"];
+
+/// One `routes:` entry: `PREFIX POOL` (`*` as the prefix: the default).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrefixRoute {
+    /// Key prefix; empty for the default route.
+    pub prefix: String,
+    /// The pool the keys go to.
+    pub pool: String,
+    /// Line of the entry.
+    pub line: usize,
+}
+
+/// A route target as resolved: which of the route pool's servers are the
+/// target pool's, and how that pool places keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteTarget {
+    /// The target pool's name.
+    pub pool: String,
+    /// Its servers are `servers[first..first + count]` of the route pool.
+    pub first: usize,
+    /// How many.
+    pub count: usize,
+    /// The target pool's hash, distribution and hash tag.
+    pub hash: crate::hash::HashKind,
+    /// Distribution.
+    pub distribution: crate::hash::Distribution,
+    /// Hash tag.
+    pub hash_tag: Option<[u8; 2]>,
+}
+
+/// `shadow:` and its mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shadow {
+    /// The pool requests are copied to.
+    pub pool: String,
+    /// `shadow_mode: writes`: only writes are copied (default `all`).
+    pub writes_only: bool,
+    /// `shadow_sample:` percent of requests copied (1..=100, default 100).
+    pub sample_pct: u32,
+}
+
+/// A pool's routing keys.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Routing {
+    /// `routes:` as written, longest prefix first.
+    pub routes: Vec<PrefixRoute>,
+    /// The distinct target pools, in first-route order (set by [`resolve`]).
+    pub targets: Vec<RouteTarget>,
+    /// `shadow:`.
+    pub shadow: Option<Shadow>,
+}
+
+impl Routing {
+    /// Whether this pool routes by prefix (it has `routes:`).
+    pub fn is_route_pool(&self) -> bool {
+        !self.routes.is_empty()
+    }
+
+    /// Index into `targets` of the route `key` takes: the longest prefix
+    /// that matches, else the default; `None` when neither.
+    pub fn target_for(&self, key: &[u8]) -> Option<usize> {
+        let route = self
+            .routes
+            .iter()
+            .find(|r| key.starts_with(r.prefix.as_bytes()))?;
+        self.targets.iter().position(|t| t.pool == route.pool)
+    }
+}
+
+/// Parse a pool's routing keys (their syntax; references are checked by
+/// [`resolve`] once every pool is read).
+pub(crate) fn validate_routing<'a>(
+    r: &mut Report,
+    get: impl Fn(&str) -> Option<(&'a Scalar, &'a RawValue)>,
+) -> Option<Routing> {
+    let before = r.errors.len();
+    let mut routing = Routing::default();
+    if let Some((key, value)) = get("routes") {
+        let items: &[Scalar] = match value {
+            RawValue::Seq(items) => items,
+            RawValue::Scalar(_) => &[],
+        };
+        if items.is_empty() {
+            r.error(key.line, "'routes' is empty: list \"- PREFIX POOL\" lines");
+        }
+        for item in items {
+            let mut words = item.text.split_whitespace();
+            let (Some(prefix), Some(pool), None) = (words.next(), words.next(), words.next())
+            else {
+                r.error(
+                    item.line,
+                    format!(
+                        "route '{}': expected \"PREFIX POOL\" (PREFIX * for the default)",
+                        item.text
+                    ),
+                );
+                continue;
+            };
+            let prefix = if prefix == "*" { "" } else { prefix };
+            if let Some(first) = routing.routes.iter().find(|x| x.prefix == prefix) {
+                r.error(
+                    item.line,
+                    format!(
+                        "route prefix '{}' is listed twice (first on line {})",
+                        prefix, first.line
+                    ),
+                );
+                continue;
+            }
+            routing.routes.push(PrefixRoute {
+                prefix: prefix.to_string(),
+                pool: pool.to_string(),
+                line: item.line,
+            });
+        }
+        // Longest prefix first: the first match is the longest.
+        routing
+            .routes
+            .sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
+    }
+    let scalar = |k: &str| match get(k) {
+        Some((_, RawValue::Scalar(s))) => Some(s),
+        _ => None,
+    };
+    if let Some(pool) = scalar("shadow") {
+        let writes_only = match scalar("shadow_mode").map(|s| s.text.as_str()) {
+            None | Some("all") => false,
+            Some("writes") => true,
+            Some(other) => {
+                r.error(
+                    scalar("shadow_mode").map_or(pool.line, |s| s.line),
+                    format!("'shadow_mode' has invalid value '{other}': expected all or writes"),
+                );
+                false
+            }
+        };
+        let sample_pct = match scalar("shadow_sample") {
+            None => 100,
+            Some(v) => match parse_num(r, "shadow_sample", v) {
+                Some(n @ 1..=100) => n,
+                Some(_) => {
+                    r.error(v.line, "'shadow_sample' must be a percentage from 1 to 100");
+                    100
+                }
+                None => 100,
+            },
+        };
+        routing.shadow = Some(Shadow {
+            pool: pool.text.clone(),
+            writes_only,
+            sample_pct,
+        });
+    } else {
+        for k in ["shadow_mode", "shadow_sample"] {
+            if let Some(v) = scalar(k) {
+                r.error(v.line, format!("'{k}' needs 'shadow'"));
+            }
+        }
+    }
+    (r.errors.len() == before).then_some(routing)
+}
+
+/// Check every pool's routes and shadow against the other pools, and give
+/// each route pool the servers of the pools it routes to.
+pub(crate) fn resolve(path: &Path, pools: &mut [PoolConfig], errors: &mut Vec<ConfigError>) {
+    let snapshot: Vec<PoolConfig> = pools.to_vec();
+    let find = |name: &str| snapshot.iter().find(|p| p.name == name);
+    for pool in pools.iter_mut() {
+        let err = |line: usize, msg: String| ConfigError::new(path, line, msg).in_pool(&pool.name);
+        if let Some(sh) = &pool.routing.shadow {
+            match find(&sh.pool) {
+                None => errors.push(err(
+                    pool.line,
+                    format!("'shadow' names no pool '{}'", sh.pool),
+                )),
+                Some(t) if t.name == pool.name => errors.push(err(
+                    pool.line,
+                    "'shadow' cannot name the pool itself".into(),
+                )),
+                Some(t) if t.redis != pool.redis => errors.push(err(
+                    pool.line,
+                    format!("'shadow' pool '{}' speaks another protocol", t.name),
+                )),
+                Some(t) if t.routing.is_route_pool() || t.redis_cluster => errors.push(err(
+                    pool.line,
+                    format!("'shadow' pool '{}' must be a plain sharded pool", t.name),
+                )),
+                Some(_) => {}
+            }
+        }
+        if !pool.routing.is_route_pool() {
+            continue;
+        }
+        if !pool.servers.is_empty() {
+            errors.push(err(
+                pool.line,
+                "a pool with 'routes' has no 'servers' of its own".into(),
+            ));
+            continue;
+        }
+        let mut servers = Vec::new();
+        let mut targets: Vec<RouteTarget> = Vec::new();
+        let mut ok = true;
+        for route in &pool.routing.routes {
+            if targets.iter().any(|t| t.pool == route.pool) {
+                continue;
+            }
+            let why = match find(&route.pool) {
+                None => Some(format!("names no pool '{}'", route.pool)),
+                Some(t) if t.name == pool.name => Some("cannot name the pool itself".into()),
+                Some(t) if t.redis != pool.redis => {
+                    Some(format!("pool '{}' speaks another protocol", t.name))
+                }
+                Some(t) if t.routing.is_route_pool() || t.redis_cluster || t.replicas > 1 => {
+                    Some(format!(
+                        "pool '{}' must be a plain sharded pool (no routes, cluster or replicas)",
+                        t.name
+                    ))
+                }
+                Some(_) => None,
+            };
+            if let Some(why) = why {
+                errors.push(err(route.line, format!("route '{}': {why}", route.pool)));
+                ok = false;
+                continue;
+            }
+            let t = find(&route.pool).expect("checked above");
+            for s in &t.servers {
+                if servers
+                    .iter()
+                    .any(|x: &super::ServerConfig| x.addr == s.addr)
+                {
+                    errors.push(err(
+                        route.line,
+                        format!(
+                            "route '{}': server '{}' is in another routed pool too",
+                            t.name,
+                            s.stats_name()
+                        ),
+                    ));
+                    ok = false;
+                }
+            }
+            targets.push(RouteTarget {
+                pool: t.name.clone(),
+                first: servers.len(),
+                count: t.servers.len(),
+                hash: t.hash,
+                distribution: t.distribution,
+                hash_tag: t.hash_tag,
+            });
+            servers.extend(t.servers.iter().cloned());
+        }
+        if pool.migration {
+            errors.push(err(
+                pool.line,
+                "'migration' cannot be on for a pool with 'routes'".into(),
+            ));
+            ok = false;
+        }
+        if ok {
+            pool.servers = servers;
+            pool.routing.targets = targets;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+    use std::path::Path;
+
+    const BASE: &str = "\
+users:
+  listen: 127.0.0.1:7001
+  servers:
+   - 127.0.0.1:11211:1
+   - 127.0.0.1:11212:1
+sessions:
+  listen: 127.0.0.1:7002
+  hash: murmur
+  servers:
+   - 127.0.0.1:11213:1
+";
+
+    #[test]
+    fn a_route_pool_gets_its_targets_servers() {
+        let text = format!(
+            "{BASE}front:\n  listen: 127.0.0.1:7000\n  routes:\n   - \"u: users\"\n   - \"user:vip: sessions\"\n   - \"* sessions\"\n"
+        );
+        let cfg = Config::from_str(&text, Path::new("r.yml")).unwrap();
+        let front = cfg.pool("front").unwrap();
+        assert_eq!(front.servers.len(), 3);
+        let r = &front.routing;
+        assert_eq!(r.targets.len(), 2);
+        let target = |k: &[u8]| r.target_for(k).map(|i| r.targets[i].pool.as_str());
+        assert_eq!(target(b"u:1"), Some("users"));
+        assert_eq!(
+            target(b"user:vip:9"),
+            Some("sessions"),
+            "longest prefix wins"
+        );
+        assert_eq!(target(b"other"), Some("sessions"), "the default");
+        let users = r.targets.iter().find(|t| t.pool == "users").unwrap();
+        assert_eq!((users.first, users.count), (1, 2));
+    }
+
+    #[test]
+    fn bad_routes_are_refused_with_their_lines() {
+        let err = |tail: &str| {
+            let text = format!("{BASE}front:\n  listen: 127.0.0.1:7000\n{tail}");
+            format!(
+                "{:?}",
+                Config::from_str(&text, Path::new("r.yml")).unwrap_err()
+            )
+        };
+        let e = err("  routes:\n   - \"u: nowhere\"\n  shadow: front\n");
+        assert!(
+            e.contains("line: 14") && e.contains("names no pool 'nowhere'"),
+            "{e}"
+        );
+        assert!(e.contains("'shadow' cannot name the pool itself"), "{e}");
+        let e = err("  routes:\n   - \"v:\"\n");
+        assert!(
+            e.contains("line: 14") && e.contains("expected \\\"PREFIX POOL\\\""),
+            "{e}"
+        );
+        let e = err("  routes:\n   - \"* users\"\n  servers:\n   - 127.0.0.1:1:1\n");
+        assert!(e.contains("has no 'servers' of its own"), "{e}");
+        let e = err("  shadow_mode: writes\n  servers:\n   - 127.0.0.1:1:1\n");
+        assert!(e.contains("'shadow_mode' needs 'shadow'"), "{e}");
+    }
+}

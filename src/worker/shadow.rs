@@ -1,0 +1,91 @@
+//! Shadow traffic (`shadow:`): requests of a pool copied to another pool,
+//! fire and forget. The copy is routed by the shadow pool's own placement
+//! (a multi-key request split per its servers), its replies are read and
+//! dropped, and nothing about it reaches the client: not its errors, not
+//! its slowness, not its death. Its queue is bounded per server
+//! connection; a copy that finds it full, or its server down, is dropped
+//! and counted (`shadow_dropped`).
+
+use super::conn::{Conn, Waiter};
+use super::forward::routing_key;
+use super::Worker;
+use crate::proto::{Op, Request, Route};
+use crate::stats::WorkerField;
+use smallvec::SmallVec;
+use std::time::Instant;
+
+/// Most copies waiting for their reply on one shadow connection.
+const SHADOW_MAX_INFLIGHT: usize = 1024;
+/// Most copy bytes waiting to be written on one shadow connection.
+const SHADOW_MAX_BYTES: usize = 4 << 20;
+
+/// Whether `op` only reads.
+fn is_read(op: Op) -> bool {
+    match op {
+        Op::Redis(r) => crate::proto::redis::commands::is_read_command(r.cmd.name()),
+        Op::Mc(op) => op.is_read(),
+    }
+}
+
+impl Worker<'_> {
+    /// Copy a request of `pool` to its shadow pool, if it has one and the
+    /// request is one it copies (mode, sample).
+    pub(super) fn shadow_copy(&mut self, pool: usize, req: &Request, bytes: &[u8], now: Instant) {
+        let Some(sp) = self.pools[pool].shadow else {
+            return;
+        };
+        let Some(sh) = self.pools[pool].cfg.routing.shadow.as_ref() else {
+            return;
+        };
+        if req.keys.is_empty() || (sh.writes_only && is_read(req.op)) {
+            return;
+        }
+        if sh.sample_pct < 100 {
+            self.shadow_tick = self.shadow_tick.wrapping_add(1);
+            if self.shadow_tick % 100 >= u64::from(sh.sample_pct) {
+                return;
+            }
+        }
+        let proto = self.pools[sp].proto;
+        if req.route == Route::Single || req.keys.len() == 1 {
+            let key = routing_key(req, bytes);
+            let server = self.pools[sp].server_for(key.as_ref(), now);
+            self.shadow_send(sp, server, req.op, now, |out| {
+                proto.write_request(req, bytes, out)
+            });
+            return;
+        }
+        let mut groups: SmallVec<[(Option<usize>, Vec<usize>); 4]> = SmallVec::new();
+        for (i, r) in req.keys.iter().enumerate() {
+            let s = self.pools[sp].server_for(&bytes[r.clone()], now);
+            match groups.iter_mut().find(|(gs, _)| *gs == s) {
+                Some((_, v)) => v.push(i),
+                None => groups.push((s, vec![i])),
+            }
+        }
+        for (server, keys) in groups {
+            self.shadow_send(sp, server, req.op, now, |out| {
+                proto.write_fragment(bytes, req, &keys, out)
+            });
+        }
+    }
+
+    fn shadow_send(
+        &mut self,
+        sp: usize,
+        server: Option<usize>,
+        op: Op,
+        now: Instant,
+        write: impl FnOnce(&mut Vec<u8>),
+    ) {
+        let st = server.and_then(|s| self.server_conn(sp, s, 0, now).ok());
+        let room = st.is_some_and(|st| {
+            matches!(self.conns.get(st.0), Some(Conn::Server(s))
+                if s.inflight.len() < SHADOW_MAX_INFLIGHT && s.wbuf.len() < SHADOW_MAX_BYTES)
+        });
+        match st {
+            Some(st) if room => self.enqueue(st, Some(Waiter::Internal), op, write, now),
+            _ => self.stats.worker_add(WorkerField::ShadowDropped, 1),
+        }
+    }
+}

@@ -1,0 +1,179 @@
+"""Routing across pools, against real servers: a route pool (`routes:`)
+sends keys to other pools by longest prefix, splitting multi-key requests
+across them and merging the replies; a shadow pool (`shadow:`) gets a copy
+of a pool's requests, and its death or stall changes nothing for clients."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import urllib.request
+
+import redis
+from pymemcache.client.base import Client as MemcacheClient
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from procmodel import start_walnut
+from procs import HOST, memcache_pool, redis_pool, wait_until
+
+
+def rclient(port: int) -> redis.Redis:
+    return redis.Redis(host=HOST, port=port, retry=Retry(NoBackoff(), 0), socket_timeout=10)
+
+
+def holder(servers, key: str) -> list[int]:
+    """Indexes of the servers that hold ``key``."""
+    return [i for i, s in enumerate(servers) if rclient(s.port).exists(key)]
+
+
+def test_redis_prefix_routes_split_and_merge(procs):
+    users = [procs.redis(), procs.redis()]
+    sessions = [procs.redis()]
+    legacy = [procs.redis()]
+    p = start_walnut(procs, {
+        "users": redis_pool(users),
+        "sessions": redis_pool(sessions, hash="murmur"),
+        "legacy": redis_pool(legacy),
+        "front": {"redis": True, "timeout": 2000,
+                  "routes": ["user: users", "user:sess: sessions", "sess: sessions", "* legacy"]},
+    }, args=["--workers", "1"])
+    r = rclient(p.port("front"))
+    direct_users = rclient(p.port("users"))
+    keys = [f"user:{i}" for i in range(40)] + [f"sess:{i}" for i in range(10)] + \
+        ["user:sess:1", "plain:1", "x"]
+    for k in keys:
+        assert r.set(k, f"v-{k}")
+    # Each key is where its own pool puts it.
+    for k in keys:
+        if k.startswith("user:sess:") or k.startswith("sess:"):
+            assert holder(sessions, k) == [0] and holder(users + legacy, k) == [], k
+        elif k.startswith("user:"):
+            assert len(holder(users, k)) == 1 and holder(sessions + legacy, k) == [], k
+            assert direct_users.get(k) == f"v-{k}".encode(), "the users pool places it the same"
+        else:
+            assert holder(legacy, k) == [0] and holder(users + sessions, k) == [], k
+    # A multi-key request across three pools: split, merged in key order.
+    assert r.mget(keys) == [f"v-{k}".encode() for k in keys]
+    assert r.exists(*keys) == len(keys)
+    assert r.delete("user:1", "sess:1", "x", "nothing:here") == 3
+    assert r.mget(["user:1", "sess:1", "x", "user:2"]) == [None, None, None, b"v-user:2"]
+    # Per-route stats: the route pool's servers are the routed pools'.
+    st = p.stats()
+    front = st["front"]
+    for s in users + sessions + legacy:
+        assert front[s.address]["requests"] > 0, (s.address, front)
+
+
+def test_memcached_prefix_routes_multiget(procs):
+    a = [procs.memcached(), procs.memcached()]
+    b = [procs.memcached()]
+    p = start_walnut(procs, {
+        "a": memcache_pool(a),
+        "b": memcache_pool(b),
+        "front": {"timeout": 2000, "routes": ["a: a", "* b"]},
+    }, args=["--workers", "1"])
+    m = MemcacheClient((HOST, p.port("front")), timeout=10)
+    values = {f"a:{i}": f"A{i}".encode() for i in range(30)}
+    values.update({f"b{i}": f"B{i}".encode() for i in range(30)})
+    for k, v in values.items():
+        m.set(k, v, noreply=False)
+    assert m.get_many(list(values)) == values
+    only_b = MemcacheClient((HOST, b[0].port), timeout=10)
+    assert only_b.get("b3") == b"B3" and only_b.get("a:3") is None
+
+
+def metric(p, name: str) -> int:
+    with urllib.request.urlopen(f"http://{HOST}:{p.admin_port}/metrics", timeout=10) as resp:
+        body = resp.read().decode()
+    return sum(int(float(l.rsplit(" ", 1)[1])) for l in body.splitlines()
+               if l.startswith(name + "{") or l.startswith(name + " "))
+
+
+class Busy:
+    """Persistent pymemcache clients setting and getting without pause."""
+
+    def __init__(self, port: int, n: int = 3):
+        self.port, self.rounds, self.errors = port, 0, []
+        self.stop_flag = threading.Event()
+        self.threads = [threading.Thread(target=self.run, args=(i,), daemon=True) for i in range(n)]
+
+    def run(self, i: int) -> None:
+        m = MemcacheClient((HOST, self.port), timeout=10)
+        j, deadline = 0, time.monotonic() + 90
+        while not self.stop_flag.is_set() and time.monotonic() < deadline:
+            j += 1
+            try:
+                m.set(f"k{i}:{j % 500}", str(j).encode(), noreply=False)
+                assert m.get(f"k{i}:{j % 500}") == str(j).encode()
+                self.rounds += 1
+            except Exception as e:  # noqa: BLE001 - every failure counts
+                self.errors.append(repr(e))
+                return
+
+    def start(self) -> "Busy":
+        for t in self.threads:
+            t.start()
+        return self
+
+    def progress(self, n: int = 300) -> None:
+        base = self.rounds
+        wait_until(lambda: self.rounds >= base + n or self.errors, 30, what="client progress")
+        assert not self.errors, self.errors
+
+    def stop(self) -> None:
+        self.stop_flag.set()
+        for t in self.threads:
+            t.join(30)
+
+
+def test_shadow_pool_copies_and_never_hurts_clients(procs):
+    main = [procs.memcached(), procs.memcached()]
+    shadow = procs.memcached()
+    p = start_walnut(procs, {
+        "main": memcache_pool(main, shadow="copy", shadow_mode="writes"),
+        "copy": memcache_pool([shadow], timeout=300),
+    }, args=["--workers", "1"])
+    m = MemcacheClient((HOST, p.port("main")), timeout=10)
+    m.set("seen", b"1", noreply=False)
+    shadow_direct = MemcacheClient((HOST, shadow.port), timeout=10)
+    wait_until(lambda: shadow_direct.get("seen") == b"1", 10, what="the write copied")
+    busy = Busy(p.port("main")).start()
+    try:
+        busy.progress()
+        # A stalled shadow: copies queue up to the bound, then are dropped.
+        os.kill(shadow.pid, signal.SIGSTOP)
+        busy.progress(3000)
+        wait_until(lambda: metric(p, "walnut_worker_shadow_dropped_total") > 0, 20,
+                   what="copies dropped while the shadow is stalled")
+        os.kill(shadow.pid, signal.SIGCONT)
+        busy.progress()
+        # A dead shadow.
+        os.kill(shadow.pid, signal.SIGKILL)
+        shadow.proc.wait(timeout=10)
+        dropped = metric(p, "walnut_worker_shadow_dropped_total")
+        busy.progress(2000)
+        assert metric(p, "walnut_worker_shadow_dropped_total") > dropped
+    finally:
+        busy.stop()
+    assert not busy.errors, busy.errors
+    assert busy.rounds > 5000
+
+
+def test_bad_routing_config_is_refused(procs, tmp_path):
+    import subprocess
+
+    from procs import walnut_bin
+    conf = tmp_path / "bad.yml"
+    conf.write_text(
+        "a:\n  listen: 127.0.0.1:1\n  servers:\n    - 127.0.0.1:11211:1\n"
+        "front:\n  listen: 127.0.0.1:2\n  routes:\n    - \"x: nowhere\"\n    - \"* a\"\n"
+        "  shadow: front\n")
+    out = subprocess.run([walnut_bin(), "-t", "-c", str(conf)], capture_output=True, text=True,
+                         timeout=30)
+    text = out.stdout + out.stderr
+    assert out.returncode != 0
+    assert "bad.yml:8" in text and "names no pool 'nowhere'" in text, text
+    assert "'shadow' cannot name the pool itself" in text, text
