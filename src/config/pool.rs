@@ -203,7 +203,7 @@ fn first_of_each<'e>(r: &mut Report, entries: &'e [RawEntry]) -> HashMap<&'e str
             continue;
         }
         let is_seq = matches!(e.value, RawValue::Seq(_));
-        let list = matches!(key, "servers" | "users" | "routes");
+        let list = matches!(key, "servers" | "users" | "routes" | "zones");
         if key == "users" && !is_seq {
             r.error(
                 e.key.line,
@@ -213,6 +213,11 @@ fn first_of_each<'e>(r: &mut Report, entries: &'e [RawEntry]) -> HashMap<&'e str
             r.error(
                 e.key.line,
                 "'routes' must be a list of \"- PREFIX POOL\" lines",
+            );
+        } else if key == "zones" && !is_seq {
+            r.error(
+                e.key.line,
+                "'zones' must be a list of pool names, the local zone first",
             );
         } else if list && key != "servers" {
         } else if key == "servers" && !is_seq {
@@ -495,7 +500,7 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
         },
     };
 
-    let routes = keys.contains_key("routes");
+    let routes = keys.contains_key("routes") || keys.contains_key("zones");
     let servers = if routes && !keys.contains_key("servers") {
         // Filled from the routed pools (routing::resolve).
         Vec::new()

@@ -1,13 +1,13 @@
 //! Routing across pools: a pool whose keys go to other pools by key
-//! prefix (`routes:`), and a pool whose traffic is copied to a shadow pool
-//! (`shadow:`, `shadow_mode:`, `shadow_sample:`). A file without these keys
-//! means what it means to twemproxy.
+//! prefix (`routes:`), a pool made of one pool per zone (`zones:`,
+//! `zone_writes:`, `zone_failover:`), and a pool whose traffic is copied to
+//! a shadow pool (`shadow:`, `shadow_mode:`, `shadow_sample:`). A file
+//! without these keys means what it means to twemproxy.
 //!
-//! A route pool has no `servers:` of its own: after every pool is read,
-//! [`resolve`] gives it the servers of the pools it routes to (each once,
-//! in route order) and records which slice of them each route owns, so
-//! the data path splits, merges and counts a route pool's requests like
-//! any pool's.
+//! A route or zone pool has no `servers:` of its own: after every pool is
+//! read, [`resolve`] gives it the servers of the pools it names (each
+//! once, in order) and records which slice of them each one owns, so the
+//! data path splits, merges and counts its requests like any pool's.
 
 use super::error::ConfigError;
 use super::scalar::{parse_num, Report};
@@ -16,7 +16,15 @@ use super::PoolConfig;
 use std::path::Path;
 
 /// The keys this file reads.
-pub const ROUTING_KEYS: [&str; 4] = ["routes", "shadow", "shadow_mode", "shadow_sample"];
+pub const ROUTING_KEYS: [&str; 7] = [
+    "routes",
+    "zones",
+    "zone_writes",
+    "zone_failover",
+    "shadow",
+    "shadow_mode",
+    "shadow_sample",
+];
 
 /// One `routes:` entry: `PREFIX POOL` (`*` as the prefix: the default).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,11 +66,30 @@ pub struct Shadow {
     pub sample_pct: u32,
 }
 
+/// `zones:` and how they are written and read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Zones {
+    /// The zone pools, the local one first.
+    pub pools: Vec<String>,
+    /// `zone_writes: sync`: a single-key write goes to every zone and is
+    /// answered with the first success; `async` (default): the local
+    /// zone's reply is the client's, the other zones get a copy, fire and
+    /// forget.
+    pub sync_writes: bool,
+    /// `zone_failover: miss` (default): a single-key read tries the next
+    /// zone on an error or a miss; `error`: on an error only.
+    pub failover_on_miss: bool,
+    /// Line of `zones:`.
+    pub line: usize,
+}
+
 /// A pool's routing keys.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Routing {
     /// `routes:` as written, longest prefix first.
     pub routes: Vec<PrefixRoute>,
+    /// `zones:`.
+    pub zones: Option<Zones>,
     /// The distinct target pools, in first-route order (set by [`resolve`]).
     pub targets: Vec<RouteTarget>,
     /// `shadow:`.
@@ -73,6 +100,11 @@ impl Routing {
     /// Whether this pool routes by prefix (it has `routes:`).
     pub fn is_route_pool(&self) -> bool {
         !self.routes.is_empty()
+    }
+
+    /// Whether its servers are other pools' (`routes:` or `zones:`).
+    pub fn is_composite(&self) -> bool {
+        self.is_route_pool() || self.zones.is_some()
     }
 
     /// Index into `targets` of the route `key` takes: the longest prefix
@@ -141,6 +173,47 @@ pub(crate) fn validate_routing<'a>(
         Some((_, RawValue::Scalar(s))) => Some(s),
         _ => None,
     };
+    if let Some((key, value)) = get("zones") {
+        let pools: Vec<String> = match value {
+            RawValue::Seq(items) => items.iter().map(|i| i.text.clone()).collect(),
+            RawValue::Scalar(_) => Vec::new(),
+        };
+        if pools.len() < 2 {
+            r.error(
+                key.line,
+                "'zones' needs at least two pools (the local zone first)",
+            );
+        }
+        if !routing.routes.is_empty() {
+            r.error(key.line, "a pool has 'routes' or 'zones', not both");
+        }
+        let mut choice = |k: &str, a: &str, b: &str| match scalar(k) {
+            None => false,
+            Some(v) if v.text == a => false,
+            Some(v) if v.text == b => true,
+            Some(v) => {
+                r.error(
+                    v.line,
+                    format!("'{k}' has invalid value '{}': expected {a} or {b}", v.text),
+                );
+                false
+            }
+        };
+        let sync_writes = choice("zone_writes", "async", "sync");
+        let error_only = choice("zone_failover", "miss", "error");
+        routing.zones = Some(Zones {
+            pools,
+            sync_writes,
+            failover_on_miss: !error_only,
+            line: key.line,
+        });
+    } else {
+        for k in ["zone_writes", "zone_failover"] {
+            if let Some(v) = scalar(k) {
+                r.error(v.line, format!("'{k}' needs 'zones'"));
+            }
+        }
+    }
     if let Some(pool) = scalar("shadow") {
         let writes_only = match scalar("shadow_mode").map(|s| s.text.as_str()) {
             None | Some("all") => false,
@@ -200,28 +273,61 @@ pub(crate) fn resolve(path: &Path, pools: &mut [PoolConfig], errors: &mut Vec<Co
                     pool.line,
                     format!("'shadow' pool '{}' speaks another protocol", t.name),
                 )),
-                Some(t) if t.routing.is_route_pool() || t.redis_cluster => errors.push(err(
+                Some(t) if t.routing.is_composite() || t.redis_cluster => errors.push(err(
                     pool.line,
                     format!("'shadow' pool '{}' must be a plain sharded pool", t.name),
                 )),
                 Some(_) => {}
             }
         }
-        if !pool.routing.is_route_pool() {
+        if !pool.routing.is_composite() {
             continue;
         }
+        let what = if pool.routing.is_route_pool() {
+            "routes"
+        } else {
+            "zones"
+        };
         if !pool.servers.is_empty() {
-            errors.push(err(
-                pool.line,
-                "a pool with 'routes' has no 'servers' of its own".into(),
-            ));
+            let msg = format!("a pool with '{what}' has no 'servers' of its own");
+            errors.push(err(pool.line, msg));
             continue;
         }
+        if pool.replicas > 1 {
+            let msg = format!("'replicas' cannot be set on a pool with '{what}'");
+            errors.push(err(pool.line, msg));
+            continue;
+        }
+        // The pools it names, in order (zones: the local one first).
+        let named: Vec<PrefixRoute> = match &pool.routing.zones {
+            Some(z) => z
+                .pools
+                .iter()
+                .map(|p| PrefixRoute {
+                    prefix: String::new(),
+                    pool: p.clone(),
+                    line: z.line,
+                })
+                .collect(),
+            None => pool.routing.routes.clone(),
+        };
+        let kind = if pool.routing.zones.is_some() {
+            "zone"
+        } else {
+            "route"
+        };
         let mut servers = Vec::new();
         let mut targets: Vec<RouteTarget> = Vec::new();
         let mut ok = true;
-        for route in &pool.routing.routes {
+        for route in &named {
             if targets.iter().any(|t| t.pool == route.pool) {
+                if pool.routing.zones.is_some() {
+                    errors.push(err(
+                        route.line,
+                        format!("zone '{}' is listed twice", route.pool),
+                    ));
+                    ok = false;
+                }
                 continue;
             }
             let why = match find(&route.pool) {
@@ -230,16 +336,16 @@ pub(crate) fn resolve(path: &Path, pools: &mut [PoolConfig], errors: &mut Vec<Co
                 Some(t) if t.redis != pool.redis => {
                     Some(format!("pool '{}' speaks another protocol", t.name))
                 }
-                Some(t) if t.routing.is_route_pool() || t.redis_cluster || t.replicas > 1 => {
+                Some(t) if t.routing.is_composite() || t.redis_cluster || t.replicas > 1 => {
                     Some(format!(
-                        "pool '{}' must be a plain sharded pool (no routes, cluster or replicas)",
+                        "pool '{}' must be a plain sharded pool (no routes, zones, cluster or replicas)",
                         t.name
                     ))
                 }
                 Some(_) => None,
             };
             if let Some(why) = why {
-                errors.push(err(route.line, format!("route '{}': {why}", route.pool)));
+                errors.push(err(route.line, format!("{kind} '{}': {why}", route.pool)));
                 ok = false;
                 continue;
             }
@@ -249,14 +355,12 @@ pub(crate) fn resolve(path: &Path, pools: &mut [PoolConfig], errors: &mut Vec<Co
                     .iter()
                     .any(|x: &super::ServerConfig| x.addr == s.addr)
                 {
-                    errors.push(err(
-                        route.line,
-                        format!(
-                            "route '{}': server '{}' is in another routed pool too",
-                            t.name,
-                            s.stats_name()
-                        ),
-                    ));
+                    let msg = format!(
+                        "{kind} '{}': server '{}' is in another of its pools too",
+                        t.name,
+                        s.stats_name()
+                    );
+                    errors.push(err(route.line, msg));
                     ok = false;
                 }
             }
@@ -271,10 +375,8 @@ pub(crate) fn resolve(path: &Path, pools: &mut [PoolConfig], errors: &mut Vec<Co
             servers.extend(t.servers.iter().cloned());
         }
         if pool.migration {
-            errors.push(err(
-                pool.line,
-                "'migration' cannot be on for a pool with 'routes'".into(),
-            ));
+            let msg = format!("'migration' cannot be on for a pool with '{what}'");
+            errors.push(err(pool.line, msg));
             ok = false;
         }
         if ok {

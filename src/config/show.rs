@@ -221,7 +221,21 @@ fn pool_settings(p: &PoolConfig, rt: &Runtime, out: &mut Vec<Setting>) {
         );
         put("shadow_sample", sh.sample_pct.to_string());
     }
-    if p.routing.is_route_pool() {
+    if let Some(z) = &p.routing.zones {
+        put(
+            "zone_writes",
+            if z.sync_writes { "sync" } else { "async" }.into(),
+        );
+        put(
+            "zone_failover",
+            if z.failover_on_miss { "miss" } else { "error" }.into(),
+        );
+        out.push(Setting {
+            section: p.name.clone(),
+            key: "zones",
+            values: z.pools.clone(),
+        });
+    } else if p.routing.is_route_pool() {
         // Its servers are the routed pools' (filled in when loaded).
         out.push(Setting {
             section: p.name.clone(),
@@ -320,7 +334,7 @@ pub fn to_yaml(cfg: &Config, rt: &Runtime) -> String {
             section = &st.section;
             let _ = writeln!(s, "\n{}:", scalar(&st.section));
         }
-        if matches!(st.key, "servers" | "users" | "routes") {
+        if matches!(st.key, "servers" | "users" | "routes" | "zones") {
             let _ = writeln!(s, "  {}:", st.key);
             for v in &st.values {
                 let _ = writeln!(s, "   - {}", scalar(v));

@@ -392,6 +392,9 @@ impl Worker<'_> {
         if self.pools[pool].shadow.is_some() {
             self.shadow_copy(pool, &req, bytes, now);
         }
+        if self.pools[pool].zoned {
+            self.zone_copy(pool, &req, bytes, now);
+        }
         if req.route == Route::Single {
             self.forward_single(token, client_id, pool, &req, bytes, now);
         } else {

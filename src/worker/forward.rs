@@ -31,6 +31,14 @@ pub(super) fn routing_key<'a>(req: &Request, bytes: &'a [u8]) -> Cow<'a, [u8]> {
     Cow::Borrowed(&bytes[range.clone()])
 }
 
+/// Whether a memcached or Redis operation only reads.
+pub(super) fn reads_only(op: Op) -> bool {
+    match op {
+        Op::Mc(op) => op.is_read(),
+        Op::Redis(r) => crate::proto::redis::commands::is_read_command(r.cmd.name()),
+    }
+}
+
 /// Whether a memcached operation only reads (served by one replica).
 fn is_read(op: Op) -> bool {
     match op {
@@ -122,6 +130,9 @@ impl Worker<'_> {
         }
         if self.pools[pool].cfg.replicas > 1 {
             self.forward_replicated(token, client_id, pool, req, bytes, now);
+            return;
+        }
+        if self.pools[pool].zoned && self.forward_zoned(token, client_id, pool, req, bytes, now) {
             return;
         }
         let key = routing_key(req, bytes);
@@ -377,12 +388,31 @@ impl Worker<'_> {
         self.pools[pool]
             .placement
             .replicas_for(key, r, &mut replicas);
+        let read = is_read(req.op);
+        self.send_replicated(token, client_id, pool, req, bytes, replicas, read, now);
+    }
+
+    /// A request for several servers holding the same key: a read to the
+    /// first (the others kept to fail over to), a write to all of them
+    /// (answered with the first success).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn send_replicated(
+        &mut self,
+        token: Token,
+        client_id: u64,
+        pool: usize,
+        req: &Request,
+        bytes: &[u8],
+        mut replicas: Vec<usize>,
+        read: bool,
+        now: Instant,
+    ) {
         if replicas.is_empty() {
             self.reply_no_server(token, pool, req);
             return;
         }
         let proto = self.pools[pool].proto;
-        if is_read(req.op) {
+        if read {
             if self.pools[pool].cfg.replica_read_random && replicas.len() > 1 {
                 let n = (crate::util::epoch_us() as usize ^ client_id as usize) % replicas.len();
                 replicas.rotate_left(n);

@@ -33,6 +33,7 @@ mod spool;
 mod stream;
 mod stream_reply;
 mod txn;
+mod zones;
 
 pub use accept::AcceptMutex;
 pub use handover::Handed;

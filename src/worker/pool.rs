@@ -111,6 +111,10 @@ pub struct PoolRt {
     pub routes: Option<Box<super::routes::RouteRt>>,
     /// The pool requests are copied to (`shadow:`), by index.
     pub shadow: Option<usize>,
+    /// A zone pool (`zones:`).
+    pub zoned: bool,
+    /// A zone pool whose reads fail over on a miss too.
+    pub zone_miss: bool,
     /// A reload changed the servers of this pool (`migration: true`):
     /// where keys were before, until the migration is done.
     pub migration: Option<Box<super::migrate::MigrationRt>>,
@@ -134,7 +138,7 @@ impl PoolRt {
         };
         let placement = build_placement(cfg, &servers);
         let migration = super::migrate::MigrationRt::new(cfg, olds, &mut servers);
-        let routes = cfg.routing.is_route_pool().then(|| {
+        let routes = cfg.routing.is_composite().then(|| {
             Box::new(super::routes::RouteRt::build(
                 &cfg.routing,
                 &servers,
@@ -156,6 +160,12 @@ impl PoolRt {
             tls: crate::net::tls::PoolTls::new(&cfg.security),
             routes,
             shadow: None,
+            zoned: cfg.routing.zones.is_some(),
+            zone_miss: cfg
+                .routing
+                .zones
+                .as_ref()
+                .is_some_and(|z| z.failover_on_miss),
             migration,
         }
     }

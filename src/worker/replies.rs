@@ -33,8 +33,19 @@ impl Worker<'_> {
             return;
         }
         let pool = c.pool;
+        let zone_miss = frag.is_none() && self.pools[pool].zone_miss;
+        let has_retry =
+            (unreachable || zone_miss) && c.slot_mut(seq).is_some_and(|s| s.retry.is_some());
+        if !unreachable && zone_miss {
+            // A zone pool's read that missed: the next zone may have it.
+            if has_retry
+                && super::zones::is_miss(self.pools[pool].proto, &reply)
+                && self.retry_read(token, id, seq, pool)
+            {
+                return;
+            }
+        }
         if unreachable {
-            let has_retry = c.slot_mut(seq).is_some_and(|s| s.retry.is_some());
             if frag.is_none() && has_retry && self.retry_read(token, id, seq, pool) {
                 return;
             }

@@ -1,8 +1,10 @@
-//! A route pool at run time (`routes:`): its servers are the routed
-//! pools' servers, one slice per target pool, and a key goes to the target
-//! its longest matching prefix names, then to the server that pool's own
-//! hash, distribution and hash tag pick within the slice. Requests, splits,
-//! merges and stats are a pool's like any other's.
+//! A route or zone pool at run time (`routes:`, `zones:`): its servers are
+//! the named pools' servers, one slice per pool, and a key goes to the
+//! pool its longest matching prefix names (routes) or to the local zone
+//! (zones), then to the server that pool's own hash, distribution and hash
+//! tag pick within the slice. Requests, splits, merges and stats are a
+//! pool's like any other's; a zone pool's single-key requests also know the
+//! key's owner in every zone (`owners`).
 
 use super::pool::ServerRt;
 use crate::config::Routing;
@@ -41,7 +43,22 @@ impl RouteRt {
     /// The server (index into the route pool's servers) for `key`; `None`
     /// when no route matches or the target has no live server.
     pub fn server_for(&self, routing: &Routing, key: &[u8]) -> Option<usize> {
-        let (first, placement) = &self.targets[routing.target_for(key)?];
+        let target = match routing.zones {
+            Some(_) => 0,
+            None => routing.target_for(key)?,
+        };
+        let (first, placement) = &self.targets[target];
         placement.server_for(key).map(|s| first + s)
+    }
+
+    /// Zone pools: the owner of `key` in each zone with a live server, the
+    /// local zone first.
+    pub fn owners(&self, key: &[u8], out: &mut Vec<usize>) {
+        out.clear();
+        out.extend(
+            self.targets
+                .iter()
+                .filter_map(|(first, p)| p.server_for(key).map(|s| first + s)),
+        );
     }
 }

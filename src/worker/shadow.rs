@@ -19,14 +19,6 @@ const SHADOW_MAX_INFLIGHT: usize = 1024;
 /// Most copy bytes waiting to be written on one shadow connection.
 const SHADOW_MAX_BYTES: usize = 4 << 20;
 
-/// Whether `op` only reads.
-fn is_read(op: Op) -> bool {
-    match op {
-        Op::Redis(r) => crate::proto::redis::commands::is_read_command(r.cmd.name()),
-        Op::Mc(op) => op.is_read(),
-    }
-}
-
 impl Worker<'_> {
     /// Copy a request of `pool` to its shadow pool, if it has one and the
     /// request is one it copies (mode, sample).
@@ -37,7 +29,7 @@ impl Worker<'_> {
         let Some(sh) = self.pools[pool].cfg.routing.shadow.as_ref() else {
             return;
         };
-        if req.keys.is_empty() || (sh.writes_only && is_read(req.op)) {
+        if req.keys.is_empty() || (sh.writes_only && super::forward::reads_only(req.op)) {
             return;
         }
         if sh.sample_pct < 100 {
@@ -70,7 +62,7 @@ impl Worker<'_> {
         }
     }
 
-    fn shadow_send(
+    pub(super) fn shadow_send(
         &mut self,
         sp: usize,
         server: Option<usize>,

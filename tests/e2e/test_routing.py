@@ -34,8 +34,9 @@ def test_redis_prefix_routes_split_and_merge(procs):
     sessions = [procs.redis()]
     legacy = [procs.redis()]
     p = start_walnut(procs, {
-        "users": redis_pool(users),
-        "sessions": redis_pool(sessions, hash="murmur"),
+        # (fnv1a_64 puts "user:0".."user:39" all on one server.)
+        "users": redis_pool(users, hash="murmur"),
+        "sessions": redis_pool(sessions, hash="crc32a"),
         "legacy": redis_pool(legacy),
         "front": {"redis": True, "timeout": 2000,
                   "routes": ["user: users", "user:sess: sessions", "sess: sessions", "* legacy"]},
@@ -61,10 +62,11 @@ def test_redis_prefix_routes_split_and_merge(procs):
     assert r.delete("user:1", "sess:1", "x", "nothing:here") == 3
     assert r.mget(["user:1", "sess:1", "x", "user:2"]) == [None, None, None, b"v-user:2"]
     # Per-route stats: the route pool's servers are the routed pools'.
-    st = p.stats()
-    front = st["front"]
-    for s in users + sessions + legacy:
-        assert front[s.address]["requests"] > 0, (s.address, front)
+    def every_server_counted() -> bool:
+        front = p.stats()["front"]
+        return all(front[s.address]["requests"] > 0 for s in users + sessions + legacy)
+    wait_until(every_server_counted, 10,
+               what=f"requests counted per routed server: {p.stats()['front']}")
 
 
 def test_memcached_prefix_routes_multiget(procs):
@@ -177,3 +179,67 @@ def test_bad_routing_config_is_refused(procs, tmp_path):
     assert out.returncode != 0
     assert "bad.yml:8" in text and "names no pool 'nowhere'" in text, text
     assert "'shadow' cannot name the pool itself" in text, text
+
+
+def test_zones_write_everywhere_and_read_the_next_zone_on_a_miss(procs):
+    za = [procs.memcached(), procs.memcached()]
+    zb = [procs.memcached()]
+    p = start_walnut(procs, {
+        "za": memcache_pool(za),
+        "zb": memcache_pool(zb),
+        "z": {"timeout": 2000, "zones": ["za", "zb"]},
+    }, args=["--workers", "1"])
+    z = MemcacheClient((HOST, p.port("z")), timeout=10)
+    local = MemcacheClient((HOST, p.port("za")), timeout=10)
+    remote = MemcacheClient((HOST, p.port("zb")), timeout=10)
+    for i in range(50):
+        z.set(f"k{i}", f"v{i}".encode(), noreply=False)
+    for i in range(50):
+        assert local.get(f"k{i}") == f"v{i}".encode(), "the local zone answered"
+    wait_until(lambda: all(remote.get(f"k{i}") == f"v{i}".encode() for i in range(50)), 10,
+               what="the copies in the remote zone")
+    # Only the remote zone has it: a miss in the local zone fails over.
+    remote.set("only-remote", b"r", noreply=False)
+    assert local.get("only-remote") is None
+    assert z.get("only-remote") == b"r"
+    assert z.get("nowhere") is None
+    z.delete("k1", noreply=False)
+    wait_until(lambda: remote.get("k1") is None, 10, what="the delete copied")
+
+
+def test_redis_zone_read_fails_over_on_a_miss(procs):
+    za, zb = [procs.redis()], [procs.redis()]
+    p = start_walnut(procs, {
+        "za": redis_pool(za), "zb": redis_pool(zb),
+        "z": {"redis": True, "timeout": 2000, "zones": ["za", "zb"], "zone_failover": "miss"},
+    }, args=["--workers", "1"])
+    rclient(zb[0].port).set("there", "b")
+    z = rclient(p.port("z"))
+    assert z.get("there") == b"b"
+    assert z.get("missing") is None
+    assert z.set("w", "1")
+    wait_until(lambda: rclient(zb[0].port).get("w") == b"1", 10, what="the copy")
+
+
+def test_a_zone_lost_under_load(procs):
+    za = [procs.memcached(), procs.memcached()]
+    zb = [procs.memcached()]
+    p = start_walnut(procs, {
+        "za": memcache_pool(za),
+        "zb": memcache_pool(zb),
+        "z": {"timeout": 2000, "zones": ["za", "zb"], "zone_writes": "sync"},
+    }, args=["--workers", "1"])
+    busy = Busy(p.port("z")).start()
+    try:
+        busy.progress()
+        for m in za:  # the local zone goes away
+            os.kill(m.pid, signal.SIGKILL)
+            m.proc.wait(timeout=10)
+        busy.progress(3000)
+    finally:
+        busy.stop()
+    assert not busy.errors, busy.errors
+    def lost_counted() -> bool:
+        return sum(v.get("server_err", 0) for k, v in p.stats()["z"].items()
+                   if isinstance(v, dict) and k in {m.address for m in za}) > 0
+    wait_until(lost_counted, 10, what="the lost zone's failures counted")
