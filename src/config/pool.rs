@@ -203,7 +203,7 @@ fn first_of_each<'e>(r: &mut Report, entries: &'e [RawEntry]) -> HashMap<&'e str
             continue;
         }
         let is_seq = matches!(e.value, RawValue::Seq(_));
-        let list = matches!(key, "servers" | "users" | "routes" | "zones");
+        let list = matches!(key, "servers" | "users" | "routes" | "zones" | "warm_up");
         if key == "users" && !is_seq {
             r.error(
                 e.key.line,
@@ -213,6 +213,11 @@ fn first_of_each<'e>(r: &mut Report, entries: &'e [RawEntry]) -> HashMap<&'e str
             r.error(
                 e.key.line,
                 "'routes' must be a list of \"- PREFIX POOL\" lines",
+            );
+        } else if key == "warm_up" && !is_seq {
+            r.error(
+                e.key.line,
+                "'warm_up' must be a list: the cold pool, then the warm one",
             );
         } else if key == "zones" && !is_seq {
             r.error(
@@ -500,7 +505,9 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
         },
     };
 
-    let routes = keys.contains_key("routes") || keys.contains_key("zones");
+    let routes = ["routes", "zones", "warm_up"]
+        .iter()
+        .any(|k| keys.contains_key(k));
     let servers = if routes && !keys.contains_key("servers") {
         // Filled from the routed pools (routing::resolve).
         Vec::new()

@@ -16,7 +16,8 @@ use super::PoolConfig;
 use std::path::Path;
 
 /// The keys this file reads.
-pub const ROUTING_KEYS: [&str; 7] = [
+pub const ROUTING_KEYS: [&str; 8] = [
+    "warm_up",
     "routes",
     "zones",
     "zone_writes",
@@ -81,6 +82,10 @@ pub struct Zones {
     pub failover_on_miss: bool,
     /// Line of `zones:`.
     pub line: usize,
+    /// `warm_up: [COLD, WARM]`: two zones where writes go to the cold one
+    /// only (deletes to both) and a value read from the warm one is copied
+    /// to the cold one.
+    pub warm: bool,
 }
 
 /// A pool's routing keys.
@@ -173,12 +178,23 @@ pub(crate) fn validate_routing<'a>(
         Some((_, RawValue::Scalar(s))) => Some(s),
         _ => None,
     };
-    if let Some((key, value)) = get("zones") {
+    let warm = get("warm_up");
+    if let Some((key, _)) = warm {
+        if get("zones").is_some() {
+            r.error(key.line, "a pool has 'zones' or 'warm_up', not both");
+        }
+    }
+    if let Some((key, value)) = get("zones").or(warm) {
         let pools: Vec<String> = match value {
             RawValue::Seq(items) => items.iter().map(|i| i.text.clone()).collect(),
             RawValue::Scalar(_) => Vec::new(),
         };
-        if pools.len() < 2 {
+        if warm.is_some() && pools.len() != 2 {
+            r.error(
+                key.line,
+                "'warm_up' names two pools: the cold one, then the warm one",
+            );
+        } else if pools.len() < 2 {
             r.error(
                 key.line,
                 "'zones' needs at least two pools (the local zone first)",
@@ -203,9 +219,10 @@ pub(crate) fn validate_routing<'a>(
         let error_only = choice("zone_failover", "miss", "error");
         routing.zones = Some(Zones {
             pools,
-            sync_writes,
-            failover_on_miss: !error_only,
+            sync_writes: sync_writes && warm.is_none(),
+            failover_on_miss: !error_only || warm.is_some(),
             line: key.line,
+            warm: warm.is_some(),
         });
     } else {
         for k in ["zone_writes", "zone_failover"] {

@@ -221,7 +221,13 @@ fn pool_settings(p: &PoolConfig, rt: &Runtime, out: &mut Vec<Setting>) {
         );
         put("shadow_sample", sh.sample_pct.to_string());
     }
-    if let Some(z) = &p.routing.zones {
+    if let Some(z) = p.routing.zones.as_ref().filter(|z| z.warm) {
+        out.push(Setting {
+            section: p.name.clone(),
+            key: "warm_up",
+            values: z.pools.clone(),
+        });
+    } else if let Some(z) = &p.routing.zones {
         put(
             "zone_writes",
             if z.sync_writes { "sync" } else { "async" }.into(),
@@ -334,7 +340,7 @@ pub fn to_yaml(cfg: &Config, rt: &Runtime) -> String {
             section = &st.section;
             let _ = writeln!(s, "\n{}:", scalar(&st.section));
         }
-        if matches!(st.key, "servers" | "users" | "routes" | "zones") {
+        if matches!(st.key, "servers" | "users" | "routes" | "zones" | "warm_up") {
             let _ = writeln!(s, "  {}:", st.key);
             for v in &st.values {
                 let _ = writeln!(s, "   - {}", scalar(v));

@@ -340,6 +340,12 @@ pub enum Waiter {
     Internal,
     /// `CLUSTER SLOTS` of a Redis Cluster pool: the reply is the new slot map.
     SlotMap,
+    /// A read of a key being copied from a warm pool to a cold one
+    /// (`warm.rs`; the state is the worker's `warms[idx]`).
+    Warm {
+        /// Index into the worker's warm copies.
+        idx: u32,
+    },
     /// One step of pulling a moved key to its new owner for a held
     /// request (see `migrate.rs`).
     Pull {

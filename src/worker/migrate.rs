@@ -175,7 +175,7 @@ fn plain_key(key: &[u8]) -> bool {
     !key.is_empty() && key.len() <= 250 && key.iter().all(|&b| b > b' ' && b != 0x7f)
 }
 
-fn meta_key(key: &[u8]) -> (Vec<u8>, &'static str) {
+pub(super) fn meta_key(key: &[u8]) -> (Vec<u8>, &'static str) {
     if plain_key(key) {
         (key.to_vec(), "")
     } else {
@@ -189,7 +189,7 @@ fn meta_key(key: &[u8]) -> (Vec<u8>, &'static str) {
     }
 }
 
-fn resp_command(args: &[&[u8]]) -> Vec<u8> {
+pub(super) fn resp_command(args: &[&[u8]]) -> Vec<u8> {
     let mut out = format!("*{}\r\n", args.len()).into_bytes();
     for a in args {
         out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
@@ -200,7 +200,7 @@ fn resp_command(args: &[&[u8]]) -> Vec<u8> {
 }
 
 /// A Redis bulk reply's payload (`None` for a null).
-fn bulk_payload(reply: &[u8]) -> Option<&[u8]> {
+pub(super) fn bulk_payload(reply: &[u8]) -> Option<&[u8]> {
     let rest = reply.strip_prefix(b"$")?;
     let nl = memchr::memchr(b'\n', rest)?;
     let len: usize = std::str::from_utf8(&rest[..nl])
@@ -212,7 +212,7 @@ fn bulk_payload(reply: &[u8]) -> Option<&[u8]> {
 }
 
 /// A Redis integer reply.
-fn integer(reply: &[u8]) -> Option<i64> {
+pub(super) fn integer(reply: &[u8]) -> Option<i64> {
     std::str::from_utf8(reply.strip_prefix(b":")?)
         .ok()?
         .trim_end()
@@ -229,7 +229,7 @@ fn stored(reply: &[u8]) -> bool {
 }
 
 /// memcached `mg ... v f t` hit: (flags, ttl seconds or -1, value).
-fn meta_value(reply: &[u8]) -> Option<(u32, i64, &[u8])> {
+pub(super) fn meta_value(reply: &[u8]) -> Option<(u32, i64, &[u8])> {
     let nl = memchr::memchr(b'\n', reply)?;
     let head = std::str::from_utf8(&reply[..nl]).ok()?.trim_end();
     let mut words = head.split(' ');

@@ -33,6 +33,7 @@ mod spool;
 mod stream;
 mod stream_reply;
 mod txn;
+mod warm;
 mod zones;
 
 pub use accept::AcceptMutex;
@@ -207,6 +208,8 @@ pub struct Worker<'a> {
     relays: Slab<relay::Relay>,
     /// Requests seen by `shadow_sample` (shadow.rs).
     shadow_tick: u64,
+    /// Keys being copied from a warm pool to a cold one (warm.rs).
+    warms: Slab<warm::WarmCopy>,
     /// The handover socket may hold more connections than one pass took.
     handin_again: bool,
     /// Handing clients over to this successor.
@@ -284,6 +287,7 @@ impl<'a> Worker<'a> {
             handin_conns: Slab::new(),
             relays: Slab::new(),
             shadow_tick: 0,
+            warms: Slab::new(),
             handin_again: false,
             handover: None,
         };

@@ -115,6 +115,8 @@ pub struct PoolRt {
     pub zoned: bool,
     /// A zone pool whose reads fail over on a miss too.
     pub zone_miss: bool,
+    /// A warm-up pool (`warm_up:`): a hit in the warm pool is copied over.
+    pub warm: bool,
     /// A reload changed the servers of this pool (`migration: true`):
     /// where keys were before, until the migration is done.
     pub migration: Option<Box<super::migrate::MigrationRt>>,
@@ -166,6 +168,7 @@ impl PoolRt {
                 .zones
                 .as_ref()
                 .is_some_and(|z| z.failover_on_miss),
+            warm: cfg.routing.zones.as_ref().is_some_and(|z| z.warm),
             migration,
         }
     }

@@ -36,13 +36,16 @@ impl Worker<'_> {
         let zone_miss = frag.is_none() && self.pools[pool].zone_miss;
         let has_retry =
             (unreachable || zone_miss) && c.slot_mut(seq).is_some_and(|s| s.retry.is_some());
-        if !unreachable && zone_miss {
+        if !unreachable && zone_miss && has_retry {
             // A zone pool's read that missed: the next zone may have it.
-            if has_retry
-                && super::zones::is_miss(self.pools[pool].proto, &reply)
-                && self.retry_read(token, id, seq, pool)
-            {
+            let miss = super::zones::is_miss(self.pools[pool].proto, &reply);
+            if miss && self.retry_read(token, id, seq, pool) {
                 return;
+            }
+            if !miss && !is_error && self.pools[pool].warm {
+                if let Some((key, warm, cold)) = self.warm_hit(token, seq) {
+                    self.warm_copy(pool, &key, warm, cold);
+                }
             }
         }
         if unreachable {

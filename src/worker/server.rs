@@ -483,6 +483,9 @@ impl Worker<'_> {
                     {
                         let reply = bytes.to_vec();
                         self.pull_reply(ct, id, idx, part, Some(&reply), now);
+                    } else if let Waiter::Warm { idx } = front.waiter {
+                        let reply = bytes.to_vec();
+                        self.warm_reply(idx, Some(&reply));
                     } else if matches!(front.waiter, Waiter::SlotMap) {
                         self.cluster_slots_reply(pool, server, bytes);
                     } else if rsp.is_error {
@@ -726,6 +729,9 @@ impl Worker<'_> {
             } = f.waiter
             {
                 self.pull_reply(ct, id, idx, part, None, now);
+            }
+            if let Waiter::Warm { idx } = f.waiter {
+                self.warm_reply(idx, None);
             }
             if let Waiter::Client {
                 token: ct,

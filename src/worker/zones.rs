@@ -14,11 +14,31 @@ use mio::Token;
 use smallvec::SmallVec;
 use std::time::Instant;
 
-/// Whether `reply` says the key is not there (a single-key read).
+/// Whether `reply` says the key is not there (a single-key read). Redis:
+/// a null, or an empty collection (LRANGE, SMEMBERS, HGETALL of a missing
+/// key; an existing key's empty range is asked of the next zone too).
 pub(super) fn is_miss(proto: Protocol, reply: &[u8]) -> bool {
     match proto {
         Protocol::Memcache => reply == b"END\r\n" || reply.starts_with(b"EN\r\n"),
-        Protocol::Redis => reply == b"$-1\r\n" || reply == b"_\r\n" || reply == b"*-1\r\n",
+        Protocol::Redis => matches!(
+            reply,
+            b"$-1\r\n" | b"_\r\n" | b"*-1\r\n" | b"*0\r\n" | b"%0\r\n" | b"~0\r\n"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn misses() {
+        assert!(is_miss(Protocol::Memcache, b"END\r\n"));
+        assert!(is_miss(Protocol::Memcache, b"EN\r\n"));
+        assert!(!is_miss(Protocol::Memcache, b"VALUE k 0 1\r\nx\r\nEND\r\n"));
+        assert!(is_miss(Protocol::Redis, b"$-1\r\n") && is_miss(Protocol::Redis, b"_\r\n"));
+        assert!(is_miss(Protocol::Redis, b"*0\r\n"));
+        assert!(!is_miss(Protocol::Redis, b"$1\r\nx\r\n") && !is_miss(Protocol::Redis, b":0\r\n"));
     }
 }
 
@@ -60,6 +80,10 @@ impl Worker<'_> {
             return;
         };
         if req.keys.is_empty() || reads_only(req.op) || (z.sync_writes && req.keys.len() == 1) {
+            return;
+        }
+        if z.warm && !super::warm::deletes(req.op) {
+            // Warm-up: only deletes reach the warm pool.
             return;
         }
         let proto = self.pools[pool].proto;

@@ -243,3 +243,55 @@ def test_a_zone_lost_under_load(procs):
         return sum(v.get("server_err", 0) for k, v in p.stats()["z"].items()
                    if isinstance(v, dict) and k in {m.address for m in za}) > 0
     wait_until(lost_counted, 10, what="the lost zone's failures counted")
+
+
+def test_warm_up_of_10k_keys_with_no_miss(procs):
+    cold = [procs.memcached(), procs.memcached()]
+    warm = [procs.memcached(), procs.memcached()]
+    p = start_walnut(procs, {
+        "cold": memcache_pool(cold),
+        "warm": memcache_pool(warm),
+        "fresh": {"timeout": 2000, "warm_up": ["cold", "warm"]},
+    }, args=["--workers", "1"])
+    w = MemcacheClient((HOST, p.port("warm")), timeout=10)
+    c = MemcacheClient((HOST, p.port("cold")), timeout=10)
+    keys = [f"item:{i}" for i in range(10_000)]
+    for i in range(0, len(keys), 500):
+        w.set_many({k: f"v{k}".encode() for k in keys[i:i + 500]}, expire=600)
+    f = MemcacheClient((HOST, p.port("fresh")), timeout=10)
+    misses = sum(1 for k in keys if f.get(k) != f"v{k}".encode())
+    assert misses == 0
+    # Copied to the cold pool, TTL kept (about 600 s left, not 0 = never).
+    wait_until(lambda: c.get(keys[-1]) == f"v{keys[-1]}".encode(), 10, what="the last copy")
+    assert sum(1 for k in keys[:2000] if c.get(k) == f"v{k}".encode()) == 2000
+    raw = MemcacheClient((HOST, cold[0].port), timeout=10)
+    owner = next(k for k in keys if raw.get(k) is not None)
+    ttl = raw.raw_command(f"mg {owner} t".encode(), end_tokens=b"\r\n")
+    assert ttl.startswith(b"HD t") and 500 < int(ttl.split(b"t")[1]) <= 600, ttl
+    # Writes go to the cold pool only; deletes to both.
+    f.set("new", b"n", noreply=False)
+    assert c.get("new") == b"n" and w.get("new") is None
+    f.delete(keys[0], noreply=False)
+    wait_until(lambda: w.get(keys[0]) is None, 10, what="the delete reached the warm pool")
+    assert c.get(keys[0]) is None and f.get(keys[0]) is None
+
+
+def test_redis_warm_up_keeps_the_ttl(procs):
+    cold, warm = [procs.redis()], [procs.redis()]
+    p = start_walnut(procs, {
+        "cold": redis_pool(cold), "warm": redis_pool(warm),
+        "fresh": {"redis": True, "timeout": 2000, "warm_up": ["cold", "warm"]},
+    }, args=["--workers", "1"])
+    rw = rclient(warm[0].port)
+    rw.set("s", "v", px=500_000)
+    rw.rpush("l", "a", "b")
+    f = rclient(p.port("fresh"))
+    assert f.get("s") == b"v"
+    assert f.lrange("l", 0, -1) == [b"a", b"b"]
+    rc = rclient(cold[0].port)
+    wait_until(lambda: rc.exists("s") and rc.exists("l"), 10, what="copies in the cold pool")
+    assert 400_000 < rc.pttl("s") <= 500_000
+    assert rc.pttl("l") == -1
+    rc.set("s", "newer")
+    rw.set("s", "older")
+    assert f.get("s") == b"newer", "the cold pool answers first once it has the key"

@@ -1,0 +1,169 @@
+//! Warm-up of a cold pool from a warm one (`warm_up: [COLD, WARM]`, as
+//! mcrouter's WarmUpRoute): a zone pool of two zones whose single-key
+//! reads miss on the cold pool fall over to the warm one (zones.rs), and
+//! a value found there is returned and copied to the cold pool with its
+//! remaining TTL, never over a newer value: memcached `mg <key> v f t`
+//! then `ms <key> ... ME` (add), Redis `DUMP` + `PTTL` then `RESTORE`
+//! without `REPLACE`. Writes go to the cold pool only; deletes to both.
+
+use super::conn::{Conn, Waiter};
+use super::migrate::{bulk_payload, integer, meta_key, meta_value, resp_command};
+use super::Worker;
+use crate::proto::{Op, Parse, Protocol};
+use std::time::Instant;
+
+/// One key being copied from the warm pool to the cold one.
+#[derive(Debug)]
+pub struct WarmCopy {
+    /// The warm-up pool (servers: the cold pool's, then the warm pool's).
+    pool: usize,
+    /// The key's owner in the warm pool (a server index of `pool`).
+    warm: usize,
+    /// Its owner in the cold pool.
+    cold: usize,
+    /// The key.
+    key: Vec<u8>,
+    /// Redis: the `DUMP` payload, once read.
+    dump: Option<Vec<u8>>,
+}
+
+/// Whether `op` deletes (the only writes a warm-up pool copies to its
+/// warm pool, so that no older value comes back from there).
+pub(super) fn deletes(op: Op) -> bool {
+    use crate::proto::memcache::{McOp, MetaCmd};
+    match op {
+        Op::Mc(McOp::Delete) => true,
+        Op::Mc(McOp::Meta { cmd, .. }) => cmd == MetaCmd::Delete,
+        Op::Mc(_) => false,
+        Op::Redis(r) => r.cmd.is("DEL") || r.cmd.is("UNLINK"),
+    }
+}
+
+impl Worker<'_> {
+    /// A read of `key` that missed on the cold owner `cold` was answered
+    /// by the warm owner `warm`: copy the key over (fire and forget).
+    pub(super) fn warm_copy(&mut self, pool: usize, key: &[u8], warm: usize, cold: usize) {
+        let idx = self.warms.insert(WarmCopy {
+            pool,
+            warm,
+            cold,
+            key: key.to_vec(),
+            dump: None,
+        });
+        let first = match self.pools[pool].proto {
+            Protocol::Redis => resp_command(&[b"DUMP", key]),
+            Protocol::Memcache => {
+                let (k, b) = meta_key(key);
+                let mut line = b"mg ".to_vec();
+                line.extend_from_slice(&k);
+                line.extend_from_slice(format!("{b} v f t\r\n").as_bytes());
+                line
+            }
+        };
+        if !self.warm_send(pool, warm, Some(idx), &first) {
+            self.warms.remove(idx);
+        }
+    }
+
+    /// Queue one of the copy's requests; `idx`: its reply comes back to
+    /// [`Self::warm_reply`] (else it is dropped).
+    fn warm_send(&mut self, pool: usize, server: usize, idx: Option<usize>, bytes: &[u8]) -> bool {
+        let limits = crate::proto::Limits {
+            max_value: usize::MAX,
+            max_keys: usize::MAX,
+            pre_auth: false,
+        };
+        let proto = self.pools[pool].proto;
+        let Ok(Parse::Done(r)) = proto.parse_request(bytes, &limits) else {
+            return false;
+        };
+        let now = Instant::now();
+        let Ok(st) = self.server_conn(pool, server, 0, now) else {
+            return false;
+        };
+        let waiter = match idx {
+            Some(i) => Waiter::Warm { idx: i as u32 },
+            None => Waiter::Internal,
+        };
+        self.enqueue(
+            st,
+            Some(waiter),
+            r.op,
+            |out| out.extend_from_slice(bytes),
+            now,
+        );
+        true
+    }
+
+    /// A reply to a copy's read on the warm pool (`None`: it failed).
+    pub(super) fn warm_reply(&mut self, idx: u32, reply: Option<&[u8]>) {
+        let idx = idx as usize;
+        let Some(w) = self.warms.get_mut(idx) else {
+            return;
+        };
+        let (pool, warm, cold) = (w.pool, w.warm, w.cold);
+        let Some(reply) = reply else {
+            self.warms.remove(idx);
+            return;
+        };
+        let key = w.key.clone();
+        let store = match self.pools[pool].proto {
+            Protocol::Redis if w.dump.is_none() => {
+                // The DUMP: now its TTL.
+                match bulk_payload(reply) {
+                    Some(p) => w.dump = Some(p.to_vec()),
+                    None => {
+                        self.warms.remove(idx);
+                        return;
+                    }
+                }
+                if !self.warm_send(pool, warm, Some(idx), &resp_command(&[b"PTTL", &key])) {
+                    self.warms.remove(idx);
+                }
+                return;
+            }
+            Protocol::Redis => {
+                let ttl = integer(reply).unwrap_or(-2);
+                let payload = w.dump.take().unwrap_or_default();
+                if ttl == -2 {
+                    None
+                } else {
+                    let ttl = ttl.max(0).to_string();
+                    Some(resp_command(&[b"RESTORE", &key, ttl.as_bytes(), &payload]))
+                }
+            }
+            Protocol::Memcache => meta_value(reply).map(|(flags, ttl, value)| {
+                let (k, b) = meta_key(&key);
+                let mut store = b"ms ".to_vec();
+                store.extend_from_slice(&k);
+                store.extend_from_slice(
+                    format!(" {}{b} F{flags} T{} ME\r\n", value.len(), ttl.max(0)).as_bytes(),
+                );
+                store.extend_from_slice(value);
+                store.extend_from_slice(b"\r\n");
+                store
+            }),
+        };
+        self.warms.remove(idx);
+        if let Some(store) = store {
+            // Without REPLACE / in add mode: a newer value written to the
+            // cold pool meanwhile wins. The reply is dropped.
+            self.warm_send(pool, cold, None, &store);
+        }
+    }
+
+    /// Whether the slot `seq` of client `token` is a warm-up read that
+    /// the warm pool answered: (key, warm owner, cold owner).
+    pub(super) fn warm_hit(&self, token: mio::Token, seq: u64) -> Option<(Vec<u8>, usize, usize)> {
+        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+            return None;
+        };
+        let i = seq.checked_sub(c.head_seq)?;
+        let r = c.pending.get(i as usize)?.retry.as_ref()?;
+        if r.next < 2 {
+            return None;
+        }
+        let key = super::forward::routing_key(&r.req, &r.bytes).into_owned();
+        Some((key, r.replicas[r.next - 1], r.replicas[0]))
+    }
+}
