@@ -27,21 +27,6 @@ pub(super) fn is_miss(proto: Protocol, reply: &[u8]) -> bool {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn misses() {
-        assert!(is_miss(Protocol::Memcache, b"END\r\n"));
-        assert!(is_miss(Protocol::Memcache, b"EN\r\n"));
-        assert!(!is_miss(Protocol::Memcache, b"VALUE k 0 1\r\nx\r\nEND\r\n"));
-        assert!(is_miss(Protocol::Redis, b"$-1\r\n") && is_miss(Protocol::Redis, b"_\r\n"));
-        assert!(is_miss(Protocol::Redis, b"*0\r\n"));
-        assert!(!is_miss(Protocol::Redis, b"$1\r\nx\r\n") && !is_miss(Protocol::Redis, b":0\r\n"));
-    }
-}
-
 impl Worker<'_> {
     /// A single-key request of a zone pool: reads, and writes with
     /// `zone_writes: sync`. Returns false when the normal path sends it
@@ -111,5 +96,20 @@ impl Worker<'_> {
                 }
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn misses() {
+        assert!(is_miss(Protocol::Memcache, b"END\r\n"));
+        assert!(is_miss(Protocol::Memcache, b"EN\r\n"));
+        assert!(!is_miss(Protocol::Memcache, b"VALUE k 0 1\r\nx\r\nEND\r\n"));
+        assert!(is_miss(Protocol::Redis, b"$-1\r\n") && is_miss(Protocol::Redis, b"_\r\n"));
+        assert!(is_miss(Protocol::Redis, b"*0\r\n"));
+        assert!(!is_miss(Protocol::Redis, b"$1\r\nx\r\n") && !is_miss(Protocol::Redis, b":0\r\n"));
     }
 }
