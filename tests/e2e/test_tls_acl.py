@@ -173,6 +173,12 @@ def test_mutual_tls_both_sides(procs, certs):
     with pytest.raises((redis.ConnectionError, ssl.SSLError, OSError)):
         tls_client(p.port("rd"), certs).get("m")
     wait_log(p.log_path, "TLS handshake failed")
+    # An expired client certificate: refused, and the log says why.
+    with pytest.raises((redis.ConnectionError, ssl.SSLError, OSError)):
+        redis.Redis(host=HOST, port=p.port("rd"), ssl=True, ssl_ca_certs=str(certs / "ca.crt"),
+                    ssl_certfile=str(certs / "expired.crt"), ssl_keyfile=str(certs / "expired.key"),
+                    retry=Retry(NoBackoff(), 0), socket_timeout=10).get("m")
+    wait_log(p.log_path, "certificate expired")
     assert r.get("m") == b"1", "the other client is not affected"
 
 
