@@ -27,13 +27,17 @@ pub const ROUTING_KEYS: [&str; 8] = [
     "shadow_sample",
 ];
 
-/// One `routes:` entry: `PREFIX POOL` (`*` as the prefix: the default).
+/// One `routes:` entry: `PREFIX POOL [strip]` (`*` as the prefix: the
+/// default).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PrefixRoute {
     /// Key prefix; empty for the default route.
     pub prefix: String,
     /// The pool the keys go to.
     pub pool: String,
+    /// `strip` (Envoy's `remove_prefix`): the prefix is removed from the
+    /// key before it reaches the server (Redis pools).
+    pub strip: bool,
     /// Line of the entry.
     pub line: usize,
 }
@@ -115,11 +119,27 @@ impl Routing {
     /// Index into `targets` of the route `key` takes: the longest prefix
     /// that matches, else the default; `None` when neither.
     pub fn target_for(&self, key: &[u8]) -> Option<usize> {
-        let route = self
-            .routes
-            .iter()
-            .find(|r| key.starts_with(r.prefix.as_bytes()))?;
+        let route = self.route_for(key)?;
         self.targets.iter().position(|t| t.pool == route.pool)
+    }
+
+    /// The route `key` takes.
+    pub fn route_for(&self, key: &[u8]) -> Option<&PrefixRoute> {
+        self.routes
+            .iter()
+            .find(|r| key.starts_with(r.prefix.as_bytes()))
+    }
+
+    /// How many bytes of `key` its route strips (0: none).
+    pub fn strip_len(&self, key: &[u8]) -> usize {
+        self.route_for(key)
+            .filter(|r| r.strip)
+            .map_or(0, |r| r.prefix.len())
+    }
+
+    /// Whether any route strips its prefix.
+    pub fn strips(&self) -> bool {
+        self.routes.iter().any(|r| r.strip)
     }
 }
 
@@ -141,12 +161,16 @@ pub(crate) fn validate_routing<'a>(
         }
         for item in items {
             let mut words = item.text.split_whitespace();
-            let (Some(prefix), Some(pool), None) = (words.next(), words.next(), words.next())
-            else {
+            let (prefix, pool, mut rest) = (words.next(), words.next(), words.next());
+            let strip = rest == Some("strip");
+            if strip {
+                rest = words.next();
+            }
+            let (Some(prefix), Some(pool), None) = (prefix, pool, rest) else {
                 r.error(
                     item.line,
                     format!(
-                        "route '{}': expected \"PREFIX POOL\" (PREFIX * for the default)",
+                        "route '{}': expected \"PREFIX POOL [strip]\" (PREFIX * for the default)",
                         item.text
                     ),
                 );
@@ -166,6 +190,7 @@ pub(crate) fn validate_routing<'a>(
             routing.routes.push(PrefixRoute {
                 prefix: prefix.to_string(),
                 pool: pool.to_string(),
+                strip: strip && !prefix.is_empty(),
                 line: item.line,
             });
         }
@@ -323,6 +348,7 @@ pub(crate) fn resolve(path: &Path, pools: &mut [PoolConfig], errors: &mut Vec<Co
                 .map(|p| PrefixRoute {
                     prefix: String::new(),
                     pool: p.clone(),
+                    strip: false,
                     line: z.line,
                 })
                 .collect(),
@@ -390,6 +416,13 @@ pub(crate) fn resolve(path: &Path, pools: &mut [PoolConfig], errors: &mut Vec<Co
                 hash_tag: t.hash_tag,
             });
             servers.extend(t.servers.iter().cloned());
+        }
+        if !pool.redis {
+            if let Some(r) = pool.routing.routes.iter().find(|r| r.strip) {
+                let msg = "route 'strip' is for Redis pools (memcached replies carry the key)";
+                errors.push(err(r.line, msg.into()));
+                ok = false;
+            }
         }
         if pool.migration {
             let msg = format!("'migration' cannot be on for a pool with '{what}'");
@@ -460,7 +493,7 @@ sessions:
         assert!(e.contains("'shadow' cannot name the pool itself"), "{e}");
         let e = err("  routes:\n   - \"v:\"\n");
         assert!(
-            e.contains("line: 14") && e.contains("expected \\\"PREFIX POOL\\\""),
+            e.contains("line: 14") && e.contains("expected \\\"PREFIX POOL [strip]\\\""),
             "{e}"
         );
         let e = err("  routes:\n   - \"* users\"\n  servers:\n   - 127.0.0.1:1:1\n");

@@ -252,7 +252,8 @@ fn pool_settings(p: &PoolConfig, rt: &Runtime, out: &mut Vec<Setting>) {
                 .iter()
                 .map(|r| {
                     let prefix = if r.prefix.is_empty() { "*" } else { &r.prefix };
-                    format!("{prefix} {}", r.pool)
+                    let strip = if r.strip { " strip" } else { "" };
+                    format!("{prefix} {}{strip}", r.pool)
                 })
                 .collect(),
         });

@@ -79,6 +79,22 @@ impl Worker<'_> {
     ) -> Result<(), String> {
         let slot = self.conn_slot(to.token, pool, server, to.id, op);
         let st = self.server_conn(pool, server, slot, now)?;
+        if self.pools[pool].strips {
+            // A route pool that strips key prefixes (`strip` routes).
+            let routing = self.pools[pool].cfg.routing.clone();
+            self.enqueue(
+                st,
+                to.waiter(),
+                op,
+                |out| {
+                    let start = out.len();
+                    write(out);
+                    super::routes::strip_keys(&routing, out, start);
+                },
+                now,
+            );
+            return Ok(());
+        }
         self.enqueue(st, to.waiter(), op, write, now);
         Ok(())
     }

@@ -117,6 +117,8 @@ pub struct PoolRt {
     pub zone_miss: bool,
     /// A warm-up pool (`warm_up:`): a hit in the warm pool is copied over.
     pub warm: bool,
+    /// A route pool with `strip` routes: keys lose their prefix on the way.
+    pub strips: bool,
     /// A reload changed the servers of this pool (`migration: true`):
     /// where keys were before, until the migration is done.
     pub migration: Option<Box<super::migrate::MigrationRt>>,
@@ -169,6 +171,7 @@ impl PoolRt {
                 .as_ref()
                 .is_some_and(|z| z.failover_on_miss),
             warm: cfg.routing.zones.as_ref().is_some_and(|z| z.warm),
+            strips: cfg.routing.strips(),
             migration,
         }
     }

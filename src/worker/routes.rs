@@ -48,6 +48,8 @@ impl RouteRt {
             None => routing.target_for(key)?,
         };
         let (first, placement) = &self.targets[target];
+        // A stripped key is placed as its pool's own clients name it.
+        let key = &key[routing.strip_len(key)..];
         placement.server_for(key).map(|s| first + s)
     }
 
@@ -60,5 +62,85 @@ impl RouteRt {
                 .iter()
                 .filter_map(|(first, p)| p.server_for(key).map(|s| first + s)),
         );
+    }
+}
+
+/// Remove the routes' prefixes from the keys of the Redis request written
+/// at `out[start..]` (routes with `strip`), fixing each bulk length.
+pub fn strip_keys(routing: &Routing, out: &mut Vec<u8>, start: usize) {
+    let limits = crate::proto::Limits {
+        max_value: usize::MAX,
+        max_keys: usize::MAX,
+        pre_auth: false,
+    };
+    let Ok(crate::proto::Parse::Done(req)) =
+        crate::proto::Protocol::Redis.parse_request(&out[start..], &limits)
+    else {
+        return;
+    };
+    let cuts: Vec<(std::ops::Range<usize>, usize)> = req
+        .keys
+        .iter()
+        .map(|r| {
+            let range = r.start + start..r.end + start;
+            let n = routing.strip_len(&out[range.clone()]);
+            (range, n)
+        })
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    if cuts.is_empty() {
+        return;
+    }
+    let mut rebuilt = Vec::with_capacity(out.len() - start);
+    let mut at = start;
+    for (range, n) in cuts {
+        // RESP: `$<len>\r\n` right before the key; inline: a bare word.
+        let header = out[at..range.start]
+            .strip_suffix(b"\r\n")
+            .and_then(|h| memchr::memrchr(b'$', h).map(|d| at + d));
+        match header {
+            Some(h) => {
+                rebuilt.extend_from_slice(&out[at..h]);
+                rebuilt.extend_from_slice(format!("${}\r\n", range.len() - n).as_bytes());
+            }
+            None => rebuilt.extend_from_slice(&out[at..range.start]),
+        }
+        rebuilt.extend_from_slice(&out[range.start + n..range.end]);
+        at = range.end;
+    }
+    rebuilt.extend_from_slice(&out[at..]);
+    out.truncate(start);
+    out.extend_from_slice(&rebuilt);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::PrefixRoute;
+
+    #[test]
+    fn prefixes_are_stripped_from_keys_only() {
+        let route = |prefix: &str, strip| PrefixRoute {
+            prefix: prefix.into(),
+            pool: "p".into(),
+            strip,
+            line: 1,
+        };
+        let routing = Routing {
+            routes: vec![route("user:", true), route("", false)],
+            ..Routing::default()
+        };
+        let mut out = b"junk".to_vec();
+        out.extend_from_slice(
+            b"*5\r\n$4\r\nMSET\r\n$6\r\nuser:1\r\n$6\r\nuser:1\r\n$5\r\nother\r\n$1\r\nv\r\n",
+        );
+        strip_keys(&routing, &mut out, 4);
+        assert_eq!(
+            out,
+            b"junk*5\r\n$4\r\nMSET\r\n$1\r\n1\r\n$6\r\nuser:1\r\n$5\r\nother\r\n$1\r\nv\r\n"
+        );
+        let mut inline = b"GET user:42\r\n".to_vec();
+        strip_keys(&routing, &mut inline, 0);
+        assert_eq!(inline, b"GET 42\r\n");
     }
 }

@@ -69,6 +69,27 @@ def test_redis_prefix_routes_split_and_merge(procs):
                what=f"requests counted per routed server: {p.stats()['front']}")
 
 
+def test_redis_route_strips_its_prefix(procs):
+    users, other = [procs.redis(), procs.redis()], [procs.redis()]
+    p = start_walnut(procs, {
+        "users": redis_pool(users, hash="murmur"),
+        "other": redis_pool(other),
+        "front": {"redis": True, "timeout": 2000, "routes": ["user: users strip", "* other"]},
+    }, args=["--workers", "1"])
+    r = rclient(p.port("front"))
+    direct = rclient(p.port("users"))
+    assert r.mset({f"user:{i}": f"u{i}" for i in range(30)} | {"x": "user:1"})
+    assert r.set("user:solo", "s")
+    for i in range(30):
+        # Stored without the prefix, where the users pool's own clients find it.
+        assert direct.get(str(i)) == f"u{i}".encode()
+        assert sum(rclient(s.port).exists(str(i)) for s in users) == 1
+    assert direct.get("solo") == b"s"
+    assert rclient(other[0].port).get("x") == b"user:1", "a value is never stripped"
+    assert r.mget(["user:3", "x", "user:29"]) == [b"u3", b"user:1", b"u29"]
+    assert r.delete("user:3", "x") == 2 and direct.get("3") is None
+
+
 def test_memcached_prefix_routes_multiget(procs):
     a = [procs.memcached(), procs.memcached()]
     b = [procs.memcached()]
