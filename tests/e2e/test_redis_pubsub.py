@@ -161,3 +161,31 @@ def test_a_server_lost_under_a_subscriber_closes_it(three):
     with pytest.raises(redis.ConnectionError):
         for _ in range(50):
             ps.get_message(timeout=0.2)
+
+
+def test_pubsub_introspection_over_servers(three):
+    """PUBSUB CHANNELS / NUMSUB / NUMPAT answered for the whole pool, as
+    one redis-server would; SPUBLISH routed by its channel."""
+    p, servers = three
+    sub, pub = client(p.port("rd")), client(p.port("rd"))
+    channels = [chan(i) for i in range(8)]
+    ps = sub.pubsub()
+    ps.subscribe(*channels)
+    ps.psubscribe("news.*", "alerts.*")
+    assert len(messages(ps, 10)) == 10  # the confirmations
+    # The channels live on several servers.
+    on = [set(x.decode() for x in redis.Redis(host=HOST, port=s.port).pubsub_channels())
+          for s in servers]
+    assert sum(1 for s in on if s) >= 2, on
+    assert sorted(c.decode() for c in pub.pubsub_channels()) == sorted(channels)
+    assert sorted(c.decode() for c in pub.pubsub_channels("ch*")) == sorted(channels)
+    numsub = pub.pubsub_numsub(channels[0], channels[5], "nobody")
+    assert numsub == [(channels[0].encode(), 1), (channels[5].encode(), 1), (b"nobody", 0)]
+    assert pub.pubsub_numpat() == 2
+    # SPUBLISH reaches the channel's server (its shard subscribers; plain
+    # subscribers are not among them, as on redis-server).
+    assert pub.execute_command("SPUBLISH", channels[3], "hi") == 0
+    assert pub.publish(channels[3], "hi") == 1
+    got = messages(ps, 1)
+    assert got and got[0]["data"] == b"hi" and got[0]["channel"] == channels[3].encode()
+    ps.close()

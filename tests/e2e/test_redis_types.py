@@ -321,7 +321,7 @@ def test_eval_and_evalsha_route_by_first_key(r, direct):
 
 @pytest.mark.parametrize("cmd", [
     # KEYS and FLUSHALL only where the pool allows them (test_redis_keyspace.py).
-    ("KEYS", "*"), ("FLUSHALL",), ("PUBSUB", "CHANNELS"),
+    ("KEYS", "*"), ("FLUSHALL",),
     ("SCRIPT", "KILL"), ("WAIT", "1", "0"),
 ])
 def test_unsupported_commands_named(r, cmd):

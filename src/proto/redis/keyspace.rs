@@ -180,8 +180,105 @@ pub fn merge(name: &str, replies: &[&[u8]]) -> Option<Vec<u8>> {
             reply::bulk(text.as_bytes(), &mut out);
             Some(out)
         }
+        "PUBSUB" => merge_pubsub(replies),
         _ => None,
     }
+}
+
+/// One element of a flat array reply: a bulk string or an integer.
+enum Elem<'a> {
+    Bulk(&'a [u8]),
+    Int(i64),
+}
+
+/// The elements of a flat array reply (`*n` of bulks and integers).
+fn flat_array(r: &[u8]) -> Option<Vec<Elem<'_>>> {
+    let rest = r.strip_prefix(b"*")?;
+    let nl = memchr::memchr(b'\n', rest)?;
+    let n: usize = std::str::from_utf8(&rest[..nl])
+        .ok()?
+        .trim_end()
+        .parse()
+        .ok()?;
+    let mut at = &rest[nl + 1..];
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (kind, tail) = at.split_first()?;
+        let nl = memchr::memchr(b'\n', tail)?;
+        let head = std::str::from_utf8(&tail[..nl]).ok()?.trim_end();
+        match kind {
+            b'$' => {
+                let len: usize = head.parse().ok()?;
+                out.push(Elem::Bulk(tail.get(nl + 1..nl + 1 + len)?));
+                at = tail.get(nl + 1 + len + 2..)?;
+            }
+            b':' => {
+                out.push(Elem::Int(head.parse().ok()?));
+                at = &tail[nl + 1..];
+            }
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
+/// PUBSUB over every server. NUMPAT: the largest count (walnut subscribes
+/// every pattern on every server). NUMSUB / SHARDNUMSUB (channel, count
+/// pairs in the order asked): counts summed per channel. CHANNELS /
+/// SHARDCHANNELS: the union, each channel once.
+fn merge_pubsub(replies: &[&[u8]]) -> Option<Vec<u8>> {
+    if replies.iter().all(|r| r.starts_with(b":")) {
+        let mut max = 0i64;
+        for r in replies {
+            max = max.max(parse_int(r[1..].strip_suffix(b"\r\n")?)?);
+        }
+        return Some(format!(":{max}\r\n").into_bytes());
+    }
+    let arrays: Vec<Vec<Elem>> = replies
+        .iter()
+        .map(|r| flat_array(r))
+        .collect::<Option<_>>()?;
+    let pairs = arrays.iter().all(|a| {
+        a.len() % 2 == 0
+            && a.chunks(2)
+                .all(|p| matches!(p, [Elem::Bulk(_), Elem::Int(_)]))
+    }) && arrays.iter().any(|a| !a.is_empty());
+    let mut out = Vec::new();
+    if pairs {
+        let first = arrays.first()?;
+        reply::array(first.len(), &mut out);
+        for (i, pair) in first.chunks(2).enumerate() {
+            let Elem::Bulk(channel) = pair[0] else {
+                return None;
+            };
+            let sum: i64 = arrays
+                .iter()
+                .filter_map(|a| match a.get(2 * i + 1) {
+                    Some(Elem::Int(n)) => Some(*n),
+                    _ => None,
+                })
+                .sum();
+            reply::bulk(channel, &mut out);
+            out.extend_from_slice(format!(":{sum}\r\n").as_bytes());
+        }
+        return Some(out);
+    }
+    let mut seen: Vec<&[u8]> = Vec::new();
+    for a in &arrays {
+        for e in a {
+            let Elem::Bulk(c) = e else {
+                return None;
+            };
+            if !seen.contains(c) {
+                seen.push(c);
+            }
+        }
+    }
+    reply::array(seen.len(), &mut out);
+    for c in seen {
+        reply::bulk(c, &mut out);
+    }
+    Some(out)
 }
 
 /// The text of a bulk (or RESP3 verbatim) string reply.
@@ -277,5 +374,26 @@ mod tests {
             "{text}"
         );
         assert_eq!(merge("DBSIZE", &[b"-ERR x\r\n"]), None);
+        assert_eq!(
+            merge("PUBSUB", &[b":2\r\n", b":2\r\n", b":1\r\n"]).unwrap(),
+            b":2\r\n"
+        );
+        let numsub: [&[u8]; 2] = [
+            b"*4\r\n$1\r\na\r\n:2\r\n$1\r\nb\r\n:0\r\n",
+            b"*4\r\n$1\r\na\r\n:0\r\n$1\r\nb\r\n:5\r\n",
+        ];
+        assert_eq!(
+            merge("PUBSUB", &numsub).unwrap(),
+            b"*4\r\n$1\r\na\r\n:2\r\n$1\r\nb\r\n:5\r\n"
+        );
+        let channels: [&[u8]; 2] = [
+            b"*2\r\n$1\r\na\r\n$1\r\nb\r\n",
+            b"*2\r\n$1\r\nb\r\n$1\r\nc\r\n",
+        ];
+        assert_eq!(
+            merge("PUBSUB", &channels).unwrap(),
+            b"*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n"
+        );
+        assert_eq!(merge("PUBSUB", &[b"*0\r\n", b"*0\r\n"]).unwrap(), b"*0\r\n");
     }
 }
