@@ -20,8 +20,11 @@ pub struct ListenTls {
     /// handshake before it is closed (default 10000).
     pub handshake_timeout_ms: u64,
     /// When `cert` expires (epoch seconds), read with the configuration:
-    /// `/metrics` shows the days left, and a renewed file is a change.
+    /// `/metrics` shows the days left.
     pub not_after: Option<i64>,
+    /// A hash of the certificate, key and CA files' bytes: files renewed
+    /// under the same names make a reload a change (new workers load them).
+    pub files: u64,
 }
 
 /// TLS to a pool's servers.
@@ -39,6 +42,8 @@ pub struct ServerTls {
     pub key: Option<String>,
     /// When `cert` expires (epoch seconds).
     pub not_after: Option<i64>,
+    /// A hash of the CA, certificate and key files' bytes.
+    pub files: u64,
 }
 
 /// One `users:` entry: `NAME PASSWORD [readonly] [~PREFIX*]...`, the
@@ -115,6 +120,11 @@ pub(crate) fn validate_security<'a>(
             client_ca: text("tls_client_ca"),
             handshake_timeout_ms: handshake_timeout_ms.unwrap_or(10_000),
             not_after: crate::net::tls::not_after(&cert.text),
+            files: files_hash(&[
+                Some(&cert.text),
+                Some(&key.text),
+                text("tls_client_ca").as_ref(),
+            ]),
         }),
         (Some(v), None) => {
             r.error(v.line, "'tls_cert' needs 'tls_key' too");
@@ -148,6 +158,11 @@ pub(crate) fn validate_security<'a>(
             cert: text("server_tls_cert"),
             key: text("server_tls_key"),
             not_after: scalar("server_tls_cert").and_then(|c| crate::net::tls::not_after(&c.text)),
+            files: files_hash(&[
+                text("server_tls_ca").as_ref(),
+                text("server_tls_cert").as_ref(),
+                text("server_tls_key").as_ref(),
+            ]),
         };
         let line = scalar("server_tls").map_or(0, |s| s.line);
         let pair = match (&tls.cert, &tls.key) {
@@ -228,6 +243,16 @@ pub(crate) fn validate_security<'a>(
         redis_auth_user,
         users,
     })
+}
+
+/// A hash of the bytes of the files named (unreadable ones hash as empty).
+fn files_hash(paths: &[Option<&String>]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for p in paths.iter().flatten() {
+        std::fs::read(p).unwrap_or_default().hash(&mut h);
+    }
+    h.finish()
 }
 
 /// `NAME PASSWORD [readonly] [~PREFIX*]...`

@@ -582,11 +582,12 @@ impl Master {
                 }
                 if Instant::now() > deadline && handover && self.worker_beating(gid, slot) {
                     // Past graceful_timeout, a worker of a binary being
-                    // replaced still runs its loop: it relays TLS clients
-                    // (they end with those clients), so it is not killed.
+                    // replaced still runs its loop: it relays TLS clients,
+                    // or serves subscribers that have not left subscribed
+                    // mode yet, so it is not killed.
                     if !told {
                         crate::log_notice!(
-                            "worker {pid} still relays TLS clients to the new binary; waiting for them to end"
+                            "worker {pid} still relays TLS clients or serves subscribers for the new binary; waiting for them"
                         );
                         told = true;
                     }

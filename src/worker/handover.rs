@@ -169,9 +169,15 @@ impl Worker<'_> {
     }
 
     /// Whether a client must still be read while handing over: it is in
-    /// the middle of a request too large to carry across.
+    /// the middle of a request too large to carry across, or pinned here.
     pub(super) fn must_read_before_handover(c: &super::conn::Client) -> bool {
-        c.stream.is_some() || c.rbuf.len() > CARRY_MAX || c.need > CARRY_MAX
+        c.stream.is_some()
+            || c.rbuf.len() > CARRY_MAX
+            || c.need > CARRY_MAX
+            // A subscriber or a transaction is served here until it
+            // leaves that state (its server connections are here).
+            || c.subs.is_some()
+            || c.txn.is_some()
     }
 
     /// Hand over every client at a request boundary. Returns false when

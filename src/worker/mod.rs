@@ -443,10 +443,17 @@ impl<'a> Worker<'a> {
                     }
                     let since = *handover_since.get_or_insert(now);
                     let clients = self.conns.iter().any(|(_, c)| matches!(c, Conn::Client(_)));
-                    // Relayed TLS clients keep this worker until they end.
+                    // Relayed TLS clients keep this worker until they end;
+                    // so do subscribers and clients in a transaction, which
+                    // cross once they leave that state (their server
+                    // connections are this worker's).
+                    let pinned = self.conns.iter().any(
+                        |(_, c)| matches!(c, Conn::Client(c) if c.subs.is_some() || c.txn.is_some()),
+                    );
                     if ((!clients && self.handin_conns.is_empty())
                         || now.duration_since(since) > self.graceful_timeout)
                         && self.relays.is_empty()
+                        && !pinned
                     {
                         return Ok(());
                     }

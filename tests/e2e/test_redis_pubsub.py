@@ -189,3 +189,45 @@ def test_pubsub_introspection_over_servers(three):
     got = messages(ps, 1)
     assert got and got[0]["data"] == b"hi" and got[0]["channel"] == channels[3].encode()
     ps.close()
+
+
+def test_a_subscriber_crosses_a_reload_once_it_leaves_subscribed_mode(procs):
+    """A subscriber's server connections belong to its worker: across a
+    reload it stays there, past graceful_timeout, still getting messages
+    published through the new generation; once it unsubscribes it is
+    handed over on the same connection, and the old worker leaves."""
+    import signal
+
+    from procmodel import alive, children, cmdline, start_walnut, wait_gone, wait_workers
+
+    servers = [procs.redis() for _ in range(2)]
+    p = start_walnut(procs, {"rd": redis_pool(servers)}, process={"graceful_timeout": "1s"},
+                     args=["--workers", "1"])
+    gen1 = wait_workers(p.pid, 1)
+    sub = client(p.port("rd"))
+    ps = sub.pubsub()
+    ps.subscribe("news")
+    assert len(messages(ps, 1)) == 1
+    p.conf_path.write_text(p.conf_path.read_text().replace("timeout: 2000", "timeout: 2500"))
+    p.signal(signal.SIGHUP)
+    # (The old worker stays: count the new one by its pid.)
+    new = wait_until(lambda: [w for w in children(p.pid)
+                              if w not in gen1.values() and "worker" in cmdline(w)], 10,
+                     what="the new generation's worker")
+    pub = client(p.port("rd"))  # a new connection: the new generation
+    old = next(iter(gen1.values()))
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:  # well past graceful_timeout
+        assert pub.publish("news", "x") == 1
+        got = messages(ps, 1)
+        assert got and got[0]["data"] == b"x"
+    assert alive(old), "the old worker keeps its subscriber"
+    ps.unsubscribe("news")
+    assert messages(ps, 1)[0]["type"] == "unsubscribe"
+    wait_gone(old, timeout=10)
+    # The same connection, now served by the new generation.
+    conn = ps.connection
+    conn.send_command("SET", "after", "1")
+    assert conn.read_response() == b"OK"
+    assert pub.get("after") == b"1"
+    assert all(alive(w) for w in new)
