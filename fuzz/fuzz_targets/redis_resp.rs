@@ -16,7 +16,9 @@
 //!   where `parse_response` does, or fails with the same error;
 //! - a multi-key request's fragments re-parse as whole requests that carry
 //!   exactly the keys they were built from, in order, and the merge of any
-//!   fragment replies is one whole reply.
+//!   fragment replies is one whole reply;
+//! - the merge of servers' replies to a broadcast (DBSIZE, KEYS, PUBSUB,
+//!   ...) of replies that parse is one whole reply, or none.
 
 #![no_main]
 
@@ -358,4 +360,25 @@ fuzz_target!(|data: &[u8]| {
     check_requests(data, &limits);
     check_stream_head(data, &limits);
     check_responses(data);
+    check_broadcast_merge(data);
 });
+
+/// Two replies cut from the input, merged as every broadcast command's.
+fn check_broadcast_merge(data: &[u8]) {
+    let Ok(Parse::Done(a)) = parse_response(data) else {
+        return;
+    };
+    let (first, rest) = data.split_at(a.len);
+    let second = match parse_response(rest) {
+        Ok(Parse::Done(b)) => &rest[..b.len],
+        _ => first,
+    };
+    for name in ["DBSIZE", "KEYS", "RANDOMKEY", "INFO", "PUBSUB"] {
+        if let Some(out) = walnut::proto::redis::keyspace::merge(name, &[first, second]) {
+            match parse_response(&out) {
+                Ok(Parse::Done(r)) => assert_eq!(r.len, out.len(), "{name}: {out:?}"),
+                other => panic!("{name} merged into {out:?}: {other:?}"),
+            }
+        }
+    }
+}

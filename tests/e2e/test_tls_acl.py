@@ -213,7 +213,8 @@ def test_tls_redis_cluster(procs, certs):
     nodes = []
     for _ in range(3):
         plain = free_cluster_port()
-        tls_port = free_port()
+        # With --tls-cluster the bus port is the TLS port + 10000.
+        tls_port = free_cluster_port()
         extra = cluster_node_args(procs.workdir, plain) + [
             "--tls-port", str(tls_port), "--tls-cluster", "yes", "--tls-replication", "yes",
             "--tls-cert-file", str(certs / "server.crt"), "--tls-key-file", str(certs / "server.key"),

@@ -93,7 +93,7 @@ pub fn merge(name: &str, replies: &[&[u8]]) -> Option<Vec<u8>> {
             let mut sum = 0i64;
             for r in replies {
                 let r = r.strip_prefix(b":")?;
-                sum += parse_int(r.get(..r.len().checked_sub(2)?)?)?;
+                sum = sum.saturating_add(parse_int(r.get(..r.len().checked_sub(2)?)?)?);
             }
             Some(format!(":{sum}\r\n").into_bytes())
         }
@@ -103,11 +103,13 @@ pub fn merge(name: &str, replies: &[&[u8]]) -> Option<Vec<u8>> {
             for r in replies {
                 let r = r.strip_prefix(b"*")?;
                 let nl = memchr::memchr(b'\n', r)?;
-                count += std::str::from_utf8(&r[..nl])
-                    .ok()?
-                    .trim_end()
-                    .parse::<usize>()
-                    .ok()?;
+                count = count.checked_add(
+                    std::str::from_utf8(&r[..nl])
+                        .ok()?
+                        .trim_end()
+                        .parse::<usize>()
+                        .ok()?,
+                )?;
                 body.extend_from_slice(&r[nl + 1..]);
             }
             let mut out = Vec::with_capacity(body.len() + 16);
@@ -151,9 +153,10 @@ pub fn merge(name: &str, replies: &[&[u8]]) -> Option<Vec<u8>> {
                     let (keys, expires, ttl) = (field("keys"), field("expires"), field("avg_ttl"));
                     match dbs.iter_mut().find(|d| d.0 == db) {
                         Some(d) => {
-                            d.1 += keys;
-                            d.2 += expires;
-                            d.3 += u128::from(ttl) * u128::from(expires);
+                            // Saturating: a server's reply is not trusted.
+                            d.1 = d.1.saturating_add(keys);
+                            d.2 = d.2.saturating_add(expires);
+                            d.3 = d.3.saturating_add(u128::from(ttl) * u128::from(expires));
                         }
                         None => dbs.push((
                             db.to_string(),
@@ -257,7 +260,7 @@ fn merge_pubsub(replies: &[&[u8]]) -> Option<Vec<u8>> {
                     Some(Elem::Int(n)) => Some(*n),
                     _ => None,
                 })
-                .sum();
+                .fold(0i64, i64::saturating_add);
             reply::bulk(channel, &mut out);
             out.extend_from_slice(format!(":{sum}\r\n").as_bytes());
         }
@@ -336,6 +339,22 @@ mod tests {
         );
         assert_eq!(scan_cursor(b"SCAN 0\r\n"), Some(0));
         assert_eq!(scan_cursor(b"SCAN x\r\n"), None);
+    }
+
+    #[test]
+    fn counts_from_servers_never_overflow() {
+        let max = b":9223372036854775807\r\n";
+        assert_eq!(
+            merge("DBSIZE", &[max, max]).unwrap(),
+            b":9223372036854775807\r\n".to_vec()
+        );
+        let huge = b"*18446744073709551615\r\n";
+        assert_eq!(merge("KEYS", &[huge, huge]), None);
+        let numsub = b"*2\r\n$1\r\nc\r\n:9223372036854775807\r\n";
+        assert_eq!(
+            merge("PUBSUB", &[numsub, numsub]).unwrap(),
+            b"*2\r\n$1\r\nc\r\n:9223372036854775807\r\n".to_vec()
+        );
     }
 
     #[test]
