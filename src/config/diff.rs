@@ -51,6 +51,7 @@ fn pool_keys(a: &PoolConfig, b: &PoolConfig) -> Vec<&'static str> {
         "keyless_server" => keyless_random,
         "tls/users" => security,
         "routes/shadow" => routing,
+        "sentinels" => failover,
     )
 }
 

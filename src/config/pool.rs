@@ -1,6 +1,7 @@
 //! Stage 2 for one pool: raw `key: value` entries → [`PoolConfig`].
 
 use super::addr::{parse_listen, parse_server, ListenAddr, ServerConfig};
+use super::failover::{validate_failover, Failover, FAILOVER_KEYS};
 use super::routing::{validate_routing, Routing, ROUTING_KEYS};
 use super::scalar::{parse_bool, parse_micros, parse_num, parse_size, Report};
 use super::security::{validate_security, Security, SECURITY_KEYS};
@@ -56,6 +57,16 @@ pub const POOL_KEYS: [&str; 35] = [
     "migration",
     "migration_rate",
     "keyless_server",
+];
+
+/// The pool keys whose value is a list (the rest are single values).
+pub const LIST_KEYS: [&str; 6] = [
+    "servers",
+    "users",
+    "routes",
+    "zones",
+    "warm_up",
+    "sentinels",
 ];
 
 /// One pool: a listen address in front of a set of servers.
@@ -166,6 +177,8 @@ pub struct PoolConfig {
     pub security: Security,
     /// Prefix routes to other pools and a shadow pool (config/routing.rs).
     pub routing: Routing,
+    /// Sentinels that say where each shard's master is (config/failover.rs).
+    pub failover: Failover,
 }
 
 /// True when a TCP listen host is an IP literal or resolves.
@@ -198,12 +211,13 @@ fn first_of_each<'e>(r: &mut Report, entries: &'e [RawEntry]) -> HashMap<&'e str
         if !POOL_KEYS.contains(&key)
             && !SECURITY_KEYS.contains(&key)
             && !ROUTING_KEYS.contains(&key)
+            && !FAILOVER_KEYS.contains(&key)
         {
             r.error(e.key.line, format!("unknown key '{key}'{}", suggest(key)));
             continue;
         }
         let is_seq = matches!(e.value, RawValue::Seq(_));
-        let list = matches!(key, "servers" | "users" | "routes" | "zones" | "warm_up");
+        let list = LIST_KEYS.contains(&key);
         if key == "users" && !is_seq {
             r.error(
                 e.key.line,
@@ -247,6 +261,7 @@ fn suggest(key: &str) -> String {
         .iter()
         .chain(SECURITY_KEYS.iter())
         .chain(ROUTING_KEYS.iter())
+        .chain(FAILOVER_KEYS.iter())
         .find(|k| **k == lower || k.starts_with(&lower) && lower.len() >= 4)
         .map(|k| format!(" (did you mean '{k}'?)"))
         .unwrap_or_default()
@@ -550,10 +565,19 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
         redis_auth.is_some(),
     );
 
+    let failover = validate_failover(
+        r,
+        |k| keys.get(k).map(|e| (&e.key, &e.value)),
+        redis,
+        redis_cluster,
+        &servers,
+    );
+
     if r.errors.len() > before {
         return None;
     }
     Some(PoolConfig {
+        failover: failover?,
         security: security?,
         routing: routing?,
         name: section.name.text.clone(),

@@ -213,6 +213,9 @@ fn pool_settings(p: &PoolConfig, rt: &Runtime, out: &mut Vec<Setting>) {
     if let Some(u) = &sec.redis_auth_user {
         put("redis_auth_user", u.clone());
     }
+    if let Some(pw) = &p.failover.sentinel_auth {
+        put("sentinel_auth", pw.clone());
+    }
     if let Some(sh) = &p.routing.shadow {
         put("shadow", sh.pool.clone());
         put(
@@ -262,6 +265,24 @@ fn pool_settings(p: &PoolConfig, rt: &Runtime, out: &mut Vec<Setting>) {
             section: p.name.clone(),
             key: "servers",
             values: p.servers.iter().map(server_text).collect(),
+        });
+    }
+    if p.failover.on() {
+        out.push(Setting {
+            section: p.name.clone(),
+            key: "sentinels",
+            values: p
+                .failover
+                .sentinels
+                .iter()
+                .map(|(h, port)| {
+                    if h.contains(':') {
+                        format!("[{h}]:{port}")
+                    } else {
+                        format!("{h}:{port}")
+                    }
+                })
+                .collect(),
         });
     }
     if !sec.users.is_empty() {
@@ -341,7 +362,7 @@ pub fn to_yaml(cfg: &Config, rt: &Runtime) -> String {
             section = &st.section;
             let _ = writeln!(s, "\n{}:", scalar(&st.section));
         }
-        if matches!(st.key, "servers" | "users" | "routes" | "zones" | "warm_up") {
+        if super::pool::LIST_KEYS.contains(&st.key) {
             let _ = writeln!(s, "  {}:", st.key);
             for v in &st.values {
                 let _ = writeln!(s, "   - {}", scalar(v));
@@ -414,6 +435,16 @@ beta:
    - \"dash pw2 readonly\"
   servers:
    - 127.0.0.1:6380:1
+gamma:
+  listen: 127.0.0.1:22124
+  redis: true
+  sentinels:
+   - 127.0.0.1:26379
+   - \"[::1]:26380\"
+  sentinel_auth: sp
+  servers:
+   - 127.0.0.1:6390:1 shard1
+   - 127.0.0.1:6391:1 shard2
 _walnut:
   workers: 3
   listener: accept_mutex

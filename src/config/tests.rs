@@ -407,3 +407,24 @@ fn redis_cluster_needs_a_redis_pool() {
     assert_eq!(line, 5);
     assert!(msg.contains("'redis_db' must be 0"), "{msg}");
 }
+
+#[test]
+fn sentinels_need_named_servers_of_a_plain_redis_pool() {
+    let named = "rd:\n  listen: 127.0.0.1:22121\n  redis: true\n  sentinels:\n   - 127.0.0.1:26379\n  servers:\n   - 127.0.0.1:6379:1 shard1\n";
+    let c = load(named).unwrap();
+    assert_eq!(
+        c.pools[0].failover.sentinels,
+        vec![("127.0.0.1".to_string(), 26379)]
+    );
+    let (line, msg) = one_error(&named.replace(" shard1", ""));
+    assert_eq!(line, 7);
+    assert!(msg.contains("needs a name"), "{msg}");
+    let (line, msg) =
+        one_error(&named.replace("redis: true", "redis: true\n  redis_cluster: true"));
+    assert_eq!(line, 5);
+    assert!(msg.contains("a cluster fails over by itself"), "{msg}");
+    let (_, msg) = one_error(&pool_with("redis: true\nsentinel_auth: x"));
+    assert_eq!(msg, "'sentinel_auth' needs 'sentinels'");
+    let (_, msg) = one_error(&named.replace("- 127.0.0.1:26379", "- 127.0.0.1"));
+    assert_eq!(msg, "sentinel '127.0.0.1' is not host:port");
+}

@@ -26,6 +26,7 @@ mod pubsub;
 mod relay;
 mod replies;
 mod routes;
+mod sentinel;
 mod server;
 mod server_health;
 mod shadow;
@@ -206,6 +207,12 @@ pub struct Worker<'a> {
     handin_conns: Slab<OwnedFd>,
     /// TLS clients handed over, relayed to the successor (relay.rs).
     relays: Slab<relay::Relay>,
+    /// Pools following Redis Sentinel (sentinel.rs).
+    sentinels: Vec<sentinel::Watch>,
+    /// Until the sentinels have said where the masters are (or this
+    /// instant passes), no client is taken: neither accepted nor handed
+    /// over (the predecessor keeps serving what it would hand over).
+    gate: Option<Instant>,
     /// Requests seen by `shadow_sample` (shadow.rs).
     shadow_tick: u64,
     /// Keys being copied from a warm pool to a cold one (warm.rs).
@@ -215,6 +222,9 @@ pub struct Worker<'a> {
     /// Handing clients over to this successor.
     handover: Option<String>,
 }
+
+/// While the gate is shut, how often it is looked at.
+const GATE_POLL: Duration = Duration::from_millis(10);
 
 /// While handing clients over, how soon a full handover queue is tried
 /// again.
@@ -245,6 +255,7 @@ impl<'a> Worker<'a> {
             .map(|l| (Listener::from_fd(l.fd, l.tcp), l.pool))
             .collect();
         let mode = config.process.listener;
+        let sentinels = sentinel::watches(&pools);
         let mut w = Worker {
             poll,
             conns: Slab::with_capacity(1024),
@@ -286,24 +297,54 @@ impl<'a> Worker<'a> {
             handin: setup.handin,
             handin_conns: Slab::new(),
             relays: Slab::new(),
+            gate: (!sentinels.is_empty()).then(|| Instant::now() + sentinel::GATE),
+            sentinels,
             shadow_tick: 0,
             warms: Slab::new(),
             handin_again: false,
             handover: None,
         };
-        if let Some(fd) = w.handin.as_ref().map(|l| l.as_raw_fd()) {
-            w.poll.registry().register(
+        w.preconnect();
+        w.cluster_maintain(Instant::now());
+        w.sentinel_maintain(Instant::now());
+        if w.gate.is_none() {
+            w.take_clients()?;
+        }
+        Ok(w)
+    }
+
+    /// Start taking clients: handed over and accepted.
+    fn take_clients(&mut self) -> std::io::Result<()> {
+        if let Some(fd) = self.handin.as_ref().map(|l| l.as_raw_fd()) {
+            self.poll.registry().register(
                 &mut mio::unix::SourceFd(&fd),
                 Token(HANDIN),
                 Interest::READABLE,
             )?;
         }
-        if mode != ListenerMode::AcceptMutex {
-            w.register_listeners()?;
+        if self.accept.mode != ListenerMode::AcceptMutex {
+            self.register_listeners()?;
         }
-        w.preconnect();
-        w.cluster_maintain(Instant::now());
-        Ok(w)
+        Ok(())
+    }
+
+    /// Open the gate once the sentinels answered or its time is up.
+    fn open_gate(&mut self, now: Instant) -> std::io::Result<()> {
+        let Some(until) = self.gate else {
+            return Ok(());
+        };
+        let answered = self.sentinels_answered();
+        if !answered && now < until {
+            return Ok(());
+        }
+        if !answered {
+            crate::log_warn!(
+                "no sentinel answered within {} ms: serving clients with the configured addresses",
+                sentinel::GATE.as_millis()
+            );
+        }
+        self.gate = None;
+        self.take_clients()
     }
 
     fn preconnect(&mut self) {
@@ -359,7 +400,13 @@ impl<'a> Worker<'a> {
             if self.handin_again {
                 timeout = Some(Duration::ZERO);
             }
-            if self.accept.mode == ListenerMode::AcceptMutex && self.accepting {
+            if self.gate.is_some() {
+                timeout = Some(timeout.map_or(GATE_POLL, |t| t.min(GATE_POLL)));
+            }
+            if self.accept.mode == ListenerMode::AcceptMutex
+                && self.accepting
+                && self.gate.is_none()
+            {
                 self.trylock_accept();
                 if !self.accept.held {
                     timeout = Some(timeout.map_or(self.accept.delay, |t| t.min(self.accept.delay)));
@@ -399,6 +446,8 @@ impl<'a> Worker<'a> {
                     self.handin_conn_ready(t - HANDIN_CONN_BASE, now);
                 } else if (relay::RELAY_BASE..HANDIN_CONN_BASE).contains(&t) {
                     self.relay_event(t);
+                } else if (sentinel::SENTINEL_BASE..relay::RELAY_BASE).contains(&t) {
+                    self.sentinel_event(t - sentinel::SENTINEL_BASE, now);
                 } else if t < LISTENER_BASE {
                     let hup = ev.is_read_closed() || ev.is_error();
                     let readable = ev.is_readable() || hup;
@@ -408,6 +457,8 @@ impl<'a> Worker<'a> {
             self.fire_timers(now);
             self.resume_streams(now);
             self.cluster_maintain(now);
+            self.sentinel_maintain(now);
+            self.open_gate(now)?;
             if now.duration_since(last_sweep) >= Duration::from_secs(1) {
                 last_sweep = now;
                 self.slow_lines.new_second();

@@ -38,6 +38,24 @@ pub struct ServerRt {
     pub last_error: String,
     /// Retry time passed, waiting for a health probe to answer.
     pub probing: bool,
+    /// A server written by host name: the name, looked up again for a new
+    /// connection (at most once per [`RESOLVE_EVERY`]), so a DNS change
+    /// takes effect without a reload.
+    pub lookup: Option<Box<Lookup>>,
+}
+
+/// How often a server's host name is looked up again, at most.
+pub const RESOLVE_EVERY: Duration = Duration::from_secs(1);
+
+/// A server's host name and when it was last looked up.
+#[derive(Debug)]
+pub struct Lookup {
+    /// Host as written.
+    pub host: String,
+    /// Port.
+    pub port: u16,
+    /// Last lookup.
+    pub at: Instant,
 }
 
 impl ServerRt {
@@ -62,6 +80,7 @@ impl ServerRt {
             backoff: Duration::ZERO,
             last_error: String::new(),
             probing: false,
+            lookup: None,
         }
     }
 
@@ -75,6 +94,33 @@ impl ServerRt {
     pub fn slot_for(&self, client_id: u64, resp3: bool) -> usize {
         let n = self.per_protocol();
         (client_id % n as u64) as usize + if resp3 { n } else { 0 }
+    }
+
+    /// [`PoolRt::look_up_again`] for this server of pool `pool`.
+    fn look_up_again(&mut self, pool: &str, now: Instant) {
+        let Some(l) = self.lookup.as_mut() else {
+            return;
+        };
+        if now.duration_since(l.at) < RESOLVE_EVERY && self.endpoint.is_some() {
+            return;
+        }
+        l.at = now;
+        match crate::net::resolve(&l.host, l.port) {
+            Ok(a) => {
+                let to = Some(Endpoint::Tcp(a));
+                if self.endpoint != to {
+                    crate::log_notice!(
+                        "pool '{}': server '{}' now resolves to {}",
+                        pool,
+                        self.name,
+                        a
+                    );
+                    self.endpoint = to;
+                }
+            }
+            // The last address known stays in use.
+            Err(e) => crate::log_warn!("pool '{}': server '{}': {}", pool, self.name, e),
+        }
     }
 
     /// Whether `slot` is one of the RESP3 connections.
@@ -322,6 +368,14 @@ impl PoolRt {
         }
     }
 
+    /// Before a new connection to a server written by host name: look
+    /// the name up again (not more than once per [`RESOLVE_EVERY`]). The
+    /// lookup blocks this worker for as long as the resolver takes: only
+    /// a new connection pays it, never a request on an open one.
+    pub fn look_up_again(&mut self, idx: usize, now: Instant) {
+        self.servers[idx].look_up_again(&self.cfg.name, now);
+    }
+
     /// Why a new connection to `idx` must not be tried now, if so.
     pub fn refuse_connect(&self, idx: usize, now: Instant, probe: bool) -> Option<String> {
         let s = &self.servers[idx];
@@ -372,8 +426,16 @@ pub(super) fn server_rt(cfg: &PoolConfig, s: &crate::config::ServerConfig) -> Se
         s.weight,
         cfg.server_connections,
     );
-    if let ServerAddr::Tcp { host, .. } = &s.addr {
+    if let ServerAddr::Tcp { host, port } = &s.addr {
         rt.tls_host = host.clone();
+        // Sentinels say where a sentinel pool's servers are.
+        if host.parse::<std::net::IpAddr>().is_err() && !cfg.failover.on() {
+            rt.lookup = Some(Box::new(Lookup {
+                host: host.clone(),
+                port: *port,
+                at: Instant::now(),
+            }));
+        }
     }
     rt
 }
@@ -421,10 +483,38 @@ mod tests {
             backoff: std::time::Duration::ZERO,
             last_error: String::new(),
             probing: false,
+            lookup: None,
         };
         assert_eq!(s.per_protocol(), 3);
         assert_eq!(s.slot_for(7, false), 1);
         assert_eq!(s.slot_for(7, true), 4);
         assert!(!s.slot_is_resp3(2) && s.slot_is_resp3(3));
+    }
+
+    #[test]
+    fn a_host_name_is_looked_up_again_for_a_new_connection() {
+        let t0 = std::time::Instant::now();
+        let stale: std::net::SocketAddr = "192.0.2.1:6379".parse().unwrap();
+        let mut s = ServerRt::new(
+            Some(super::Endpoint::Tcp(stale)),
+            "cache".into(),
+            "cache".into(),
+            1,
+            1,
+        );
+        s.lookup = Some(Box::new(super::Lookup {
+            host: "localhost".into(),
+            port: 6379,
+            at: t0,
+        }));
+        // Within a second of the last lookup: the address known is used.
+        s.look_up_again("p", t0);
+        assert_eq!(s.endpoint, Some(super::Endpoint::Tcp(stale)));
+        // Later: the name says where the server is now.
+        s.look_up_again("p", t0 + super::RESOLVE_EVERY);
+        match &s.endpoint {
+            Some(super::Endpoint::Tcp(a)) => assert!(a.ip().is_loopback() && a.port() == 6379),
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -60,6 +60,18 @@ impl Worker<'_> {
         self.forget_server(token, &s);
     }
 
+    /// A shared connection to an address the server left: it takes no new
+    /// request and closes once what it was sent is answered.
+    pub(super) fn retire_when_answered(&mut self, token: Token) {
+        let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
+            return;
+        };
+        s.dedicated = true;
+        if s.inflight.is_empty() && s.stream.is_none() && s.rbuf.is_empty() {
+            self.retire_server(token);
+        }
+    }
+
     /// A server connection leaves the worker: its connection slot is freed
     /// and its queues leave the server's gauges.
     fn forget_server(&mut self, token: Token, s: &super::conn::Server) {
@@ -96,6 +108,7 @@ impl Worker<'_> {
         if let Some(msg) = self.pools[pool].refuse_connect(server, now, probe) {
             return Err(msg);
         }
+        self.pools[pool].look_up_again(server, now);
         let p = &self.pools[pool];
         let Some(endpoint) = p.servers[server].endpoint.clone() else {
             return Err("Name or service not known".into());

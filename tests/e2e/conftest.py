@@ -81,6 +81,12 @@ class Processes:
         """Start a redis-server on a free (or the given) port."""
         return self._start(lambda: Redis(self.workdir, port=port, extra=extra), retry=port is None)
 
+    def sentinel(self, masters) -> "Sentinel":
+        """Start a Redis Sentinel monitoring ``masters`` (name -> (port, quorum))."""
+        from procs import Sentinel
+
+        return self._start(lambda: Sentinel(self.workdir, masters), retry=True)
+
     def redis_cluster(self, masters: int = 3, replicas: int = 0, password: str | None = None) -> list[Redis]:
         """Start ``masters * (1 + replicas)`` cluster nodes (with ``password``:
         requirepass and masterauth) and join them into one Redis Cluster (all

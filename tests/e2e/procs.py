@@ -252,6 +252,42 @@ class Redis(ManagedProcess):
         return f"{HOST}:{self.port}"
 
 
+class Sentinel(ManagedProcess):
+    """A Redis Sentinel (redis-server in sentinel mode) on 127.0.0.1
+    monitoring ``masters``: name -> (port, quorum), with a 1 s down time."""
+
+    def __init__(self, workdir: Path, masters: Mapping[str, tuple[int, int]], port: int | None = None):
+        self.port = port or free_port()
+        workdir = Path(workdir) / f"sentinel-{self.port}"
+        workdir.mkdir(parents=True, exist_ok=True)
+        log = workdir / "sentinel.log"
+        conf = workdir / "sentinel.conf"  # a sentinel rewrites its own file
+        lines = [f"port {self.port}", f"bind {HOST}", f"dir {workdir}", f"logfile {log}"]
+        for name, (mport, quorum) in masters.items():
+            lines += [
+                f"sentinel monitor {name} {HOST} {mport} {quorum}",
+                f"sentinel down-after-milliseconds {name} 1000",
+                f"sentinel failover-timeout {name} 10000",
+            ]
+        conf.write_text("\n".join(lines) + "\n")
+        super().__init__(f"sentinel-{self.port}", [REDIS_SERVER_BIN, str(conf), "--sentinel"], workdir, log)
+
+    def start(self) -> "Sentinel":
+        super().start()
+        self.wait_ready([self.port])
+        return self
+
+    @property
+    def address(self) -> str:
+        """host:port of this sentinel."""
+        return f"{HOST}:{self.port}"
+
+    def master_of(self, name: str) -> int | None:
+        """The port this sentinel gives as ``name``'s master now."""
+        out = redis_cli(self.port, "sentinel", "get-master-addr-by-name", name, timeout=5).split()
+        return int(out[1]) if len(out) == 2 else None
+
+
 def cluster_node_args(workdir: Path, port: int) -> list[str]:
     """redis-server arguments of a Redis Cluster node on ``port``."""
     conf = Path(workdir) / f"nodes-{port}.conf"

@@ -1,6 +1,8 @@
 //! Redis Cluster on the wire: a key's hash slot, the `CLUSTER SLOTS`
 //! reply, and the `-MOVED` / `-ASK` redirections.
 
+use super::resp::{value, Value};
+
 /// Number of hash slots of a Redis Cluster.
 pub const SLOTS: usize = 16384;
 
@@ -78,55 +80,6 @@ pub fn parse_redirect(reply: &[u8]) -> Option<Redirect> {
             port: port.parse().ok()?,
         },
     })
-}
-
-/// A RESP value, as much of it as a cluster reply needs.
-#[derive(Debug)]
-enum Value<'a> {
-    Int(i64),
-    Str(&'a [u8]),
-    Array(Vec<Value<'a>>),
-    Other,
-}
-
-/// Parse one value at `buf[*at..]` (a whole reply is known to be there).
-fn value<'a>(buf: &'a [u8], at: &mut usize, depth: u32) -> Option<Value<'a>> {
-    if depth > 8 {
-        return None;
-    }
-    let kind = *buf.get(*at)?;
-    let eol = buf[*at..].windows(2).position(|w| w == b"\r\n")? + *at;
-    let line = std::str::from_utf8(&buf[*at + 1..eol]).ok()?;
-    *at = eol + 2;
-    match kind {
-        b':' => Some(Value::Int(line.parse().ok()?)),
-        b'+' => Some(Value::Str(&buf[eol - line.len()..eol])),
-        b'$' => {
-            let n: i64 = line.parse().ok()?;
-            if n < 0 {
-                return Some(Value::Other);
-            }
-            let n = n as usize;
-            let s = buf.get(*at..*at + n)?;
-            *at += n + 2;
-            Some(Value::Str(s))
-        }
-        b'*' | b'%' => {
-            let n: i64 = line.parse().ok()?;
-            let n = if kind == b'%' { n * 2 } else { n };
-            let mut items = Vec::with_capacity(n.clamp(0, 1024) as usize);
-            for _ in 0..n.max(0) {
-                items.push(value(buf, at, depth + 1)?);
-            }
-            Some(if kind == b'*' {
-                Value::Array(items)
-            } else {
-                Value::Other
-            })
-        }
-        b'_' => Some(Value::Other),
-        _ => None,
-    }
 }
 
 fn node(v: &Value<'_>) -> Option<NodeAddr> {

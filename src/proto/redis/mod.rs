@@ -26,6 +26,7 @@ mod merge;
 pub mod reply;
 mod request;
 pub mod resp;
+pub mod sentinel;
 
 pub use args::{Arg, Args};
 pub use commands::{Cmd, CmdClass, KeySpec};

@@ -1,0 +1,336 @@
+//! Following Redis Sentinel: where each shard's master is, and its moves.
+//!
+//! A pool with `sentinels` gets one conversation per worker with one of
+//! its sentinels at a time (`proto/redis/sentinel.rs` says what is said):
+//! the master of every shard is asked for, then `+switch-master` is
+//! subscribed to. An answer or an announced failover that names a new
+//! address moves the server there: its shared connections take no new
+//! request and close once their replies are in (the old master may still
+//! answer what it was sent), the next request connects to the new master
+//! at once (no backoff, no ejection left over from the old one). Keys do
+//! not move: placement hashes the server's name.
+//!
+//! A lost sentinel is replaced by the next one of the list (after
+//! [`RETRY`]), and the conversation starts again with the questions, so a
+//! failover announced while no sentinel was listened to is still seen.
+//! Each worker keeps its own conversation: nothing is shared between
+//! processes, and a worker restarted after a crash asks again.
+
+use super::Worker;
+use crate::net::{Endpoint, Stream};
+use crate::proto::redis::sentinel::{self, Said};
+use crate::proto::Parse;
+use mio::{Interest, Token};
+use std::io::{ErrorKind, Read, Write};
+use std::time::{Duration, Instant};
+
+/// Tokens from here are sentinel conversations, one per watching pool.
+pub(super) const SENTINEL_BASE: usize = 1 << 37;
+/// How long after losing a sentinel the next one is tried.
+const RETRY: Duration = Duration::from_millis(200);
+/// Longest a new worker waits for its sentinels' first answer before it
+/// takes clients (see `Worker::gate`).
+pub(super) const GATE: Duration = Duration::from_millis(1000);
+/// Largest reply taken from a sentinel (its answers are a few dozen bytes).
+const MAX_REPLY: usize = 64 * 1024;
+
+/// One pool's sentinels and the conversation with one of them.
+#[derive(Debug)]
+pub(super) struct Watch {
+    /// The pool.
+    pool: usize,
+    /// The sentinels, tried in turn.
+    sentinels: Vec<(String, u16)>,
+    /// `sentinel_auth`.
+    auth: Option<String>,
+    /// Master name of each server, in the pool's order.
+    names: Vec<String>,
+    /// The sentinel talked to (or tried next).
+    at: usize,
+    /// The conversation, when one is open.
+    talk: Option<Talk>,
+    /// No conversation is opened before this instant.
+    retry_at: Option<Instant>,
+    /// Every master name got an answer once.
+    answered: bool,
+}
+
+/// An open conversation.
+#[derive(Debug)]
+struct Talk {
+    sock: Stream,
+    rbuf: Vec<u8>,
+    wbuf: Vec<u8>,
+    /// Replies still due to `AUTH` (0 or 1), then to the master questions.
+    auth_due: bool,
+    masters_due: usize,
+}
+
+/// The watches of a worker's pools that list sentinels.
+pub(super) fn watches(pools: &[super::pool::PoolRt]) -> Vec<Watch> {
+    pools
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.cfg.failover.on())
+        .map(|(i, p)| Watch {
+            pool: i,
+            sentinels: p.cfg.failover.sentinels.clone(),
+            auth: p.cfg.failover.sentinel_auth.clone(),
+            names: p.cfg.servers.iter().map(|s| s.stats_name()).collect(),
+            at: 0,
+            talk: None,
+            retry_at: None,
+            answered: false,
+        })
+        .collect()
+}
+
+impl Worker<'_> {
+    /// Whether every watching pool's masters were answered for.
+    pub(super) fn sentinels_answered(&self) -> bool {
+        self.sentinels.iter().all(|w| w.answered)
+    }
+
+    /// Open a conversation for every watch without one whose retry time
+    /// has come (called on every loop turn: cheap when there is none).
+    pub(super) fn sentinel_maintain(&mut self, now: Instant) {
+        for i in 0..self.sentinels.len() {
+            let w = &self.sentinels[i];
+            if w.talk.is_none() && w.retry_at.is_none_or(|t| t <= now) {
+                self.sentinel_open(i, now);
+            }
+        }
+    }
+
+    fn sentinel_open(&mut self, i: usize, now: Instant) {
+        let w = &self.sentinels[i];
+        let (host, port) = w.sentinels[w.at].clone();
+        // A blocking lookup, as for servers at load: sentinels are written
+        // as IP literals in practice, which resolve without a query.
+        let opened = crate::net::resolve(&host, port)
+            .and_then(|a| crate::net::connect(&Endpoint::Tcp(a), true));
+        let mut sock = match opened {
+            Ok(s) => s,
+            Err(e) => {
+                self.sentinel_lost(i, &crate::util::strerror(&e), now);
+                return;
+            }
+        };
+        let token = Token(SENTINEL_BASE + i);
+        if let Err(e) =
+            self.poll
+                .registry()
+                .register(&mut sock, token, Interest::READABLE | Interest::WRITABLE)
+        {
+            self.sentinel_lost(i, &crate::util::strerror(&e), now);
+            return;
+        }
+        let w = &mut self.sentinels[i];
+        let mut wbuf = Vec::new();
+        sentinel::opening(&w.names, w.auth.as_deref(), &mut wbuf);
+        w.talk = Some(Talk {
+            sock,
+            rbuf: Vec::new(),
+            wbuf,
+            auth_due: w.auth.is_some(),
+            masters_due: w.names.len(),
+        });
+        crate::log_info!(
+            "pool '{}': asking sentinel {} for its masters",
+            self.pools[w.pool].cfg.name,
+            sentinel_text(&host, port)
+        );
+    }
+
+    /// The conversation ended (`why`): the next sentinel is tried soon.
+    fn sentinel_lost(&mut self, i: usize, why: &str, now: Instant) {
+        let w = &mut self.sentinels[i];
+        if let Some(mut t) = w.talk.take() {
+            let _ = self.poll.registry().deregister(&mut t.sock);
+        }
+        let (host, port) = &w.sentinels[w.at];
+        let was = sentinel_text(host, *port);
+        w.at = (w.at + 1) % w.sentinels.len();
+        w.retry_at = Some(now + RETRY);
+        let (host, port) = &w.sentinels[w.at];
+        crate::log_warn!(
+            "pool '{}': sentinel {} lost ({}); trying {} next",
+            self.pools[w.pool].cfg.name,
+            was,
+            why,
+            sentinel_text(host, *port)
+        );
+    }
+
+    /// Readiness on conversation `i`.
+    pub(super) fn sentinel_event(&mut self, i: usize, now: Instant) {
+        let Some(t) = self.sentinels.get_mut(i).and_then(|w| w.talk.as_mut()) else {
+            return;
+        };
+        // Write what is left of the questions.
+        while !t.wbuf.is_empty() {
+            match t.sock.write(&t.wbuf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    t.wbuf.drain(..n);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => {
+                    let why = crate::util::strerror(&e);
+                    self.sentinel_lost(i, &why, now);
+                    return;
+                }
+            }
+        }
+        let mut chunk = [0u8; 4096];
+        let mut closed = None;
+        loop {
+            match t.sock.read(&mut chunk) {
+                Ok(0) => {
+                    closed = Some("closed by the sentinel".to_string());
+                    break;
+                }
+                Ok(n) => t.rbuf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => {
+                    closed = Some(crate::util::strerror(&e));
+                    break;
+                }
+            }
+        }
+        // Every whole reply, in order.
+        let mut said = Vec::new();
+        let mut used = 0;
+        loop {
+            match crate::proto::redis::parse_response(&t.rbuf[used..]) {
+                Ok(Parse::Done(r)) => {
+                    said.push(sentinel::read(&t.rbuf[used..used + r.len]));
+                    used += r.len;
+                }
+                Ok(Parse::Incomplete { .. }) if t.rbuf.len() - used <= MAX_REPLY => break,
+                _ => {
+                    closed = Some("a reply that is not RESP".into());
+                    break;
+                }
+            }
+        }
+        t.rbuf.drain(..used);
+        for s in said {
+            if let Err(why) = self.sentinel_said(i, s, now) {
+                self.sentinel_lost(i, &why, now);
+                return;
+            }
+        }
+        if let Some(why) = closed {
+            self.sentinel_lost(i, &why, now);
+        }
+    }
+
+    /// Act on one reply of conversation `i`; an `Err` ends it.
+    fn sentinel_said(&mut self, i: usize, said: Said, now: Instant) -> Result<(), String> {
+        let Some(t) = self.sentinels[i].talk.as_mut() else {
+            return Ok(());
+        };
+        if std::mem::take(&mut t.auth_due) {
+            return match said {
+                Said::Error(e) => Err(format!("AUTH refused: {e}")),
+                _ => Ok(()),
+            };
+        }
+        let due = t.masters_due;
+        if due > 0 {
+            t.masters_due -= 1;
+            let w = &self.sentinels[i];
+            let server = w.names.len() - due;
+            let (pool, name) = (w.pool, w.names[server].clone());
+            if due == 1 {
+                self.sentinels[i].answered = true;
+            }
+            match said {
+                Said::Master(at) => self.move_master(pool, server, &at.host, at.port, now),
+                Said::Unknown => crate::log_warn!(
+                    "pool '{}': the sentinel monitors no master named '{}'",
+                    self.pools[pool].cfg.name,
+                    name
+                ),
+                Said::Error(e) => return Err(format!("asking for '{name}': {e}")),
+                _ => {}
+            }
+            return Ok(());
+        }
+        let w = &self.sentinels[i];
+        let pool = w.pool;
+        match said {
+            Said::Switch { name, to } => {
+                if let Some(server) = w.names.iter().position(|n| *n == name) {
+                    crate::log_notice!(
+                        "pool '{}': sentinel announces a failover of '{}' to {}",
+                        self.pools[pool].cfg.name,
+                        name,
+                        sentinel_text(&to.host, to.port)
+                    );
+                    self.move_master(pool, server, &to.host, to.port, now);
+                }
+                Ok(())
+            }
+            Said::Error(e) => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// Server `server` of `pool` is at `host:port` from now on.
+    fn move_master(&mut self, pool: usize, server: usize, host: &str, port: u16, now: Instant) {
+        let addr = match crate::net::resolve(host, port) {
+            Ok(a) => a,
+            Err(e) => {
+                crate::log_warn!(
+                    "pool '{}': master of '{}' at {}: {}",
+                    self.pools[pool].cfg.name,
+                    self.pools[pool].servers[server].name,
+                    sentinel_text(host, port),
+                    e
+                );
+                return;
+            }
+        };
+        let p = &mut self.pools[pool];
+        let s = &mut p.servers[server];
+        let to = Endpoint::Tcp(addr);
+        if s.endpoint.as_ref() == Some(&to) {
+            return;
+        }
+        crate::log_notice!(
+            "pool '{}': server '{}' is now served by the master at {}",
+            p.cfg.name,
+            s.name,
+            sentinel_text(host, port)
+        );
+        s.endpoint = Some(to);
+        s.tls_host = host.to_string();
+        // What the old address earned is not the new one's.
+        s.failures = 0;
+        s.retry_at = None;
+        s.backoff = Duration::ZERO;
+        s.last_error.clear();
+        s.probing = false;
+        let was_ejected = s.ejected_until.take().is_some();
+        let old: Vec<Token> = s.conns.iter_mut().filter_map(Option::take).collect();
+        if was_ejected {
+            p.rebuild(now);
+        }
+        for t in old {
+            self.retire_when_answered(t);
+        }
+    }
+}
+
+/// `host:port`, an IPv6 host in brackets.
+fn sentinel_text(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
