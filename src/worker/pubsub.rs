@@ -1,6 +1,10 @@
 //! Redis pub/sub through the proxy. A channel lives on the server its name
 //! hashes to, as a key would: PUBLISH goes there, and so does a SUBSCRIBE
-//! to it. A subscribed client gets server connections of its own, one per
+//! to it. Sharded channels (SSUBSCRIBE, SPUBLISH) too. In a Redis Cluster
+//! pool a channel's slot names its node; a classic message reaches every
+//! node (the cluster bus carries it), so a client's classic channels and
+//! patterns are all subscribed on one node, and its sharded channels on
+//! their slots' nodes. A subscribed client gets server connections of its own, one per
 //! server it listens on (a pattern listens on every server, since any
 //! channel may match), in push mode: whatever those servers send is passed
 //! to the client as it arrives, not matched to requests.
@@ -33,8 +37,24 @@ pub struct Subs {
     channels: Vec<Vec<u8>>,
     /// Patterns subscribed.
     patterns: Vec<Vec<u8>>,
+    /// Sharded channels subscribed (SSUBSCRIBE).
+    shard_channels: Vec<Vec<u8>>,
     /// The count in the confirmations passed so far.
     count: i64,
+    /// The count of sharded channels, confirmed apart, as redis-server
+    /// counts them.
+    shard_count: i64,
+}
+
+impl Subs {
+    /// Nothing subscribed or being confirmed.
+    fn is_idle(&self) -> bool {
+        self.count == 0
+            && self.shard_count == 0
+            && self.channels.is_empty()
+            && self.patterns.is_empty()
+            && self.shard_channels.is_empty()
+    }
 }
 
 fn resp_command(name: &str, args: &[Vec<u8>]) -> Vec<u8> {
@@ -93,12 +113,6 @@ impl Worker<'_> {
         }
         let name = op.cmd.name();
         let (pool, resp3) = (c.pool, c.session.resp3);
-        if self.pools[pool].cluster.is_some() {
-            let mut out = Vec::new();
-            reply::error_reply("pub/sub is not supported in a Redis Cluster pool", &mut out);
-            self.push_ready(token, out, false);
-            return true;
-        }
         if !is_pubsub {
             if resp3
                 || matches!(
@@ -152,7 +166,7 @@ impl Worker<'_> {
             _ => return,
         };
         match name {
-            "SUBSCRIBE" | "PSUBSCRIBE" if args.is_empty() => {
+            "SUBSCRIBE" | "PSUBSCRIBE" | "SSUBSCRIBE" if args.is_empty() => {
                 self.put_subs(token, subs);
                 let mut out = Vec::new();
                 reply::error_reply(
@@ -184,6 +198,27 @@ impl Worker<'_> {
                     self.pubsub_nothing(token, &subs, "unsubscribe", resp3);
                 } else {
                     self.pubsub_send_by_channel(token, pool, &mut subs, "UNSUBSCRIBE", &list, now);
+                }
+            }
+            "SSUBSCRIBE" => {
+                for ch in &args {
+                    if !subs.shard_channels.contains(ch) {
+                        subs.shard_channels.push(ch.clone());
+                    }
+                }
+                self.pubsub_send_by_channel(token, pool, &mut subs, "SSUBSCRIBE", &args, now);
+            }
+            "SUNSUBSCRIBE" => {
+                let list = if args.is_empty() {
+                    std::mem::take(&mut subs.shard_channels)
+                } else {
+                    subs.shard_channels.retain(|c| !args.contains(c));
+                    args
+                };
+                if list.is_empty() {
+                    self.pubsub_nothing(token, &subs, "sunsubscribe", resp3);
+                } else {
+                    self.pubsub_send_by_channel(token, pool, &mut subs, "SUNSUBSCRIBE", &list, now);
                 }
             }
             "PSUBSCRIBE" => {
@@ -222,7 +257,12 @@ impl Worker<'_> {
         }
         reply::bulk(kind.as_bytes(), &mut out);
         reply::null(resp3, &mut out);
-        reply::integer(subs.count, &mut out);
+        let count = if kind == "sunsubscribe" {
+            subs.shard_count
+        } else {
+            subs.count
+        };
+        reply::integer(count, &mut out);
         self.push_ready(token, out, false);
     }
 
@@ -235,17 +275,33 @@ impl Worker<'_> {
         channels: &[Vec<u8>],
         now: Instant,
     ) {
-        let mut by_server: Vec<(usize, Vec<Vec<u8>>)> = Vec::new();
+        // Grouped per server and, for a cluster's sharded channels, per
+        // slot (a node refuses an SSUBSCRIBE across slots).
+        let mut by_server: Vec<((usize, u16), Vec<Vec<u8>>)> = Vec::new();
+        let sharded = matches!(cmd, "SSUBSCRIBE" | "SUNSUBSCRIBE");
+        let cluster = self.pools[pool].cluster.is_some();
         for ch in channels {
-            let Some(s) = self.pools[pool].server_for(ch, now) else {
+            let server = if self.pools[pool].cluster.is_none() {
+                self.pools[pool].server_for(ch, now)
+            } else if sharded {
+                self.cluster_channel_node(token, pool, ch)
+            } else {
+                self.cluster_channel_node(token, pool, b"")
+            };
+            let Some(s) = server else {
                 continue;
             };
-            match by_server.iter_mut().find(|(x, _)| *x == s) {
+            let slot = if cluster && sharded {
+                crate::proto::redis::cluster::key_slot(ch)
+            } else {
+                0
+            };
+            match by_server.iter_mut().find(|(x, _)| *x == (s, slot)) {
                 Some((_, v)) => v.push(ch.clone()),
-                None => by_server.push((s, vec![ch.clone()])),
+                None => by_server.push(((s, slot), vec![ch.clone()])),
             }
         }
-        for (server, chs) in by_server {
+        for ((server, _), chs) in by_server {
             if let Some(st) = self.pubsub_conn(token, pool, subs, server, now) {
                 self.pubsub_send(st, &resp_command(cmd, &chs), now);
             }
@@ -261,12 +317,33 @@ impl Worker<'_> {
         patterns: &[Vec<u8>],
         now: Instant,
     ) {
-        let n = self.pools[pool].cfg.servers.len();
-        for server in 0..n {
+        let servers: Vec<usize> = if self.pools[pool].cluster.is_some() {
+            self.cluster_channel_node(token, pool, b"")
+                .into_iter()
+                .collect()
+        } else {
+            (0..self.pools[pool].cfg.servers.len()).collect()
+        };
+        for server in servers {
             if let Some(st) = self.pubsub_conn(token, pool, subs, server, now) {
                 self.pubsub_send(st, &resp_command(cmd, patterns), now);
             }
         }
+    }
+
+    /// The cluster node a channel is subscribed on: its slot's master for
+    /// a sharded channel; for classic channels and patterns (`channel`
+    /// empty), the node of slot 0, one node for all of a client's.
+    fn cluster_channel_node(&mut self, token: Token, pool: usize, channel: &[u8]) -> Option<usize> {
+        let (client_id, cmd) = match self.conns.get(token.0) {
+            Some(Conn::Client(c)) => (c.id, crate::proto::redis::Cmd::lookup(b"SUBSCRIBE")?),
+            _ => return None,
+        };
+        let op = Op::Redis(crate::proto::redis::RedisOp {
+            cmd,
+            class: cmd.class(),
+        });
+        Some(self.cluster_server(pool, channel, op, client_id))
     }
 
     /// The client's push connection to `server`, opened if needed.
@@ -334,6 +411,7 @@ impl Worker<'_> {
             cmd: sub,
             class: sub.class(),
         });
+        let cluster = self.pools[pool].cluster.is_some();
         let mut off = 0;
         while off < input.len() {
             let Ok(Parse::Done(rsp)) = proto.parse_response(&input[off..], op) else {
@@ -362,23 +440,34 @@ impl Worker<'_> {
                 Some((kind, colon))
                     if matches!(
                         kind.as_str(),
-                        "subscribe" | "unsubscribe" | "psubscribe" | "punsubscribe"
+                        "subscribe"
+                            | "unsubscribe"
+                            | "psubscribe"
+                            | "punsubscribe"
+                            | "ssubscribe"
+                            | "sunsubscribe"
                     ) =>
                 {
-                    // A pattern is confirmed by the first server only.
+                    // A pattern is confirmed by the first server only (in
+                    // a cluster pool it is on one node).
                     let first = subs.conns.first().map(|(s, ..)| *s) == Some(server);
-                    if kind.starts_with('p') && !first {
+                    if kind.starts_with('p') && !first && !cluster {
                         continue;
                     }
-                    subs.count += if kind.contains("unsub") { -1 } else { 1 };
-                    subs.count = subs.count.max(0);
+                    let count = if matches!(kind.as_str(), "ssubscribe" | "sunsubscribe") {
+                        &mut subs.shard_count
+                    } else {
+                        &mut subs.count
+                    };
+                    *count += if kind.contains("unsub") { -1 } else { 1 };
+                    *count = (*count).max(0);
                     let mut out = frame[..colon].to_vec();
-                    out.extend_from_slice(format!(":{}\r\n", subs.count).as_bytes());
+                    out.extend_from_slice(format!(":{}\r\n", *count).as_bytes());
                     out
                 }
                 _ => frame.to_vec(),
             };
-            let done = subs.count == 0 && subs.channels.is_empty() && subs.patterns.is_empty();
+            let done = subs.is_idle();
             self.pubsub_out(ct, out);
             if done {
                 self.pubsub_leave(ct);
@@ -419,7 +508,7 @@ impl Worker<'_> {
     }
 
     fn put_subs(&mut self, token: Token, subs: Subs) {
-        let keep = !subs.conns.is_empty() || !subs.channels.is_empty() || !subs.patterns.is_empty();
+        let keep = !subs.conns.is_empty() || !subs.is_idle();
         if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
             c.subs = keep.then(|| Box::new(subs));
         }

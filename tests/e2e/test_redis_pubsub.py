@@ -231,3 +231,107 @@ def test_a_subscriber_crosses_a_reload_once_it_leaves_subscribed_mode(procs):
     assert conn.read_response() == b"OK"
     assert pub.get("after") == b"1"
     assert all(alive(w) for w in new)
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_sharded_channels(three, protocol):
+    """SSUBSCRIBE / SPUBLISH / SUNSUBSCRIBE: a sharded channel lives on its
+    server; its confirmations are counted apart from classic ones, as
+    redis-server counts them; leaving both kinds leaves subscribed mode."""
+    p, servers = three
+    channels = [chan(100 + i) for i in range(6)]
+    s = socket.create_connection((HOST, p.port("rd")))
+    s.settimeout(10)
+    f = s.makefile("rb")
+
+    def frame() -> list:
+        head = f.readline()
+        assert head[:1] in (b"*", b">"), head
+        out = []
+        for _ in range(int(head[1:])):
+            line = f.readline()
+            if line[:1] == b"$":
+                out.append(f.read(int(line[1:]) + 2)[:-2])
+            else:
+                out.append(int(line[1:]))
+        return out
+
+    if protocol == 3:
+        s.sendall(b"HELLO 3\r\n")
+        head = f.readline()
+        for _ in range(int(head[1:]) * 2):
+            line = f.readline()
+            if line[:1] == b"$":
+                f.read(int(line[1:]) + 2)
+            elif line[:1] == b"*":
+                for _ in range(int(line[1:])):
+                    f.readline()
+    s.sendall(b"SUBSCRIBE classic\r\n")
+    assert frame() == [b"subscribe", b"classic", 1]
+    s.sendall(("SSUBSCRIBE " + " ".join(channels) + "\r\n").encode())
+    got = [frame() for _ in channels]
+    assert sorted(g[1].decode() for g in got) == sorted(channels)
+    assert [g[0] for g in got] == [b"ssubscribe"] * len(channels)
+    assert [g[2] for g in got] == list(range(1, len(channels) + 1))
+    # Each sharded channel is on the server its name hashes to.
+    held = [set(c.decode() for c in redis.Redis(host=HOST, port=sv.port).execute_command(
+        "PUBSUB", "SHARDCHANNELS")) for sv in servers]
+    assert sum(1 for h in held if h) >= 2, held
+    assert set().union(*held) == set(channels)
+    pub = client(p.port("rd"))
+    for i, c in enumerate(channels):
+        assert pub.execute_command("SPUBLISH", c, f"m{i}") == 1
+    got = [frame() for _ in channels]
+    assert sorted((g[0], g[1].decode(), g[2].decode()) for g in got) == sorted(
+        (b"smessage", c, f"m{i}") for i, c in enumerate(channels))
+    s.sendall(b"SUNSUBSCRIBE\r\n")
+    got = [frame() for _ in channels]
+    assert sorted(g[2] for g in got) == list(range(len(channels)))
+    s.sendall(b"UNSUBSCRIBE\r\n")
+    assert frame() == [b"unsubscribe", b"classic", 0]
+    # Out of subscribed mode: an ordinary command works again.
+    s.sendall(b"PING\r\n")
+    assert f.readline() == b"+PONG\r\n"
+    s.close()
+
+
+def test_pubsub_in_a_cluster_pool(procs):
+    """A Redis Cluster pool: classic channels and patterns are heard on one
+    node (the cluster bus carries every PUBLISH to all), sharded channels
+    on their slot's node; SPUBLISH follows the slot."""
+    nodes = procs.redis_cluster(masters=3)
+    p = procs.proxy("walnut", {"cl": {"redis": True, "redis_cluster": True, "timeout": 5000,
+                                      "servers": [f"{nodes[0].address}:1"]}},
+                    extra_args=["--workers", "1"])
+    sub, pub = client(p.port("cl")), client(p.port("cl"))
+    channels = [chan(200 + i) for i in range(6)]
+    ps = sub.pubsub()
+    ps.subscribe(*channels)
+    ps.psubscribe("news.*")
+    got = messages(ps, len(channels) + 1)
+    assert [m["data"] for m in got] == list(range(1, len(channels) + 2))
+    for i, c in enumerate(channels):
+        # The count is of the receiving node's own subscribers, as in any
+        # cluster: 0 where the channel's slot is not the subscriber's node.
+        pub.publish(c, f"m{i}")
+    pub.publish("news.today", "n")
+    got = messages(ps, len(channels) + 2)
+    pairs = sorted((m["channel"].decode(), m["data"].decode()) for m in got)
+    assert pairs == sorted([(c, f"m{i}") for i, c in enumerate(channels)] + [("news.today", "n")]
+                           ), pairs
+    assert [m["type"] for m in got].count("pmessage") == 1
+    ps.close()
+    # Sharded: each channel on its slot's node, SPUBLISH reaches it.
+    ps = sub.pubsub()
+    ps.ssubscribe(*channels)
+    got = messages(ps, len(channels))
+    assert sorted(m["channel"].decode() for m in got) == sorted(channels)
+    for i, c in enumerate(channels):
+        assert pub.execute_command("SPUBLISH", c, f"s{i}") == 1
+    got = messages(ps, len(channels))
+    assert sorted((m["channel"].decode(), m["data"].decode()) for m in got) == sorted(
+        (c, f"s{i}") for i, c in enumerate(channels))
+    held = [redis.Redis(host=HOST, port=n.port).execute_command("PUBSUB", "SHARDCHANNELS")
+            for n in nodes]
+    assert sum(1 for h in held if h) >= 2, held
+    ps.close()
