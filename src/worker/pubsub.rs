@@ -28,6 +28,9 @@ use crate::proto::{Op, Parse, Request};
 use mio::Token;
 use std::time::Instant;
 
+/// A server, and a cluster slot (0 when slots do not matter).
+type ServerSlot = (usize, u16);
+
 /// A client's subscriptions.
 #[derive(Debug, Default)]
 pub struct Subs {
@@ -277,7 +280,7 @@ impl Worker<'_> {
     ) {
         // Grouped per server and, for a cluster's sharded channels, per
         // slot (a node refuses an SSUBSCRIBE across slots).
-        let mut by_server: Vec<((usize, u16), Vec<Vec<u8>>)> = Vec::new();
+        let mut by_server: Vec<(ServerSlot, Vec<Vec<u8>>)> = Vec::new();
         let sharded = matches!(cmd, "SSUBSCRIBE" | "SUNSUBSCRIBE");
         let cluster = self.pools[pool].cluster.is_some();
         for ch in channels {
