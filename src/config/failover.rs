@@ -1,5 +1,6 @@
 //! A pool's failover keys: the Redis Sentinels that say where each shard's
-//! master is (`sentinels`, `sentinel_auth`).
+//! master and replicas are (`sentinels`, `sentinel_auth`), and which of
+//! them serve reads (`read_from`).
 //!
 //! With `sentinels`, every server of the pool is written with the name its
 //! sentinels monitor it by (`- 10.0.0.1:6379:1 shard1`): placement hashes
@@ -12,7 +13,31 @@ use super::scalar::Report;
 use super::yaml::{RawValue, Scalar};
 
 /// The keys this file reads.
-pub const FAILOVER_KEYS: [&str; 2] = ["sentinels", "sentinel_auth"];
+pub const FAILOVER_KEYS: [&str; 3] = ["sentinels", "sentinel_auth", "read_from"];
+
+/// Where a sentinel pool's single-key reads go (`read_from`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ReadFrom {
+    /// Every request to the master (the default).
+    #[default]
+    Master,
+    /// Reads to a replica of the key's shard (by client), the master when
+    /// it has none that is up or the replica cannot be reached.
+    PreferReplica,
+    /// Reads spread over the master and its replicas (by client).
+    Any,
+}
+
+impl ReadFrom {
+    /// The name as written in the configuration.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReadFrom::Master => "master",
+            ReadFrom::PreferReplica => "prefer-replica",
+            ReadFrom::Any => "any",
+        }
+    }
+}
 
 /// Where a pool learns its shards' masters.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -22,6 +47,8 @@ pub struct Failover {
     /// `sentinel_auth:` password of the sentinels (`requirepass` in
     /// sentinel.conf).
     pub sentinel_auth: Option<String>,
+    /// `read_from:` where single-key reads go.
+    pub read_from: ReadFrom,
 }
 
 impl Failover {
@@ -90,6 +117,26 @@ pub(crate) fn validate_failover<'a>(
             r.error(key.line, "'sentinel_auth' needs 'sentinels'");
         }
         out.sentinel_auth = Some(v.text.clone());
+    }
+    if let Some((key, RawValue::Scalar(v))) = get("read_from") {
+        out.read_from = match v.text.as_str() {
+            "master" => ReadFrom::Master,
+            "prefer-replica" => ReadFrom::PreferReplica,
+            "any" => ReadFrom::Any,
+            other => {
+                r.error(
+                    v.line,
+                    format!("'read_from' has invalid value '{other}': expected master, prefer-replica or any"),
+                );
+                ReadFrom::Master
+            }
+        };
+        if get("sentinels").is_none() {
+            r.error(
+                key.line,
+                "'read_from' needs 'sentinels' (they say where the replicas are)",
+            );
+        }
     }
     if r.errors.len() > before {
         return None;

@@ -24,7 +24,7 @@ mod yaml;
 
 pub use addr::{ListenAddr, ServerAddr, ServerConfig, KETAMA_DEFAULT_PORT};
 pub use error::{ConfigError, ConfigErrors};
-pub use failover::{Failover, FAILOVER_KEYS};
+pub use failover::{Failover, ReadFrom, FAILOVER_KEYS};
 pub use pool::{PoolConfig, POOL_KEYS};
 pub use process::{
     parse_admin, CpuAffinity, ListenerMode, ProcessConfig, Workers, DEFAULT_ADMIN,

@@ -216,6 +216,9 @@ fn pool_settings(p: &PoolConfig, rt: &Runtime, out: &mut Vec<Setting>) {
     if let Some(pw) = &p.failover.sentinel_auth {
         put("sentinel_auth", pw.clone());
     }
+    if p.failover.on() {
+        put("read_from", p.failover.read_from.name().into());
+    }
     if let Some(sh) = &p.routing.shadow {
         put("shadow", sh.pool.clone());
         put(
@@ -442,6 +445,7 @@ gamma:
    - 127.0.0.1:26379
    - \"[::1]:26380\"
   sentinel_auth: sp
+  read_from: prefer-replica
   servers:
    - 127.0.0.1:6390:1 shard1
    - 127.0.0.1:6391:1 shard2

@@ -144,6 +144,11 @@ impl Worker<'_> {
             self.forward_blocking(token, client_id, pool, req, bytes, now);
             return;
         }
+        if self.pools[pool].cfg.failover.read_from != crate::config::ReadFrom::Master
+            && self.forward_to_replica(token, client_id, pool, req, bytes, now)
+        {
+            return;
+        }
         if self.pools[pool].cfg.replicas > 1 {
             self.forward_replicated(token, client_id, pool, req, bytes, now);
             return;
@@ -234,7 +239,8 @@ impl Worker<'_> {
         let p = &mut self.pools[pool];
         // Brings back ejected servers whose retry time came, as for a key.
         p.server_for(b"", now)?;
-        let live: SmallVec<[usize; 8]> = (0..p.servers.len())
+        // The configured servers only (not replicas found at run time).
+        let live: SmallVec<[usize; 8]> = (0..p.cfg.servers.len().min(p.servers.len()))
             .filter(|&i| p.servers[i].ejected_until.is_none_or(|t| t <= now))
             .collect();
         if p.cfg.keyless_random && !live.is_empty() {
@@ -406,6 +412,35 @@ impl Worker<'_> {
             .replicas_for(key, r, &mut replicas);
         let read = is_read(req.op);
         self.send_replicated(token, client_id, pool, req, bytes, replicas, read, now);
+    }
+
+    /// A sentinel pool's single-key read, to a replica of its shard by
+    /// `read_from` (the master kept to fail over to when the replica
+    /// cannot be reached). False when the master serves it.
+    fn forward_to_replica(
+        &mut self,
+        token: Token,
+        client_id: u64,
+        pool: usize,
+        req: &Request,
+        bytes: &[u8],
+        now: Instant,
+    ) -> bool {
+        let Op::Redis(op) = req.op else {
+            return false;
+        };
+        if req.keys.is_empty() || !crate::proto::redis::commands::is_read_command(op.cmd.name()) {
+            return false;
+        }
+        let key = routing_key(req, bytes);
+        let Some(master) = self.pools[pool].server_for(key.as_ref(), now) else {
+            return false;
+        };
+        let Some(order) = self.pools[pool].read_order(master, client_id, now) else {
+            return false;
+        };
+        self.send_replicated(token, client_id, pool, req, bytes, order, true, now);
+        true
     }
 
     /// A request for several servers holding the same key: a read to the

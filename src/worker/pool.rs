@@ -168,6 +168,10 @@ pub struct PoolRt {
     /// A reload changed the servers of this pool (`migration: true`):
     /// where keys were before, until the migration is done.
     pub migration: Option<Box<super::migrate::MigrationRt>>,
+    /// Sentinel pools (`read_from` other than master): the replicas of each
+    /// configured server that are up, as server indices past the
+    /// configured ones (see `worker/sentinel.rs`).
+    pub replicas_of: Vec<Vec<usize>>,
 }
 
 impl PoolRt {
@@ -219,6 +223,7 @@ impl PoolRt {
             warm: cfg.routing.zones.as_ref().is_some_and(|z| z.warm),
             strips: cfg.routing.strips(),
             migration,
+            replicas_of: vec![Vec::new(); cfg.servers.len()],
         }
     }
 
@@ -237,6 +242,31 @@ impl PoolRt {
         s.tls_host = host.trim_matches(['[', ']']).to_string();
         self.servers.push(s);
         self.servers.len() - 1
+    }
+
+    /// Where a single-key read of a key owned by `server` goes, in the
+    /// order tried (the next when one cannot be reached), by `read_from`:
+    /// `None` when the master alone serves it.
+    pub fn read_order(&self, server: usize, client_id: u64, now: Instant) -> Option<Vec<usize>> {
+        let up: Vec<usize> = self
+            .replicas_of
+            .get(server)?
+            .iter()
+            .copied()
+            .filter(|&r| self.refuse_connect(r, now, false).is_none())
+            .collect();
+        if up.is_empty() {
+            return None;
+        }
+        let pick = |n: usize| (client_id % n as u64) as usize;
+        match self.cfg.failover.read_from {
+            crate::config::ReadFrom::Master => None,
+            crate::config::ReadFrom::PreferReplica => Some(vec![up[pick(up.len())], server]),
+            crate::config::ReadFrom::Any => {
+                let i = pick(up.len() + 1);
+                (i < up.len()).then(|| vec![up[i], server])
+            }
+        }
     }
 
     /// Server timeout, if any.

@@ -1,4 +1,5 @@
-//! Following Redis Sentinel: where each shard's master is, and its moves.
+//! Following Redis Sentinel: where each shard's master is, and its moves;
+//! with `read_from`, which of its replicas are up to serve reads.
 //!
 //! A pool with `sentinels` gets one conversation per worker with one of
 //! its sentinels at a time (`proto/redis/sentinel.rs` says what is said):
@@ -9,6 +10,10 @@
 //! answer what it was sent), the next request connects to the new master
 //! at once (no backoff, no ejection left over from the old one). Keys do
 //! not move: placement hashes the server's name.
+//!
+//! With `read_from`, the replicas of every name are asked for too, and
+//! replica events (`+sdown`, `-sdown`, `+slave`) and failovers start the
+//! conversation again, so the list of replicas up stays the sentinel's.
 //!
 //! A lost sentinel is replaced by the next one of the list (after
 //! [`RETRY`]), and the conversation starts again with the questions, so a
@@ -28,6 +33,10 @@ use std::time::{Duration, Instant};
 pub(super) const SENTINEL_BASE: usize = 1 << 37;
 /// How long after losing a sentinel the next one is tried.
 const RETRY: Duration = Duration::from_millis(200);
+/// With replicas serving reads: how often everything is asked again (a
+/// replica a sentinel had not connected to yet when asked, an event
+/// missed between two conversations).
+const REFRESH: Duration = Duration::from_secs(5);
 /// Longest a new worker waits for its sentinels' first answer before it
 /// takes clients (see `Worker::gate`).
 pub(super) const GATE: Duration = Duration::from_millis(1000);
@@ -53,6 +62,10 @@ pub(super) struct Watch {
     retry_at: Option<Instant>,
     /// Every master name got an answer once.
     answered: bool,
+    /// Replicas serve reads (`read_from`).
+    replicas: bool,
+    /// When the current conversation was opened.
+    opened_at: Option<Instant>,
 }
 
 /// An open conversation.
@@ -61,9 +74,11 @@ struct Talk {
     sock: Stream,
     rbuf: Vec<u8>,
     wbuf: Vec<u8>,
-    /// Replies still due to `AUTH` (0 or 1), then to the master questions.
+    /// Replies still due to `AUTH` (0 or 1), then to the master
+    /// questions, then to the replica questions.
     auth_due: bool,
     masters_due: usize,
+    replicas_due: usize,
 }
 
 /// The watches of a worker's pools that list sentinels.
@@ -81,6 +96,8 @@ pub(super) fn watches(pools: &[super::pool::PoolRt]) -> Vec<Watch> {
             talk: None,
             retry_at: None,
             answered: false,
+            replicas: p.cfg.failover.read_from != crate::config::ReadFrom::Master,
+            opened_at: None,
         })
         .collect()
 }
@@ -95,6 +112,10 @@ impl Worker<'_> {
     /// has come (called on every loop turn: cheap when there is none).
     pub(super) fn sentinel_maintain(&mut self, now: Instant) {
         for i in 0..self.sentinels.len() {
+            let w = &self.sentinels[i];
+            if w.replicas && w.talk.is_some() && w.opened_at.is_some_and(|t| now >= t + REFRESH) {
+                self.sentinel_again(i);
+            }
             let w = &self.sentinels[i];
             if w.talk.is_none() && w.retry_at.is_none_or(|t| t <= now) {
                 self.sentinel_open(i, now);
@@ -127,19 +148,31 @@ impl Worker<'_> {
         }
         let w = &mut self.sentinels[i];
         let mut wbuf = Vec::new();
-        sentinel::opening(&w.names, w.auth.as_deref(), &mut wbuf);
+        sentinel::opening(&w.names, w.auth.as_deref(), w.replicas, &mut wbuf);
+        w.opened_at = Some(now);
         w.talk = Some(Talk {
             sock,
             rbuf: Vec::new(),
             wbuf,
             auth_due: w.auth.is_some(),
             masters_due: w.names.len(),
+            replicas_due: if w.replicas { w.names.len() } else { 0 },
         });
         crate::log_info!(
             "pool '{}': asking sentinel {} for its masters",
             self.pools[w.pool].cfg.name,
             sentinel_text(&host, port)
         );
+    }
+
+    /// Ask the same sentinel everything again (replicas changed): the
+    /// conversation is opened anew on the next loop turn.
+    fn sentinel_again(&mut self, i: usize) {
+        let w = &mut self.sentinels[i];
+        if let Some(mut t) = w.talk.take() {
+            let _ = self.poll.registry().deregister(&mut t.sock);
+        }
+        w.retry_at = None;
     }
 
     /// The conversation ended (`why`): the next sentinel is tried soon.
@@ -201,12 +234,12 @@ impl Worker<'_> {
             }
         }
         // Every whole reply, in order.
-        let mut said = Vec::new();
+        let mut replies = Vec::new();
         let mut used = 0;
         loop {
             match crate::proto::redis::parse_response(&t.rbuf[used..]) {
                 Ok(Parse::Done(r)) => {
-                    said.push(sentinel::read(&t.rbuf[used..used + r.len]));
+                    replies.push(t.rbuf[used..used + r.len].to_vec());
                     used += r.len;
                 }
                 Ok(Parse::Incomplete { .. }) if t.rbuf.len() - used <= MAX_REPLY => break,
@@ -217,8 +250,8 @@ impl Worker<'_> {
             }
         }
         t.rbuf.drain(..used);
-        for s in said {
-            if let Err(why) = self.sentinel_said(i, s, now) {
+        for r in replies {
+            if let Err(why) = self.sentinel_said(i, &r, now) {
                 self.sentinel_lost(i, &why, now);
                 return;
             }
@@ -229,8 +262,11 @@ impl Worker<'_> {
     }
 
     /// Act on one reply of conversation `i`; an `Err` ends it.
-    fn sentinel_said(&mut self, i: usize, said: Said, now: Instant) -> Result<(), String> {
-        let Some(t) = self.sentinels[i].talk.as_mut() else {
+    fn sentinel_said(&mut self, i: usize, reply: &[u8], now: Instant) -> Result<(), String> {
+        let said = sentinel::read(reply);
+        let w = &mut self.sentinels[i];
+        let (pool, replicas) = (w.pool, w.replicas);
+        let Some(t) = w.talk.as_mut() else {
             return Ok(());
         };
         if std::mem::take(&mut t.auth_due) {
@@ -239,15 +275,14 @@ impl Worker<'_> {
                 _ => Ok(()),
             };
         }
-        let due = t.masters_due;
-        if due > 0 {
+        let names = w.names.len();
+        if t.masters_due > 0 {
+            let server = names - t.masters_due;
             t.masters_due -= 1;
-            let w = &self.sentinels[i];
-            let server = w.names.len() - due;
-            let (pool, name) = (w.pool, w.names[server].clone());
-            if due == 1 {
-                self.sentinels[i].answered = true;
+            if t.masters_due == 0 {
+                w.answered = true;
             }
+            let name = w.names[server].clone();
             match said {
                 Said::Master(at) => self.move_master(pool, server, &at.host, at.port, now),
                 Said::Unknown => crate::log_warn!(
@@ -260,9 +295,25 @@ impl Worker<'_> {
             }
             return Ok(());
         }
-        let w = &self.sentinels[i];
-        let pool = w.pool;
+        if t.replicas_due > 0 {
+            let server = names - t.replicas_due;
+            t.replicas_due -= 1;
+            match sentinel::read_replicas(reply) {
+                Some(up) => self.set_replicas(pool, server, &up),
+                None => crate::log_warn!(
+                    "pool '{}': no replicas of '{}': {}",
+                    self.pools[pool].cfg.name,
+                    w.names[server],
+                    String::from_utf8_lossy(reply).trim_end()
+                ),
+            }
+            return Ok(());
+        }
         match said {
+            Said::ReplicasChanged if replicas => {
+                self.sentinel_again(i);
+                Ok(())
+            }
             Said::Switch { name, to } => {
                 if let Some(server) = w.names.iter().position(|n| *n == name) {
                     crate::log_notice!(
@@ -272,11 +323,55 @@ impl Worker<'_> {
                         sentinel_text(&to.host, to.port)
                     );
                     self.move_master(pool, server, &to.host, to.port, now);
+                    if replicas {
+                        // The promoted replica left the replicas.
+                        self.sentinel_again(i);
+                    }
                 }
                 Ok(())
             }
             Said::Error(e) => Err(e),
             _ => Ok(()),
+        }
+    }
+
+    /// The replicas of server `server` of `pool` that are up now: found
+    /// among the pool's servers past the configured ones, or added.
+    fn set_replicas(
+        &mut self,
+        pool: usize,
+        server: usize,
+        up: &[crate::proto::redis::cluster::NodeAddr],
+    ) {
+        let p = &mut self.pools[pool];
+        let configured = p.cfg.servers.len();
+        let mut idx = Vec::with_capacity(up.len());
+        for n in up {
+            let Ok(addr) = crate::net::resolve(&n.host, n.port) else {
+                continue;
+            };
+            let at = Endpoint::Tcp(addr);
+            if p.servers[server].endpoint.as_ref() == Some(&at) {
+                continue; // the master itself, mid-failover
+            }
+            let i = match (configured..p.servers.len())
+                .find(|&i| p.servers[i].endpoint.as_ref() == Some(&at))
+            {
+                Some(i) => i,
+                None => {
+                    crate::log_notice!(
+                        "pool '{}': replica {} of '{}' serves reads",
+                        p.cfg.name,
+                        addr,
+                        p.servers[server].name
+                    );
+                    p.add_server(addr.to_string(), at)
+                }
+            };
+            idx.push(i);
+        }
+        if let Some(r) = p.replicas_of.get_mut(server) {
+            *r = idx;
         }
     }
 

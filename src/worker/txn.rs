@@ -292,7 +292,8 @@ impl Worker<'_> {
         let p = &mut self.pools[pool];
         p.server_for(b"", now)?;
         let _ = client_id;
-        (0..p.servers.len()).find(|&i| p.servers[i].ejected_until.is_none_or(|t| t <= now))
+        (0..p.cfg.servers.len().min(p.servers.len()))
+            .find(|&i| p.servers[i].ejected_until.is_none_or(|t| t <= now))
     }
 
     fn take_txn(&mut self, token: Token) -> Txn {

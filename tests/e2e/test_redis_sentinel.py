@@ -195,3 +195,71 @@ def test_check_explains_a_pool_it_cannot_follow(tmp_path):
     assert "sentinel 'nowhere' is not host:port" in text
     assert "needs a name: the master name its sentinels monitor" in text
     assert "'sentinels' is only valid for a redis pool" in text
+
+
+def replica_up(sentinel) -> bool:
+    """The sentinel lists shard1's replica as up (connected, not down)."""
+    for entry in direct(sentinel.port).execute_command("SENTINEL", "REPLICAS", "shard1"):
+        fields = dict(zip(entry[::2], entry[1::2])) if isinstance(entry, list) else entry
+        flags = (fields.get(b"flags") or fields.get("flags") or b"")
+        flags = flags.decode() if isinstance(flags, bytes) else flags
+        if not {"s_down", "o_down", "disconnected"} & set(flags.split(",")):
+            return True
+    return False
+
+
+def get_calls(port: int) -> int:
+    return direct(port).info("commandstats").get("cmdstat_get", {}).get("calls", 0)
+
+
+def test_reads_from_replicas(procs):
+    """read_from: prefer-replica: single-key reads go to a replica the
+    sentinels list as up, writes to the master; a replica killed under busy
+    readers costs no request (the master serves them)."""
+    a = procs.redis()
+    a2 = replica_of(procs, a)
+    sentinels = [procs.sentinel({"shard1": (a.port, 2)}) for _ in range(3)]
+    wait_until(lambda: all(replica_up(s) for s in sentinels), 15, what="sentinels see the replica up")
+    p = procs.proxy("walnut", {"rd": shard_pool([f"{a.address}:1 shard1"], sentinels,
+                                                read_from="prefer-replica")})
+    port = p.port("rd")
+    r = client(port)
+    for i in range(20):
+        assert r.set(f"k{i}", i) is True
+    wait_until(lambda: direct(a2.port).get("k19") == b"19", 10, what="replicated")
+    assert direct(a.port).get("k19") == b"19"  # written on the master
+    wait_log = p.log_path
+    wait_until(lambda: "serves reads" in wait_log.read_text(), 10, what="walnut knows the replica")
+    before = (get_calls(a.port), get_calls(a2.port))
+    readers = [client(port) for _ in range(4)]
+    for n in range(50):
+        for c in readers:
+            assert c.get(f"k{n % 20}") == str(n % 20).encode()
+    after = (get_calls(a.port), get_calls(a2.port))
+    assert after[1] - before[1] >= 200 and after[0] == before[0], (before, after)
+
+    # The replica dies under busy readers: not one read fails.
+    errors, done = [], threading.Event()
+
+    def read_loop(c) -> None:
+        n = 0
+        while not done.is_set():
+            try:
+                assert c.get(f"k{n % 20}") == str(n % 20).encode()
+            except Exception as e:  # noqa: BLE001 (every failure is counted)
+                errors.append(repr(e))
+            n += 1
+
+    threads = [threading.Thread(target=read_loop, args=(c,)) for c in readers]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(0.3)
+        a2.kill()
+        m = get_calls(a.port)
+        wait_until(lambda: get_calls(a.port) > m + 500, 10, what="the master serving the reads")
+    finally:
+        done.set()
+        for t in threads:
+            t.join(10)
+    assert not errors, errors[:5]
