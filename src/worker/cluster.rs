@@ -98,6 +98,24 @@ impl ClusterRt {
         }
     }
 
+    /// Every master serving a slot, in server order, each once (the seed
+    /// nodes while no map is known): the nodes a keyspace-wide command
+    /// (DBSIZE, SCAN, KEYS, FLUSHALL, ...) asks.
+    pub fn masters(&self) -> Vec<usize> {
+        let mut m: Vec<usize> = self
+            .slots
+            .iter()
+            .filter(|&&s| s != NONE)
+            .map(|&s| usize::from(s))
+            .collect();
+        m.sort_unstable();
+        m.dedup();
+        if m.is_empty() {
+            m = (0..self.seeds).collect();
+        }
+        m
+    }
+
     /// The server a request for `slot` goes to: its master, or with
     /// `replica_read` one of the master's replicas (spread by client id).
     pub fn server_for(&self, slot: u16, replica_read: bool, client_id: u64) -> usize {

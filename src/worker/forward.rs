@@ -140,9 +140,16 @@ impl Worker<'_> {
             // (A split request that found one server is counted once, in forward_multi.)
             self.count_mc_request(req);
         }
-        if matches!(req.op, Op::Redis(r) if r.class == crate::proto::redis::CmdClass::Blocking) {
-            self.forward_blocking(token, client_id, pool, req, bytes, now);
-            return;
+        match req.op {
+            Op::Redis(r) if r.class == crate::proto::redis::CmdClass::Blocking => {
+                self.forward_blocking(token, client_id, pool, req, bytes, now);
+                return;
+            }
+            Op::Redis(r) if r.class == crate::proto::redis::CmdClass::Scan => {
+                self.forward_scan(token, client_id, pool, req, bytes, now);
+                return;
+            }
+            _ => {}
         }
         if self.pools[pool].cfg.failover.read_from != crate::config::ReadFrom::Master
             && self.forward_to_replica(token, client_id, pool, req, bytes, now)
@@ -174,10 +181,6 @@ impl Worker<'_> {
             (server, slot)
         } else {
             let server = match req.op {
-                Op::Redis(op) if op.class == crate::proto::redis::CmdClass::Scan => {
-                    self.forward_scan(token, client_id, pool, req, bytes, now);
-                    return;
-                }
                 Op::Redis(_) if req.keys.is_empty() => self.keyless_server(pool, client_id, now),
                 _ => self.pools[pool].server_for(key.as_ref(), now),
             };
@@ -213,11 +216,6 @@ impl Worker<'_> {
         let name = op.cmd.name();
         if name == "SCRIPT" {
             return None;
-        }
-        if cfg.redis_cluster {
-            return Some(format!(
-                "{name} is not supported in a Redis Cluster pool (ask the nodes)"
-            ));
         }
         match name {
             "FLUSHALL" | "FLUSHDB" if !cfg.allow_flush => Some(format!(
@@ -331,22 +329,14 @@ impl Worker<'_> {
         now: Instant,
     ) {
         use crate::proto::redis::keyspace;
-        if self.pools[pool].cfg.redis_cluster {
-            let mut out = Vec::new();
-            crate::proto::redis::error_reply(
-                "SCAN is not supported in a Redis Cluster pool (ask the nodes)",
-                &mut out,
-            );
-            self.push_ready(token, out, false);
-            return;
-        }
         let Some(cursor) = keyspace::scan_cursor(bytes) else {
             self.push_ready(token, b"-ERR invalid cursor\r\n".to_vec(), false);
             return;
         };
-        // The configured servers (not those a migration keeps for pulls).
-        let n = self.pools[pool].cfg.servers.len();
-        let (server, at) = keyspace::scan_split(cursor, n);
+        let walk = self.scan_walk(pool);
+        let n = walk.len();
+        let (nth, at) = keyspace::scan_split(cursor, n);
+        let server = walk.get(nth).copied().unwrap_or(0);
         let seq = self.push_slot(token, req.noreply, Slot::default());
         let out = keyspace::scan_request(bytes, at);
         self.send_or_fail(
@@ -362,6 +352,16 @@ impl Worker<'_> {
             req.op,
             now,
         );
+    }
+
+    /// The servers a SCAN walks, in turn: the configured ones (not those a
+    /// migration keeps for pulls); a cluster pool's masters, in server
+    /// order (a failover during the walk can repeat or skip a node's keys).
+    pub(super) fn scan_walk(&self, pool: usize) -> Vec<usize> {
+        match &self.pools[pool].cluster {
+            Some(c) => c.masters(),
+            None => (0..self.pools[pool].cfg.servers.len()).collect(),
+        }
     }
 
     /// Reserve the next reply slot (none for noreply); returns its sequence.
@@ -664,14 +664,18 @@ impl Worker<'_> {
             self.push_ready(token, out, false);
             return;
         }
-        // Every node of a cluster pool; the configured servers of others
-        // (not those a migration keeps for pulls).
+        // A cluster pool: every master (its keyspace), every node for
+        // SCRIPT; others: the configured servers (not those a migration
+        // keeps for pulls).
         let p = &self.pools[pool];
-        let n = if p.cfg.redis_cluster {
-            p.servers.len()
-        } else {
-            p.cfg.servers.len()
+        let targets: Vec<usize> = match &p.cluster {
+            Some(_) if matches!(req.op, Op::Redis(op) if op.cmd.is("SCRIPT")) => {
+                (0..p.servers.len()).collect()
+            }
+            Some(c) => c.masters(),
+            None => (0..p.cfg.servers.len()).collect(),
         };
+        let n = targets.len();
         let slot = Slot {
             multi: Some(Box::new(Multi {
                 req: req.clone(),
@@ -691,8 +695,8 @@ impl Worker<'_> {
         } else {
             bytes
         };
-        for s in 0..n {
-            let frag = Some(s as u32);
+        for (fi, s) in targets.into_iter().enumerate() {
+            let frag = Some(fi as u32);
             self.send_or_fail(
                 ReplyTo {
                     token,

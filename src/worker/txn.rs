@@ -12,6 +12,8 @@
 //! is refused, and, inside MULTI, the transaction then ends in EXECABORT
 //! as redis-server ends one with a command refused while queueing. The
 //! client is not handed to a successor (reload, upgrade) while pinned.
+//! In a Redis Cluster pool the server is the master of the first key's
+//! slot, and the keys must live on that node.
 
 use super::conn::{Conn, ReplyTo, Slot};
 use super::forward::routing_key;
@@ -73,15 +75,6 @@ impl Worker<'_> {
             )
         {
             return false;
-        }
-        let pool = c.pool;
-        if self.pools[pool].cluster.is_some() {
-            self.push_ready(
-                token,
-                error("transactions are not supported in a Redis Cluster pool"),
-                false,
-            );
-            return true;
         }
         let name = name_of(req);
         let mut t = self.take_txn(token);
@@ -160,14 +153,14 @@ impl Worker<'_> {
         let target = if req.keys.is_empty() {
             None
         } else {
-            self.pools[pool].server_for(key.as_ref(), now)
+            self.txn_server(pool, key.as_ref(), now)
         };
         // Every key of the command on one server.
         let others = req
             .keys
             .iter()
             .skip(1)
-            .filter_map(|r| self.pools[pool].server_for(&bytes[r.clone()], now))
+            .filter_map(|r| self.txn_server(pool, &bytes[r.clone()], now))
             .any(|s| Some(s) != target);
         let pinned = t.conn.map(|(_, _, s)| s);
         if others || (target.is_some() && pinned.is_some() && target != pinned) {
@@ -288,7 +281,20 @@ impl Worker<'_> {
         );
     }
 
+    /// The server a transaction's key lives on: its slot's master in a
+    /// cluster pool (a node serves every slot it holds in one
+    /// transaction; a MOVED reply mid-transaction reaches the client).
+    fn txn_server(&mut self, pool: usize, key: &[u8], now: Instant) -> Option<usize> {
+        match &self.pools[pool].cluster {
+            Some(c) => Some(c.master(crate::proto::redis::cluster::key_slot(key))),
+            None => self.pools[pool].server_for(key, now),
+        }
+    }
+
     fn txn_keyless(&mut self, pool: usize, client_id: u64, now: Instant) -> Option<usize> {
+        if let Some(c) = &self.pools[pool].cluster {
+            return Some(c.master(0));
+        }
         let p = &mut self.pools[pool];
         p.server_for(b"", now)?;
         let _ = client_id;

@@ -96,6 +96,45 @@ def test_every_key_lands_on_the_node_of_its_slot(cluster, proxied):
     assert all(n > 200 for n in per_node.values()), per_node
 
 
+def test_keyspace_and_transactions_across_the_masters(cluster, proxied):
+    """DBSIZE summed over the masters, SCAN walking every master (each key
+    once), INFO's keyspace summed, a transaction pinned to the first key's
+    node, a key of another node refused (the transaction aborted), WATCH."""
+    c = client(proxied)
+    nodes = [direct(n.port) for n in cluster]
+    total = sum(n.dbsize() for n in nodes)
+    assert c.dbsize() == total
+    keys = {f"scan:{i}" for i in range(300)}
+    for k in keys:
+        c.set(k, 1)
+    assert c.dbsize() == total + 300
+    seen = [k.decode() for k in c.scan_iter(match="scan:*", count=50)]
+    assert sorted(seen) == sorted(keys)  # every key, once
+    assert c.info("keyspace")["db0"]["keys"] == total + 300
+    # A transaction on the node of {t}'s slot.
+    p = c.pipeline(transaction=True)
+    p.set("{t}a", "1").incr("{t}b").get("{t}a")
+    assert p.execute() == [True, 1, b"1"]
+    own = owners(cluster[0].port)
+    here = own[key_slot(b"t")]
+    other = next(f"o{i}" for i in range(1000) if own[key_slot(f"o{i}".encode())] != here)
+    p = c.pipeline(transaction=True)
+    p.set("{t}a", "2").set(other, "x")
+    with pytest.raises(redis.ResponseError, match="must map to the transaction's one server"):
+        p.execute()  # redis-py raises the refused command's error; EXEC got EXECABORT
+    assert c.get("{t}a") == b"1" and c.get(other) is None
+    # WATCH conflict seen through the proxy.
+    w = client(proxied)
+    with w.pipeline(transaction=True) as p:
+        p.watch("{t}a")
+        c.set("{t}a", "changed")
+        p.multi()
+        p.set("{t}a", "mine")
+        with pytest.raises(redis.WatchError):
+            p.execute()
+    assert c.get("{t}a") == b"changed"
+
+
 def test_multi_key_commands_split_per_slot_in_order(proxied):
     c = client(proxied)
     keys = [f"mk:{i}" for i in range(60)]
