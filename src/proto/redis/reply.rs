@@ -87,9 +87,21 @@ pub(crate) fn wrong_args(name: &str) -> Vec<u8> {
     ))
 }
 
-/// The reply to a command the proxy refuses.
+/// The reply to a command the proxy refuses (with the reason, where one
+/// is not obvious).
 pub(crate) fn unsupported(name: &str) -> Vec<u8> {
-    err_line(&format!("command '{name}' is not supported by the proxy"))
+    let why = match name {
+        // WAIT counts the replicas that acknowledged this connection's own
+        // writes; a client's writes travel on server connections it shares
+        // with others, and a WAIT there would hold up their requests.
+        "WAIT" | "WAITAOF" => {
+            ": it waits for one connection's writes, and server connections are shared"
+        }
+        _ => "",
+    };
+    err_line(&format!(
+        "command '{name}' is not supported by the proxy{why}"
+    ))
 }
 
 #[cfg(test)]
