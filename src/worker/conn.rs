@@ -377,6 +377,16 @@ pub struct ReplyTo {
 }
 
 impl ReplyTo {
+    /// Client `id` at `token`, before its reply slot is reserved.
+    pub fn client(token: Token, id: u64) -> ReplyTo {
+        ReplyTo {
+            token,
+            id,
+            seq: None,
+            frag: None,
+        }
+    }
+
     /// What waits for the server's reply (nothing for a noreply request).
     pub fn waiter(self) -> Option<Waiter> {
         self.seq.map(|seq| Waiter::Client {

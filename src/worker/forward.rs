@@ -100,7 +100,7 @@ impl Worker<'_> {
     }
 
     /// `send_to`, and on failure the error goes to the waiting slot.
-    fn send_or_fail(
+    pub(super) fn send_or_fail(
         &mut self,
         to: ReplyTo,
         pool: usize,
@@ -207,29 +207,6 @@ impl Worker<'_> {
         );
     }
 
-    /// Why a Redis command for every server is refused in `pool`, if it is.
-    fn broadcast_refused(&self, pool: usize, op: Op) -> Option<String> {
-        let Op::Redis(op) = op else {
-            return None;
-        };
-        let cfg = &self.pools[pool].cfg;
-        let name = op.cmd.name();
-        if name == "SCRIPT" {
-            return None;
-        }
-        match name {
-            "FLUSHALL" | "FLUSHDB" if !cfg.allow_flush => Some(format!(
-                "{name} is refused by the proxy: pool '{}' needs 'allow_flush: true'",
-                cfg.name
-            )),
-            "KEYS" if !cfg.allow_keys => Some(format!(
-                "KEYS is refused by the proxy (it blocks every server while it walks every key; use SCAN): pool '{}' needs 'allow_keys: true'",
-                cfg.name
-            )),
-            _ => None,
-        }
-    }
-
     /// The server a Redis command without a key goes to (TIME, EVAL with
     /// numkeys 0): `keyless_server: first` takes the first server of the
     /// list that is not ejected, `random` any of them, per request.
@@ -246,122 +223,6 @@ impl Worker<'_> {
             return live.get(n % live.len()).copied();
         }
         live.first().copied()
-    }
-
-    /// A blocking command (BLPOP, BLMOVE, XREAD ... BLOCK, ...) on a server
-    /// connection of its own: nothing queued behind it waits, no pool
-    /// `timeout` cuts it, and it closes with its reply or its client.
-    fn forward_blocking(
-        &mut self,
-        token: Token,
-        client_id: u64,
-        pool: usize,
-        req: &Request,
-        bytes: &[u8],
-        now: Instant,
-    ) {
-        let key = routing_key(req, bytes);
-        let server = if self.pools[pool].cluster.is_some() {
-            Some(self.cluster_server(pool, key.as_ref(), req.op, client_id))
-        } else {
-            self.pools[pool].server_for(key.as_ref(), now)
-        };
-        let Some(server) = server else {
-            self.reply_no_server(token, pool, req);
-            return;
-        };
-        let seq = self.push_slot(token, req.noreply, Slot::default());
-        let to = ReplyTo {
-            token,
-            id: client_id,
-            seq,
-            frag: None,
-        };
-        let slot = self.conn_slot(token, pool, server, client_id, req.op);
-        let st = match self.server_conn_dedicated(pool, server, slot, now) {
-            Ok(st) => st,
-            Err(msg) => {
-                self.fail_unsent(to, pool, req.op, &msg);
-                return;
-            }
-        };
-        let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
-            return;
-        };
-        s.blocking = true;
-        let sid = s.id;
-        // Forget connections of earlier blocking requests already answered.
-        let live: Vec<(Token, u64)> = match self.conns.get(token.0) {
-            Some(Conn::Client(c)) => c
-                .blocked
-                .iter()
-                .copied()
-                .filter(
-                    |(t, id)| matches!(self.conns.get(t.0), Some(Conn::Server(s)) if s.id == *id),
-                )
-                .collect(),
-            _ => Vec::new(),
-        };
-        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
-            c.blocked = live;
-            c.blocked.push((st, sid));
-        }
-        let proto = self.pools[pool].proto;
-        self.enqueue(
-            st,
-            to.waiter(),
-            req.op,
-            |out| proto.write_request(req, bytes, out),
-            now,
-        );
-    }
-
-    /// SCAN over every server in turn: the client's cursor names the
-    /// server and its cursor there (`proto::redis::keyspace`); the reply's
-    /// cursor is rewritten on its way back (`process_replies`).
-    fn forward_scan(
-        &mut self,
-        token: Token,
-        client_id: u64,
-        pool: usize,
-        req: &Request,
-        bytes: &[u8],
-        now: Instant,
-    ) {
-        use crate::proto::redis::keyspace;
-        let Some(cursor) = keyspace::scan_cursor(bytes) else {
-            self.push_ready(token, b"-ERR invalid cursor\r\n".to_vec(), false);
-            return;
-        };
-        let walk = self.scan_walk(pool);
-        let n = walk.len();
-        let (nth, at) = keyspace::scan_split(cursor, n);
-        let server = walk.get(nth).copied().unwrap_or(0);
-        let seq = self.push_slot(token, req.noreply, Slot::default());
-        let out = keyspace::scan_request(bytes, at);
-        self.send_or_fail(
-            ReplyTo {
-                token,
-                id: client_id,
-                seq,
-                frag: None,
-            },
-            pool,
-            server,
-            |o| o.extend_from_slice(&out),
-            req.op,
-            now,
-        );
-    }
-
-    /// The servers a SCAN walks, in turn: the configured ones (not those a
-    /// migration keeps for pulls); a cluster pool's masters, in server
-    /// order (a failover during the walk can repeat or skip a node's keys).
-    pub(super) fn scan_walk(&self, pool: usize) -> Vec<usize> {
-        match &self.pools[pool].cluster {
-            Some(c) => c.masters(),
-            None => (0..self.pools[pool].cfg.servers.len()).collect(),
-        }
     }
 
     /// Reserve the next reply slot (none for noreply); returns its sequence.
@@ -411,7 +272,12 @@ impl Worker<'_> {
             .placement
             .replicas_for(key, r, &mut replicas);
         let read = is_read(req.op);
-        self.send_replicated(token, client_id, pool, req, bytes, replicas, read, now);
+        let to = ReplyTo::client(token, client_id);
+        if read {
+            self.send_replicated_read(to, pool, req, bytes, replicas, now);
+        } else {
+            self.send_replicated_write(to, pool, req, bytes, replicas, now);
+        }
     }
 
     /// A sentinel pool's single-key read, to a replica of its shard by
@@ -439,61 +305,74 @@ impl Worker<'_> {
         let Some(order) = self.pools[pool].read_order(master, client_id, now) else {
             return false;
         };
-        self.send_replicated(token, client_id, pool, req, bytes, order, true, now);
+        self.send_replicated_read(
+            ReplyTo::client(token, client_id),
+            pool,
+            req,
+            bytes,
+            order,
+            now,
+        );
         true
     }
 
-    /// A request for several servers holding the same key: a read to the
-    /// first (the others kept to fail over to), a write to all of them
-    /// (answered with the first success).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn send_replicated(
+    /// A read of a key several servers hold: to the first of `replicas`,
+    /// the others kept to fail over to.
+    pub(super) fn send_replicated_read(
         &mut self,
-        token: Token,
-        client_id: u64,
+        to: ReplyTo,
         pool: usize,
         req: &Request,
         bytes: &[u8],
         mut replicas: Vec<usize>,
-        read: bool,
         now: Instant,
     ) {
         if replicas.is_empty() {
-            self.reply_no_server(token, pool, req);
+            self.reply_no_server(to.token, pool, req);
             return;
         }
         let proto = self.pools[pool].proto;
-        if read {
-            if self.pools[pool].cfg.replica_read_random && replicas.len() > 1 {
-                let n = (crate::util::epoch_us() as usize ^ client_id as usize) % replicas.len();
-                replicas.rotate_left(n);
-            }
-            let first = replicas[0];
-            let slot = Slot {
-                retry: Some(Box::new(Retry {
-                    req: req.clone(),
-                    bytes: bytes.to_vec(),
-                    replicas,
-                    next: 1,
-                })),
-                ..Slot::default()
-            };
-            let seq = self.push_slot(token, req.noreply, slot);
-            self.send_or_fail(
-                ReplyTo {
-                    token,
-                    id: client_id,
-                    seq,
-                    frag: None,
-                },
-                pool,
-                first,
-                |out| proto.write_request(req, bytes, out),
-                req.op,
-                now,
-            );
+        if self.pools[pool].cfg.replica_read_random && replicas.len() > 1 {
+            let n = (crate::util::epoch_us() as usize ^ to.id as usize) % replicas.len();
+            replicas.rotate_left(n);
+        }
+        let first = replicas[0];
+        let slot = Slot {
+            retry: Some(Box::new(Retry {
+                req: req.clone(),
+                bytes: bytes.to_vec(),
+                replicas,
+                next: 1,
+            })),
+            ..Slot::default()
+        };
+        let seq = self.push_slot(to.token, req.noreply, slot);
+        self.send_or_fail(
+            ReplyTo { seq, ..to },
+            pool,
+            first,
+            |out| proto.write_request(req, bytes, out),
+            req.op,
+            now,
+        );
+    }
+
+    /// A write of a key several servers hold: to every one of `replicas`,
+    /// answered with the first success.
+    pub(super) fn send_replicated_write(
+        &mut self,
+        to: ReplyTo,
+        pool: usize,
+        req: &Request,
+        bytes: &[u8],
+        replicas: Vec<usize>,
+        now: Instant,
+    ) {
+        if replicas.is_empty() {
+            self.reply_no_server(to.token, pool, req);
             return;
         }
+        let proto = self.pools[pool].proto;
         let slot = Slot {
             multi: Some(Box::new(Multi {
                 req: req.clone(),
@@ -505,15 +384,13 @@ impl Worker<'_> {
             })),
             ..Slot::default()
         };
-        let seq = self.push_slot(token, req.noreply, slot);
+        let seq = self.push_slot(to.token, req.noreply, slot);
         for (i, server) in replicas.into_iter().enumerate() {
-            let frag = Some(i as u32);
             self.send_or_fail(
                 ReplyTo {
-                    token,
-                    id: client_id,
                     seq,
-                    frag,
+                    frag: Some(i as u32),
+                    ..to
                 },
                 pool,
                 server,
@@ -632,82 +509,6 @@ impl Worker<'_> {
                 *server,
                 |out| proto.write_fragment(bytes, &req, keys, out),
                 op,
-                now,
-            );
-        }
-    }
-
-    /// Send a request to every server of the pool (memcached flush_all when
-    /// the pool has `allow_flush`, Redis SCRIPT LOAD/FLUSH).
-    pub(super) fn forward_broadcast(
-        &mut self,
-        token: Token,
-        client_id: u64,
-        pool: usize,
-        req: Request,
-        bytes: &[u8],
-        now: Instant,
-    ) {
-        if let Op::Mc(op) = req.op {
-            // memcached's only broadcast is flush_all: opt-in per pool.
-            if !self.pools[pool].cfg.allow_flush {
-                let out = crate::proto::memcache::flush_refused(op, req.noreply);
-                if !out.is_empty() {
-                    self.push_ready(token, out, false);
-                }
-                return;
-            }
-        }
-        if let Some(refused) = self.broadcast_refused(pool, req.op) {
-            let mut out = Vec::new();
-            crate::proto::redis::error_reply(&refused, &mut out);
-            self.push_ready(token, out, false);
-            return;
-        }
-        // A cluster pool: every master (its keyspace), every node for
-        // SCRIPT; others: the configured servers (not those a migration
-        // keeps for pulls).
-        let p = &self.pools[pool];
-        let targets: Vec<usize> = match &p.cluster {
-            Some(_) if matches!(req.op, Op::Redis(op) if op.cmd.is("SCRIPT")) => {
-                (0..p.servers.len()).collect()
-            }
-            Some(c) => c.masters(),
-            None => (0..p.cfg.servers.len()).collect(),
-        };
-        let n = targets.len();
-        let slot = Slot {
-            multi: Some(Box::new(Multi {
-                req: req.clone(),
-                bytes: Vec::new(),
-                frags: (0..n).map(|_| Fragment::default()).collect(),
-                remaining: n,
-                error: None,
-                mode: MultiMode::Broadcast,
-            })),
-            ..Slot::default()
-        };
-        let seq = self.push_slot(token, req.noreply, slot);
-        // INFO: each server's keyspace, summed into walnut's own answer.
-        let info = matches!(req.op, Op::Redis(op) if op.cmd.is("INFO"));
-        let bytes = if info {
-            &b"*2\r\n$4\r\nINFO\r\n$8\r\nkeyspace\r\n"[..]
-        } else {
-            bytes
-        };
-        for (fi, s) in targets.into_iter().enumerate() {
-            let frag = Some(fi as u32);
-            self.send_or_fail(
-                ReplyTo {
-                    token,
-                    id: client_id,
-                    seq,
-                    frag,
-                },
-                pool,
-                s,
-                |out| out.extend_from_slice(bytes),
-                req.op,
                 now,
             );
         }

@@ -8,6 +8,7 @@
 //! requests parsed in one iteration leave in one write per server.
 
 mod accept;
+mod blocking;
 mod buffer;
 mod client;
 mod cluster;
@@ -17,6 +18,7 @@ mod forward;
 mod handover;
 mod heap;
 mod held;
+mod keyspace;
 mod latency;
 mod listen;
 mod local;

@@ -54,7 +54,12 @@ impl Worker<'_> {
         if let Some(r) = &self.pools[pool].routes {
             r.owners(key.as_ref(), &mut owners);
         }
-        self.send_replicated(token, client_id, pool, req, bytes, owners, read, now);
+        let to = super::conn::ReplyTo::client(token, client_id);
+        if read {
+            self.send_replicated_read(to, pool, req, bytes, owners, now);
+        } else {
+            self.send_replicated_write(to, pool, req, bytes, owners, now);
+        }
         true
     }
 

@@ -1,0 +1,81 @@
+//! Redis blocking commands (BLPOP, BLMOVE, BZPOPMIN, XREAD ... BLOCK, ...):
+//! each on a server connection of its own, so nothing queued behind it
+//! waits and no pool `timeout` cuts it; the connection closes with its
+//! reply or its client.
+
+use super::conn::{Conn, ReplyTo, Slot};
+use super::forward::routing_key;
+use super::Worker;
+use crate::proto::Request;
+use mio::Token;
+use std::time::Instant;
+
+impl Worker<'_> {
+    /// A blocking command (BLPOP, BLMOVE, XREAD ... BLOCK, ...) on a server
+    /// connection of its own: nothing queued behind it waits, no pool
+    /// `timeout` cuts it, and it closes with its reply or its client.
+    pub(super) fn forward_blocking(
+        &mut self,
+        token: Token,
+        client_id: u64,
+        pool: usize,
+        req: &Request,
+        bytes: &[u8],
+        now: Instant,
+    ) {
+        let key = routing_key(req, bytes);
+        let server = if self.pools[pool].cluster.is_some() {
+            Some(self.cluster_server(pool, key.as_ref(), req.op, client_id))
+        } else {
+            self.pools[pool].server_for(key.as_ref(), now)
+        };
+        let Some(server) = server else {
+            self.reply_no_server(token, pool, req);
+            return;
+        };
+        let seq = self.push_slot(token, req.noreply, Slot::default());
+        let to = ReplyTo {
+            token,
+            id: client_id,
+            seq,
+            frag: None,
+        };
+        let slot = self.conn_slot(token, pool, server, client_id, req.op);
+        let st = match self.server_conn_dedicated(pool, server, slot, now) {
+            Ok(st) => st,
+            Err(msg) => {
+                self.fail_unsent(to, pool, req.op, &msg);
+                return;
+            }
+        };
+        let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
+            return;
+        };
+        s.blocking = true;
+        let sid = s.id;
+        // Forget connections of earlier blocking requests already answered.
+        let live: Vec<(Token, u64)> = match self.conns.get(token.0) {
+            Some(Conn::Client(c)) => c
+                .blocked
+                .iter()
+                .copied()
+                .filter(
+                    |(t, id)| matches!(self.conns.get(t.0), Some(Conn::Server(s)) if s.id == *id),
+                )
+                .collect(),
+            _ => Vec::new(),
+        };
+        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+            c.blocked = live;
+            c.blocked.push((st, sid));
+        }
+        let proto = self.pools[pool].proto;
+        self.enqueue(
+            st,
+            to.waiter(),
+            req.op,
+            |out| proto.write_request(req, bytes, out),
+            now,
+        );
+    }
+}

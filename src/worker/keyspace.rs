@@ -1,0 +1,159 @@
+//! Redis commands over a pool's whole keyspace: sent to every server (a
+//! cluster pool's every master) and merged (DBSIZE, KEYS, RANDOMKEY, INFO,
+//! PUBSUB, FLUSHALL/FLUSHDB behind `allow_flush`, SCRIPT), or walked
+//! server by server (SCAN), and memcached's `flush_all`.
+
+use super::conn::{Fragment, Multi, MultiMode, ReplyTo, Slot};
+use super::Worker;
+use crate::proto::{Op, Request};
+use mio::Token;
+use std::time::Instant;
+
+impl Worker<'_> {
+    /// Send a request to every server of the pool (memcached flush_all when
+    /// the pool has `allow_flush`, Redis SCRIPT LOAD/FLUSH).
+    pub(super) fn forward_broadcast(
+        &mut self,
+        token: Token,
+        client_id: u64,
+        pool: usize,
+        req: Request,
+        bytes: &[u8],
+        now: Instant,
+    ) {
+        if let Op::Mc(op) = req.op {
+            // memcached's only broadcast is flush_all: opt-in per pool.
+            if !self.pools[pool].cfg.allow_flush {
+                let out = crate::proto::memcache::flush_refused(op, req.noreply);
+                if !out.is_empty() {
+                    self.push_ready(token, out, false);
+                }
+                return;
+            }
+        }
+        if let Some(refused) = self.broadcast_refused(pool, req.op) {
+            let mut out = Vec::new();
+            crate::proto::redis::error_reply(&refused, &mut out);
+            self.push_ready(token, out, false);
+            return;
+        }
+        // A cluster pool: every master (its keyspace), every node for
+        // SCRIPT; others: the configured servers (not those a migration
+        // keeps for pulls).
+        let p = &self.pools[pool];
+        let targets: Vec<usize> = match &p.cluster {
+            Some(_) if matches!(req.op, Op::Redis(op) if op.cmd.is("SCRIPT")) => {
+                (0..p.servers.len()).collect()
+            }
+            Some(c) => c.masters(),
+            None => (0..p.cfg.servers.len()).collect(),
+        };
+        let n = targets.len();
+        let slot = Slot {
+            multi: Some(Box::new(Multi {
+                req: req.clone(),
+                bytes: Vec::new(),
+                frags: (0..n).map(|_| Fragment::default()).collect(),
+                remaining: n,
+                error: None,
+                mode: MultiMode::Broadcast,
+            })),
+            ..Slot::default()
+        };
+        let seq = self.push_slot(token, req.noreply, slot);
+        // INFO: each server's keyspace, summed into walnut's own answer.
+        let info = matches!(req.op, Op::Redis(op) if op.cmd.is("INFO"));
+        let bytes = if info {
+            &b"*2\r\n$4\r\nINFO\r\n$8\r\nkeyspace\r\n"[..]
+        } else {
+            bytes
+        };
+        for (fi, s) in targets.into_iter().enumerate() {
+            let frag = Some(fi as u32);
+            self.send_or_fail(
+                ReplyTo {
+                    token,
+                    id: client_id,
+                    seq,
+                    frag,
+                },
+                pool,
+                s,
+                |out| out.extend_from_slice(bytes),
+                req.op,
+                now,
+            );
+        }
+    }
+
+    /// Why a Redis command for every server is refused in `pool`, if it is.
+    fn broadcast_refused(&self, pool: usize, op: Op) -> Option<String> {
+        let Op::Redis(op) = op else {
+            return None;
+        };
+        let cfg = &self.pools[pool].cfg;
+        let name = op.cmd.name();
+        if name == "SCRIPT" {
+            return None;
+        }
+        match name {
+            "FLUSHALL" | "FLUSHDB" if !cfg.allow_flush => Some(format!(
+                "{name} is refused by the proxy: pool '{}' needs 'allow_flush: true'",
+                cfg.name
+            )),
+            "KEYS" if !cfg.allow_keys => Some(format!(
+                "KEYS is refused by the proxy (it blocks every server while it walks every key; use SCAN): pool '{}' needs 'allow_keys: true'",
+                cfg.name
+            )),
+            _ => None,
+        }
+    }
+
+    /// SCAN over every server in turn: the client's cursor names the
+    /// server and its cursor there (`proto::redis::keyspace`); the reply's
+    /// cursor is rewritten on its way back (`process_replies`).
+    pub(super) fn forward_scan(
+        &mut self,
+        token: Token,
+        client_id: u64,
+        pool: usize,
+        req: &Request,
+        bytes: &[u8],
+        now: Instant,
+    ) {
+        use crate::proto::redis::keyspace;
+        let Some(cursor) = keyspace::scan_cursor(bytes) else {
+            self.push_ready(token, b"-ERR invalid cursor\r\n".to_vec(), false);
+            return;
+        };
+        let walk = self.scan_walk(pool);
+        let n = walk.len();
+        let (nth, at) = keyspace::scan_split(cursor, n);
+        let server = walk.get(nth).copied().unwrap_or(0);
+        let seq = self.push_slot(token, req.noreply, Slot::default());
+        let out = keyspace::scan_request(bytes, at);
+        self.send_or_fail(
+            ReplyTo {
+                token,
+                id: client_id,
+                seq,
+                frag: None,
+            },
+            pool,
+            server,
+            |o| o.extend_from_slice(&out),
+            req.op,
+            now,
+        );
+    }
+
+    /// The servers a SCAN walks, in turn: the configured ones (not those a
+    /// migration keeps for pulls); a cluster pool's masters, in server
+    /// order (a failover during the walk can repeat or skip a node's keys).
+    pub(super) fn scan_walk(&self, pool: usize) -> Vec<usize> {
+        match &self.pools[pool].cluster {
+            Some(c) => c.masters(),
+            None => (0..self.pools[pool].cfg.servers.len()).collect(),
+        }
+    }
+}
