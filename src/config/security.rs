@@ -80,6 +80,21 @@ pub struct Security {
     pub users: Vec<AclUser>,
 }
 
+impl Security {
+    /// The pool's TLS sides, built from the files its keys name.
+    pub fn tls(&self) -> crate::net::tls::PoolTls {
+        let mut t = crate::net::tls::PoolTls::default();
+        if let Some(l) = &self.listen_tls {
+            t.listen(&l.cert, &l.key, l.client_ca.as_deref());
+        }
+        if let Some(s) = &self.server_tls {
+            let pair = s.cert.as_deref().zip(s.key.as_deref());
+            t.servers(s.ca.as_deref(), pair, s.name.as_deref());
+        }
+        t
+    }
+}
+
 /// The keys this file reads.
 pub const SECURITY_KEYS: [&str; 11] = [
     "tls_cert",

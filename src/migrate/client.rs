@@ -96,7 +96,7 @@ impl Conn {
                 s.set_read_timeout(Some(IO_TIMEOUT))?;
                 s.set_write_timeout(Some(IO_TIMEOUT))?;
                 let _ = s.set_nodelay(true);
-                crate::net::tls::PoolTls::new(&pool.security).connected_blocking(s, host)?
+                pool.security.tls().connected_blocking(s, host)?
             }
             ServerAddr::Unix { path } => {
                 let s = std::os::unix::net::UnixStream::connect(path)?;

@@ -305,28 +305,25 @@ pub struct PoolTls {
 }
 
 impl PoolTls {
-    /// Build from a pool's `security` keys.
-    pub fn new(sec: &crate::config::Security) -> PoolTls {
-        let mut t = PoolTls {
-            listen_wanted: sec.listen_tls.is_some(),
-            servers_wanted: sec.server_tls.is_some(),
-            ..PoolTls::default()
-        };
-        if let Some(l) = &sec.listen_tls {
-            match server_config(&l.cert, &l.key, l.client_ca.as_deref()) {
-                Ok(c) => t.accept = Some(c),
-                Err(e) => t.broken = Some(e),
-            }
+    /// TLS on the pool's listener, from its certificate and key files
+    /// (and the CA that client certificates must chain to).
+    pub fn listen(&mut self, cert: &str, key: &str, client_ca: Option<&str>) {
+        self.listen_wanted = true;
+        match server_config(cert, key, client_ca) {
+            Ok(c) => self.accept = Some(c),
+            Err(e) => self.broken = Some(e),
         }
-        if let Some(s) = &sec.server_tls {
-            let pair = s.cert.as_deref().zip(s.key.as_deref());
-            match client_config(s.ca.as_deref(), pair) {
-                Ok(c) => t.connect = Some(c),
-                Err(e) => t.broken = Some(e),
-            }
-            t.name = s.name.as_deref().and_then(|n| server_name(n).ok());
+    }
+
+    /// TLS to the pool's servers: the CA to check them against, a client
+    /// certificate and key, and a name to check instead of each host.
+    pub fn servers(&mut self, ca: Option<&str>, pair: Option<(&str, &str)>, name: Option<&str>) {
+        self.servers_wanted = true;
+        match client_config(ca, pair) {
+            Ok(c) => self.connect = Some(c),
+            Err(e) => self.broken = Some(e),
         }
-        t
+        self.name = name.and_then(|n| server_name(n).ok());
     }
 
     /// Why TLS could not be set up, if it could not.

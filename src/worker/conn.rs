@@ -159,14 +159,14 @@ pub struct Client {
     pub rstream_from: Option<(Token, u64)>,
     /// A request held while its moved keys are pulled to their new owner
     /// (a migrating pool): nothing more is parsed until it goes on.
-    pub gate: Option<Box<super::migrate::Gate>>,
+    pub gate: Option<Box<super::conn_state::Gate>>,
     /// Server connections of its blocking requests (token, connection id):
     /// closed with the client, so a client gone while blocked frees them.
     pub blocked: Vec<(Token, u64)>,
     /// A Redis transaction under way (see `txn.rs`).
-    pub txn: Option<Box<super::txn::Txn>>,
+    pub txn: Option<Box<super::conn_state::Txn>>,
     /// Pub/sub subscriptions (see `pubsub.rs`).
-    pub subs: Option<Box<super::pubsub::Subs>>,
+    pub subs: Option<Box<super::conn_state::Subs>>,
 }
 
 /// A large request being forwarded as it arrives (Redis): its head went to
@@ -356,7 +356,7 @@ pub enum Waiter {
         /// Index of the key in the client's gate.
         idx: u32,
         /// Which step.
-        part: super::migrate::PullPart,
+        part: super::conn_state::PullPart,
     },
 }
 

@@ -17,7 +17,7 @@ pub(super) fn routing_key<'a>(req: &Request, bytes: &'a [u8]) -> Cow<'a, [u8]> {
     let Some(range) = req.keys.first() else {
         return Cow::Borrowed(b"");
     };
-    use crate::proto::memcache::{meta, too_large::Refused, McOp};
+    use crate::proto::memcache::{meta, refused::Refused, McOp};
     let meta_cmd = match req.op {
         Op::Mc(McOp::Meta { cmd, .. }) => Some(cmd),
         Op::Mc(McOp::TooLarge(Refused::Meta)) => Some(meta::MetaCmd::Set),

@@ -19,7 +19,8 @@
 //! the request then goes on to the new owner.
 
 use super::conn::{Conn, Waiter};
-use super::pool::{server_rt, ServerRt};
+use super::conn_state::{Gate, Pull, PullPart};
+use super::server_rt::{server_rt, ServerRt};
 use super::Worker;
 use crate::config::PoolConfig;
 use crate::hash::{Placement, RingServer};
@@ -117,56 +118,6 @@ impl MigrationRt {
             Vec::new()
         }
     }
-}
-
-/// A request held back while its moved keys are pulled over.
-#[derive(Debug)]
-pub struct Gate {
-    /// The request (key ranges into `bytes`).
-    pub req: Request,
-    /// Its bytes.
-    pub bytes: Vec<u8>,
-    /// The keys being pulled.
-    pub pulls: Vec<Pull>,
-    /// Pulls not finished.
-    pub left: usize,
-}
-
-/// One key pulled from its old owners to its new ones.
-#[derive(Debug)]
-pub struct Pull {
-    /// The key.
-    pub key: Vec<u8>,
-    /// The servers it may be on (newest placement first): asked in turn
-    /// until one has it.
-    pub olds: Vec<usize>,
-    /// Which of `olds` is being asked.
-    pub at: usize,
-    /// Its owners now (more than one in a replicated pool).
-    pub news: Vec<usize>,
-    /// Copies to the new owners not answered yet.
-    pub stores: usize,
-    /// A copy failed: the old copies are kept.
-    pub store_failed: bool,
-    /// Redis: the `DUMP` payload, once read.
-    pub dump: Option<Vec<u8>>,
-    /// Finished (copied, found absent, or given up).
-    pub done: bool,
-}
-
-/// Which request of a pull a reply answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PullPart {
-    /// Redis `DUMP key` on the old owner.
-    Dump,
-    /// Redis `PTTL key` on the old owner (after `Dump`).
-    Ttl,
-    /// memcached `mg key v f t` on the old owner.
-    Get,
-    /// The copy on the new owner (`RESTORE`, `ms ... ME`).
-    Store,
-    /// The delete on the old owner (its reply is dropped).
-    Delete,
 }
 
 /// Whether a memcached key can go on a meta command line as it is (else

@@ -22,6 +22,7 @@
 //! as with a Redis of its own that went away).
 
 use super::conn::Conn;
+use super::conn_state::Subs;
 use super::Worker;
 use crate::proto::redis::{reply, Args};
 use crate::proto::{Op, Parse, Request};
@@ -30,35 +31,6 @@ use std::time::Instant;
 
 /// A server, and a cluster slot (0 when slots do not matter).
 type ServerSlot = (usize, u16);
-
-/// A client's subscriptions.
-#[derive(Debug, Default)]
-pub struct Subs {
-    /// Per server listened on: (server, connection token, connection id).
-    conns: Vec<(usize, Token, u64)>,
-    /// Channels subscribed.
-    channels: Vec<Vec<u8>>,
-    /// Patterns subscribed.
-    patterns: Vec<Vec<u8>>,
-    /// Sharded channels subscribed (SSUBSCRIBE).
-    shard_channels: Vec<Vec<u8>>,
-    /// The count in the confirmations passed so far.
-    count: i64,
-    /// The count of sharded channels, confirmed apart, as redis-server
-    /// counts them.
-    shard_count: i64,
-}
-
-impl Subs {
-    /// Nothing subscribed or being confirmed.
-    fn is_idle(&self) -> bool {
-        self.count == 0
-            && self.shard_count == 0
-            && self.channels.is_empty()
-            && self.patterns.is_empty()
-            && self.shard_channels.is_empty()
-    }
-}
 
 fn resp_command(name: &str, args: &[Vec<u8>]) -> Vec<u8> {
     let mut out = Vec::new();

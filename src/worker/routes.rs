@@ -6,7 +6,7 @@
 //! pool's like any other's; a zone pool's single-key requests also know the
 //! key's owner in every zone (`owners`).
 
-use super::pool::ServerRt;
+use super::server_rt::ServerRt;
 use crate::config::Routing;
 use crate::hash::{Placement, RingServer};
 

@@ -16,27 +16,13 @@
 //! slot, and the keys must live on that node.
 
 use super::conn::{Conn, ReplyTo, Slot};
+use super::conn_state::Txn;
 use super::forward::routing_key;
 use super::Worker;
 use crate::proto::redis::reply;
 use crate::proto::{Op, Request};
 use mio::Token;
 use std::time::Instant;
-
-/// A client's transaction state.
-#[derive(Debug, Default)]
-pub struct Txn {
-    /// The pinned connection: (token, connection id, server index).
-    pub conn: Option<(Token, u64, usize)>,
-    /// Inside MULTI.
-    pub multi: bool,
-    /// MULTI was answered here and not sent yet (no server chosen).
-    pub multi_unsent: bool,
-    /// A command was refused inside MULTI: EXEC answers EXECABORT.
-    pub dirty: bool,
-    /// EXEC, DISCARD or UNWATCH was sent: unpin once it is answered.
-    pub ending: bool,
-}
 
 fn name_of(req: &Request) -> &'static str {
     match req.op {

@@ -286,16 +286,16 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, Requ
         if matches!(h.opcode, opc::SET | opc::SETQ) {
             // memcached unlinks the old item (see too_large): the key is
             // needed to delete it, the value is not.
-            let head = super::too_large::binary_head_len(&h);
+            let head = HEADER_LEN + h.extras_len + h.key_len;
             if buf.len() < head {
                 return Ok(Parse::Incomplete { hint: head });
             }
-            let refused = super::too_large::Refused::Bin {
+            let refused = super::refused::Refused::Bin {
                 opcode: h.opcode,
                 opaque: h.opaque,
             };
             let key = HEADER_LEN + h.extras_len..head;
-            return Err(super::too_large::refuse(refused, head, key, total, false));
+            return Err(super::refused::refuse(refused, head, key, total, false));
         }
         return Err(RequestError {
             reply: reply(&h, status::TOO_LARGE, "Too large."),

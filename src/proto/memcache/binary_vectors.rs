@@ -85,7 +85,7 @@ fn op_name(op: McOp) -> String {
     match op {
         McOp::Bin { opcode, opaque } => format!("bin:{opcode:02x}:{opaque}"),
         McOp::Meta { cmd, quiet } => format!("{}{}", cmd.name(), if quiet { ":q" } else { "" }),
-        McOp::TooLarge(super::too_large::Refused::Bin { opcode, opaque }) => {
+        McOp::TooLarge(super::refused::Refused::Bin { opcode, opaque }) => {
             format!("too_large:bin:{opcode:02x}:{opaque}")
         }
         McOp::TooLarge(_) => "too_large".to_string(),

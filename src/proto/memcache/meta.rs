@@ -227,8 +227,8 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, Requ
     let total = line_len.saturating_add(vlen).saturating_add(2);
     if vlen > limits.max_value {
         // memcached unlinks the old item whatever the mode (see too_large).
-        return Err(super::too_large::refuse(
-            super::too_large::Refused::Meta,
+        return Err(super::refused::refuse(
+            super::refused::Refused::Meta,
             line_len,
             key,
             total,

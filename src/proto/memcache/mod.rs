@@ -10,6 +10,7 @@ pub mod binary;
 pub mod binary_response;
 pub mod meta;
 mod num;
+pub mod refused;
 mod text_merge;
 mod text_request;
 mod text_response;
@@ -96,8 +97,7 @@ pub fn merge_broadcast(replies: &[&[u8]], out: &mut Vec<u8>) {
 /// for a binary request, `SERVER_ERROR <msg>` otherwise.
 pub fn error_reply(op: McOp, msg: &str, out: &mut Vec<u8>) {
     match op {
-        McOp::Bin { opcode, opaque }
-        | McOp::TooLarge(too_large::Refused::Bin { opcode, opaque }) => {
+        McOp::Bin { opcode, opaque } | McOp::TooLarge(refused::Refused::Bin { opcode, opaque }) => {
             binary_response::error_reply(opcode, opaque, msg, out)
         }
         _ => server_error(msg, out),
@@ -157,7 +157,7 @@ pub fn hits(op: McOp, reply: &[u8]) -> u64 {
 pub fn conn_class(op: McOp) -> usize {
     usize::from(matches!(
         op,
-        McOp::Bin { .. } | McOp::TooLarge(too_large::Refused::Bin { .. })
+        McOp::Bin { .. } | McOp::TooLarge(refused::Refused::Bin { .. })
     ))
 }
 
@@ -239,7 +239,7 @@ pub enum McOp {
     },
     /// A store refused as too large: its key's server gets a delete in
     /// its place (see [`too_large`]).
-    TooLarge(too_large::Refused),
+    TooLarge(refused::Refused),
     /// Meta protocol command; `quiet` when it carries the `q` flag.
     Meta {
         /// The command.

@@ -8,7 +8,7 @@ use memchr::memchr;
 use smallvec::SmallVec;
 
 use super::num::{safe_strtol, safe_strtoul, safe_strtoull};
-use super::too_large::{refuse, Refused};
+use super::refused::{refuse, Refused};
 use super::{McOp, VERSION};
 use crate::proto::{Keys, Limits, Local, Op, Parse, Request, RequestError, Route};
 
@@ -29,7 +29,7 @@ const BAD_DELETE: &[u8] =
 const BAD_EXPTIME: &[u8] = b"CLIENT_ERROR invalid exptime argument\r\n";
 const BAD_DELTA: &[u8] = b"CLIENT_ERROR invalid numeric delta argument\r\n";
 const BAD_CHUNK: &[u8] = b"CLIENT_ERROR bad data chunk\r\n";
-const TOO_LARGE: &[u8] = super::too_large::TOO_LARGE;
+const TOO_LARGE: &[u8] = super::refused::TOO_LARGE;
 
 /// Space-separated tokens of a command line, as byte ranges of the line.
 #[derive(Debug, Clone)]

@@ -14,63 +14,10 @@
 use memchr::memchr;
 
 use super::binary::{self, opcode as opc, status, Head, Header, HEADER_LEN};
+use super::refused::{Refused, TOO_LARGE};
 use super::text_request::{command_line, Tokens};
 use super::{text_response, McOp};
-use crate::proto::{Keys, Op, Parse, Request, RequestError, Response, ResponseError, Route};
-
-/// memcached's text reply to a store too large for an item.
-pub const TOO_LARGE: &[u8] = b"SERVER_ERROR object too large for cache\r\n";
-
-/// How the refused store was framed: the delete sent in its place and the
-/// refusal the client gets are framed the same way.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refused {
-    /// Text `set`: `delete <key>` is sent.
-    Text,
-    /// Meta `ms`: `md <key>` is sent (with `b` when the key is base64).
-    Meta,
-    /// Binary SET/SETQ: a binary DELETE with the client's opaque is sent
-    /// (on a binary connection); the client gets status 0x0003
-    /// "Too large." with its own opcode.
-    Bin {
-        /// Opcode as the client sent it.
-        opcode: u8,
-        /// Opaque the client sent.
-        opaque: u32,
-    },
-}
-
-/// The refusal of a too-large store whose key is `key` (a range of the
-/// first `len` bytes of the request, which must be in the input) and whose
-/// whole request is `total` bytes: the key's server gets a delete.
-pub fn refuse(
-    refused: Refused,
-    len: usize,
-    key: std::ops::Range<usize>,
-    total: usize,
-    noreply: bool,
-) -> RequestError {
-    let mut keys = Keys::new();
-    keys.push(key);
-    RequestError {
-        reply: Vec::new(),
-        skip: total,
-        close: false,
-        forward: Some(Box::new(Request {
-            len,
-            op: Op::Mc(McOp::TooLarge(refused)),
-            keys,
-            route: Route::Single,
-            noreply,
-        })),
-    }
-}
-
-/// The binary header of a too-large store, when the key has not all
-/// arrived yet: the input length to wait for.
-pub fn binary_head_len(h: &Header) -> usize {
-    HEADER_LEN + h.extras_len + h.key_len
-}
+use crate::proto::{Parse, Response, ResponseError};
 
 /// Write the delete the server gets in place of the refused store
 /// `bytes` (its command line, or its binary header, extras and key).
@@ -148,7 +95,7 @@ pub fn refusal(refused: Refused) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::Limits;
+    use crate::proto::{Limits, Op, Request, RequestError};
 
     fn limits() -> Limits {
         Limits {

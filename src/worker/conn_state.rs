@@ -1,0 +1,102 @@
+//! State that a client connection carries for one feature, kept apart
+//! from the code that drives it: a transaction pinned to one server
+//! (`txn.rs`), subscriptions on server connections of its own
+//! (`pubsub.rs`), a request held while its moved keys are pulled from
+//! their old owners (`migrate.rs`).
+
+use crate::proto::Request;
+use mio::Token;
+
+/// A client's transaction state.
+#[derive(Debug, Default)]
+pub struct Txn {
+    /// The pinned connection: (token, connection id, server index).
+    pub conn: Option<(Token, u64, usize)>,
+    /// Inside MULTI.
+    pub multi: bool,
+    /// MULTI was answered here and not sent yet (no server chosen).
+    pub multi_unsent: bool,
+    /// A command was refused inside MULTI: EXEC answers EXECABORT.
+    pub dirty: bool,
+    /// EXEC, DISCARD or UNWATCH was sent: unpin once it is answered.
+    pub ending: bool,
+}
+
+/// A client's subscriptions.
+#[derive(Debug, Default)]
+pub struct Subs {
+    /// Per server listened on: (server, connection token, connection id).
+    pub conns: Vec<(usize, Token, u64)>,
+    /// Channels subscribed.
+    pub channels: Vec<Vec<u8>>,
+    /// Patterns subscribed.
+    pub patterns: Vec<Vec<u8>>,
+    /// Sharded channels subscribed (SSUBSCRIBE).
+    pub shard_channels: Vec<Vec<u8>>,
+    /// The count in the confirmations passed so far.
+    pub count: i64,
+    /// The count of sharded channels, confirmed apart, as redis-server
+    /// counts them.
+    pub shard_count: i64,
+}
+
+impl Subs {
+    /// Nothing subscribed or being confirmed.
+    pub fn is_idle(&self) -> bool {
+        self.count == 0
+            && self.shard_count == 0
+            && self.channels.is_empty()
+            && self.patterns.is_empty()
+            && self.shard_channels.is_empty()
+    }
+}
+
+/// A request held back while its moved keys are pulled over.
+#[derive(Debug)]
+pub struct Gate {
+    /// The request (key ranges into `bytes`).
+    pub req: Request,
+    /// Its bytes.
+    pub bytes: Vec<u8>,
+    /// The keys being pulled.
+    pub pulls: Vec<Pull>,
+    /// Pulls not finished.
+    pub left: usize,
+}
+
+/// One key pulled from its old owners to its new ones.
+#[derive(Debug)]
+pub struct Pull {
+    /// The key.
+    pub key: Vec<u8>,
+    /// The servers it may be on (newest placement first): asked in turn
+    /// until one has it.
+    pub olds: Vec<usize>,
+    /// Which of `olds` is being asked.
+    pub at: usize,
+    /// Its owners now (more than one in a replicated pool).
+    pub news: Vec<usize>,
+    /// Copies to the new owners not answered yet.
+    pub stores: usize,
+    /// A copy failed: the old copies are kept.
+    pub store_failed: bool,
+    /// Redis: the `DUMP` payload, once read.
+    pub dump: Option<Vec<u8>>,
+    /// Finished (copied, found absent, or given up).
+    pub done: bool,
+}
+
+/// Which request of a pull a reply answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PullPart {
+    /// Redis `DUMP key` on the old owner.
+    Dump,
+    /// Redis `PTTL key` on the old owner (after `Dump`).
+    Ttl,
+    /// memcached `mg key v f t` on the old owner.
+    Get,
+    /// The copy on the new owner (`RESTORE`, `ms ... ME`).
+    Store,
+    /// The delete on the old owner (its reply is dropped).
+    Delete,
+}
