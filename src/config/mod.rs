@@ -15,6 +15,7 @@ pub mod diff;
 mod error;
 mod failover;
 mod pool;
+mod pool_keys;
 mod process;
 mod routing;
 mod scalar;

@@ -1,9 +1,10 @@
 //! Stage 2 for one pool: raw `key: value` entries → [`PoolConfig`].
 
-use super::addr::{parse_listen, parse_server, ListenAddr, ServerConfig};
+use super::addr::{parse_server, ListenAddr, ServerConfig};
 use super::failover::{validate_failover, Failover, FAILOVER_KEYS};
+use super::pool_keys::{check_combinations, max_value_default, SCALAR_KEYS};
 use super::routing::{validate_routing, Routing, ROUTING_KEYS};
-use super::scalar::{parse_bool, parse_micros, parse_num, parse_size, Report};
+use super::scalar::Report;
 use super::security::{validate_security, Security, SECURITY_KEYS};
 use super::yaml::{RawEntry, RawSection, RawValue};
 use crate::hash::{Distribution, HashKind};
@@ -182,7 +183,7 @@ pub struct PoolConfig {
 }
 
 /// True when a TCP listen host is an IP literal or resolves.
-fn listen_resolves(addr: &ListenAddr) -> bool {
+pub(super) fn listen_resolves(addr: &ListenAddr) -> bool {
     use std::net::{IpAddr, ToSocketAddrs};
     match addr {
         ListenAddr::Unix { .. } => true,
@@ -275,349 +276,97 @@ pub(crate) fn validate_pool(r: &mut Report, section: &RawSection) -> Option<Pool
         Some(RawValue::Scalar(s)) => Some(s),
         _ => None,
     };
-
-    let listen = match scalar("listen") {
-        Some(v) => match parse_listen(&v.text) {
-            Ok((addr, warning)) => {
-                if let Some(w) = warning {
-                    r.warn(v.line, w);
-                }
-                if r.resolve && !listen_resolves(&addr) {
-                    r.error(
-                        v.line,
-                        format!("'listen' address '{}' does not resolve", v.text),
-                    );
-                }
-                Some(addr)
+    if !keys.contains_key("listen") {
+        r.error(section.name.line, "'listen' is missing");
+    }
+    let mut p = PoolConfig::new(&section.name.text, section.name.line);
+    let mut refused = Vec::new();
+    for k in SCALAR_KEYS {
+        if let Some(v) = scalar(k.name) {
+            if (k.set)(r, v, &mut p).is_none() {
+                refused.push(k.name);
             }
-            Err(msg) => {
-                r.error(v.line, msg);
-                None
-            }
-        },
-        None => {
-            if !keys.contains_key("listen") {
-                r.error(section.name.line, "'listen' is missing");
-            }
-            None
-        }
-    };
-
-    let hash = scalar("hash").map_or(Some(HashKind::Fnv1a_64), |v| {
-        let h = HashKind::from_name(&v.text);
-        if h.is_none() {
-            let names: Vec<_> = HashKind::ALL.iter().map(|h| h.name()).collect();
-            r.error(
-                v.line,
-                format!(
-                    "'hash' has invalid value '{}': expected one of {}",
-                    v.text,
-                    names.join(", ")
-                ),
-            );
-        }
-        h
-    });
-    let distribution = scalar("distribution").map_or(Some(Distribution::Ketama), |v| {
-        let d = Distribution::from_name(&v.text);
-        if d.is_none() {
-            r.error(
-                v.line,
-                format!(
-                    "'distribution' has invalid value '{}': expected ketama, modula or random",
-                    v.text
-                ),
-            );
-        }
-        d
-    });
-    let hash_tag = scalar("hash_tag").and_then(|v| match v.text.as_bytes() {
-        [a, b] => Some([*a, *b]),
-        _ => {
-            r.error(
-                v.line,
-                format!("'hash_tag' has invalid value '{}': expected exactly two characters, e.g. \"{{}}\"", v.text),
-            );
-            None
-        }
-    });
-
-    let mut num = |k: &str, default: u32| scalar(k).map_or(Some(default), |v| parse_num(r, k, v));
-    let timeout = num("timeout", 0);
-    let backlog = num("backlog", DEFAULT_BACKLOG);
-    let client_connections = num("client_connections", 0);
-    let redis_db = num("redis_db", 0);
-    let server_connections = num("server_connections", 1);
-    let server_retry_timeout = num(
-        "server_retry_timeout",
-        DEFAULT_SERVER_RETRY_TIMEOUT_MS as u32,
-    );
-    let server_failure_limit = num("server_failure_limit", DEFAULT_SERVER_FAILURE_LIMIT);
-    let replicas = num("replicas", 1);
-    let max_keys = num("max_keys", 1 << 20).map(|n| n.max(1) as usize);
-    let client_max_inflight = num("client_max_inflight", 10_000).map(|n| n.max(1) as usize);
-    let client_idle_timeout = num("client_idle_timeout", 0);
-    let migration_rate = num("migration_rate", 1000).map(|n| n.max(1));
-    if server_connections == Some(0) {
-        if let Some(v) = scalar("server_connections") {
-            r.error(v.line, "'server_connections' cannot be 0");
         }
     }
-    if let Some(v) = scalar("client_connections") {
-        r.warn(
-            v.line,
-            "'client_connections' is enforced by walnut; twemproxy 0.5 ignored it",
-        );
+    if scalar("max_value_size").is_none() {
+        max_value_default(&mut p);
     }
-
-    let mut flag =
-        |k: &str, default: bool| scalar(k).map_or(Some(default), |v| parse_bool(r, k, v));
-    let redis = flag("redis", false);
-    let tcpkeepalive = flag("tcpkeepalive", false);
-    let reuseport = flag("reuseport", false);
-    let preconnect = flag("preconnect", false);
-    let auto_eject_hosts = flag("auto_eject_hosts", false);
-    let allow_flush = flag("allow_flush", false);
-    let allow_keys = flag("allow_keys", false);
-    let server_health_check = flag("server_health_check", false);
-    let redis_cluster = flag("redis_cluster", false);
-    let cluster_read_replicas = flag("cluster_read_replicas", false);
-    let migration = flag("migration", false);
-
-    let redis_auth = scalar("redis_auth").map(|v| v.text.clone());
-    if redis == Some(false) {
-        if let Some(v) = scalar("redis_auth") {
-            r.error(
-                v.line,
-                "'redis_auth' is only valid for a redis pool (add 'redis: true')",
-            );
-        }
-    }
-    if redis_cluster == Some(true) && redis != Some(true) {
-        if let Some(v) = scalar("redis_cluster") {
-            r.error(
-                v.line,
-                "'redis_cluster' is only valid for a redis pool (add 'redis: true')",
-            );
-        }
-    }
-    if cluster_read_replicas == Some(true) && redis_cluster != Some(true) {
-        if let Some(v) = scalar("cluster_read_replicas") {
-            r.error(
-                v.line,
-                "'cluster_read_replicas' is only valid with 'redis_cluster: true'",
-            );
-        }
-    }
-    if redis_cluster == Some(true) && redis_db.is_some_and(|d| d != 0) {
-        if let Some(v) = scalar("redis_db") {
-            r.error(
-                v.line,
-                "'redis_db' must be 0 with 'redis_cluster: true' (a cluster has only database 0)",
-            );
-        }
-    }
-    let max_value_size = match scalar("max_value_size") {
-        None if redis == Some(true) => Some(DEFAULT_REDIS_MAX_VALUE_SIZE),
-        None => Some(DEFAULT_MC_MAX_VALUE_SIZE),
-        Some(v) => match parse_size(&v.text).filter(|n| *n > 0) {
-            Some(n) => Some(n),
-            None => {
-                r.error(
-                    v.line,
-                    format!("'max_value_size' has invalid value '{}': expected bytes > 0, optionally with k, m or g", v.text),
-                );
-                None
-            }
-        },
-    };
-
-    if let Some(v) = scalar("replicas") {
-        if replicas == Some(0) {
-            r.error(v.line, "'replicas' must be at least 1");
-        } else if redis == Some(true) && replicas != Some(1) {
-            r.error(v.line, "'replicas' is only supported for memcached pools");
-        }
-    }
-    let slowlog_threshold_us = match scalar("slowlog_threshold") {
-        None => Some(None),
-        Some(v) => match parse_micros(&v.text) {
-            Some(us) => Some(Some(us)),
-            None => {
-                r.error(
-                    v.line,
-                    format!("'slowlog_threshold' has invalid value '{}': expected microseconds, e.g. 10000, 10ms or 0", v.text),
-                );
-                None
-            }
-        },
-    };
-    let eject_fail_fast = match scalar("eject_mode") {
-        None => Some(false),
-        Some(v) => {
-            match v.text.as_str() {
-                "rehash" => Some(false),
-                "fail_fast" => Some(true),
-                other => {
-                    r.error(
-                    v.line,
-                    format!("'eject_mode' has invalid value '{other}': expected rehash or fail_fast"),
-                );
-                    None
-                }
-            }
-        }
-    };
-    let replica_read_random = match scalar("replica_read") {
-        None => Some(false),
-        Some(v) => match v.text.as_str() {
-            "first" => Some(false),
-            "random" => Some(true),
-            other => {
-                r.error(
-                    v.line,
-                    format!("'replica_read' has invalid value '{other}': expected first or random"),
-                );
-                None
-            }
-        },
-    };
-    let keyless_random = match scalar("keyless_server") {
-        None => Some(false),
-        Some(v) => {
-            match v.text.as_str() {
-                "first" => Some(false),
-                "random" => Some(true),
-                other => {
-                    r.error(
-                    v.line,
-                    format!("'keyless_server' has invalid value '{other}': expected first or random"),
-                );
-                    None
-                }
-            }
-        }
-    };
-    if redis == Some(false) {
-        if let Some(v) = scalar("keyless_server") {
-            r.error(
-                v.line,
-                "'keyless_server' is only valid for a redis pool (add 'redis: true')",
-            );
-        }
-    }
-    let client_output_limit = match scalar("client_output_limit") {
-        None => Some(256 << 20),
-        Some(v) => match parse_size(&v.text) {
-            Some(n) => Some(n),
-            None => {
-                r.error(
-                    v.line,
-                    format!("'client_output_limit' has invalid value '{}': expected bytes, optionally with k, m or g", v.text),
-                );
-                None
-            }
-        },
-    };
-
     let routes = ["routes", "zones", "warm_up"]
         .iter()
         .any(|k| keys.contains_key(k));
-    let servers = if routes && !keys.contains_key("servers") {
-        // Filled from the routed pools (routing::resolve).
-        Vec::new()
-    } else {
-        validate_servers(r, section, keys.get("servers").copied())
-    };
-    if let Some(n) = replicas {
-        if n as usize > servers.len() && !servers.is_empty() {
-            if let Some(v) = scalar("replicas") {
-                r.error(
-                    v.line,
-                    format!(
-                        "'replicas' is {n} but the pool has only {} servers",
-                        servers.len()
-                    ),
-                );
-            }
-        }
+    if !routes || keys.contains_key("servers") {
+        // Else filled from the routed pools (routing::resolve).
+        p.servers = validate_servers(r, section, keys.get("servers").copied());
     }
+    check_combinations(r, &p, scalar, &refused);
 
-    if migration == Some(true) {
-        let why = if redis_cluster == Some(true) {
-            Some("a Redis Cluster reshards itself")
-        } else {
-            None
-        };
-        if let (Some(why), Some(v)) = (why, scalar("migration")) {
-            r.error(
-                v.line,
-                format!("'migration' cannot be on for this pool: {why}"),
-            );
-        }
-    }
-
-    let routing = validate_routing(r, |k| keys.get(k).map(|e| (&e.key, &e.value)));
-    let security = validate_security(
-        r,
-        |k| keys.get(k).map(|e| (&e.key, &e.value)),
-        redis,
-        redis_auth.is_some(),
-    );
-
-    let failover = validate_failover(
-        r,
-        |k| keys.get(k).map(|e| (&e.key, &e.value)),
-        redis,
-        redis_cluster,
-        &servers,
-    );
-
+    let entry = |k: &str| keys.get(k).map(|e| (&e.key, &e.value));
+    // `None`: the key's value was refused (its dependants are not judged).
+    let known = |k: &str, v: bool| Some(v).filter(|_| !refused.contains(&k));
+    let redis = known("redis", p.redis);
+    let redis_cluster = known("redis_cluster", p.redis_cluster);
+    let routing = validate_routing(r, entry);
+    let security = validate_security(r, entry, redis, p.redis_auth.is_some());
+    let failover = validate_failover(r, entry, redis, redis_cluster, &p.servers);
     if r.errors.len() > before {
         return None;
     }
-    Some(PoolConfig {
-        failover: failover?,
-        security: security?,
-        routing: routing?,
-        name: section.name.text.clone(),
-        line: section.name.line,
-        listen: listen?,
-        hash: hash?,
-        hash_tag,
-        distribution: distribution?,
-        timeout_ms: timeout.filter(|t| *t > 0).map(u64::from),
-        backlog: backlog?,
-        client_connections: client_connections?,
-        tcpkeepalive: tcpkeepalive?,
-        reuseport: reuseport?,
-        preconnect: preconnect?,
-        redis: redis?,
-        redis_auth,
-        redis_db: redis_db?,
-        server_connections: server_connections?,
-        auto_eject_hosts: auto_eject_hosts?,
-        server_retry_timeout_ms: u64::from(server_retry_timeout?),
-        server_failure_limit: server_failure_limit?,
-        servers,
-        max_value_size: max_value_size?,
-        allow_flush: allow_flush?,
-        allow_keys: allow_keys?,
-        keyless_random: keyless_random?,
-        replicas: replicas?,
-        replica_read_random: replica_read_random?,
-        max_keys: max_keys?,
-        client_output_limit: client_output_limit?,
-        client_max_inflight: client_max_inflight?,
-        client_idle_timeout_ms: u64::from(client_idle_timeout?),
-        eject_fail_fast: eject_fail_fast?,
-        migration: migration?,
-        migration_rate: migration_rate?,
-        server_health_check: server_health_check?,
-        slowlog_threshold_us: slowlog_threshold_us?,
-        redis_cluster: redis_cluster?,
-        cluster_read_replicas: cluster_read_replicas?,
-    })
+    p.routing = routing?;
+    p.security = security?;
+    p.failover = failover?;
+    Some(p)
+}
+
+impl PoolConfig {
+    /// A pool with every key at its default (twemproxy's where it has
+    /// one), before its keys are read.
+    fn new(name: &str, line: usize) -> PoolConfig {
+        PoolConfig {
+            name: name.to_string(),
+            line,
+            listen: ListenAddr::Tcp {
+                host: String::new(),
+                port: 0,
+            },
+            hash: HashKind::Fnv1a_64,
+            hash_tag: None,
+            distribution: Distribution::Ketama,
+            timeout_ms: None,
+            backlog: DEFAULT_BACKLOG,
+            client_connections: 0,
+            tcpkeepalive: false,
+            reuseport: false,
+            preconnect: false,
+            redis: false,
+            redis_auth: None,
+            redis_db: 0,
+            server_connections: 1,
+            auto_eject_hosts: false,
+            server_retry_timeout_ms: DEFAULT_SERVER_RETRY_TIMEOUT_MS,
+            server_failure_limit: DEFAULT_SERVER_FAILURE_LIMIT,
+            servers: Vec::new(),
+            max_value_size: DEFAULT_MC_MAX_VALUE_SIZE,
+            allow_flush: false,
+            allow_keys: false,
+            keyless_random: false,
+            replicas: 1,
+            replica_read_random: false,
+            max_keys: 1 << 20,
+            client_output_limit: 256 << 20,
+            client_max_inflight: 10_000,
+            client_idle_timeout_ms: 0,
+            eject_fail_fast: false,
+            migration: false,
+            migration_rate: 1000,
+            server_health_check: false,
+            slowlog_threshold_us: None,
+            redis_cluster: false,
+            cluster_read_replicas: false,
+            security: Security::default(),
+            routing: Routing::default(),
+            failover: Failover::default(),
+        }
+    }
 }
 
 fn validate_servers(

@@ -5,6 +5,7 @@
 
 use super::addr::{ListenAddr, ServerAddr};
 use super::pool::PoolConfig;
+use super::pool_keys::SCALAR_KEYS;
 use super::{Config, PROCESS_SECTION};
 use std::fmt::Write as _;
 
@@ -76,7 +77,7 @@ fn scalar(text: &str) -> String {
     q
 }
 
-fn listen_text(l: &ListenAddr) -> String {
+pub(super) fn listen_text(l: &ListenAddr) -> String {
     match l {
         // Written from the right as twemproxy parses it: `::1:22121`.
         ListenAddr::Tcp { host, port } => format!("{host}:{port}"),
@@ -107,86 +108,54 @@ fn pool_settings(p: &PoolConfig, rt: &Runtime, out: &mut Vec<Setting>) {
             values: vec![value],
         })
     };
-    put("listen", listen_text(&p.listen));
-    put("hash", p.hash.to_string());
-    if let Some([a, b]) = p.hash_tag {
-        put("hash_tag", String::from_utf8_lossy(&[a, b]).into_owned());
+    for k in SCALAR_KEYS {
+        let Some(v_file) = (k.show)(p) else { continue };
+        // Values changed at run time (admin `config set`) are shown.
+        let v = match k.name {
+            "timeout" => rt.get(&format!("pool.{}.timeout", p.name)),
+            "client_output_limit" | "client_max_inflight" | "client_idle_timeout" => rt.get(k.name),
+            _ => None,
+        };
+        put(k.name, v.unwrap_or(v_file));
     }
-    put("distribution", p.distribution.to_string());
-    let timeout = rt
-        .get(&format!("pool.{}.timeout", p.name))
-        .unwrap_or_else(|| p.timeout_ms.unwrap_or(0).to_string());
-    put("timeout", timeout);
-    put("backlog", p.backlog.to_string());
-    // Written only when set: 0 is the default and the key draws a warning.
-    if p.client_connections != 0 {
-        put("client_connections", p.client_connections.to_string());
+    security_settings(p, out);
+    routing_settings(p, out);
+    if p.failover.on() {
+        out.push(Setting {
+            section: p.name.clone(),
+            key: "sentinels",
+            values: p
+                .failover
+                .sentinels
+                .iter()
+                .map(|(h, port)| {
+                    if h.contains(':') {
+                        format!("[{h}]:{port}")
+                    } else {
+                        format!("{h}:{port}")
+                    }
+                })
+                .collect(),
+        });
     }
-    put("tcpkeepalive", p.tcpkeepalive.to_string());
-    put("reuseport", p.reuseport.to_string());
-    put("preconnect", p.preconnect.to_string());
-    put("redis", p.redis.to_string());
-    if p.redis {
-        if let Some(auth) = &p.redis_auth {
-            put("redis_auth", auth.clone());
-        }
-        put("redis_db", p.redis_db.to_string());
+    if !p.security.users.is_empty() {
+        out.push(Setting {
+            section: p.name.clone(),
+            key: "users",
+            values: p.security.users.iter().map(user_text).collect(),
+        });
     }
-    put("server_connections", p.server_connections.to_string());
-    put("auto_eject_hosts", p.auto_eject_hosts.to_string());
-    put(
-        "server_retry_timeout",
-        p.server_retry_timeout_ms.to_string(),
-    );
-    put("server_failure_limit", p.server_failure_limit.to_string());
-    put("max_value_size", p.max_value_size.to_string());
-    if !p.redis {
-        put("replicas", p.replicas.to_string());
-    }
-    let read = if p.replica_read_random {
-        "random"
-    } else {
-        "first"
+}
+
+/// The TLS, ACL and sentinel keys of a pool.
+fn security_settings(p: &PoolConfig, out: &mut Vec<Setting>) {
+    let mut put = |key: &'static str, value: String| {
+        out.push(Setting {
+            section: p.name.clone(),
+            key,
+            values: vec![value],
+        })
     };
-    put("replica_read", read.into());
-    put("max_keys", p.max_keys.to_string());
-    let limit = |key: &str, file: String| rt.get(key).unwrap_or(file);
-    put(
-        "client_output_limit",
-        limit("client_output_limit", p.client_output_limit.to_string()),
-    );
-    put(
-        "client_max_inflight",
-        limit("client_max_inflight", p.client_max_inflight.to_string()),
-    );
-    put(
-        "client_idle_timeout",
-        limit("client_idle_timeout", p.client_idle_timeout_ms.to_string()),
-    );
-    let mode = if p.eject_fail_fast {
-        "fail_fast"
-    } else {
-        "rehash"
-    };
-    put("eject_mode", mode.into());
-    put("server_health_check", p.server_health_check.to_string());
-    if let Some(us) = p.slowlog_threshold_us {
-        put("slowlog_threshold", format!("{us}us"));
-    }
-    put("allow_flush", p.allow_flush.to_string());
-    put("allow_keys", p.allow_keys.to_string());
-    if p.migration {
-        put("migration", "true".into());
-        put("migration_rate", p.migration_rate.to_string());
-    }
-    if p.redis {
-        let keyless = if p.keyless_random { "random" } else { "first" };
-        put("keyless_server", keyless.into());
-        put("redis_cluster", p.redis_cluster.to_string());
-        if p.redis_cluster {
-            put("cluster_read_replicas", p.cluster_read_replicas.to_string());
-        }
-    }
     let sec = &p.security;
     if let Some(t) = &sec.listen_tls {
         put("tls_cert", t.cert.clone());
@@ -219,6 +188,17 @@ fn pool_settings(p: &PoolConfig, rt: &Runtime, out: &mut Vec<Setting>) {
     if p.failover.on() {
         put("read_from", p.failover.read_from.name().into());
     }
+}
+
+/// Where a pool's keys go: shadow, warm-up, zones, routes or servers.
+fn routing_settings(p: &PoolConfig, out: &mut Vec<Setting>) {
+    let mut put = |key: &'static str, value: String| {
+        out.push(Setting {
+            section: p.name.clone(),
+            key,
+            values: vec![value],
+        })
+    };
     if let Some(sh) = &p.routing.shadow {
         put("shadow", sh.pool.clone());
         put(
@@ -268,31 +248,6 @@ fn pool_settings(p: &PoolConfig, rt: &Runtime, out: &mut Vec<Setting>) {
             section: p.name.clone(),
             key: "servers",
             values: p.servers.iter().map(server_text).collect(),
-        });
-    }
-    if p.failover.on() {
-        out.push(Setting {
-            section: p.name.clone(),
-            key: "sentinels",
-            values: p
-                .failover
-                .sentinels
-                .iter()
-                .map(|(h, port)| {
-                    if h.contains(':') {
-                        format!("[{h}]:{port}")
-                    } else {
-                        format!("{h}:{port}")
-                    }
-                })
-                .collect(),
-        });
-    }
-    if !sec.users.is_empty() {
-        out.push(Setting {
-            section: p.name.clone(),
-            key: "users",
-            values: sec.users.iter().map(user_text).collect(),
         });
     }
 }
