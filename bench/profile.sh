@@ -2,6 +2,7 @@
 # Callgrind profile of one walnut worker under a fixed number of requests.
 #
 #   bench/profile.sh [memcache|redis] [REQUESTS]
+#   PIPELINE=16 bench/profile.sh redis 200000   (requests in flight per connection)
 #
 # Starts one backend (CPU 0) and walnut with 1 worker under callgrind. walnut's
 # workers are fork()ed from the master without exec, so callgrind follows them
@@ -17,6 +18,7 @@ cd "$root"
 proto="${1:-memcache}"
 requests="${2:-50000}"
 top="${TOP:-15}"
+pipeline="${PIPELINE:-1}"
 out="$here/profile"
 rm -rf "$out" && mkdir -p "$out"
 
@@ -83,13 +85,13 @@ PY
 fi
 callgrind_control -z "$worker" >/dev/null 2>&1 || echo "profile: could not zero counters (start-up included)"
 
-echo "profile: $requests $proto requests through worker $worker"
+echo "profile: $requests $proto requests through worker $worker, $pipeline in flight per connection"
 if [[ "$proto" == redis ]]; then
-    taskset -c 0 redis-benchmark -p "$listen" -c 10 -n "$requests" -r 10000 -d 100 -t set,get -q
+    taskset -c 0 redis-benchmark -p "$listen" -c 10 -n "$requests" -r 10000 -d 100 -t set,get -P "$pipeline" -q
     requests=$((requests * 2))
 else
     taskset -c 0 bench/loadgen/target/release/mcload --addr "127.0.0.1:$listen" --conns 10 \
-        --requests "$requests" --duration 600 --get-ratio 0.9 --value-size 100 --keyspace 10000
+        --requests "$requests" --duration 600 --get-ratio 0.9 --value-size 100 --keyspace 10000 --pipeline "$pipeline"
 fi
 
 # Dump the worker's counters now: a worker stopped by the master may not get to

@@ -221,6 +221,13 @@ impl Cell<'_> {
     /// Record one value (single writer only).
     #[inline]
     pub fn record(&self, us: u64) {
+        self.record_in(us, bucket_of(us));
+    }
+
+    /// [`Cell::record`] with `us`'s bucket already known (one value is
+    /// recorded in several cells).
+    #[inline]
+    pub fn record_in(&self, us: u64, bucket: usize) {
         self.bump(0, 1);
         self.bump(1, us);
         if let Some(w) = self.0.get(2) {
@@ -228,7 +235,7 @@ impl Cell<'_> {
                 w.store(us, Ordering::Relaxed);
             }
         }
-        self.bump(HDR + bucket_of(us), 1);
+        self.bump(HDR + bucket, 1);
     }
 
     /// For a window half: clear it first if it holds another period.

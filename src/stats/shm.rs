@@ -235,7 +235,11 @@ impl Region {
 
     /// The writer handle for one worker's slot.
     pub fn slot(&self, slot: usize) -> Slot<'_> {
-        Slot { region: self, slot }
+        Slot {
+            region: self,
+            slot,
+            period: std::cell::Cell::new(histogram::period_now()),
+        }
     }
 
     /// Zero one worker's slot (a respawned worker starts from zero gauges;
@@ -385,10 +389,13 @@ impl Drop for Region {
 
 /// One worker's slot. The worker is the only writer, so updates are a plain
 /// load and store (no locked read-modify-write on the hot path).
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub struct Slot<'a> {
     region: &'a Region,
     slot: usize,
+    /// The window period replies are recorded in, read from the clock once
+    /// per event-loop turn ([`Slot::tick`]) rather than once per reply.
+    period: std::cell::Cell<u64>,
 }
 
 impl Slot<'_> {
@@ -453,20 +460,29 @@ impl Slot<'_> {
         let idx = self.region.layout.pool_idx(pool, f);
         self.region.word(self.slot, idx).load(Ordering::Relaxed)
     }
+    /// Read the clock for the recent window's period (once per event-loop
+    /// turn).
+    pub fn tick(&self) {
+        self.period.set(histogram::period_now());
+    }
+
     /// Record one reply's latency for its pool, class and server, in the
     /// lifetime histograms and the current half of the recent window.
     pub fn record_latency(&self, pool: usize, server: usize, class: Class, us: u64) {
         let layout = &self.region.layout;
-        let period = histogram::period_now();
+        let period = self.period.get();
         let half = 1 + (period % 2) as usize;
+        let bucket = histogram::bucket_of(us);
         for series in [
             layout.class_series(pool, class),
             layout.server_series(pool, server),
         ] {
-            self.region.hist_cell(self.slot, 0, series).record(us);
+            self.region
+                .hist_cell(self.slot, 0, series)
+                .record_in(us, bucket);
             let c = self.region.hist_cell(self.slot, half, series);
             c.enter_period(period);
-            c.record(us);
+            c.record_in(us, bucket);
         }
     }
 

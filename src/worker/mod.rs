@@ -422,6 +422,7 @@ impl<'a> Worker<'a> {
                 }
             }
             let now = Instant::now();
+            self.stats.tick();
             let mut control_ready = false;
             // Accept events first (nginx's posted accept events), then
             // release the accept mutex, then everything else.

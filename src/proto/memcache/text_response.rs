@@ -49,22 +49,40 @@ fn all_digits(s: &[u8]) -> bool {
 /// A `VALUE <key> <flags> <bytes> [<cas>]` line: the key's range within
 /// the line and the data length.
 pub(crate) fn value_header(line: &[u8]) -> Option<(Range<usize>, usize)> {
+    // One pass over the line, each field read where it starts: this runs
+    // once per value of every reply.
     let rest = line.strip_prefix(b"VALUE ")?;
-    let mut parts = rest.split(|&b| b == b' ');
-    let key = parts.next().filter(|k| !k.is_empty())?;
-    let flags = parts.next().filter(|f| all_digits(f) && f.len() <= 10)?;
-    let bytes = parts.next().filter(|b| all_digits(b) && b.len() <= 10)?;
-    if let Some(cas) = parts.next() {
-        if !all_digits(cas) || cas.len() > 20 {
+    let key_len = memchr::memchr(b' ', rest).filter(|&n| n > 0)?;
+    let (_flags, at) = digit_field(rest, key_len + 1, 10)?;
+    let (bytes, at) = digit_field(rest, at + 1, 10)?;
+    if at < rest.len() {
+        let (_cas, end) = digit_field(rest, at + 1, 20)?;
+        if end != rest.len() {
             return None;
         }
     }
-    if parts.next().is_some() {
+    Some((6..6 + key_len, bytes as usize))
+}
+
+/// The field of 1 to `max` digits at `from` of `s`, ending at a space or at
+/// the end of `s`: its value (wrapping past u64, for a `cas` of 20 digits)
+/// and where it ends.
+#[inline]
+fn digit_field(s: &[u8], from: usize, max: usize) -> Option<(u64, usize)> {
+    let field = s.get(from..)?;
+    let len = field.iter().position(|&b| b == b' ').unwrap_or(field.len());
+    let digits = &field[..len];
+    if digits.is_empty() || len > max {
         return None;
     }
-    let _ = flags;
-    let n = std::str::from_utf8(bytes).ok()?.parse::<usize>().ok()?;
-    Some((6..6 + key.len(), n))
+    let mut v: u64 = 0;
+    for &b in digits {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        v = v.wrapping_mul(10).wrapping_add(u64::from(b - b'0'));
+    }
+    Some((v, from + len))
 }
 
 /// One `VALUE` entry of a retrieval reply: the key's range and the range of
@@ -199,6 +217,51 @@ pub fn parse_response(buf: &[u8], op: McOp) -> Result<Parse<Response>, ResponseE
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The header parser as first written (split on spaces): the oracle.
+    fn value_header_split(line: &[u8]) -> Option<(Range<usize>, usize)> {
+        let rest = line.strip_prefix(b"VALUE ")?;
+        let mut parts = rest.split(|&b| b == b' ');
+        let key = parts.next().filter(|k| !k.is_empty())?;
+        let flags = parts.next().filter(|f| all_digits(f) && f.len() <= 10)?;
+        let bytes = parts.next().filter(|b| all_digits(b) && b.len() <= 10)?;
+        if let Some(cas) = parts.next() {
+            if !all_digits(cas) || cas.len() > 20 {
+                return None;
+            }
+        }
+        if parts.next().is_some() {
+            return None;
+        }
+        let _ = flags;
+        let n = std::str::from_utf8(bytes).ok()?.parse::<usize>().ok()?;
+        Some((6..6 + key.len(), n))
+    }
+
+    #[test]
+    fn value_header_agrees_with_the_split_parser() {
+        let lines: [&[u8]; 16] = [
+            b"VALUE a 0 1",
+            b"VALUE key 12 100 5",
+            b"VALUE a 0",
+            b"VALUE a x 1",
+            b"VALUE a 0 1 2 3",
+            b"VALUE  0 1",
+            b"VALUE a 0 99999999999",
+            b"VALUE a 0 1 ",
+            b"VALUE a  0 1",
+            b"VALUE a 4294967295 9999999999 18446744073709551615",
+            b"VALUE a 0 1 184467440737095516159",
+            b"VALUE a 00 01",
+            b"VALUE a",
+            b"VALUE ",
+            b"VALUE a 0 1x",
+            b"VALUEa 0 1",
+        ];
+        for line in lines {
+            assert_eq!(value_header(line), value_header_split(line), "{line:?}");
+        }
+    }
 
     #[test]
     fn big_value_hint() {
