@@ -87,10 +87,38 @@ pub struct Cmd(u16);
 /// Longest command name in the table, in bytes.
 const MAX_NAME: usize = 24;
 
+/// The table's index of `name`, found at compile time.
+const fn find(name: &str) -> u16 {
+    let mut i = 0;
+    while i < TABLE.len() {
+        let (a, b) = (TABLE[i].name.as_bytes(), name.as_bytes());
+        if a.len() == b.len() {
+            let mut j = 0;
+            while j < a.len() && a[j] == b[j] {
+                j += 1;
+            }
+            if j == a.len() {
+                return i as u16;
+            }
+        }
+        i += 1;
+    }
+    panic!("command not in the table")
+}
+
+const GET: Cmd = Cmd(find("GET"));
+const SET: Cmd = Cmd(find("SET"));
+
 impl Cmd {
     /// Finds a command by name, ignoring ASCII case: one hash and
     /// (almost always) one comparison, on every request's hot path.
     pub fn lookup(name: &[u8]) -> Option<Cmd> {
+        // Most requests are GET or SET, as clients write them: no hash.
+        match name {
+            b"GET" | b"get" => return Some(GET),
+            b"SET" | b"set" => return Some(SET),
+            _ => {}
+        }
         if name.is_empty() || name.len() > MAX_NAME {
             return None;
         }
@@ -187,7 +215,7 @@ use CmdClass::{
 use KeySpec::{All, AllButLast, At, FirstTwo, NumKeysAt2, Pairs, Streams};
 
 /// Sorted by name (byte order) for binary search.
-static TABLE: &[Entry] = &[
+const TABLE: &[Entry] = &[
     e("ACL", Unsupported, KeySpec::None),
     e("APPEND", Single, At(1)),
     e("ASKING", Unsupported, KeySpec::None),
