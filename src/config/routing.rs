@@ -10,7 +10,7 @@
 //! data path splits, merges and counts its requests like any pool's.
 
 use super::error::ConfigError;
-use super::scalar::{parse_num, Report};
+use super::scalar::{parse_num, scalar_of, Report};
 use super::yaml::{RawValue, Scalar};
 use super::PoolConfig;
 use std::path::Path;
@@ -152,57 +152,70 @@ pub(crate) fn validate_routing<'a>(
     let before = r.errors.len();
     let mut routing = Routing::default();
     if let Some((key, value)) = get("routes") {
-        let items: &[Scalar] = match value {
-            RawValue::Seq(items) => items,
-            RawValue::Scalar(_) => &[],
-        };
-        if items.is_empty() {
-            r.error(key.line, "'routes' is empty: list \"- PREFIX POOL\" lines");
-        }
-        for item in items {
-            let mut words = item.text.split_whitespace();
-            let (prefix, pool, mut rest) = (words.next(), words.next(), words.next());
-            let strip = rest == Some("strip");
-            if strip {
-                rest = words.next();
-            }
-            let (Some(prefix), Some(pool), None) = (prefix, pool, rest) else {
-                r.error(
-                    item.line,
-                    format!(
-                        "route '{}': expected \"PREFIX POOL [strip]\" (PREFIX * for the default)",
-                        item.text
-                    ),
-                );
-                continue;
-            };
-            let prefix = if prefix == "*" { "" } else { prefix };
-            if let Some(first) = routing.routes.iter().find(|x| x.prefix == prefix) {
-                r.error(
-                    item.line,
-                    format!(
-                        "route prefix '{}' is listed twice (first on line {})",
-                        prefix, first.line
-                    ),
-                );
-                continue;
-            }
-            routing.routes.push(PrefixRoute {
-                prefix: prefix.to_string(),
-                pool: pool.to_string(),
-                strip: strip && !prefix.is_empty(),
-                line: item.line,
-            });
-        }
-        // Longest prefix first: the first match is the longest.
-        routing
-            .routes
-            .sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
+        routing.routes = routes(r, key, value);
     }
-    let scalar = |k: &str| match get(k) {
-        Some((_, RawValue::Scalar(s))) => Some(s),
-        _ => None,
+    routing.zones = zones(r, &get, !routing.routes.is_empty());
+    routing.shadow = shadow(r, &get);
+    (r.errors.len() == before).then_some(routing)
+}
+
+/// `routes:` lines, longest prefix first.
+fn routes(r: &mut Report, key: &Scalar, value: &RawValue) -> Vec<PrefixRoute> {
+    let mut out: Vec<PrefixRoute> = Vec::new();
+    let items: &[Scalar] = match value {
+        RawValue::Seq(items) => items,
+        RawValue::Scalar(_) => &[],
     };
+    if items.is_empty() {
+        r.error(key.line, "'routes' is empty: list \"- PREFIX POOL\" lines");
+    }
+    for item in items {
+        let mut words = item.text.split_whitespace();
+        let (prefix, pool, mut rest) = (words.next(), words.next(), words.next());
+        let strip = rest == Some("strip");
+        if strip {
+            rest = words.next();
+        }
+        let (Some(prefix), Some(pool), None) = (prefix, pool, rest) else {
+            r.error(
+                item.line,
+                format!(
+                    "route '{}': expected \"PREFIX POOL [strip]\" (PREFIX * for the default)",
+                    item.text
+                ),
+            );
+            continue;
+        };
+        let prefix = if prefix == "*" { "" } else { prefix };
+        if let Some(first) = out.iter().find(|x| x.prefix == prefix) {
+            r.error(
+                item.line,
+                format!(
+                    "route prefix '{}' is listed twice (first on line {})",
+                    prefix, first.line
+                ),
+            );
+            continue;
+        }
+        out.push(PrefixRoute {
+            prefix: prefix.to_string(),
+            pool: pool.to_string(),
+            strip: strip && !prefix.is_empty(),
+            line: item.line,
+        });
+    }
+    // Longest prefix first: the first match is the longest.
+    out.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
+    out
+}
+
+/// `zones:` or `warm_up:` with `zone_writes` and `zone_failover`.
+fn zones<'a>(
+    r: &mut Report,
+    get: &impl Fn(&str) -> Option<(&'a Scalar, &'a RawValue)>,
+    has_routes: bool,
+) -> Option<Zones> {
+    let scalar = |k: &str| scalar_of(get, k);
     let warm = get("warm_up");
     if let Some((key, _)) = warm {
         if get("zones").is_some() {
@@ -225,7 +238,7 @@ pub(crate) fn validate_routing<'a>(
                 "'zones' needs at least two pools (the local zone first)",
             );
         }
-        if !routing.routes.is_empty() {
+        if has_routes {
             r.error(key.line, "a pool has 'routes' or 'zones', not both");
         }
         let mut choice = |k: &str, a: &str, b: &str| match scalar(k) {
@@ -242,7 +255,7 @@ pub(crate) fn validate_routing<'a>(
         };
         let sync_writes = choice("zone_writes", "async", "sync");
         let error_only = choice("zone_failover", "miss", "error");
-        routing.zones = Some(Zones {
+        return Some(Zones {
             pools,
             sync_writes: sync_writes && warm.is_none(),
             failover_on_miss: !error_only || warm.is_some(),
@@ -256,6 +269,15 @@ pub(crate) fn validate_routing<'a>(
             }
         }
     }
+    None
+}
+
+/// `shadow:` with `shadow_mode` and `shadow_sample`.
+fn shadow<'a>(
+    r: &mut Report,
+    get: &impl Fn(&str) -> Option<(&'a Scalar, &'a RawValue)>,
+) -> Option<Shadow> {
+    let scalar = |k: &str| scalar_of(get, k);
     if let Some(pool) = scalar("shadow") {
         let writes_only = match scalar("shadow_mode").map(|s| s.text.as_str()) {
             None | Some("all") => false,
@@ -279,7 +301,7 @@ pub(crate) fn validate_routing<'a>(
                 None => 100,
             },
         };
-        routing.shadow = Some(Shadow {
+        return Some(Shadow {
             pool: pool.text.clone(),
             writes_only,
             sample_pct,
@@ -291,7 +313,7 @@ pub(crate) fn validate_routing<'a>(
             }
         }
     }
-    (r.errors.len() == before).then_some(routing)
+    None
 }
 
 /// Check every pool's routes and shadow against the other pools, and give

@@ -6,7 +6,7 @@
 
 use super::addr::{overflows, parse_uint};
 use super::error::ConfigError;
-use super::yaml::Scalar;
+use super::yaml::{RawValue, Scalar};
 use std::path::Path;
 
 /// Collects errors and warnings for one pool.
@@ -108,4 +108,15 @@ pub fn parse_micros(s: &str) -> Option<u64> {
         .filter(|_| s.ends_with('s'))
         .map(|ms| ms * 1000)
         .or_else(|| parse_uint(s).map(u64::from))
+}
+
+/// The single value of key `k`, if it has one.
+pub(crate) fn scalar_of<'a>(
+    get: &impl Fn(&str) -> Option<(&'a Scalar, &'a RawValue)>,
+    k: &str,
+) -> Option<&'a Scalar> {
+    match get(k) {
+        Some((_, RawValue::Scalar(s))) => Some(s),
+        _ => None,
+    }
 }

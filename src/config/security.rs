@@ -4,7 +4,7 @@
 //! user walnut logs in to servers as (`redis_auth_user`) and the users
 //! clients log in as (`users`).
 
-use super::scalar::{parse_bool, parse_num, Report};
+use super::scalar::{parse_bool, parse_num, scalar_of, Report};
 use super::yaml::{RawValue, Scalar};
 
 /// TLS on a pool's listener.
@@ -119,12 +119,45 @@ pub(crate) fn validate_security<'a>(
     has_auth: bool,
 ) -> Option<Security> {
     let before = r.errors.len();
-    let scalar = |k: &str| match get(k) {
-        Some((_, RawValue::Scalar(s))) => Some(s),
-        _ => None,
-    };
+    let scalar = |k: &str| scalar_of(&get, k);
     let text = |k: &str| scalar(k).map(|s| s.text.clone());
+    let listen_tls = listen_tls(r, &get);
+    let server_tls = server_tls(r, &get);
+    let redis_auth_user = text("redis_auth_user");
+    if let Some(v) = scalar("redis_auth_user") {
+        if redis == Some(false) {
+            r.error(
+                v.line,
+                "'redis_auth_user' is only valid for a redis pool (add 'redis: true')",
+            );
+        } else if !has_auth {
+            r.error(
+                v.line,
+                "'redis_auth_user' needs 'redis_auth' (the user's password)",
+            );
+        }
+    }
 
+    let users = users(r, &get, redis);
+    if r.errors.len() > before {
+        return None;
+    }
+    Some(Security {
+        listen_tls,
+        server_tls,
+        redis_auth_user,
+        users,
+    })
+}
+
+/// `tls_cert`, `tls_key`, `tls_client_ca`, `tls_handshake_timeout`: TLS on
+/// the listener, its files checked.
+fn listen_tls<'a>(
+    r: &mut Report,
+    get: &impl Fn(&str) -> Option<(&'a Scalar, &'a RawValue)>,
+) -> Option<ListenTls> {
+    let scalar = |k: &str| scalar_of(get, k);
+    let text = |k: &str| scalar(k).map(|s| s.text.clone());
     let handshake_timeout_ms = scalar("tls_handshake_timeout")
         .map_or(Some(10_000), |v| parse_num(r, "tls_handshake_timeout", v))
         .map(|n| u64::from(n.max(1)));
@@ -165,6 +198,16 @@ pub(crate) fn validate_security<'a>(
         }
     }
 
+    listen_tls
+}
+
+/// `server_tls` and its files: TLS to the servers, checked.
+fn server_tls<'a>(
+    r: &mut Report,
+    get: &impl Fn(&str) -> Option<(&'a Scalar, &'a RawValue)>,
+) -> Option<ServerTls> {
+    let scalar = |k: &str| scalar_of(get, k);
+    let text = |k: &str| scalar(k).map(|s| s.text.clone());
     let on = scalar("server_tls").map_or(Some(false), |v| parse_bool(r, "server_tls", v));
     let server_tls = if on == Some(true) {
         let tls = ServerTls {
@@ -211,21 +254,15 @@ pub(crate) fn validate_security<'a>(
         None
     };
 
-    let redis_auth_user = text("redis_auth_user");
-    if let Some(v) = scalar("redis_auth_user") {
-        if redis == Some(false) {
-            r.error(
-                v.line,
-                "'redis_auth_user' is only valid for a redis pool (add 'redis: true')",
-            );
-        } else if !has_auth {
-            r.error(
-                v.line,
-                "'redis_auth_user' needs 'redis_auth' (the user's password)",
-            );
-        }
-    }
+    server_tls
+}
 
+/// `users:` lines (ACL users clients log in as).
+fn users<'a>(
+    r: &mut Report,
+    get: &impl Fn(&str) -> Option<(&'a Scalar, &'a RawValue)>,
+    redis: Option<bool>,
+) -> Vec<AclUser> {
     let mut users: Vec<AclUser> = Vec::new();
     if let Some((key, value)) = get("users") {
         if redis == Some(false) {
@@ -249,15 +286,7 @@ pub(crate) fn validate_security<'a>(
         }
     }
 
-    if r.errors.len() > before {
-        return None;
-    }
-    Some(Security {
-        listen_tls,
-        server_tls,
-        redis_auth_user,
-        users,
-    })
+    users
 }
 
 /// A hash of the bytes of the files named (unreadable ones hash as empty).

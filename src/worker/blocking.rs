@@ -34,12 +34,7 @@ impl Worker<'_> {
             return;
         };
         let seq = self.push_slot(token, req.noreply, Slot::default());
-        let to = ReplyTo {
-            token,
-            id: client_id,
-            seq,
-            frag: None,
-        };
+        let to = ReplyTo::new(token, client_id, seq, None);
         let slot = self.conn_slot(token, pool, server, client_id, req.op);
         let st = match self.server_conn_dedicated(pool, server, slot, now) {
             Ok(st) => st,

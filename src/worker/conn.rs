@@ -377,6 +377,17 @@ pub struct ReplyTo {
 }
 
 impl ReplyTo {
+    /// Client `id` at `token`: its reply slot `seq`, and the fragment of a
+    /// split request.
+    pub fn new(token: Token, id: u64, seq: Option<u64>, frag: Option<u32>) -> ReplyTo {
+        ReplyTo {
+            token,
+            id,
+            seq,
+            frag,
+        }
+    }
+
     /// Client `id` at `token`, before its reply slot is reserved.
     pub fn client(token: Token, id: u64) -> ReplyTo {
         ReplyTo {

@@ -193,12 +193,7 @@ impl Worker<'_> {
         let seq = self.push_slot(token, req.noreply, slot);
         let proto = self.pools[pool].proto;
         self.send_or_fail(
-            ReplyTo {
-                token,
-                id: client_id,
-                seq,
-                frag: None,
-            },
+            ReplyTo::new(token, client_id, seq, None),
             pool,
             server,
             |out| proto.write_request(req, bytes, out),
@@ -499,12 +494,7 @@ impl Worker<'_> {
         for (fi, (server, keys)) in groups.iter().enumerate() {
             let frag = Some(fi as u32);
             self.send_or_fail(
-                ReplyTo {
-                    token,
-                    id: client_id,
-                    seq,
-                    frag,
-                },
+                ReplyTo::new(token, client_id, seq, frag),
                 pool,
                 *server,
                 |out| proto.write_fragment(bytes, &req, keys, out),
@@ -539,12 +529,7 @@ impl Worker<'_> {
         let proto = self.pools[pool].proto;
         let now = Instant::now();
         let sent = self.send_to(
-            ReplyTo {
-                token,
-                id: client_id,
-                seq: Some(seq),
-                frag: None,
-            },
+            ReplyTo::new(token, client_id, Some(seq), None),
             pool,
             server,
             |out| proto.write_request(&req, &bytes, out),
@@ -558,12 +543,7 @@ impl Worker<'_> {
         }
         if let Err(msg) = sent {
             self.fail_unsent(
-                ReplyTo {
-                    token,
-                    id: client_id,
-                    seq: Some(seq),
-                    frag: None,
-                },
+                ReplyTo::new(token, client_id, Some(seq), None),
                 pool,
                 req.op,
                 &msg,
@@ -639,12 +619,7 @@ impl Worker<'_> {
         for (gi, (server, keys)) in groups.iter().enumerate() {
             let fi = Some((base + gi) as u32);
             self.send_or_fail(
-                ReplyTo {
-                    token,
-                    id: client_id,
-                    seq: Some(seq),
-                    frag: fi,
-                },
+                ReplyTo::new(token, client_id, Some(seq), fi),
                 pool,
                 *server,
                 |out| proto.write_fragment(&bytes, &req, keys, out),

@@ -71,12 +71,7 @@ impl Worker<'_> {
         for (fi, s) in targets.into_iter().enumerate() {
             let frag = Some(fi as u32);
             self.send_or_fail(
-                ReplyTo {
-                    token,
-                    id: client_id,
-                    seq,
-                    frag,
-                },
+                ReplyTo::new(token, client_id, seq, frag),
                 pool,
                 s,
                 |out| out.extend_from_slice(bytes),
@@ -133,12 +128,7 @@ impl Worker<'_> {
         let seq = self.push_slot(token, req.noreply, Slot::default());
         let out = keyspace::scan_request(bytes, at);
         self.send_or_fail(
-            ReplyTo {
-                token,
-                id: client_id,
-                seq,
-                frag: None,
-            },
+            ReplyTo::new(token, client_id, seq, None),
             pool,
             server,
             |o| o.extend_from_slice(&out),

@@ -157,12 +157,7 @@ impl Worker<'_> {
                     Err(msg) => {
                         let seq = self.push_slot(token, false, Slot::default());
                         self.fail_unsent(
-                            ReplyTo {
-                                token,
-                                id: client_id,
-                                seq,
-                                frag: None,
-                            },
+                            ReplyTo::new(token, client_id, seq, None),
                             pool,
                             req.op,
                             &msg,
@@ -278,12 +273,7 @@ impl Worker<'_> {
         });
         let Some(server) = server else {
             self.fail_unsent(
-                ReplyTo {
-                    token,
-                    id: client_id,
-                    seq: Some(seq),
-                    frag: Some(idx as u32),
-                },
+                ReplyTo::new(token, client_id, Some(seq), Some(idx as u32)),
                 pool,
                 op,
                 "Connection refused",
@@ -295,12 +285,7 @@ impl Worker<'_> {
             Ok(st) => st,
             Err(msg) => {
                 self.fail_unsent(
-                    ReplyTo {
-                        token,
-                        id: client_id,
-                        seq: Some(seq),
-                        frag: Some(idx as u32),
-                    },
+                    ReplyTo::new(token, client_id, Some(seq), Some(idx as u32)),
                     pool,
                     op,
                     &msg,
@@ -396,12 +381,7 @@ impl Worker<'_> {
         self.pools[pool].proto.server_error(op, why, &mut out);
         for i in from..to {
             self.fragment_done(
-                ReplyTo {
-                    token,
-                    id: client_id,
-                    seq: Some(seq),
-                    frag: Some(i as u32),
-                },
+                ReplyTo::new(token, client_id, Some(seq), Some(i as u32)),
                 out.clone(),
                 true,
                 false,
@@ -616,17 +596,9 @@ impl Worker<'_> {
                             target = Some((st, s.id));
                         }
                     }
-                    Err(msg) => self.fail_unsent(
-                        ReplyTo {
-                            token,
-                            id: client_id,
-                            seq,
-                            frag: None,
-                        },
-                        pool,
-                        op,
-                        &msg,
-                    ),
+                    Err(msg) => {
+                        self.fail_unsent(ReplyTo::new(token, client_id, seq, None), pool, op, &msg)
+                    }
                 }
             }
         }

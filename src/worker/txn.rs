@@ -203,12 +203,7 @@ impl Worker<'_> {
         };
         self.put_txn(token, Some(t));
         let seq = self.push_slot(token, req.noreply, Slot::default());
-        let to = ReplyTo {
-            token,
-            id: client_id,
-            seq,
-            frag: None,
-        };
+        let to = ReplyTo::new(token, client_id, seq, None);
         self.enqueue(st, to.waiter(), req.op, |o| o.extend_from_slice(bytes), now);
     }
 
