@@ -11,7 +11,7 @@ pub use stream::{Listener, Stream};
 use socket2::{Domain, Protocol as SockProto, SockAddr, Socket, Type};
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
 use std::path::Path;
 
 /// Resolve `host:port` to its first address (blocking: called only at
@@ -100,60 +100,23 @@ pub fn connect(endpoint: &Endpoint, keepalive: bool) -> io::Result<Stream> {
 
 /// Re-arm TCP_QUICKACK: Linux clears it after a while, so it is set after
 /// reads to keep delayed ACKs (the 40 ms stalls) away.
-pub fn set_quickack(fd: RawFd) {
-    let one: libc::c_int = 1;
-    // SAFETY: setsockopt on a descriptor we own with a valid int option.
-    unsafe {
-        libc::setsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_QUICKACK,
-            &one as *const libc::c_int as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        );
-    }
+pub fn set_quickack(sock: &impl std::os::fd::AsFd) {
+    // A failure leaves delayed ACKs on: nothing to do about it here.
+    let _ = socket2::SockRef::from(sock).set_quickack(true);
 }
 
 /// Set TCP_NODELAY and optional keepalive on an accepted client socket.
-pub fn tune_client(fd: RawFd, keepalive: bool) {
-    let one: libc::c_int = 1;
-    let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: setsockopt on a descriptor we own with valid int options.
-    unsafe {
-        libc::setsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_NODELAY,
-            &one as *const libc::c_int as *const libc::c_void,
-            len,
-        );
-        if keepalive {
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_KEEPALIVE,
-                &one as *const libc::c_int as *const libc::c_void,
-                len,
-            );
-        }
+pub fn tune_client(sock: &impl std::os::fd::AsFd, keepalive: bool) {
+    let s = socket2::SockRef::from(sock);
+    let _ = s.set_nodelay(true);
+    if keepalive {
+        let _ = s.set_keepalive(true);
     }
 }
 
 /// Whether the descriptor is a TCP socket (as opposed to a unix socket).
-pub fn is_tcp(fd: &impl AsRawFd) -> bool {
-    let mut domain: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `len` bytes into `domain`.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_DOMAIN,
-            &mut domain as *mut libc::c_int as *mut libc::c_void,
-            &mut len,
-        )
-    };
-    rc == 0 && (domain == libc::AF_INET || domain == libc::AF_INET6)
+pub fn is_tcp(sock: &impl std::os::fd::AsFd) -> bool {
+    matches!(socket2::SockRef::from(sock).domain(), Ok(d) if d == Domain::IPV4 || d == Domain::IPV6)
 }
 
 /// The peer of a connected socket as text (`host:port`, or `unix` for a

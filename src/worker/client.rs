@@ -108,7 +108,7 @@ impl Worker<'_> {
         if self.ctl.quickack {
             if let Some(Conn::Client(c)) = self.conns.get(token.0) {
                 if c.sock.is_tcp() && !c.rbuf.is_empty() {
-                    crate::net::set_quickack(c.sock.as_raw_fd());
+                    crate::net::set_quickack(&c.sock);
                 }
             }
         }

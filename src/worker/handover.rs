@@ -379,7 +379,7 @@ impl Worker<'_> {
             crate::net::Stream::Unix(unsafe { mio::net::UnixStream::from_raw_fd(raw) })
         };
         if tcp {
-            crate::net::tune_client(raw, self.pools[pool].cfg.tcpkeepalive);
+            crate::net::tune_client(&sock, self.pools[pool].cfg.tcpkeepalive);
         }
         let Some(token) = self.insert_client(sock, pool, now) else {
             return;

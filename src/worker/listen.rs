@@ -139,8 +139,7 @@ impl Worker<'_> {
                 continue;
             }
             if sock.is_tcp() {
-                use std::os::fd::AsRawFd;
-                crate::net::tune_client(sock.as_raw_fd(), p.cfg.tcpkeepalive);
+                crate::net::tune_client(&sock, p.cfg.tcpkeepalive);
             }
             let sock = match p.tls.accepted(sock) {
                 Ok(s) => s,
