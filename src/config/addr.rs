@@ -313,6 +313,31 @@ pub(crate) fn parse_server(text: &str, line: usize) -> Parsed<ServerConfig> {
     Ok((server, warning))
 }
 
+/// True when a TCP listen host is an IP literal or resolves.
+pub(crate) fn listen_resolves(addr: &ListenAddr) -> bool {
+    use std::net::{IpAddr, ToSocketAddrs};
+    match addr {
+        ListenAddr::Unix { .. } => true,
+        ListenAddr::Tcp { host, .. } if host.parse::<IpAddr>().is_ok() => true,
+        ListenAddr::Tcp { host, port } => (host.as_str(), *port)
+            .to_socket_addrs()
+            .is_ok_and(|mut a| a.next().is_some()),
+    }
+}
+
+/// A listen address written as the configuration spells it.
+pub(crate) fn listen_text(l: &ListenAddr) -> String {
+    match l {
+        // Written from the right as twemproxy parses it: `::1:22121`.
+        ListenAddr::Tcp { host, port } => format!("{host}:{port}"),
+        ListenAddr::Unix {
+            path,
+            perm: Some(p),
+        } => format!("{} {p:04o}", path.display()),
+        ListenAddr::Unix { path, perm: None } => path.display().to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,7 +2,7 @@
 //!
 //! Loading runs in stages: the YAML text becomes raw sections with line
 //! numbers ([`yaml`]), each section is validated with every problem
-//! collected ([`pool`], [`process`]), and the result is an immutable
+//! collected ([`pool_section`], [`process`]), and the result is an immutable
 //! [`Config`]. Every top-level key names a pool, except the reserved
 //! `_walnut` section which holds settings of the process as a whole.
 //!
@@ -16,6 +16,7 @@ mod error;
 mod failover;
 mod pool;
 mod pool_keys;
+mod pool_section;
 mod process;
 mod routing;
 mod scalar;
@@ -104,7 +105,7 @@ impl Config {
             };
             if name == PROCESS_SECTION {
                 process = Some(process::validate_process(&mut report, section));
-            } else if let Some(pool) = pool::validate_pool(&mut report, section) {
+            } else if let Some(pool) = pool_section::validate_pool(&mut report, section) {
                 pools.push(pool);
             }
             errors.append(&mut report.errors);

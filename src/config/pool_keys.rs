@@ -33,7 +33,7 @@ const fn key(name: &'static str, set: Set, show: Show) -> PoolKey {
 /// The single-value keys, in the order `config show` writes them.
 pub(super) const SCALAR_KEYS: &[PoolKey] = &[
     key("listen", set_listen, |p| {
-        Some(super::show::listen_text(&p.listen))
+        Some(super::addr::listen_text(&p.listen))
     }),
     key("hash", set_hash, |p| Some(p.hash.to_string())),
     key("hash_tag", set_hash_tag, |p| {
@@ -343,7 +343,7 @@ fn set_listen(r: &mut Report, v: &Scalar, p: &mut PoolConfig) -> Option<()> {
             if let Some(w) = warning {
                 r.warn(v.line, w);
             }
-            if r.resolve && !super::pool::listen_resolves(&addr) {
+            if r.resolve && !super::addr::listen_resolves(&addr) {
                 let msg = format!("'listen' address '{}' does not resolve", v.text);
                 r.error(v.line, msg);
             }

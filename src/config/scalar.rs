@@ -120,3 +120,27 @@ pub(crate) fn scalar_of<'a>(
         _ => None,
     }
 }
+
+/// A YAML scalar: plain when it cannot be mistaken for anything else,
+/// double-quoted (with `\` and `"` escaped) otherwise.
+pub(crate) fn yaml_scalar(text: &str) -> String {
+    let plain = !text.is_empty()
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-/:[]".contains(&b))
+        && !text.starts_with(['-', '[', ':'])
+        && !matches!(text, "true" | "false" | "null" | "~" | "yes" | "no");
+    if plain {
+        return text.to_string();
+    }
+    let mut q = String::from("\"");
+    for c in text.chars() {
+        match c {
+            '"' => q.push_str("\\\""),
+            '\\' => q.push_str("\\\\"),
+            c => q.push(c),
+        }
+    }
+    q.push('"');
+    q
+}

@@ -3,9 +3,10 @@
 //! from one list of settings, so what `get` returns is what `show` prints,
 //! and `show`'s text is a file `walnut -t` accepts.
 
-use super::addr::{ListenAddr, ServerAddr};
+use super::addr::ServerAddr;
 use super::pool::PoolConfig;
 use super::pool_keys::SCALAR_KEYS;
+use super::scalar::yaml_scalar;
 use super::{Config, PROCESS_SECTION};
 use std::fmt::Write as _;
 
@@ -50,42 +51,6 @@ impl Runtime<'_> {
             k if k.ends_with(".timeout") => ms(),
             _ => Some(v.to_string()),
         }
-    }
-}
-
-/// A YAML scalar: plain when it cannot be mistaken for anything else,
-/// double-quoted (with `\` and `"` escaped) otherwise.
-fn scalar(text: &str) -> String {
-    let plain = !text.is_empty()
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"_.-/:[]".contains(&b))
-        && !text.starts_with(['-', '[', ':'])
-        && !matches!(text, "true" | "false" | "null" | "~" | "yes" | "no");
-    if plain {
-        return text.to_string();
-    }
-    let mut q = String::from("\"");
-    for c in text.chars() {
-        match c {
-            '"' => q.push_str("\\\""),
-            '\\' => q.push_str("\\\\"),
-            c => q.push(c),
-        }
-    }
-    q.push('"');
-    q
-}
-
-pub(super) fn listen_text(l: &ListenAddr) -> String {
-    match l {
-        // Written from the right as twemproxy parses it: `::1:22121`.
-        ListenAddr::Tcp { host, port } => format!("{host}:{port}"),
-        ListenAddr::Unix {
-            path,
-            perm: Some(p),
-        } => format!("{} {p:04o}", path.display()),
-        ListenAddr::Unix { path, perm: None } => path.display().to_string(),
     }
 }
 
@@ -318,15 +283,15 @@ pub fn to_yaml(cfg: &Config, rt: &Runtime) -> String {
     for st in &all {
         if st.section != section {
             section = &st.section;
-            let _ = writeln!(s, "\n{}:", scalar(&st.section));
+            let _ = writeln!(s, "\n{}:", yaml_scalar(&st.section));
         }
         if super::pool::LIST_KEYS.contains(&st.key) {
             let _ = writeln!(s, "  {}:", st.key);
             for v in &st.values {
-                let _ = writeln!(s, "   - {}", scalar(v));
+                let _ = writeln!(s, "   - {}", yaml_scalar(v));
             }
         } else {
-            let _ = writeln!(s, "  {}: {}", st.key, scalar(&st.values[0]));
+            let _ = writeln!(s, "  {}: {}", st.key, yaml_scalar(&st.values[0]));
         }
     }
     s
