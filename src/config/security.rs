@@ -40,6 +40,12 @@ pub struct ServerTls {
     pub cert: Option<String>,
     /// `server_tls_key:` its key.
     pub key: Option<String>,
+    /// `server_tls_handshake_timeout:` ms a server connection may take to
+    /// finish its TLS handshake before it is closed and the requests
+    /// queued on it fail (default 10000). A server that accepts and never
+    /// answers would otherwise hold them for as long as the pool's
+    /// `timeout`, or for ever in a pool without one.
+    pub handshake_timeout_ms: u64,
     /// When `cert` expires (epoch seconds).
     pub not_after: Option<i64>,
     /// A hash of the CA, certificate and key files' bytes.
@@ -96,7 +102,7 @@ impl Security {
 }
 
 /// The keys this file reads.
-pub const SECURITY_KEYS: [&str; 11] = [
+pub const SECURITY_KEYS: [&str; 12] = [
     "tls_cert",
     "tls_key",
     "tls_client_ca",
@@ -106,6 +112,7 @@ pub const SECURITY_KEYS: [&str; 11] = [
     "server_tls_name",
     "server_tls_cert",
     "server_tls_key",
+    "server_tls_handshake_timeout",
     "redis_auth_user",
     "users",
 ];
@@ -209,12 +216,18 @@ fn server_tls<'a>(
     let scalar = |k: &str| scalar_of(get, k);
     let text = |k: &str| scalar(k).map(|s| s.text.clone());
     let on = scalar("server_tls").map_or(Some(false), |v| parse_bool(r, "server_tls", v));
+    let handshake_timeout_ms = scalar("server_tls_handshake_timeout")
+        .map_or(Some(10_000), |v| {
+            parse_num(r, "server_tls_handshake_timeout", v)
+        })
+        .map_or(10_000, |n| u64::from(n.max(1)));
     let server_tls = if on == Some(true) {
         let tls = ServerTls {
             ca: text("server_tls_ca"),
             name: text("server_tls_name"),
             cert: text("server_tls_cert"),
             key: text("server_tls_key"),
+            handshake_timeout_ms,
             not_after: scalar("server_tls_cert").and_then(|c| crate::net::tls::not_after(&c.text)),
             files: files_hash(&[
                 text("server_tls_ca").as_ref(),
@@ -246,6 +259,7 @@ fn server_tls<'a>(
             "server_tls_name",
             "server_tls_cert",
             "server_tls_key",
+            "server_tls_handshake_timeout",
         ] {
             if let Some(v) = scalar(k) {
                 r.error(v.line, format!("'{k}' needs 'server_tls: true'"));

@@ -143,6 +143,10 @@ fn security_settings(p: &PoolConfig, out: &mut Vec<Setting>) {
                 put(key, v.clone());
             }
         }
+        put(
+            "server_tls_handshake_timeout",
+            t.handshake_timeout_ms.to_string(),
+        );
     }
     if let Some(u) = &sec.redis_auth_user {
         put("redis_auth_user", u.clone());

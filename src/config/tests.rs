@@ -428,3 +428,24 @@ fn sentinels_need_named_servers_of_a_plain_redis_pool() {
     let (_, msg) = one_error(&named.replace("- 127.0.0.1:26379", "- 127.0.0.1"));
     assert_eq!(msg, "sentinel '127.0.0.1' is not host:port");
 }
+
+#[test]
+fn server_tls_handshake_timeout() {
+    let ca = format!("{}/tests/vectors/tls/ca.crt", env!("CARGO_MANIFEST_DIR"));
+    let timeout_of = |extra: &str| {
+        let c = load(&pool_with(&format!(
+            "server_tls: true\nserver_tls_ca: {ca}\n{extra}"
+        )))
+        .unwrap();
+        c.pools[0]
+            .security
+            .server_tls
+            .as_ref()
+            .map(|t| t.handshake_timeout_ms)
+    };
+    assert_eq!(timeout_of(""), Some(10_000));
+    assert_eq!(timeout_of("server_tls_handshake_timeout: 750"), Some(750));
+    let (line, msg) = one_error(&pool_with("server_tls_handshake_timeout: 750"));
+    assert_eq!(line, 3);
+    assert!(msg.contains("needs 'server_tls: true'"), "{msg}");
+}

@@ -458,6 +458,8 @@ pub struct Server {
     pub slot: usize,
     /// Connect state.
     pub state: ServerState,
+    /// When it was opened (its TLS handshake is bounded from there).
+    pub opened: Instant,
     /// Input not yet parsed.
     pub rbuf: Buffer,
     /// Do not parse again until `rbuf` holds this many bytes.

@@ -471,6 +471,7 @@ impl<'a> Worker<'a> {
                 self.hot.publish(self.stats.hotkeys(), window);
                 self.hot_since = now;
                 self.sweep_idle(now);
+                self.sweep_server_handshakes(now);
                 self.sweep_stalled_streams(now);
                 self.probe_servers(now);
                 if self.trim.due() {

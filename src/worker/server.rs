@@ -143,6 +143,7 @@ impl Worker<'_> {
             server,
             slot,
             state: ServerState::Connecting,
+            opened: now,
             rbuf: Default::default(),
             need: 0,
             wbuf: Default::default(),

@@ -8,7 +8,7 @@ use super::Worker;
 use crate::proto::Op;
 use crate::stats::{PoolField, ServerField};
 use mio::Token;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 impl Worker<'_> {
     /// Health checks: connect to every server whose retry time came and
@@ -88,6 +88,37 @@ impl Worker<'_> {
         } else {
             s.timer_armed = true;
             self.arm_timer(deadline, token, id);
+        }
+    }
+
+    /// Close server connections whose TLS handshake has not finished
+    /// within the pool's `server_tls_handshake_timeout`: a server (or
+    /// something on its port) that accepts and never answers would
+    /// otherwise hold the requests queued behind the handshake until the
+    /// pool's `timeout`, or for ever in a pool without one. The requests
+    /// fail with the reason, the log names the server, and it counts as a
+    /// failure towards ejection.
+    pub(super) fn sweep_server_handshakes(&mut self, now: Instant) {
+        let pools = &self.pools;
+        let stalled: Vec<(usize, u64)> = self
+            .conns
+            .iter()
+            .filter_map(|(k, c)| match c {
+                Conn::Server(s) if s.sock.is_handshaking() => {
+                    let ms = pools[s.pool]
+                        .cfg
+                        .security
+                        .server_tls
+                        .as_ref()
+                        .map_or(10_000, |t| t.handshake_timeout_ms);
+                    (now.duration_since(s.opened) > Duration::from_millis(ms)).then_some((k, ms))
+                }
+                _ => None,
+            })
+            .collect();
+        for (k, ms) in stalled {
+            let msg = format!("TLS handshake not finished after {ms} ms");
+            self.close_server(Token(k), Ending::Timeout, &msg, now);
         }
     }
 

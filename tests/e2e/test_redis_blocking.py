@@ -118,3 +118,23 @@ def test_every_blocking_command(pool):
     t0 = time.monotonic()
     assert r.xread({"stream": "$"}, block=800) in (None, [], {})
     assert time.monotonic() - t0 >= 0.7
+
+
+def test_xreadgroup_block(pool):
+    p, servers = pool
+    r = client(p.port("rd"))
+    r.xgroup_create("{x}s", "g", id="$", mkstream=True)
+    got = {}
+    reader = client(p.port("rd"))
+    t = threading.Thread(target=lambda: got.setdefault(
+        "v", reader.xreadgroup("g", "c1", {"{x}s": ">"}, block=20000)))
+    t.start()
+    wait_until(lambda: blocked_on(servers) == 1, 10, what="XREADGROUP blocked on its server")
+    assert t.is_alive() and "v" not in got
+    # Added from another client while the group reader blocks: it wakes
+    # with that entry, delivered to the group (pending for c1).
+    entry = r.xadd("{x}s", {"f": "v"})
+    t.join(10)
+    assert got["v"] == [[b"{x}s", [(entry, {b"f": b"v"})]]]
+    assert r.xpending("{x}s", "g")["pending"] == 1
+    assert blocked_on(servers) == 0

@@ -1,8 +1,8 @@
 """The keyspace of a Redis pool spread over three servers, as one: SCAN
 walks every server (a key present for the whole walk is returned, while
 other keys come and go), DBSIZE and INFO's keyspace are the servers' sums,
-RANDOMKEY names a key that exists, KEYS and FLUSHALL only where the pool
-allows them."""
+RANDOMKEY names a key that exists, KEYS, FLUSHALL and FLUSHDB only where
+the pool allows them."""
 
 from __future__ import annotations
 
@@ -107,6 +107,18 @@ def test_dbsize_randomkey_keys_and_flushall(three):
     assert [d.dbsize() for d in direct] == [0, 0, 0]
     assert r.randomkey() is None
     assert r.dbsize() == 0
+    # FLUSHDB likewise: refused unless allowed, then to every server, and
+    # only the pool's database (a key in db 1 stays).
+    for i in range(60):
+        r.set(f"f:{i}", i)
+    other_db = redis.Redis(host=HOST, port=servers[0].port, db=1)
+    other_db.set("elsewhere", "1")
+    with pytest.raises(redis.ResponseError, match="allow_flush"):
+        r.flushdb()
+    assert r.dbsize() == 60
+    assert o.flushdb() is True
+    assert [d.dbsize() for d in direct] == [0, 0, 0]
+    assert other_db.get("elsewhere") == b"1"
     # A cursor that is not a number gets redis-server's error.
     with pytest.raises(redis.ResponseError, match="invalid cursor"):
         r.execute_command("SCAN", "nope")

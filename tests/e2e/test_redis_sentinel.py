@@ -215,13 +215,18 @@ def get_calls(port: int) -> int:
 def test_reads_from_replicas(procs):
     """read_from: prefer-replica: single-key reads go to a replica the
     sentinels list as up, writes to the master; a replica killed under busy
-    readers costs no request (the master serves them)."""
+    readers costs no request (the master serves them). read_from: any:
+    master and replica both serve reads, each client's on one of them."""
     a = procs.redis()
     a2 = replica_of(procs, a)
     sentinels = [procs.sentinel({"shard1": (a.port, 2)}) for _ in range(3)]
     wait_until(lambda: all(replica_up(s) for s in sentinels), 15, what="sentinels see the replica up")
-    p = procs.proxy("walnut", {"rd": shard_pool([f"{a.address}:1 shard1"], sentinels,
-                                                read_from="prefer-replica")})
+    # One worker: client ids (which pick a client's server under `any`)
+    # are one counter.
+    p = procs.proxy("walnut", {
+        "rd": shard_pool([f"{a.address}:1 shard1"], sentinels, read_from="prefer-replica"),
+        "any": shard_pool([f"{a.address}:1 shard1"], sentinels, read_from="any"),
+    }, extra_args=["--workers", "1"])
     port = p.port("rd")
     r = client(port)
     for i in range(20):
@@ -237,6 +242,22 @@ def test_reads_from_replicas(procs):
             assert c.get(f"k{n % 20}") == str(n % 20).encode()
     after = (get_calls(a.port), get_calls(a2.port))
     assert after[1] - before[1] >= 200 and after[0] == before[0], (before, after)
+
+    # read_from: any. Clients connected one after another (PING is
+    # answered by walnut) have consecutive ids: some read from the
+    # master, some from the replica, and every read is served.
+    wait_until(lambda: "pool 'any': replica" in wait_log.read_text(), 10,
+               what="the 'any' pool knows the replica")
+    anys = [client(p.port("any")) for _ in range(6)]
+    for c in anys:
+        assert c.ping() is True
+    before = (get_calls(a.port), get_calls(a2.port))
+    for n in range(30):
+        for c in anys:
+            assert c.get(f"k{n % 20}") == str(n % 20).encode()
+    after = (get_calls(a.port), get_calls(a2.port))
+    served = (after[0] - before[0], after[1] - before[1])
+    assert served[0] > 0 and served[1] > 0 and sum(served) == 180, served
 
     # The replica dies under busy readers: not one read fails.
     errors, done = [], threading.Event()

@@ -125,6 +125,29 @@ def test_tls_listener_redis_py_and_redis_cli(procs, certs):
     assert int(line.split()[-1]) in (19, 20), line
 
 
+def test_memcached_pool_behind_a_tls_listener(procs, certs):
+    backends = [procs.memcached(), procs.memcached()]
+    # murmur spreads k0..k59 over both backends (fnv1a_64 need not): the
+    # multi-get is split and merged.
+    p = start_walnut(procs, {"mc": memcache_pool(backends, hash="murmur", **listen_tls(certs))},
+                     args=["--workers", "1"])
+    ctx = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+    m = MemcacheClient((HOST, p.port("mc")), tls_context=ctx, timeout=10)
+    for i in range(60):
+        assert m.set(f"k{i}", f"v{i}".encode())
+    assert m.get("k7") == b"v7"
+    keys = [f"k{i}" for i in range(60)]
+    assert m.get_many(keys + ["missing"]) == {k: f"v{k[1:]}".encode() for k in keys}
+    # A value larger than rustls's buffers: partial TLS writes both ways.
+    big = bytes(range(256)) * 3000
+    assert m.set("big", big) and m.get("big") == big
+    # Stored on the plain backends, each key on one of them.
+    direct = [MemcacheClient((HOST, b.port), timeout=10) for b in backends]
+    found = [sum(1 for d in direct if d.get(k) is not None) for k in keys]
+    assert found == [1] * len(keys)
+    assert all(d.get_many(keys) for d in direct), "spread over both backends"
+
+
 def test_tls_to_redis_and_memcached_servers(procs, certs):
     rd, rd_tls = tls_redis(procs, certs)
     mc_plain, mc_tls = free_port(), free_port()
@@ -179,7 +202,21 @@ def test_mutual_tls_both_sides(procs, certs):
                     ssl_certfile=str(certs / "expired.crt"), ssl_keyfile=str(certs / "expired.key"),
                     retry=Retry(NoBackoff(), 0), socket_timeout=10).get("m")
     wait_log(p.log_path, "certificate expired")
+    # A certificate signed by another CA: refused, and the log says why.
+    with pytest.raises((redis.ConnectionError, ssl.SSLError, OSError)):
+        redis.Redis(host=HOST, port=p.port("rd"), ssl=True, ssl_ca_certs=str(certs / "ca.crt"),
+                    ssl_certfile=str(certs / "rogue.crt"), ssl_keyfile=str(certs / "rogue.key"),
+                    retry=Retry(NoBackoff(), 0), socket_timeout=10).get("m")
+    wait_log(p.log_path, "UnknownIssuer")
     assert r.get("m") == b"1", "the other client is not affected"
+    # Both certificates' days left are on /metrics: the listener's and the
+    # one walnut presents to servers (client.crt, 30 days).
+    with urllib.request.urlopen(f"http://{HOST}:{p.admin_port}/metrics", timeout=10) as resp:
+        body = resp.read().decode()
+    days = {l.split("{")[1].split("}")[0]: int(l.split()[-1]) for l in body.splitlines()
+            if l.startswith("walnut_tls_certificate_days_left{")}
+    assert days.get('pool="rd",side="listen"') in (19, 20), days
+    assert days.get('pool="rd",side="server"') in (29, 30), days
 
 
 def test_server_certificate_that_fails_verification(procs, certs):
@@ -259,6 +296,81 @@ def test_plain_text_and_stalled_handshakes(procs, certs):
     assert 0.3 < waited < 5, waited
     wait_log(p.log_path, "TLS handshake not finished after 400 ms")
     assert good.get("k") == b"v"
+
+
+def test_stalled_handshake_towards_a_server(procs, certs):
+    """A server port that accepts and never answers the TLS handshake, in a
+    pool without `timeout`: the request queued behind the handshake fails
+    after server_tls_handshake_timeout with a clear error, the log names
+    the server, and the client's connection goes on (routed to another
+    pool, and later requests)."""
+    good, good_tls = tls_redis(procs, certs)
+    stall = socket.create_server((HOST, 0))
+    stall.settimeout(0.2)
+    stall_port = stall.getsockname()[1]
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept_and_say_nothing() -> None:
+        while not stop.is_set():
+            try:
+                accepted.append(stall.accept()[0])
+            except (socket.timeout, OSError):
+                continue
+
+    acceptor = threading.Thread(target=accept_and_say_nothing, daemon=True)
+    acceptor.start()
+    # A route pool's connections to its targets' servers are made with its
+    # own settings: TLS, the handshake timeout, and no `timeout`, so
+    # nothing but the handshake timeout bounds the stall.
+    tls = {"server_tls": True, "server_tls_ca": str(certs / "ca.crt")}
+    try:
+        p = start_walnut(procs, {
+            "stalled": redis_pool([], servers=[f"{HOST}:{stall_port}:1"], **tls),
+            "good": redis_pool([], servers=[f"{HOST}:{good_tls}:1"], **tls),
+            "front": {"redis": True, "routes": ["stall: stalled", "* good"],
+                      "server_tls_handshake_timeout": 800, **tls},
+        }, args=["--workers", "1"])
+        r, other = plain_client(p.port("front")), plain_client(p.port("front"))
+        assert r.set("k", "v")
+        outcome: dict = {}
+
+        def stalled_get() -> None:
+            t0 = time.monotonic()
+            try:
+                outcome["reply"] = r.get("stall:k")
+            except redis.RedisError as e:
+                outcome["error"] = e
+            outcome["took"] = time.monotonic() - t0
+
+        t = threading.Thread(target=stalled_get)
+        t.start()
+        wait_until(lambda: accepted, 10, what="walnut connected to the stalled server")
+        # Meanwhile the other pool answers, on another connection.
+        assert other.set("k2", "v2") and other.get("k") == b"v"
+        assert t.is_alive(), "the stalled request is still waiting"
+        t.join(10)
+        assert "reply" not in outcome, outcome
+        assert isinstance(outcome["error"], redis.ResponseError), outcome
+        assert "TLS handshake not finished after 800 ms" in str(outcome["error"]), outcome
+        assert 0.7 < outcome["took"] < 5, outcome
+        wait_log(p.log_path,
+                 f"server '{HOST}:{stall_port}' closed: TLS handshake not finished after 800 ms")
+        # The same connection goes on: replies in order, the stalled
+        # server's request failing (again) without holding up the others.
+        pipe = r.pipeline(transaction=False)
+        pipe.set("k3", "v3").get("stall:k").get("k3")
+        got = pipe.execute(raise_on_error=False)
+        assert got[0] is True and got[2] == b"v3", got
+        assert isinstance(got[1], redis.ResponseError) and "TLS handshake" in str(got[1]), got
+        assert plain_client(good.port).get("k3") == b"v3"
+        assert r.get("k3") == b"v3"
+    finally:
+        stop.set()
+        acceptor.join(5)
+        stall.close()
+        for c in accepted:
+            c.close()
 
 
 def test_bad_tls_config_is_refused(procs, certs, tmp_path):
