@@ -316,6 +316,36 @@ fn shadow<'a>(
     None
 }
 
+/// The first key of how a pool speaks to its servers (TLS, password,
+/// database) that differs between a routing pool and a pool it names.
+fn server_side_difference(pool: &PoolConfig, target: &PoolConfig) -> Option<&'static str> {
+    let (a, b) = (&pool.security, &target.security);
+    if a.server_tls.is_some() != b.server_tls.is_some() {
+        return Some("server_tls");
+    }
+    if let (Some(x), Some(y)) = (&a.server_tls, &b.server_tls) {
+        if x.ca != y.ca {
+            return Some("server_tls_ca");
+        }
+        if x.name != y.name {
+            return Some("server_tls_name");
+        }
+        if x.cert != y.cert || x.key != y.key {
+            return Some("server_tls_cert");
+        }
+    }
+    if pool.redis_auth != target.redis_auth {
+        return Some("redis_auth");
+    }
+    if a.redis_auth_user != b.redis_auth_user {
+        return Some("redis_auth_user");
+    }
+    if pool.redis_db != target.redis_db {
+        return Some("redis_db");
+    }
+    None
+}
+
 /// Check every pool's routes and shadow against the other pools, and give
 /// each route pool the servers of the pools it routes to.
 pub(crate) fn resolve(path: &Path, pools: &mut [PoolConfig], errors: &mut Vec<ConfigError>) {
@@ -415,6 +445,17 @@ pub(crate) fn resolve(path: &Path, pools: &mut [PoolConfig], errors: &mut Vec<Co
                 continue;
             }
             let t = find(&route.pool).expect("checked above");
+            // The routing pool opens the connections to its targets'
+            // servers with its own server-side keys: a target spoken to
+            // with other ones would silently lose its TLS or its password.
+            if let Some(key) = server_side_difference(pool, t) {
+                let msg = format!(
+                    "{kind} '{}': '{key}' differs from that pool's (this pool connects to its servers, so the server-side keys must be the same in both)",
+                    t.name
+                );
+                errors.push(err(route.line, msg));
+                ok = false;
+            }
             for s in &t.servers {
                 if servers
                     .iter()
@@ -522,5 +563,35 @@ sessions:
         assert!(e.contains("has no 'servers' of its own"), "{e}");
         let e = err("  shadow_mode: writes\n  servers:\n   - 127.0.0.1:1:1\n");
         assert!(e.contains("'shadow_mode' needs 'shadow'"), "{e}");
+    }
+
+    #[test]
+    fn a_route_to_a_pool_spoken_to_otherwise_is_refused() {
+        // A route pool connects to its targets' servers with its own
+        // server-side keys: a target with a password (or TLS) of its own
+        // would be reached without it.
+        let text = "\
+a:
+  listen: 127.0.0.1:7001
+  redis: true
+  redis_auth: secret
+  servers:
+   - 127.0.0.1:6379:1
+front:
+  listen: 127.0.0.1:7000
+  redis: true
+  routes:
+   - \"* a\"
+";
+        let e = format!(
+            "{:?}",
+            Config::from_str(text, Path::new("r.yml")).unwrap_err()
+        );
+        assert!(
+            e.contains("line: 11") && e.contains("route 'a': 'redis_auth' differs"),
+            "{e}"
+        );
+        let same = text.replace("  routes:", "  redis_auth: secret\n  routes:");
+        assert!(Config::from_str(&same, Path::new("r.yml")).is_ok());
     }
 }

@@ -66,6 +66,23 @@ fn frame_kind(frame: &[u8]) -> Option<(String, usize)> {
     Some((kind, colon))
 }
 
+/// The names an UNSUBSCRIBE lists, split into those the client holds and
+/// those it does not (each once, in the order given).
+fn split_held(args: Vec<Vec<u8>>, held: &[Vec<u8>]) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let mut yes: Vec<Vec<u8>> = Vec::new();
+    let mut no = Vec::new();
+    for a in args {
+        if held.contains(&a) {
+            if !yes.contains(&a) {
+                yes.push(a);
+            }
+        } else {
+            no.push(a);
+        }
+    }
+    (yes, no)
+}
+
 impl Worker<'_> {
     /// Pub/sub commands, and what a subscribed client sends: true when
     /// handled here.
@@ -168,8 +185,14 @@ impl Worker<'_> {
                 let list = if args.is_empty() {
                     std::mem::take(&mut subs.channels)
                 } else {
-                    subs.channels.retain(|c| !args.contains(c));
-                    args
+                    let (held, not_held) = split_held(args, &subs.channels);
+                    self.pubsub_not_held(token, &subs, "unsubscribe", resp3, &not_held);
+                    subs.channels.retain(|c| !held.contains(c));
+                    if held.is_empty() && !not_held.is_empty() {
+                        self.put_subs(token, subs);
+                        return;
+                    }
+                    held
                 };
                 if list.is_empty() {
                     self.pubsub_nothing(token, &subs, "unsubscribe", resp3);
@@ -189,8 +212,14 @@ impl Worker<'_> {
                 let list = if args.is_empty() {
                     std::mem::take(&mut subs.shard_channels)
                 } else {
-                    subs.shard_channels.retain(|c| !args.contains(c));
-                    args
+                    let (held, not_held) = split_held(args, &subs.shard_channels);
+                    self.pubsub_not_held(token, &subs, "sunsubscribe", resp3, &not_held);
+                    subs.shard_channels.retain(|c| !held.contains(c));
+                    if held.is_empty() && !not_held.is_empty() {
+                        self.put_subs(token, subs);
+                        return;
+                    }
+                    held
                 };
                 if list.is_empty() {
                     self.pubsub_nothing(token, &subs, "sunsubscribe", resp3);
@@ -211,8 +240,14 @@ impl Worker<'_> {
                 let list = if args.is_empty() {
                     std::mem::take(&mut subs.patterns)
                 } else {
-                    subs.patterns.retain(|p| !args.contains(p));
-                    args
+                    let (held, not_held) = split_held(args, &subs.patterns);
+                    self.pubsub_not_held(token, &subs, "punsubscribe", resp3, &not_held);
+                    subs.patterns.retain(|p| !held.contains(p));
+                    if held.is_empty() && !not_held.is_empty() {
+                        self.put_subs(token, subs);
+                        return;
+                    }
+                    held
                 };
                 if list.is_empty() {
                     self.pubsub_nothing(token, &subs, "punsubscribe", resp3);
@@ -222,6 +257,38 @@ impl Worker<'_> {
             }
         }
         self.put_subs(token, subs);
+    }
+
+    /// redis-server's answer for each channel (or pattern) an UNSUBSCRIBE
+    /// names that the client does not hold: a confirmation with its count
+    /// unchanged. No server is asked (it holds nothing of this client's).
+    fn pubsub_not_held(
+        &mut self,
+        token: Token,
+        subs: &Subs,
+        kind: &str,
+        resp3: bool,
+        names: &[Vec<u8>],
+    ) {
+        let count = if kind == "sunsubscribe" {
+            subs.shard_count
+        } else {
+            subs.count
+        };
+        let mut out = Vec::new();
+        for name in names {
+            if resp3 {
+                out.extend_from_slice(b">3\r\n");
+            } else {
+                reply::array(3, &mut out);
+            }
+            reply::bulk(kind.as_bytes(), &mut out);
+            reply::bulk(name, &mut out);
+            reply::integer(count, &mut out);
+        }
+        if !out.is_empty() {
+            self.push_ready(token, out, false);
+        }
     }
 
     /// redis-server's answer to an UNSUBSCRIBE with nothing subscribed.

@@ -219,7 +219,7 @@ def test_million_element_request(rd):
     # heap goes back to the kernel (the workers trim it once a second, so
     # a sample taken right after a reply may still hold the last one).
     bound = rss[1] + 2 * RSS_SLACK_KB
-    wait_until(lambda: workers_rss_kb(rd) <= bound, 10, interval=0.2,
+    wait_until(lambda: workers_rss_kb(rd) <= bound, 30, interval=0.2,
                what=f"worker RSS back under {bound} kB after repeated MGETs (samples {rss})")
     settle_rss(rd, rss0, "million_keys")
 

@@ -6,6 +6,7 @@ the pool allows them."""
 
 from __future__ import annotations
 
+import hashlib
 import threading
 
 import pytest
@@ -122,3 +123,39 @@ def test_dbsize_randomkey_keys_and_flushall(three):
     # A cursor that is not a number gets redis-server's error.
     with pytest.raises(redis.ResponseError, match="invalid cursor"):
         r.execute_command("SCAN", "nope")
+
+
+def lib_names(libs) -> list[bytes]:
+    """Library names of a FUNCTION LIST reply (RESP2: flat name/value lists)."""
+    out = []
+    for entry in libs:
+        if not isinstance(entry, dict):
+            entry = dict(zip(entry[::2], entry[1::2]))
+        out.append(entry[b"library_name"])
+    return out
+
+
+def test_functions_are_loaded_on_every_server(three):
+    """FUNCTION LOAD reaches every server, so FCALL works for a key on any
+    of them; FUNCTION LIST answers as one server would; FLUSH empties all."""
+    p, servers = three
+    r = client(p)
+    lib = ("#!lua name=wlib\n"
+           "redis.register_function('wset', function(keys, args) "
+           "return redis.call('SET', keys[1], args[1]) end)")
+    assert r.function_load(lib) == b"wlib"
+    for s in servers:
+        assert lib_names(redis.Redis(host=HOST, port=s.port).function_list()) == [b"wlib"], s.port
+    # Hashed names: short ones that differ in their last characters
+    # cluster on one server under fnv1a_64.
+    keys = [hashlib.sha1(b"%d" % i).hexdigest()[:12] for i in range(60)]
+    for k in keys:
+        assert r.fcall("wset", 1, k, "v") == b"OK"
+    # The keys are spread: FCALL ran on every server.
+    assert all(redis.Redis(host=HOST, port=s.port).dbsize() > 0 for s in servers)
+    assert lib_names(r.function_list()) == [b"wlib"]
+    assert r.function_flush() in (True, b"OK")
+    for s in servers:
+        assert redis.Redis(host=HOST, port=s.port).function_list() == []
+    with pytest.raises(redis.ResponseError, match="[Ff]unction not found"):
+        r.fcall("wset", 1, keys[0], "v")

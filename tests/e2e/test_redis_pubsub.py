@@ -123,6 +123,35 @@ def test_resp2_subscribed_mode_rules(three):
         assert buf == want
 
 
+def test_unsubscribe_from_channels_never_subscribed(three):
+    """redis-server answers each name with a confirmation and the count
+    unchanged; nothing reaches a server (it holds nothing of the client)."""
+    p, servers = three
+    with socket.create_connection((HOST, p.port("rd")), timeout=10) as s:
+        s.sendall(b"*4\r\n$11\r\nUNSUBSCRIBE\r\n$3\r\nfoo\r\n$3\r\nbar\r\n$4\r\nquux\r\n"
+                  b"*2\r\n$12\r\nPUNSUBSCRIBE\r\n$2\r\np*\r\n*1\r\n$4\r\nPING\r\n")
+        want = (b"*3\r\n$11\r\nunsubscribe\r\n$3\r\nfoo\r\n:0\r\n"
+                b"*3\r\n$11\r\nunsubscribe\r\n$3\r\nbar\r\n:0\r\n"
+                b"*3\r\n$11\r\nunsubscribe\r\n$4\r\nquux\r\n:0\r\n"
+                b"*3\r\n$12\r\npunsubscribe\r\n$2\r\np*\r\n:0\r\n"
+                b"+PONG\r\n")
+        buf = b""
+        while len(buf) < len(want):
+            chunk = s.recv(4096)
+            assert chunk, buf
+            buf += chunk
+        assert buf == want
+    # Subscribed to one channel, unsubscribing from it and another: the
+    # other is answered here with the count as it stands.
+    r = client(p.port("rd"))
+    ps = r.pubsub()
+    ps.subscribe("held")
+    assert messages(ps, 1)[0]["type"] == "subscribe"
+    ps.unsubscribe("never", "held")
+    got = messages(ps, 2)
+    assert sorted((m["channel"], m["data"]) for m in got) == [(b"held", 0), (b"never", 1)], got
+
+
 def test_resp3_subscriber_runs_commands_too(three):
     p, _ = three
     r = client(p.port("rd"), 3)

@@ -23,8 +23,9 @@ pub enum CmdClass {
     /// meaning (MSETNX: all or none set): forwarded whole when they are,
     /// refused when they map to several servers.
     OneServer,
-    /// Sent to every server, replies merged (SCRIPT LOAD / FLUSH, so a
-    /// script loaded through the proxy runs wherever EVALSHA lands;
+    /// Sent to every server, replies merged (SCRIPT LOAD / FLUSH and
+    /// FUNCTION, so a script or library loaded through the proxy runs
+    /// wherever EVALSHA or FCALL lands;
     /// DBSIZE summed, KEYS joined, RANDOMKEY one of the servers' keys,
     /// INFO's keyspace summed, FLUSHALL / FLUSHDB behind the pool's
     /// `allow_flush`).
@@ -262,7 +263,10 @@ const TABLE: &[Entry] = &[
     e("FCALL_RO", Eval, KeySpec::Eval),
     e("FLUSHALL", Broadcast, KeySpec::None),
     e("FLUSHDB", Broadcast, KeySpec::None),
-    e("FUNCTION", Unsupported, KeySpec::None),
+    // Every subcommand to every server (a cluster pool's masters): the
+    // libraries FCALL needs are then wherever its key lands; LIST, DUMP
+    // and STATS answer with the first server's reply.
+    e("FUNCTION", Broadcast, KeySpec::None),
     e("GEOADD", Single, At(1)),
     e("GEODIST", Single, At(1)),
     e("GEOHASH", Single, At(1)),
