@@ -3,8 +3,12 @@
 //!
 //! Each worker samples about one request in [`SAMPLE`] (a random gap, so
 //! that no periodic pattern of requests aliases with the sampling) into a
-//! space-saving sketch per pool ([`CAPACITY`] counters: bounded memory, and
-//! any key with more than 1/CAPACITY of the samples is certain to be kept).
+//! space-saving sketch per pool ([`CAPACITY`] counters: bounded memory). A
+//! new key replaces the least counted of [`EVICT_CHOICES`] counters picked
+//! at random, not the global minimum, so the textbook guarantee (a key with
+//! more than 1/CAPACITY of the samples is always kept) becomes a strong
+//! likelihood: a key that hot holds a count far above most others', and
+//! is replaced only when every counter drawn beside it is hotter still.
 //! Once a second the worker publishes its top [`PER_POOL`] keys of each
 //! pool into its slot of the shared counters region and starts a new
 //! window; the admin port merges the workers' tables (`hotkeys`, and the

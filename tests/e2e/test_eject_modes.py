@@ -174,6 +174,12 @@ def test_health_check_keeps_dead_server_out(procs, check):
     log = proxy.log_path.read_text()
     name = f"127.0.0.1:{dead.port}"
     ejected = f"pool 'mc': server '{name}' ejected for {retry_ms} ms after 1 failures in a row ("
+    # Each ejection says why, in words: the server was killed, so the
+    # connection closed or was reset, and reconnecting is refused.
+    whys = [line.split(ejected, 1)[1] for line in log.splitlines() if ejected in line]
+    assert whys and all(any(w in why.lower() for w in ("refused", "reset", "closed", "eof"))
+                        for why in whys), whys
+    assert any("refused" in why.lower() for why in whys) or len(whys) == 1, whys
     if not check:
         # twemproxy's behaviour: each retry puts the dead server back and
         # a request fails before it is ejected again.

@@ -224,3 +224,34 @@ def test_make_install_layout(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert (dest / "etc/walnut/nutcracker.yml").read_text() == "# edited\n"
+
+
+def test_dpkg_installs_runs_and_purges_the_package(deb: Path) -> None:
+    """The package installed as an operator installs it (`dpkg -i`, as root),
+    the installed binary checks the installed configuration, and a purge
+    leaves nothing behind. CI runs as root on a machine of its own."""
+    if os.geteuid() != 0 or not shutil.which("dpkg"):
+        if CI:
+            pytest.fail("CI runs as root with dpkg: the package must be installed for real")
+        pytest.skip("installing a package needs root and dpkg")
+    already = subprocess.run(["dpkg", "-s", "walnut"], capture_output=True, text=True)
+    if already.returncode == 0 and not CI:
+        pytest.skip("a walnut package is installed on this machine already")
+    out = subprocess.run(["dpkg", "-i", str(deb)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    try:
+        status = subprocess.run(["dpkg", "-s", "walnut"], capture_output=True, text=True, check=True).stdout
+        assert "Status: install ok installed" in status, status
+        out = subprocess.run(["/usr/sbin/walnut", "-t", "-c", "/etc/walnut/nutcracker.yml"],
+                             capture_output=True, text=True, timeout=10)
+        assert out.returncode == 0 and out.stderr.strip().endswith("syntax is ok"), out.stderr
+        for path in ("/usr/share/man/man8/walnut.8.gz", "/lib/systemd/system/walnut.service"):
+            assert Path(path).is_file(), path
+        conffiles = subprocess.run(["dpkg-query", "--showformat=${Conffiles}", "--show", "walnut"],
+                                   capture_output=True, text=True, check=True).stdout
+        assert "/etc/walnut/nutcracker.yml" in conffiles, conffiles
+    finally:
+        purge = subprocess.run(["dpkg", "--purge", "walnut"], capture_output=True, text=True, timeout=120)
+    assert purge.returncode == 0, purge.stdout + purge.stderr
+    assert not Path("/usr/sbin/walnut").exists()
+    assert not Path("/etc/walnut/nutcracker.yml").exists()
