@@ -381,7 +381,7 @@ impl Conn {
         if ttl == -2 {
             return Ok(None);
         }
-        let ttl = ttl.max(0).to_string();
+        let ttl = super::restore_ttl(ttl);
         let len = payload.len();
         Ok(Some((
             resp_command(&[b"RESTORE", key, ttl.as_bytes(), &payload]),

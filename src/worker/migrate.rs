@@ -434,7 +434,7 @@ impl Worker<'_> {
                     self.pull_next(token, idx, now);
                     return;
                 };
-                let ttl = ttl.max(0).to_string();
+                let ttl = crate::migrate::restore_ttl(ttl);
                 let restore = resp_command(&[b"RESTORE", &key, ttl.as_bytes(), &payload]);
                 self.pull_copy(token, idx, &restore, now);
             }
