@@ -299,7 +299,7 @@ impl Conn {
                 }
                 if line.starts_with(b"ERROR") || line.starts_with(b"CLIENT_ERROR") {
                     return Err(err(format!(
-                        "lru_crawler metadump: {} (memcached 1.4.31 or later is needed)",
+                        "lru_crawler metadump: {} (migration needs memcached 1.6 or later)",
                         String::from_utf8_lossy(&line)
                     )));
                 }
@@ -381,7 +381,7 @@ impl Conn {
         if ttl == -2 {
             return Ok(None);
         }
-        let ttl = ttl.max(0).to_string();
+        let ttl = super::restore_ttl(ttl);
         let len = payload.len();
         Ok(Some((
             resp_command(&[b"RESTORE", key, ttl.as_bytes(), &payload]),
@@ -398,6 +398,12 @@ impl Conn {
         req.extend_from_slice(format!("{b} v f t\r\n").as_bytes());
         self.send(&req)?;
         let head = self.line()?;
+        if head == b"ERROR" {
+            // Not a miss (`EN`): a server without the meta commands.
+            return Err(err(
+                "mg: unknown command (migration needs memcached 1.6 or later)",
+            ));
+        }
         if !head.starts_with(b"VA ") {
             return Ok(None);
         }

@@ -299,6 +299,18 @@ impl Limiter {
     }
 }
 
+/// The TTL argument of the `RESTORE` that recreates a key whose `PTTL`
+/// was `pttl`: 0 (no expiry) for -1, and at least 1 ms for a key that
+/// has a TTL — `PTTL` answers 0 for a key in its last millisecond, which
+/// `RESTORE` would read as "never expires".
+pub fn restore_ttl(pttl: i64) -> String {
+    match pttl {
+        ..0 => "0".to_string(),
+        0 => "1".to_string(),
+        n => n.to_string(),
+    }
+}
+
 /// Whether two configurations of one pool place keys differently (then a
 /// migration runs, if the pool has `migration: true`).
 pub fn placement_changed(old: &PoolConfig, new: &PoolConfig) -> bool {
@@ -420,6 +432,13 @@ pub fn addr_text(a: &ServerAddr) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn restore_ttl_keeps_a_key_in_its_last_millisecond_mortal() {
+        assert_eq!(restore_ttl(-1), "0");
+        assert_eq!(restore_ttl(0), "1");
+        assert_eq!(restore_ttl(1500), "1500");
+    }
 
     fn pool(servers: &[&str]) -> PoolConfig {
         static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

@@ -2,7 +2,9 @@
 //! order, write.
 
 use super::conn::{Conn, Inflight, Slot, Waiter};
+use super::conn_state::AfterPull;
 use super::stream::StreamStart;
+use super::txn::TxnStep;
 use super::{Worker, READ_BUDGET, READ_CHUNK, STREAM_LOW, STREAM_THRESHOLD};
 use crate::proto::{Local, Parse, Request, Route};
 use crate::stats::{PoolField, ServerField, WorkerField};
@@ -329,11 +331,16 @@ impl Worker<'_> {
                 op.class,
                 crate::proto::redis::CmdClass::PubSub | crate::proto::redis::CmdClass::Transaction
             ));
-        if stateful
-            && (self.pubsub_dispatch(token, &req, bytes, now)
-                || self.txn_dispatch(token, &req, bytes, now))
-        {
-            return false;
+        if stateful {
+            if self.pubsub_dispatch(token, &req, bytes, now) {
+                return false;
+            }
+            match self.txn_dispatch(token, &req, bytes, now) {
+                TxnStep::NotTxn => {}
+                TxnStep::Done => return false,
+                // Held while its keys are pulled: read no further.
+                TxnStep::Held => return true,
+            }
         }
         match req.route {
             Route::Local(Local::Reply(out)) => {
@@ -358,7 +365,7 @@ impl Worker<'_> {
             }
             Route::Single | Route::Multi => {
                 if self.pools[pool].migration.is_some()
-                    && self.hold_for_moved_keys(token, &req, bytes, now)
+                    && self.hold_for_moved_keys(token, &req, bytes, AfterPull::Route, now)
                 {
                     return true;
                 }

@@ -62,6 +62,17 @@ pub struct Gate {
     pub pulls: Vec<Pull>,
     /// Pulls not finished.
     pub left: usize,
+    /// Where the request goes once its keys are pulled.
+    pub then: AfterPull,
+}
+
+/// Where a held request goes once its keys are on their new owners.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterPull {
+    /// Routed by its keys, as any request.
+    Route,
+    /// To its client's transaction connection (see `txn.rs`).
+    Txn,
 }
 
 /// One key pulled from its old owners to its new ones.

@@ -19,12 +19,12 @@
 //! the request then goes on to the new owner.
 
 use super::conn::{Conn, Waiter};
-use super::conn_state::{Gate, Pull, PullPart};
+use super::conn_state::{AfterPull, Gate, Pull, PullPart};
 use super::server_rt::{server_rt, ServerRt};
 use super::Worker;
 use crate::config::PoolConfig;
 use crate::hash::{Placement, RingServer};
-use crate::proto::{Parse, Protocol, Request, Route};
+use crate::proto::{Op, Parse, Protocol, Request, Route};
 use mio::Token;
 use std::time::Instant;
 
@@ -207,16 +207,27 @@ impl Worker<'_> {
         token: Token,
         req: &Request,
         bytes: &[u8],
+        then: AfterPull,
         now: Instant,
     ) -> bool {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
             return false;
         };
         let pool = c.pool;
-        let keys: Vec<std::borrow::Cow<[u8]>> = match req.route {
+        let keys: Vec<std::borrow::Cow<[u8]>> = match (req.op, &req.route) {
+            // Every key the command names, not only the one it is routed
+            // by: each moved one must be on its new owner before the
+            // command runs there, or what the command writes to it would
+            // be overwritten by, or shadow, the old copy pulled later.
+            (Op::Redis(op), Route::Single | Route::Multi) => {
+                crate::proto::redis::command_keys(op.cmd, req, bytes)
+                    .into_iter()
+                    .map(std::borrow::Cow::Owned)
+                    .collect()
+            }
             // The key placement uses (a meta request's `b` key decoded).
-            Route::Single => vec![super::forward::routing_key(req, bytes)],
-            Route::Multi => req
+            (_, Route::Single) => vec![super::forward::routing_key(req, bytes)],
+            (_, Route::Multi) => req
                 .keys
                 .iter()
                 .map(|r| std::borrow::Cow::Borrowed(&bytes[r.clone()]))
@@ -261,6 +272,7 @@ impl Worker<'_> {
                 bytes: bytes.to_vec(),
                 pulls,
                 left: n,
+                then,
             }));
         }
         for idx in 0..n {
@@ -422,7 +434,7 @@ impl Worker<'_> {
                     self.pull_next(token, idx, now);
                     return;
                 };
-                let ttl = ttl.max(0).to_string();
+                let ttl = crate::migrate::restore_ttl(ttl);
                 let restore = resp_command(&[b"RESTORE", &key, ttl.as_bytes(), &payload]);
                 self.pull_copy(token, idx, &restore, now);
             }
@@ -551,8 +563,13 @@ impl Worker<'_> {
         let Some(gate) = c.gate.take() else {
             return;
         };
-        let Gate { req, bytes, .. } = *gate;
-        self.dispatch_routed(token, req, &bytes, now);
+        let Gate {
+            req, bytes, then, ..
+        } = *gate;
+        match then {
+            AfterPull::Route => self.dispatch_routed(token, req, &bytes, now),
+            AfterPull::Txn => self.txn_pulled(token, &req, &bytes, now),
+        }
         // Parse what the client sent meanwhile.
         self.resume.push(token);
     }

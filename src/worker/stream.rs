@@ -89,7 +89,12 @@ impl Worker<'_> {
         // is routed by slot and kept in a spool to follow MOVED and ASK
         // (cluster_stream.rs); any other is buffered whole.
         let cluster = self.pools[pool].cluster.is_some();
-        if self.pools[pool].cfg.replicas > 1 || (cluster && req.keys.is_empty()) {
+        // A migrating pool: buffered whole, so that the keys it names are
+        // pulled to their new owners before it goes (see `migrate.rs`).
+        if self.pools[pool].cfg.replicas > 1
+            || (cluster && req.keys.is_empty())
+            || self.pools[pool].migration.is_some()
+        {
             return StreamStart::No;
         }
         if !c.pending.is_empty() {

@@ -16,7 +16,7 @@
 //! slot, and the keys must live on that node.
 
 use super::conn::{Conn, ReplyTo, Slot};
-use super::conn_state::Txn;
+use super::conn_state::{AfterPull, Txn};
 use super::forward::routing_key;
 use super::Worker;
 use crate::proto::redis::reply;
@@ -37,22 +37,35 @@ fn error(msg: &str) -> Vec<u8> {
     out
 }
 
+/// What became of a request offered to the transaction path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum TxnStep {
+    /// Not part of a transaction: routed as any request.
+    NotTxn,
+    /// Answered, or sent to the transaction's connection.
+    Done,
+    /// Held while keys it names are pulled to their new owners (a
+    /// migrating pool); it goes to the transaction's connection after.
+    Held,
+}
+
 impl Worker<'_> {
     /// Whether the request belongs to a transaction (a transaction
-    /// command, or any command of a client in one): then it was handled.
+    /// command, or any command of a client in one), and what became of it.
     pub(super) fn txn_dispatch(
         &mut self,
         token: Token,
         req: &Request,
         bytes: &[u8],
         now: Instant,
-    ) -> bool {
+    ) -> TxnStep {
         let Op::Redis(op) = req.op else {
-            return false;
+            return TxnStep::NotTxn;
         };
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
-            return false;
+            return TxnStep::NotTxn;
         };
+        let pool = c.pool;
         let txn_cmd = op.class == crate::proto::redis::CmdClass::Transaction;
         if (c.txn.is_none() && !txn_cmd)
             || matches!(
@@ -60,7 +73,7 @@ impl Worker<'_> {
                 crate::proto::Route::Local(crate::proto::Local::Quit(_))
             )
         {
-            return false;
+            return TxnStep::NotTxn;
         }
         let name = name_of(req);
         let mut t = self.take_txn(token);
@@ -69,10 +82,31 @@ impl Worker<'_> {
             let keep = t.multi || t.conn.is_some();
             self.put_txn(token, keep.then_some(t));
             self.push_ready(token, out, false);
-            return true;
+            return TxnStep::Done;
+        }
+        // A migrating pool: the keys a WATCH or a queued command names are
+        // pulled to their new owners before it reaches the transaction's
+        // connection, as any request's are. A WATCHed key is then on its
+        // new owner before it is watched there, and a queued command's
+        // keys before EXEC runs it (their old copies are gone by then,
+        // so nothing brings them back under it). A pull that writes a
+        // key another client watches fails that client's EXEC, as any
+        // write would.
+        if self.pools[pool].migration.is_some() && !req.keys.is_empty() {
+            self.put_txn(token, Some(t));
+            if self.hold_for_moved_keys(token, req, bytes, AfterPull::Txn, now) {
+                return TxnStep::Held;
+            }
+            t = self.take_txn(token);
         }
         self.txn_forward(token, req, bytes, t, now);
-        true
+        TxnStep::Done
+    }
+
+    /// A transaction's command whose keys were pulled over goes on.
+    pub(super) fn txn_pulled(&mut self, token: Token, req: &Request, bytes: &[u8], now: Instant) {
+        let t = self.take_txn(token);
+        self.txn_forward(token, req, bytes, t, now);
     }
 
     /// What a transaction command is answered here (no server needed, or

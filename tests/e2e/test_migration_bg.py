@@ -4,7 +4,7 @@ Redis any type with its TTL, memcached with flags and TTL — and at the end
 every key lives on the server Debian's nutcracker computes for the new
 configuration (the oracle), and nowhere else. Pause, resume and abort from
 the admin port; an old owner that dies mid-migration ends it, nothing
-hangs."""
+hangs. A named server moved to another address migrates too."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ import time
 import pytest
 import redis
 from pymemcache.client.base import Client as MemcacheClient
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from procmodel import wait_workers
 from procs import HOST, Proxy, RawConn, free_port, memcache_pool, redis_pool, to_yaml, wait_until
@@ -198,3 +200,63 @@ def test_pause_resume_abort_and_a_dead_old_owner(procs):
     wait_until(lambda: state(p.admin_port, "mc").get("state") == "done", 60, what="the migration to end")
     assert int(state(p.admin_port, "mc")["failed"]) > 0
     assert mc.set(key(0), b"y", noreply=False)
+
+
+def test_a_named_server_moved_to_a_new_address(procs):
+    """`servers: - host:port:1 name`: the ring hashes the name, so moving a
+    named server to another address keeps every key's place on the ring
+    but not its machine. Its keys stay readable meanwhile (pulled from the
+    old address) and end on the new address, the old one left empty."""
+    mcs = procs.memcacheds(3)
+    rds = [procs.redis() for _ in range(3)]
+    mc_port, rd_port = free_port(), free_port()
+    n = 1000
+
+    def pools(second: int) -> str:
+        def srv(backends):
+            return [f"{backends[0].address}:1 alpha", f"{backends[second].address}:1 beta"]
+        mc = memcache_pool([], listen=f"{HOST}:{mc_port}", migration=True, migration_rate=200)
+        mc["servers"] = srv(mcs)
+        rd = redis_pool([], listen=f"{HOST}:{rd_port}", migration=True, migration_rate=200)
+        rd["servers"] = srv(rds)
+        return to_yaml({"mc": mc, "rd": rd})
+
+    p = Proxy("walnut", procs.workdir, {}, extra_args=["--workers", "2"])
+    p.conf_path.write_text(pools(1))
+    p.ports = {"mc": mc_port, "rd": rd_port}
+    procs.started.append(p)
+    p.start()
+    gen1 = wait_workers(p.pid, 2)
+    mc = MemcacheClient((HOST, mc_port))
+    r = redis.Redis(host=HOST, port=rd_port, protocol=2, socket_timeout=10,
+                    retry=Retry(NoBackoff(), 0))
+    pipe = r.pipeline(transaction=False)
+    for i in range(n):
+        mc.set(key(i), f"v{i}".encode(), noreply=False, flags=i % 5)
+        pipe.set(key(i), f"v{i}").rpush(f"l{key(i)}", "a", "b")
+    pipe.execute()
+    keys = [key(i) for i in range(n)]
+    on_beta_mc = set(MemcacheClient((HOST, mcs[1].port)).get_many(keys))
+    rd_beta = redis.Redis(host=HOST, port=rds[1].port)
+    rd_keys = keys + [f"l{k}" for k in keys]
+    on_beta_rd = {k for k in rd_keys if rd_beta.exists(k)}
+    assert 0 < len(on_beta_mc) < n and 0 < len(on_beta_rd) < 2 * n
+    p.conf_path.write_text(pools(2))
+    p.signal(signal.SIGHUP)
+    wait_workers(p.pid, 2, exclude=gen1.values())
+    # Read at once, while the migrator (200 keys a second) is far from done.
+    assert state(p.admin_port, "rd").get("state") != "done"
+    for i in range(n):
+        assert mc.get(key(i)) == f"v{i}".encode(), i
+        assert r.get(key(i)) == f"v{i}".encode() and r.lrange(f"l{key(i)}", 0, -1) == [b"a", b"b"], i
+    for pool in ("mc", "rd"):
+        wait_until(lambda pool=pool: state(p.admin_port, pool).get("state") == "done", 60,
+                   what=f"migration of {pool} to end")
+        assert state(p.admin_port, pool)["failed"] == "0"
+    # beta's keys are on its new address, exactly those; the old is empty.
+    assert set(MemcacheClient((HOST, mcs[2].port)).get_many(keys)) == on_beta_mc
+    assert MemcacheClient((HOST, mcs[1].port)).get_many(keys) == {}
+    rd_new = redis.Redis(host=HOST, port=rds[2].port)
+    assert {k for k in rd_keys if rd_new.exists(k)} == on_beta_rd
+    assert rd_beta.dbsize() == 0 and rd_new.dbsize() == len(on_beta_rd)
+    assert set(MemcacheClient((HOST, mcs[0].port)).get_many(keys)) == set(keys) - on_beta_mc

@@ -3,8 +3,10 @@ runs (keys still on the owner of the first configuration, keys written
 since on the owner of the second: both found, both moved), a reload of
 something else meanwhile (pulling goes on), and a new owner that dies
 mid-migration (the migration waits for it instead of ending with keys
-left behind; only what had already moved to it is lost with it), and a hot
-upgrade mid-migration (the new binary carries it on)."""
+left behind; only what had already moved to it is lost with it), a hot
+upgrade mid-migration (the new binary carries it on), and a migrator
+killed mid-migration (restarted, it ends the migration with nothing
+failed)."""
 
 from __future__ import annotations
 
@@ -337,3 +339,77 @@ def test_a_replicated_pool_grows_under_load(procs):
     procs.proxy("nutcracker", {"mc": memcache_pool(mcs, listen=f"{HOST}:{oracle_port}")})
     nc = MemcacheClient((HOST, oracle_port))
     assert all(nc.get(k) == checker.want[i] for i, k in enumerate(names))
+
+
+def migrator_of(master: int, pool: str) -> int | None:
+    """The pid of the migrator of ``pool`` (a child of ``master``), if any."""
+    for pid in children(master):
+        if cmdline(pid) == f"walnut: migrator {pool}":
+            return pid
+    return None
+
+
+def test_a_killed_migrator_is_restarted_and_finishes(procs):
+    """SIGKILL of the migrator mid-migration (a key possibly copied but not
+    yet deleted from its old owner): the master starts another, which
+    moves what is left; the migration ends done, nothing failed, and
+    every key is on its new owner only."""
+    mcs = procs.memcacheds(3)
+    rds = [procs.redis() for _ in range(3)]
+    ports = (free_port(), free_port())
+
+    def pools(n: int, ports=ports, migration=True) -> dict:
+        extra = {"migration": True, "migration_rate": 200} if migration else {}
+        return {"mc": memcache_pool(mcs[:n], listen=f"{HOST}:{ports[0]}", **extra),
+                "rd": redis_pool(rds[:n], listen=f"{HOST}:{ports[1]}", **extra)}
+
+    p = Proxy("walnut", procs.workdir, {}, extra_args=["--workers", "2"])
+    p.conf_path.write_text(to_yaml(pools(2)))
+    p.ports = {"mc": ports[0], "rd": ports[1]}
+    procs.started.append(p)
+    p.start()
+    gen = wait_workers(p.pid, 2)
+    mc = MemcacheClient((HOST, ports[0]))
+    r = redis.Redis(host=HOST, port=ports[1], protocol=2, retry=Retry(NoBackoff(), 0),
+                    socket_timeout=10)
+    pipe = r.pipeline(transaction=False)
+    for i in range(N):
+        mc.set(key(i), f"v{i}".encode(), noreply=False, flags=i % 3)
+        pipe.set(key(i), f"v{i}").hset(f"h{key(i)}", "f", str(i))
+    pipe.execute()
+    p.conf_path.write_text(to_yaml(pools(3)))
+    p.signal(signal.SIGHUP)
+    wait_workers(p.pid, 2, exclude=gen.values())
+    for pool in ("mc", "rd"):
+        # At 200 keys a second the third of the keys that move take
+        # seconds: it is surely in the middle when killed.
+        wait_until(lambda pool=pool: int(state(p.admin_port, pool).get("moved", 0)) > 20
+                   and migrator_of(p.pid, pool), 30, what=f"{pool}'s migrator moving keys")
+        killed = migrator_of(p.pid, pool)
+        assert killed and state(p.admin_port, pool)["state"] == "running"
+        os.kill(killed, signal.SIGKILL)
+        wait_log(p.log_path, f"pool '{pool}': migrator (pid {killed}) ended abnormally; restarting")
+    for pool in ("mc", "rd"):
+        wait_until(lambda pool=pool: state(p.admin_port, pool).get("state") == "done", 90,
+                   what=f"{pool}'s restarted migration to end")
+        st = state(p.admin_port, pool)
+        assert st["failed"] == "0", st
+    log = p.log_path.read_text()
+    for pool in ("mc", "rd"):
+        # Started after the reload, then once more after the kill.
+        assert log.count(f"pool '{pool}': migrator started, pid") == 2, pool
+    # Each key once, and where nutcracker computes for the new servers.
+    assert sum(len(MemcacheClient((HOST, m.port)).get_many([key(i) for i in range(N)]))
+               for m in mcs) == N
+    assert sum(redis.Redis(host=HOST, port=x.port).dbsize() for x in rds) == 2 * N
+    assert redis.Redis(host=HOST, port=rds[2].port).dbsize() > 0
+    oracle_ports = (free_port(), free_port())
+    procs.proxy("nutcracker", pools(3, oracle_ports, migration=False))
+    with RawConn(oracle_ports[0]) as c:
+        for i in range(N):
+            k = key(i).encode()
+            want = b"VALUE %s %d %d\r\nv%d\r\nEND\r\n" % (k, i % 3, len(b"v%d" % i), i)
+            assert c.request(b"get %s\r\n" % k, b"END\r\n") == want, i
+    nr = redis.Redis(host=HOST, port=oracle_ports[1], protocol=2, lib_name=None, lib_version=None)
+    for i in range(N):
+        assert nr.get(key(i)) == f"v{i}".encode() and nr.hget(f"h{key(i)}", "f") == str(i).encode(), i

@@ -223,3 +223,79 @@ def test_servers_change_under_load_without_a_miss(procs, change):
     else:
         assert counts[2] == 0 and direct[2].dbsize() == 0
 
+
+
+def test_every_key_of_a_multi_key_command_is_pulled(procs):
+    """SMOVE, RENAME(NX), LMOVE, SUNIONSTORE, EVAL with two keys and a
+    WATCH / MULTI / EXEC, on hash-tagged keys whose owner changed: every key
+    the command names is on its new owner before it runs there. Were only
+    the first one pulled, the others would be written on the new owner
+    while their old copies wait on the old one, then be lost (a later pull
+    finds the key present and drops the old copy) or be read as missing."""
+    rds = [procs.redis() for _ in range(3)]
+    port = free_port()
+
+    def config(n: int) -> str:
+        # The background migrator crawls (one key a second): the keys
+        # below are pulled by the commands themselves.
+        return to_yaml({"rd": redis_pool(rds[:n], listen=f"{HOST}:{port}", hash_tag="{}",
+                                         migration=True, migration_rate=1),
+                        "_walnut": {"workers": 2}})
+
+    p = Proxy("walnut", procs.workdir, {})
+    p.conf_path.write_text(config(2))
+    p.ports = {"rd": port}
+    procs.started.append(p)
+    p.start()
+    gen1 = wait_workers(p.pid, 2)
+    r = redis.Redis(host=HOST, port=port, protocol=2, socket_timeout=10, retry=Retry(NoBackoff(), 0))
+    tags = ["{" + tkey(i) + "}" for i in range(60)]
+    for t in tags:
+        pipe = r.pipeline(transaction=False)
+        pipe.sadd(f"{t}sa", "a1", "a2").sadd(f"{t}sb", "b1")
+        pipe.set(f"{t}nx1", "n1").set(f"{t}nx2", "n2")
+        pipe.set(f"{t}rn1", "r1").rpush(f"{t}rn2", "old")
+        pipe.rpush(f"{t}l1", "q", "r").rpush(f"{t}l2", "p")
+        pipe.sadd(f"{t}u1", "x").sadd(f"{t}u2", "y").sadd(f"{t}u", "stale")
+        pipe.set(f"{t}e1", "ev").sadd(f"{t}e2", "old")
+        pipe.set(f"{t}w1", "wv").sadd(f"{t}w2", "w")
+        pipe.execute()
+    p.conf_path.write_text(config(3))
+    p.signal(signal.SIGHUP)
+    wait_workers(p.pid, 2, exclude=gen1.values())
+    for pid in gen1.values():
+        wait_gone(pid, timeout=10)
+    wait_log(p.log_path, "keys whose owner changed are pulled")
+    script = "redis.call('SADD', KEYS[2], redis.call('GET', KEYS[1])) return redis.call('SCARD', KEYS[2])"
+    for t in tags:
+        assert r.smove(f"{t}sa", f"{t}sb", "a1") is True, t
+        assert r.renamenx(f"{t}nx1", f"{t}nx2") is False, t
+        assert r.rename(f"{t}rn1", f"{t}rn2") is True, t
+        assert r.lmove(f"{t}l1", f"{t}l2", "LEFT", "RIGHT") == b"q", t
+        assert r.sunionstore(f"{t}u", [f"{t}u1", f"{t}u2"]) == 2, t
+        assert r.eval(script, 2, f"{t}e1", f"{t}e2") == 2, t
+        with r.pipeline(transaction=True) as tx:
+            tx.watch(f"{t}w1")
+            assert tx.get(f"{t}w1") == b"wv", t
+            tx.multi()
+            tx.get(f"{t}w1").sadd(f"{t}w2", "z")
+            assert tx.execute() == [b"wv", 1], t
+    # Sources and destinations hold the old data with the new.
+    for t in tags:
+        assert r.smembers(f"{t}sa") == {b"a2"} and r.smembers(f"{t}sb") == {b"a1", b"b1"}, t
+        assert r.get(f"{t}nx1") == b"n1" and r.get(f"{t}nx2") == b"n2", t
+        assert r.exists(f"{t}rn1") == 0 and r.get(f"{t}rn2") == b"r1", t
+        assert r.lrange(f"{t}l1", 0, -1) == [b"r"] and r.lrange(f"{t}l2", 0, -1) == [b"p", b"q"], t
+        assert r.smembers(f"{t}u") == {b"x", b"y"}, t
+        assert r.smembers(f"{t}e2") == {b"old", b"ev"}, t
+        assert r.smembers(f"{t}w2") == {b"w", b"z"}, t
+    # Each key on one server only, a share of them on the new one.
+    direct = [redis.Redis(host=HOST, port=x.port) for x in rds]
+    names = ["sa", "sb", "nx1", "nx2", "rn2", "l1", "l2", "u1", "u2", "u", "e1", "e2", "w1", "w2"]
+    on_new = 0
+    for t in tags:
+        for n in names:
+            owners = [i for i, d in enumerate(direct) if d.exists(f"{t}{n}")]
+            assert len(owners) == 1, (t, n, owners)
+            on_new += owners[0] == 2
+    assert on_new > 0, "no group moved to the new server"

@@ -606,6 +606,111 @@ fn local_route(cmd: Cmd, argc: usize, req: &[u8], second: Option<&Arg>) -> Resul
     Ok(Route::Local(Local::RedisSession))
 }
 
+/// Where the keys of a command routed by one key are, when it names more
+/// than the one the parser records (routing stays by that one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MoreKeys {
+    /// Arguments 1 and 2 (RENAME src dst, SMOVE src dst member, ...).
+    FirstTwo,
+    /// Every argument from this index on (SUNION key..., BITOP op dst key...).
+    From(usize),
+    /// `numkeys` at this index, that many keys after it (ZUNION, LMPOP,
+    /// EVAL, ...).
+    Counted(usize),
+    /// A destination at 1, then `numkeys` at 2 and the keys (ZUNIONSTORE).
+    DestCounted,
+    /// The key at 1, and a `STORE` / `STOREDIST` destination among the
+    /// options that start at this index (SORT, GEORADIUS...).
+    Store(usize),
+    /// XREAD / XREADGROUP: the first half of what follows `STREAMS`.
+    Streams,
+}
+
+fn more_keys(cmd: Cmd) -> Option<MoreKeys> {
+    use MoreKeys::*;
+    Some(match cmd.name() {
+        "RENAME" | "RENAMENX" | "COPY" | "SMOVE" | "LMOVE" | "RPOPLPUSH" | "ZRANGESTORE"
+        | "GEOSEARCHSTORE" | "LCS" => FirstTwo,
+        "SINTER" | "SUNION" | "SDIFF" | "SINTERSTORE" | "SUNIONSTORE" | "SDIFFSTORE"
+        | "PFCOUNT" | "PFMERGE" => From(1),
+        "BITOP" => From(2),
+        "ZUNION" | "ZINTER" | "ZDIFF" | "ZINTERCARD" | "SINTERCARD" | "LMPOP" | "ZMPOP" => {
+            Counted(1)
+        }
+        "ZUNIONSTORE" | "ZINTERSTORE" | "ZDIFFSTORE" => DestCounted,
+        "SORT" | "SORT_RO" => Store(2),
+        "GEORADIUS" => Store(6),
+        "GEORADIUSBYMEMBER" => Store(5),
+        "XREAD" | "XREADGROUP" => Streams,
+        _ if cmd.class() == CmdClass::Eval => Counted(2),
+        _ => return None,
+    })
+}
+
+/// Every key a request names (its bytes `bytes`, accepted by
+/// [`parse_request`] as `req`), for what must see all of them before it
+/// runs: a migrating pool pulls each moved key over first, or a command
+/// such as `SMOVE {t}a {t}b m` would create `{t}b` on its new owner while
+/// the old `{t}b` still waits on the old one. `req.keys` for the commands
+/// whose keys it already lists in full; SORT's `BY` / `GET` patterns are
+/// not keys named here.
+pub fn command_keys(cmd: Cmd, req: &Request, bytes: &[u8]) -> Vec<Vec<u8>> {
+    let recorded = || req.keys.iter().map(|r| bytes[r.clone()].to_vec()).collect();
+    let Some(spec) = more_keys(cmd) else {
+        return recorded();
+    };
+    let args = Args::new(bytes);
+    let all: Vec<Arg> = Args::new(bytes).collect();
+    let value = |a: &Arg| {
+        let mut v = Vec::new();
+        args.value(a, &mut v);
+        v
+    };
+    let count_at = |i: usize| {
+        all.get(i)
+            .and_then(|a| parse_int(&value(a)))
+            .and_then(|n| usize::try_from(n).ok())
+            .unwrap_or(0)
+    };
+    let idx: Vec<usize> = match spec {
+        MoreKeys::FirstTwo => vec![1, 2],
+        MoreKeys::From(i) => (i..all.len()).collect(),
+        MoreKeys::Counted(i) => (i + 1..i + 1 + count_at(i)).collect(),
+        MoreKeys::DestCounted => std::iter::once(1).chain(3..3 + count_at(2)).collect(),
+        MoreKeys::Store(from) => {
+            let mut out = vec![1];
+            let mut i = from;
+            while i < all.len() {
+                let word = value(&all[i]).to_ascii_uppercase();
+                match word.as_slice() {
+                    b"STORE" | b"STOREDIST" => {
+                        out.push(i + 1);
+                        i += 2;
+                    }
+                    // SORT's options with values (a pattern is not a key).
+                    b"BY" | b"GET" => i += 2,
+                    b"LIMIT" => i += 3,
+                    _ => i += 1,
+                }
+            }
+            out
+        }
+        MoreKeys::Streams => {
+            let at = all
+                .iter()
+                .position(|a| value(a).eq_ignore_ascii_case(b"STREAMS"))
+                .map_or(all.len(), |p| p + 1);
+            (at..at + (all.len() - at) / 2).collect()
+        }
+    };
+    let keys: Vec<Vec<u8>> = idx.iter().filter_map(|&i| all.get(i)).map(value).collect();
+    if keys.is_empty() {
+        recorded()
+    } else {
+        keys
+    }
+}
+
 #[cfg(test)]
 #[path = "request_tests.rs"]
 mod tests;

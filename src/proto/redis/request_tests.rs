@@ -544,3 +544,45 @@ fn whole_arg_waits_for_the_whole_argument() {
     }
     assert!(whole_arg(b"*1\r\n", &l).is_err());
 }
+
+/// Every key of `line` (an inline command) as `command_keys` finds them.
+fn all_keys_of(line: &str) -> Vec<String> {
+    let bytes = format!("{line}\r\n").into_bytes();
+    let Ok(Parse::Done(req)) = parse_request(&bytes, &limits()) else {
+        panic!("{line} does not parse");
+    };
+    let Op::Redis(op) = req.op else {
+        panic!("{line} is not a Redis request");
+    };
+    command_keys(op.cmd, &req, &bytes[..req.len])
+        .into_iter()
+        .map(|k| String::from_utf8(k).unwrap())
+        .collect()
+}
+
+#[test]
+fn command_keys_names_every_key_a_command_touches() {
+    let cases: &[(&str, &[&str])] = &[
+        ("GET a", &["a"]),
+        ("SMOVE a b m", &["a", "b"]),
+        ("RENAME a b", &["a", "b"]),
+        ("COPY a b REPLACE", &["a", "b"]),
+        ("LMOVE a b LEFT RIGHT", &["a", "b"]),
+        ("SUNIONSTORE d a b c", &["d", "a", "b", "c"]),
+        ("BITOP AND d a b", &["d", "a", "b"]),
+        ("ZUNIONSTORE d 2 a b WEIGHTS 1 2", &["d", "a", "b"]),
+        ("ZINTER 2 a b WITHSCORES", &["a", "b"]),
+        ("LMPOP 2 a b LEFT COUNT 3", &["a", "b"]),
+        ("EVAL s 2 a b x y", &["a", "b"]),
+        ("FCALL f 1 a x", &["a"]),
+        ("SORT a BY w_* GET STORE LIMIT 0 5 STORE d", &["a", "d"]),
+        ("GEORADIUS a 1 2 3 km STOREDIST d", &["a", "d"]),
+        ("XREAD COUNT 2 STREAMS a b 0 0", &["a", "b"]),
+        ("WATCH a b", &["a", "b"]),
+        ("MGET a b", &["a", "b"]),
+        ("\"SMOVE\" a \"b c\" m", &["a", "b c"]),
+    ];
+    for (line, want) in cases {
+        assert_eq!(all_keys_of(line), *want, "{line}");
+    }
+}
