@@ -88,6 +88,19 @@ const MORE_KEYS: &[&str] = &[
     "MEMORY",
 ];
 
+/// Scripts and functions: the keys a script reaches are known only to the
+/// server as it runs, and the server does not know walnut's users, so a
+/// prefix-limited user may not run them (redis-server checks each key a
+/// script touches; walnut cannot).
+const SCRIPTS: &[&str] = &[
+    "EVAL",
+    "EVALSHA",
+    "EVAL_RO",
+    "EVALSHA_RO",
+    "FCALL",
+    "FCALL_RO",
+];
+
 fn is_read(name: &str) -> bool {
     super::commands::is_read_command(name) || ALSO_READ.contains(&name)
 }
@@ -126,6 +139,9 @@ pub fn refusal(user: &AclUser, req: &Request, bytes: &[u8]) -> Option<Vec<u8>> {
         CmdClass::Broadcast | CmdClass::Scan | CmdClass::Keyless
     ) && !matches!(name, "TIME" | "INFO");
     if walks_keyspace {
+        return Some(no_command(name));
+    }
+    if SCRIPTS.contains(&name) {
         return Some(no_command(name));
     }
     if MORE_KEYS.contains(&name) {
@@ -194,5 +210,28 @@ mod tests {
         );
         assert!(check(&u, b"*2\r\n$4\r\nSCAN\r\n$1\r\n0\r\n").is_some());
         assert_eq!(check(&u, b"*1\r\n$4\r\nTIME\r\n"), None);
+        // A script may reach any key, declared or not.
+        assert_eq!(
+            check(
+                &u,
+                b"*5\r\n$4\r\nEVAL\r\n$1\r\nx\r\n$1\r\n2\r\n$5\r\napp:1\r\n$5\r\nother\r\n"
+            )
+            .unwrap(),
+            "-NOPERM this user has no permissions to run the 'eval' command\r\n"
+        );
+        assert!(check(
+            &u,
+            b"*4\r\n$5\r\nFCALL\r\n$1\r\nf\r\n$1\r\n1\r\n$5\r\napp:1\r\n"
+        )
+        .is_some());
+        // A user without prefixes may.
+        let all = user(false, &[]);
+        assert_eq!(
+            check(
+                &all,
+                b"*4\r\n$4\r\nEVAL\r\n$1\r\nx\r\n$1\r\n1\r\n$1\r\nk\r\n"
+            ),
+            None
+        );
     }
 }
