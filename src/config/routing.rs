@@ -141,6 +141,15 @@ impl Routing {
     pub fn strips(&self) -> bool {
         self.routes.iter().any(|r| r.strip)
     }
+
+    /// Zone pools: the zone (0: the local one) the pool's server `server`
+    /// is in.
+    pub fn zone_of(&self, server: usize) -> usize {
+        self.targets
+            .iter()
+            .position(|t| (t.first..t.first + t.count).contains(&server))
+            .unwrap_or(0)
+    }
 }
 
 /// Parse a pool's routing keys (their syntax; references are checked by

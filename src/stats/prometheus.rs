@@ -77,6 +77,10 @@ fn pool_family(f: PoolField) -> Family {
             "walnut_pool_fragments_total",
             "fragments multi-key requests were split into",
         ),
+        PoolField::ZoneFailovers => counter(
+            "walnut_pool_zone_failovers_total",
+            "requests of a zone pool answered by a zone other than the local one (its server lost, or an error; a read's miss with zone_failover: miss)",
+        ),
     }
 }
 

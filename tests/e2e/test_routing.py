@@ -11,6 +11,7 @@ import threading
 import time
 import urllib.request
 
+import pytest
 import redis
 from pymemcache.client.base import Client as MemcacheClient
 from redis.backoff import NoBackoff
@@ -116,25 +117,37 @@ def metric(p, name: str) -> int:
 
 
 class Busy:
-    """Persistent pymemcache clients setting and getting without pause."""
+    """Persistent clients setting and getting without pause, without retry
+    (pymemcache, or redis-py with ``Retry(NoBackoff(), 0)``): any failure a
+    client sees is recorded and ends its thread. Each round's latency is
+    recorded under the phase it started in."""
 
-    def __init__(self, port: int, n: int = 3):
-        self.port, self.rounds, self.errors = port, 0, []
+    def __init__(self, port: int, n: int = 3, redis_: bool = False):
+        self.port, self.redis, self.rounds, self.errors = port, redis_, 0, []
+        self.phase = "start"
+        self.latencies: dict[str, list[float]] = {}
         self.stop_flag = threading.Event()
         self.threads = [threading.Thread(target=self.run, args=(i,), daemon=True) for i in range(n)]
 
     def run(self, i: int) -> None:
-        m = MemcacheClient((HOST, self.port), timeout=10)
+        if self.redis:
+            r = rclient(self.port)
+            set_, get = (lambda k, v: r.set(k, v)), r.get
+        else:
+            m = MemcacheClient((HOST, self.port), timeout=10)
+            set_, get = (lambda k, v: m.set(k, v, noreply=False)), m.get
         j, deadline = 0, time.monotonic() + 90
         while not self.stop_flag.is_set() and time.monotonic() < deadline:
             j += 1
+            phase, t0 = self.phase, time.perf_counter()
             try:
-                m.set(f"k{i}:{j % 500}", str(j).encode(), noreply=False)
-                assert m.get(f"k{i}:{j % 500}") == str(j).encode()
+                assert set_(f"k{i}:{j % 500}", str(j).encode())
+                assert get(f"k{i}:{j % 500}") == str(j).encode()
                 self.rounds += 1
             except Exception as e:  # noqa: BLE001 - every failure counts
                 self.errors.append(repr(e))
                 return
+            self.latencies.setdefault(phase, []).append(time.perf_counter() - t0)
 
     def start(self) -> "Busy":
         for t in self.threads:
@@ -145,6 +158,10 @@ class Busy:
         base = self.rounds
         wait_until(lambda: self.rounds >= base + n or self.errors, 30, what="client progress")
         assert not self.errors, self.errors
+
+    def p99(self, phase: str) -> float:
+        lat = sorted(self.latencies[phase])
+        return lat[min(len(lat) - 1, int(len(lat) * 0.99))]
 
     def stop(self) -> None:
         self.stop_flag.set()
@@ -242,7 +259,11 @@ def test_redis_zone_read_fails_over_on_a_miss(procs):
     wait_until(lambda: rclient(zb[0].port).get("w") == b"1", 10, what="the copy")
 
 
-def test_a_zone_lost_under_load(procs):
+def zone_failovers(p, pool: str = "z") -> int:
+    return p.stats()[pool]["zone_failovers"]
+
+
+def test_a_zone_lost_under_load_with_sync_writes(procs):
     za = [procs.memcached(), procs.memcached()]
     zb = [procs.memcached()]
     p = start_walnut(procs, {
@@ -253,6 +274,7 @@ def test_a_zone_lost_under_load(procs):
     busy = Busy(p.port("z")).start()
     try:
         busy.progress()
+        assert zone_failovers(p) == 0, "the local zone answers while it is there"
         for m in za:  # the local zone goes away
             os.kill(m.pid, signal.SIGKILL)
             m.proc.wait(timeout=10)
@@ -264,6 +286,40 @@ def test_a_zone_lost_under_load(procs):
         return sum(v.get("server_err", 0) for k, v in p.stats()["z"].items()
                    if isinstance(v, dict) and k in {m.address for m in za}) > 0
     wait_until(lost_counted, 10, what="the lost zone's failures counted")
+    wait_until(lambda: zone_failovers(p) >= 3000, 10, what="the failovers counted")
+
+
+@pytest.mark.parametrize("redis_", [False, True], ids=["memcached", "redis"])
+def test_a_zone_lost_under_load_with_async_writes(procs, redis_):
+    """The default `zone_writes: async`: once the local zone is lost, its
+    writes are answered by the surviving zone, and its reads fail over."""
+    backend, pool = (procs.redis, redis_pool) if redis_ else (procs.memcached, memcache_pool)
+    za, zb = [backend(), backend()], [backend()]
+    p = start_walnut(procs, {
+        "za": pool(za),
+        "zb": pool(zb),
+        "z": {"redis": redis_, "timeout": 2000, "zones": ["za", "zb"]},
+    }, args=["--workers", "1"])
+    busy = Busy(p.port("z"), redis_=redis_).start()
+    try:
+        busy.progress()
+        assert zone_failovers(p) == 0, "the local zone answers while it is there"
+        for s in za:  # the local zone goes away
+            os.kill(s.pid, signal.SIGKILL)
+            s.proc.wait(timeout=10)
+        busy.progress(3000)
+    finally:
+        busy.stop()
+    assert not busy.errors, busy.errors
+    # Each round after the loss is a write and a read answered by zone b.
+    wait_until(lambda: zone_failovers(p) >= 6000, 10, what="the failovers counted")
+    assert metric(p, "walnut_pool_zone_failovers_total") >= 6000
+    # What the clients wrote last is in the surviving zone.
+    direct = rclient(zb[0].port) if redis_ else MemcacheClient((HOST, zb[0].port), timeout=10)
+    front = rclient(p.port("z")) if redis_ else MemcacheClient((HOST, p.port("z")), timeout=10)
+    for i in range(3):
+        for j in range(0, 500, 50):
+            assert direct.get(f"k{i}:{j}") == front.get(f"k{i}:{j}") is not None
 
 
 def test_warm_up_of_10k_keys_with_no_miss(procs):
