@@ -169,6 +169,29 @@ class Busy:
             t.join(30)
 
 
+def mc_stat(server, name: str) -> int:
+    return int(MemcacheClient((HOST, server.port), timeout=10).stats()[name.encode()])
+
+
+def copies_done(main: MemcacheClient, shadow) -> int:
+    """Wait until the shadow has processed every copy sent so far: copies
+    reach it in order on one connection, so once a marker written after
+    them is there, they are too. (A new marker per try: with
+    ``shadow_sample`` only some are copied.) Returns how many keys it
+    asked the shadow for."""
+    direct = MemcacheClient((HOST, shadow.port), timeout=10)
+    sent = []
+
+    def marker_seen() -> bool:
+        sent.append(f"marker:{len(sent)}")
+        main.set(sent[-1], b"m", noreply=False)
+        asked[0] += len(sent)
+        return bool(direct.get_many(sent))
+    asked = [0]
+    wait_until(marker_seen, 20, what="the copies processed by the shadow")
+    return asked[0]
+
+
 def test_shadow_pool_copies_and_never_hurts_clients(procs):
     main = [procs.memcached(), procs.memcached()]
     shadow = procs.memcached()
@@ -180,26 +203,73 @@ def test_shadow_pool_copies_and_never_hurts_clients(procs):
     m.set("seen", b"1", noreply=False)
     shadow_direct = MemcacheClient((HOST, shadow.port), timeout=10)
     wait_until(lambda: shadow_direct.get("seen") == b"1", 10, what="the write copied")
+    gets = mc_stat(shadow, "cmd_get")
+    for i in range(50):
+        assert m.get("seen") == b"1"
+    asked = copies_done(m, shadow)
+    assert mc_stat(shadow, "cmd_get") == gets + asked, "shadow_mode: writes copies no read"
     busy = Busy(p.port("main")).start()
     try:
         busy.progress()
+        busy.phase = "before"
+        busy.progress(3000)
         # A stalled shadow: copies queue up to the bound, then are dropped.
         os.kill(shadow.pid, signal.SIGSTOP)
+        busy.phase = "stalled"
         busy.progress(3000)
         wait_until(lambda: metric(p, "walnut_worker_shadow_dropped_total") > 0, 20,
                    what="copies dropped while the shadow is stalled")
         os.kill(shadow.pid, signal.SIGCONT)
+        busy.phase = "after"
         busy.progress()
         # A dead shadow.
         os.kill(shadow.pid, signal.SIGKILL)
         shadow.proc.wait(timeout=10)
         dropped = metric(p, "walnut_worker_shadow_dropped_total")
+        busy.phase = "dead"
         busy.progress(2000)
         assert metric(p, "walnut_worker_shadow_dropped_total") > dropped
     finally:
         busy.stop()
     assert not busy.errors, busy.errors
     assert busy.rounds > 5000
+    # The shadow's stall or death does not hold the clients: their p99 stays
+    # within a bound generous enough for a loaded machine's jitter, far
+    # below what waiting on a stalled server costs (the 2 s timeout).
+    before = busy.p99("before")
+    for phase in ("stalled", "dead"):
+        during = busy.p99(phase)
+        assert during <= max(5 * before, before + 0.05), (phase, before, during)
+
+
+def test_shadow_mode_all_copies_reads_and_a_sample_copies_a_share(procs):
+    main, everything, sampled = procs.memcached(), procs.memcached(), procs.memcached()
+    p = start_walnut(procs, {
+        "all": memcache_pool([main], shadow="copy_all"),
+        "some": memcache_pool([main], shadow="copy_some", shadow_sample=25),
+        "copy_all": memcache_pool([everything]),
+        "copy_some": memcache_pool([sampled]),
+    }, args=["--workers", "1"])
+    a = MemcacheClient((HOST, p.port("all")), timeout=10)
+    n = 400
+    for i in range(n):
+        a.set(f"a{i}", b"v", noreply=False)
+    for i in range(n):
+        assert a.get(f"a{i}") == b"v"
+    copies_done(a, everything)
+    # The reads reached the shadow, where the copied writes had put the keys.
+    assert mc_stat(everything, "get_hits") >= n
+    assert MemcacheClient((HOST, everything.port), timeout=10).get(f"a{n - 1}") == b"v"
+    s = MemcacheClient((HOST, p.port("some")), timeout=10)
+    keys = [f"s{i}" for i in range(1000)]
+    for k in keys:
+        s.set(k, b"v", noreply=False)
+    copies_done(s, sampled)
+    copied = len(MemcacheClient((HOST, sampled.port), timeout=10).get_many(keys))
+    # A quarter of them (the bound is loose: which ones is the proxy's choice).
+    assert 150 <= copied <= 350, copied
+    assert all(v == b"v" for v in MemcacheClient((HOST, main.port), timeout=10)
+               .get_many(keys).values())
 
 
 def test_bad_routing_config_is_refused(procs, tmp_path):
