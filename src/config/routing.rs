@@ -132,6 +132,13 @@ impl Routing {
             .find(|r| key.starts_with(r.prefix.as_bytes()))
     }
 
+    /// Index into `routes` of the route `key` takes.
+    pub fn route_index(&self, key: &[u8]) -> Option<usize> {
+        self.routes
+            .iter()
+            .position(|r| key.starts_with(r.prefix.as_bytes()))
+    }
+
     /// How many bytes of `key` its route strips (0: none).
     pub fn strip_len(&self, key: &[u8]) -> usize {
         self.route_for(key)

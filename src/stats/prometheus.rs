@@ -328,6 +328,26 @@ pub fn render(config: &Config, region: &Region, info: &HostInfo) -> String {
             );
         }
     }
+    let routed = config.pools.iter().any(|p| p.routing.is_route_pool());
+    if routed {
+        family(
+        &mut out,
+        "walnut_route_requests_total",
+        "counter",
+        "requests of a route pool per route (key prefix; `*`: the default route), once per route a request's keys take",
+    );
+        for (pi, p) in config.pools.iter().enumerate() {
+            for (ri, r) in p.routing.routes.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "walnut_route_requests_total{{pool=\"{}\",route=\"{}\"}} {}",
+                    esc(&p.name),
+                    esc(&super::carry::route_label(r)),
+                    region.route_sum(pi, ri)
+                );
+            }
+        }
+    }
     for f in ServerField::ALL {
         let fam = server_family(*f);
         family(&mut out, fam.name, fam.kind, fam.help);

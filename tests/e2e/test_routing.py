@@ -48,6 +48,10 @@ def test_redis_prefix_routes_split_and_merge(procs):
         ["user:sess:1", "plain:1", "x"]
     for k in keys:
         assert r.set(k, f"v-{k}")
+    # Per-route requests: each SET counted for the route its key takes.
+    counts = {"user:": 40, "user:sess:": 1, "sess:": 10, "*": 2}
+    wait_until(lambda: route_requests(p, "front") == counts, 10,
+               what=f"requests per route: {route_requests(p, 'front')}")
     # Each key is where its own pool puts it.
     for k in keys:
         if k.startswith("user:sess:") or k.startswith("sess:"):
@@ -59,6 +63,15 @@ def test_redis_prefix_routes_split_and_merge(procs):
             assert holder(legacy, k) == [0] and holder(users + sessions, k) == [], k
     # A multi-key request across three pools: split, merged in key order.
     assert r.mget(keys) == [f"v-{k}".encode() for k in keys]
+    # Counted once for each route its keys take (all four).
+    counts = {route: n + 1 for route, n in counts.items()}
+    wait_until(lambda: route_requests(p, "front") == counts, 10,
+               what=f"requests per route: {route_requests(p, 'front')}")
+    assert r.get("user:1") and r.get("plain:1")
+    counts["user:"] += 1
+    counts["*"] += 1
+    wait_until(lambda: route_requests(p, "front") == counts, 10,
+               what=f"requests per route: {route_requests(p, 'front')}")
     assert r.exists(*keys) == len(keys)
     assert r.delete("user:1", "sess:1", "x", "nothing:here") == 3
     assert r.mget(["user:1", "sess:1", "x", "user:2"]) == [None, None, None, b"v-user:2"]
@@ -114,6 +127,19 @@ def metric(p, name: str) -> int:
         body = resp.read().decode()
     return sum(int(float(l.rsplit(" ", 1)[1])) for l in body.splitlines()
                if l.startswith(name + "{") or l.startswith(name + " "))
+
+
+def route_requests(p, pool: str) -> dict[str, int]:
+    """``walnut_route_requests_total`` of ``pool``, by route label."""
+    with urllib.request.urlopen(f"http://{HOST}:{p.admin_port}/metrics", timeout=10) as resp:
+        body = resp.read().decode()
+    out = {}
+    for line in body.splitlines():
+        head = f'walnut_route_requests_total{{pool="{pool}",route="'
+        if line.startswith(head):
+            label, value = line[len(head):].rsplit('"} ', 1)
+            out[label] = int(value)
+    return out
 
 
 class Busy:
