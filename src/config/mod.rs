@@ -32,7 +32,7 @@ pub use process::{
     parse_admin, CpuAffinity, ListenerMode, ProcessConfig, Workers, DEFAULT_ADMIN,
     DEFAULT_SLOWLOG_US, LOG_LEVEL_MAX, PROCESS_KEYS, PROCESS_SECTION,
 };
-pub use routing::{PrefixRoute, RouteTarget, Routing, Shadow, ROUTING_KEYS};
+pub use routing::{PrefixRoute, RouteTarget, Routing, Shadow, Zones, ROUTING_KEYS};
 pub use scalar::{parse_micros, parse_millis, parse_size};
 pub use security::{AclUser, ListenTls, Security, ServerTls, SECURITY_KEYS};
 

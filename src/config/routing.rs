@@ -76,6 +76,8 @@ pub struct Shadow {
 pub struct Zones {
     /// The zone pools, the local one first.
     pub pools: Vec<String>,
+    /// The line of each.
+    pub lines: Vec<usize>,
     /// `zone_writes: sync`: a single-key write goes to every zone and is
     /// answered with the first success; `async` (default): the local
     /// zone's reply is the client's, the other zones get a copy, fire and
@@ -130,6 +132,13 @@ impl Routing {
             .find(|r| key.starts_with(r.prefix.as_bytes()))
     }
 
+    /// Index into `routes` of the route `key` takes.
+    pub fn route_index(&self, key: &[u8]) -> Option<usize> {
+        self.routes
+            .iter()
+            .position(|r| key.starts_with(r.prefix.as_bytes()))
+    }
+
     /// How many bytes of `key` its route strips (0: none).
     pub fn strip_len(&self, key: &[u8]) -> usize {
         self.route_for(key)
@@ -140,6 +149,15 @@ impl Routing {
     /// Whether any route strips its prefix.
     pub fn strips(&self) -> bool {
         self.routes.iter().any(|r| r.strip)
+    }
+
+    /// Zone pools: the zone (0: the local one) the pool's server `server`
+    /// is in.
+    pub fn zone_of(&self, server: usize) -> usize {
+        self.targets
+            .iter()
+            .position(|t| (t.first..t.first + t.count).contains(&server))
+            .unwrap_or(0)
     }
 }
 
@@ -223,9 +241,9 @@ fn zones<'a>(
         }
     }
     if let Some((key, value)) = get("zones").or(warm) {
-        let pools: Vec<String> = match value {
-            RawValue::Seq(items) => items.iter().map(|i| i.text.clone()).collect(),
-            RawValue::Scalar(_) => Vec::new(),
+        let (pools, lines): (Vec<String>, Vec<usize>) = match value {
+            RawValue::Seq(items) => items.iter().map(|i| (i.text.clone(), i.line)).unzip(),
+            RawValue::Scalar(_) => Default::default(),
         };
         if warm.is_some() && pools.len() != 2 {
             r.error(
@@ -257,6 +275,7 @@ fn zones<'a>(
         let error_only = choice("zone_failover", "miss", "error");
         return Some(Zones {
             pools,
+            lines,
             sync_writes: sync_writes && warm.is_none(),
             failover_on_miss: !error_only || warm.is_some(),
             line: key.line,
@@ -397,19 +416,20 @@ pub(crate) fn resolve(path: &Path, pools: &mut [PoolConfig], errors: &mut Vec<Co
             Some(z) => z
                 .pools
                 .iter()
-                .map(|p| PrefixRoute {
+                .zip(&z.lines)
+                .map(|(p, &line)| PrefixRoute {
                     prefix: String::new(),
                     pool: p.clone(),
                     strip: false,
-                    line: z.line,
+                    line,
                 })
                 .collect(),
             None => pool.routing.routes.clone(),
         };
-        let kind = if pool.routing.zones.is_some() {
-            "zone"
-        } else {
-            "route"
+        let kind = match &pool.routing.zones {
+            Some(z) if z.warm => "warm_up pool",
+            Some(_) => "zone",
+            None => "route",
         };
         let mut servers = Vec::new();
         let mut targets: Vec<RouteTarget> = Vec::new();
@@ -419,7 +439,7 @@ pub(crate) fn resolve(path: &Path, pools: &mut [PoolConfig], errors: &mut Vec<Co
                 if pool.routing.zones.is_some() {
                     errors.push(err(
                         route.line,
-                        format!("zone '{}' is listed twice", route.pool),
+                        format!("{kind} '{}' is listed twice", route.pool),
                     ));
                     ok = false;
                 }
@@ -593,5 +613,79 @@ front:
         );
         let same = text.replace("  routes:", "  redis_auth: secret\n  routes:");
         assert!(Config::from_str(&same, Path::new("r.yml")).is_ok());
+    }
+
+    #[test]
+    fn bad_zones_and_warm_up_are_refused_with_their_lines() {
+        // `front:` is line 11 and its `listen:` line 12: the tail starts at 13.
+        let err = |tail: &str| {
+            let text = format!("{BASE}front:\n  listen: 127.0.0.1:7000\n{tail}");
+            Config::from_str(&text, Path::new("r.yml"))
+                .unwrap_err()
+                .to_string()
+        };
+        const REDIS: &str =
+            "cache:\n  listen: 127.0.0.1:7003\n  redis: true\n  servers:\n   - 127.0.0.1:6379:1\n";
+        let has = |e: &str, want: &str| assert!(e.contains(want), "{want:?} not in:\n{e}");
+        // A pool that is not there, at the line of its entry.
+        let e = err("  zones:\n   - users\n   - nowhere\n");
+        has(
+            &e,
+            "r.yml:15: pool 'front': zone 'nowhere': names no pool 'nowhere'",
+        );
+        let e = err("  warm_up:\n   - gone\n   - users\n");
+        has(
+            &e,
+            "r.yml:14: pool 'front': warm_up pool 'gone': names no pool 'gone'",
+        );
+        // Another protocol.
+        let e = err(&format!("  zones:\n   - users\n   - cache\n{REDIS}"));
+        has(
+            &e,
+            "r.yml:15: pool 'front': zone 'cache': pool 'cache' speaks another protocol",
+        );
+        let e = err(&format!("  warm_up:\n   - cache\n   - users\n{REDIS}"));
+        has(
+            &e,
+            "r.yml:14: pool 'front': warm_up pool 'cache': pool 'cache' speaks another protocol",
+        );
+        // Cycles: the pool itself, and two zone pools naming each other.
+        let e = err("  zones:\n   - users\n   - front\n");
+        has(
+            &e,
+            "r.yml:15: pool 'front': zone 'front': cannot name the pool itself",
+        );
+        let e = err("  warm_up:\n   - front\n   - users\n");
+        has(
+            &e,
+            "r.yml:14: pool 'front': warm_up pool 'front': cannot name the pool itself",
+        );
+        let e = err("  zones:\n   - users\n   - back\nback:\n  listen: 127.0.0.1:7004\n  warm_up:\n   - sessions\n   - front\n");
+        has(
+            &e,
+            "r.yml:15: pool 'front': zone 'back': pool 'back' must be a plain sharded pool",
+        );
+        has(&e, "r.yml:20: pool 'back': warm_up pool 'front': pool 'front' must be a plain sharded pool");
+        // Shape: counts, duplicates, both keys, values, keys without zones.
+        let e = err("  warm_up:\n   - users\n   - sessions\n   - users\n");
+        has(&e, "r.yml:13: pool 'front': 'warm_up' names two pools");
+        let e = err("  zones:\n   - users\n");
+        has(
+            &e,
+            "r.yml:13: pool 'front': 'zones' needs at least two pools",
+        );
+        let e = err("  zones:\n   - users\n   - users\n");
+        has(&e, "r.yml:15: pool 'front': zone 'users' is listed twice");
+        let e = err("  zones:\n   - users\n   - sessions\n  warm_up:\n   - users\n   - sessions\n");
+        has(
+            &e,
+            "r.yml:16: pool 'front': a pool has 'zones' or 'warm_up', not both",
+        );
+        let e = err("  zones:\n   - users\n   - sessions\n  zone_writes: maybe\n");
+        has(&e, "r.yml:16: pool 'front': 'zone_writes' has invalid value 'maybe': expected async or sync");
+        let e = err("  zone_failover: error\n  servers:\n   - 127.0.0.1:1:1\n");
+        has(&e, "r.yml:13: pool 'front': 'zone_failover' needs 'zones'");
+        let e = err("  zones:\n   - users\n   - sessions\n  routes:\n   - \"* users\"\n");
+        has(&e, "pool 'front': a pool has 'routes' or 'zones', not both");
     }
 }

@@ -5,11 +5,13 @@
 
 use super::Master;
 use crate::stats::carry::{Names, Totals};
-use crate::stats::shm::Region;
+use crate::stats::shm::{Layout, Region};
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
 /// Environment variable naming the previous binary's counters region:
-/// `PID:FD:SLOTS:NAMES` (names hex-encoded, see `Names::encode`).
+/// `PID:FD:SLOTS:NAMES:SCHEMA` (names hex-encoded, see `Names::encode`;
+/// the schema, `Layout::schema`, in hex). A successor of another schema
+/// does not read the region: it cannot know where the counters are.
 pub const PREV_STATS_ENV: &str = "WALNUT_PREV_STATS";
 
 /// The previous binary's counters, mapped while it runs.
@@ -25,7 +27,7 @@ impl PrevBinary {
     pub fn inherit() -> Option<PrevBinary> {
         let spec = std::env::var(PREV_STATS_ENV).ok()?;
         std::env::remove_var(PREV_STATS_ENV);
-        let mut it = spec.splitn(4, ':');
+        let mut it = spec.splitn(5, ':');
         let pid: libc::pid_t = it.next()?.parse().ok()?;
         let fd: RawFd = it.next()?.parse().ok()?;
         let slots: usize = it.next()?.parse().ok()?;
@@ -33,6 +35,13 @@ impl PrevBinary {
         // SAFETY: the previous binary passed us this open descriptor.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         super::listeners::set_cloexec(std::os::fd::AsRawFd::as_raw_fd(&fd), true);
+        let schema = it.next().and_then(|s| u64::from_str_radix(s, 16).ok());
+        if schema != Some(Layout::schema()) {
+            crate::log_warn!(
+                "the previous binary (pid {pid}) lays its counters out otherwise: they start from zero"
+            );
+            return None;
+        }
         match Region::open(fd, names.layout(), slots) {
             Ok(region) => {
                 crate::log_notice!("carrying on the counters of the previous binary (pid {pid})");
@@ -66,11 +75,12 @@ impl PrevBinary {
 /// `names`) of this master.
 pub fn export_spec(region: &Region, names: &Names) -> String {
     format!(
-        "{}:{}:{}:{}",
+        "{}:{}:{}:{}:{:x}",
         std::process::id(),
         std::os::fd::AsRawFd::as_raw_fd(region.fd()),
         region.slots(),
-        names.encode()
+        names.encode(),
+        Layout::schema()
     )
 }
 

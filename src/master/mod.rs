@@ -171,7 +171,7 @@ impl Master {
             runtime: Vec::new(),
             handin,
             handin_name,
-            retired: Totals::zero(&Layout::new(Vec::new())),
+            retired: Totals::zero(&Layout::new(Vec::new(), Vec::new())),
             carry_dirty: true,
             prev,
             successor: None,

@@ -29,6 +29,8 @@ pub struct Names {
     pub pools: Vec<String>,
     /// Per pool, its servers' stats names.
     pub servers: Vec<Vec<String>>,
+    /// Per pool, its prefix routes' labels (`*`: the default route).
+    pub routes: Vec<Vec<String>>,
 }
 
 impl Names {
@@ -41,23 +43,36 @@ impl Names {
                 .iter()
                 .map(|p| p.servers.iter().map(|s| s.stats_name()).collect())
                 .collect(),
+            routes: config
+                .pools
+                .iter()
+                .map(|p| p.routing.routes.iter().map(route_label).collect())
+                .collect(),
         }
     }
 
     /// The layout of a region for these pools.
     pub fn layout(&self) -> Layout {
-        Layout::new(self.servers.iter().map(Vec::len).collect())
+        Layout::new(
+            self.servers.iter().map(Vec::len).collect(),
+            self.routes.iter().map(Vec::len).collect(),
+        )
     }
 
     /// A one-line form safe for an environment variable: hex of
-    /// `pool\tserver\tserver...` lines.
+    /// `pool\tserver\tserver...[\x1eroute...]` lines (a route's label
+    /// is a key prefix, which holds no space).
     pub fn encode(&self) -> String {
         let mut text = String::new();
-        for (p, servers) in self.pools.iter().zip(&self.servers) {
+        for (i, (p, servers)) in self.pools.iter().zip(&self.servers).enumerate() {
             text.push_str(p);
             for s in servers {
                 text.push('\t');
                 text.push_str(s);
+            }
+            for r in self.routes.get(i).into_iter().flatten() {
+                text.push('\x1e');
+                text.push_str(r);
             }
             text.push('\n');
         }
@@ -76,11 +91,22 @@ impl Names {
         let text = String::from_utf8(bytes?).ok()?;
         let mut names = Names::default();
         for line in text.lines() {
-            let mut parts = line.split('\t');
+            let mut routes = line.split('\x1e');
+            let mut parts = routes.next()?.split('\t');
             names.pools.push(parts.next()?.to_string());
             names.servers.push(parts.map(str::to_string).collect());
+            names.routes.push(routes.map(str::to_string).collect());
         }
         Some(names)
+    }
+}
+
+/// A route's label in the stats: its prefix, `*` for the default.
+pub fn route_label(r: &crate::config::PrefixRoute) -> String {
+    if r.prefix.is_empty() {
+        "*".into()
+    } else {
+        r.prefix.clone()
     }
 }
 
@@ -118,6 +144,11 @@ fn rules(layout: &Layout) -> Vec<Rule> {
         for s in 0..*n {
             for f in ServerField::ALL {
                 r[layout.server_idx(p, s, *f)] = rule_of(f.kind());
+            }
+        }
+        for route in 0..layout.routes_per_pool[p] {
+            if let Some(i) = layout.route_idx(p, route) {
+                r[i] = Rule::Add;
             }
         }
     }
@@ -195,6 +226,17 @@ impl Totals {
                     histogram::WORDS,
                 );
             }
+            let no_routes = Vec::new();
+            let from_routes = from.routes.get(sp).unwrap_or(&no_routes);
+            for (dr, rname) in to.routes.get(dp).unwrap_or(&no_routes).iter().enumerate() {
+                let sr = from_routes.iter().position(|n| n == rname);
+                if let (Some(si), Some(di)) = (
+                    sr.and_then(|sr| src.route_idx(sp, sr)),
+                    dst.route_idx(dp, dr),
+                ) {
+                    copy(si, di, 1);
+                }
+            }
             for (ds, sname) in to.servers[dp].iter().enumerate() {
                 let Some(ss) = from.servers[sp].iter().position(|n| n == sname) else {
                     continue;
@@ -264,14 +306,35 @@ mod tests {
                 .iter()
                 .map(|(_, s)| s.iter().map(|x| x.to_string()).collect())
                 .collect(),
+            routes: vec![Vec::new(); pools.len()],
         }
     }
 
     #[test]
     fn names_survive_the_environment() {
-        let n = names(&[("alpha", &["a:1", "b name"]), ("β", &[])]);
+        let mut n = names(&[("alpha", &["a:1", "b name"]), ("β", &[]), ("front", &["x"])]);
+        n.routes[2] = vec!["user:".into(), "*".into()];
         assert_eq!(Names::decode(&n.encode()), Some(n));
         assert_eq!(Names::decode("zz"), None);
+    }
+
+    #[test]
+    fn route_counts_follow_their_labels() {
+        let mut old = names(&[("front", &["a", "b"])]);
+        old.routes[0] = vec!["user:".into(), "sess:".into(), "*".into()];
+        let r = Region::new(old.layout(), 1).unwrap();
+        r.slot(0).route_add(0, 0, 5);
+        r.slot(0).route_add(0, 1, 7);
+        r.slot(0).route_add(0, 2, 11);
+        // A route added in front, one gone.
+        let mut new = names(&[("other", &[]), ("front", &["a", "b"])]);
+        new.routes[1] = vec!["user:vip:".into(), "user:".into(), "*".into()];
+        let t = r.totals(true, false).remap(&old, &new);
+        let r2 = Region::new(new.layout(), 1).unwrap();
+        r2.set_carry(&t);
+        assert_eq!(r2.route_sum(1, 0), 0);
+        assert_eq!(r2.route_sum(1, 1), 5);
+        assert_eq!(r2.route_sum(1, 2), 11);
     }
 
     #[test]

@@ -52,6 +52,7 @@ fields!(
         ServerEjects = ("server_ejects", Counter, "# times backend server was ejected"),
         ForwardError = ("forward_error", Counter, "# times we encountered a forwarding error"),
         Fragments = ("fragments", Counter, "# fragments created from a multi-vector request"),
+        ZoneFailovers = ("zone_failovers", Counter, "# requests of a zone pool answered by a zone other than the local one"),
     }
 );
 

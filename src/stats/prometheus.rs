@@ -77,6 +77,10 @@ fn pool_family(f: PoolField) -> Family {
             "walnut_pool_fragments_total",
             "fragments multi-key requests were split into",
         ),
+        PoolField::ZoneFailovers => counter(
+            "walnut_pool_zone_failovers_total",
+            "requests of a zone pool answered by a zone other than the local one (its server lost, or an error; a read's miss with zone_failover: miss)",
+        ),
     }
 }
 
@@ -322,6 +326,26 @@ pub fn render(config: &Config, region: &Region, info: &HostInfo) -> String {
                 esc(&p.name),
                 value(f.kind(), region.pool_sum(pi, *f))
             );
+        }
+    }
+    let routed = config.pools.iter().any(|p| p.routing.is_route_pool());
+    if routed {
+        family(
+        &mut out,
+        "walnut_route_requests_total",
+        "counter",
+        "requests of a route pool per route (key prefix; `*`: the default route), once per route a request's keys take",
+    );
+        for (pi, p) in config.pools.iter().enumerate() {
+            for (ri, r) in p.routing.routes.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "walnut_route_requests_total{{pool=\"{}\",route=\"{}\"}} {}",
+                    esc(&p.name),
+                    esc(&super::carry::route_label(r)),
+                    region.route_sum(pi, ri)
+                );
+            }
         }
     }
     for f in ServerField::ALL {

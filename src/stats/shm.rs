@@ -20,6 +20,10 @@ const LINE_WORDS: usize = 16; // 128 bytes
 pub struct Layout {
     /// Number of servers of each pool, in config order.
     pub servers_per_pool: Vec<usize>,
+    /// Number of prefix routes of each pool (0 but for route pools).
+    pub routes_per_pool: Vec<usize>,
+    /// First route counter of each pool.
+    route_base: Vec<usize>,
     pool_base: usize,
     server_base: Vec<usize>,
     /// First histogram series of each pool's servers.
@@ -47,8 +51,41 @@ impl Layout {
 }
 
 impl Layout {
-    /// Layout for pools with the given server counts.
-    pub fn new(servers_per_pool: Vec<usize>) -> Layout {
+    /// What a layout is made of, as a number: a region can only be read
+    /// with the layout it was written with, so a binary hands its region
+    /// to its successor with this (`PREV_STATS_ENV`), and a successor
+    /// that counts other fields, or lays them out otherwise, does not
+    /// read it.
+    pub fn schema() -> u64 {
+        let mut text = String::from("layout 2");
+        for f in WorkerField::ALL {
+            text.push_str(f.name());
+        }
+        text.push('|');
+        for f in PoolField::ALL {
+            text.push_str(f.name());
+        }
+        text.push('|');
+        for f in ServerField::ALL {
+            text.push_str(f.name());
+        }
+        let sizes = [
+            Class::COUNT,
+            histogram::WINDOWS,
+            histogram::WORDS,
+            slowlog::WORDS,
+            hotkeys::POOL_WORDS,
+            LINE_WORDS,
+        ];
+        text.push_str(&format!("|{sizes:?}"));
+        // FNV-1a, 64 bits: the same number from every build.
+        text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        })
+    }
+
+    /// Layout for pools with the given server and route counts.
+    pub fn new(servers_per_pool: Vec<usize>, routes_per_pool: Vec<usize>) -> Layout {
         let pool_base = WorkerField::COUNT;
         let mut next = pool_base + servers_per_pool.len() * PoolField::COUNT;
         let mut server_base = Vec::with_capacity(servers_per_pool.len());
@@ -71,9 +108,19 @@ impl Layout {
         series += 1;
         let slowlog_base = hist_base + series * histogram::WINDOWS * histogram::WORDS;
         let hot_base = slowlog_base + slowlog::WORDS;
-        let end = hot_base + servers_per_pool.len() * hotkeys::POOL_WORDS;
-        let slot_words = end.div_ceil(LINE_WORDS) * LINE_WORDS;
+        // Per-route request counters last.
+        let mut next = hot_base + servers_per_pool.len() * hotkeys::POOL_WORDS;
+        let mut route_base = Vec::with_capacity(servers_per_pool.len());
+        for p in 0..servers_per_pool.len() {
+            route_base.push(next);
+            next += routes_per_pool.get(p).copied().unwrap_or(0);
+        }
+        let slot_words = next.div_ceil(LINE_WORDS) * LINE_WORDS;
         Layout {
+            routes_per_pool: (0..servers_per_pool.len())
+                .map(|p| routes_per_pool.get(p).copied().unwrap_or(0))
+                .collect(),
+            route_base,
             servers_per_pool,
             pool_base,
             server_base,
@@ -106,6 +153,10 @@ impl Layout {
     }
     pub(super) fn pool_idx(&self, pool: usize, f: PoolField) -> usize {
         self.pool_base + pool * PoolField::COUNT + f as usize
+    }
+    /// The request counter of route `route` of `pool`.
+    pub(super) fn route_idx(&self, pool: usize, route: usize) -> Option<usize> {
+        (route < *self.routes_per_pool.get(pool)?).then(|| self.route_base[pool] + route)
     }
     pub(super) fn server_idx(&self, pool: usize, server: usize, f: ServerField) -> usize {
         match self.servers_per_pool.get(pool) {
@@ -296,6 +347,12 @@ impl Region {
     pub fn server_sum(&self, pool: usize, server: usize, f: ServerField) -> u64 {
         self.fold(self.layout.server_idx(pool, server, f), f.kind())
     }
+    /// Requests of route `route` of `pool` over all slots.
+    pub fn route_sum(&self, pool: usize, route: usize) -> u64 {
+        self.layout
+            .route_idx(pool, route)
+            .map_or(0, |i| self.fold(i, super::Kind::Counter))
+    }
 
     pub(super) fn words(&self, slot: usize, idx: usize, len: usize) -> &[AtomicU64] {
         let i = slot * self.layout.slot_words + idx;
@@ -425,6 +482,13 @@ impl Slot<'_> {
         let idx = self.region.layout.worker_idx(f);
         self.region.word(self.slot, idx).store(v, Ordering::Relaxed)
     }
+    /// Count a request of route `route` of `pool`.
+    #[inline]
+    pub fn route_add(&self, pool: usize, route: usize, n: u64) {
+        if let Some(i) = self.region.layout.route_idx(pool, route) {
+            self.add_at(i, n)
+        }
+    }
     /// Add to a pool field.
     #[inline]
     pub fn pool_add(&self, pool: usize, f: PoolField, n: u64) {
@@ -515,7 +579,7 @@ mod tests {
 
     #[test]
     fn slots_sum_and_are_line_aligned() {
-        let layout = Layout::new(vec![2, 3]);
+        let layout = Layout::new(vec![2, 3], vec![0, 2]);
         assert_eq!(layout.slot_words % LINE_WORDS, 0);
         let r = Region::new(layout, 2).unwrap();
         r.slot(0).server_add(1, 2, ServerField::Requests, 5);
@@ -529,11 +593,19 @@ mod tests {
         assert_eq!(r.server_sum(0, 1, ServerField::ServerEjectedAt), 30);
         r.clear_slot(1);
         assert_eq!(r.server_sum(1, 2, ServerField::Requests), 5);
+        // Route counters: pool 1's two, nothing else written.
+        r.slot(0).route_add(1, 1, 4);
+        r.slot(1).route_add(1, 1, 2);
+        r.slot(1).route_add(1, 2, 9);
+        r.slot(1).route_add(0, 0, 9);
+        assert_eq!((r.route_sum(1, 0), r.route_sum(1, 1)), (0, 6));
+        assert_eq!((r.route_sum(1, 2), r.route_sum(0, 0)), (0, 0));
+        assert_eq!(r.server_sum(1, 2, ServerField::Requests), 5);
     }
 
     #[test]
     fn servers_added_at_run_time_touch_no_configured_counter() {
-        let r = Region::new(Layout::new(vec![1, 2]), 1).unwrap();
+        let r = Region::new(Layout::new(vec![1, 2], Vec::new()), 1).unwrap();
         for server in 1..40 {
             r.slot(0).server_add(0, server, ServerField::Requests, 1);
             r.slot(0).record_latency(0, server, Class::Read, 100);
@@ -549,7 +621,7 @@ mod tests {
 
     #[test]
     fn latency_merges_over_slots() {
-        let r = Region::new(Layout::new(vec![1, 2]), 2).unwrap();
+        let r = Region::new(Layout::new(vec![1, 2], Vec::new()), 2).unwrap();
         r.slot(0).record_latency(1, 1, Class::Read, 100);
         r.slot(1).record_latency(1, 1, Class::Write, 300);
         r.slot(1).record_latency(0, 0, Class::Read, 7);

@@ -396,6 +396,9 @@ impl Worker<'_> {
             pool,
             req.keys.first().map_or(&b""[..], |r| &bytes[r.clone()]),
         );
+        if self.pools[pool].cfg.routing.is_route_pool() {
+            self.count_routes(pool, &req, bytes);
+        }
         if self.pools[pool].shadow.is_some() {
             self.shadow_copy(pool, &req, bytes, now);
         }

@@ -75,6 +75,12 @@ pub enum MultiMode {
     /// A write to every replica: the reply of the first replica that
     /// answered (a replica that could not be reached does not fail it).
     Replicate,
+    /// A zone pool's write with `zone_writes: async`: to every zone, one
+    /// fragment each in zone order, answered as soon as the first zone
+    /// that did not fail (not reached, or an error) has answered, without
+    /// waiting for the zones after it: the local zone's reply while it is
+    /// there, the next zone's when it is lost.
+    Zones,
 }
 
 /// A multi-key (or broadcast) request waiting for its fragments.
@@ -105,8 +111,11 @@ pub struct Fragment {
     pub held: Option<Box<Spool>>,
     /// The server could not be reached (the reply is the error to send).
     pub failed: bool,
-    /// Which replica of its keys this fragment went to (0 = the owner).
+    /// Which replica of its keys this fragment went to (0 = the owner; in
+    /// a zone pool, the zone, 0 = the local one).
     pub attempt: u8,
+    /// Its reply came (or it failed).
+    pub answered: bool,
     /// Redis Cluster redirections followed for this fragment.
     pub hops: u8,
     /// Redis Cluster TRYAGAIN replies waited out for this fragment.

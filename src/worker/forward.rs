@@ -368,11 +368,19 @@ impl Worker<'_> {
             return;
         }
         let proto = self.pools[pool].proto;
+        let routing = &self.pools[pool].cfg.routing;
         let slot = Slot {
             multi: Some(Box::new(Multi {
                 req: req.clone(),
                 bytes: Vec::new(),
-                frags: replicas.iter().map(|_| Fragment::default()).collect(),
+                // A zone pool's fragments know their zone (see finish_multi).
+                frags: replicas
+                    .iter()
+                    .map(|&s| Fragment {
+                        attempt: routing.zone_of(s).min(u8::MAX as usize) as u8,
+                        ..Fragment::default()
+                    })
+                    .collect(),
                 remaining: replicas.len(),
                 error: None,
                 mode: MultiMode::Replicate,

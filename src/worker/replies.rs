@@ -4,6 +4,7 @@
 use super::conn::{Conn, Multi, MultiMode, ReplyTo, Slot};
 use super::spool::Spool;
 use super::Worker;
+use crate::stats::PoolField;
 use mio::Token;
 
 impl Worker<'_> {
@@ -60,16 +61,20 @@ impl Worker<'_> {
             }
         }
         let proto = self.pools[pool].proto;
+        let zones = self.pools[pool].zoned && !self.pools[pool].warm;
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return;
         };
         let Some(slot) = c.slot_mut(seq) else {
             return;
         };
+        let mut failover = false;
         match (frag, slot.multi.as_mut()) {
             (Some(fi), Some(m)) => {
                 if let Some(f) = m.frags.get_mut(fi as usize) {
-                    f.failed = unreachable;
+                    f.answered = true;
+                    // A zone's error sends the write on to the next zone.
+                    f.failed = unreachable || (is_error && m.mode == MultiMode::Zones);
                     if is_error && m.mode == MultiMode::Split && m.error.is_none() {
                         m.error = Some(reply);
                     } else {
@@ -77,15 +82,29 @@ impl Worker<'_> {
                     }
                 }
                 m.remaining = m.remaining.saturating_sub(1);
-                if m.remaining == 0 {
-                    finish_multi(proto, slot);
+                if m.mode == MultiMode::Zones {
+                    failover = finish_zones(slot);
+                } else if m.remaining == 0 {
+                    failover = finish_multi(proto, slot) && zones;
                 }
             }
-            _ => {
+            // A zone of a write already answered: nothing waits for it.
+            (Some(_), None) => {}
+            (None, _) => {
+                if zones {
+                    // A read: answered by the zone it was last sent to.
+                    failover = slot.retry.as_ref().is_some_and(|r| {
+                        let server = r.replicas.get(r.next.wrapping_sub(1));
+                        server.is_some_and(|&s| self.pools[pool].cfg.routing.zone_of(s) != 0)
+                    });
+                }
                 slot.out = reply;
                 slot.ready = true;
                 slot.retry = None;
             }
+        }
+        if failover {
+            self.stats.pool_add(pool, PoolField::ZoneFailovers, 1);
         }
         if seq == c.head_seq {
             self.drain_head(token);
@@ -116,13 +135,15 @@ impl Worker<'_> {
             (Some(fi), Some(m)) => {
                 if let Some(f) = m.frags.get_mut(fi as usize) {
                     f.held = Some(held);
+                    f.answered = true;
                 }
                 m.remaining = m.remaining.saturating_sub(1);
                 if m.remaining == 0 {
                     finish_multi(proto, slot);
                 }
             }
-            _ => {
+            (Some(_), None) => {}
+            (None, _) => {
                 slot.held = Some(held);
                 slot.ready = true;
                 slot.retry = None;
@@ -185,18 +206,51 @@ impl Worker<'_> {
     }
 }
 
-/// Every fragment of a split request answered: its reply, merged.
-fn finish_multi(proto: crate::proto::Protocol, slot: &mut Slot) {
+/// Every fragment of a split request answered: its reply, merged. True
+/// when a replicated write was answered by another replica (zone) than
+/// its first one.
+fn finish_multi(proto: crate::proto::Protocol, slot: &mut Slot) -> bool {
+    let mut other = false;
     if let Some(mut m) = slot.multi.take() {
         match m.error.take() {
             Some(e) => slot.out = e,
             None if m.frags.iter().any(|f| f.held.is_some()) => {
                 slot.held = Some(merge_held(&mut m));
             }
-            None => slot.out = merge(proto, &m),
+            None => {
+                slot.out = merge(proto, &m);
+                other = m.mode == MultiMode::Replicate
+                    && m.frags
+                        .iter()
+                        .find(|f| !f.failed)
+                        .is_some_and(|f| f.attempt != 0);
+            }
         }
     }
     slot.ready = true;
+    other
+}
+
+/// An async zone write: answered once the first zone (in zone order) that
+/// has not failed has answered, or, every zone failed, with the first
+/// zone's error. True when it was answered by another zone than the local
+/// one.
+fn finish_zones(slot: &mut Slot) -> bool {
+    let Some(m) = slot.multi.as_mut() else {
+        return false;
+    };
+    let pick = match m.frags.iter().position(|f| !(f.answered && f.failed)) {
+        Some(i) if m.frags[i].answered => i,
+        // A zone before any success is still to answer.
+        Some(_) => return false,
+        None => 0,
+    };
+    let f = &mut m.frags[pick];
+    let other = !f.failed && f.attempt != 0;
+    slot.out = std::mem::take(&mut f.reply);
+    slot.multi = None;
+    slot.ready = true;
+    other
 }
 
 /// The merge of a split Redis MGET one of whose fragment replies was large
@@ -240,7 +294,8 @@ fn merge(proto: crate::proto::Protocol, m: &Multi) -> Vec<u8> {
             let replies: Vec<&[u8]> = m.frags.iter().map(|f| f.reply.as_slice()).collect();
             proto.merge_broadcast(m.req.op, &replies, &mut out);
         }
-        MultiMode::Replicate => {
+        // (Zones: answered by `finish_zones`; this is its fallback.)
+        MultiMode::Replicate | MultiMode::Zones => {
             let pick = m
                 .frags
                 .iter()

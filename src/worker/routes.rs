@@ -65,6 +65,23 @@ impl RouteRt {
     }
 }
 
+impl super::Worker<'_> {
+    /// Count a request of a route pool once for every route its keys take
+    /// (a multi-key request split across routes counts for each).
+    pub(super) fn count_routes(&mut self, pool: usize, req: &crate::proto::Request, bytes: &[u8]) {
+        let routing = &self.pools[pool].cfg.routing;
+        let mut seen: smallvec::SmallVec<[usize; 4]> = smallvec::SmallVec::new();
+        for r in &req.keys {
+            if let Some(i) = routing.route_index(&bytes[r.clone()]) {
+                if !seen.contains(&i) {
+                    seen.push(i);
+                    self.stats.route_add(pool, i, 1);
+                }
+            }
+        }
+    }
+}
+
 /// Remove the routes' prefixes from the keys of the Redis request written
 /// at `out[start..]` (routes with `strip`), fixing each bulk length.
 pub fn strip_keys(routing: &Routing, out: &mut Vec<u8>, start: usize) {

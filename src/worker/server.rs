@@ -615,8 +615,9 @@ impl Worker<'_> {
         // straight to the output buffer, no intermediate copy.
         if frag.is_none() && seq == c.head_seq {
             if let Some(front) = c.pending.front() {
-                // (A zone read that may fail over on a miss is looked at.)
-                let zone_read = front.retry.is_some() && self.pools[c.pool].zone_miss;
+                // (A zone read is looked at: it may fail over on a miss, and
+                // its answer by another zone is counted.)
+                let zone_read = front.retry.is_some() && self.pools[c.pool].zoned;
                 if !front.ready && front.multi.is_none() && !zone_read {
                     c.pending.pop_front();
                     c.head_seq += 1;

@@ -71,13 +71,16 @@ impl Worker<'_> {
         write: impl FnOnce(&mut Vec<u8>),
     ) {
         let st = server.and_then(|s| self.server_conn(sp, s, 0, now).ok());
-        let room = st.is_some_and(|st| {
-            matches!(self.conns.get(st.0), Some(Conn::Server(s))
-                if s.inflight.len() < SHADOW_MAX_INFLIGHT && s.wbuf.len() < SHADOW_MAX_BYTES)
-        });
+        let room = st.is_some_and(|st| self.has_copy_room(st));
         match st {
             Some(st) if room => self.enqueue(st, Some(Waiter::Internal), op, write, now),
             _ => self.stats.worker_add(WorkerField::ShadowDropped, 1),
         }
+    }
+
+    /// Whether the server connection `st` may take one more copy.
+    pub(super) fn has_copy_room(&self, st: mio::Token) -> bool {
+        matches!(self.conns.get(st.0), Some(Conn::Server(s))
+            if s.inflight.len() < SHADOW_MAX_INFLIGHT && s.wbuf.len() < SHADOW_MAX_BYTES)
     }
 }

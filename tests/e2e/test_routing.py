@@ -11,6 +11,7 @@ import threading
 import time
 import urllib.request
 
+import pytest
 import redis
 from pymemcache.client.base import Client as MemcacheClient
 from redis.backoff import NoBackoff
@@ -47,6 +48,10 @@ def test_redis_prefix_routes_split_and_merge(procs):
         ["user:sess:1", "plain:1", "x"]
     for k in keys:
         assert r.set(k, f"v-{k}")
+    # Per-route requests: each SET counted for the route its key takes.
+    counts = {"user:": 40, "user:sess:": 1, "sess:": 10, "*": 2}
+    wait_until(lambda: route_requests(p, "front") == counts, 10,
+               what=f"requests per route: {route_requests(p, 'front')}")
     # Each key is where its own pool puts it.
     for k in keys:
         if k.startswith("user:sess:") or k.startswith("sess:"):
@@ -58,6 +63,15 @@ def test_redis_prefix_routes_split_and_merge(procs):
             assert holder(legacy, k) == [0] and holder(users + sessions, k) == [], k
     # A multi-key request across three pools: split, merged in key order.
     assert r.mget(keys) == [f"v-{k}".encode() for k in keys]
+    # Counted once for each route its keys take (all four).
+    counts = {route: n + 1 for route, n in counts.items()}
+    wait_until(lambda: route_requests(p, "front") == counts, 10,
+               what=f"requests per route: {route_requests(p, 'front')}")
+    assert r.get("user:1") and r.get("plain:1")
+    counts["user:"] += 1
+    counts["*"] += 1
+    wait_until(lambda: route_requests(p, "front") == counts, 10,
+               what=f"requests per route: {route_requests(p, 'front')}")
     assert r.exists(*keys) == len(keys)
     assert r.delete("user:1", "sess:1", "x", "nothing:here") == 3
     assert r.mget(["user:1", "sess:1", "x", "user:2"]) == [None, None, None, b"v-user:2"]
@@ -115,26 +129,51 @@ def metric(p, name: str) -> int:
                if l.startswith(name + "{") or l.startswith(name + " "))
 
 
-class Busy:
-    """Persistent pymemcache clients setting and getting without pause."""
+def route_requests(p, pool: str) -> dict[str, int]:
+    """``walnut_route_requests_total`` of ``pool``, by route label."""
+    with urllib.request.urlopen(f"http://{HOST}:{p.admin_port}/metrics", timeout=10) as resp:
+        body = resp.read().decode()
+    out = {}
+    for line in body.splitlines():
+        head = f'walnut_route_requests_total{{pool="{pool}",route="'
+        if line.startswith(head):
+            label, value = line[len(head):].rsplit('"} ', 1)
+            out[label] = int(value)
+    return out
 
-    def __init__(self, port: int, n: int = 3):
-        self.port, self.rounds, self.errors = port, 0, []
+
+class Busy:
+    """Persistent clients setting and getting without pause, without retry
+    (pymemcache, or redis-py with ``Retry(NoBackoff(), 0)``): any failure a
+    client sees is recorded and ends its thread. Each round's latency is
+    recorded under the phase it started in."""
+
+    def __init__(self, port: int, n: int = 3, redis_: bool = False):
+        self.port, self.redis, self.rounds, self.errors = port, redis_, 0, []
+        self.phase = "start"
+        self.latencies: dict[str, list[float]] = {}
         self.stop_flag = threading.Event()
         self.threads = [threading.Thread(target=self.run, args=(i,), daemon=True) for i in range(n)]
 
     def run(self, i: int) -> None:
-        m = MemcacheClient((HOST, self.port), timeout=10)
+        if self.redis:
+            r = rclient(self.port)
+            set_, get = (lambda k, v: r.set(k, v)), r.get
+        else:
+            m = MemcacheClient((HOST, self.port), timeout=10)
+            set_, get = (lambda k, v: m.set(k, v, noreply=False)), m.get
         j, deadline = 0, time.monotonic() + 90
         while not self.stop_flag.is_set() and time.monotonic() < deadline:
             j += 1
+            phase, t0 = self.phase, time.perf_counter()
             try:
-                m.set(f"k{i}:{j % 500}", str(j).encode(), noreply=False)
-                assert m.get(f"k{i}:{j % 500}") == str(j).encode()
+                assert set_(f"k{i}:{j % 500}", str(j).encode())
+                assert get(f"k{i}:{j % 500}") == str(j).encode()
                 self.rounds += 1
             except Exception as e:  # noqa: BLE001 - every failure counts
                 self.errors.append(repr(e))
                 return
+            self.latencies.setdefault(phase, []).append(time.perf_counter() - t0)
 
     def start(self) -> "Busy":
         for t in self.threads:
@@ -146,10 +185,37 @@ class Busy:
         wait_until(lambda: self.rounds >= base + n or self.errors, 30, what="client progress")
         assert not self.errors, self.errors
 
+    def p99(self, phase: str) -> float:
+        lat = sorted(self.latencies[phase])
+        return lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+
     def stop(self) -> None:
         self.stop_flag.set()
         for t in self.threads:
             t.join(30)
+
+
+def mc_stat(server, name: str) -> int:
+    return int(MemcacheClient((HOST, server.port), timeout=10).stats()[name.encode()])
+
+
+def copies_done(main: MemcacheClient, shadow) -> int:
+    """Wait until the shadow has processed every copy sent so far: copies
+    reach it in order on one connection, so once a marker written after
+    them is there, they are too. (A new marker per try: with
+    ``shadow_sample`` only some are copied.) Returns how many keys it
+    asked the shadow for."""
+    direct = MemcacheClient((HOST, shadow.port), timeout=10)
+    sent = []
+
+    def marker_seen() -> bool:
+        sent.append(f"marker:{len(sent)}")
+        main.set(sent[-1], b"m", noreply=False)
+        asked[0] += len(sent)
+        return bool(direct.get_many(sent))
+    asked = [0]
+    wait_until(marker_seen, 20, what="the copies processed by the shadow")
+    return asked[0]
 
 
 def test_shadow_pool_copies_and_never_hurts_clients(procs):
@@ -163,26 +229,73 @@ def test_shadow_pool_copies_and_never_hurts_clients(procs):
     m.set("seen", b"1", noreply=False)
     shadow_direct = MemcacheClient((HOST, shadow.port), timeout=10)
     wait_until(lambda: shadow_direct.get("seen") == b"1", 10, what="the write copied")
+    gets = mc_stat(shadow, "cmd_get")
+    for i in range(50):
+        assert m.get("seen") == b"1"
+    asked = copies_done(m, shadow)
+    assert mc_stat(shadow, "cmd_get") == gets + asked, "shadow_mode: writes copies no read"
     busy = Busy(p.port("main")).start()
     try:
         busy.progress()
+        busy.phase = "before"
+        busy.progress(3000)
         # A stalled shadow: copies queue up to the bound, then are dropped.
         os.kill(shadow.pid, signal.SIGSTOP)
+        busy.phase = "stalled"
         busy.progress(3000)
         wait_until(lambda: metric(p, "walnut_worker_shadow_dropped_total") > 0, 20,
                    what="copies dropped while the shadow is stalled")
         os.kill(shadow.pid, signal.SIGCONT)
+        busy.phase = "after"
         busy.progress()
         # A dead shadow.
         os.kill(shadow.pid, signal.SIGKILL)
         shadow.proc.wait(timeout=10)
         dropped = metric(p, "walnut_worker_shadow_dropped_total")
+        busy.phase = "dead"
         busy.progress(2000)
         assert metric(p, "walnut_worker_shadow_dropped_total") > dropped
     finally:
         busy.stop()
     assert not busy.errors, busy.errors
     assert busy.rounds > 5000
+    # The shadow's stall or death does not hold the clients: their p99 stays
+    # within a bound generous enough for a loaded machine's jitter, far
+    # below what waiting on a stalled server costs (the 2 s timeout).
+    before = busy.p99("before")
+    for phase in ("stalled", "dead"):
+        during = busy.p99(phase)
+        assert during <= max(5 * before, before + 0.05), (phase, before, during)
+
+
+def test_shadow_mode_all_copies_reads_and_a_sample_copies_a_share(procs):
+    main, everything, sampled = procs.memcached(), procs.memcached(), procs.memcached()
+    p = start_walnut(procs, {
+        "all": memcache_pool([main], shadow="copy_all"),
+        "some": memcache_pool([main], shadow="copy_some", shadow_sample=25),
+        "copy_all": memcache_pool([everything]),
+        "copy_some": memcache_pool([sampled]),
+    }, args=["--workers", "1"])
+    a = MemcacheClient((HOST, p.port("all")), timeout=10)
+    n = 400
+    for i in range(n):
+        a.set(f"a{i}", b"v", noreply=False)
+    for i in range(n):
+        assert a.get(f"a{i}") == b"v"
+    copies_done(a, everything)
+    # The reads reached the shadow, where the copied writes had put the keys.
+    assert mc_stat(everything, "get_hits") >= n
+    assert MemcacheClient((HOST, everything.port), timeout=10).get(f"a{n - 1}") == b"v"
+    s = MemcacheClient((HOST, p.port("some")), timeout=10)
+    keys = [f"s{i}" for i in range(1000)]
+    for k in keys:
+        s.set(k, b"v", noreply=False)
+    copies_done(s, sampled)
+    copied = len(MemcacheClient((HOST, sampled.port), timeout=10).get_many(keys))
+    # A quarter of them (the bound is loose: which ones is the proxy's choice).
+    assert 150 <= copied <= 350, copied
+    assert all(v == b"v" for v in MemcacheClient((HOST, main.port), timeout=10)
+               .get_many(keys).values())
 
 
 def test_bad_routing_config_is_refused(procs, tmp_path):
@@ -242,7 +355,11 @@ def test_redis_zone_read_fails_over_on_a_miss(procs):
     wait_until(lambda: rclient(zb[0].port).get("w") == b"1", 10, what="the copy")
 
 
-def test_a_zone_lost_under_load(procs):
+def zone_failovers(p, pool: str = "z") -> int:
+    return p.stats()[pool]["zone_failovers"]
+
+
+def test_a_zone_lost_under_load_with_sync_writes(procs):
     za = [procs.memcached(), procs.memcached()]
     zb = [procs.memcached()]
     p = start_walnut(procs, {
@@ -253,6 +370,7 @@ def test_a_zone_lost_under_load(procs):
     busy = Busy(p.port("z")).start()
     try:
         busy.progress()
+        assert zone_failovers(p) == 0, "the local zone answers while it is there"
         for m in za:  # the local zone goes away
             os.kill(m.pid, signal.SIGKILL)
             m.proc.wait(timeout=10)
@@ -264,6 +382,40 @@ def test_a_zone_lost_under_load(procs):
         return sum(v.get("server_err", 0) for k, v in p.stats()["z"].items()
                    if isinstance(v, dict) and k in {m.address for m in za}) > 0
     wait_until(lost_counted, 10, what="the lost zone's failures counted")
+    wait_until(lambda: zone_failovers(p) >= 3000, 10, what="the failovers counted")
+
+
+@pytest.mark.parametrize("redis_", [False, True], ids=["memcached", "redis"])
+def test_a_zone_lost_under_load_with_async_writes(procs, redis_):
+    """The default `zone_writes: async`: once the local zone is lost, its
+    writes are answered by the surviving zone, and its reads fail over."""
+    backend, pool = (procs.redis, redis_pool) if redis_ else (procs.memcached, memcache_pool)
+    za, zb = [backend(), backend()], [backend()]
+    p = start_walnut(procs, {
+        "za": pool(za),
+        "zb": pool(zb),
+        "z": {"redis": redis_, "timeout": 2000, "zones": ["za", "zb"]},
+    }, args=["--workers", "1"])
+    busy = Busy(p.port("z"), redis_=redis_).start()
+    try:
+        busy.progress()
+        assert zone_failovers(p) == 0, "the local zone answers while it is there"
+        for s in za:  # the local zone goes away
+            os.kill(s.pid, signal.SIGKILL)
+            s.proc.wait(timeout=10)
+        busy.progress(3000)
+    finally:
+        busy.stop()
+    assert not busy.errors, busy.errors
+    # Each round after the loss is a write and a read answered by zone b.
+    wait_until(lambda: zone_failovers(p) >= 6000, 10, what="the failovers counted")
+    assert metric(p, "walnut_pool_zone_failovers_total") >= 6000
+    # What the clients wrote last is in the surviving zone.
+    direct = rclient(zb[0].port) if redis_ else MemcacheClient((HOST, zb[0].port), timeout=10)
+    front = rclient(p.port("z")) if redis_ else MemcacheClient((HOST, p.port("z")), timeout=10)
+    for i in range(3):
+        for j in range(0, 500, 50):
+            assert direct.get(f"k{i}:{j}") == front.get(f"k{i}:{j}") is not None
 
 
 def test_warm_up_of_10k_keys_with_no_miss(procs):
