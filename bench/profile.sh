@@ -1,16 +1,32 @@
 #!/usr/bin/env bash
-# Callgrind profile of one walnut worker under a fixed number of requests.
+# Callgrind profile (or system-call count) of one proxy process under a fixed
+# number of requests: walnut's single worker, or nutcracker for comparison.
 #
 #   bench/profile.sh [memcache|redis] [REQUESTS]
 #   PIPELINE=16 bench/profile.sh redis 200000   (requests in flight per connection)
 #
-# Starts one backend (CPU 0) and walnut with 1 worker under callgrind. walnut's
-# workers are fork()ed from the master without exec, so callgrind follows them
-# by itself and writes one callgrind.out.<pid> per process
-# (--trace-children=yes only matters for exec). The worker's counters are
-# zeroed just before the load (callgrind_control -z) so start-up is left out;
-# it prints instructions per request and the top functions (self cost).
-# Output files stay in bench/profile/.
+# Environment:
+#   PIPELINE=N      requests in flight per connection (default 1)
+#   PEER=nutcracker profile nutcracker (one process) instead of walnut's worker
+#   TESTS="a b"     phases, each measured on its own, in this order:
+#                   redis: set get (default "set get"); memcache: set get mix
+#                   (mix = 9 gets : 1 set, the benchmark's load; default "mix")
+#   CONNS=N         client connections (default 10)
+#   VALUE_SIZE=B    value size (default 100)
+#   TOOL=strace     count system calls (strace -c -f -p) instead of callgrind
+#   LATENCY=off     walnut's latency recording off (admin "config set latency off")
+#   TOP=N           functions listed per phase (default 15)
+#   BASE=N          requests of the base run (default REQUESTS / 10)
+#
+# Starts one backend (CPU 0) and, per phase, the proxy (CPU 1) twice under
+# callgrind: once for BASE requests and once for BASE + REQUESTS; the
+# difference of the measured process's instructions, over the difference of
+# requests completed, is the cost per request without start-up, connection
+# set-up, the memcache prefill (mcload --prefill, so gets hit) and exit.
+# (callgrind_control cannot reach walnut's fork()ed worker to zero or dump
+# its counters: it has no vgdb FIFO; the worker writes callgrind.out.<pid>
+# when it exits.) TOOL=strace: one run per phase, the measured process under
+# `strace -c -f -p` during the load only. Output files stay in bench/profile/.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$here")"
@@ -19,6 +35,12 @@ proto="${1:-memcache}"
 requests="${2:-50000}"
 top="${TOP:-15}"
 pipeline="${PIPELINE:-1}"
+peer="${PEER:-walnut}"
+conns="${CONNS:-10}"
+size="${VALUE_SIZE:-100}"
+tool="${TOOL:-callgrind}"
+base="${BASE:-$((requests / 10))}"
+if [[ "$proto" == redis ]]; then tests="${TESTS:-set get}"; else tests="${TESTS:-mix}"; fi
 out="$here/profile"
 rm -rf "$out" && mkdir -p "$out"
 
@@ -38,17 +60,46 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
 
-backend=$(free_port); listen=$(free_port); stats=$(free_port); admin=$(free_port)
+backend=$(free_port)
 if [[ "$proto" == redis ]]; then
     taskset -c 0 redis-server --port "$backend" --bind 127.0.0.1 --save '' --appendonly no \
         --dir "$out" --logfile "$out/redis.log" & pids+=($!)
     redis=true
 else
-    taskset -c 0 memcached -u root -l 127.0.0.1 -p "$backend" -U 0 -t 1 -m 256 & pids+=($!)
+    taskset -c 0 memcached -u root -l 127.0.0.1 -p "$backend" -U 0 -t 1 -m 1024 & pids+=($!)
     redis=false
 fi
 wait_port "$backend"
-cat > "$out/walnut.yml" <<YML
+if [[ "$tool" == callgrind ]]; then
+    wrap=(valgrind --tool=callgrind --trace-children=yes)
+else
+    wrap=()
+fi
+mcload=bench/loadgen/target/release/mcload
+
+# One phase of load; sets $done to the requests it completed.
+load() {
+    local t=$1 n=$2
+    if [[ "$proto" == redis ]]; then
+        taskset -c 0 redis-benchmark -p "$listen" -c "$conns" -n "$n" -r 10000 -d "$size" \
+            -t "$t" -P "$pipeline" -q | tr '\r' '\n' | tail -1
+        done=$n
+    else
+        local ratio res
+        case "$t" in set) ratio=0 ;; get) ratio=1 ;; *) ratio=0.9 ;; esac
+        res=$(taskset -c 0 "$mcload" --addr "127.0.0.1:$listen" --conns "$conns" \
+            --requests "$n" --duration 600 --get-ratio "$ratio" --value-size "$size" \
+            --keyspace 10000 --pipeline "$pipeline")
+        echo "$res"
+        done=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); assert r["errors"]==0, r; print(r["requests"])' "$res")
+    fi
+}
+
+# Start the proxy ($wrap around it); sets $master and $target (the process
+# measured: walnut's worker, or nutcracker).
+start_proxy() {
+    listen=$(free_port); stats=$(free_port); admin=$(free_port)
+    cat > "$out/proxy.yml" <<YML
 bench:
   listen: 127.0.0.1:$listen
   hash: fnv1a_64
@@ -57,54 +108,106 @@ bench:
   servers:
     - 127.0.0.1:$backend:1
 YML
-
-# Default output name (callgrind.out.<pid> in the current directory): an
-# explicit --callgrind-out-file is not re-read correctly in the forked worker.
-(cd "$out" && exec taskset -c 1 valgrind --tool=callgrind --trace-children=yes \
-    "$root/target/release/walnut" -c "$out/walnut.yml" -s "$stats" -a 127.0.0.1 \
-    --workers 1 --cpu-affinity none --admin "127.0.0.1:$admin" -o "$out/walnut.log" 2> "$out/valgrind.log") &
-master=$!; pids+=($master)
-wait_port "$listen"; wait_port "$stats"
-worker=""
-for _ in $(seq 1 300); do
-    worker=$(pgrep -P "$master" | head -1)
-    [[ -n "$worker" ]] && break
-    sleep 0.1
-done
-[[ -n "$worker" ]] || { echo "profile: no worker process under $master" >&2; exit 1; }
-# LATENCY=off: measure with latency histograms and the slow log switched
-# off at run time (the on/off cost of recording, in instructions).
-if [[ "${LATENCY:-on}" == off ]]; then
-    wait_port "$admin"
-    python3 - "$admin" <<'PY'
+    # Default output name (callgrind.out.<pid> in the current directory): an
+    # explicit --callgrind-out-file is not re-read correctly in the forked worker.
+    if [[ "$peer" == nutcracker ]]; then
+        (cd "$out" && exec taskset -c 1 "${wrap[@]}" nutcracker -c "$out/proxy.yml" -s "$stats" \
+            -a 127.0.0.1 -o "$out/nutcracker.log" 2>> "$out/valgrind.log") &
+        master=$!
+        wait_port "$listen"; wait_port "$stats"
+        target=$master
+    else
+        (cd "$out" && exec taskset -c 1 "${wrap[@]}" "$root/target/release/walnut" -c "$out/proxy.yml" \
+            -s "$stats" -a 127.0.0.1 --workers 1 --cpu-affinity none --admin "127.0.0.1:$admin" \
+            -o "$out/walnut.log" 2>> "$out/valgrind.log") &
+        master=$!
+        wait_port "$listen"; wait_port "$stats"
+        target=""
+        for _ in $(seq 1 300); do
+            target=$(pgrep -P "$master" | head -1)
+            [[ -n "$target" ]] && break
+            sleep 0.1
+        done
+        [[ -n "$target" ]] || { echo "profile: no worker process under $master" >&2; exit 1; }
+    fi
+    pids+=($master)
+    # LATENCY=off: measure with latency histograms and the slow log switched
+    # off at run time (the on/off cost of recording, in instructions).
+    if [[ "${LATENCY:-on}" == off && "$peer" == walnut ]]; then
+        wait_port "$admin"
+        python3 - "$admin" <<'PY'
 import socket, sys
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=30)
 s.sendall(b"config set latency off\r\n")
 print("profile: admin:", s.recv(200).decode().strip())
 PY
-fi
-callgrind_control -z "$worker" >/dev/null 2>&1 || echo "profile: could not zero counters (start-up included)"
+    fi
+    if [[ "$proto" != redis ]]; then
+        taskset -c 0 "$mcload" --addr "127.0.0.1:$listen" --conns 1 --requests 1 --duration 600 \
+            --value-size "$size" --keyspace 10000 --prefill > /dev/null
+    fi
+}
 
-echo "profile: $requests $proto requests through worker $worker, $pipeline in flight per connection"
-if [[ "$proto" == redis ]]; then
-    taskset -c 0 redis-benchmark -p "$listen" -c 10 -n "$requests" -r 10000 -d 100 -t set,get -P "$pipeline" -q
-    requests=$((requests * 2))
-else
-    taskset -c 0 bench/loadgen/target/release/mcload --addr "127.0.0.1:$listen" --conns 10 \
-        --requests "$requests" --duration 600 --get-ratio 0.9 --value-size 100 --keyspace 10000 --pipeline "$pipeline"
-fi
+stop_proxy() {
+    kill -TERM "$master"
+    for _ in $(seq 1 600); do kill -0 "$master" 2>/dev/null || break; sleep 0.1; done
+}
 
-# Dump the worker's counters now: a worker stopped by the master may not get to
-# write its own file at exit.
-callgrind_control -d "$worker" >/dev/null 2>&1 || true
-kill -TERM "$master"
-for _ in $(seq 1 300); do kill -0 "$master" 2>/dev/null || break; sleep 0.1; done
-file=$(ls -S "$out"/callgrind.out."$worker"* 2>/dev/null | head -1)
-[[ -n "$file" ]] || { echo "profile: no callgrind output for worker $worker" >&2; exit 1; }
-total=$( (callgrind_annotate "$file" 2>/dev/null || true) | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+# Instructions of $target in its exit-time callgrind file.
+instructions() {
+    local file=""
+    for _ in $(seq 1 100); do
+        file=$(ls "$out"/callgrind.out."$target" 2>/dev/null || true)
+        [[ -n "$file" ]] && break
+        sleep 0.1
+    done
+    [[ -n "$file" ]] || { echo "profile: no callgrind output for $target" >&2; exit 1; }
+    (callgrind_annotate "$file" 2>/dev/null || true) | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}'
+}
+
+echo "profile: $peer, $proto, phases: $tests; $requests requests each (less a base run of $base)," \
+    "$conns connections, $pipeline in flight per connection, ${size} B values, $tool"
+summary=()
+for t in $tests; do
+    if [[ "$tool" == callgrind ]]; then
+        # Two runs: base requests, then base + requests; the difference is
+        # the cost of `requests` requests without start-up, connection set-up,
+        # prefill and exit (callgrind_control cannot reach a fork()ed worker
+        # to zero its counters).
+        start_proxy; load "$t" "$base"; base_done=$done; stop_proxy
+        base_total=$(instructions)
+        start_proxy; load "$t" $((base + requests)); stop_proxy
+        total=$(instructions)
+        file="$out/callgrind.out.$target"
+        n=$((done - base_done))
+        line="$peer $proto $t P$pipeline ${size}B c$conns: ($total - $base_total) instructions / $n requests = $(((total - base_total) / n)) instructions/request"
+        summary+=("$line")
+        echo
+        echo "$line"
+        callgrind_annotate --inclusive=no "$file" 2>/dev/null | sed -n '/file:function/,$p' | head -n $((top + 2)) || true
+        echo "full data: callgrind_annotate $file   (or kcachegrind)"
+    else
+        start_proxy
+        strace -c -f -p "$target" -o "$out/strace.$t" & st=$!
+        sleep 1
+        load "$t" "$requests"
+        kill -INT "$st"; wait "$st" || true
+        stop_proxy
+        calls=$(awk '$NF=="total" {print $4}' "$out/strace.$t")
+        line="$peer $proto $t P$pipeline ${size}B c$conns: $calls system calls / $done requests = $(python3 -c "print(round($calls/$done, 3))") per request"
+        summary+=("$line")
+        echo
+        echo "$line"
+        python3 - "$out/strace.$t" "$done" <<'PY'
+import sys
+done = int(sys.argv[2])
+for line in open(sys.argv[1]):
+    f = line.split()
+    if len(f) >= 5 and f[0][0].isdigit() and f[-1] != "total":
+        errors = int(f[4]) if len(f) == 6 else 0
+        print(f"  {f[-1]:<14} {int(f[3]) / done:.3f}/request" + (f" ({errors / done:.3f} failed)" if errors else ""))
+PY
+    fi
+done
 echo
-echo "worker instructions: $total for $requests requests = $((total / requests)) instructions/request"
-echo
-callgrind_annotate --inclusive=no "$file" 2>/dev/null | sed -n '/file:function/,$p' | head -n $((top + 2)) || true
-echo
-echo "full data: callgrind_annotate $file   (or kcachegrind)"
+printf '%s\n' "${summary[@]}"
