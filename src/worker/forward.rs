@@ -180,6 +180,19 @@ impl Worker<'_> {
             };
             (server, slot)
         } else {
+            if let Op::Redis(r) = req.op {
+                if crate::proto::redis::names_more_keys(r.cmd)
+                    && self.keys_apart(pool, r.cmd, req, bytes, now)
+                {
+                    let mut out = Vec::new();
+                    crate::proto::redis::error_reply(
+                        &format!("{} keys must all map to one server (use a hash tag, e.g. {{user1}}.a {{user1}}.b)", r.cmd.name()),
+                        &mut out,
+                    );
+                    self.push_ready(token, out, false);
+                    return;
+                }
+            }
             let server = match req.op {
                 Op::Redis(_) if req.keys.is_empty() => self.keyless_server(pool, client_id, now),
                 _ => self.pools[pool].server_for(key.as_ref(), now),
@@ -200,6 +213,33 @@ impl Worker<'_> {
             req.op,
             now,
         );
+    }
+
+    /// Whether the keys of a command that names several (RENAME, SMOVE,
+    /// SUNIONSTORE, BITOP, EVAL, ...) live on different servers. Such a
+    /// command runs on one server, which sees only its own keys: routed
+    /// by its first key it would answer wrongly without an error (a COPY
+    /// to a key of another server, a BITOP over keys it does not hold), so
+    /// it is refused, as a Redis Cluster node answers CROSSSLOT.
+    fn keys_apart(
+        &mut self,
+        pool: usize,
+        cmd: crate::proto::redis::Cmd,
+        req: &Request,
+        bytes: &[u8],
+        now: Instant,
+    ) -> bool {
+        let keys = crate::proto::redis::command_keys(cmd, req, bytes);
+        let mut first = None;
+        for k in &keys {
+            let s = self.pools[pool].server_for(k, now);
+            match first {
+                None => first = Some(s),
+                Some(f) if f != s => return true,
+                Some(_) => {}
+            }
+        }
+        false
     }
 
     /// The server a Redis command without a key goes to (TIME, EVAL with

@@ -134,3 +134,33 @@ def test_split_del_with_a_failing_fragment(procs, two):
         assert r.exists(*on_readonly) == len(on_readonly)
     finally:
         redis_cli(readonly.port, "REPLICAOF", "NO", "ONE")
+
+
+def test_a_command_whose_keys_live_on_two_servers_is_refused(procs, two):
+    """A command naming several keys runs on one server, which sees only
+    its own: COPY to a key of the other server, BITOP over keys it does not
+    hold or a two-key EVAL would answer wrongly without an error. walnut
+    refuses it, as a Redis Cluster node answers CROSSSLOT; hash tags keep
+    such keys together."""
+    p = procs.proxy("walnut", {"rp": redis_pool(two, hash_tag="{}")})
+    r = client(p.port("rp"))
+    owner: dict[int, str] = {}
+    for i in range(400):
+        k = f"apart:{uuid.uuid4().hex}"
+        r.set(k, "v")
+        port = next(s.port for s in two if redis.Redis(host=HOST, port=s.port).exists(k))
+        owner.setdefault(port, k)
+        if len(owner) == 2:
+            break
+    a, b = owner.values()
+    for cmd in (["COPY", a, b], ["RENAME", a, b], ["SUNIONSTORE", a, a, b], ["BITOP", "AND", a, a, b],
+                ["EVAL", "return 1", "2", a, b], ["LCS", a, b]):
+        with pytest.raises(redis.ResponseError, match="keys must all map to one server"):
+            r.execute_command(*cmd)
+    # Nothing was changed on either server.
+    assert r.get(a) == b"v" and r.get(b) == b"v"
+    # Keys of one hash tag are on one server: the same commands run.
+    r.set("{t}a", "x")
+    assert r.execute_command("COPY", "{t}a", "{t}b") == 1
+    assert r.get("{t}b") == b"x"
+    assert r.execute_command("EVAL", "return #KEYS", "2", "{t}a", "{t}b") == 2

@@ -33,8 +33,8 @@ pub use commands::{Cmd, CmdClass, KeySpec};
 pub use merge::{merge_responses, write_fragment};
 pub use reply::error_reply;
 pub use request::{
-    command_keys, eval_numkeys, parse_request, stream_arg, stream_head, stream_pair, whole_arg,
-    Pair, StreamHead, StreamKind,
+    command_keys, eval_numkeys, names_more_keys, parse_request, stream_arg, stream_head,
+    stream_pair, whole_arg, Pair, StreamHead, StreamKind,
 };
 pub use resp::{parse_response, ReplyCursor};
 

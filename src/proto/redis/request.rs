@@ -626,6 +626,11 @@ enum MoreKeys {
     Streams,
 }
 
+/// Whether `cmd` can name keys besides the one it is routed by.
+pub fn names_more_keys(cmd: Cmd) -> bool {
+    more_keys(cmd).is_some()
+}
+
 fn more_keys(cmd: Cmd) -> Option<MoreKeys> {
     use MoreKeys::*;
     Some(match cmd.name() {
