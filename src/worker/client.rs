@@ -599,7 +599,7 @@ impl Worker<'_> {
 
     /// Close a client that has nothing more to do (quit sent, or peer gone
     /// and every reply written).
-    fn maybe_finish_client(&mut self, token: Token) {
+    pub(super) fn maybe_finish_client(&mut self, token: Token) {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
             return;
         };

@@ -774,6 +774,9 @@ impl Worker<'_> {
                 self.close_client(ct, true);
             }
         }
+        if let Some(ct) = s.pinned {
+            self.txn_lost(ct, token, s.id);
+        }
     }
 }
 

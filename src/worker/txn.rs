@@ -254,6 +254,33 @@ impl Worker<'_> {
         }
     }
 
+    /// The connection client `ct`'s transaction was pinned to (`st`, id
+    /// `sid`) closed on an error or a timeout, and the server's WATCH and
+    /// MULTI state went with it. The client is closed once the errors of
+    /// its requests in flight are written: carrying on would run its next
+    /// commands outside the transaction it believes it is in, or send
+    /// them to a connection that no longer exists (no reply, ever).
+    pub(super) fn txn_lost(&mut self, ct: Token, st: Token, sid: u64) {
+        let lost = matches!(self.conns.get(ct.0), Some(Conn::Client(c))
+            if c.txn.as_ref().is_some_and(|t| t.conn.is_some_and(|(tok, id, _)| tok == st && id == sid)));
+        if !lost {
+            return;
+        }
+        let pool = match self.conns.get_mut(ct.0) {
+            Some(Conn::Client(c)) => {
+                c.txn = None;
+                c.closing = true;
+                c.pool
+            }
+            _ => return,
+        };
+        crate::log_info!(
+            "pool '{}': a transaction's server connection was lost: closing its client",
+            self.pools[pool].cfg.name
+        );
+        self.maybe_finish_client(ct);
+    }
+
     /// The client leaves: its pinned connection goes.
     pub(super) fn txn_close(&mut self, t: Option<Box<Txn>>) {
         if let Some((st, sid, _)) = t.and_then(|t| t.conn) {

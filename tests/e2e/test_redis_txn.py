@@ -117,3 +117,33 @@ def test_discard_and_errors_like_redis(pool):
         assert call("NOSUCHCMD").startswith(b"-ERR unknown command")
         assert call("EXEC").startswith(b"-EXECABORT")
         assert call("GET", "{d}k") == b"$-1\r\n"
+
+
+def test_a_transaction_whose_server_connection_is_lost_closes_its_client(procs):
+    """The pinned connection times out inside MULTI (its server is paused):
+    the server's MULTI state is gone with it, so the client gets the error
+    for the request in flight and is then closed, instead of waiting for
+    ever on a connection that no longer exists (or running its next
+    commands outside the transaction it believes it is in)."""
+    server = procs.redis()
+    p = procs.proxy("walnut", {"rd": redis_pool([server], timeout=500)}, extra_args=["--workers", "1"])
+    direct = redis.Redis(host=HOST, port=server.port)
+    with RawConn(p.port("rd"), timeout=10) as c:
+        assert c.request(b"*1\r\n$5\r\nMULTI\r\n", b"\r\n") == b"+OK\r\n"
+        direct.execute_command("CLIENT", "PAUSE", "3000", "ALL")
+        try:
+            got = c.request(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n", b"\r\n")
+            assert got.startswith(b"-ERR") and b"timed out" in got, got
+            # The connection is closed: a PING gets no reply, and no hang.
+            c.sock.sendall(b"*1\r\n$4\r\nPING\r\n")
+            try:
+                rest = c.sock.recv(100)
+            except ConnectionResetError:
+                rest = b""
+            assert rest == b"", rest
+        finally:
+            direct.execute_command("CLIENT", "UNPAUSE")
+    # Other clients are served, and nothing of the transaction was applied.
+    r = client(p.port("rd"))
+    assert r.ping() is True
+    assert r.get("k") is None
