@@ -53,7 +53,7 @@ def admin(port: int, line: str) -> str:
 def migration_state(port: int) -> dict[str, str]:
     for line in admin(port, "migration").splitlines():
         kv = dict(w.split("=", 1) for w in line.split() if "=" in w)
-        if kv.get("pool") == "rd":
+        if kv.get("pool") == "rd" and "source" not in kv:
             return kv
     return {}
 

@@ -36,6 +36,9 @@ pub(super) struct Migration {
     /// The pool's earlier configurations, newest first.
     olds: Vec<PoolConfig>,
     new: PoolConfig,
+    /// The servers its migrator walks (`Plan::source_names`), whose
+    /// progress follows the pool's in `progress`.
+    sources: Vec<String>,
     pid: Option<libc::pid_t>,
     progress: Progress,
     restart_at: Option<Instant>,
@@ -43,9 +46,11 @@ pub(super) struct Migration {
 }
 
 impl Migration {
-    /// The admin line.
-    pub(super) fn line(&self) -> String {
-        self.progress.line(&self.pool)
+    /// The admin lines: the pool's, then one per server walked.
+    pub(super) fn lines(&self) -> Vec<String> {
+        let mut out = vec![self.progress.line(&self.pool)];
+        out.extend(self.progress.source_lines(&self.pool, &self.sources));
+        out
     }
 }
 
@@ -87,7 +92,12 @@ impl Master {
                     }
                 }
             }
-            let progress = match Progress::new() {
+            let sources = crate::migrate::Plan {
+                olds: &olds,
+                new: p,
+            }
+            .source_names();
+            let progress = match Progress::new(sources.len()) {
                 Ok(pr) => pr,
                 Err(e) => {
                     crate::log_error!("pool '{}': cannot start its migration: {e}", p.name);
@@ -98,6 +108,7 @@ impl Master {
                 pool: p.name.clone(),
                 olds,
                 new: p.clone(),
+                sources,
                 pid: None,
                 progress,
                 restart_at: None,
@@ -288,9 +299,10 @@ impl Master {
         )
     }
 
-    /// Admin `migration`: one line per pool.
+    /// Admin `migration`: one line per pool, each followed by one line
+    /// per server its migrator walks.
     pub(super) fn migration_lines(&self) -> Vec<String> {
-        self.migrations.iter().map(Migration::line).collect()
+        self.migrations.iter().flat_map(Migration::lines).collect()
     }
 
     /// Admin `migration pause|resume|abort POOL`.
@@ -341,6 +353,23 @@ impl Master {
                 );
             }
         }
+        out.push_str(
+            "# HELP walnut_migration_server_keys_total Keys of a migrating pool looked at (scanned) and moved away (moved), by server walked (its address).\n",
+        );
+        out.push_str("# TYPE walnut_migration_server_keys_total counter\n");
+        for m in &self.migrations {
+            for (i, s) in m.sources.iter().enumerate() {
+                let [scanned, moved] = m.progress.source_counts(i);
+                for (o, v) in [("scanned", scanned), ("moved", moved)] {
+                    let _ = writeln!(
+                        out,
+                        "walnut_migration_server_keys_total{{pool=\"{}\",server=\"{}\",outcome=\"{o}\"}} {v}",
+                        m.pool,
+                        crate::stats::prometheus::esc(s)
+                    );
+                }
+            }
+        }
         out.push_str("# HELP walnut_migration_bytes_total Bytes of values moved by a migration.\n");
         out.push_str("# TYPE walnut_migration_bytes_total counter\n");
         for m in &self.migrations {
@@ -361,6 +390,30 @@ impl Master {
                 "walnut_migration_state{{pool=\"{}\"}} {}",
                 m.pool,
                 m.progress.state() as u8
+            );
+        }
+        out.push_str(
+            "# HELP walnut_migration_keys_per_second Keys a migration moved a second, on average since it began.\n",
+        );
+        out.push_str("# TYPE walnut_migration_keys_per_second gauge\n");
+        for m in &self.migrations {
+            let _ = writeln!(
+                out,
+                "walnut_migration_keys_per_second{{pool=\"{}\"}} {}",
+                m.pool,
+                m.progress.rate()
+            );
+        }
+        out.push_str(
+            "# HELP walnut_migration_eta_seconds Seconds a migration is estimated to need yet, from the keys there were to walk and its pace so far (0 once ended).\n",
+        );
+        out.push_str("# TYPE walnut_migration_eta_seconds gauge\n");
+        for m in &self.migrations {
+            let _ = writeln!(
+                out,
+                "walnut_migration_eta_seconds{{pool=\"{}\"}} {}",
+                m.pool,
+                m.progress.eta()
             );
         }
         out

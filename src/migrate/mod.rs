@@ -48,6 +48,15 @@ impl Plan<'_> {
         }
         out
     }
+
+    /// The servers to walk as text, in the order of [`Plan::sources`]
+    /// (the progress of each is kept under that index).
+    pub fn source_names(&self) -> Vec<String> {
+        self.sources()
+            .into_iter()
+            .map(|(a, _)| addr_text(a))
+            .collect()
+    }
 }
 
 /// A pool's placement over its configured servers, all live (as the
@@ -162,7 +171,7 @@ pub fn run(plan: &Plan<'_>, progress: &Progress) -> bool {
         // does not end leaving them behind (a new owner that is down
         // delays it until it is back).
         let mut unplaced_this_pass = 0u64;
-        for &(from, old) in &sources {
+        for (si, &(from, old)) in sources.iter().enumerate() {
             let mut src = match Conn::open(from, old) {
                 Ok(c) => c,
                 Err(e) => {
@@ -177,7 +186,7 @@ pub fn run(plan: &Plan<'_>, progress: &Progress) -> bool {
             };
             let mut dests: Vec<Option<Conn>> = plan.new.servers.iter().map(|_| None).collect();
             let mut on_key = |key: &[u8], src: &mut Conn| -> std::io::Result<()> {
-                progress.add_scanned(1);
+                progress.add_scanned(si, 1);
                 while progress.paused() {
                     std::thread::sleep(Duration::from_millis(50));
                 }
@@ -210,7 +219,7 @@ pub fn run(plan: &Plan<'_>, progress: &Progress) -> bool {
                     .collect();
                 match src.move_key(key, &mut picked, mv.delete) {
                     Ok(Some(bytes)) => {
-                        progress.add_moved(1, bytes as u64);
+                        progress.add_moved(si, 1, bytes as u64);
                         moved_this_pass += 1;
                     }
                     Ok(None) => progress.add_skipped(1),

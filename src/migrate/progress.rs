@@ -2,6 +2,12 @@
 //! the migrator process, read by the master (admin `migration`,
 //! `/metrics`), and a control word the master writes (pause, resume,
 //! abort) that the migrator reads between keys.
+//!
+//! Layout: [`HEADER`] words of the pool's state and counters, then
+//! [`PER_SOURCE`] words (scanned, moved) for each server the migrator
+//! walks, in the order of `Plan::sources` (the master and the migrator
+//! compute the same list from the same configurations, so the mapping's
+//! size is fixed when it is made, before the fork).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -43,7 +49,10 @@ const BYTES: usize = 6;
 const STARTED: usize = 7;
 const ENDED: usize = 8;
 const TOTAL: usize = 9;
-const WORDS: usize = 16;
+const HEADER: usize = 16;
+const PER_SOURCE: usize = 2;
+const SRC_SCANNED: usize = 0;
+const SRC_MOVED: usize = 1;
 
 const CTL_RUN: u64 = 0;
 const CTL_PAUSE: u64 = 1;
@@ -52,6 +61,8 @@ const CTL_ABORT: u64 = 2;
 /// One migration's shared words.
 pub struct Progress {
     ptr: *mut AtomicU64,
+    /// Servers walked (per-source words after the header).
+    sources: usize,
 }
 
 // SAFETY: only accessed through atomics.
@@ -60,13 +71,14 @@ unsafe impl Send for Progress {}
 unsafe impl Sync for Progress {}
 
 impl Progress {
-    /// A zeroed shared mapping (made before the migrator is forked).
-    pub fn new() -> std::io::Result<Progress> {
+    /// A zeroed shared mapping for a migration walking `sources` servers
+    /// (made before the migrator is forked).
+    pub fn new(sources: usize) -> std::io::Result<Progress> {
         // SAFETY: anonymous shared mapping, checked below.
         let ptr = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                WORDS * 8,
+                Self::bytes(sources),
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED | libc::MAP_ANONYMOUS,
                 -1,
@@ -78,11 +90,16 @@ impl Progress {
         }
         Ok(Progress {
             ptr: ptr as *mut AtomicU64,
+            sources,
         })
     }
 
+    fn bytes(sources: usize) -> usize {
+        (HEADER + PER_SOURCE * sources) * 8
+    }
+
     fn w(&self, i: usize) -> &AtomicU64 {
-        assert!(i < WORDS);
+        assert!(i < HEADER + PER_SOURCE * self.sources);
         // SAFETY: inside the mapping, u64-aligned (page-aligned base).
         unsafe { &*self.ptr.add(i) }
     }
@@ -120,14 +137,30 @@ impl Progress {
         }
     }
 
-    /// Keys looked at.
-    pub fn add_scanned(&self, n: u64) {
-        self.add(SCANNED, n);
+    fn src(&self, source: usize, field: usize) -> usize {
+        assert!(source < self.sources);
+        HEADER + PER_SOURCE * source + field
     }
-    /// Keys moved and their bytes.
-    pub fn add_moved(&self, n: u64, bytes: u64) {
+
+    /// Keys looked at on source server `source` (index in
+    /// `Plan::sources`).
+    pub fn add_scanned(&self, source: usize, n: u64) {
+        self.add(SCANNED, n);
+        self.add(self.src(source, SRC_SCANNED), n);
+    }
+    /// Keys moved from source server `source`, and their bytes.
+    pub fn add_moved(&self, source: usize, n: u64, bytes: u64) {
         self.add(MOVED, n);
         self.add(BYTES, bytes);
+        self.add(self.src(source, SRC_MOVED), n);
+    }
+
+    /// (scanned, moved) of source server `source`.
+    pub fn source_counts(&self, source: usize) -> [u64; 2] {
+        [
+            self.get(self.src(source, SRC_SCANNED)),
+            self.get(self.src(source, SRC_MOVED)),
+        ]
     }
     /// Keys that stay (or were gone, or newer on the new owner).
     pub fn add_skipped(&self, n: u64) {
@@ -193,9 +226,15 @@ impl Progress {
         }
     }
 
+    /// Keys moved a second, on average since it began.
+    pub fn rate(&self) -> u64 {
+        let moved = self.get(MOVED);
+        moved.checked_div(self.seconds()).unwrap_or(moved)
+    }
+
     /// Seconds left, estimated from the keys there were to walk and the
     /// pace so far (0 once every key was looked at once).
-    fn eta(&self) -> u64 {
+    pub fn eta(&self) -> u64 {
         let (scanned, total, secs) = (self.get(SCANNED), self.get(TOTAL), self.seconds());
         if self.state() == State::Done || scanned >= total || scanned == 0 {
             return 0;
@@ -207,13 +246,29 @@ impl Progress {
     pub fn line(&self, pool: &str) -> String {
         let [scanned, moved, skipped, failed, bytes] = self.counts();
         let secs = self.seconds();
-        let rate = moved.checked_div(secs).unwrap_or(moved);
+        let rate = self.rate();
         format!(
             "pool={pool} state={} keys={} scanned={scanned} moved={moved} skipped={skipped} failed={failed} bytes={bytes} seconds={secs} keys_per_second={rate} eta_seconds={}",
             self.state().name(),
             self.get(TOTAL),
             self.eta()
         )
+    }
+
+    /// One `key=value` line per source server for the admin port, after
+    /// the pool's: `source=ADDR pool=NAME scanned=N moved=N` (`source=`
+    /// first, so that a reader looking for the pool's line by its first
+    /// field does not take these for it).
+    pub fn source_lines(&self, pool: &str, names: &[String]) -> Vec<String> {
+        names
+            .iter()
+            .take(self.sources)
+            .enumerate()
+            .map(|(i, n)| {
+                let [scanned, moved] = self.source_counts(i);
+                format!("source={n} pool={pool} scanned={scanned} moved={moved}")
+            })
+            .collect()
     }
 
     /// The same as fields of the pool's object in the stats JSON (flat
@@ -239,7 +294,7 @@ impl Drop for Progress {
     fn drop(&mut self) {
         // SAFETY: unmapping the mapping made in `new`.
         unsafe {
-            libc::munmap(self.ptr as *mut libc::c_void, WORDS * 8);
+            libc::munmap(self.ptr as *mut libc::c_void, Self::bytes(self.sources));
         }
     }
 }
@@ -250,13 +305,23 @@ mod tests {
 
     #[test]
     fn counts_and_control() {
-        let p = Progress::new().unwrap();
+        let p = Progress::new(2).unwrap();
         assert_eq!(p.state(), State::Pending);
         p.set_state(State::Running);
-        p.add_scanned(3);
-        p.add_moved(2, 100);
+        p.add_scanned(0, 2);
+        p.add_scanned(1, 1);
+        p.add_moved(1, 2, 100);
         p.add_skipped(1);
         assert_eq!(p.counts(), [3, 2, 1, 0, 100]);
+        assert_eq!(p.source_counts(0), [2, 0]);
+        assert_eq!(p.source_counts(1), [1, 2]);
+        assert_eq!(
+            p.source_lines("x", &["a:1".into(), "b:2".into()]),
+            [
+                "source=a:1 pool=x scanned=2 moved=0",
+                "source=b:2 pool=x scanned=1 moved=2"
+            ]
+        );
         p.control("pause").unwrap();
         assert_eq!(p.state(), State::Paused);
         assert!(p.paused());

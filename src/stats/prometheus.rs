@@ -13,7 +13,7 @@ use crate::config::Config;
 use std::fmt::Write as _;
 
 /// Escape a label value.
-fn esc(v: &str) -> String {
+pub fn esc(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")

@@ -42,11 +42,32 @@ def admin(port: int, line: str) -> str:
 
 
 def state(port: int, pool: str) -> dict[str, str]:
+    """The pool's line of admin `migration` (not its per-server lines)."""
     for line in admin(port, "migration").splitlines():
         kv = dict(w.split("=", 1) for w in line.split() if "=" in w)
-        if kv.get("pool") == pool:
+        if kv.get("pool") == pool and "source" not in kv:
             return kv
     return {}
+
+
+def sources(port: int, pool: str) -> dict[str, dict[str, int]]:
+    """The pool's per-server lines of admin `migration`, by address."""
+    out = {}
+    for line in admin(port, "migration").splitlines():
+        kv = dict(w.split("=", 1) for w in line.split() if "=" in w)
+        if kv.get("pool") == pool and "source" in kv:
+            out[kv["source"]] = {k: int(kv[k]) for k in ("scanned", "moved")}
+    return out
+
+
+def metrics(port: int) -> dict[str, float]:
+    """/metrics samples by their name and labels, as written."""
+    out = {}
+    for line in admin(port, "metrics").splitlines():
+        if line.startswith("walnut_"):
+            name, _, v = line.rpartition(" ")
+            out[name] = float(v)
+    return out
 
 
 def elapsed(since: float) -> int:
@@ -112,7 +133,32 @@ def test_every_moved_key_ends_on_its_new_owner(procs, change):
     st = {pool: state(p.admin_port, pool) for pool in ("mc", "rd")}
     assert int(st["mc"]["moved"]) > 0 and int(st["rd"]["moved"]) > 0, st
     assert st["mc"]["failed"] == "0" and st["rd"]["failed"] == "0", st
-    assert "walnut_migration_keys_total{pool=\"rd\",outcome=\"moved\"}" in admin(p.admin_port, "metrics")
+    # Progress per server walked: exactly the old servers, and their
+    # counts add up to the pool's.
+    text = admin(p.admin_port, "metrics")
+    assert "# TYPE walnut_migration_keys_per_second gauge" in text
+    assert "# TYPE walnut_migration_eta_seconds gauge" in text
+    assert "# TYPE walnut_migration_server_keys_total counter" in text
+    m = metrics(p.admin_port)
+    for pool, backends in (("mc", mcs), ("rd", rds)):
+        src = sources(p.admin_port, pool)
+        assert set(src) == {backends[i].address for i in before}, (pool, src)
+        for f in ("scanned", "moved"):
+            assert sum(s[f] for s in src.values()) == int(st[pool][f]), (pool, f, src, st[pool])
+            for a, s in src.items():
+                assert m[f'walnut_migration_server_keys_total{{pool="{pool}",server="{a}",outcome="{f}"}}'] \
+                    == s[f], (pool, a, f)
+        if change == "remove":
+            # Removing a server moves its keys only.
+            assert src[backends[2].address]["moved"] == int(st[pool]["moved"]), (pool, src)
+        else:
+            # Adding a server, or weighing one more, takes keys from others.
+            assert sum(s["moved"] > 0 for s in src.values()) >= 2, (pool, src)
+        assert m[f'walnut_migration_keys_total{{pool="{pool}",outcome="moved"}}'] == int(st[pool]["moved"])
+        # Ended: an average pace over its seconds (all of its moves when it
+        # took under one), nothing left to estimate.
+        assert m[f'walnut_migration_keys_per_second{{pool="{pool}"}}'] == int(st[pool]["keys_per_second"]) > 0
+        assert m[f'walnut_migration_eta_seconds{{pool="{pool}"}}'] == 0 == int(st[pool]["eta_seconds"])
 
     # The oracle: nutcracker on the new configuration finds every key.
     oracle_ports = (free_port(), free_port())

@@ -6,7 +6,8 @@ mid-migration (the migration waits for it instead of ending with keys
 left behind; only what had already moved to it is lost with it), a hot
 upgrade mid-migration (the new binary carries it on), and a migrator
 killed mid-migration (restarted, it ends the migration with nothing
-failed)."""
+failed), and keys overwritten by clients while the migrator copies them
+(the write wins)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ import os
 
 from procmodel import children, cmdline, wait_gone, wait_log, wait_workers, workers_of
 from procs import HOST, Proxy, RawConn, free_port, memcache_pool, redis_pool, to_yaml, wait_until
-from test_migration_bg import admin, state
+from test_migration_bg import admin, sources, state
 
 # Minutes of work in all: left out of `make quick`.
 pytestmark = pytest.mark.slow
@@ -413,3 +414,137 @@ def test_a_killed_migrator_is_restarted_and_finishes(procs):
     nr = redis.Redis(host=HOST, port=oracle_ports[1], protocol=2, lib_name=None, lib_version=None)
     for i in range(N):
         assert nr.get(key(i)) == f"v{i}".encode() and nr.hget(f"h{key(i)}", "f") == str(i).encode(), i
+
+
+def migrator_order_redis(d: redis.Redis) -> list[str]:
+    """The order `SCAN` lists a server's keys in, as the migrator will (the
+    cursor walks buckets in a fixed order; deleting keys, as moving them
+    does, neither reorders nor resizes a table that stays this full)."""
+    return [k.decode() for k in d.scan_iter(count=100)]
+
+
+def migrator_order_memcache(port: int) -> list[str]:
+    """The order `lru_crawler metadump all` lists a server's keys in (the
+    migrator's; nearly the same a few seconds later with no reads)."""
+    with RawConn(port, timeout=10) as c:
+        dump = c.request(b"lru_crawler metadump all\r\n", b"END\r\n")
+    return [w[4:].decode() for line in dump.split(b"\n") for w in line.split()[:1] if w.startswith(b"key=")]
+
+
+def test_a_write_while_the_migrator_copies_the_key_wins(procs):
+    """Clients overwrite keys through walnut right where the migrator is
+    (following its per-server progress through its old servers' listing
+    order), so that its copy of a key and a client's pull-then-write of the
+    same key overlap: whichever copies first, the migrator's `RESTORE`
+    without `REPLACE` / `ms ... ME` never replaces the client's value. At
+    the end every overwritten key has its new value, on the owner
+    nutcracker computes for the new configuration only; every other key its
+    first value."""
+    mcs = procs.memcacheds(3)
+    rds = [procs.redis() for _ in range(3)]
+    mc_port, rd_port = free_port(), free_port()
+
+    def conf(n: int, ports=(mc_port, rd_port), migration=True) -> dict:
+        extra = {"migration": True, "migration_rate": 100} if migration else {}
+        return {"mc": memcache_pool(mcs[:n], listen=f"{HOST}:{ports[0]}", **extra),
+                "rd": redis_pool(rds[:n], listen=f"{HOST}:{ports[1]}", **extra)}
+
+    p = Proxy("walnut", procs.workdir, {}, extra_args=["--workers", "2"])
+    p.conf_path.write_text(to_yaml(conf(2)))
+    p.ports = {"mc": mc_port, "rd": rd_port}
+    procs.started.append(p)
+    p.start()
+    gen = wait_workers(p.pid, 2)
+    mc = MemcacheClient((HOST, mc_port), timeout=10)
+    r = redis.Redis(host=HOST, port=rd_port, protocol=2, retry=Retry(NoBackoff(), 0), socket_timeout=10)
+    pipe = r.pipeline(transaction=False)
+    for i in range(N):
+        mc.set(key(i), f"v{i}".encode(), noreply=False)
+        pipe.set(key(i), f"v{i}")
+    pipe.execute()
+    mc_order = [migrator_order_memcache(m.port) for m in mcs[:2]]
+    rd_order = [migrator_order_redis(redis.Redis(host=HOST, port=x.port)) for x in rds[:2]]
+    assert sum(map(len, mc_order)) == N and sum(map(len, rd_order)) == N
+    p.conf_path.write_text(to_yaml(conf(3)))
+    p.signal(signal.SIGHUP)
+    wait_workers(p.pid, 2, exclude=gen.values())
+
+    mc_direct = [MemcacheClient((HOST, m.port)) for m in mcs]
+    rd_direct = [redis.Redis(host=HOST, port=x.port) for x in rds]
+    written: dict[str, dict[str, bytes]] = {"mc": {}, "rd": {}}
+    # Keys still on the server they were written to when overwritten (so
+    # not moved yet, by the migrator or a pull).
+    unmoved: dict[str, set[str]] = {"mc": set(), "rd": set()}
+    failures: list[str] = []
+
+    def follow(pool: str, orders: list[list[str]], backends, direct, get, put) -> None:
+        try:
+            deadline = time.monotonic() + 120
+            for si, order in enumerate(orders):
+                pos = 0
+                while pos < len(order) and time.monotonic() < deadline:
+                    st = state(p.admin_port, pool)
+                    if st.get("state") == "done":
+                        return
+                    src = sources(p.admin_port, pool).get(backends[si].address, {})
+                    # The key it looked at last (it may be copying it now)
+                    # and the next one.
+                    upto = min(len(order), src.get("scanned", 0) + 1)
+                    if pos < upto - 2:
+                        pos = upto - 2
+                    if pos >= upto:
+                        time.sleep(0.002)  # it walks on at its own pace
+                        continue
+                    k = order[pos]
+                    pos += 1
+                    still = direct[si].get(k) is not None
+                    v = f"new-{k}".encode()
+                    put(k, v)
+                    written[pool][k] = v
+                    if still:
+                        unmoved[pool].add(k)
+                    if (got := get(k)) != v:
+                        failures.append(f"{pool} {k}: read {got!r} after writing {v!r}")
+                        return
+        except Exception as e:  # noqa: BLE001 - every failure counts
+            failures.append(f"{pool}: {e!r}")
+
+    threads = [
+        threading.Thread(target=follow, args=("mc", mc_order, mcs, mc_direct, mc.get,
+                                              lambda k, v: mc.set(k, v, noreply=False)), daemon=True),
+        threading.Thread(target=follow, args=("rd", rd_order, rds, rd_direct, r.get, r.set), daemon=True),
+    ]
+    for t in threads:
+        t.start()
+    for pool in ("mc", "rd"):
+        wait_until(lambda pool=pool: state(p.admin_port, pool).get("state") == "done", 120,
+                   what=f"migration of {pool} to end")
+    for t in threads:
+        t.join(timeout=30)
+    assert not any(t.is_alive() for t in threads)
+    assert not failures, failures[:5]
+    for pool in ("mc", "rd"):
+        st = state(p.admin_port, pool)
+        assert st["failed"] == "0" and int(st["moved"]) > 0, (pool, st)
+
+    oracle_ports = (free_port(), free_port())
+    procs.proxy("nutcracker", conf(3, oracle_ports, migration=False))
+    nr = redis.Redis(host=HOST, port=oracle_ports[1], protocol=2, lib_name=None, lib_version=None)
+    with RawConn(oracle_ports[0]) as c:
+        for i in range(N):
+            k = key(i)
+            want = written["mc"].get(k, f"v{i}".encode())
+            got = c.request(b"get %s\r\n" % k.encode(), b"END\r\n")
+            assert got == b"VALUE %s 0 %d\r\n%s\r\nEND\r\n" % (k.encode(), len(want), want), (k, got)
+            assert nr.get(k) == written["rd"].get(k, f"v{i}".encode()), k
+    # Each key on one server only (the oracle's owner).
+    keys = [key(i) for i in range(N)]
+    assert sum(len(c.get_many(keys)) for c in mc_direct) == N
+    assert sum(d.dbsize() for d in rd_direct) == N
+    # The overwrites raced the migrator: many keys were written while
+    # still on their old server, and ended on the new one.
+    for pool, direct in (("mc", mc_direct), ("rd", rd_direct)):
+        onto_new = [k for k in unmoved[pool] if direct[2].get(k) is not None]
+        print(f"\n{pool}: {len(written[pool])} keys overwritten near the migrator, "
+              f"{len(unmoved[pool])} not moved yet, {len(onto_new)} of them moved to the new server")
+        assert len(onto_new) > 20, (pool, len(onto_new))
