@@ -38,8 +38,8 @@ impl Worker<'_> {
         let slot = self.conn_slot(token, pool, server, client_id, req.op);
         let st = match self.server_conn_dedicated(pool, server, slot, now) {
             Ok(st) => st,
-            Err(msg) => {
-                self.fail_unsent(to, pool, req.op, &msg);
+            Err(fault) => {
+                self.fail_unsent(to, pool, req.op, &fault);
                 return;
             }
         };

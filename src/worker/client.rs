@@ -3,6 +3,7 @@
 
 use super::conn::{Conn, Inflight, Slot, Waiter};
 use super::conn_state::AfterPull;
+use super::fault::ServerFault;
 use super::stream::StreamStart;
 use super::txn::TxnStep;
 use super::{Worker, READ_BUDGET, READ_CHUNK, STREAM_LOW, STREAM_THRESHOLD};
@@ -639,7 +640,7 @@ impl Worker<'_> {
         let _ = self.poll.registry().deregister(&mut c.sock);
         self.sub_out(c.wbuf.len());
         if let Some((st, sid)) = c.stream.take().and_then(|s| s.server) {
-            self.abort_server_stream(st, sid, "client closed in the middle of a request");
+            self.abort_server_stream(st, sid, ServerFault::HalfSentClientLeft);
         }
         self.abort_feed_of(&c);
         if let Some((st, sid)) = c.rstream_from.take() {

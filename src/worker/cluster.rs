@@ -576,7 +576,7 @@ impl Worker<'_> {
         let cslot = self.conn_slot(ct, pool, target, id, op);
         let st = match self.server_conn(pool, target, cslot, now) {
             Ok(st) => st,
-            Err(msg) => {
+            Err(fault) => {
                 self.fail_unsent(
                     ReplyTo {
                         token: ct,
@@ -586,7 +586,7 @@ impl Worker<'_> {
                     },
                     pool,
                     op,
-                    &msg,
+                    &fault,
                 );
                 return;
             }

@@ -19,15 +19,13 @@
 //! again leaves that connection with half a command: it is closed.
 
 use super::conn::{Client, Conn, Feed, Redirect, ReplyTo, Slot, Waiter};
+use super::fault::ServerFault;
 use super::spool::{Spool, SpoolReader};
 use super::{Worker, STREAM_HIGH, STREAM_LOW};
 use crate::proto::{Op, Request};
 use crate::stats::ServerField;
 use mio::Token;
 use std::time::Instant;
-
-/// Why a connection fed from a spool is closed early.
-const FEED_ABORTED: &str = "client gone while its request was sent again";
 
 /// The spool of the kept request of slot `seq` of a client.
 fn kept_spool(c: &Client, seq: u64) -> Option<&Spool> {
@@ -133,14 +131,14 @@ impl Worker<'_> {
                 },
                 pool,
                 op,
-                "redirected mid-request",
+                &ServerFault::RedirectedMidRequest,
             );
             return;
         }
         let cslot = self.conn_slot(ct, pool, target, id, op);
         let st = match self.server_conn_dedicated(pool, target, cslot, now) {
             Ok(st) => st,
-            Err(msg) => {
+            Err(fault) => {
                 self.fail_unsent(
                     ReplyTo {
                         token: ct,
@@ -150,7 +148,7 @@ impl Worker<'_> {
                     },
                     pool,
                     op,
-                    &msg,
+                    &fault,
                 );
                 return;
             }
@@ -224,7 +222,7 @@ impl Worker<'_> {
             _ => None,
         };
         let Some(done) = fed else {
-            self.abort_server_stream(st, self.server_id(st), FEED_ABORTED);
+            self.abort_server_stream(st, self.server_id(st), ServerFault::HalfResentClientLeft);
             return false;
         };
         let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
@@ -287,7 +285,7 @@ impl Worker<'_> {
         };
         if matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id == sid && s.feed.is_some())
         {
-            self.abort_server_stream(st, sid, FEED_ABORTED);
+            self.abort_server_stream(st, sid, ServerFault::HalfResentClientLeft);
         }
     }
 

@@ -3,6 +3,7 @@
 //! one replica with the next tried on failure (reads).
 
 use super::conn::{Conn, Fragment, Multi, MultiMode, Redirect, ReplyTo, Retry, Slot};
+use super::fault::ServerFault;
 use super::Worker;
 use crate::proto::{Op, Request};
 use crate::stats::PoolField;
@@ -76,7 +77,7 @@ impl Worker<'_> {
         write: impl FnOnce(&mut Vec<u8>),
         op: Op,
         now: Instant,
-    ) -> Result<(), String> {
+    ) -> Result<(), ServerFault> {
         let slot = self.conn_slot(to.token, pool, server, to.id, op);
         let st = self.server_conn(pool, server, slot, now)?;
         if self.pools[pool].strips {
@@ -109,8 +110,8 @@ impl Worker<'_> {
         op: Op,
         now: Instant,
     ) {
-        if let Err(msg) = self.send_to(to, pool, server, write, op, now) {
-            self.fail_unsent(to, pool, op, &msg);
+        if let Err(fault) = self.send_to(to, pool, server, write, op, now) {
+            self.fail_unsent(to, pool, op, &fault);
         }
     }
 
@@ -120,9 +121,7 @@ impl Worker<'_> {
             return;
         }
         let mut out = Vec::new();
-        self.pools[pool]
-            .proto
-            .server_error(req.op, "Connection refused", &mut out);
+        ServerFault::NoServer.write_reply(self.pools[pool].proto, req.op, &mut out);
         self.push_ready(token, out, false);
     }
 
@@ -275,14 +274,14 @@ impl Worker<'_> {
 
     /// A request that could not be queued: its slot gets the error (which
     /// may trigger a retry on another replica).
-    pub(super) fn fail_unsent(&mut self, to: ReplyTo, pool: usize, op: Op, msg: &str) {
+    pub(super) fn fail_unsent(&mut self, to: ReplyTo, pool: usize, op: Op, fault: &ServerFault) {
         self.stats.pool_add(pool, PoolField::ForwardError, 1);
         // A cluster node that cannot be reached may have failed over.
         self.cluster_node_failed(pool);
         if to.seq.is_some() {
             let proto = self.pools[pool].proto;
             let mut out = Vec::new();
-            proto.server_error(op, msg, &mut out);
+            fault.write_reply(proto, op, &mut out);
             self.fragment_done(to, out, true, true);
         }
     }
@@ -589,12 +588,12 @@ impl Worker<'_> {
                 r.bytes = bytes;
             }
         }
-        if let Err(msg) = sent {
+        if let Err(fault) = sent {
             self.fail_unsent(
                 ReplyTo::new(token, client_id, Some(seq), None),
                 pool,
                 req.op,
-                &msg,
+                &fault,
             );
         }
         true

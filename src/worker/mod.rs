@@ -15,6 +15,7 @@ mod cluster;
 mod cluster_stream;
 mod conn;
 mod conn_state;
+mod fault;
 mod forward;
 mod handover;
 mod heap;
@@ -42,6 +43,7 @@ mod warm;
 mod zones;
 
 pub use accept::AcceptMutex;
+pub use fault::{Ending, IoFault, ServerFault};
 pub use handover::Handed;
 pub use pool::PoolRt;
 

@@ -1,6 +1,7 @@
 //! A pool as a worker runs it: placement ring, servers with their
 //! connections and ejection state (`server_rt`), limits.
 
+use super::fault::ServerFault;
 use super::server_rt::{server_rt, ServerRt};
 use crate::config::PoolConfig;
 use crate::hash::{Placement, RingServer};
@@ -209,9 +210,9 @@ impl PoolRt {
         }
     }
 
-    /// Record a failure of server `idx` (`msg` is what clients are told
+    /// Record a failure of server `idx` (`fault` is what clients are told
     /// while reconnection backs off); returns true if it was ejected.
-    pub fn record_failure(&mut self, idx: usize, now: Instant, msg: &str) -> bool {
+    pub fn record_failure(&mut self, idx: usize, now: Instant, fault: &ServerFault) -> bool {
         let retry = Duration::from_millis(self.cfg.server_retry_timeout_ms.max(1));
         let s = &mut self.servers[idx];
         s.failures += 1;
@@ -225,11 +226,11 @@ impl PoolRt {
         };
         let jitter = jitter_factor();
         s.retry_at = Some(now + s.backoff.mul_f64(jitter));
-        s.last_error = msg.to_string();
+        s.last_fault = Some(fault.clone());
         if s.probing {
             // A failed health probe: stay out for another retry period.
             crate::log_warn!(
-                "pool '{}': server '{}' failed its health check ({msg}): ejected for another {} ms",
+                "pool '{}': server '{}' failed its health check ({fault}): ejected for another {} ms",
                 self.cfg.name,
                 s.name,
                 retry.as_millis()
@@ -286,31 +287,19 @@ impl PoolRt {
     }
 
     /// Why a new connection to `idx` must not be tried now, if so.
-    pub fn refuse_connect(&self, idx: usize, now: Instant, probe: bool) -> Option<String> {
+    pub fn refuse_connect(&self, idx: usize, now: Instant, probe: bool) -> Option<ServerFault> {
         let s = &self.servers[idx];
+        // Clients are told the failure that put the server to rest.
+        let resting = || Some(ServerFault::Resting(s.last_fault.clone().map(Box::new)));
         if s.probing {
             // Only the health probe may connect until it has answered.
-            return if probe {
-                None
-            } else {
-                Some(if s.last_error.is_empty() {
-                    "Connection refused".to_string()
-                } else {
-                    s.last_error.clone()
-                })
-            };
+            return if probe { None } else { resting() };
         }
-        if let Some(until) = s.ejected_until {
-            if until > now {
-                return Some(if s.last_error.is_empty() {
-                    "Connection refused".to_string()
-                } else {
-                    s.last_error.clone()
-                });
-            }
+        if s.ejected_until.is_some_and(|until| until > now) {
+            return resting();
         }
         match s.retry_at {
-            Some(t) if t > now => Some(s.last_error.clone()),
+            Some(t) if t > now => resting(),
             _ => None,
         }
     }

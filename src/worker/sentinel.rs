@@ -408,7 +408,7 @@ impl Worker<'_> {
         s.failures = 0;
         s.retry_at = None;
         s.backoff = Duration::ZERO;
-        s.last_error.clear();
+        s.last_fault = None;
         s.probing = false;
         let was_ejected = s.ejected_until.take().is_some();
         let old: Vec<Token> = s.conns.iter_mut().filter_map(Option::take).collect();

@@ -3,23 +3,13 @@
 //! ejection.
 
 use super::conn::{Conn, ReplyTo, Server, ServerState, Waiter};
+use super::fault::{Ending, IoFault, ServerFault};
 use super::{Worker, READ_BUDGET, READ_CHUNK};
 use crate::proto::{Op, Parse};
 use crate::stats::{PoolField, ServerField, WorkerField};
 use mio::{Interest, Token};
 use std::io::{ErrorKind, Write};
 use std::time::Instant;
-
-/// How a server connection ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Ending {
-    /// The server closed it.
-    Eof,
-    /// A socket or protocol error.
-    Error,
-    /// A request timed out.
-    Timeout,
-}
 
 impl Worker<'_> {
     /// The open connection in slot `slot` of a server, connecting if needed.
@@ -29,7 +19,7 @@ impl Worker<'_> {
         server: usize,
         slot: usize,
         now: Instant,
-    ) -> Result<Token, String> {
+    ) -> Result<Token, ServerFault> {
         self.server_conn_for(pool, server, slot, now, false, false)
     }
 
@@ -43,7 +33,7 @@ impl Worker<'_> {
         server: usize,
         slot: usize,
         now: Instant,
-    ) -> Result<Token, String> {
+    ) -> Result<Token, ServerFault> {
         self.server_conn_for(pool, server, slot, now, false, true)
     }
 
@@ -99,30 +89,30 @@ impl Worker<'_> {
         now: Instant,
         probe: bool,
         dedicated: bool,
-    ) -> Result<Token, String> {
+    ) -> Result<Token, ServerFault> {
         if let (false, Some(t)) = (dedicated, self.pools[pool].servers[server].conns[slot]) {
             if matches!(self.conns.get(t.0), Some(Conn::Server(_))) {
                 return Ok(t);
             }
         }
-        if let Some(msg) = self.pools[pool].refuse_connect(server, now, probe) {
-            return Err(msg);
+        if let Some(fault) = self.pools[pool].refuse_connect(server, now, probe) {
+            return Err(fault);
         }
         self.pools[pool].look_up_again(server, now);
         let p = &self.pools[pool];
         let Some(endpoint) = p.servers[server].endpoint.clone() else {
-            return Err("Name or service not known".into());
+            return Err(ServerFault::Unresolved);
         };
         let opened = crate::net::connect(&endpoint, p.cfg.tcpkeepalive)
             .and_then(|s| p.tls.connected(s, &p.servers[server].tls_host));
         let mut sock = match opened {
             Ok(s) => s,
             Err(e) => {
-                let msg = crate::util::strerror(&e);
+                let fault = ServerFault::Connect(IoFault::from(&e));
                 self.stats
                     .server_add(pool, server, ServerField::ServerErr, 1);
-                self.note_failure(pool, server, now, &msg);
-                return Err(msg);
+                self.note_failure(pool, server, now, &fault);
+                return Err(fault);
             }
         };
         let id = self.next_id();
@@ -133,7 +123,7 @@ impl Worker<'_> {
                 .registry()
                 .register(&mut sock, token, Interest::READABLE | Interest::WRITABLE)
         {
-            return Err(crate::util::strerror(&e));
+            return Err(ServerFault::Register(IoFault::from(&e)));
         }
         entry.insert(Conn::Server(Box::new(Server {
             sock,
@@ -256,8 +246,8 @@ impl Worker<'_> {
                     );
                 }
                 Ok(Some(e)) | Err(e) => {
-                    let msg = crate::util::strerror(&e);
-                    self.close_server(token, Ending::Error, &msg, now);
+                    // Still connecting: no request was written.
+                    self.close_server(token, ServerFault::Connect(IoFault::from(&e)), now);
                     return;
                 }
             }
@@ -286,8 +276,7 @@ impl Worker<'_> {
         }
         if s.sock.is_tls() {
             if let Err(e) = s.sock.flush() {
-                let msg = crate::util::strerror(&e);
-                self.close_server(token, Ending::Error, &msg, now);
+                self.close_server(token, ServerFault::Socket(IoFault::from(&e)), now);
                 return;
             }
         }
@@ -306,8 +295,7 @@ impl Worker<'_> {
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    let msg = crate::util::strerror(&e);
-                    self.close_server(token, Ending::Error, &msg, now);
+                    self.close_server(token, ServerFault::Socket(IoFault::from(&e)), now);
                     return;
                 }
             }
@@ -353,7 +341,7 @@ impl Worker<'_> {
             match s.rbuf.read_stream(&mut s.sock, READ_CHUNK) {
                 Ok((0, _)) => {
                     self.process_replies(token, now);
-                    self.close_server(token, Ending::Eof, "Connection reset by peer", now);
+                    self.close_server(token, ServerFault::Closed, now);
                     return;
                 }
                 Ok((n, short)) => {
@@ -365,8 +353,7 @@ impl Worker<'_> {
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    let msg = crate::util::strerror(&e);
-                    self.close_server(token, Ending::Error, &msg, now);
+                    self.close_server(token, ServerFault::Socket(IoFault::from(&e)), now);
                     return;
                 }
             }
@@ -411,11 +398,7 @@ impl Worker<'_> {
         let proto = self.pools[pool].proto;
         let mut off = 0;
         let mut need = 0;
-        let mut failure: Option<String> = None;
-        // What the requests still queued here are told if `failure` ends
-        // the connection (twemproxy's errno text for a bad reply).
-        let mut queued_error = "Invalid argument";
-        let mut is_fault = true;
+        let mut failure: Option<ServerFault> = None;
         let mut replies = 0u64;
         let mut streamed = false;
         loop {
@@ -427,7 +410,7 @@ impl Worker<'_> {
                 break;
             }
             let Some(front) = s.inflight.front().copied() else {
-                failure = Some("unexpected data from server".into());
+                failure = Some(ServerFault::BadReply("unexpected data from server".into()));
                 break;
             };
             match proto.parse_response(input, front.op) {
@@ -515,9 +498,7 @@ impl Worker<'_> {
                             // their requests fail with the connection, and
                             // later `HELLO 3` gets -NOPROTO.
                             self.pools[pool].resp3_refused = true;
-                            failure = Some("server does not speak RESP3 (HELLO 3 refused)".into());
-                            queued_error = "server does not speak RESP3";
-                            is_fault = false;
+                            failure = Some(ServerFault::Resp3Refused);
                             off += rsp.len;
                             break;
                         }
@@ -538,7 +519,7 @@ impl Worker<'_> {
                     break;
                 }
                 Err(e) => {
-                    failure = Some(e.0);
+                    failure = Some(ServerFault::BadReply(e.0));
                     break;
                 }
             }
@@ -551,14 +532,14 @@ impl Worker<'_> {
             s.rbuf = rbuf;
             s.need = need;
         }
-        if let Some(msg) = failure {
+        if let Some(fault) = failure {
             crate::log_warn!(
                 "pool '{}': server '{}': bad reply: {}",
                 self.pools[pool].cfg.name,
                 self.pools[pool].servers[server].name,
-                msg
+                fault.detail()
             );
-            self.close_server_as(token, Ending::Error, queued_error, now, is_fault);
+            self.close_server(token, fault, now);
             return;
         }
         if streamed {
@@ -637,21 +618,10 @@ impl Worker<'_> {
         self.check_output_limit(ct);
     }
 
-    /// Close a server connection; every request waiting on it gets an error reply.
-    pub(super) fn close_server(&mut self, token: Token, how: Ending, msg: &str, now: Instant) {
-        self.close_server_as(token, how, msg, now, true);
-    }
-
-    /// [`Self::close_server`]; `is_fault` false when the server is well
-    /// and only this connection is unusable (no backoff, no ejection).
-    pub(super) fn close_server_as(
-        &mut self,
-        token: Token,
-        how: Ending,
-        msg: &str,
-        now: Instant,
-        is_fault: bool,
-    ) {
+    /// Close a server connection for `fault`; every request waiting on it
+    /// gets its error reply. Only a fault of the server's counts towards
+    /// its backoff and ejection (not a connection this side gave up on).
+    pub(super) fn close_server(&mut self, token: Token, fault: ServerFault, now: Instant) {
         let Some(Conn::Server(_)) = self.conns.get(token.0) else {
             return;
         };
@@ -697,6 +667,7 @@ impl Worker<'_> {
                 self.close_client(ct, true);
             }
         }
+        let how = fault.ending();
         let field = match how {
             Ending::Eof => ServerField::ServerEof,
             Ending::Error => ServerField::ServerErr,
@@ -705,9 +676,7 @@ impl Worker<'_> {
         self.stats.server_add(pool, server, field, 1);
         let had_work = !s.inflight.is_empty();
         if how != Ending::Eof || had_work {
-            // A TLS failure (certificate refused, handshake) is the
-            // operator's to fix: logged at the default level.
-            let level = if msg.starts_with("TLS ") {
+            let level = if fault.is_tls() {
                 crate::log::level::WARN
             } else {
                 crate::log::level::INFO
@@ -718,12 +687,12 @@ impl Worker<'_> {
                     "pool '{}': server '{}' closed: {} ({} requests failed)",
                     self.pools[pool].cfg.name,
                     self.pools[pool].servers[server].name,
-                    msg,
+                    fault,
                     s.inflight.len()
                 ),
             );
-            if is_fault {
-                self.note_failure(pool, server, now, msg);
+            if fault.is_fault() {
+                self.note_failure(pool, server, now, &fault);
             }
         }
         if self.pools[pool].cluster.is_some() && (how != Ending::Eof || had_work) {
@@ -754,7 +723,7 @@ impl Worker<'_> {
             } = f.waiter
             {
                 let mut out = Vec::new();
-                proto.server_error(f.op, msg, &mut out);
+                fault.write_reply(proto, f.op, &mut out);
                 self.stats.pool_add(pool, PoolField::ForwardError, 1);
                 self.fragment_done(
                     ReplyTo {

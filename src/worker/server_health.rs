@@ -3,7 +3,7 @@
 //! ejected one back (`server_health_check`).
 
 use super::conn::{Conn, Waiter};
-use super::server::Ending;
+use super::fault::ServerFault;
 use super::Worker;
 use crate::proto::Op;
 use crate::stats::{PoolField, ServerField};
@@ -84,7 +84,7 @@ impl Worker<'_> {
         };
         let deadline = front.timed_from + timeout;
         if deadline <= now {
-            self.close_server(token, Ending::Timeout, "Connection timed out", now);
+            self.close_server(token, ServerFault::TimedOut, now);
         } else {
             s.timer_armed = true;
             self.arm_timer(deadline, token, id);
@@ -117,13 +117,20 @@ impl Worker<'_> {
             })
             .collect();
         for (k, ms) in stalled {
-            let msg = format!("TLS handshake not finished after {ms} ms");
-            self.close_server(Token(k), Ending::Timeout, &msg, now);
+            self.close_server(Token(k), ServerFault::TlsHandshakeTimeout { ms }, now);
         }
     }
 
-    pub(super) fn note_failure(&mut self, pool: usize, server: usize, now: Instant, msg: &str) {
-        if self.pools[pool].record_failure(server, now, msg) {
+    /// A failure of the server's ([`ServerFault::is_fault`]): it backs
+    /// off, and is ejected after `server_failure_limit` in a row.
+    pub(super) fn note_failure(
+        &mut self,
+        pool: usize,
+        server: usize,
+        now: Instant,
+        fault: &ServerFault,
+    ) {
+        if self.pools[pool].record_failure(server, now, fault) {
             self.stats.pool_add(pool, PoolField::ServerEjects, 1);
             self.stats.server_set(
                 pool,
@@ -138,7 +145,7 @@ impl Worker<'_> {
                 p.servers[server].name,
                 p.cfg.server_retry_timeout_ms,
                 p.cfg.server_failure_limit,
-                msg,
+                fault,
                 if p.cfg.eject_fail_fast {
                     "; its keys fail fast meanwhile"
                 } else {

@@ -2,6 +2,7 @@
 //! looked up again for new connections), its connection slots, failures,
 //! ejection and reconnect backoff.
 
+use super::fault::ServerFault;
 use crate::config::{PoolConfig, ServerAddr};
 use crate::net::Endpoint;
 use mio::Token;
@@ -33,8 +34,9 @@ pub struct ServerRt {
     pub retry_at: Option<Instant>,
     /// Current reconnect backoff (doubles per failure, jittered, capped).
     pub backoff: Duration,
-    /// The last connection error, replied while backing off.
-    pub last_error: String,
+    /// The last failure, what clients are told while the server rests
+    /// (backs off, is ejected or waits for its health probe).
+    pub last_fault: Option<ServerFault>,
     /// Retry time passed, waiting for a health probe to answer.
     pub probing: bool,
     /// A server written by host name: the name, looked up again for a new
@@ -77,7 +79,7 @@ impl ServerRt {
             ejected_until: None,
             retry_at: None,
             backoff: Duration::ZERO,
-            last_error: String::new(),
+            last_fault: None,
             probing: false,
             lookup: None,
         }
@@ -178,7 +180,7 @@ mod tests {
             ejected_until: None,
             retry_at: None,
             backoff: std::time::Duration::ZERO,
-            last_error: String::new(),
+            last_fault: None,
             probing: false,
             lookup: None,
         };

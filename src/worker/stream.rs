@@ -48,7 +48,7 @@ use super::conn::{
     Conn, Fragment, Multi, MultiMode, PairStream, ReplyTo, ReqStream, Slot, SpoolStream, SrvStream,
     Waiter,
 };
-use super::server::Ending;
+use super::fault::ServerFault;
 use super::{Worker, STREAM_HIGH, STREAM_LOW, STREAM_THRESHOLD};
 use crate::proto::redis::{self, Pair, StreamHead, StreamKind};
 use crate::stats::{PoolField, ServerField, WorkerField};
@@ -159,13 +159,13 @@ impl Worker<'_> {
                         }
                         target = Some((st, sid));
                     }
-                    Err(msg) => {
+                    Err(fault) => {
                         let seq = self.push_slot(token, false, Slot::default());
                         self.fail_unsent(
                             ReplyTo::new(token, client_id, seq, None),
                             pool,
                             req.op,
-                            &msg,
+                            &fault,
                         );
                     }
                 }
@@ -281,19 +281,19 @@ impl Worker<'_> {
                 ReplyTo::new(token, client_id, Some(seq), Some(idx as u32)),
                 pool,
                 op,
-                "Connection refused",
+                &ServerFault::NoServer,
             );
             return;
         };
         self.note_key(pool, &pair_key);
         let st = match self.pair_conn(token, pool, server, client_id, op, now) {
             Ok(st) => st,
-            Err(msg) => {
+            Err(fault) => {
                 self.fail_unsent(
                     ReplyTo::new(token, client_id, Some(seq), Some(idx as u32)),
                     pool,
                     op,
-                    &msg,
+                    &fault,
                 );
                 return;
             }
@@ -334,7 +334,7 @@ impl Worker<'_> {
         client_id: u64,
         op: crate::proto::Op,
         now: Instant,
-    ) -> Result<Token, String> {
+    ) -> Result<Token, ServerFault> {
         let known = match self.conns.get(token.0) {
             Some(Conn::Client(c)) => c
                 .stream
@@ -353,7 +353,7 @@ impl Worker<'_> {
         let st = self.server_conn_dedicated(pool, server, slot, now)?;
         let sid = match self.conns.get(st.0) {
             Some(Conn::Server(s)) => s.id,
-            _ => return Err("Connection refused".to_string()),
+            _ => return Err(ServerFault::NoServer),
         };
         if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
             if let Some(ps) = c.stream.as_mut().and_then(|rs| rs.pairs.as_mut()) {
@@ -365,8 +365,8 @@ impl Worker<'_> {
     }
 
     /// A pair-by-pair MSET ends before its last pair: the pairs not sent
-    /// fail with `why`, so its reply completes.
-    fn fail_unsent_pairs(&mut self, token: Token, why: &str) {
+    /// fail with `fault`, so its reply completes.
+    fn fail_unsent_pairs(&mut self, token: Token, fault: ServerFault) {
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return;
         };
@@ -383,7 +383,7 @@ impl Worker<'_> {
             None => return,
         };
         let mut out = Vec::new();
-        self.pools[pool].proto.server_error(op, why, &mut out);
+        fault.write_reply(self.pools[pool].proto, op, &mut out);
         for i in from..to {
             self.fragment_done(
                 ReplyTo::new(token, client_id, Some(seq), Some(i as u32)),
@@ -515,7 +515,7 @@ impl Worker<'_> {
                     Ok(None) => return false,
                     Ok(Some(pair)) => self.send_pair(token, pair, now),
                     Err(reply) => {
-                        self.fail_unsent_pairs(token, "Protocol error in the request");
+                        self.fail_unsent_pairs(token, ServerFault::UnsentAfterBadPair);
                         if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
                             c.stream = None;
                         }
@@ -539,7 +539,7 @@ impl Worker<'_> {
                         let target = rs.server;
                         c.stream = None;
                         if let Some((st, sid)) = target {
-                            self.abort_server_stream(st, sid, "protocol error in a request");
+                            self.abort_server_stream(st, sid, ServerFault::HalfSentBadArg);
                         }
                         self.push_ready(token, reply, true);
                         return false;
@@ -575,9 +575,7 @@ impl Worker<'_> {
             None => {
                 self.stats.pool_add(pool, PoolField::ForwardError, 1);
                 let mut out = Vec::new();
-                self.pools[pool]
-                    .proto
-                    .server_error(op, "Connection refused", &mut out);
+                ServerFault::NoServer.write_reply(self.pools[pool].proto, op, &mut out);
                 self.push_ready(token, out, false);
             }
             Some(server) => {
@@ -601,9 +599,12 @@ impl Worker<'_> {
                             target = Some((st, s.id));
                         }
                     }
-                    Err(msg) => {
-                        self.fail_unsent(ReplyTo::new(token, client_id, seq, None), pool, op, &msg)
-                    }
+                    Err(fault) => self.fail_unsent(
+                        ReplyTo::new(token, client_id, seq, None),
+                        pool,
+                        op,
+                        &fault,
+                    ),
                 }
             }
         }
@@ -710,11 +711,12 @@ impl Worker<'_> {
     }
 
     /// A streamed request cannot be completed: its server connection holds
-    /// half a command and is closed.
-    pub(super) fn abort_server_stream(&mut self, st: Token, sid: u64, why: &str) {
+    /// half a command and is closed (`why` is the client's doing, so the
+    /// server is not counted as failing).
+    pub(super) fn abort_server_stream(&mut self, st: Token, sid: u64, why: ServerFault) {
         if matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id == sid) {
             crate::log_info!("closing a server connection holding half a request: {why}");
-            self.close_server_as(st, Ending::Error, why, Instant::now(), false);
+            self.close_server(st, why, Instant::now());
         }
     }
 

@@ -22,7 +22,7 @@
 //!
 
 use super::conn::{Conn, Hold, MultiMode, RepStream, Waiter};
-use super::server::Ending;
+use super::fault::ServerFault;
 use super::{Worker, STREAM_HIGH, STREAM_LOW, STREAM_STALL, STREAM_THRESHOLD};
 use crate::proto::redis;
 use crate::stats::ServerField;
@@ -161,13 +161,14 @@ impl Worker<'_> {
                 Ok(step) => step,
                 Err(e) => {
                     let (pool, server) = (s.pool, s.server);
+                    let fault = ServerFault::BadReply(e.0);
                     crate::log_warn!(
                         "pool '{}': server '{}': bad reply: {}",
                         self.pools[pool].cfg.name,
                         self.pools[pool].servers[server].name,
-                        e.0
+                        fault.detail()
                     );
-                    self.close_server_as(st, Ending::Error, "Invalid argument", now, true);
+                    self.close_server(st, fault, now);
                     return false;
                 }
             };

@@ -216,10 +216,10 @@ impl Worker<'_> {
                         t.conn = Some((st, s.id, server));
                     }
                 }
-                Err(msg) => {
+                Err(fault) => {
                     self.put_txn(token, (t.multi).then_some(t));
                     let mut out = Vec::new();
-                    self.pools[pool].proto.server_error(req.op, &msg, &mut out);
+                    fault.write_reply(self.pools[pool].proto, req.op, &mut out);
                     self.push_ready(token, out, false);
                     return;
                 }

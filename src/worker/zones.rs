@@ -13,6 +13,7 @@
 //! (`zone_failovers`).
 
 use super::conn::{Fragment, Multi, MultiMode, ReplyTo, Slot};
+use super::fault::ServerFault;
 use super::forward::{reads_only, routing_key};
 use super::Worker;
 use crate::proto::{Protocol, Request};
@@ -141,7 +142,7 @@ impl Worker<'_> {
                 if full {
                     self.stats.worker_add(WorkerField::ShadowDropped, 1);
                     let mut out = Vec::new();
-                    proto.server_error(req.op, "zone queue full", &mut out);
+                    ServerFault::ZoneQueueFull.write_reply(proto, req.op, &mut out);
                     self.fragment_done(to, out, true, true);
                     continue;
                 }
