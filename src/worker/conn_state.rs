@@ -38,6 +38,11 @@ pub struct Subs {
     /// The count of sharded channels, confirmed apart, as redis-server
     /// counts them.
     pub shard_count: i64,
+    /// Per server listened on: the last counts its connection confirmed
+    /// (classic, sharded). A confirmation adds what its server's count
+    /// moved by, so a channel subscribed twice counts once, as on one
+    /// redis-server, and a pattern held by every server counts once.
+    pub server_counts: Vec<(usize, i64, i64)>,
 }
 
 impl Subs {

@@ -115,7 +115,16 @@ impl Worker<'_> {
                 return false;
             }
             let out = if name == "PING" {
-                b"*2\r\n$4\r\npong\r\n$0\r\n\r\n".to_vec()
+                // redis-server's subscribed-mode PING: ["pong", message].
+                let mut it = Args::new(bytes);
+                it.next();
+                let mut msg = Vec::new();
+                if let Some(a) = it.next() {
+                    it.value(&a, &mut msg);
+                }
+                let mut out = b"*2\r\n$4\r\npong\r\n".to_vec();
+                reply::bulk(&msg, &mut out);
+                out
             } else {
                 let mut out = Vec::new();
                 // redis-server 7's text, less RESET: walnut refuses RESET
@@ -421,6 +430,8 @@ impl Worker<'_> {
         s.pinned = Some(token);
         subs.conns.retain(|(s, ..)| *s != server);
         subs.conns.push((server, st, s.id));
+        // A new connection: that server holds nothing of the client's yet.
+        subs.server_counts.retain(|(s, ..)| *s != server);
         subs.conns.sort_unstable();
         Some(st)
     }
@@ -492,19 +503,40 @@ impl Worker<'_> {
                             | "sunsubscribe"
                     ) =>
                 {
+                    let sharded = matches!(kind.as_str(), "ssubscribe" | "sunsubscribe");
+                    // How far this server's own count moved.
+                    let reported = frame
+                        .get(colon + 1..frame.len() - 2)
+                        .and_then(|t| std::str::from_utf8(t).ok()?.parse::<i64>().ok());
+                    let at = match subs.server_counts.iter().position(|e| e.0 == server) {
+                        Some(i) => i,
+                        None => {
+                            subs.server_counts.push((server, 0, 0));
+                            subs.server_counts.len() - 1
+                        }
+                    };
+                    let last = if sharded {
+                        &mut subs.server_counts[at].2
+                    } else {
+                        &mut subs.server_counts[at].1
+                    };
+                    let delta = match reported {
+                        Some(n) => n - std::mem::replace(last, n),
+                        None if kind.contains("unsub") => -1,
+                        None => 1,
+                    };
                     // A pattern is confirmed by the first server only (in
                     // a cluster pool it is on one node).
                     let first = subs.conns.first().map(|(s, ..)| *s) == Some(server);
                     if kind.starts_with('p') && !first && !cluster {
                         continue;
                     }
-                    let count = if matches!(kind.as_str(), "ssubscribe" | "sunsubscribe") {
+                    let count = if sharded {
                         &mut subs.shard_count
                     } else {
                         &mut subs.count
                     };
-                    *count += if kind.contains("unsub") { -1 } else { 1 };
-                    *count = (*count).max(0);
+                    *count = (*count + delta).max(0);
                     let mut out = frame[..colon].to_vec();
                     out.extend_from_slice(format!(":{}\r\n", *count).as_bytes());
                     out

@@ -152,6 +152,44 @@ def test_unsubscribe_from_channels_never_subscribed(three):
     assert sorted((m["channel"], m["data"]) for m in got) == [(b"held", 0), (b"never", 1)], got
 
 
+def test_counts_and_ping_as_one_redis_server(three):
+    """A channel subscribed twice counts once, a pattern (held by every
+    server) once, and a subscribed-mode PING carries its message back."""
+    p, _ = three
+
+    def read(s: socket.socket, n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            chunk = s.recv(4096)
+            assert chunk, buf
+            buf += chunk
+        return buf
+
+    with socket.create_connection((HOST, p.port("rd")), timeout=10) as s:
+        s.sendall(b"*4\r\n$9\r\nSUBSCRIBE\r\n$1\r\na\r\n$1\r\na\r\n$1\r\nb\r\n")
+        # a and b may live on two servers, each confirming on its own:
+        # the counts are those of one connection whatever the order.
+        got = read(s, 3 * len(b"*3\r\n$9\r\nsubscribe\r\n$1\r\na\r\n:1\r\n"))
+        assert sorted(got.split(b"*")[1:]) == sorted([
+            b"3\r\n$9\r\nsubscribe\r\n$1\r\na\r\n:1\r\n",
+            b"3\r\n$9\r\nsubscribe\r\n$1\r\na\r\n:1\r\n",
+            b"3\r\n$9\r\nsubscribe\r\n$1\r\nb\r\n:2\r\n",
+        ]) or sorted(got.split(b"*")[1:]) == sorted([
+            b"3\r\n$9\r\nsubscribe\r\n$1\r\nb\r\n:1\r\n",
+            b"3\r\n$9\r\nsubscribe\r\n$1\r\na\r\n:2\r\n",
+            b"3\r\n$9\r\nsubscribe\r\n$1\r\na\r\n:2\r\n",
+        ]), got
+        s.sendall(b"*2\r\n$10\r\nPSUBSCRIBE\r\n$2\r\np*\r\n")
+        want = b"*3\r\n$10\r\npsubscribe\r\n$2\r\np*\r\n:3\r\n"
+        assert read(s, len(want)) == want
+        s.sendall(b"*2\r\n$9\r\nSUBSCRIBE\r\n$1\r\nb\r\n")
+        want = b"*3\r\n$9\r\nsubscribe\r\n$1\r\nb\r\n:3\r\n"
+        assert read(s, len(want)) == want
+        s.sendall(b"*2\r\n$4\r\nPING\r\n$5\r\nhello\r\n")
+        want = b"*2\r\n$4\r\npong\r\n$5\r\nhello\r\n"
+        assert read(s, len(want)) == want
+
+
 def test_resp3_subscriber_runs_commands_too(three):
     p, _ = three
     r = client(p.port("rd"), 3)
