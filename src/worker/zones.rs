@@ -229,7 +229,8 @@ impl Worker<'_> {
         };
         let m = c.slot_mut(seq).and_then(|s| s.multi.as_ref())?;
         let f = m.frags.get(fi)?;
-        if m.mode != MultiMode::Split || !reads_only(m.req.op) {
+        let copies = warm && f.attempt != 0;
+        if m.mode != MultiMode::Split || !reads_only(m.req.op) || !(miss || copies) {
             return None;
         }
         let missed = proto.missed_keys(&m.bytes, &m.req, &f.keys, reply)?;
@@ -239,7 +240,7 @@ impl Worker<'_> {
         }
         let zone = f.attempt;
         let key = |i: usize| m.req.keys.get(i).and_then(|r| m.bytes.get(r.clone()));
-        let hits: Vec<Vec<u8>> = if warm && zone != 0 {
+        let hits: Vec<Vec<u8>> = if copies {
             f.keys
                 .iter()
                 .filter(|&&k| !is_missed[k])

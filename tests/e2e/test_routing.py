@@ -365,6 +365,24 @@ def zone_failovers(p, pool: str = "z") -> int:
     return p.stats()[pool]["zone_failovers"]
 
 
+def test_a_multiget_moves_to_the_next_zone_when_its_local_server_is_lost(procs):
+    za, zb = [procs.memcached(), procs.memcached()], [procs.memcached()]
+    p = start_walnut(procs, {
+        "za": memcache_pool(za),
+        "zb": memcache_pool(zb),
+        "z": {"timeout": 2000, "zones": ["za", "zb"], "zone_writes": "sync"},
+    }, args=["--workers", "1"])
+    z = MemcacheClient((HOST, p.port("z")), timeout=10)
+    keys = [f"lost:{i}" for i in range(100)]
+    for k in keys:
+        z.set(k, k.encode(), noreply=False)
+    os.kill(za[0].pid, signal.SIGKILL)
+    za[0].proc.wait(timeout=10)
+    # Until it is ejected, its keys' fragment fails and moves to zone b.
+    for _ in range(3):
+        assert z.get_many(keys) == {k: k.encode() for k in keys}
+
+
 def test_a_zone_lost_under_load_with_sync_writes(procs):
     za = [procs.memcached(), procs.memcached()]
     zb = [procs.memcached()]
