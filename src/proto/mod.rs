@@ -246,6 +246,39 @@ impl Protocol {
         }
     }
 
+    /// The keys of a multi-key read's fragment `key_idx` that its
+    /// server's `reply` has no value for (memcached `get`/`gets`/`gat`/
+    /// `gats`: no `VALUE`; Redis MGET: a nil), as indices into `req.keys`.
+    /// `None` for another request, an error, or a reply that does not
+    /// parse.
+    pub fn missed_keys(
+        self,
+        req_bytes: &[u8],
+        req: &Request,
+        key_idx: &[usize],
+        reply: &[u8],
+    ) -> Option<Vec<usize>> {
+        use memcache::McOp;
+        match req.op {
+            Op::Mc(McOp::Get | McOp::Gets | McOp::Gat | McOp::Gats) => {
+                memcache::missed_keys(req_bytes, req, key_idx, reply)
+            }
+            Op::Redis(r) if r.class == redis::CmdClass::MGet => redis::mget_missed(key_idx, reply),
+            _ => None,
+        }
+    }
+
+    /// A multi-key read's fragment reply without the misses that
+    /// [`Self::missed_keys`] found, for a fragment that no longer carries
+    /// those keys (Redis: the nils dropped from the array; a memcached
+    /// reply has nothing for them).
+    pub fn drop_misses(self, reply: Vec<u8>) -> Vec<u8> {
+        match self {
+            Protocol::Memcache => reply,
+            Protocol::Redis => redis::mget_hits(&reply),
+        }
+    }
+
     /// Merge the replies every server gave to a broadcast request.
     pub fn merge_broadcast(self, op: Op, replies: &[&[u8]], out: &mut Vec<u8>) {
         match self {

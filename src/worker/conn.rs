@@ -120,6 +120,9 @@ pub struct Fragment {
     pub hops: u8,
     /// Redis Cluster TRYAGAIN replies waited out for this fragment.
     pub tries: u8,
+    /// A zone pool's read of keys another zone's fragment missed: when it
+    /// fails, its keys are misses rather than the request's error.
+    pub fallback: bool,
 }
 
 /// A client connection.

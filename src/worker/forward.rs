@@ -511,7 +511,10 @@ impl Worker<'_> {
             return;
         }
         let replicated = self.pools[pool].cfg.replicas > 1;
-        if groups.len() <= 1 && !replicated {
+        // A zone pool's multi-key read stays split even on one server: its
+        // misses fall over per key (zones.rs).
+        let zone_read = self.pools[pool].zoned && reads_only(req.op);
+        if groups.len() <= 1 && !replicated && !zone_read {
             self.forward_single(token, client_id, pool, &req, bytes, now);
             return;
         }
@@ -610,6 +613,9 @@ impl Worker<'_> {
         frag: usize,
         pool: usize,
     ) -> bool {
+        if self.pools[pool].zoned {
+            return self.zone_retry_fragment(token, client_id, seq, frag, pool);
+        }
         let r = self.pools[pool].cfg.replicas as usize;
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return false;

@@ -14,9 +14,9 @@ impl Worker<'_> {
     pub(super) fn fragment_done(
         &mut self,
         to: ReplyTo,
-        reply: Vec<u8>,
-        is_error: bool,
-        unreachable: bool,
+        mut reply: Vec<u8>,
+        mut is_error: bool,
+        mut unreachable: bool,
     ) {
         let ReplyTo {
             token,
@@ -49,6 +49,13 @@ impl Worker<'_> {
                 }
             }
         }
+        let zoned = self.pools[pool].zoned;
+        if let Some(fi) = frag.filter(|_| zoned && !unreachable && !is_error) {
+            // A zone pool's multi-key read: its misses may be elsewhere.
+            if let Some(kept) = self.zone_fragment(token, id, seq, fi as usize, pool, &reply) {
+                reply = kept;
+            }
+        }
         if unreachable {
             if frag.is_none() && has_retry && self.retry_read(token, id, seq, pool) {
                 return;
@@ -58,6 +65,13 @@ impl Worker<'_> {
                     self.fragment_settled(token, seq);
                     return;
                 }
+            }
+        }
+        if let Some(fi) = frag.filter(|_| zoned && (unreachable || is_error)) {
+            if self.zone_fallback_failed(token, seq, fi as usize) {
+                // Keys another zone missed, not found here either.
+                reply = super::zones::empty_read(self.pools[pool].proto);
+                (is_error, unreachable) = (false, false);
             }
         }
         let proto = self.pools[pool].proto;
@@ -219,11 +233,20 @@ fn finish_multi(proto: crate::proto::Protocol, slot: &mut Slot) -> bool {
             }
             None => {
                 slot.out = merge(proto, &m);
-                other = m.mode == MultiMode::Replicate
-                    && m.frags
+                other = match m.mode {
+                    MultiMode::Replicate => m
+                        .frags
                         .iter()
                         .find(|f| !f.failed)
-                        .is_some_and(|f| f.attempt != 0);
+                        .is_some_and(|f| f.attempt != 0),
+                    // A zone pool's multi-key read that another zone
+                    // helped answer.
+                    MultiMode::Split => m
+                        .frags
+                        .iter()
+                        .any(|f| f.attempt != 0 && !f.failed && !f.keys.is_empty()),
+                    _ => false,
+                };
             }
         }
     }

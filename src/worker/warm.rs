@@ -1,10 +1,11 @@
 //! Warm-up of a cold pool from a warm one (`warm_up: [COLD, WARM]`, as
-//! mcrouter's WarmUpRoute): a zone pool of two zones whose single-key
-//! reads miss on the cold pool fall over to the warm one (zones.rs), and
-//! a value found there is returned and copied to the cold pool with its
-//! remaining TTL, never over a newer value: memcached `mg <key> v f t`
-//! then `ms <key> ... ME` (add), Redis `DUMP` + `PTTL` then `RESTORE`
-//! without `REPLACE`. Writes go to the cold pool only; deletes to both.
+//! mcrouter's WarmUpRoute): a zone pool of two zones whose reads miss on
+//! the cold pool fall over to the warm one (zones.rs: a single-key read
+//! whole, a multi-get per missed key), and each value found there is
+//! returned and copied to the cold pool with its remaining TTL, never
+//! over a newer value: memcached `mg <key> v f t` then `ms <key> ... ME`
+//! (add), Redis `DUMP` + `PTTL` then `RESTORE` without `REPLACE`. Writes
+//! go to the cold pool only; deletes to both.
 
 use super::conn::{Conn, Waiter};
 use super::migrate::{bulk_payload, integer, meta_key, meta_value, resp_command};

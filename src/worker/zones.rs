@@ -8,11 +8,29 @@
 //! by the next zone that succeeds, so that losing a zone loses no write;
 //! with `sync`, once every zone has answered, with the first success.
 //! A multi-key write goes to the local zone, and to the other zones as
-//! copies, fire and forget. Multi-key reads are served by the local zone.
-//! A request answered by another zone than the local one is counted
-//! (`zone_failovers`).
+//! copies, fire and forget. A request answered by another zone than the
+//! local one is counted (`zone_failovers`).
+//!
+//! A multi-key read (memcached `get`/`gets`/`gat`/`gats`, Redis MGET) is
+//! split per local owner as in any pool (one server too: it stays a
+//! split request) and falls over per key, in rounds. When a fragment's
+//! reply comes, the keys it has no value for (no `VALUE`; a nil) are
+//! taken out of it (a Redis reply loses its nils) and sent, grouped by
+//! their owner in the next zone, as new fragments of the same request;
+//! the request's count of fragments to wait for grows before they are
+//! sent, so the client's reply is merged only once they are in. Each key
+//! is then carried by exactly one fragment, so the merge (whole or held)
+//! is the usual one and puts values in the client's key order. Only
+//! missed keys go on, so a round costs one request per owner of missed
+//! keys, and there are as many rounds as zones after the local one (one
+//! in warm-up). Such a fallback fragment that fails leaves its keys
+//! missed rather than failing the request; a local fragment that fails
+//! (its server lost) moves whole to the next zone. A fallback fragment
+//! of a warm-up pool copies each value it found to the cold pool.
+//! (A fragment reply large enough to be held in chunks is not looked at:
+//! its misses stay misses.)
 
-use super::conn::{Fragment, Multi, MultiMode, ReplyTo, Slot};
+use super::conn::{Conn, Fragment, Multi, MultiMode, ReplyTo, Slot};
 use super::fault::ServerFault;
 use super::forward::{reads_only, routing_key};
 use super::Worker;
@@ -32,6 +50,14 @@ pub(super) fn is_miss(proto: Protocol, reply: &[u8]) -> bool {
             reply,
             b"$-1\r\n" | b"_\r\n" | b"*-1\r\n" | b"*0\r\n" | b"%0\r\n" | b"~0\r\n"
         ),
+    }
+}
+
+/// The reply of a multi-key read's fragment that carries no key.
+pub(super) fn empty_read(proto: Protocol) -> Vec<u8> {
+    match proto {
+        Protocol::Memcache => b"END\r\n".to_vec(),
+        Protocol::Redis => b"*0\r\n".to_vec(),
     }
 }
 
@@ -156,6 +182,236 @@ impl Worker<'_> {
                 now,
             );
         }
+    }
+
+    /// The owner of `key` in the first zone after `zone` that has one, with
+    /// that zone.
+    fn next_zone_owner(&self, pool: usize, key: &[u8], zone: u8) -> Option<(usize, u8)> {
+        let p = &self.pools[pool];
+        let mut owners = Vec::with_capacity(4);
+        p.routes.as_ref()?.owners(key, &mut owners);
+        owners
+            .into_iter()
+            .map(|s| (s, p.cfg.routing.zone_of(s).min(u8::MAX as usize) as u8))
+            .filter(|&(_, z)| z > zone)
+            .min_by_key(|&(_, z)| z)
+    }
+
+    /// The owner of `key` in zone `zone`.
+    fn zone_owner(&self, pool: usize, key: &[u8], zone: u8) -> Option<usize> {
+        let p = &self.pools[pool];
+        let mut owners = Vec::with_capacity(4);
+        p.routes.as_ref()?.owners(key, &mut owners);
+        owners
+            .into_iter()
+            .find(|&s| p.cfg.routing.zone_of(s) == zone as usize)
+    }
+
+    /// The reply of fragment `fi` of a zone pool's multi-key read came
+    /// (not yet stored in it): with `zone_failover: miss` (and in
+    /// warm-up) the keys it has no value for move to new fragments of the
+    /// same request, to their owners in the next zone (see the header);
+    /// in warm-up, the values a fragment of the warm pool found are
+    /// copied to the cold pool as a single read's. Returns the reply to
+    /// store in the fragment when its misses moved.
+    pub(super) fn zone_fragment(
+        &mut self,
+        token: Token,
+        id: u64,
+        seq: u64,
+        fi: usize,
+        pool: usize,
+        reply: &[u8],
+    ) -> Option<Vec<u8>> {
+        let p = &self.pools[pool];
+        let (proto, miss, warm) = (p.proto, p.zone_miss, p.warm);
+        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+            return None;
+        };
+        let m = c.slot_mut(seq).and_then(|s| s.multi.as_ref())?;
+        let f = m.frags.get(fi)?;
+        let copies = warm && f.attempt != 0;
+        if m.mode != MultiMode::Split || !reads_only(m.req.op) || !(miss || copies) {
+            return None;
+        }
+        let missed = proto.missed_keys(&m.bytes, &m.req, &f.keys, reply)?;
+        let mut is_missed = vec![false; m.req.keys.len()];
+        for &k in &missed {
+            is_missed[k] = true;
+        }
+        let zone = f.attempt;
+        let key = |i: usize| m.req.keys.get(i).and_then(|r| m.bytes.get(r.clone()));
+        let hits: Vec<Vec<u8>> = if copies {
+            f.keys
+                .iter()
+                .filter(|&&k| !is_missed[k])
+                .filter_map(|&k| key(k).map(<[u8]>::to_vec))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        for k in hits {
+            let owners = (
+                self.zone_owner(pool, &k, zone),
+                self.zone_owner(pool, &k, 0),
+            );
+            if let (Some(w), Some(c)) = owners {
+                self.warm_copy(pool, &k, w, c);
+            }
+        }
+        if !(miss
+            && !missed.is_empty()
+            && self.zone_next(token, id, seq, fi, pool, &missed, zone, false))
+        {
+            return None;
+        }
+        // The missed keys are the new fragments' now: each key is answered
+        // by one fragment, which both merges (whole and held) expect.
+        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+            return None;
+        };
+        let f = c
+            .slot_mut(seq)
+            .and_then(|s| s.multi.as_mut())
+            .and_then(|m| m.frags.get_mut(fi))?;
+        f.keys.retain(|&k| !is_missed[k]);
+        Some(proto.drop_misses(reply.to_vec()))
+    }
+
+    /// Fragment `fi` of a zone pool's multi-key read failed (its server
+    /// lost, or an error reply): its keys go to their owners in the next
+    /// zone, as new fragments that take its place. False when there is no
+    /// next zone (or it is not such a read).
+    pub(super) fn zone_retry_fragment(
+        &mut self,
+        token: Token,
+        id: u64,
+        seq: u64,
+        fi: usize,
+        pool: usize,
+    ) -> bool {
+        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+            return false;
+        };
+        let Some(m) = c.slot_mut(seq).and_then(|s| s.multi.as_ref()) else {
+            return false;
+        };
+        let Some(f) = m.frags.get(fi) else {
+            return false;
+        };
+        if m.mode != MultiMode::Split || !reads_only(m.req.op) {
+            return false;
+        }
+        let (keys, zone) = (f.keys.clone(), f.attempt);
+        self.zone_next(token, id, seq, fi, pool, &keys, zone, true)
+    }
+
+    /// A fragment read for another zone's misses failed with no zone left
+    /// to try: its keys are misses (the other zones' values still go to
+    /// the client). Returns whether `fi` is such a fragment; its keys are
+    /// then dropped, so the reply to store is an empty one
+    /// ([`empty_read`]).
+    pub(super) fn zone_fallback_failed(&mut self, token: Token, seq: u64, fi: usize) -> bool {
+        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+            return false;
+        };
+        let Some(f) = c
+            .slot_mut(seq)
+            .and_then(|s| s.multi.as_mut())
+            .and_then(|m| m.frags.get_mut(fi))
+        else {
+            return false;
+        };
+        if f.fallback {
+            f.keys.clear();
+        }
+        f.fallback
+    }
+
+    /// Read `keys` (indices into the request's keys) of the multi-key read
+    /// `seq` from their owners in the zone after `zone`, one new fragment
+    /// per server. `replace`: they were fragment `fi`'s, which failed and
+    /// now answers nothing; else they are its misses (fallback fragments,
+    /// whose failure is a miss). The new fragments are counted in the
+    /// slot before any is sent, so that none completes it early. False
+    /// when no key has an owner in a later zone.
+    #[allow(clippy::too_many_arguments)]
+    fn zone_next(
+        &mut self,
+        token: Token,
+        id: u64,
+        seq: u64,
+        fi: usize,
+        pool: usize,
+        keys: &[usize],
+        zone: u8,
+        replace: bool,
+    ) -> bool {
+        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+            return false;
+        };
+        let Some(m) = c.slot_mut(seq).and_then(|s| s.multi.as_ref()) else {
+            return false;
+        };
+        let (req, bytes) = (m.req.clone(), m.bytes.clone());
+        let fallback = !replace || m.frags.get(fi).is_some_and(|f| f.fallback);
+        // Per server of a later zone: its zone and keys, in client order.
+        let mut groups: SmallVec<[(usize, u8, Vec<usize>); 4]> = SmallVec::new();
+        for &i in keys {
+            let Some(key) = req.keys.get(i).and_then(|r| bytes.get(r.clone())) else {
+                continue;
+            };
+            let Some((server, z)) = self.next_zone_owner(pool, key, zone) else {
+                continue;
+            };
+            match groups.iter_mut().find(|(s, _, _)| *s == server) {
+                Some((_, _, v)) => v.push(i),
+                None => groups.push((server, z, vec![i])),
+            }
+        }
+        if groups.is_empty() {
+            return false;
+        }
+        let proto = self.pools[pool].proto;
+        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+            return false;
+        };
+        let Some(m) = c.slot_mut(seq).and_then(|s| s.multi.as_mut()) else {
+            return false;
+        };
+        if replace {
+            if let Some(f) = m.frags.get_mut(fi) {
+                f.keys.clear();
+                f.reply = empty_read(proto);
+            }
+        }
+        let base = m.frags.len();
+        for (_, z, keys) in &groups {
+            m.frags.push(Fragment {
+                keys: keys.clone(),
+                attempt: *z,
+                fallback,
+                ..Fragment::default()
+            });
+        }
+        m.remaining += groups.len();
+        self.stats.pool_add(
+            pool,
+            crate::stats::PoolField::Fragments,
+            groups.len() as u64,
+        );
+        let now = Instant::now();
+        for (gi, (server, _, keys)) in groups.iter().enumerate() {
+            self.send_or_fail(
+                ReplyTo::new(token, id, Some(seq), Some((base + gi) as u32)),
+                pool,
+                *server,
+                |out| proto.write_fragment(&bytes, &req, keys, out),
+                req.op,
+                now,
+            );
+        }
+        true
     }
 
     /// The other zones' copies of a write, fire and forget (the local

@@ -337,6 +337,12 @@ def test_zones_write_everywhere_and_read_the_next_zone_on_a_miss(procs):
     assert local.get("only-remote") is None
     assert z.get("only-remote") == b"r"
     assert z.get("nowhere") is None
+    # A multi-get too, per key: the local zone's values, the remote's for
+    # its misses, in one reply.
+    before = zone_failovers(p)
+    assert z.get_many(["k2", "only-remote", "nowhere", "k3"]) == {
+        "k2": b"v2", "only-remote": b"r", "k3": b"v3"}
+    assert zone_failovers(p) == before + 1
     z.delete("k1", noreply=False)
     wait_until(lambda: remote.get("k1") is None, 10, what="the delete copied")
 
@@ -357,6 +363,24 @@ def test_redis_zone_read_fails_over_on_a_miss(procs):
 
 def zone_failovers(p, pool: str = "z") -> int:
     return p.stats()[pool]["zone_failovers"]
+
+
+def test_a_multiget_moves_to_the_next_zone_when_its_local_server_is_lost(procs):
+    za, zb = [procs.memcached(), procs.memcached()], [procs.memcached()]
+    p = start_walnut(procs, {
+        "za": memcache_pool(za),
+        "zb": memcache_pool(zb),
+        "z": {"timeout": 2000, "zones": ["za", "zb"], "zone_writes": "sync"},
+    }, args=["--workers", "1"])
+    z = MemcacheClient((HOST, p.port("z")), timeout=10)
+    keys = [f"lost:{i}" for i in range(100)]
+    for k in keys:
+        z.set(k, k.encode(), noreply=False)
+    os.kill(za[0].pid, signal.SIGKILL)
+    za[0].proc.wait(timeout=10)
+    # Until it is ejected, its keys' fragment fails and moves to zone b.
+    for _ in range(3):
+        assert z.get_many(keys) == {k: k.encode() for k in keys}
 
 
 def test_a_zone_lost_under_load_with_sync_writes(procs):
@@ -468,3 +492,94 @@ def test_redis_warm_up_keeps_the_ttl(procs):
     rc.set("s", "newer")
     rw.set("s", "older")
     assert f.get("s") == b"newer", "the cold pool answers first once it has the key"
+
+
+class FlagSerde:
+    """Values as (bytes, flags), to see the flags a reply carries."""
+
+    def serialize(self, key, value):
+        return value
+
+    def deserialize(self, key, value, flags):
+        return value, flags
+
+
+def test_warm_up_multiget_falls_over_per_key(procs):
+    cold = [procs.memcached(), procs.memcached()]
+    warm = [procs.memcached(), procs.memcached()]
+    p = start_walnut(procs, {
+        "cold": memcache_pool(cold),
+        "warm": memcache_pool(warm),
+        "fresh": {"timeout": 2000, "warm_up": ["cold", "warm"]},
+    }, args=["--workers", "1"])
+    w = MemcacheClient((HOST, p.port("warm")), timeout=10, serde=FlagSerde())
+    keys = [f"mg:{i}" for i in range(2000)]
+    want = {k: (f"v{k}".encode(), i % 7, 300 + i % 200) for i, k in enumerate(keys)}
+    start = time.monotonic()
+    for k, (v, flags, ttl) in want.items():
+        w.set(k, (v, flags), expire=ttl, noreply=True)
+    assert w.get(keys[-1]) == want[keys[-1]][:2]
+    f = MemcacheClient((HOST, p.port("fresh")), timeout=10, serde=FlagSerde())
+    misses, wrong = 0, []
+    for i in range(0, len(keys), 50):
+        batch = keys[i:i + 50] + ["mg:nowhere"]
+        got = f.get_many(batch)
+        assert "mg:nowhere" not in got
+        for k in keys[i:i + 50]:
+            if k not in got:
+                misses += 1
+            elif got[k] != want[k][:2]:
+                wrong.append((k, got[k]))
+    assert misses == 0 and not wrong, (misses, wrong[:5])
+    # Every value copied to the cold pool, flags and TTL kept.
+    c = MemcacheClient((HOST, p.port("cold")), timeout=10, serde=FlagSerde())
+    wait_until(lambda: len(c.get_many(keys[-50:])) == 50, 10, what="the last copies")
+    held = {}
+    for i in range(0, len(keys), 100):
+        held.update(c.get_many(keys[i:i + 100]))
+    assert {k: held.get(k) for k in keys} == {k: want[k][:2] for k in keys}
+    elapsed = time.monotonic() - start
+    raw = MemcacheClient((HOST, p.port("cold")), timeout=10)
+    for k in keys[::97]:
+        line = raw.raw_command(f"mg {k} t".encode(), end_tokens=b"\r\n")
+        assert line.startswith(b"HD t"), line
+        left = int(line.split(b"t")[1])
+        assert want[k][2] - elapsed - 2 <= left <= want[k][2], (k, left, want[k][2], elapsed)
+    # Now the cold pool answers: a newer value there wins over the warm one.
+    c.set(keys[0], (b"newer", 1), noreply=False)
+    assert f.get_many(keys[:3])[keys[0]] == (b"newer", 1)
+
+
+def test_redis_warm_up_mget_falls_over_per_key(procs):
+    cold, warm = [procs.redis(), procs.redis()], [procs.redis(), procs.redis()]
+    p = start_walnut(procs, {
+        "cold": redis_pool(cold), "warm": redis_pool(warm),
+        "fresh": {"redis": True, "timeout": 2000, "warm_up": ["cold", "warm"]},
+    }, args=["--workers", "1"])
+    rw, rc = rclient(p.port("warm")), rclient(p.port("cold"))
+    keys = [f"rk:{i}" for i in range(300)]
+    want = {}
+    for i, k in enumerate(keys):
+        if i % 5 == 4:
+            want[k] = None  # nowhere
+        elif i % 5 == 3:
+            rc.set(k, f"cold{i}")  # already in the cold pool
+            rw.set(k, f"old{i}", px=300_000)
+            want[k] = f"cold{i}".encode()
+        else:
+            rw.set(k, f"v{i}", px=300_000)
+            want[k] = f"v{i}".encode()
+    f = rclient(p.port("fresh"))
+    for i in range(0, len(keys), 60):
+        batch = keys[i:i + 60]
+        assert f.mget(batch) == [want[k] for k in batch]
+    found = [k for k in keys if want[k] is not None]
+    wait_until(lambda: all(rc.mget(found[-20:])), 10, what="the copies")
+    assert rc.mget(keys) == [want[k] for k in keys]
+    assert rc.exists(*[k for k in keys if want[k] is None]) == 0, "a miss is not copied"
+    for i in range(0, len(keys), 7):
+        k = keys[i]
+        if i % 5 == 3:
+            assert rc.pttl(k) == -1, "the cold pool's own value stays"
+        elif i % 5 != 4:
+            assert 290_000 < rc.pttl(k) <= 300_000, (k, rc.pttl(k))

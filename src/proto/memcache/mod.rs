@@ -17,7 +17,7 @@ mod text_response;
 pub mod too_large;
 
 pub use meta::MetaCmd;
-pub use text_merge::{merge_responses, server_error, write_fragment};
+pub use text_merge::{merge_responses, missed_keys, server_error, write_fragment};
 pub use text_request::{KEY_MAX_LENGTH, MAX_LINE};
 
 use crate::proto::{Limits, Op, Parse, Request, RequestError, Response, ResponseError};

@@ -117,6 +117,35 @@ pub fn merge_responses(
     out.extend_from_slice(b"END\r\n");
 }
 
+/// The keys of the fragment `key_idx` of the multi-key retrieval `req`
+/// that its server's `reply` did not return a value for (indices into
+/// `req.keys`, in fragment order), matched as [`merge_responses`] does;
+/// `None` when the reply is an error or not a whole retrieval reply, so
+/// that nothing is read elsewhere on a reply that cannot be trusted.
+pub fn missed_keys(
+    req_bytes: &[u8],
+    req: &Request,
+    key_idx: &[usize],
+    reply: &[u8],
+) -> Option<Vec<usize>> {
+    if !reply.ends_with(b"END\r\n") {
+        return None;
+    }
+    let entries = value_entries(reply);
+    let mut next = entries.iter().peekable();
+    let mut missed = Vec::new();
+    for &k in key_idx {
+        let key = req.keys.get(k).and_then(|r| req_bytes.get(r.clone()));
+        match next.peek() {
+            Some(e) if key.is_some() && reply.get(e.key.clone()) == key => {
+                next.next();
+            }
+            _ => missed.push(k),
+        }
+    }
+    Some(missed)
+}
+
 /// Merge the replies of a broadcast (`flush_all`) to every server: `OK` if
 /// every server said so (empty replies, from `noreply`, are ignored), else
 /// the first line of the first other reply.
@@ -150,6 +179,19 @@ mod tests {
             Ok(Parse::Done(r)) => r,
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn missed_keys_of_a_fragment() {
+        let b = b"get a b c d\r\n";
+        let r = req(b);
+        let reply = b"VALUE b 0 1\r\nx\r\nVALUE d 5 2\r\nyz\r\nEND\r\n";
+        assert_eq!(missed_keys(b, &r, &[0, 1, 3], reply), Some(vec![0]));
+        assert_eq!(missed_keys(b, &r, &[2], b"END\r\n"), Some(vec![2]));
+        assert_eq!(
+            missed_keys(b, &r, &[2], b"SERVER_ERROR out of memory\r\n"),
+            None
+        );
     }
 
     #[test]

@@ -132,6 +132,52 @@ pub fn merge_responses(
     }
 }
 
+/// The keys of the MGET fragment `key_idx` its server's `reply` holds a
+/// nil for (in fragment order); `None` when the reply is not an array of
+/// one value per key (an error), so that nothing is read elsewhere on a
+/// reply that cannot be trusted.
+pub fn mget_missed(key_idx: &[usize], reply: &[u8]) -> Option<Vec<usize>> {
+    let nl = memchr::memchr(b'\n', reply)?;
+    let count = reply
+        .strip_prefix(b"*")
+        .and_then(|h| h.get(..nl.checked_sub(2)?))
+        .and_then(parse_int)?;
+    if count != i64::try_from(key_idx.len()).ok()? {
+        return None;
+    }
+    let mut pos = nl + 1;
+    let mut missed = Vec::new();
+    for &k in key_idx {
+        let Ok(Scan::End(end)) = scan_value(reply, pos) else {
+            return None;
+        };
+        if matches!(&reply[pos..end], b"$-1\r\n" | b"_\r\n") {
+            missed.push(k);
+        }
+        pos = end;
+    }
+    (pos == reply.len()).then_some(missed)
+}
+
+/// An MGET reply without its nils (`mget_missed` said it parses): the
+/// reply of a fragment whose missed keys were moved to other fragments.
+pub fn mget_hits(reply: &[u8]) -> Vec<u8> {
+    let mut values = Vec::new();
+    let mut n = 0usize;
+    let mut pos = memchr::memchr(b'\n', reply).map_or(reply.len(), |i| i + 1);
+    while let Ok(Scan::End(end)) = scan_value(reply, pos) {
+        if !matches!(&reply[pos..end], b"$-1\r\n" | b"_\r\n") {
+            values.extend_from_slice(&reply[pos..end]);
+            n += 1;
+        }
+        pos = end;
+    }
+    let mut out = Vec::with_capacity(values.len() + 16);
+    reply::array(n, &mut out);
+    out.extend_from_slice(&values);
+    out
+}
+
 fn merge_mget(nkeys: usize, frags: &[(&[usize], &[u8])], out: &mut Vec<u8>) {
     // (fragment, value span) of each key.
     let mut slots: Vec<Option<(usize, Range<usize>)>> = vec![None; nkeys];
@@ -179,6 +225,23 @@ mod tests {
             Ok(Parse::Done(r)) => r,
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn mget_misses_moved_to_another_fragment() {
+        let a: &[u8] = b"*3\r\n$1\r\na\r\n$-1\r\n_\r\n";
+        assert_eq!(mget_missed(&[0, 2, 3], a), Some(vec![2, 3]));
+        assert_eq!(mget_hits(a), b"*1\r\n$1\r\na\r\n");
+        assert_eq!(mget_missed(&[0, 2], a), None, "a count that does not match");
+        assert_eq!(mget_missed(&[0], b"-ERR x\r\n"), None);
+        // The merge: each key from the fragment that carries it.
+        let b = b"*4\r\n$4\r\nmget\r\n$2\r\nk1\r\n$2\r\nk2\r\n$2\r\nk3\r\n";
+        let r = req(b);
+        let hits = mget_hits(b"*3\r\n$-1\r\n$1\r\nb\r\n$-1\r\n");
+        let mut o = Vec::new();
+        let warm: &[u8] = b"*2\r\n$1\r\na\r\n$-1\r\n";
+        merge_responses(b, &r, &[(&[1], &hits), (&[0, 2], warm)], &mut o);
+        assert_eq!(o, b"*3\r\n$1\r\na\r\n$1\r\nb\r\n$-1\r\n");
     }
 
     #[test]

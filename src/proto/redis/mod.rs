@@ -30,7 +30,7 @@ pub mod sentinel;
 
 pub use args::{Arg, Args};
 pub use commands::{Cmd, CmdClass, KeySpec};
-pub use merge::{merge_responses, write_fragment};
+pub use merge::{merge_responses, mget_hits, mget_missed, write_fragment};
 pub use reply::error_reply;
 pub use request::{
     command_keys, eval_numkeys, names_more_keys, parse_request, stream_arg, stream_head,
