@@ -424,7 +424,13 @@ impl Conn {
         let value = self.block(len)?;
         let mut store = b"ms ".to_vec();
         store.extend_from_slice(&k);
-        store.extend_from_slice(format!(" {len}{b} F{flags} T{} ME\r\n", ttl.max(0)).as_bytes());
+        store.extend_from_slice(
+            format!(
+                " {len}{b} F{flags} T{} ME\r\n",
+                crate::migrate::mc_store_ttl(ttl)
+            )
+            .as_bytes(),
+        );
         store.extend_from_slice(&value);
         store.extend_from_slice(b"\r\n");
         Ok(Some((store, len)))

@@ -320,6 +320,17 @@ pub fn restore_ttl(pttl: i64) -> String {
     }
 }
 
+/// The `T` flag of a memcached `ms` that copies a key whose `mg ... t`
+/// said `ttl` seconds: -1 (no expiry) is `T0`, and a key in its last
+/// second is given one more (`T0` would make it immortal).
+pub fn mc_store_ttl(ttl: i64) -> i64 {
+    match ttl {
+        ..0 => 0,
+        0 => 1,
+        n => n,
+    }
+}
+
 /// Whether two configurations of one pool place keys differently (then a
 /// migration runs, if the pool has `migration: true`).
 pub fn placement_changed(old: &PoolConfig, new: &PoolConfig) -> bool {
@@ -441,6 +452,13 @@ pub fn addr_text(a: &ServerAddr) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mc_store_ttl_keeps_a_key_in_its_last_second_mortal() {
+        assert_eq!(mc_store_ttl(-1), 0);
+        assert_eq!(mc_store_ttl(0), 1);
+        assert_eq!(mc_store_ttl(300), 300);
+    }
 
     #[test]
     fn restore_ttl_keeps_a_key_in_its_last_millisecond_mortal() {

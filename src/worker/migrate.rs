@@ -447,7 +447,12 @@ impl Worker<'_> {
                 let mut store = b"ms ".to_vec();
                 store.extend_from_slice(&k);
                 store.extend_from_slice(
-                    format!(" {}{b} F{flags} T{} ME\r\n", value.len(), ttl.max(0)).as_bytes(),
+                    format!(
+                        " {}{b} F{flags} T{} ME\r\n",
+                        value.len(),
+                        crate::migrate::mc_store_ttl(ttl)
+                    )
+                    .as_bytes(),
                 );
                 store.extend_from_slice(value);
                 store.extend_from_slice(b"\r\n");

@@ -129,7 +129,7 @@ impl Worker<'_> {
                 if ttl == -2 {
                     None
                 } else {
-                    let ttl = ttl.max(0).to_string();
+                    let ttl = crate::migrate::restore_ttl(ttl);
                     Some(resp_command(&[b"RESTORE", &key, ttl.as_bytes(), &payload]))
                 }
             }
@@ -138,7 +138,12 @@ impl Worker<'_> {
                 let mut store = b"ms ".to_vec();
                 store.extend_from_slice(&k);
                 store.extend_from_slice(
-                    format!(" {}{b} F{flags} T{} ME\r\n", value.len(), ttl.max(0)).as_bytes(),
+                    format!(
+                        " {}{b} F{flags} T{} ME\r\n",
+                        value.len(),
+                        crate::migrate::mc_store_ttl(ttl)
+                    )
+                    .as_bytes(),
                 );
                 store.extend_from_slice(value);
                 store.extend_from_slice(b"\r\n");
