@@ -282,7 +282,7 @@ impl Worker<'_> {
             let proto = self.pools[pool].proto;
             let mut out = Vec::new();
             fault.write_reply(proto, op, &mut out);
-            self.fragment_done(to, out, true, true);
+            self.fragment_done(to, &out, true, true);
         }
     }
 

@@ -11,10 +11,12 @@ impl Worker<'_> {
     /// Deliver a reply for one request or fragment. `is_error`: the reply
     /// is an error; `unreachable`: the server could not be reached (the
     /// reply is the error to send if no other replica can answer).
+    /// The reply is borrowed and copied only where it is kept: a reply
+    /// for a client that left, or a read retried elsewhere, costs no copy.
     pub(super) fn fragment_done(
         &mut self,
         to: ReplyTo,
-        reply: Vec<u8>,
+        reply: &[u8],
         is_error: bool,
         unreachable: bool,
     ) {
@@ -39,7 +41,7 @@ impl Worker<'_> {
             (unreachable || zone_miss) && c.slot_mut(seq).is_some_and(|s| s.retry.is_some());
         if !unreachable && zone_miss && has_retry {
             // A zone pool's read that missed: the next zone may have it.
-            let miss = super::zones::is_miss(self.pools[pool].proto, &reply);
+            let miss = super::zones::is_miss(self.pools[pool].proto, reply);
             if miss && self.retry_read(token, id, seq, pool) {
                 return;
             }
@@ -76,9 +78,9 @@ impl Worker<'_> {
                     // A zone's error sends the write on to the next zone.
                     f.failed = unreachable || (is_error && m.mode == MultiMode::Zones);
                     if is_error && m.mode == MultiMode::Split && m.error.is_none() {
-                        m.error = Some(reply);
+                        m.error = Some(reply.to_vec());
                     } else {
-                        f.reply = reply;
+                        f.reply = reply.to_vec();
                     }
                 }
                 m.remaining = m.remaining.saturating_sub(1);
@@ -98,7 +100,7 @@ impl Worker<'_> {
                         server.is_some_and(|&s| self.pools[pool].cfg.routing.zone_of(s) != 0)
                     });
                 }
-                slot.out = reply;
+                slot.out = reply.to_vec();
                 slot.ready = true;
                 slot.retry = None;
             }

@@ -143,7 +143,7 @@ impl Worker<'_> {
                     self.stats.worker_add(WorkerField::ShadowDropped, 1);
                     let mut out = Vec::new();
                     ServerFault::ZoneQueueFull.write_reply(proto, req.op, &mut out);
-                    self.fragment_done(to, out, true, true);
+                    self.fragment_done(to, &out, true, true);
                     continue;
                 }
             }
