@@ -8,15 +8,7 @@ use crate::stats::{PoolField, ServerField};
 use std::fmt::Write as _;
 
 /// Parameters `config set` accepts (besides `pool.NAME.timeout`).
-const PARAMS: &[&str] = &[
-    "log_level",
-    "slowlog_threshold",
-    "client_idle_timeout",
-    "tcp_quickack",
-    "latency",
-    "client_output_limit",
-    "client_max_inflight",
-];
+const PARAMS: &[&str] = crate::config::runtime::NAMES;
 
 const HELP: &str = "commands:
   status                      master, workers, configuration file

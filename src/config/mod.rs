@@ -19,6 +19,7 @@ mod pool_keys;
 mod pool_section;
 mod process;
 mod routing;
+pub mod runtime;
 mod scalar;
 mod security;
 pub mod show;

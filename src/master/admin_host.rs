@@ -1,10 +1,11 @@
 //! The master as the admin port's host: its state for `status`, the
-//! running configuration and counters, and `config set` sent to every
-//! worker with their acknowledgements collected.
+//! running configuration and counters, and `config set` validated then
+//! sent to every worker with their acknowledgements collected.
 
 use super::channel::Message;
 use super::Master;
 use crate::admin::{AdminServer, Host, HostInfo, WorkerInfo};
+use crate::config::runtime::Param;
 use crate::config::Config;
 use crate::stats::shm::Region;
 use std::time::{Duration, Instant};
@@ -76,7 +77,11 @@ impl Host for Master {
                 .iter()
                 .map(|g| g.workers.iter().filter(|w| w.alive).count())
                 .sum(),
-            runtime: self.runtime.clone(),
+            runtime: self
+                .runtime
+                .iter()
+                .map(|(p, v)| (p.key(), v.clone()))
+                .collect(),
         }
     }
 
@@ -96,7 +101,14 @@ impl Host for Master {
         let Some(gen) = self.current.as_mut() else {
             return vec!["no workers".into()];
         };
-        let msg = Message::Set(key.to_string(), value.to_string());
+        // Refused here, before any worker hears of it: every worker runs
+        // this configuration, so one answer stands for all of them.
+        let param = match Param::parse(key, value, |p| gen.config.pools.iter().any(|c| c.name == p))
+        {
+            Ok(p) => p,
+            Err(e) => return vec![e],
+        };
+        let msg = Message::Set(param.clone());
         let mut errors = Vec::new();
         let mut waiting = Vec::new();
         for (i, w) in gen.workers.iter_mut().enumerate().filter(|(_, w)| w.alive) {
@@ -153,13 +165,11 @@ impl Host for Master {
             errors.push(format!("worker {i}: no answer"));
         }
         if errors.is_empty() {
-            if key == "log_level" {
-                if let Ok(n) = value.parse() {
-                    crate::log::set_level(n);
-                }
+            if let Param::LogLevel(n) = param {
+                crate::log::set_level(n);
             }
-            self.runtime.retain(|(k, _)| k != key);
-            self.runtime.push((key.to_string(), value.to_string()));
+            self.runtime.retain(|(p, _)| p.key() != key);
+            self.runtime.push((param, value.to_string()));
             crate::log_notice!("admin: {key} set to {value}");
         }
         errors

@@ -2,6 +2,7 @@
 //! typed messages, each framed as a 4-byte length then the payload, the
 //! length checked before anything is buffered.
 
+use crate::config::runtime::Param;
 use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
 
@@ -17,8 +18,8 @@ pub enum Message {
     Graceful,
     /// Reopen log files.
     ReopenLogs,
-    /// Set a runtime parameter.
-    Set(String, String),
+    /// Set a runtime parameter (validated by the master).
+    Set(Param),
     /// Worker's answer to `Set`: empty when applied, else the error.
     Ack(String),
     /// Hand every client to the workers listening on this handover
@@ -37,7 +38,7 @@ impl Message {
             Message::Stop => "stop".to_string(),
             Message::Graceful => "graceful".to_string(),
             Message::ReopenLogs => "reopen".to_string(),
-            Message::Set(k, v) => format!("set {k} {v}"),
+            Message::Set(p) => format!("set {}", p.encode()),
             Message::Ack(e) => format!("ack {e}"),
             Message::Handover(to) => format!("handover {to}"),
             Message::Stopped => "stopped".to_string(),
@@ -55,10 +56,7 @@ impl Message {
             "stop" => Message::Stop,
             "graceful" => Message::Graceful,
             "reopen" => Message::ReopenLogs,
-            "set" => {
-                let (k, v) = rest.split_once(' ')?;
-                Message::Set(k.to_string(), v.to_string())
-            }
+            "set" => Message::Set(Param::decode(rest)?),
             "ack" => Message::Ack(rest.to_string()),
             "handover" if !rest.is_empty() => Message::Handover(rest.to_string()),
             "stopped" => Message::Stopped,
@@ -154,8 +152,12 @@ mod tests {
     #[test]
     fn round_trip() {
         let (mut a, mut b) = Channel::pair().unwrap();
-        a.send(&Message::Set("log_level".into(), "7".into()))
-            .unwrap();
+        a.send(&Message::Set(Param::LogLevel(7))).unwrap();
+        a.send(&Message::Set(Param::PoolTimeout {
+            pool: "a b".into(),
+            ms: 5,
+        }))
+        .unwrap();
         a.send(&Message::Graceful).unwrap();
         a.send(&Message::Handover("walnut-handover-42".into()))
             .unwrap();
@@ -164,13 +166,28 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                Message::Set("log_level".into(), "7".into()),
+                Message::Set(Param::LogLevel(7)),
+                Message::Set(Param::PoolTimeout {
+                    pool: "a b".into(),
+                    ms: 5
+                }),
                 Message::Graceful,
                 Message::Handover("walnut-handover-42".into()),
             ]
         );
         assert_eq!(a.recv().unwrap(), vec![Message::Stopped]);
         drop(a);
+        assert!(b.recv().is_err());
+    }
+
+    #[test]
+    fn unknown_parameter_text_rejected() {
+        let (a, mut b) = Channel::pair().unwrap();
+        let body = b"set log_level x";
+        (&a.sock)
+            .write_all(&(body.len() as u32).to_be_bytes())
+            .unwrap();
+        (&a.sock).write_all(body).unwrap();
         assert!(b.recv().is_err());
     }
 

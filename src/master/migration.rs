@@ -6,6 +6,7 @@
 
 use super::channel::Message;
 use super::Master;
+use crate::config::runtime::Param;
 use crate::config::{Config, PoolConfig};
 use crate::migrate::{Lineage, Progress, State};
 use std::time::{Duration, Instant};
@@ -263,15 +264,17 @@ impl Master {
 
     /// Every key of `pool` is where it belongs: workers stop pulling.
     pub(super) fn migration_finished(&mut self, pool: &str) {
-        let key = format!("pool.{pool}.migration");
-        let msg = Message::Set(key.clone(), "done".into());
+        let param = Param::MigrationDone {
+            pool: pool.to_string(),
+        };
+        let msg = Message::Set(param.clone());
         if let Some(gen) = self.current.as_mut() {
             for w in gen.workers.iter_mut().filter(|w| w.alive) {
                 let _ = w.channel.send(&msg);
             }
         }
-        self.runtime.retain(|(k, _)| k != &key);
-        self.runtime.push((key, "done".into()));
+        self.runtime.retain(|(p, _)| p != &param);
+        self.runtime.push((param, "done".into()));
         self.lineage.finished(pool);
         if let Some(gen) = self.current.as_mut() {
             gen.lineage.finished(pool);

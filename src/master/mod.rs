@@ -15,6 +15,7 @@ mod upgrade;
 mod worker_proc;
 mod workers;
 
+use crate::config::runtime::Param;
 use crate::config::{Config, ListenerMode, Workers};
 use crate::stats::carry::{Names, Totals};
 use crate::stats::shm::{Layout, Region};
@@ -97,7 +98,9 @@ pub struct Master {
     /// Pid of the new binary started by USR2, while it runs.
     upgrade_child: Option<libc::pid_t>,
     admin: Option<crate::admin::AdminServer>,
-    runtime: Vec<(String, String)>,
+    /// Parameters set at run time, with the value as given (for `config
+    /// show`); a respawned worker is sent them again.
+    runtime: Vec<(Param, String)>,
     /// The socket this master's workers take handed clients on, and its
     /// name.
     handin: OwnedFd,
@@ -336,18 +339,12 @@ impl Master {
             if signals::has(sigs, libc::SIGTTIN) {
                 crate::log::level_up();
                 crate::log_always!("log level up to {}", crate::log::level());
-                self.broadcast(&Message::Set(
-                    "log_level".into(),
-                    crate::log::level().to_string(),
-                ));
+                self.broadcast(&Message::Set(Param::LogLevel(crate::log::level())));
             }
             if signals::has(sigs, libc::SIGTTOU) {
                 crate::log::level_down();
                 crate::log_always!("log level down to {}", crate::log::level());
-                self.broadcast(&Message::Set(
-                    "log_level".into(),
-                    crate::log::level().to_string(),
-                ));
+                self.broadcast(&Message::Set(Param::LogLevel(crate::log::level())));
             }
             self.respawn_due();
             self.drain_acks();

@@ -3,6 +3,7 @@
 
 use super::channel::{Channel, Message};
 use super::signals;
+use crate::config::runtime::Param;
 use crate::config::Config;
 use crate::stats::shm::Region;
 use crate::worker::{AcceptMutex, Control, ListenerFd, Stop, Worker, WorkerCtl, WorkerSetup};
@@ -53,8 +54,8 @@ impl Control for WorkerControl {
                             Message::ReopenLogs => {
                                 let _ = crate::log::reopen();
                             }
-                            Message::Set(k, v) => {
-                                let res = apply_param(ctl, &k, &v);
+                            Message::Set(p) => {
+                                let res = apply_param(ctl, &p);
                                 let _ = self
                                     .channel
                                     .send(&Message::Ack(res.err().unwrap_or_default()));
@@ -92,72 +93,31 @@ impl Control for WorkerControl {
     }
 }
 
-/// Apply a runtime parameter in this worker.
-pub fn apply_param(ctl: &mut WorkerCtl, key: &str, value: &str) -> Result<(), String> {
-    match key {
-        "log_level" => {
-            let n: u8 = value
-                .parse()
-                .map_err(|_| format!("bad log level '{value}'"))?;
-            crate::log::set_level(n);
+/// Apply a runtime parameter in this worker. The master validated it
+/// against the configuration this worker runs, so only a pool it does not
+/// have (a generation switch in between) is refused.
+pub fn apply_param(ctl: &mut WorkerCtl, param: &Param) -> Result<(), String> {
+    let pool_index = |pool: &str| {
+        ctl.pool_names
+            .iter()
+            .position(|n| n == pool)
+            .ok_or_else(|| format!("unknown pool '{pool}'"))
+    };
+    match param {
+        Param::LogLevel(n) => crate::log::set_level(*n),
+        Param::TcpQuickack(on) => ctl.quickack = *on,
+        Param::ClientIdleTimeout(d) => ctl.client_idle = *d,
+        Param::SlowlogThreshold(us) => ctl.slowlog_us = *us,
+        Param::ClientOutputLimit(n) => ctl.client_output_limit = Some(*n),
+        Param::ClientMaxInflight(n) => ctl.client_max_inflight = Some(n.get()),
+        Param::Latency(on) => ctl.latency = *on,
+        Param::PoolTimeout { pool, ms } => {
+            let idx = pool_index(pool)?;
+            ctl.pool_timeouts.push((idx, *ms));
         }
-        "tcp_quickack" => {
-            ctl.quickack = match value {
-                "true" | "on" | "1" => true,
-                "false" | "off" | "0" => false,
-                _ => return Err(format!("bad boolean '{value}'")),
-            };
-        }
-        "client_idle_timeout" => {
-            let ms: u64 = value
-                .parse()
-                .map_err(|_| format!("bad timeout '{value}'"))?;
-            ctl.client_idle = (ms > 0).then(|| std::time::Duration::from_millis(ms));
-        }
-        "slowlog_threshold" => {
-            ctl.slowlog_us = crate::config::parse_micros(value)
-                .ok_or_else(|| format!("bad slowlog_threshold '{value}'"))?;
-        }
-        "client_output_limit" => {
-            let n = crate::config::parse_size(value)
-                .ok_or_else(|| format!("bad client_output_limit '{value}'"))?;
-            ctl.client_output_limit = Some(n);
-        }
-        "client_max_inflight" => {
-            let n: usize = value
-                .parse()
-                .ok()
-                .filter(|n| *n > 0)
-                .ok_or_else(|| format!("bad client_max_inflight '{value}'"))?;
-            ctl.client_max_inflight = Some(n);
-        }
-        "latency" => {
-            ctl.latency = match value {
-                "true" | "on" | "1" => true,
-                "false" | "off" | "0" => false,
-                _ => return Err(format!("bad boolean '{value}'")),
-            };
-        }
-        _ => {
-            // pool.NAME.timeout
-            let Some((pool, param)) = key.strip_prefix("pool.").and_then(|r| r.rsplit_once('.'))
-            else {
-                return Err(format!("unknown parameter '{key}'"));
-            };
-            let idx = ctl
-                .pool_names
-                .iter()
-                .position(|n| n == pool)
-                .ok_or_else(|| format!("unknown pool '{pool}'"))?;
-            match param {
-                "migration" if value == "done" => ctl.migration_done.push(idx),
-                "timeout" => {
-                    let ms = crate::config::parse_millis(value)
-                        .ok_or_else(|| format!("bad timeout '{value}'"))?;
-                    ctl.pool_timeouts.push((idx, ms));
-                }
-                _ => return Err(format!("unknown parameter '{key}'")),
-            }
+        Param::MigrationDone { pool } => {
+            let idx = pool_index(pool)?;
+            ctl.migration_done.push(idx);
         }
     }
     Ok(())

@@ -235,8 +235,8 @@ impl Master {
                 Ok(mut w) => {
                     w.quick_deaths = quick;
                     w.respawns = respawns;
-                    for (k, v) in &self.runtime {
-                        let _ = w.channel.send(&Message::Set(k.clone(), v.clone()));
+                    for (p, _) in &self.runtime {
+                        let _ = w.channel.send(&Message::Set(p.clone()));
                     }
                     gen.workers[i] = w;
                 }

@@ -594,15 +594,9 @@ impl Worker<'_> {
         if asking {
             self.queue_asking(st, now);
         }
-        let waiter = Waiter::Client {
-            token: ct,
-            id,
-            seq,
-            frag,
-        };
         self.enqueue(
             st,
-            Some(waiter),
+            ReplyTo::new(ct, id, Some(seq), frag).waiter(),
             op,
             |out| match &keys {
                 Some(k) => proto.write_fragment(&bytes, &req, k, out),

@@ -18,7 +18,7 @@
 //! queued on it. A client that goes away while its request is being sent
 //! again leaves that connection with half a command: it is closed.
 
-use super::conn::{Client, Conn, Feed, Redirect, ReplyTo, Slot, Waiter};
+use super::conn::{Client, Conn, Feed, Redirect, ReplyTo, Slot};
 use super::fault::ServerFault;
 use super::spool::{Spool, SpoolReader};
 use super::{Worker, STREAM_HIGH, STREAM_LOW};
@@ -156,14 +156,9 @@ impl Worker<'_> {
         if asking {
             self.queue_asking(st, now);
         }
-        let waiter = Waiter::Client {
-            token: ct,
-            id,
-            seq,
-            frag: None,
-        };
         // Its bytes follow from the spool.
-        self.enqueue(st, Some(waiter), op, |_| {}, now);
+        let waiter = ReplyTo::new(ct, id, Some(seq), None).waiter();
+        self.enqueue(st, waiter, op, |_| {}, now);
         let at = match self.conns.get(ct.0) {
             Some(Conn::Client(c)) => kept_spool(c, seq).map(SpoolReader::new),
             _ => None,

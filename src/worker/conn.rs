@@ -337,7 +337,11 @@ impl Client {
 /// What a server reply answers.
 #[derive(Debug, Clone, Copy)]
 pub enum Waiter {
-    /// A client's request (or one fragment of it).
+    /// A client's request (or one fragment of it): a [`ReplyTo`] with its
+    /// reply slot, built by [`ReplyTo::waiter`] and read back by
+    /// [`Waiter::reply_to`]. Its fields are kept apart rather than as a
+    /// `ReplyTo` because the slot is never absent here: an optional one
+    /// would widen every in-flight request by 8 bytes.
     Client {
         /// Client token.
         token: Token,
@@ -370,6 +374,22 @@ pub enum Waiter {
         /// Which step.
         part: super::conn_state::PullPart,
     },
+}
+
+impl Waiter {
+    /// Where the reply goes, when a client waits for it.
+    #[inline]
+    pub fn reply_to(&self) -> Option<ReplyTo> {
+        match *self {
+            Waiter::Client {
+                token,
+                id,
+                seq,
+                frag,
+            } => Some(ReplyTo::new(token, id, Some(seq), frag)),
+            _ => None,
+        }
+    }
 }
 
 /// Where a request's reply goes: its client (the token, and the id, so a

@@ -445,19 +445,7 @@ impl Worker<'_> {
                     } else {
                         bytes
                     };
-                    if let Waiter::Client {
-                        token: ct,
-                        id,
-                        seq,
-                        frag,
-                    } = front.waiter
-                    {
-                        let to = ReplyTo {
-                            token: ct,
-                            id,
-                            seq: Some(seq),
-                            frag,
-                        };
+                    if let Some(to) = front.waiter.reply_to() {
                         let cluster = rsp.is_error && self.pools[pool].cluster.is_some();
                         let redirected = cluster
                             && if bytes.starts_with(b"-TRYAGAIN") {
@@ -715,27 +703,11 @@ impl Worker<'_> {
             if let Waiter::Warm { idx } = f.waiter {
                 self.warm_reply(idx, None);
             }
-            if let Waiter::Client {
-                token: ct,
-                id,
-                seq,
-                frag,
-            } = f.waiter
-            {
+            if let Some(to) = f.waiter.reply_to() {
                 let mut out = Vec::new();
                 fault.write_reply(proto, f.op, &mut out);
                 self.stats.pool_add(pool, PoolField::ForwardError, 1);
-                self.fragment_done(
-                    ReplyTo {
-                        token: ct,
-                        id,
-                        seq: Some(seq),
-                        frag,
-                    },
-                    out,
-                    true,
-                    true,
-                );
+                self.fragment_done(to, out, true, true);
             }
         }
         if let Some((ct, cid)) = half_answered {

@@ -144,12 +144,7 @@ impl Worker<'_> {
                         self.note_key(pool, key);
                         let kept = self.stream_slot(pool, req, bytes);
                         let seq = self.push_slot(token, false, kept);
-                        let waiter = seq.map(|seq| Waiter::Client {
-                            token,
-                            id: client_id,
-                            seq,
-                            frag: None,
-                        });
+                        let waiter = ReplyTo::new(token, client_id, seq, None).waiter();
                         self.enqueue(st, waiter, req.op, |out| out.extend_from_slice(bytes), now);
                         if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
                             s.stream = Some(SrvStream {
@@ -298,13 +293,8 @@ impl Worker<'_> {
                 return;
             }
         };
-        let waiter = Waiter::Client {
-            token,
-            id: client_id,
-            seq,
-            frag: Some(idx as u32),
-        };
-        self.enqueue(st, Some(waiter), op, |out| out.extend_from_slice(&cmd), now);
+        let waiter = ReplyTo::new(token, client_id, Some(seq), Some(idx as u32)).waiter();
+        self.enqueue(st, waiter, op, |out| out.extend_from_slice(&cmd), now);
         if body == 0 {
             return;
         }
@@ -584,12 +574,7 @@ impl Worker<'_> {
                 match self.server_conn_dedicated(pool, server, slot, now) {
                     Ok(st) => {
                         self.note_key(pool, key);
-                        let waiter = seq.map(|seq| Waiter::Client {
-                            token,
-                            id: client_id,
-                            seq,
-                            frag: None,
-                        });
+                        let waiter = ReplyTo::new(token, client_id, seq, None).waiter();
                         self.enqueue(st, waiter, op, |_| {}, now);
                         if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
                             s.stream = Some(SrvStream {
