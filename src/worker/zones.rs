@@ -73,6 +73,16 @@ fn whole_write(z: &crate::config::Zones, req: &Request) -> bool {
     req.keys.len() == 1 && !z.warm && !own_path
 }
 
+/// One fragment of a client's multi-key request: the client (token and
+/// id), its reply slot and the fragment's index there.
+#[derive(Clone, Copy)]
+struct FragOf {
+    token: Token,
+    id: u64,
+    seq: u64,
+    fi: usize,
+}
+
 impl Worker<'_> {
     /// A single-key request of a zone pool: reads and writes (not the
     /// writes of a warm-up pool). Returns false when the normal path sends
@@ -261,7 +271,7 @@ impl Worker<'_> {
         }
         if !(miss
             && !missed.is_empty()
-            && self.zone_next(token, id, seq, fi, pool, &missed, zone, false))
+            && self.zone_next(FragOf { token, id, seq, fi }, pool, &missed, zone, false))
         {
             return None;
         }
@@ -303,7 +313,7 @@ impl Worker<'_> {
             return false;
         }
         let (keys, zone) = (f.keys.clone(), f.attempt);
-        self.zone_next(token, id, seq, fi, pool, &keys, zone, true)
+        self.zone_next(FragOf { token, id, seq, fi }, pool, &keys, zone, true)
     }
 
     /// A fragment read for another zone's misses failed with no zone left
@@ -335,18 +345,15 @@ impl Worker<'_> {
     /// whose failure is a miss). The new fragments are counted in the
     /// slot before any is sent, so that none completes it early. False
     /// when no key has an owner in a later zone.
-    #[allow(clippy::too_many_arguments)]
     fn zone_next(
         &mut self,
-        token: Token,
-        id: u64,
-        seq: u64,
-        fi: usize,
+        at: FragOf,
         pool: usize,
         keys: &[usize],
         zone: u8,
         replace: bool,
     ) -> bool {
+        let FragOf { token, id, seq, fi } = at;
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return false;
         };
