@@ -614,7 +614,15 @@ impl Worker<'_> {
         pool: usize,
     ) -> bool {
         if self.pools[pool].zoned {
-            return self.zone_retry_fragment(token, client_id, seq, frag, pool);
+            return self.zone_retry_fragment(
+                super::zones::FragOf {
+                    token,
+                    id: client_id,
+                    seq,
+                    fi: frag,
+                },
+                pool,
+            );
         }
         let r = self.pools[pool].cfg.replicas as usize;
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {

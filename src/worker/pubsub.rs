@@ -191,21 +191,10 @@ impl Worker<'_> {
                 self.pubsub_send_by_channel(token, pool, &mut subs, "SUBSCRIBE", &args, now);
             }
             "UNSUBSCRIBE" => {
-                let list = if args.is_empty() {
-                    std::mem::take(&mut subs.channels)
-                } else {
-                    let (held, not_held) = split_held(args, &subs.channels);
-                    self.pubsub_not_held(token, &subs, "unsubscribe", resp3, &not_held);
-                    subs.channels.retain(|c| !held.contains(c));
-                    if held.is_empty() && !not_held.is_empty() {
-                        self.put_subs(token, subs);
-                        return;
-                    }
-                    held
-                };
-                if list.is_empty() {
-                    self.pubsub_nothing(token, &subs, "unsubscribe", resp3);
-                } else {
+                let held: fn(&mut Subs) -> &mut Vec<Vec<u8>> = |s| &mut s.channels;
+                if let Some(list) =
+                    self.pubsub_unsub_list(token, &mut subs, held, "unsubscribe", resp3, args)
+                {
                     self.pubsub_send_by_channel(token, pool, &mut subs, "UNSUBSCRIBE", &list, now);
                 }
             }
@@ -218,21 +207,10 @@ impl Worker<'_> {
                 self.pubsub_send_by_channel(token, pool, &mut subs, "SSUBSCRIBE", &args, now);
             }
             "SUNSUBSCRIBE" => {
-                let list = if args.is_empty() {
-                    std::mem::take(&mut subs.shard_channels)
-                } else {
-                    let (held, not_held) = split_held(args, &subs.shard_channels);
-                    self.pubsub_not_held(token, &subs, "sunsubscribe", resp3, &not_held);
-                    subs.shard_channels.retain(|c| !held.contains(c));
-                    if held.is_empty() && !not_held.is_empty() {
-                        self.put_subs(token, subs);
-                        return;
-                    }
-                    held
-                };
-                if list.is_empty() {
-                    self.pubsub_nothing(token, &subs, "sunsubscribe", resp3);
-                } else {
+                let held: fn(&mut Subs) -> &mut Vec<Vec<u8>> = |s| &mut s.shard_channels;
+                if let Some(list) =
+                    self.pubsub_unsub_list(token, &mut subs, held, "sunsubscribe", resp3, args)
+                {
                     self.pubsub_send_by_channel(token, pool, &mut subs, "SUNSUBSCRIBE", &list, now);
                 }
             }
@@ -246,26 +224,43 @@ impl Worker<'_> {
             }
             _ => {
                 // PUNSUBSCRIBE
-                let list = if args.is_empty() {
-                    std::mem::take(&mut subs.patterns)
-                } else {
-                    let (held, not_held) = split_held(args, &subs.patterns);
-                    self.pubsub_not_held(token, &subs, "punsubscribe", resp3, &not_held);
-                    subs.patterns.retain(|p| !held.contains(p));
-                    if held.is_empty() && !not_held.is_empty() {
-                        self.put_subs(token, subs);
-                        return;
-                    }
-                    held
-                };
-                if list.is_empty() {
-                    self.pubsub_nothing(token, &subs, "punsubscribe", resp3);
-                } else {
+                let held: fn(&mut Subs) -> &mut Vec<Vec<u8>> = |s| &mut s.patterns;
+                if let Some(list) =
+                    self.pubsub_unsub_list(token, &mut subs, held, "punsubscribe", resp3, args)
+                {
                     self.pubsub_send_everywhere(token, pool, &mut subs, "PUNSUBSCRIBE", &list, now);
                 }
             }
         }
         self.put_subs(token, subs);
+    }
+
+    /// What an UNSUBSCRIBE, SUNSUBSCRIBE or PUNSUBSCRIBE (`kind`) asks the
+    /// servers to drop from `held` (the client's channels, sharded channels
+    /// or patterns): all of them when it names none, else the names held.
+    /// Names not held, or nothing held at all, are answered here; `None`
+    /// when nothing is left for the servers.
+    fn pubsub_unsub_list(
+        &mut self,
+        token: Token,
+        subs: &mut Subs,
+        held: fn(&mut Subs) -> &mut Vec<Vec<u8>>,
+        kind: &str,
+        resp3: bool,
+        args: Vec<Vec<u8>>,
+    ) -> Option<Vec<Vec<u8>>> {
+        if args.is_empty() {
+            let all = std::mem::take(held(subs));
+            if all.is_empty() {
+                self.pubsub_nothing(token, subs, kind, resp3);
+                return None;
+            }
+            return Some(all);
+        }
+        let (yes, no) = split_held(args, held(subs));
+        self.pubsub_not_held(token, subs, kind, resp3, &no);
+        held(subs).retain(|c| !yes.contains(c));
+        (!yes.is_empty()).then_some(yes)
     }
 
     /// redis-server's answer for each channel (or pattern) an UNSUBSCRIBE

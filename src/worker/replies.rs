@@ -52,7 +52,13 @@ impl Worker<'_> {
         let zoned = self.pools[pool].zoned;
         if let Some(fi) = frag.filter(|_| zoned && !unreachable && !is_error) {
             // A zone pool's multi-key read: its misses may be elsewhere.
-            if let Some(kept) = self.zone_fragment(token, id, seq, fi as usize, pool, &reply) {
+            let at = super::zones::FragOf {
+                token,
+                id,
+                seq,
+                fi: fi as usize,
+            };
+            if let Some(kept) = self.zone_fragment(at, pool, &reply) {
                 reply = kept;
             }
         }

@@ -76,11 +76,11 @@ fn whole_write(z: &crate::config::Zones, req: &Request) -> bool {
 /// One fragment of a client's multi-key request: the client (token and
 /// id), its reply slot and the fragment's index there.
 #[derive(Clone, Copy)]
-struct FragOf {
-    token: Token,
-    id: u64,
-    seq: u64,
-    fi: usize,
+pub(super) struct FragOf {
+    pub token: Token,
+    pub id: u64,
+    pub seq: u64,
+    pub fi: usize,
 }
 
 impl Worker<'_> {
@@ -226,13 +226,11 @@ impl Worker<'_> {
     /// store in the fragment when its misses moved.
     pub(super) fn zone_fragment(
         &mut self,
-        token: Token,
-        id: u64,
-        seq: u64,
-        fi: usize,
+        at: FragOf,
         pool: usize,
         reply: &[u8],
     ) -> Option<Vec<u8>> {
+        let FragOf { token, id, seq, fi } = at;
         let p = &self.pools[pool];
         let (proto, miss, warm) = (p.proto, p.zone_miss, p.warm);
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
@@ -292,14 +290,8 @@ impl Worker<'_> {
     /// lost, or an error reply): its keys go to their owners in the next
     /// zone, as new fragments that take its place. False when there is no
     /// next zone (or it is not such a read).
-    pub(super) fn zone_retry_fragment(
-        &mut self,
-        token: Token,
-        id: u64,
-        seq: u64,
-        fi: usize,
-        pool: usize,
-    ) -> bool {
+    pub(super) fn zone_retry_fragment(&mut self, at: FragOf, pool: usize) -> bool {
+        let FragOf { token, id, seq, fi } = at;
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return false;
         };
