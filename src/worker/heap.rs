@@ -17,16 +17,26 @@ const TRIM_ABOVE: usize = 4 << 20;
 #[derive(Debug, Default)]
 pub struct HeapTrim {
     floor: usize,
+    /// Resident bytes right after the last trim.
+    resident_after: usize,
 }
 
 impl HeapTrim {
-    /// Trim if the free heap grew enough; returns whether it trimmed.
+    /// Trim if the free heap grew enough, or if the process grew again
+    /// while holding free heap; returns whether it trimmed. The second
+    /// test is needed because a trim returns the pages of free chunks but
+    /// leaves the chunks free: the next burst reuses them (touching the
+    /// pages again) and frees them, all between two ticks, and the free
+    /// heap reads the same before and after, so only the resident size
+    /// shows that those pages came back.
     pub fn due(&mut self) -> bool {
         let free = free_heap();
-        let due = self.decide(free);
+        let regrown = free >= TRIM_ABOVE && resident() > self.resident_after + TRIM_ABOVE;
+        let due = self.decide(free) || regrown;
         if due {
             release();
             self.floor = free_heap();
+            self.resident_after = resident();
         }
         due
     }
@@ -50,6 +60,18 @@ fn free_heap() -> usize {
     }
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     0
+}
+
+/// Resident bytes of this process (0 when /proc cannot be read): one
+/// small read once a second.
+fn resident() -> usize {
+    let pages = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|t| t.split_whitespace().nth(1)?.parse::<usize>().ok())
+        .unwrap_or(0);
+    // SAFETY: sysconf only reads a system constant.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    pages * usize::try_from(page).unwrap_or(4096)
 }
 
 /// Return the allocator's free memory to the kernel.
