@@ -8,6 +8,9 @@
 # Environment:
 #   PIPELINE=N      requests in flight per connection (default 1)
 #   PEER=nutcracker profile nutcracker (one process) instead of walnut's worker
+#   WALNUT_BIN=PATH walnut binary to profile (default target/release/walnut)
+#   PEER=predixy    profile predixy (one worker thread; Redis only; binary at
+#                   PREDIXY_BIN or ../peers/predixy/src/predixy, see bench/README.md)
 #   TESTS="a b"     phases, each measured on its own, in this order:
 #                   redis: set get (default "set get"); memcache: set get mix
 #                   (mix = 9 gets : 1 set, the benchmark's load; default "mix")
@@ -36,6 +39,7 @@ requests="${2:-50000}"
 top="${TOP:-15}"
 pipeline="${PIPELINE:-1}"
 peer="${PEER:-walnut}"
+predixy_bin="${PREDIXY_BIN:-$(dirname "$root")/peers/predixy/src/predixy}"
 conns="${CONNS:-10}"
 size="${VALUE_SIZE:-100}"
 tool="${TOOL:-callgrind}"
@@ -108,16 +112,51 @@ bench:
   servers:
     - 127.0.0.1:$backend:1
 YML
+    # Under valgrind requests take milliseconds: a slow-log entry per
+    # request would be measured that a real run never makes.
+    [[ "$peer" == walnut ]] && echo "  slowlog_threshold: 60000000" >> "$out/proxy.yml"
     # Default output name (callgrind.out.<pid> in the current directory): an
     # explicit --callgrind-out-file is not re-read correctly in the forked worker.
-    if [[ "$peer" == nutcracker ]]; then
+    if [[ "$peer" == predixy ]]; then
+        [[ "$proto" == redis ]] || { echo "profile: predixy is a Redis proxy" >&2; exit 1; }
+        cat > "$out/predixy.conf" <<CONF
+Name profile
+Bind 127.0.0.1:$listen
+WorkerThreads 1
+ClientTimeout 0
+LogVerbSample 0
+LogDebugSample 0
+LogInfoSample 0
+LogNoticeSample 1
+LogWarnSample 1
+LogErrorSample 1
+Authority {
+    Auth {
+        Mode write
+    }
+}
+StandaloneServerPool {
+    Hash crc16
+    Distribution modula
+    RefreshMethod fixed
+    Group g0 {
+        + 127.0.0.1:$backend
+    }
+}
+CONF
+        (cd "$out" && exec taskset -c 1 "${wrap[@]}" "$predixy_bin" "$out/predixy.conf" \
+            > "$out/predixy.log" 2>> "$out/valgrind.log") &
+        master=$!
+        wait_port "$listen"
+        target=$master
+    elif [[ "$peer" == nutcracker ]]; then
         (cd "$out" && exec taskset -c 1 "${wrap[@]}" nutcracker -c "$out/proxy.yml" -s "$stats" \
             -a 127.0.0.1 -o "$out/nutcracker.log" 2>> "$out/valgrind.log") &
         master=$!
         wait_port "$listen"; wait_port "$stats"
         target=$master
     else
-        (cd "$out" && exec taskset -c 1 "${wrap[@]}" "$root/target/release/walnut" -c "$out/proxy.yml" \
+        (cd "$out" && exec taskset -c 1 "${wrap[@]}" "${WALNUT_BIN:-$root/target/release/walnut}" -c "$out/proxy.yml" \
             -s "$stats" -a 127.0.0.1 --workers 1 --cpu-affinity none --admin "127.0.0.1:$admin" \
             -o "$out/walnut.log" 2>> "$out/valgrind.log") &
         master=$!

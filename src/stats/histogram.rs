@@ -228,14 +228,21 @@ impl Cell<'_> {
     /// recorded in several cells).
     #[inline]
     pub fn record_in(&self, us: u64, bucket: usize) {
-        self.bump(0, 1);
-        self.bump(1, us);
+        self.record_n(us, bucket, 1);
+    }
+
+    /// `n` values of `us` at once (replies of one pipelined batch share
+    /// their send and arrival instants, hence their latency).
+    #[inline]
+    pub fn record_n(&self, us: u64, bucket: usize, n: u64) {
+        self.bump(0, n);
+        self.bump(1, us.wrapping_mul(n));
         if let Some(w) = self.0.get(2) {
             if us > w.load(Ordering::Relaxed) {
                 w.store(us, Ordering::Relaxed);
             }
         }
-        self.bump(HDR + bucket, 1);
+        self.bump(HDR + bucket, n);
     }
 
     /// For a window half: clear it first if it holds another period.

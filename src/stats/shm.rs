@@ -533,6 +533,11 @@ impl Slot<'_> {
     /// Record one reply's latency for its pool, class and server, in the
     /// lifetime histograms and the current half of the recent window.
     pub fn record_latency(&self, pool: usize, server: usize, class: Class, us: u64) {
+        self.record_latencies(pool, server, class, us, 1);
+    }
+
+    /// [`Slot::record_latency`] for `n` replies of the same latency.
+    pub fn record_latencies(&self, pool: usize, server: usize, class: Class, us: u64, n: u64) {
         let layout = &self.region.layout;
         let period = self.period.get();
         let half = 1 + (period % 2) as usize;
@@ -543,10 +548,10 @@ impl Slot<'_> {
         ] {
             self.region
                 .hist_cell(self.slot, 0, series)
-                .record_in(us, bucket);
+                .record_n(us, bucket, n);
             let c = self.region.hist_cell(self.slot, half, series);
             c.enter_period(period);
-            c.record_in(us, bucket);
+            c.record_n(us, bucket, n);
         }
     }
 

@@ -277,7 +277,7 @@ impl Worker<'_> {
             }
             let added = c.drain_ready();
             if !c.wbuf.is_empty() {
-                self.dirty_clients.push(token);
+                self.mark_client_dirty(token);
             }
             self.add_out(added);
         }
@@ -460,7 +460,7 @@ impl Worker<'_> {
             }
         }
         if before == 0 {
-            self.dirty_servers.push(st);
+            self.mark_server_dirty(st);
         }
     }
 
@@ -508,7 +508,7 @@ impl Worker<'_> {
         }
         let added = c.drain_ready();
         if added > 0 {
-            self.dirty_clients.push(token);
+            self.mark_client_dirty(token);
             self.add_out(added);
         }
     }

@@ -4,6 +4,7 @@
 use super::conn::{Conn, Inflight};
 use super::Worker;
 use crate::stats::histogram::Class;
+use crate::stats::shm::Slot as StatsSlot;
 use crate::stats::slowlog::{Entry, KeyPrefix};
 use mio::Token;
 use std::time::Instant;
@@ -29,20 +30,16 @@ impl Worker<'_> {
         req: &Inflight,
         now: Instant,
     ) {
-        let threshold = self.slow_threshold(pool);
-        if !self.ctl.latency && threshold == 0 {
-            return;
-        }
-        // Not `as_micros()`: its u128 division costs more than the rest of
-        // this function, once per reply.
-        let d = now.saturating_duration_since(req.sent_at);
-        let us = d.as_secs() * 1_000_000 + u64::from(d.subsec_micros());
         if self.ctl.latency {
-            self.stats
-                .record_latency(pool, server, Class::of(req.op), us);
+            self.latency_run
+                .add(&self.stats, pool, server, Class::of(req.op), req.sent_at, now);
         }
-        if threshold > 0 && us >= threshold {
-            self.slow(pool, server, req, us);
+        let threshold = self.slow_threshold(pool);
+        if threshold > 0 {
+            let us = micros_between(req.sent_at, now);
+            if us >= threshold {
+                self.slow(pool, server, req, us);
+            }
         }
     }
 
@@ -131,6 +128,73 @@ impl Worker<'_> {
             for (at, token, id) in arm {
                 self.arm_timer(at, token, id);
             }
+        }
+    }
+}
+
+/// Replies of equal latency for one pool, server and class, recorded as
+/// one: a pipelined batch is sent at one instant of the loop and its
+/// replies arrive in one read, so they share their latency, and recording
+/// them together writes each histogram word once per batch instead of once
+/// per reply. Flushed when a reply differs and at the end of each pass of
+/// the loop, so the shared histograms lag by at most one pass.
+#[derive(Debug, Default)]
+pub struct LatencyRun {
+    pool: usize,
+    server: usize,
+    class: Option<Class>,
+    /// Sent and answered at these instants: the latency is worked out
+    /// once per run, at the flush.
+    span: Option<(Instant, Instant)>,
+    n: u64,
+}
+
+/// Whole microseconds from `from` to `to` (0 if `to` is earlier). Not
+/// `as_micros()`: its u128 division costs more than recording a reply.
+#[inline]
+fn micros_between(from: Instant, to: Instant) -> u64 {
+    let d = to.saturating_duration_since(from);
+    d.as_secs() * 1_000_000 + u64::from(d.subsec_micros())
+}
+
+impl LatencyRun {
+    /// One more reply.
+    #[inline]
+    pub fn add(
+        &mut self,
+        stats: &StatsSlot<'_>,
+        pool: usize,
+        server: usize,
+        class: Class,
+        sent: Instant,
+        now: Instant,
+    ) {
+        if self.n > 0
+            && self.span == Some((sent, now))
+            && self.pool == pool
+            && self.server == server
+            && self.class == Some(class)
+        {
+            self.n += 1;
+            return;
+        }
+        self.flush(stats);
+        *self = LatencyRun {
+            pool,
+            server,
+            class: Some(class),
+            span: Some((sent, now)),
+            n: 1,
+        };
+    }
+
+    /// Record what is held.
+    #[inline]
+    pub fn flush(&mut self, stats: &StatsSlot<'_>) {
+        if let (Some(class), Some((sent, now)), true) = (self.class, self.span, self.n > 0) {
+            let us = micros_between(sent, now);
+            stats.record_latencies(self.pool, self.server, class, us, self.n);
+            self.n = 0;
         }
     }
 }

@@ -207,6 +207,8 @@ pub struct Worker<'a> {
     trim: heap::HeapTrim,
     /// Slow-request log lines left this second, and those not written.
     slow_lines: latency::SlowLines,
+    /// Replies of one latency not yet in the histograms.
+    latency_run: latency::LatencyRun,
     /// The socket clients are handed to this worker on.
     handin: Option<OwnedFd>,
     /// Handover connections waiting for their message.
@@ -300,6 +302,7 @@ impl<'a> Worker<'a> {
             hot_since: Instant::now(),
             trim: heap::HeapTrim::default(),
             slow_lines: latency::SlowLines::default(),
+            latency_run: latency::LatencyRun::default(),
             handin: setup.handin,
             handin_conns: Slab::new(),
             relays: Slab::new(),
@@ -481,6 +484,7 @@ impl<'a> Worker<'a> {
                 }
             }
             self.flush_dirty();
+            self.latency_run.flush(&self.stats);
             if self.handover.is_some() && !self.hand_over_ready() {
                 // Nobody to hand to: finish the clients here, as a
                 // graceful stop does.
@@ -737,6 +741,25 @@ impl<'a> Worker<'a> {
                 Some(Conn::Server(_)) => self.read_server(t, now, true),
                 None => {}
             }
+        }
+    }
+
+    /// A client has output to write at the end of this pass. Its replies
+    /// usually come one after another (a pipelined batch), so a repeat of
+    /// the last mark is skipped here rather than left to the sort.
+    #[inline]
+    pub(super) fn mark_client_dirty(&mut self, token: Token) {
+        if self.dirty_clients.last() != Some(&token) {
+            self.dirty_clients.push(token);
+        }
+    }
+
+    /// A server connection has requests to write at the end of this pass
+    /// (as [`Worker::mark_client_dirty`]).
+    #[inline]
+    pub(super) fn mark_server_dirty(&mut self, token: Token) {
+        if self.dirty_servers.last() != Some(&token) {
+            self.dirty_servers.push(token);
         }
     }
 

@@ -595,7 +595,7 @@ impl Worker<'_> {
                     }
                     c.wbuf.extend(bytes);
                     let added = bytes.len() + c.drain_ready();
-                    self.dirty_clients.push(ct);
+                    self.mark_client_dirty(ct);
                     self.add_out(added);
                     self.check_output_limit(ct);
                     return;
