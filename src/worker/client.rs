@@ -8,7 +8,7 @@ use super::stream::StreamStart;
 use super::txn::TxnStep;
 use super::{Worker, READ_BUDGET, READ_CHUNK, STREAM_LOW, STREAM_THRESHOLD};
 use crate::proto::{Local, Parse, Request, Route};
-use crate::stats::{PoolField, ServerField, WorkerField};
+use crate::stats::{PoolField, WorkerField};
 use mio::Token;
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::AsRawFd;
@@ -443,14 +443,12 @@ impl Worker<'_> {
         }
         s.unsent += 1;
         s.unsent_bytes += len as u64;
-        let (pool, server, id, arm) = (s.pool, s.server, s.id, !s.timer_armed && waiter.is_some());
-        self.stats
-            .server_add(pool, server, ServerField::Requests, 1);
-        self.stats
-            .server_add(pool, server, ServerField::RequestBytes, len as u64);
-        self.stats.server_add(pool, server, ServerField::InQueue, 1);
-        self.stats
-            .server_add(pool, server, ServerField::InQueueBytes, len as u64);
+        if s.uncounted == 0 {
+            self.counting.push(st);
+        }
+        s.uncounted += 1;
+        s.uncounted_bytes += len as u64;
+        let (pool, id, arm) = (s.pool, s.id, !s.timer_armed && waiter.is_some());
         if arm {
             if let Some(t) = self.pools[pool].timeout() {
                 if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {

@@ -506,6 +506,12 @@ pub struct Server {
     pub unsent: u64,
     /// Bytes counted in the in_queue_bytes gauge.
     pub unsent_bytes: u64,
+    /// Of `unsent`, requests queued in this pass of the loop and not yet
+    /// added to the shared counters (requests, in_queue; added once per
+    /// pass and connection, see `Worker::count_queued`).
+    pub uncounted: u64,
+    /// Their bytes.
+    pub uncounted_bytes: u64,
     /// Requests counted in the out_queue gauge.
     pub sent: u64,
     /// Bytes counted in the out_queue_bytes gauge.

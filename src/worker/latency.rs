@@ -31,8 +31,14 @@ impl Worker<'_> {
         now: Instant,
     ) {
         if self.ctl.latency {
-            self.latency_run
-                .add(&self.stats, pool, server, Class::of(req.op), req.sent_at, now);
+            self.latency_run.add(
+                &self.stats,
+                pool,
+                server,
+                Class::of(req.op),
+                req.sent_at,
+                now,
+            );
         }
         let threshold = self.slow_threshold(pool);
         if threshold > 0 {

@@ -207,6 +207,9 @@ pub struct Worker<'a> {
     trim: heap::HeapTrim,
     /// Slow-request log lines left this second, and those not written.
     slow_lines: latency::SlowLines,
+    /// Server connections with requests not yet in the shared counters
+    /// (`count_queued` in server.rs).
+    counting: Vec<Token>,
     /// Replies of one latency not yet in the histograms.
     latency_run: latency::LatencyRun,
     /// The socket clients are handed to this worker on.
@@ -303,6 +306,7 @@ impl<'a> Worker<'a> {
             trim: heap::HeapTrim::default(),
             slow_lines: latency::SlowLines::default(),
             latency_run: latency::LatencyRun::default(),
+            counting: Vec::new(),
             handin: setup.handin,
             handin_conns: Slab::new(),
             relays: Slab::new(),
@@ -484,6 +488,7 @@ impl<'a> Worker<'a> {
                 }
             }
             self.flush_dirty();
+            self.count_queued_all();
             self.latency_run.flush(&self.stats);
             if self.handover.is_some() && !self.hand_over_ready() {
                 // Nobody to hand to: finish the clients here, as a

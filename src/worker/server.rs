@@ -2,7 +2,7 @@
 //! batched writes, reply parsing and matching, timeouts, failures and
 //! ejection.
 
-use super::conn::{Conn, ReplyTo, Server, ServerState, Waiter};
+use super::conn::{Conn, Inflight, ReplyTo, Server, ServerState, Waiter};
 use super::fault::{Ending, IoFault, ServerFault};
 use super::{Worker, READ_BUDGET, READ_CHUNK};
 use crate::proto::{Op, Parse};
@@ -47,7 +47,7 @@ impl Worker<'_> {
             return;
         };
         let _ = self.poll.registry().deregister(&mut s.sock);
-        self.forget_server(token, &s);
+        self.forget_server(token, &mut s);
     }
 
     /// A shared connection to an address the server left: it takes no new
@@ -64,7 +64,8 @@ impl Worker<'_> {
 
     /// A server connection leaves the worker: its connection slot is freed
     /// and its queues leave the server's gauges.
-    fn forget_server(&mut self, token: Token, s: &super::conn::Server) {
+    fn forget_server(&mut self, token: Token, s: &mut super::conn::Server) {
+        count_queued(&self.stats, s);
         let (pool, server) = (s.pool, s.server);
         if self.pools[pool].servers[server].conns[s.slot] == Some(token) {
             self.pools[pool].servers[server].conns[s.slot] = None;
@@ -141,6 +142,8 @@ impl Worker<'_> {
             timer_armed: false,
             unsent: 0,
             unsent_bytes: 0,
+            uncounted: 0,
+            uncounted_bytes: 0,
             sent: 0,
             sent_bytes: 0,
             stream: None,
@@ -267,6 +270,16 @@ impl Worker<'_> {
         }
     }
 
+    /// Count what was queued this pass on connections not written in it
+    /// (still connecting, or their socket full).
+    pub(super) fn count_queued_all(&mut self) {
+        for t in std::mem::take(&mut self.counting) {
+            if let Some(Conn::Server(s)) = self.conns.get_mut(t.0) {
+                count_queued(&self.stats, s);
+            }
+        }
+    }
+
     fn write_server_once(&mut self, token: Token, now: Instant) {
         let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
             return;
@@ -301,6 +314,7 @@ impl Worker<'_> {
             }
         }
         let streaming = s.stream.is_some();
+        count_queued(&self.stats, s);
         if s.wbuf.is_empty() && (s.unsent > 0 || s.unsent_bytes > 0) {
             let (pool, server) = (s.pool, s.server);
             let (n, b) = (s.unsent, s.unsent_bytes);
@@ -395,132 +409,20 @@ impl Worker<'_> {
         }
         let mut rbuf = std::mem::take(&mut s.rbuf);
         let (pool, server) = (s.pool, s.server);
-        let proto = self.pools[pool].proto;
-        let mut off = 0;
-        let mut need = 0;
-        let mut failure: Option<ServerFault> = None;
-        let mut replies = 0u64;
-        let mut streamed = false;
-        loop {
-            let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
-                return;
-            };
-            let input = &rbuf.bytes()[off..];
-            if input.is_empty() {
-                break;
-            }
-            let Some(front) = s.inflight.front().copied() else {
-                failure = Some(ServerFault::BadReply("unexpected data from server".into()));
-                break;
-            };
-            match proto.parse_response(input, front.op) {
-                Ok(Parse::Done(rsp)) => {
-                    s.inflight.pop_front();
-                    s.sent = s.sent.saturating_sub(1);
-                    s.sent_bytes = s.sent_bytes.saturating_sub(front.len as u64);
-                    self.stats
-                        .server_sub(pool, server, ServerField::OutQueue, 1);
-                    self.stats.server_sub(
-                        pool,
-                        server,
-                        ServerField::OutQueueBytes,
-                        front.len as u64,
-                    );
-                    self.stats
-                        .server_add(pool, server, ServerField::Responses, 1);
-                    self.stats
-                        .server_add(pool, server, ServerField::ResponseBytes, rsp.len as u64);
-                    replies += 1;
-                    let bytes = &input[..rsp.len];
-                    self.count_mc_hits(front.op, bytes);
-                    let rewritten;
-                    let bytes = if !proto.keep_reply(front.op, bytes) {
-                        &[][..]
-                    } else if let Some(b) = self.scan_reply(pool, server, front.op, bytes) {
-                        rewritten = b;
-                        &rewritten[..]
-                    } else if let Some(b) = proto.rewrite_reply(front.op, bytes) {
-                        rewritten = b;
-                        &rewritten[..]
-                    } else {
-                        bytes
-                    };
-                    if let Some(to) = front.waiter.reply_to() {
-                        let cluster = rsp.is_error && self.pools[pool].cluster.is_some();
-                        let redirected = cluster
-                            && if bytes.starts_with(b"-TRYAGAIN") {
-                                self.cluster_tryagain(pool, to, front.op, now)
-                            } else {
-                                crate::proto::redis::cluster::parse_redirect(bytes).is_some_and(
-                                    |r| self.cluster_redirect(pool, server, to, front.op, &r, now),
-                                )
-                            };
-                        if !redirected {
-                            self.record_reply(pool, server, &front, now);
-                            self.deliver(to, bytes, rsp.is_error);
-                        }
-                    } else if let Waiter::Pull {
-                        token: ct,
-                        id,
-                        idx,
-                        part,
-                    } = front.waiter
-                    {
-                        let reply = bytes.to_vec();
-                        self.pull_reply(ct, id, idx, part, Some(&reply), now);
-                    } else if let Waiter::Warm { idx } = front.waiter {
-                        let reply = bytes.to_vec();
-                        self.warm_reply(idx, Some(&reply));
-                    } else if matches!(front.waiter, Waiter::SlotMap) {
-                        self.cluster_slots_reply(pool, server, bytes);
-                    } else if rsp.is_error {
-                        crate::log_error!(
-                            "pool '{}': server '{}' refused the connection setup: {}",
-                            self.pools[pool].cfg.name,
-                            self.pools[pool].servers[server].name,
-                            String::from_utf8_lossy(bytes).trim_end()
-                        );
-                        if matches!(front.op, Op::Redis(op) if op.cmd.is("HELLO")) {
-                            // A server before Redis 6: the RESP3 clients
-                            // queued here must not get RESP2 replies, so
-                            // their requests fail with the connection, and
-                            // later `HELLO 3` gets -NOPROTO.
-                            self.pools[pool].resp3_refused = true;
-                            failure = Some(ServerFault::Resp3Refused);
-                            off += rsp.len;
-                            break;
-                        }
-                    }
-                    off += rsp.len;
-                }
-                Ok(Parse::Incomplete { hint }) => {
-                    need = hint;
-                    if proto == crate::proto::Protocol::Redis {
-                        if let Some(rs) = self.reply_stream_start(input, hint, &front) {
-                            if let Some(Conn::Server(s)) = self.conns.get_mut(token.0) {
-                                s.rstream = Some(rs);
-                                streamed = true;
-                                need = 0;
-                            }
-                        }
-                    }
-                    break;
-                }
-                Err(e) => {
-                    failure = Some(ServerFault::BadReply(e.0));
-                    break;
-                }
-            }
+        let batch = self.match_replies(token, pool, server, rbuf.bytes(), now);
+        batch.count(&self.stats, pool, server);
+        if batch.gone {
+            return;
         }
-        rbuf.consume(off);
-        if replies > 0 {
+        rbuf.consume(batch.off);
+        if batch.replies > 0 {
             self.pools[pool].record_success(server, now);
         }
         if let Some(Conn::Server(s)) = self.conns.get_mut(token.0) {
             s.rbuf = rbuf;
-            s.need = need;
+            s.need = batch.need;
         }
-        if let Some(fault) = failure {
+        if let Some(fault) = batch.failure {
             crate::log_warn!(
                 "pool '{}': server '{}': bad reply: {}",
                 self.pools[pool].cfg.name,
@@ -530,7 +432,7 @@ impl Worker<'_> {
             self.close_server(token, fault, now);
             return;
         }
-        if streamed {
+        if batch.streamed {
             self.process_replies(token, now);
             return;
         }
@@ -545,6 +447,166 @@ impl Worker<'_> {
                 self.retire_server(token);
             }
         }
+    }
+
+    /// The complete replies at the start of `input`, each handed to what
+    /// waits for it, until a reply is incomplete, starts a stream, or is
+    /// not one.
+    #[inline(always)]
+    fn match_replies(
+        &mut self,
+        token: Token,
+        pool: usize,
+        server: usize,
+        input: &[u8],
+        now: Instant,
+    ) -> ReplyBatch {
+        let proto = self.pools[pool].proto;
+        let mut batch = ReplyBatch::default();
+        loop {
+            let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
+                batch.gone = true;
+                return batch;
+            };
+            let input = &input[batch.off..];
+            if input.is_empty() {
+                return batch;
+            }
+            let Some(op) = s.inflight.front().map(|f| f.op) else {
+                batch.failure = Some(ServerFault::BadReply("unexpected data from server".into()));
+                return batch;
+            };
+            match proto.parse_response(input, op) {
+                Ok(Parse::Done(rsp)) => {
+                    let Some(front) = s.inflight.pop_front() else {
+                        return batch;
+                    };
+                    s.sent = s.sent.saturating_sub(1);
+                    s.sent_bytes = s.sent_bytes.saturating_sub(front.len as u64);
+                    batch.replies += 1;
+                    batch.request_bytes += front.len as u64;
+                    batch.reply_bytes += rsp.len as u64;
+                    batch.off += rsp.len;
+                    let bytes = &input[..rsp.len];
+                    if let Some(fault) =
+                        self.route_reply(pool, server, &front, bytes, rsp.is_error, now)
+                    {
+                        batch.failure = Some(fault);
+                        return batch;
+                    }
+                }
+                Ok(Parse::Incomplete { hint }) => {
+                    batch.need = hint;
+                    if proto == crate::proto::Protocol::Redis {
+                        let front = s.inflight.front().copied();
+                        if let Some(rs) =
+                            front.and_then(|f| self.reply_stream_start(input, hint, &f))
+                        {
+                            if let Some(Conn::Server(s)) = self.conns.get_mut(token.0) {
+                                s.rstream = Some(rs);
+                                batch.streamed = true;
+                                batch.need = 0;
+                            }
+                        }
+                    }
+                    return batch;
+                }
+                Err(e) => {
+                    batch.failure = Some(ServerFault::BadReply(e.0));
+                    return batch;
+                }
+            }
+        }
+    }
+
+    /// One complete reply to what waits for it: a client (or a fragment of
+    /// its request), a key being pulled or warmed, the slot map, or the
+    /// proxy's own connection setup. A fault here closes the connection
+    /// (a server that refuses RESP3).
+    #[inline(always)]
+    fn route_reply(
+        &mut self,
+        pool: usize,
+        server: usize,
+        front: &Inflight,
+        bytes: &[u8],
+        is_error: bool,
+        now: Instant,
+    ) -> Option<ServerFault> {
+        let proto = self.pools[pool].proto;
+        self.count_mc_hits(front.op, bytes);
+        let rewritten;
+        let bytes = if !proto.keep_reply(front.op, bytes) {
+            &[][..]
+        } else if let Some(b) = self.scan_reply(pool, server, front.op, bytes) {
+            rewritten = b;
+            &rewritten[..]
+        } else if let Some(b) = proto.rewrite_reply(front.op, bytes) {
+            rewritten = b;
+            &rewritten[..]
+        } else {
+            bytes
+        };
+        if let Some(to) = front.waiter.reply_to() {
+            let cluster = is_error && self.pools[pool].cluster.is_some();
+            let redirected = cluster
+                && if bytes.starts_with(b"-TRYAGAIN") {
+                    self.cluster_tryagain(pool, to, front.op, now)
+                } else {
+                    crate::proto::redis::cluster::parse_redirect(bytes)
+                        .is_some_and(|r| self.cluster_redirect(pool, server, to, front.op, &r, now))
+                };
+            if !redirected {
+                self.record_reply(pool, server, front, now);
+                self.deliver(to, bytes, is_error);
+            }
+            return None;
+        }
+        match front.waiter {
+            Waiter::Pull {
+                token: ct,
+                id,
+                idx,
+                part,
+            } => {
+                let reply = bytes.to_vec();
+                self.pull_reply(ct, id, idx, part, Some(&reply), now);
+            }
+            Waiter::Warm { idx } => {
+                let reply = bytes.to_vec();
+                self.warm_reply(idx, Some(&reply));
+            }
+            Waiter::SlotMap => self.cluster_slots_reply(pool, server, bytes),
+            _ if is_error => return self.setup_refused(pool, server, front, bytes),
+            _ => {}
+        }
+        None
+    }
+
+    /// The server answered the connection setup (AUTH, SELECT, HELLO) with
+    /// an error: logged; a refused `HELLO 3` fails the connection.
+    #[cold]
+    fn setup_refused(
+        &mut self,
+        pool: usize,
+        server: usize,
+        front: &Inflight,
+        bytes: &[u8],
+    ) -> Option<ServerFault> {
+        crate::log_error!(
+            "pool '{}': server '{}' refused the connection setup: {}",
+            self.pools[pool].cfg.name,
+            self.pools[pool].servers[server].name,
+            String::from_utf8_lossy(bytes).trim_end()
+        );
+        if matches!(front.op, Op::Redis(op) if op.cmd.is("HELLO")) {
+            // A server before Redis 6: the RESP3 clients queued here must
+            // not get RESP2 replies, so their requests fail with the
+            // connection, and later `HELLO 3` gets -NOPROTO.
+            self.pools[pool].resp3_refused = true;
+            return Some(ServerFault::Resp3Refused);
+        }
+        None
     }
 
     /// A SCAN reply with the client's cursor (see `forward_scan`).
@@ -642,7 +704,7 @@ impl Worker<'_> {
             .take()
             .filter(|r| r.passed > 0 && r.hold.is_none())
             .and_then(|r| r.client);
-        self.forget_server(token, &s);
+        self.forget_server(token, &mut s);
         if let Some((ct, cid)) = s.push_to {
             // Its subscriptions there are gone: the subscriber is told by
             // its connection closing, as by a Redis of its own.
@@ -729,4 +791,59 @@ fn write_command(args: &[&[u8]], out: &mut Vec<u8>) {
         out.extend_from_slice(a);
         out.extend_from_slice(b"\r\n");
     }
+}
+
+/// What one pass over a server connection's input matched, with its
+/// counters added to the shared stats once per pass rather than per reply.
+#[derive(Debug, Default)]
+struct ReplyBatch {
+    /// Bytes of complete replies.
+    off: usize,
+    /// Do not parse again until the input holds this many bytes.
+    need: usize,
+    /// Replies matched.
+    replies: u64,
+    /// Bytes of the requests they answered (out_queue_bytes).
+    request_bytes: u64,
+    /// Bytes of the replies.
+    reply_bytes: u64,
+    /// The connection is to be closed for this.
+    failure: Option<ServerFault>,
+    /// A large reply started streaming.
+    streamed: bool,
+    /// The connection was closed while replies were handed out.
+    gone: bool,
+}
+
+impl ReplyBatch {
+    /// Add the batch to the server's counters and take it off its queue
+    /// gauges.
+    fn count(&self, stats: &crate::stats::shm::Slot<'_>, pool: usize, server: usize) {
+        if self.replies == 0 {
+            return;
+        }
+        stats.server_sub(pool, server, ServerField::OutQueue, self.replies);
+        stats.server_sub(pool, server, ServerField::OutQueueBytes, self.request_bytes);
+        stats.server_add(pool, server, ServerField::Responses, self.replies);
+        stats.server_add(pool, server, ServerField::ResponseBytes, self.reply_bytes);
+    }
+}
+
+/// Add the requests queued on `s` since the last count to the shared
+/// counters (requests and request bytes, the in_queue gauges). Counting once
+/// per pass and connection, not per request, keeps a pipelined batch from
+/// writing the same four shared words once per request; readers see them
+/// at most one pass of the loop late.
+fn count_queued(stats: &crate::stats::shm::Slot<'_>, s: &mut Server) {
+    if s.uncounted == 0 && s.uncounted_bytes == 0 {
+        return;
+    }
+    let (pool, server) = (s.pool, s.server);
+    let (n, b) = (s.uncounted, s.uncounted_bytes);
+    stats.server_add(pool, server, ServerField::Requests, n);
+    stats.server_add(pool, server, ServerField::RequestBytes, b);
+    stats.server_add(pool, server, ServerField::InQueue, n);
+    stats.server_add(pool, server, ServerField::InQueueBytes, b);
+    s.uncounted = 0;
+    s.uncounted_bytes = 0;
 }
