@@ -30,22 +30,18 @@ impl Worker<'_> {
         req: &Inflight,
         now: Instant,
     ) {
-        if self.ctl.latency {
-            self.latency_run.add(
-                &self.stats,
-                pool,
-                server,
-                Class::of(req.op),
-                req.sent_at,
-                now,
-            );
-        }
         let threshold = self.slow_threshold(pool);
-        if threshold > 0 {
-            let us = micros_between(req.sent_at, now);
-            if us >= threshold {
-                self.slow(pool, server, req, us);
-            }
+        if !self.ctl.latency && threshold == 0 {
+            return;
+        }
+        let us = self.latency_run.add(
+            &self.stats,
+            self.ctl.latency,
+            (pool, server, Class::of(req.op)),
+            (req.sent_at, now),
+        );
+        if threshold > 0 && us >= threshold {
+            self.slow(pool, server, req, us);
         }
     }
 
@@ -146,13 +142,17 @@ impl Worker<'_> {
 /// the loop, so the shared histograms lag by at most one pass.
 #[derive(Debug, Default)]
 pub struct LatencyRun {
-    pool: usize,
-    server: usize,
-    class: Option<Class>,
-    /// Sent and answered at these instants: the latency is worked out
-    /// once per run, at the flush.
+    /// Pool, server and class of the replies.
+    of: Option<(usize, usize, Class)>,
+    /// Sent and answered at these instants...
     span: Option<(Instant, Instant)>,
+    /// ...which is this many microseconds.
+    us: u64,
+    /// Replies in the run.
     n: u64,
+    /// They go into the histograms (else the run only saves working out
+    /// the latency again for the slow log).
+    record: bool,
 }
 
 /// Whole microseconds from `from` to `to` (0 if `to` is earlier). Not
@@ -164,44 +164,38 @@ fn micros_between(from: Instant, to: Instant) -> u64 {
 }
 
 impl LatencyRun {
-    /// One more reply.
+    /// One more reply; its latency in microseconds.
     #[inline]
     pub fn add(
         &mut self,
         stats: &StatsSlot<'_>,
-        pool: usize,
-        server: usize,
-        class: Class,
-        sent: Instant,
-        now: Instant,
-    ) {
-        if self.n > 0
-            && self.span == Some((sent, now))
-            && self.pool == pool
-            && self.server == server
-            && self.class == Some(class)
-        {
+        record: bool,
+        of: (usize, usize, Class),
+        span: (Instant, Instant),
+    ) -> u64 {
+        if self.n > 0 && self.span == Some(span) && self.of == Some(of) && self.record == record {
             self.n += 1;
-            return;
+            return self.us;
         }
         self.flush(stats);
+        let us = micros_between(span.0, span.1);
         *self = LatencyRun {
-            pool,
-            server,
-            class: Some(class),
-            span: Some((sent, now)),
+            of: Some(of),
+            span: Some(span),
+            us,
             n: 1,
+            record,
         };
+        us
     }
 
     /// Record what is held.
     #[inline]
     pub fn flush(&mut self, stats: &StatsSlot<'_>) {
-        if let (Some(class), Some((sent, now)), true) = (self.class, self.span, self.n > 0) {
-            let us = micros_between(sent, now);
-            stats.record_latencies(self.pool, self.server, class, us, self.n);
-            self.n = 0;
+        if let (Some((pool, server, class)), true) = (self.of, self.n > 0 && self.record) {
+            stats.record_latencies(pool, server, class, self.us, self.n);
         }
+        self.n = 0;
     }
 }
 
