@@ -120,152 +120,21 @@ impl Worker<'_> {
 
     /// Parse and route every complete request in the client's input.
     fn process_input(&mut self, token: Token, now: Instant) {
-        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+        if !self.input_parseable(token, now) {
             return;
-        };
-        if c.gate.is_some() {
-            // A request waits for its keys to be pulled over: the next
-            // ones wait behind it (parsed once it goes on).
-            return;
-        }
-        if self.handover.is_some() && !Self::must_read_before_handover(c) {
-            // Handing over: the input goes to the successor unparsed.
-            return;
-        }
-        if c.swallow > 0 {
-            let n = c.swallow.min(c.rbuf.len());
-            c.rbuf.consume(n);
-            c.swallow -= n;
-            if c.swallow > 0 {
-                return;
-            }
-        }
-        if c.closing {
-            return;
-        }
-        if c.stream.is_some() {
-            let done = self.pass_stream(token, now);
-            let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
-                return;
-            };
-            if !done {
-                if c.rbuf.is_empty() && c.rbuf.capacity() > 0 {
-                    self.bufs.give(std::mem::take(&mut c.rbuf));
-                }
-                return;
-            }
         }
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return;
         };
-        if c.rbuf.len() < c.need || c.closing {
-            return;
-        }
         let mut rbuf = std::mem::take(&mut c.rbuf);
         let pool = c.pool;
-        let proto = self.pools[pool].proto;
-        let limits = self.pools[pool].limits;
-        let max_inflight = self
-            .ctl
-            .client_max_inflight
-            .unwrap_or(self.pools[pool].cfg.client_max_inflight);
-        let mut paused = false;
-        let mut off = 0;
-        let mut need = 0;
-        let mut swallow = 0;
-        let mut streamed = false;
-        loop {
-            let input = &rbuf.bytes()[off..];
-            if input.is_empty() {
-                break;
-            }
-            let mut limits = limits;
-            // Backpressure: a client with too many requests in flight is
-            // not read until its replies drain (resumed in write_client).
-            if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
-                limits.pre_auth = !c.session.authenticated;
-                if c.pending.len() >= max_inflight {
-                    paused = true;
-                    break;
-                }
-                if c.solo {
-                    if !c.pending.is_empty() {
-                        paused = true;
-                        break;
-                    }
-                    c.solo = false;
-                }
-            }
-            match proto.parse_request(input, &limits) {
-                Ok(Parse::Done(req)) => {
-                    let len = req.len;
-                    self.stats.worker_add(WorkerField::Requests, 1);
-                    let closing = self.dispatch(token, req, &input[..len], now);
-                    off += len;
-                    if closing {
-                        break;
-                    }
-                }
-                Ok(Parse::Incomplete { hint }) => {
-                    need = hint;
-                    if hint > STREAM_THRESHOLD && proto == crate::proto::Protocol::Redis {
-                        // A large argument: forward the request as it arrives.
-                        if let Some(head) =
-                            crate::proto::redis::stream_head(input, &limits, STREAM_THRESHOLD)
-                        {
-                            let len = head.req.len;
-                            match self.start_stream(token, head, &input[..len], now) {
-                                StreamStart::Started => {
-                                    off += len;
-                                    need = 0;
-                                    streamed = true;
-                                }
-                                StreamStart::Wait => {
-                                    need = 0;
-                                    paused = true;
-                                }
-                                StreamStart::No => {}
-                            }
-                        }
-                    }
-                    break;
-                }
-                Err(err) => {
-                    self.log_parse_error(token, pool, &err.reply, input);
-                    let close = err.close;
-                    if let Some(req) = err.forward {
-                        // Routed in the refused request's place (proto::RequestError).
-                        self.stats.worker_add(WorkerField::Requests, 1);
-                        let len = req.len;
-                        self.dispatch(token, *req, &input[..len], now);
-                    } else {
-                        // Refused while queueing: the transaction aborts at
-                        // EXEC, as redis-server's does.
-                        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
-                            if let Some(t) = c.txn.as_mut().filter(|t| t.multi) {
-                                t.dirty = true;
-                            }
-                        }
-                        self.push_ready(token, err.reply, close);
-                    }
-                    if close {
-                        break;
-                    }
-                    let skip = err.skip.max(1);
-                    if skip > input.len() {
-                        swallow = skip - input.len();
-                        off += input.len();
-                        break;
-                    }
-                    off += skip;
-                }
-            }
-        }
-        rbuf.consume(off);
+        let pass = self.parse_input(token, pool, rbuf.bytes(), now);
+        self.stats.worker_add(WorkerField::Requests, pass.requests);
+        rbuf.consume(pass.off);
         if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
-            c.need = need;
-            c.swallow = swallow;
-            c.paused = paused;
+            c.need = pass.need;
+            c.swallow = pass.swallow;
+            c.paused = pass.paused;
             if rbuf.is_empty() {
                 // Lend the empty buffer back: idle clients hold no memory.
                 self.bufs.give(rbuf);
@@ -281,9 +150,189 @@ impl Worker<'_> {
             }
             self.add_out(added);
         }
-        if streamed {
+        if pass.streamed {
             self.process_input(token, now);
         }
+    }
+
+    /// Whether the client's input is to be parsed now: not while a request
+    /// waits for its keys, is handed over, is swallowed or streamed, or
+    /// until `need` bytes are there.
+    fn input_parseable(&mut self, token: Token, now: Instant) -> bool {
+        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+            return false;
+        };
+        if c.gate.is_some() {
+            // A request waits for its keys to be pulled over: the next
+            // ones wait behind it (parsed once it goes on).
+            return false;
+        }
+        if self.handover.is_some() && !Self::must_read_before_handover(c) {
+            // Handing over: the input goes to the successor unparsed.
+            return false;
+        }
+        if c.swallow > 0 {
+            let n = c.swallow.min(c.rbuf.len());
+            c.rbuf.consume(n);
+            c.swallow -= n;
+            if c.swallow > 0 {
+                return false;
+            }
+        }
+        if c.closing {
+            return false;
+        }
+        if c.stream.is_some() {
+            let done = self.pass_stream(token, now);
+            let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+                return false;
+            };
+            if !done {
+                if c.rbuf.is_empty() && c.rbuf.capacity() > 0 {
+                    self.bufs.give(std::mem::take(&mut c.rbuf));
+                }
+                return false;
+            }
+        }
+        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+            return false;
+        };
+        c.rbuf.len() >= c.need && !c.closing
+    }
+
+    /// Parse and dispatch the requests at the start of `input` until one is
+    /// incomplete, the client must wait (too many in flight, a streamed
+    /// request), or it is to be closed.
+    fn parse_input(&mut self, token: Token, pool: usize, input: &[u8], now: Instant) -> InputPass {
+        let proto = self.pools[pool].proto;
+        let limits = self.pools[pool].limits;
+        let max_inflight = self
+            .ctl
+            .client_max_inflight
+            .unwrap_or(self.pools[pool].cfg.client_max_inflight);
+        let mut pass = InputPass::default();
+        loop {
+            let input = &input[pass.off..];
+            if input.is_empty() {
+                return pass;
+            }
+            let mut limits = limits;
+            // Backpressure: a client with too many requests in flight is
+            // not read until its replies drain (resumed in write_client).
+            if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+                limits.pre_auth = !c.session.authenticated;
+                if c.pending.len() >= max_inflight {
+                    pass.paused = true;
+                    return pass;
+                }
+                if c.solo {
+                    if !c.pending.is_empty() {
+                        pass.paused = true;
+                        return pass;
+                    }
+                    c.solo = false;
+                }
+            }
+            match proto.parse_request(input, &limits) {
+                Ok(Parse::Done(req)) => {
+                    let len = req.len;
+                    pass.requests += 1;
+                    if matches!(req.route, Route::Local(Local::Stats)) {
+                        // memcached `stats` reports this worker's count.
+                        self.stats
+                            .worker_add(WorkerField::Requests, std::mem::take(&mut pass.requests));
+                    }
+                    let closing = self.dispatch(token, req, &input[..len], now);
+                    pass.off += len;
+                    if closing {
+                        return pass;
+                    }
+                }
+                Ok(Parse::Incomplete { hint }) => {
+                    pass.need = hint;
+                    if hint > STREAM_THRESHOLD && proto == crate::proto::Protocol::Redis {
+                        self.stream_from(token, input, &limits, &mut pass, now);
+                    }
+                    return pass;
+                }
+                Err(err) => {
+                    if !self.refused(token, pool, err, input, &mut pass, now) {
+                        return pass;
+                    }
+                }
+            }
+        }
+    }
+
+    /// An incomplete Redis request with a large argument: forwarded as it
+    /// arrives once its head is parsed.
+    fn stream_from(
+        &mut self,
+        token: Token,
+        input: &[u8],
+        limits: &crate::proto::Limits,
+        pass: &mut InputPass,
+        now: Instant,
+    ) {
+        let Some(head) = crate::proto::redis::stream_head(input, limits, STREAM_THRESHOLD) else {
+            return;
+        };
+        let len = head.req.len;
+        match self.start_stream(token, head, &input[..len], now) {
+            StreamStart::Started => {
+                pass.off += len;
+                pass.need = 0;
+                pass.streamed = true;
+            }
+            StreamStart::Wait => {
+                pass.need = 0;
+                pass.paused = true;
+            }
+            StreamStart::No => {}
+        }
+    }
+
+    /// A request the parser refused: its error reply (or the request
+    /// routed in its place), and the input it takes. Whether parsing goes
+    /// on.
+    #[cold]
+    fn refused(
+        &mut self,
+        token: Token,
+        pool: usize,
+        err: crate::proto::RequestError,
+        input: &[u8],
+        pass: &mut InputPass,
+        now: Instant,
+    ) -> bool {
+        self.log_parse_error(token, pool, &err.reply, input);
+        let close = err.close;
+        if let Some(req) = err.forward {
+            // Routed in the refused request's place (proto::RequestError).
+            pass.requests += 1;
+            let len = req.len;
+            self.dispatch(token, *req, &input[..len], now);
+        } else {
+            // Refused while queueing: the transaction aborts at
+            // EXEC, as redis-server's does.
+            if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+                if let Some(t) = c.txn.as_mut().filter(|t| t.multi) {
+                    t.dirty = true;
+                }
+            }
+            self.push_ready(token, err.reply, close);
+        }
+        if close {
+            return false;
+        }
+        let skip = err.skip.max(1);
+        if skip > input.len() {
+            pass.swallow = skip - input.len();
+            pass.off += input.len();
+            return false;
+        }
+        pass.off += skip;
+        true
     }
 
     /// Queue a reply the proxy composed itself.
@@ -675,4 +724,21 @@ impl Read for super::conn::Client {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         self.sock.read(buf)
     }
+}
+
+/// What one pass over a client's input parsed and left.
+#[derive(Debug, Default)]
+struct InputPass {
+    /// Bytes used.
+    off: usize,
+    /// Parse again once the input holds this many bytes.
+    need: usize,
+    /// Input bytes still to discard (a refused value's data block).
+    swallow: usize,
+    /// Reading stops until replies drain.
+    paused: bool,
+    /// A streamed request started: its rest passes as it arrives.
+    streamed: bool,
+    /// Requests parsed (the worker's request counter).
+    requests: u64,
 }

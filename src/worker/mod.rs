@@ -33,6 +33,7 @@ mod routes;
 mod sentinel;
 mod server;
 mod server_health;
+mod server_reply;
 mod server_rt;
 mod shadow;
 mod spool;

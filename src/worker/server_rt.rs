@@ -94,7 +94,13 @@ impl ServerRt {
     /// `server_connections` by id; a RESP3 client uses the RESP3 half.
     pub fn slot_for(&self, client_id: u64, resp3: bool) -> usize {
         let n = self.per_protocol();
-        (client_id % n as u64) as usize + if resp3 { n } else { 0 }
+        // One connection (the default) needs no 64-bit division per request.
+        let i = if n == 1 {
+            0
+        } else {
+            (client_id % n as u64) as usize
+        };
+        i + if resp3 { n } else { 0 }
     }
 
     /// [`PoolRt::look_up_again`] for this server of pool `pool`.
