@@ -7,6 +7,11 @@ Pinning on the 2-core machine: backends and load generators on CPU 0; the
 1-worker proxies (walnut, nutcracker) on CPU 1. walnut with 2 workers runs on
 CPUs 0-1 and so shares CPU 0 with the backends and the generator: its
 scaling figure is a lower bound of what a free second core would give.
+
+WALNUT_BEFORE=/path/to/walnut adds `walnut-before`, a 1-worker walnut from
+that binary pinned like walnut, as a target wherever 1-worker walnut runs
+(the report's "CPU vs before"). The `workers` section sets walnut's workers
+against two nutcrackers sharing the listen address with SO_REUSEPORT.
 """
 
 from __future__ import annotations
@@ -22,8 +27,8 @@ from pathlib import Path
 import idle
 import loads
 import report
-from procs import HOST, ROOT, Predixy, Proxy, free_port, have_predixy, memcached, redis_server, rss_kb
-from procs import cpu_seconds
+from procs import HOST, ROOT, Group, Predixy, Proxy, free_port, have_predixy, memcached, redis_server, rss_kb
+from procs import cpu_seconds, listeners_on, nutcracker_reuseport
 
 BACKEND_CPU = "0"
 PROXY_CPU = "1"
@@ -33,12 +38,18 @@ SCALE = MAIN + ["walnut-2w"]
 # Redis scenarios also run against predixy when its binary is there.
 REDIS = MAIN + ["predixy"]
 REDIS_SCALE = SCALE + ["predixy"]
+# An older walnut binary, run as `walnut-before` wherever `walnut` runs.
+WALNUT_BEFORE = os.environ.get("WALNUT_BEFORE")
+# The workers section: 1 and 2 nutcrackers (SO_REUSEPORT), 1 and 2 walnut workers.
+WORKERS = ["nutcracker", "nutcracker-x2", "walnut", "walnut-2w"]
 
 
 def scenarios() -> list[dict]:
     """(name, pool, generator, parameters, targets), run in this order each rep."""
-    def rb(name, pool, targets=REDIS, **kw):
-        return {"name": name, "pool": pool, "gen": "redis", "kw": kw, "targets": targets}
+    def rb(name, pool, targets=REDIS, n0=None, **kw):
+        # n0: requests of a target's first run (later runs are sized from it).
+        return {"name": name, "pool": pool, "gen": "redis", "kw": kw, "targets": targets,
+                "n0": n0 or 20000 * kw.get("pipeline", 1)}
 
     def mc(name, pool, targets=MAIN, gen="mcload", **kw):
         return {"name": name, "pool": pool, "gen": gen, "kw": kw, "targets": targets}
@@ -51,8 +62,9 @@ def scenarios() -> list[dict]:
         rb("redis GET 100B -P16", "r1", REDIS_SCALE, test="get", size=100, pipeline=16),
         rb("redis SET 100B -P64", "r1", test="set", size=100, pipeline=64),
         rb("redis GET 100B -P64", "r1", test="get", size=100, pipeline=64),
-        rb("redis MGET 10 keys/3 srv -P16", "r3", command=["mget"] + ["key:__rand_int__"] * 10,
-           pipeline=16),
+        # MGETs through a proxy run at a tenth of the GET rate: a smaller first run.
+        rb("redis MGET 10 keys/3 srv -P16", "r3", command=mget, pipeline=16, n0=64000),
+        rb("redis MGET 10 keys/3 srv -P64", "r3", command=mget, pipeline=64, n0=64000),
         rb("redis MGET 10 keys/3 srv", "r3", command=mget),
         rb("redis SET 1KB", "r1", test="set", size=1024),
         rb("redis GET 1KB", "r1", test="get", size=1024),
@@ -61,6 +73,11 @@ def scenarios() -> list[dict]:
         mc("mc get/set 9:1 100B", "m1", SCALE, size=100),
         mc("mc get/set 9:1 100B (memaslap)", "m1", gen="memaslap", size=100),
         mc("mc multi-get 10 keys/3 srv", "m3", get_ratio=1.0, mget=10, size=100),
+        mc("mc get 100B -P16", "m1", get_ratio=1.0, size=100, pipeline=16),
+        mc("mc get 100B -P64", "m1", get_ratio=1.0, size=100, pipeline=64),
+        mc("mc set 100B -P16", "m1", get_ratio=0.0, size=100, pipeline=16),
+        mc("mc multi-get 10 keys/3 srv -P16", "m3", get_ratio=1.0, mget=10, size=100,
+           pipeline=16),
         mc("mc get/set 9:1 1KB", "m1", size=1024),
         mc("mc get/set 9:1 16KB", "m1", size=16384, keyspace=1000),
     ]
@@ -79,9 +96,11 @@ class Sampler(threading.Thread):
 
 
 def measured(proxy: Proxy | None, conns: int, fn) -> dict:
-    """Run fn() and add the proxy's CPU seconds per million requests and RSS."""
+    """Run fn() and add the proxy's CPU seconds per million requests and RSS;
+    for a Group also the busier member's share of its CPU (cpu_split, %)."""
     pids = proxy.pids() if proxy else []
     rss0, cpu0 = rss_kb(pids), cpu_seconds(pids)
+    members = getattr(proxy, "members", [])
     sampler = Sampler(proxy)
     sampler.start()
     res = fn()
@@ -93,6 +112,10 @@ def measured(proxy: Proxy | None, conns: int, fn) -> dict:
         res["cpu_per_M"] = cpu / max(res["requests"], 1) * 1e6
         res["rss_kb_per_conn"] = max(sampler.peak, rss_kb(proxy.pids())) - rss0
         res["rss_kb_per_conn"] /= max(conns, 1)
+        if members:
+            used = [sum(v - cpu0.get(p, 0.0) for p, v in cpu_seconds(m.pids()).items())
+                    for m in members]
+            res["cpu_split"] = max(used) / max(sum(used), 1e-9) * 100
     return res
 
 
@@ -127,33 +150,57 @@ class Bench:
                    "servers": [addr(p) for p in self.mc]},
         }
 
-    def proxy(self, kind: str, cpus: str, **kw) -> Proxy:
-        pools = self.pools()
+    def proxy(self, kind: str, cpus: str, pools: dict | None = None, **kw) -> Proxy:
+        pools = pools or self.pools()
         p = Proxy(kind, pools, self.work, cpus, **kw).start()
         p.pool_ports = {name: int(v["listen"].rsplit(":", 1)[1]) for name, v in pools.items()}
         self.procs.append(p)
         return p
+
+    def start_proxies(self) -> None:
+        """nutcracker, 1- and 2-worker walnut, and walnut-before when asked."""
+        self.proxies = {
+            "nutcracker": self.proxy("nutcracker", PROXY_CPU),
+            "walnut": self.proxy("walnut", PROXY_CPU, workers=1),
+            "walnut-2w": self.proxy("walnut", BOTH_CPUS, workers=2),
+        }
+        if WALNUT_BEFORE:
+            self.proxies["walnut-before"] = self.proxy("walnut", PROXY_CPU, workers=1,
+                                                       binary=WALNUT_BEFORE)
+
+    @staticmethod
+    def with_before(targets: list[str]) -> list[str]:
+        """`targets`, with walnut-before after walnut when WALNUT_BEFORE is set."""
+        out = []
+        for t in targets:
+            out.append(t)
+            if t == "walnut" and WALNUT_BEFORE:
+                out.append("walnut-before")
+        return out
 
     def port(self, target: str, pool: str) -> int:
         if target == "direct":  # multi-server pools: the first server holds every key
             return self.redis[0] if pool.startswith("r") else self.mc[0]
         return self.proxies[target].pool_ports[pool]
 
-    def run_one(self, scn: dict, target: str, rep: int) -> dict:
+    def run_one(self, scn: dict, target: str, rep: int, section: str = "load") -> dict:
         port = self.port(target, scn["pool"])
         proxy = self.proxies.get(target)
         kw = dict(scn["kw"])
         if scn["gen"] == "redis":
             # Requests per run: sized from this target's previous run to last ~secs.
             key = (scn["name"], target)
-            n = self.n_for.get(key, 20000 * kw.get("pipeline", 1))
+            n = self.n_for.get(key, scn["n0"])
             res = measured(proxy, 50, lambda: loads.redis_benchmark(port, n, **kw))
             self.n_for[key] = int(min(3e6, max(5000, res["rps"] * self.secs)))
         elif scn["gen"] == "memaslap":
             res = measured(proxy, 50, lambda: loads.memaslap(port, max(1, self.secs), **kw))
         else:
-            res = measured(proxy, 50, lambda: loads.mcload(port, self.secs, prefill=True, **kw))
-        res.update(section="load", scenario=scn["name"], target=target, rep=rep)
+            # Keys stored before, not inside, the measured run: the stores
+            # would count in the proxy's CPU but not in the requests.
+            loads.mcload_prefill(port, kw.get("size", 100), kw.get("keyspace", 10000))
+            res = measured(proxy, 50, lambda: loads.mcload(port, self.secs, **kw))
+        res.update(section=section, scenario=scn["name"], target=target, rep=rep)
         return res
 
     def prefill_r3(self) -> None:
@@ -162,11 +209,7 @@ class Bench:
         loads.redis_benchmark(port, 30000, test="set", size=100)
 
     def main_scenarios(self) -> None:
-        self.proxies = {
-            "nutcracker": self.proxy("nutcracker", PROXY_CPU),
-            "walnut": self.proxy("walnut", PROXY_CPU, workers=1),
-            "walnut-2w": self.proxy("walnut", BOTH_CPUS, workers=2),
-        }
+        self.start_proxies()
         if have_predixy():
             pd = Predixy(self.pools(), self.work, PROXY_CPU).start()
             self.procs.append(pd)
@@ -178,7 +221,7 @@ class Bench:
             for scn in scenarios():
                 if self.args.only and self.args.only not in scn["name"]:
                     continue
-                for target in scn["targets"]:
+                for target in self.with_before(scn["targets"]):
                     if target not in self.proxies and target != "direct":
                         continue
                     try:
@@ -187,9 +230,65 @@ class Bench:
                         print(f"  !! {scn['name']} / {target}: {e}", flush=True)
                         continue
                     self.rows.append(row)
-                    print(f"  [{rep + 1}/{self.reps}] {scn['name']:<32} {target:<11} "
+                    print(f"  [{rep + 1}/{self.reps}] {scn['name']:<32} {target:<13} "
                           f"{row['rps']:>10.0f} rps  p99 {row.get('p99')}  "
                           f"cpu/M {row.get('cpu_per_M', float('nan')):.2f}s", flush=True)
+
+    def nutcrackers_x2(self) -> Group | None:
+        """Two nutcrackers on the same listen addresses (SO_REUSEPORT), both
+        on CPUs 0-1 like walnut's 2 workers; None when they cannot share."""
+        how = nutcracker_reuseport(self.work)
+        if how is None:
+            print("  !! nutcracker takes no `reuseport` key and there is no C compiler "
+                  "for the SO_REUSEPORT shim: nutcracker-x2 skipped")
+            return None
+        print(f"  nutcracker-x2: SO_REUSEPORT by "
+              f"{'the pool key reuseport: true' if how[0] == 'key' else 'LD_PRELOAD shim'}",
+              flush=True)
+        pools = self.pools()
+        group = Group("nutcracker", [self.proxy("nutcracker", BOTH_CPUS, pools=pools,
+                                                reuseport=how) for _ in range(2)])
+        for port in group.pool_ports.values():
+            deadline = time.monotonic() + 5
+            while listeners_on(port) < 2:
+                if time.monotonic() > deadline:
+                    group.stop()
+                    raise RuntimeError(f"nutcracker-x2: not two listeners on port {port}")
+                time.sleep(0.05)
+        return group
+
+    def workers(self) -> None:
+        """walnut 1 and 2 workers against 1 nutcracker and 2 nutcrackers behind
+        SO_REUSEPORT, for a pipelined Redis GET and the memcached 9:1 mix."""
+        picked = [s for s in scenarios()
+                  if s["name"] in ("redis GET 100B -P16", "mc get/set 9:1 100B")
+                  and (not self.args.only or self.args.only in s["name"])]
+        if not picked:
+            return
+        try:
+            x2 = self.nutcrackers_x2()
+        except Exception as e:  # noqa: BLE001
+            print(f"  !! nutcracker-x2: {e}", flush=True)
+            x2 = None
+        if x2:
+            self.proxies["nutcracker-x2"] = x2
+        for rep in range(self.reps):
+            for scn in picked:
+                for target in self.with_before(WORKERS):
+                    if target not in self.proxies:
+                        continue
+                    try:
+                        row = self.run_one(scn, target, rep, "workers")
+                    except Exception as e:  # noqa: BLE001
+                        print(f"  !! workers {scn['name']} / {target}: {e}", flush=True)
+                        continue
+                    self.rows.append(row)
+                    print(f"  [{rep + 1}/{self.reps}] workers {scn['name']:<24} {target:<14} "
+                          f"{row['rps']:>10.0f} rps  p99 {row.get('p99')}  "
+                          f"cpu/M {row.get('cpu_per_M', float('nan')):.2f}s", flush=True)
+        if x2:
+            x2.stop()
+            del self.proxies["nutcracker-x2"]
 
     def listener_modes(self) -> None:
         """walnut, 2 workers, per listener mode, under connection churn."""
@@ -221,6 +320,8 @@ class Bench:
         # there is the scheduler's, not a delayed ACK.
         targets = {"direct": None, "walnut": self.proxies["walnut"],
                    "walnut quickack off": off, "nutcracker": self.proxies["nutcracker"]}
+        if "walnut-before" in self.proxies:
+            targets["walnut-before"] = self.proxies["walnut-before"]
         secs = 1.5 if self.args.quick else 3.0
         for rep in range(self.reps):
             for size in (100, 16384):
@@ -253,8 +354,10 @@ class Bench:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="one short run per scenario")
-    ap.add_argument("--only", help="run only load scenarios whose name contains this")
-    ap.add_argument("--skip", default="", help="comma list of: load,listener,quickack,idle")
+    ap.add_argument("--only", help="run only load (and workers) scenarios whose name "
+                    "contains this")
+    ap.add_argument("--skip", default="",
+                    help="comma list of: load,workers,listener,quickack,idle")
     ap.add_argument("--idle-max", type=int, default=None,
                     help="largest idle-connection count (default 100000, --quick 19000)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
@@ -275,9 +378,10 @@ def main() -> None:
         if "load" not in skip:
             b.main_scenarios()
         else:
-            b.proxies = {"nutcracker": b.proxy("nutcracker", PROXY_CPU),
-                         "walnut": b.proxy("walnut", PROXY_CPU, workers=1),
-                         "walnut-2w": b.proxy("walnut", BOTH_CPUS, workers=2)}
+            b.start_proxies()
+        if "workers" not in skip:
+            print("== workers vs 2 nutcrackers (SO_REUSEPORT)", flush=True)
+            b.workers()
         if "listener" not in skip:
             print("== listener modes", flush=True)
             b.listener_modes()

@@ -7,6 +7,7 @@ tool cannot tell) and over_30ms (None when unknown).
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import tempfile
@@ -14,7 +15,8 @@ from pathlib import Path
 
 from procs import HOST, ROOT
 
-MCLOAD = ROOT / "bench" / "loadgen" / "target" / "release" / "mcload"
+MCLOAD = os.environ.get("MCLOAD_BIN",
+                        str(ROOT / "bench" / "loadgen" / "target" / "release" / "mcload"))
 GEN_CPU = "0"
 
 
@@ -71,6 +73,12 @@ def mcload(port: int, seconds: float, conns: int = 50, get_ratio: float = 0.9,
         raise RuntimeError(f"mcload saw {doc['errors']} error replies")
     return {"requests": doc["requests"], "rps": doc["rps"], "p50": doc["p50_ms"],
             "p99": doc["p99_ms"], "p999": doc["p999_ms"], "over_30ms": doc["over_30ms"]}
+
+
+def mcload_prefill(port: int, size: int = 100, keyspace: int = 10000) -> None:
+    """Store every key of the keyspace once (`mcload --prefill`, next to no
+    load after it), so that a measured run that follows finds them."""
+    mcload(port, 0.0, conns=1, size=size, keyspace=keyspace, prefill=True)
 
 
 def memaslap(port: int, seconds: float, size: int = 100, conns: int = 50) -> dict:

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -115,16 +117,19 @@ def rss_kb(pids: list[int]) -> int:
 class Proc:
     """A server process started in its own session, stopped by pid."""
 
-    def __init__(self, argv: list[str], cpus: str | None, log: Path):
+    def __init__(self, argv: list[str], cpus: str | None, log: Path,
+                 env: dict[str, str] | None = None):
         self.argv = (["taskset", "-c", cpus] if cpus else []) + argv
         self.log = log
+        self.env = {**os.environ, **env} if env else None
         self.p: subprocess.Popen | None = None
 
     def start(self, ports: list[int]) -> "Proc":
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as out:
             self.p = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL, start_new_session=True)
+                                      stdin=subprocess.DEVNULL, start_new_session=True,
+                                      env=self.env)
         for port in ports:
             wait_port(port, self.p)
         return self
@@ -169,32 +174,39 @@ def memcached(port: int, work: Path, cpus: str) -> Proc:
                 work / f"memcached-{port}.log").start([port])
 
 
-def yaml_pools(pools: dict[str, dict]) -> str:
-    """Twemproxy YAML for {name: {listen, redis, servers}}."""
+def yaml_pools(pools: dict[str, dict], reuseport: bool = False) -> str:
+    """Twemproxy YAML for {name: {listen, redis, servers}}; `reuseport`
+    adds the pool key `reuseport: true` (SO_REUSEPORT on the listener)."""
     out = []
     for name, p in pools.items():
         out += [f"{name}:", f"  listen: {p['listen']}", "  hash: fnv1a_64",
-                "  distribution: ketama", f"  redis: {'true' if p['redis'] else 'false'}",
-                "  servers:"]
+                "  distribution: ketama", f"  redis: {'true' if p['redis'] else 'false'}"]
+        out += ["  reuseport: true"] if reuseport else []
+        out += ["  servers:"]
         out += [f"    - {s}:1" for s in p["servers"]]
     return "\n".join(out) + "\n"
 
 
 class Proxy(Proc):
-    """walnut or nutcracker over the same pools (identical YAML)."""
+    """walnut or nutcracker over the same pools (identical YAML). `binary`
+    replaces the walnut binary (WALNUT_BEFORE); `reuseport` is how a
+    nutcracker shares its listen addresses with another one (see
+    nutcracker_reuseport)."""
 
     def __init__(self, kind: str, pools: dict[str, dict], work: Path, cpus: str,
-                 workers: int = 1, listener: str | None = None, quickack: bool = True):
+                 workers: int = 1, listener: str | None = None, quickack: bool = True,
+                 binary: str | None = None, reuseport: tuple[str, dict] | None = None):
         self.kind = kind
         self.stats_port = free_port()
         d = work / f"{kind}-{self.stats_port}"
         d.mkdir(parents=True, exist_ok=True)
-        conf = yaml_pools(pools)
+        conf = yaml_pools(pools, reuseport=bool(reuseport and reuseport[0] == "key"))
         if kind == "walnut" and not quickack:
             conf += "_walnut:\n  tcp_quickack: false\n"
         (d / "proxy.yml").write_text(conf)
         self.log_path = d / "proxy.log"
-        argv = [WALNUT if kind == "walnut" else NUTCRACKER, "-c", str(d / "proxy.yml"),
+        binary = binary or (WALNUT if kind == "walnut" else NUTCRACKER)
+        argv = [binary, "-c", str(d / "proxy.yml"),
                 "-s", str(self.stats_port), "-a", HOST, "-o", str(self.log_path)]
         self.admin_port = free_port() if kind == "walnut" else None
         if kind == "walnut":
@@ -203,7 +215,7 @@ class Proxy(Proc):
             if listener:
                 argv += ["--listener", listener]
         self.ports = [int(p["listen"].rsplit(":", 1)[1]) for p in pools.values()]
-        super().__init__(argv, cpus, d / "stdout")
+        super().__init__(argv, cpus, d / "stdout", env=reuseport[1] if reuseport else None)
 
     def start(self, ports: list[int] | None = None) -> "Proxy":
         super().start(self.ports + [self.stats_port])
@@ -242,6 +254,80 @@ class Proxy(Proc):
             return json.loads(b"".join(chunks))
         except (OSError, ValueError):
             return None
+
+
+def listeners_on(port: int) -> int:
+    """Listening TCP sockets on 127.0.0.1:port (`ss`), to tell that every
+    process of a SO_REUSEPORT group bound its own."""
+    out = subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True,
+                         text=True, check=False).stdout
+    return sum(1 for line in out.splitlines() if line.strip())
+
+
+# SO_REUSEPORT before every bind(): for a nutcracker without the pool key
+# `reuseport` (0.5.0 has none), the same effect as that key.
+_REUSEPORT_C = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stddef.h>
+#include <sys/socket.h>
+
+int bind(int fd, const struct sockaddr *addr, socklen_t len)
+{
+    static int (*real_bind)(int, const struct sockaddr *, socklen_t);
+    int one = 1;
+
+    if (real_bind == NULL)
+        real_bind = (int (*)(int, const struct sockaddr *, socklen_t))dlsym(RTLD_NEXT, "bind");
+    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+    return real_bind(fd, addr, len);
+}
+"""
+
+
+def nutcracker_reuseport(work: Path) -> tuple[str, dict] | None:
+    """How nutcrackers can share a listen address: ("key", {}) when the
+    binary takes the pool key `reuseport: true` (twemproxy after 0.5.0),
+    else ("preload", {"LD_PRELOAD": shim}) with a shim built by `cc` that
+    sets SO_REUSEPORT before bind(); None without a C compiler."""
+    work.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=work) as tmp:
+        conf = Path(tmp) / "reuseport.yml"
+        conf.write_text(yaml_pools({"probe": {"listen": f"{HOST}:{free_port()}",
+                                              "redis": True, "servers": [f"{HOST}:1"]}},
+                                   reuseport=True))
+        probe = subprocess.run([NUTCRACKER, "-t", "-c", str(conf)], capture_output=True,
+                               check=False)
+    if probe.returncode == 0:
+        return ("key", {})
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        return None
+    src, lib = work / "reuseport.c", work / "reuseport.so"
+    src.write_text(_REUSEPORT_C)
+    built = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(lib), str(src), "-ldl"],
+                           capture_output=True, text=True, check=False)
+    if built.returncode != 0:
+        raise RuntimeError(f"building the SO_REUSEPORT shim failed: {built.stderr[-500:]}")
+    return ("preload", {"LD_PRELOAD": str(lib)})
+
+
+class Group:
+    """Several proxy processes serving the same listen addresses
+    (SO_REUSEPORT), measured as one: CPU and RSS summed over all."""
+
+    def __init__(self, kind: str, members: list[Proxy]):
+        self.kind = kind
+        self.members = members
+        self.admin_port = None
+        self.pool_ports = members[0].pool_ports
+
+    def pids(self) -> list[int]:
+        return [pid for m in self.members for pid in m.pids()]
+
+    def stop(self) -> None:
+        for m in self.members:
+            m.stop()
 
 
 class Predixy:

@@ -12,11 +12,14 @@ IDLE = ["replied", "held", "accepted", "refused", "rss_mb_base", "pss_kb_per_con
         "rss_mb_after_close_3",
         "growth_kb_per_conn", "max_proc_fds", "procs", "open_secs", "close_secs"]
 FIELDS = ["rps", "p50", "p99", "p999", "cpu_per_M", "rss_kb_per_conn", "over_30ms",
-          "requests", "accept_eagain", "rss_mb_total"] + IDLE
+          "requests", "accept_eagain", "rss_mb_total", "cpu_split"] + IDLE
 COLUMNS = ["section", "scenario", "target", "reps", "rps", "p50", "p99", "p999", "cpu_per_M",
            "rss_kb_per_conn", "over_30ms_per_M", "accept_eagain", "rss_mb_total",
            "rps_vs_nutcracker", "rps_vs_direct", "cpu_vs_nutcracker", "cpu_vs_predixy",
-           "cpu_vs_best_peer"] + IDLE + ["note"]
+           "cpu_vs_best_peer", "cpu_vs_before", "cpu_split"] + IDLE + ["note"]
+# CPUs of each target in the workers section.
+WORKERS_CPUS = {"nutcracker": "1", "nutcracker-x2": "0-1 (both)", "walnut": "1",
+                "walnut-before": "1", "walnut-2w": "0-1"}
 IDLE_COLUMNS = ["section", "scenario", "target", "requests", "rss_mb_total",
                 "rss_kb_per_conn"] + IDLE + ["note"]
 
@@ -43,7 +46,9 @@ def summarize(rows: list[dict]) -> list[dict]:
         out.append(s)
     by = {(s["section"], s["scenario"], s["target"]): s for s in out}
     for s in out:
-        if not s["target"].startswith("walnut"):
+        # The workers section sets nutcracker-x2 against 1 nutcracker too.
+        if not (s["target"].startswith("walnut")
+                or s["section"] == "workers" and s["target"] != "nutcracker"):
             continue
         key = (s["section"], s["scenario"])
         nc, direct = by.get((*key, "nutcracker")), by.get((*key, "direct"))
@@ -54,6 +59,8 @@ def summarize(rows: list[dict]) -> list[dict]:
         s["cpu_vs_predixy"] = _ratio(s["cpu_per_M"], pd and pd["cpu_per_M"])
         peers = [p["cpu_per_M"] for p in (nc, pd) if p and p.get("cpu_per_M")]
         s["cpu_vs_best_peer"] = _ratio(s["cpu_per_M"], min(peers) if peers else None)
+        before = by.get((*key, "walnut-before")) if s["target"] == "walnut" else None
+        s["cpu_vs_before"] = _ratio(s["cpu_per_M"], before and before["cpu_per_M"])
     return out
 
 
@@ -100,7 +107,8 @@ def markdown(summary: list[dict], meta: dict) -> str:
         "figures with a grain of salt, the ratios within one run are the useful part.",
         "",
         "Pinning: redis-server / memcached (3 each) and the load generator on CPU 0; "
-        "nutcracker, predixy (1 thread) and 1-worker walnut on CPU 1; 2-worker walnut on CPUs 0-1 (shares CPU 0 "
+        "nutcracker, predixy (1 thread) and 1-worker walnut (and *walnut-before*, when run) on "
+        "CPU 1; 2-worker walnut on CPUs 0-1 (shares CPU 0 "
         "with backends and generator). *direct* = the generator talking to the first backend "
         "(for 3-server pools it holds every key). Latencies in ms; CPU = proxy master + workers "
         "utime+stime, seconds per million requests (an MGET / multi-get of 10 keys counts as "
@@ -110,16 +118,50 @@ def markdown(summary: list[dict], meta: dict) -> str:
         "bench/loadgen `mcload` (memcaslap gives no percentiles), plus one memcaslap row "
         "(throughput only).", "",
         "## Load", "",
+        "memcached `-P16` / `-P64` rows: `mcload --pipeline N`, N requests written at once per "
+        "connection and the next N once all replies are in (a pipelined multi-get sends N "
+        "`get` lines of 10 keys each); gets hit (keys stored first).", "",
     ]
     load = [s for s in summary if s["section"] == "load"]
+    before = any(s["target"] == "walnut-before" for s in summary)
+    if before:
+        out += ["*walnut-before* = a 1-worker walnut from an older binary (`WALNUT_BEFORE`), "
+                "pinned like walnut; *CPU vs before* = walnut's CPU per request / "
+                "walnut-before's.", ""]
     out += _table(
         ["scenario", "target", "req/s", "p50", "p99", "p99.9", "CPU s/M req", "RSS KiB/conn",
          "req/s vs nutcracker", "req/s vs direct", "CPU vs nutcracker", "CPU vs predixy",
-         "CPU vs best peer"],
+         "CPU vs best peer"] + (["CPU vs before"] if before else []),
         [[s["scenario"], s["target"], s["rps"], s["p50"], s["p99"], s["p999"], s["cpu_per_M"],
           s["rss_kb_per_conn"], s.get("rps_vs_nutcracker"), s.get("rps_vs_direct"),
           s.get("cpu_vs_nutcracker"), s.get("cpu_vs_predixy"), s.get("cpu_vs_best_peer")]
-         for s in load])
+         + ([s.get("cpu_vs_before")] if before else []) for s in load])
+    wk = [s for s in summary if s["section"] == "workers"]
+    if wk:
+        out += ["## walnut workers vs 2 nutcrackers behind SO_REUSEPORT", "",
+                "How twemproxy is scaled past one core today: several nutcrackers with the "
+                "same YAML, their pools' listeners sharing one address with SO_REUSEPORT "
+                "(the pool key `reuseport: true`; for a nutcracker without that key, 0.5.0 "
+                "among them, the same socket option set by an LD_PRELOAD shim before bind()), "
+                "the kernel spreading connections over them by a hash of the 4-tuple. "
+                "*nutcracker-x2* = two such nutcrackers, both on CPUs 0-1 (not one per CPU: "
+                "the same as walnut-2w's two workers, which walnut leaves unpinned here, "
+                "`--cpu-affinity none`); *walnut-2w* = `--workers 2` (reuseport "
+                "listeners, walnut's default); nutcracker and 1-worker walnut on CPU 1. "
+                "CPU = all processes of the target. *busier process* = the share of the "
+                "two nutcrackers' CPU taken by the busier one (50 % = an even split of the "
+                "50 client connections). On this 2-CPU machine the backends and the load "
+                "generator share CPU 0 with the second nutcracker / second worker, so the "
+                "2-process figures are a lower bound of what a free second core would give.",
+                ""]
+        out += _table(
+            ["scenario", "target", "CPUs", "req/s", "p50", "p99", "CPU s/M req",
+             "req/s vs 1 nutcracker", "CPU vs 1 nutcracker", "busier process"],
+            [[s["scenario"], s["target"], WORKERS_CPUS.get(s["target"], "?"), s["rps"],
+              s["p50"], s["p99"], s["cpu_per_M"], s.get("rps_vs_nutcracker"),
+              s.get("cpu_vs_nutcracker"),
+              "" if s.get("cpu_split") is None else f"{s['cpu_split']:.0f} %"]
+             for s in wk])
     lst = [s for s in summary if s["section"] == "listener"]
     if lst:
         out += ["## walnut listener modes (2 workers, redis-benchmark -k 0: one connection "
@@ -232,11 +274,13 @@ def chart(summary: list[dict], path: Path) -> None:
     load = [s for s in summary if s["section"] == "load"]
     scen = list(dict.fromkeys(s["scenario"] for s in load))
     targets = ["direct", "nutcracker", "walnut", "walnut-2w"]
+    if any(s["target"] == "walnut-before" for s in load):
+        targets.insert(3, "walnut-before")
     by = {(s["scenario"], s["target"]): s for s in load}
     fig, axes = plt.subplots(2, 1, figsize=(14, 9), sharex=True)
-    width = 0.2
+    width = 0.8 / len(targets)
     for i, t in enumerate(targets):
-        xs = [j + (i - 1.5) * width for j in range(len(scen))]
+        xs = [j + (i - (len(targets) - 1) / 2) * width for j in range(len(scen))]
         rps = [(by.get((sc, t)) or {}).get("rps") or 0 for sc in scen]
         cpu = [(by.get((sc, t)) or {}).get("cpu_per_M") or 0 for sc in scen]
         axes[0].bar(xs, [r / 1000 for r in rps], width, label=t)
