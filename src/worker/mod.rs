@@ -15,6 +15,7 @@ mod cluster;
 mod cluster_stream;
 mod conn;
 mod conn_state;
+mod event_loop;
 mod fault;
 mod forward;
 mod handover;
@@ -58,7 +59,7 @@ use crate::net::Listener;
 use crate::stats::shm::Slot as StatsSlot;
 use crate::stats::WorkerField;
 use conn::Conn;
-use mio::{Events, Interest, Poll, Token};
+use mio::{Interest, Poll, Token};
 use slab::Slab;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -380,168 +381,6 @@ impl<'a> Worker<'a> {
         self.next_id
     }
 
-    /// Run the loop until the controller says stop (and, for a graceful
-    /// stop, until every client's requests are answered).
-    pub fn run(&mut self, control: &mut dyn Control) -> std::io::Result<()> {
-        let mut events = Events::with_capacity(1024);
-        let mut graceful_since: Option<Instant> = None;
-        let mut handover_since: Option<Instant> = None;
-        let mut last_sweep = Instant::now();
-        if let Some(fd) = control.fd() {
-            self.poll.registry().register(
-                &mut mio::unix::SourceFd(&fd),
-                Token(CONTROL),
-                Interest::READABLE,
-            )?;
-        }
-        loop {
-            let mut timeout = self.next_timer_wait();
-            if !self.dirty_servers.is_empty()
-                || !self.dirty_clients.is_empty()
-                || !self.resume.is_empty()
-            {
-                // Output queued by the last flush itself (see flush_dirty).
-                timeout = Some(Duration::ZERO);
-            }
-            if !self.accepting {
-                // Graceful stop: look at idle clients often.
-                timeout = timeout.map(|t| t.min(GRACEFUL_IDLE / 2));
-            }
-            if self.handover.is_some() {
-                // A full handover queue is tried again soon.
-                timeout = timeout.map(|t| t.min(HANDOVER_RETRY));
-            }
-            if self.handin_again {
-                timeout = Some(Duration::ZERO);
-            }
-            if self.gate.is_some() {
-                timeout = Some(timeout.map_or(GATE_POLL, |t| t.min(GATE_POLL)));
-            }
-            if self.accept.mode == ListenerMode::AcceptMutex
-                && self.accepting
-                && self.gate.is_none()
-            {
-                self.trylock_accept();
-                if !self.accept.held {
-                    timeout = Some(timeout.map_or(self.accept.delay, |t| t.min(self.accept.delay)));
-                }
-            }
-            if let Err(e) = self.poll.poll(&mut events, timeout) {
-                if e.kind() != std::io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
-            let now = Instant::now();
-            self.stats.tick();
-            let mut control_ready = false;
-            // Accept events first (nginx's posted accept events), then
-            // release the accept mutex, then everything else.
-            for ev in events.iter() {
-                let t = ev.token().0;
-                if t >= LISTENER_BASE {
-                    self.accept(t - LISTENER_BASE, now);
-                }
-            }
-            if self.accept.held {
-                if let Some(m) = self.accept.mutex {
-                    m.unlock(std::process::id() as u64);
-                }
-                self.accept.held = false;
-            }
-            if std::mem::take(&mut self.handin_again) {
-                self.handin_ready(now);
-            }
-            for ev in events.iter() {
-                let t = ev.token().0;
-                if t == CONTROL {
-                    control_ready = true;
-                } else if t == HANDIN {
-                    self.handin_ready(now);
-                } else if (HANDIN_CONN_BASE..HANDIN).contains(&t) {
-                    self.handin_conn_ready(t - HANDIN_CONN_BASE, now);
-                } else if (relay::RELAY_BASE..HANDIN_CONN_BASE).contains(&t) {
-                    self.relay_event(t);
-                } else if (sentinel::SENTINEL_BASE..relay::RELAY_BASE).contains(&t) {
-                    self.sentinel_event(t - sentinel::SENTINEL_BASE, now);
-                } else if t < LISTENER_BASE {
-                    let hup = ev.is_read_closed() || ev.is_error();
-                    let readable = ev.is_readable() || hup;
-                    self.on_event(Token(t), readable, hup, ev.is_writable(), now);
-                }
-            }
-            self.fire_timers(now);
-            self.resume_streams(now);
-            self.cluster_maintain(now);
-            self.sentinel_maintain(now);
-            self.open_gate(now)?;
-            if now.duration_since(last_sweep) >= Duration::from_secs(1) {
-                last_sweep = now;
-                self.slow_lines.new_second();
-                let window = now.duration_since(self.hot_since).as_millis() as u64;
-                self.hot.publish(self.stats.hotkeys(), window);
-                self.hot_since = now;
-                self.sweep_idle(now);
-                self.sweep_server_handshakes(now);
-                self.sweep_stalled_streams(now);
-                self.probe_servers(now);
-                if self.trim.due() {
-                    crate::log_debug!("returned free heap memory to the kernel");
-                }
-            }
-            self.flush_dirty();
-            self.count_queued_all();
-            self.latency_run.flush(&self.stats);
-            if self.handover.is_some() && !self.hand_over_ready() {
-                // Nobody to hand to: finish the clients here, as a
-                // graceful stop does.
-                self.resume_all_clients();
-                graceful_since.get_or_insert(now);
-            }
-            self.stats
-                .worker_set(WorkerField::Heartbeat, crate::util::epoch_us());
-            let stop = control.check(&mut self.ctl, control_ready);
-            self.apply_ctl();
-            match stop {
-                Stop::Run => {}
-                Stop::Fast => return Ok(()),
-                Stop::Handover if graceful_since.is_none() => {
-                    if let Some(to) = self.ctl.handover_to.take() {
-                        self.begin_handover(to);
-                        handover_since.get_or_insert(now);
-                        control.stopped_routing();
-                    }
-                    let since = *handover_since.get_or_insert(now);
-                    let clients = self.conns.iter().any(|(_, c)| matches!(c, Conn::Client(_)));
-                    // Relayed TLS clients keep this worker until they end;
-                    // so do subscribers and clients in a transaction, which
-                    // cross once they leave that state (their server
-                    // connections are this worker's).
-                    let pinned = self.conns.iter().any(
-                        |(_, c)| matches!(c, Conn::Client(c) if c.subs.is_some() || c.txn.is_some()),
-                    );
-                    if ((!clients && self.handin_conns.is_empty())
-                        || now.duration_since(since) > self.graceful_timeout)
-                        && self.relays.is_empty()
-                        && !pinned
-                    {
-                        return Ok(());
-                    }
-                }
-                Stop::Graceful | Stop::Handover => {
-                    if self.accepting {
-                        self.stop_accepting();
-                    }
-                    let since = *graceful_since.get_or_insert(now);
-                    if self.close_idle_clients(now)
-                        || now.duration_since(since) > self.graceful_timeout
-                    {
-                        return Ok(());
-                    }
-                }
-            }
-        }
-    }
-
     /// Close clients idle longer than their pool's `client_idle_timeout`
     /// (or the runtime override), with nothing in flight.
     fn sweep_idle(&mut self, now: Instant) {
@@ -708,100 +547,5 @@ impl<'a> Worker<'a> {
                 self.resume.push(Token(k));
             }
         }
-    }
-
-    fn next_timer_wait(&self) -> Option<Duration> {
-        let now = Instant::now();
-        let t = self
-            .timers
-            .peek()
-            .map(|Reverse((at, _, _))| at.saturating_duration_since(now));
-        // Wake at least once a second: heartbeat, graceful stop, control.
-        Some(t.map_or(Duration::from_secs(1), |d| d.min(Duration::from_secs(1))))
-    }
-
-    pub(super) fn arm_timer(&mut self, at: Instant, token: Token, id: u64) {
-        self.timers.push(Reverse((at, token.0, id)));
-    }
-
-    fn fire_timers(&mut self, now: Instant) {
-        while let Some(Reverse((at, _, _))) = self.timers.peek() {
-            if *at > now {
-                break;
-            }
-            let Some(Reverse((_, token, id))) = self.timers.pop() else {
-                break;
-            };
-            self.server_timer(Token(token), id, now);
-        }
-    }
-
-    /// Read again from connections a stream's backpressure had paused.
-    fn resume_streams(&mut self, now: Instant) {
-        let mut tokens = std::mem::take(&mut self.resume);
-        tokens.sort_unstable();
-        tokens.dedup();
-        for t in tokens {
-            match self.conns.get(t.0) {
-                Some(Conn::Client(_)) => self.read_client(t, now, true),
-                Some(Conn::Server(_)) => self.read_server(t, now, true),
-                None => {}
-            }
-        }
-    }
-
-    /// A client has output to write at the end of this pass. Its replies
-    /// usually come one after another (a pipelined batch), so a repeat of
-    /// the last mark is skipped here rather than left to the sort.
-    #[inline]
-    pub(super) fn mark_client_dirty(&mut self, token: Token) {
-        if self.dirty_clients.last() != Some(&token) {
-            self.dirty_clients.push(token);
-        }
-    }
-
-    /// A server connection has requests to write at the end of this pass
-    /// (as [`Worker::mark_client_dirty`]).
-    #[inline]
-    pub(super) fn mark_server_dirty(&mut self, token: Token) {
-        if self.dirty_servers.last() != Some(&token) {
-            self.dirty_servers.push(token);
-        }
-    }
-
-    fn flush_dirty(&mut self) {
-        // Writing to a client can resume one paused by client_max_inflight,
-        // whose next requests make servers dirty again: flush those now
-        // rather than after the next (up to 1 s) wait; the rest of a long
-        // chain is left for a zero-timeout pass of the loop.
-        for _ in 0..FLUSH_ROUNDS {
-            if self.dirty_servers.is_empty() && self.dirty_clients.is_empty() {
-                break;
-            }
-            self.flush_dirty_once();
-        }
-    }
-
-    fn flush_dirty_once(&mut self) {
-        // A connection is marked once per queued message: write each once
-        // (a client that does not read would otherwise cost one failed
-        // write per reply queued in this iteration).
-        let mut servers = std::mem::take(&mut self.dirty_servers);
-        servers.sort_unstable();
-        servers.dedup();
-        for t in servers.drain(..) {
-            self.write_server(t, Instant::now());
-        }
-        self.dirty_servers = servers;
-        let mut clients = std::mem::take(&mut self.dirty_clients);
-        clients.sort_unstable();
-        clients.dedup();
-        for t in clients.drain(..) {
-            self.write_client(t);
-        }
-        // Keep the clients given output while these were written (more of
-        // a held reply): the next round writes them.
-        clients.append(&mut self.dirty_clients);
-        self.dirty_clients = clients;
     }
 }

@@ -396,21 +396,7 @@ impl Worker<'_> {
         let _ = self.poll.registry().deregister(&mut s.sock);
         let (pool, server) = (s.pool, s.server);
         if let Some(ss) = s.stream.take() {
-            // The client streaming a request here: the rest of it is
-            // dropped as it arrives, its reply is the error below.
-            if let Some(Conn::Client(c)) = self.conns.get_mut(ss.client.0) {
-                if c.id == ss.client_id {
-                    if let Some(rs) = c.stream.as_mut() {
-                        if rs.server == Some((token, s.id)) {
-                            rs.server = None;
-                            if rs.blocked {
-                                rs.blocked = false;
-                                self.resume.push(ss.client);
-                            }
-                        }
-                    }
-                }
-            }
+            self.stream_lost(token, s.id, ss.client, ss.client_id);
         }
         // The client that got part of a streamed reply cannot be answered
         // (one that got none of it gets the error below).
@@ -432,37 +418,7 @@ impl Worker<'_> {
                 self.close_client(ct, true);
             }
         }
-        let how = fault.ending();
-        let field = match how {
-            Ending::Eof => ServerField::ServerEof,
-            Ending::Error => ServerField::ServerErr,
-            Ending::Timeout => ServerField::ServerTimedout,
-        };
-        self.stats.server_add(pool, server, field, 1);
-        let had_work = !s.inflight.is_empty();
-        if how != Ending::Eof || had_work {
-            let level = if fault.is_tls() {
-                crate::log::level::WARN
-            } else {
-                crate::log::level::INFO
-            };
-            crate::log::write(
-                level,
-                format_args!(
-                    "pool '{}': server '{}' closed: {} ({} requests failed)",
-                    self.pools[pool].cfg.name,
-                    self.pools[pool].servers[server].name,
-                    fault,
-                    s.inflight.len()
-                ),
-            );
-            if fault.is_fault() {
-                self.note_failure(pool, server, now, &fault);
-            }
-        }
-        if self.pools[pool].cluster.is_some() && (how != Ending::Eof || had_work) {
-            self.cluster_node_failed(pool);
-        }
+        self.count_ending(pool, server, &fault, s.inflight.len(), now);
         let proto = self.pools[pool].proto;
         for f in s.inflight.drain(..) {
             if matches!(f.waiter, Waiter::SlotMap) {
@@ -494,6 +450,70 @@ impl Worker<'_> {
         }
         if let Some(ct) = s.pinned {
             self.txn_lost(ct, token, s.id);
+        }
+    }
+
+    /// The server connection a client streams a request to is gone: the
+    /// rest of the request is dropped as it arrives (its reply is the
+    /// connection's error), and a client paused for it reads again.
+    fn stream_lost(&mut self, token: Token, sid: u64, ct: Token, cid: u64) {
+        let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) else {
+            return;
+        };
+        if c.id != cid {
+            return;
+        }
+        if let Some(rs) = c
+            .stream
+            .as_mut()
+            .filter(|rs| rs.server == Some((token, sid)))
+        {
+            rs.server = None;
+            if rs.blocked {
+                rs.blocked = false;
+                self.resume.push(ct);
+            }
+        }
+    }
+
+    /// A closed server connection in the counters and the log; a failure
+    /// of the server's own (not an idle connection it ended) counts towards
+    /// its ejection, and in a cluster pool the slot map is asked again.
+    fn count_ending(
+        &mut self,
+        pool: usize,
+        server: usize,
+        fault: &ServerFault,
+        waiting: usize,
+        now: Instant,
+    ) {
+        let how = fault.ending();
+        let field = match how {
+            Ending::Eof => ServerField::ServerEof,
+            Ending::Error => ServerField::ServerErr,
+            Ending::Timeout => ServerField::ServerTimedout,
+        };
+        self.stats.server_add(pool, server, field, 1);
+        if how == Ending::Eof && waiting == 0 {
+            return;
+        }
+        let level = if fault.is_tls() {
+            crate::log::level::WARN
+        } else {
+            crate::log::level::INFO
+        };
+        crate::log::write(
+            level,
+            format_args!(
+                "pool '{}': server '{}' closed: {} ({} requests failed)",
+                self.pools[pool].cfg.name, self.pools[pool].servers[server].name, fault, waiting
+            ),
+        );
+        if fault.is_fault() {
+            self.note_failure(pool, server, now, fault);
+        }
+        if self.pools[pool].cluster.is_some() {
+            self.cluster_node_failed(pool);
         }
     }
 }
