@@ -36,7 +36,7 @@ fn transcript(data: &[u8], cut: usize) -> Vec<String> {
     let mut at = head.req.len;
     let mut have = (at + cut).min(data.len());
     let mut out: Vec<String> = Vec::new();
-    let mut push = |out: &mut Vec<String>, what: &str, bytes: &[u8]| match out.last_mut() {
+    let push = |out: &mut Vec<String>, what: &str, bytes: &[u8]| match out.last_mut() {
         Some(last) if last.starts_with(what) && (what == "forward " || what == "hold ") => {
             last.push_str(&text(bytes))
         }
