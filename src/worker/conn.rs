@@ -182,42 +182,23 @@ pub struct Client {
 }
 
 /// A large request being forwarded as it arrives (Redis): its head went to
-/// the server; the rest passes from the client's input to the server's
-/// output, argument by argument.
+/// the server (or, before its key, to `held`); the rest passes from the
+/// client's input to the server's output as its framing says.
 #[derive(Debug)]
 pub struct ReqStream {
+    /// The request's framing: what each byte of the client's input is for.
+    pub machine: crate::proto::redis::StreamMachine,
     /// The server connection and its id; `None`: the request already
     /// failed (no server), the rest of it is read and dropped.
     pub server: Option<(Token, u64)>,
-    /// Bytes of the current argument (value and CRLF) still to pass.
-    pub left: usize,
-    /// Arguments after the current one.
-    pub args_left: usize,
     /// Not reading the client: the server's output is over the high mark.
     pub blocked: bool,
     /// An MSET sent pair by pair.
     pub pairs: Option<Box<PairStream>>,
-    /// A large argument that came before the key, held until the key is
-    /// read.
-    pub spool: Option<Box<SpoolStream>>,
-}
-
-/// The start of a request whose large argument came before its key (an
-/// EVAL script): held in chunks until the key is read, then passed to the
-/// key's server as that connection drains.
-#[derive(Debug)]
-pub struct SpoolStream {
-    /// The bytes held.
-    pub bytes: super::spool::Spool,
-    /// The request's arguments.
-    pub argc: usize,
-    /// Index of the next argument to read whole (2: numkeys, 3: the key).
-    pub next_arg: usize,
-    /// The request's operation.
-    pub op: Op,
-    /// The key was read and the request routed: the bytes drain to the
-    /// server (the arguments after the key pass once they have).
-    pub draining: bool,
+    /// The start of a request whose large argument came before its key
+    /// (an EVAL script), held in chunks until the key is read, then
+    /// passed to the key's server as that connection drains.
+    pub held: Option<Box<Spool>>,
 }
 
 /// An MSET with a large value, sent as one `MSET key value` per pair as
@@ -227,8 +208,6 @@ pub struct SpoolStream {
 pub struct PairStream {
     /// The client's slot for the joined reply.
     pub seq: u64,
-    /// Index of the next pair.
-    pub next: usize,
     /// Per server: the connection of its own this MSET's pairs for that
     /// server go on, in order (a small pair never overtakes a large one
     /// for the same key), with its id.

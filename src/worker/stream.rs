@@ -1,4 +1,7 @@
-//! Large Redis values streamed instead of buffered whole.
+//! Large Redis values streamed instead of buffered whole: the bytes moved
+//! and the connections they go on. What each byte of the request is for
+//! (forwarded, held, the key, an MSET pair, the end, a protocol error) is
+//! `proto::redis::StreamMachine`'s to say; this side moves the bytes.
 //!
 //! Requests: a single-key command whose bulk argument is at least
 //! [`STREAM_THRESHOLD`] bytes is routed as soon as its head (everything
@@ -45,14 +48,15 @@
 //! So does a reply the cursor finds malformed.
 
 use super::conn::{
-    Conn, Fragment, Multi, MultiMode, PairStream, ReplyTo, ReqStream, Slot, SpoolStream, SrvStream,
-    Waiter,
+    Conn, Fragment, Multi, MultiMode, PairStream, ReplyTo, ReqStream, Slot, SrvStream, Waiter,
 };
 use super::fault::ServerFault;
+use super::spool::Spool;
 use super::{Worker, STREAM_HIGH, STREAM_LOW, STREAM_THRESHOLD};
-use crate::proto::redis::{self, Pair, StreamHead, StreamKind};
+use crate::proto::redis::{self, StreamHead, StreamKind, StreamMachine, StreamStep};
 use crate::stats::{PoolField, ServerField, WorkerField};
 use mio::Token;
+use std::ops::Range;
 use std::time::Instant;
 
 /// What became of a request that could be streamed.
@@ -64,6 +68,15 @@ pub(super) enum StreamStart {
     Wait,
     /// Not streamable here: buffer it whole.
     No,
+}
+
+/// An MSET pair as the client's input gives it (see `StreamStep::Pair`).
+struct PairOut {
+    index: usize,
+    key: Range<usize>,
+    cmd: Vec<u8>,
+    len: usize,
+    large: bool,
 }
 
 impl Worker<'_> {
@@ -79,7 +92,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return StreamStart::No;
         };
-        let (pool, client_id) = (c.pool, c.id);
+        let pool = c.pool;
         let req = &head.req;
         if (!c.session.authenticated && redis::local::needs_auth(req)) || c.session.user.is_some() {
             // Refused, or checked against its ACL user: buffered whole.
@@ -97,94 +110,99 @@ impl Worker<'_> {
         {
             return StreamStart::No;
         }
-        if !c.pending.is_empty() {
-            c.solo = true;
-            return StreamStart::Wait;
+        if head.kind == StreamKind::Single && req.keys.is_empty() {
+            return StreamStart::No;
         }
         c.solo = true;
-        if head.kind == StreamKind::Pairs {
-            self.start_pairs(token, &head);
-            return StreamStart::Started;
+        if !c.pending.is_empty() {
+            return StreamStart::Wait;
         }
-        if head.kind == StreamKind::Spool {
-            let mut held = super::spool::Spool::default();
-            held.push(bytes);
-            c.stream = Some(ReqStream {
-                server: None,
-                left: head.body,
-                args_left: head.args_left,
-                blocked: false,
-                pairs: None,
-                spool: Some(Box::new(SpoolStream {
-                    bytes: held,
-                    argc: head.args_left + 2,
-                    next_arg: 2,
-                    op: head.req.op,
-                    draining: false,
-                })),
-            });
-            self.stats.worker_add(WorkerField::Requests, 1);
-            return StreamStart::Started;
-        }
-        let Some(range) = req.keys.first() else {
-            return StreamStart::No;
+        let machine = StreamMachine::new(&head, self.pools[pool].limits, STREAM_THRESHOLD);
+        let mut rs = ReqStream {
+            machine,
+            server: None,
+            blocked: false,
+            pairs: None,
+            held: None,
         };
-        let key = &bytes[range.clone()];
-        let mut target = None;
-        match self.stream_server(pool, key, req.op, client_id, now) {
-            None => self.reply_no_server(token, pool, req),
-            Some(server) => {
-                let slot = self.conn_slot(token, pool, server, client_id, req.op);
-                match self.server_conn_dedicated(pool, server, slot, now) {
-                    Ok(st) => {
-                        let Some(Conn::Server(s)) = self.conns.get(st.0) else {
-                            return StreamStart::No;
-                        };
-                        let sid = s.id;
-                        self.note_key(pool, key);
-                        let kept = self.stream_slot(pool, req, bytes);
-                        let seq = self.push_slot(token, false, kept);
-                        let waiter = ReplyTo::new(token, client_id, seq, None).waiter();
-                        self.enqueue(st, waiter, req.op, |out| out.extend_from_slice(bytes), now);
-                        if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
-                            s.stream = Some(SrvStream {
-                                client: token,
-                                client_id,
-                            });
-                        }
-                        target = Some((st, sid));
-                    }
-                    Err(fault) => {
-                        let seq = self.push_slot(token, false, Slot::default());
-                        self.fail_unsent(
-                            ReplyTo::new(token, client_id, seq, None),
-                            pool,
-                            req.op,
-                            &fault,
-                        );
-                    }
+        match head.kind {
+            StreamKind::Pairs => match self.pairs_slot(token, &head) {
+                Some(seq) => {
+                    rs.pairs = Some(Box::new(PairStream {
+                        seq,
+                        conns: Vec::new(),
+                    }))
                 }
+                None => return StreamStart::Started,
+            },
+            StreamKind::Spool => {
+                let mut held = Spool::default();
+                held.push(bytes);
+                rs.held = Some(Box::new(held));
             }
+            StreamKind::Single => rs.server = self.start_single(token, &head, bytes, now),
         }
         if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
-            c.stream = Some(ReqStream {
-                server: target,
-                left: head.body,
-                args_left: head.args_left,
-                blocked: false,
-                pairs: None,
-                spool: None,
-            });
+            c.stream = Some(rs);
         }
         self.stats.worker_add(WorkerField::Requests, 1);
         StreamStart::Started
     }
 
-    /// An MSET with a large value: its reply slot joins one fragment per
-    /// pair; the pairs go out as they arrive (`pass_stream`).
-    fn start_pairs(&mut self, token: Token, head: &StreamHead) {
+    /// A request routed by the key in its head: the head is queued on a
+    /// connection of its own to the key's server, which is returned (none
+    /// when the request failed, answered with the error).
+    fn start_single(
+        &mut self,
+        token: Token,
+        head: &StreamHead,
+        bytes: &[u8],
+        now: Instant,
+    ) -> Option<(Token, u64)> {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
-            return;
+            return None;
+        };
+        let (pool, client_id) = (c.pool, c.id);
+        let req = &head.req;
+        let key = &bytes[req.keys.first()?.clone()];
+        let Some(server) = self.stream_server(pool, key, req.op, client_id, now) else {
+            self.reply_no_server(token, pool, req);
+            return None;
+        };
+        let slot = self.conn_slot(token, pool, server, client_id, req.op);
+        let st = match self.server_conn_dedicated(pool, server, slot, now) {
+            Ok(st) => st,
+            Err(fault) => {
+                let seq = self.push_slot(token, false, Slot::default());
+                let to = ReplyTo::new(token, client_id, seq, None);
+                self.fail_unsent(to, pool, req.op, &fault);
+                return None;
+            }
+        };
+        let Some(Conn::Server(s)) = self.conns.get(st.0) else {
+            return None;
+        };
+        let sid = s.id;
+        self.note_key(pool, key);
+        let kept = self.stream_slot(pool, req, bytes);
+        let seq = self.push_slot(token, false, kept);
+        let waiter = ReplyTo::new(token, client_id, seq, None).waiter();
+        self.enqueue(st, waiter, req.op, |out| out.extend_from_slice(bytes), now);
+        if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
+            s.stream = Some(SrvStream {
+                client: token,
+                client_id,
+            });
+        }
+        Some((st, sid))
+    }
+
+    /// An MSET with a large value: its reply slot joins one fragment per
+    /// pair; the pairs go out as they arrive (`pass_stream`). Its sequence
+    /// number.
+    fn pairs_slot(&mut self, token: Token, head: &StreamHead) -> Option<u64> {
+        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+            return None;
         };
         let pool = c.pool;
         let pairs = head.args_left / 2;
@@ -204,98 +222,45 @@ impl Worker<'_> {
             })),
             ..Slot::default()
         };
-        let Some(seq) = self.push_slot(token, false, slot) else {
-            return;
-        };
+        let seq = self.push_slot(token, false, slot)?;
         self.stats
             .pool_add(pool, PoolField::Fragments, pairs as u64);
-        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
-            c.stream = Some(ReqStream {
-                server: None,
-                left: 0,
-                args_left: head.args_left,
-                blocked: false,
-                pairs: Some(Box::new(PairStream {
-                    seq,
-                    next: 0,
-                    conns: Vec::new(),
-                })),
-                spool: None,
-            });
-        }
-        self.stats.worker_add(WorkerField::Requests, 1);
+        Some(seq)
     }
 
     /// Send the pair at the start of a client's input as `MSET key value`
     /// on the connection its MSET uses for the key's server; a large value
     /// is then passed as it arrives.
-    fn send_pair(&mut self, token: Token, pair: Pair, now: Instant) {
+    fn send_pair(&mut self, token: Token, pair: PairOut, now: Instant) {
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return;
         };
         let (pool, client_id) = (c.pool, c.id);
-        let Some(rs) = c.stream.as_mut() else {
+        let Some(rs) = c.stream.as_ref() else {
             return;
         };
-        let Some(ps) = rs.pairs.as_mut() else {
+        let Some(seq) = rs.pairs.as_ref().map(|ps| ps.seq) else {
             return;
         };
-        let (idx, seq) = (ps.next, ps.seq);
-        ps.next += 1;
-        rs.args_left = rs.args_left.saturating_sub(2);
-        let input = c.rbuf.bytes();
-        let (key, used, body) = match &pair {
-            Pair::Small { key, len, .. } => (key.clone(), *len, 0),
-            Pair::Large { key, head, body } => (key.clone(), *head, *body),
-        };
-        let mut cmd = Vec::with_capacity(used + 32);
-        redis::reply::array(3, &mut cmd);
-        redis::reply::bulk(b"MSET", &mut cmd);
-        redis::reply::bulk(&input[key.clone()], &mut cmd);
-        match &pair {
-            Pair::Small { value, .. } => redis::reply::bulk(&input[value.clone()], &mut cmd),
-            Pair::Large { body, .. } => {
-                cmd.extend_from_slice(format!("${}\r\n", body - 2).as_bytes())
-            }
-        }
-        let server = self.pools[pool].server_for(&input[key.clone()], now);
-        let pair_key = input[key].to_vec();
-        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
-            c.rbuf.consume(used);
-            if let Some(rs) = c.stream.as_mut() {
-                // Dropped unless a connection takes it below.
-                rs.left = body;
-            }
-        }
-        let op = crate::proto::Op::Redis(redis::RedisOp {
-            cmd: redis::Cmd::lookup(b"MSET").expect("MSET is in the table"),
-            class: redis::CmdClass::MSet,
-        });
-        let Some(server) = server else {
-            self.fail_unsent(
-                ReplyTo::new(token, client_id, Some(seq), Some(idx as u32)),
-                pool,
-                op,
-                &ServerFault::NoServer,
-            );
+        let op = rs.machine.op();
+        let pair_key = c.rbuf.bytes()[pair.key].to_vec();
+        c.rbuf.consume(pair.len);
+        let to = ReplyTo::new(token, client_id, Some(seq), Some(pair.index as u32));
+        let Some(server) = self.pools[pool].server_for(&pair_key, now) else {
+            self.fail_unsent(to, pool, op, &ServerFault::NoServer);
             return;
         };
         self.note_key(pool, &pair_key);
         let st = match self.pair_conn(token, pool, server, client_id, op, now) {
             Ok(st) => st,
             Err(fault) => {
-                self.fail_unsent(
-                    ReplyTo::new(token, client_id, Some(seq), Some(idx as u32)),
-                    pool,
-                    op,
-                    &fault,
-                );
+                self.fail_unsent(to, pool, op, &fault);
                 return;
             }
         };
-        let waiter = ReplyTo::new(token, client_id, Some(seq), Some(idx as u32)).waiter();
-        self.enqueue(st, waiter, op, |out| out.extend_from_slice(&cmd), now);
-        if body == 0 {
+        let cmd = pair.cmd;
+        self.enqueue(st, to.waiter(), op, |out| out.extend_from_slice(&cmd), now);
+        if !pair.large {
             return;
         }
         let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
@@ -361,20 +326,20 @@ impl Worker<'_> {
             return;
         };
         let (pool, client_id) = (c.pool, c.id);
-        let Some(rs) = c.stream.as_mut() else {
+        let Some(rs) = c.stream.as_ref() else {
             return;
         };
-        let Some(ps) = rs.pairs.as_ref() else {
+        let Some(seq) = rs.pairs.as_ref().map(|ps| ps.seq) else {
             return;
         };
-        let (seq, from, to) = (ps.seq, ps.next, ps.next + rs.args_left / 2);
+        let unsent = rs.machine.pairs_unsent();
         let op = match c.slot_mut(seq).and_then(|s| s.multi.as_ref()) {
             Some(m) => m.req.op,
             None => return,
         };
         let mut out = Vec::new();
         fault.write_reply(self.pools[pool].proto, op, &mut out);
-        for i in from..to {
+        for i in unsent {
             self.fragment_done(
                 ReplyTo::new(token, client_id, Some(seq), Some(i as u32)),
                 out.clone(),
@@ -392,157 +357,143 @@ impl Worker<'_> {
             let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
                 return false;
             };
-            let pool = c.pool;
             let Some(rs) = c.stream.as_mut() else {
                 return true;
             };
-            if let Some(sp) = rs.spool.as_mut() {
-                if !sp.draining {
-                    if rs.left > 0 {
-                        // The large argument, before the key: held.
-                        let n = rs.left.min(c.rbuf.len());
-                        if n == 0 {
-                            return false;
-                        }
-                        sp.bytes.push(&c.rbuf.bytes()[..n]);
-                        c.rbuf.consume(n);
-                        rs.left -= n;
-                        continue;
-                    }
-                    let limits = self.pools[pool].limits;
-                    match redis::whole_arg(c.rbuf.bytes(), &limits) {
-                        Ok(None) => return false,
-                        Ok(Some((value, len))) => {
-                            sp.bytes.push(&c.rbuf.bytes()[..len]);
-                            rs.args_left = rs.args_left.saturating_sub(1);
-                            if sp.next_arg == 2 {
-                                sp.next_arg = 3;
-                                let numkeys = redis::resp::parse_int(&c.rbuf.bytes()[value]);
-                                let name = match sp.op {
-                                    crate::proto::Op::Redis(op) => op.cmd.name(),
-                                    crate::proto::Op::Mc(_) => "",
-                                };
-                                let checked = redis::eval_numkeys(numkeys, sp.argc, name);
-                                c.rbuf.consume(len);
-                                if let Err(reply) = checked {
-                                    // Answered here; the rest is read and dropped.
-                                    rs.spool = None;
-                                    self.push_ready(token, reply, false);
-                                }
-                                continue;
-                            }
-                            let key = c.rbuf.bytes()[value].to_vec();
-                            c.rbuf.consume(len);
-                            self.route_spool(token, &key, now);
-                            continue;
-                        }
-                        Err(reply) => {
-                            c.stream = None;
-                            self.push_ready(token, reply, true);
+            if !rs.machine.holding() && rs.held.is_some() {
+                // The key was read: the held bytes go first.
+                match rs.server {
+                    Some((st, sid)) if rs.held.as_ref().is_some_and(|h| !h.is_empty()) => {
+                        if !self.feed_script_spool(token, st, sid, now) {
                             return false;
                         }
                     }
-                }
-                let Some((st, sid)) = rs.server else {
-                    // The server failed: its error is the reply, the rest
-                    // of the request is dropped.
-                    rs.spool = None;
-                    continue;
-                };
-                if sp.bytes.is_empty() {
-                    rs.spool = None;
-                    continue;
-                }
-                if !self.feed_script_spool(token, st, sid, now) {
-                    return false;
+                    // Passed, or the server failed: its error is the reply,
+                    // the rest of the request is dropped.
+                    _ => rs.held = None,
                 }
                 continue;
             }
-            if rs.left > 0 {
-                let n = rs.left.min(c.rbuf.len());
-                if n == 0 {
-                    return false;
-                }
-                rs.left -= n;
-                let target = rs.server;
-                let over = match target {
-                    Some((st, sid)) => self.stream_out(token, st, sid, n, false),
-                    None => false,
-                };
-                let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
-                    return false;
-                };
-                c.rbuf.consume(n);
-                if let (true, Some((st, _))) = (over, target) {
-                    // Write now; pause the client only if the server lags.
-                    self.write_server(st, now);
-                    let lagging = matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.wbuf.len() > STREAM_HIGH);
-                    if lagging {
-                        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
-                            if let Some(rs) = c.stream.as_mut() {
-                                if rs.server.is_some() {
-                                    rs.blocked = true;
-                                    return false;
-                                }
-                            }
-                        }
+            let input = c.rbuf.bytes();
+            match rs.machine.step(input) {
+                StreamStep::More => return false,
+                StreamStep::Forward(n) => {
+                    if !self.forward_stream(token, n, now) {
+                        return false;
                     }
                 }
-                continue;
-            }
-            if rs.pairs.is_some() {
-                if let Some((st, sid)) = rs.server.take() {
-                    // A large value passed whole.
-                    self.end_server_stream(st, sid, now);
-                    continue;
+                StreamStep::Hold(n) => {
+                    if let Some(held) = rs.held.as_mut() {
+                        held.push(&input[..n]);
+                    }
+                    c.rbuf.consume(n);
                 }
-                if rs.args_left == 0 {
+                StreamStep::Route { key, len } => {
+                    let key = input[key].to_vec();
+                    if let Some(held) = rs.held.as_mut() {
+                        held.push(&input[..len]);
+                    }
+                    c.rbuf.consume(len);
+                    self.route_spool(token, &key, now);
+                }
+                StreamStep::Refuse { reply, len } => {
+                    // Answered here; the rest is read and dropped.
+                    c.rbuf.consume(len);
+                    rs.held = None;
+                    self.push_ready(token, reply, false);
+                }
+                StreamStep::Pair {
+                    index,
+                    key,
+                    cmd,
+                    len,
+                    large,
+                } => {
+                    let pair = PairOut {
+                        index,
+                        key,
+                        cmd,
+                        len,
+                        large,
+                    };
+                    self.send_pair(token, pair, now);
+                }
+                StreamStep::PairEnd => {
+                    if let Some((st, sid)) = rs.server.take() {
+                        // A large value passed whole.
+                        self.end_server_stream(st, sid, now);
+                    }
+                }
+                StreamStep::Done => {
+                    let target = rs.server;
                     c.stream = None;
+                    if let Some((st, sid)) = target {
+                        self.end_server_stream(st, sid, now);
+                    }
                     return true;
                 }
-                let limits = self.pools[pool].limits;
-                match redis::stream_pair(c.rbuf.bytes(), &limits, STREAM_THRESHOLD) {
-                    Ok(None) => return false,
-                    Ok(Some(pair)) => self.send_pair(token, pair, now),
-                    Err(reply) => {
-                        self.fail_unsent_pairs(token, ServerFault::UnsentAfterBadPair);
-                        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
-                            c.stream = None;
-                        }
-                        self.push_ready(token, reply, true);
-                        return false;
-                    }
-                }
-                continue;
-            }
-            if rs.args_left > 0 {
-                let limits = self.pools[pool].limits;
-                match redis::stream_arg(c.rbuf.bytes(), &limits) {
-                    Ok(None) => return false,
-                    Ok(Some((header, n))) => {
-                        // The header passes as part of the argument.
-                        rs.args_left -= 1;
-                        rs.left = header + n + 2;
-                        continue;
-                    }
-                    Err(reply) => {
-                        let target = rs.server;
-                        c.stream = None;
-                        if let Some((st, sid)) = target {
-                            self.abort_server_stream(st, sid, ServerFault::HalfSentBadArg);
-                        }
-                        self.push_ready(token, reply, true);
-                        return false;
-                    }
+                StreamStep::Fail(reply) => {
+                    self.fail_stream(token, reply);
+                    return false;
                 }
             }
-            let target = rs.server;
-            c.stream = None;
-            if let Some((st, sid)) = target {
-                self.end_server_stream(st, sid, now);
-            }
-            return true;
         }
+    }
+
+    /// Pass the first `n` bytes of the client's input to the server its
+    /// request streams to (dropped when it has none). False when the
+    /// client is paused until the server drains, or gone.
+    fn forward_stream(&mut self, token: Token, n: usize, now: Instant) -> bool {
+        let target = match self.conns.get(token.0) {
+            Some(Conn::Client(c)) => c.stream.as_ref().and_then(|rs| rs.server),
+            _ => return false,
+        };
+        let over = match target {
+            Some((st, sid)) => self.stream_out(token, st, sid, n, false),
+            None => false,
+        };
+        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+            return false;
+        };
+        c.rbuf.consume(n);
+        let (true, Some((st, _))) = (over, target) else {
+            return true;
+        };
+        // Write now; pause the client only if the server lags.
+        self.write_server(st, now);
+        let lagging =
+            matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.wbuf.len() > STREAM_HIGH);
+        if lagging {
+            if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+                if let Some(rs) = c.stream.as_mut() {
+                    if rs.server.is_some() {
+                        rs.blocked = true;
+                        return false;
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    /// A protocol error in a streamed request: the client gets it and is
+    /// closed; a server connection holding half the request is closed, and
+    /// an MSET's pairs not sent fail.
+    fn fail_stream(&mut self, token: Token, reply: Vec<u8>) {
+        let pairs = match self.conns.get(token.0) {
+            Some(Conn::Client(c)) => c.stream.as_ref().is_some_and(|rs| rs.pairs.is_some()),
+            _ => return,
+        };
+        if pairs {
+            self.fail_unsent_pairs(token, ServerFault::UnsentAfterBadPair);
+        }
+        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+            return;
+        };
+        if let Some((st, sid)) = c.stream.take().and_then(|rs| rs.server) {
+            self.abort_server_stream(st, sid, ServerFault::HalfSentBadArg);
+        }
+        self.push_ready(token, reply, true);
     }
 
     /// The key of a request held in a spool was read: route it, then the
@@ -552,12 +503,7 @@ impl Worker<'_> {
             return;
         };
         let (pool, client_id) = (c.pool, c.id);
-        let Some(op) = c
-            .stream
-            .as_ref()
-            .and_then(|rs| rs.spool.as_ref())
-            .map(|sp| sp.op)
-        else {
+        let Some(op) = c.stream.as_ref().map(|rs| rs.machine.op()) else {
             return;
         };
         let mut target = None;
@@ -596,9 +542,8 @@ impl Worker<'_> {
         if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
             if let Some(rs) = c.stream.as_mut() {
                 rs.server = target;
-                match rs.spool.as_mut() {
-                    Some(sp) if target.is_some() => sp.draining = true,
-                    _ => rs.spool = None,
+                if target.is_none() {
+                    rs.held = None;
                 }
             }
         }
@@ -614,15 +559,15 @@ impl Worker<'_> {
                 _ => return true,
             };
             let room = STREAM_HIGH.saturating_sub(s.wbuf.len());
-            let Some(sp) = c.stream.as_mut().and_then(|rs| rs.spool.as_mut()) else {
+            let Some(held) = c.stream.as_mut().and_then(|rs| rs.held.as_mut()) else {
                 return true;
             };
-            let n = sp.bytes.front().len().min(room);
+            let n = held.front().len().min(room);
             if n > 0 {
                 self.stream_out(ct, st, sid, n, true);
                 continue;
             }
-            if sp.bytes.is_empty() {
+            if held.is_empty() {
                 return true;
             }
             // The server has enough queued: write it, and wait if it lags.
@@ -648,10 +593,10 @@ impl Worker<'_> {
             _ => return false,
         };
         let before = s.wbuf.len();
-        match c.stream.as_mut().and_then(|rs| rs.spool.as_mut()) {
-            Some(sp) if held => {
-                s.wbuf.extend(&sp.bytes.front()[..n]);
-                sp.bytes.consume(n);
+        match c.stream.as_mut().and_then(|rs| rs.held.as_mut()) {
+            Some(spool) if held => {
+                s.wbuf.extend(&spool.front()[..n]);
+                spool.consume(n);
             }
             _ => {
                 s.wbuf.extend(&c.rbuf.bytes()[..n]);

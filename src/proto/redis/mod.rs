@@ -27,6 +27,9 @@ pub mod reply;
 mod request;
 pub mod resp;
 pub mod sentinel;
+mod stream;
+#[doc(hidden)]
+pub mod stream_check;
 
 pub use args::{Arg, Args};
 pub use commands::{Cmd, CmdClass, KeySpec};
@@ -37,6 +40,7 @@ pub use request::{
     stream_pair, whole_arg, Pair, StreamHead, StreamKind,
 };
 pub use resp::{parse_response, ReplyCursor};
+pub use stream::{StreamMachine, StreamStep};
 
 /// Redis operation carried by a parsed request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -21,8 +21,7 @@ pub enum StreamKind {
     Pairs,
     /// EVAL-like (`script numkeys key ...`) with the large argument before
     /// the key: no key yet, the large argument and the arguments up to the
-    /// key are held (see `worker/spool.rs`) until the key is read
-    /// ([`whole_arg`], [`eval_numkeys`]).
+    /// key are held until the key is read (see [`super::StreamMachine`]).
     Spool,
 }
 
