@@ -12,6 +12,8 @@
 //!   streamed pair by pair, or a script held before its key, with a key per
 //!   pair or the key that follows); a pair framed by `stream_pair` is the
 //!   pair the whole-request parser reads;
+//! - the GET/SET shortcut (`proto/redis/fast.rs`) answers as the general
+//!   parser wherever it answers;
 //! - the reply cursor (`ReplyCursor`), fed a reply cut anywhere, ends it
 //!   where `parse_response` does, or fails with the same error;
 //! - a multi-key request's fragments re-parse as whole requests that carry
@@ -358,10 +360,24 @@ fuzz_target!(|data: &[u8]| {
         pre_auth: false,
     };
     check_requests(data, &limits);
+    check_shortcut(data);
     check_stream_head(data, &limits);
     check_responses(data);
     check_broadcast_merge(data);
 });
+
+/// The GET/SET shortcut answers as the general parser, under limits that
+/// reach its refusals (a short max_value, pre-auth bulk lengths).
+fn check_shortcut(data: &[u8]) {
+    for (max_value, pre_auth) in [(4096, false), (4, false), (1 << 20, true)] {
+        let limits = Limits {
+            max_value,
+            max_keys: 64,
+            pre_auth,
+        };
+        assert!(walnut::proto::redis::shortcut_agrees(data, &limits), "{data:?}");
+    }
+}
 
 /// Two replies cut from the input, merged as every broadcast command's.
 fn check_broadcast_merge(data: &[u8]) {

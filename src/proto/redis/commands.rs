@@ -107,8 +107,8 @@ const fn find(name: &str) -> u16 {
     panic!("command not in the table")
 }
 
-const GET: Cmd = Cmd(find("GET"));
-const SET: Cmd = Cmd(find("SET"));
+pub(super) const GET: Cmd = Cmd(find("GET"));
+pub(super) const SET: Cmd = Cmd(find("SET"));
 
 impl Cmd {
     /// Finds a command by name, ignoring ASCII case: one hash and

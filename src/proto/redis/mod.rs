@@ -19,6 +19,7 @@ pub mod acl;
 mod args;
 pub mod cluster;
 pub mod commands;
+mod fast;
 mod inline;
 pub mod keyspace;
 pub mod local;
@@ -33,6 +34,8 @@ pub mod stream_check;
 
 pub use args::{Arg, Args};
 pub use commands::{Cmd, CmdClass, KeySpec};
+#[doc(hidden)]
+pub use fast::shortcut_agrees;
 pub use merge::{merge_responses, mget_hits, mget_missed, write_fragment};
 pub use reply::error_reply;
 pub use request::{

@@ -378,6 +378,14 @@ enum Streams {
 /// redis-server's and close the connection; unknown, unsupported or
 /// unroutable commands get an error reply and the connection stays open.
 pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, RequestError> {
+    if let Some(req) = super::fast::get_or_set(buf, limits) {
+        return Ok(Parse::Done(req));
+    }
+    scan_general(buf, limits)
+}
+
+/// [`parse_request`] without the GET/SET shortcut (`fast.rs`).
+pub(super) fn scan_general(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, RequestError> {
     match scan(buf, limits) {
         Ok(p) => p,
         Err(Stop::Incomplete(hint)) => Ok(Parse::Incomplete { hint }),
