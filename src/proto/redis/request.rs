@@ -635,7 +635,13 @@ enum MoreKeys {
 
 /// Whether `cmd` can name keys besides the one it is routed by.
 pub fn names_more_keys(cmd: Cmd) -> bool {
-    more_keys(cmd).is_some()
+    // Asked once per request: a table by command index rather than the
+    // name comparisons of `more_keys`.
+    static MORE: std::sync::OnceLock<Vec<bool>> = std::sync::OnceLock::new();
+    MORE.get_or_init(|| Cmd::all().map(|c| more_keys(c).is_some()).collect())
+        .get(cmd.index())
+        .copied()
+        .unwrap_or(false)
 }
 
 fn more_keys(cmd: Cmd) -> Option<MoreKeys> {
