@@ -191,7 +191,8 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, Requ
     if op.is_retrieval() {
         return retrieval(line, line_len, toks, op, limits).map(Parse::Done);
     }
-    let cmd = CommandLine::new(line, line_len, op, toks);
+    let mut kept = Kept::new();
+    let cmd = CommandLine::new(line, line_len, op, toks, &mut kept);
     match op {
         McOp::Set | McOp::Add | McOp::Replace | McOp::Append | McOp::Prepend | McOp::Cas => {
             storage(buf, &cmd, limits)
@@ -239,21 +240,24 @@ struct CommandLine<'a> {
     /// Bytes of the line with its `\n`.
     len: usize,
     op: McOp,
-    /// The first tokens after the command word: memcached counts at most 23
-    /// tokens plus a terminal one, and every command here wants fewer than
-    /// 8, so keeping 8 is enough to decide.
-    args: SmallVec<[Range<usize>; 8]>,
+    /// The first tokens after the command word (see [`Self::new`]).
+    args: &'a [Range<usize>],
     /// memcached's `ntokens`: real tokens plus the terminal one.
     nt: usize,
     /// The last token is `noreply`.
     noreply: bool,
 }
 
+/// Tokens kept after the command word: memcached counts at most 23 tokens
+/// plus a terminal one, and every command here wants fewer than 8, so
+/// keeping 8 is enough to decide.
+type Kept = SmallVec<[Range<usize>; 8]>;
+
 impl<'a> CommandLine<'a> {
-    /// `toks` is past the command word.
-    #[inline]
-    fn new(line: &'a [u8], len: usize, op: McOp, toks: Tokens<'a>) -> Self {
-        let mut args: SmallVec<[Range<usize>; 8]> = SmallVec::new();
+    /// `toks` is past the command word; the tokens kept go to `args`, which
+    /// the caller owns so that nothing of that size is moved.
+    #[inline(always)]
+    fn new(line: &'a [u8], len: usize, op: McOp, toks: Tokens<'a>, args: &'a mut Kept) -> Self {
         let mut n = 1;
         for r in toks {
             n += 1;
