@@ -369,154 +369,206 @@ fn server_side_difference(pool: &PoolConfig, target: &PoolConfig) -> Option<&'st
 /// each route pool the servers of the pools it routes to.
 pub(crate) fn resolve(path: &Path, pools: &mut [PoolConfig], errors: &mut Vec<ConfigError>) {
     let snapshot: Vec<PoolConfig> = pools.to_vec();
-    let find = |name: &str| snapshot.iter().find(|p| p.name == name);
     for pool in pools.iter_mut() {
-        let err = |line: usize, msg: String| ConfigError::new(path, line, msg).in_pool(&pool.name);
-        if let Some(sh) = &pool.routing.shadow {
-            match find(&sh.pool) {
-                None => errors.push(err(
-                    pool.line,
-                    format!("'shadow' names no pool '{}'", sh.pool),
-                )),
-                Some(t) if t.name == pool.name => errors.push(err(
-                    pool.line,
-                    "'shadow' cannot name the pool itself".into(),
-                )),
-                Some(t) if t.redis != pool.redis => errors.push(err(
-                    pool.line,
-                    format!("'shadow' pool '{}' speaks another protocol", t.name),
-                )),
-                Some(t) if t.routing.is_composite() || t.redis_cluster => errors.push(err(
-                    pool.line,
-                    format!("'shadow' pool '{}' must be a plain sharded pool", t.name),
-                )),
-                Some(_) => {}
-            }
-        }
-        if !pool.routing.is_composite() {
-            continue;
-        }
-        let what = if pool.routing.is_route_pool() {
-            "routes"
-        } else {
-            "zones"
+        let mut out = PoolErrors {
+            path,
+            pool: pool.name.clone(),
+            errors: &mut *errors,
         };
-        if !pool.servers.is_empty() {
-            let msg = format!("a pool with '{what}' has no 'servers' of its own");
-            errors.push(err(pool.line, msg));
-            continue;
-        }
-        if pool.replicas > 1 {
-            let msg = format!("'replicas' cannot be set on a pool with '{what}'");
-            errors.push(err(pool.line, msg));
-            continue;
-        }
-        // The pools it names, in order (zones: the local one first).
-        let named: Vec<PrefixRoute> = match &pool.routing.zones {
-            Some(z) => z
-                .pools
-                .iter()
-                .zip(&z.lines)
-                .map(|(p, &line)| PrefixRoute {
-                    prefix: String::new(),
-                    pool: p.clone(),
-                    strip: false,
-                    line,
-                })
-                .collect(),
-            None => pool.routing.routes.clone(),
-        };
-        let kind = match &pool.routing.zones {
-            Some(z) if z.warm => "warm_up pool",
-            Some(_) => "zone",
-            None => "route",
-        };
-        let mut servers = Vec::new();
-        let mut targets: Vec<RouteTarget> = Vec::new();
-        let mut ok = true;
-        for route in &named {
-            if targets.iter().any(|t| t.pool == route.pool) {
-                if pool.routing.zones.is_some() {
-                    errors.push(err(
-                        route.line,
-                        format!("{kind} '{}' is listed twice", route.pool),
-                    ));
-                    ok = false;
-                }
-                continue;
-            }
-            let why = match find(&route.pool) {
-                None => Some(format!("names no pool '{}'", route.pool)),
-                Some(t) if t.name == pool.name => Some("cannot name the pool itself".into()),
-                Some(t) if t.redis != pool.redis => {
-                    Some(format!("pool '{}' speaks another protocol", t.name))
-                }
-                Some(t) if t.routing.is_composite() || t.redis_cluster || t.replicas > 1 => {
-                    Some(format!(
-                        "pool '{}' must be a plain sharded pool (no routes, zones, cluster or replicas)",
-                        t.name
-                    ))
-                }
-                Some(_) => None,
-            };
-            if let Some(why) = why {
-                errors.push(err(route.line, format!("{kind} '{}': {why}", route.pool)));
-                ok = false;
-                continue;
-            }
-            let t = find(&route.pool).expect("checked above");
-            // The routing pool opens the connections to its targets'
-            // servers with its own server-side keys: a target spoken to
-            // with other ones would silently lose its TLS or its password.
-            if let Some(key) = server_side_difference(pool, t) {
-                let msg = format!(
-                    "{kind} '{}': '{key}' differs from that pool's (this pool connects to its servers, so the server-side keys must be the same in both)",
-                    t.name
-                );
-                errors.push(err(route.line, msg));
-                ok = false;
-            }
-            for s in &t.servers {
-                if servers
-                    .iter()
-                    .any(|x: &super::ServerConfig| x.addr == s.addr)
-                {
-                    let msg = format!(
-                        "{kind} '{}': server '{}' is in another of its pools too",
-                        t.name,
-                        s.stats_name()
-                    );
-                    errors.push(err(route.line, msg));
-                    ok = false;
-                }
-            }
-            targets.push(RouteTarget {
-                pool: t.name.clone(),
-                first: servers.len(),
-                count: t.servers.len(),
-                hash: t.hash,
-                distribution: t.distribution,
-                hash_tag: t.hash_tag,
-            });
-            servers.extend(t.servers.iter().cloned());
-        }
-        if !pool.redis {
-            if let Some(r) = pool.routing.routes.iter().find(|r| r.strip) {
-                let msg = "route 'strip' is for Redis pools (memcached replies carry the key)";
-                errors.push(err(r.line, msg.into()));
-                ok = false;
-            }
-        }
-        if pool.migration {
-            let msg = format!("'migration' cannot be on for a pool with '{what}'");
-            errors.push(err(pool.line, msg));
-            ok = false;
-        }
-        if ok {
-            pool.servers = servers;
-            pool.routing.targets = targets;
+        check_shadow(pool, &snapshot, &mut out);
+        if pool.routing.is_composite() {
+            resolve_composite(pool, &snapshot, &mut out);
         }
     }
+}
+
+/// Where the errors found in one pool go, with its file and name.
+struct PoolErrors<'a> {
+    path: &'a Path,
+    pool: String,
+    errors: &'a mut Vec<ConfigError>,
+}
+
+impl PoolErrors<'_> {
+    fn push(&mut self, line: usize, msg: String) {
+        let e = ConfigError::new(self.path, line, msg).in_pool(&self.pool);
+        self.errors.push(e);
+    }
+}
+
+fn find<'a>(pools: &'a [PoolConfig], name: &str) -> Option<&'a PoolConfig> {
+    pools.iter().find(|p| p.name == name)
+}
+
+/// `shadow:` names another plain sharded pool of the same protocol.
+fn check_shadow(pool: &PoolConfig, pools: &[PoolConfig], out: &mut PoolErrors) {
+    let Some(sh) = &pool.routing.shadow else {
+        return;
+    };
+    let why = match find(pools, &sh.pool) {
+        None => format!("'shadow' names no pool '{}'", sh.pool),
+        Some(t) if t.name == pool.name => "'shadow' cannot name the pool itself".into(),
+        Some(t) if t.redis != pool.redis => {
+            format!("'shadow' pool '{}' speaks another protocol", t.name)
+        }
+        Some(t) if t.routing.is_composite() || t.redis_cluster => {
+            format!("'shadow' pool '{}' must be a plain sharded pool", t.name)
+        }
+        Some(_) => return,
+    };
+    out.push(pool.line, why);
+}
+
+/// A route, zone or warm-up pool: checked, then given the servers of the
+/// pools it names and the slice each one owns (nothing when an error was
+/// found).
+fn resolve_composite(pool: &mut PoolConfig, pools: &[PoolConfig], out: &mut PoolErrors) {
+    let what = if pool.routing.is_route_pool() {
+        "routes"
+    } else {
+        "zones"
+    };
+    if !pool.servers.is_empty() {
+        out.push(
+            pool.line,
+            format!("a pool with '{what}' has no 'servers' of its own"),
+        );
+        return;
+    }
+    if pool.replicas > 1 {
+        out.push(
+            pool.line,
+            format!("'replicas' cannot be set on a pool with '{what}'"),
+        );
+        return;
+    }
+    let mut found = Targets::default();
+    let mut ok = true;
+    for route in &named_pools(pool) {
+        ok &= add_target(pool, route, pools, &mut found, out);
+    }
+    if !pool.redis {
+        if let Some(r) = pool.routing.routes.iter().find(|r| r.strip) {
+            let msg = "route 'strip' is for Redis pools (memcached replies carry the key)";
+            out.push(r.line, msg.into());
+            ok = false;
+        }
+    }
+    if pool.migration {
+        out.push(
+            pool.line,
+            format!("'migration' cannot be on for a pool with '{what}'"),
+        );
+        ok = false;
+    }
+    if ok {
+        pool.servers = found.servers;
+        pool.routing.targets = found.targets;
+    }
+}
+
+/// The pools a composite pool names, in order (zones: the local one
+/// first), as routes.
+fn named_pools(pool: &PoolConfig) -> Vec<PrefixRoute> {
+    match &pool.routing.zones {
+        Some(z) => z
+            .pools
+            .iter()
+            .zip(&z.lines)
+            .map(|(p, &line)| PrefixRoute {
+                prefix: String::new(),
+                pool: p.clone(),
+                strip: false,
+                line,
+            })
+            .collect(),
+        None => pool.routing.routes.clone(),
+    }
+}
+
+/// What a composite pool gathers from the pools it names.
+#[derive(Default)]
+struct Targets {
+    servers: Vec<super::ServerConfig>,
+    targets: Vec<RouteTarget>,
+}
+
+/// One pool named by `route` added to `found`, once: false when it cannot
+/// be (errors in `out`).
+fn add_target(
+    pool: &PoolConfig,
+    route: &PrefixRoute,
+    pools: &[PoolConfig],
+    found: &mut Targets,
+    out: &mut PoolErrors,
+) -> bool {
+    let kind = match &pool.routing.zones {
+        Some(z) if z.warm => "warm_up pool",
+        Some(_) => "zone",
+        None => "route",
+    };
+    if found.targets.iter().any(|t| t.pool == route.pool) {
+        if pool.routing.zones.is_some() {
+            out.push(
+                route.line,
+                format!("{kind} '{}' is listed twice", route.pool),
+            );
+            return false;
+        }
+        return true;
+    }
+    let t = match find(pools, &route.pool) {
+        None => Err(format!("names no pool '{}'", route.pool)),
+        Some(t) if t.name == pool.name => Err("cannot name the pool itself".into()),
+        Some(t) if t.redis != pool.redis => {
+            Err(format!("pool '{}' speaks another protocol", t.name))
+        }
+        Some(t) if t.routing.is_composite() || t.redis_cluster || t.replicas > 1 => Err(format!(
+            "pool '{}' must be a plain sharded pool (no routes, zones, cluster or replicas)",
+            t.name
+        )),
+        Some(t) => Ok(t),
+    };
+    let t = match t {
+        Ok(t) => t,
+        Err(why) => {
+            out.push(route.line, format!("{kind} '{}': {why}", route.pool));
+            return false;
+        }
+    };
+    let mut ok = true;
+    // The routing pool opens the connections to its targets'
+    // servers with its own server-side keys: a target spoken to
+    // with other ones would silently lose its TLS or its password.
+    if let Some(key) = server_side_difference(pool, t) {
+        let msg = format!(
+            "{kind} '{}': '{key}' differs from that pool's (this pool connects to its servers, so the server-side keys must be the same in both)",
+            t.name
+        );
+        out.push(route.line, msg);
+        ok = false;
+    }
+    for s in &t.servers {
+        if found.servers.iter().any(|x| x.addr == s.addr) {
+            let msg = format!(
+                "{kind} '{}': server '{}' is in another of its pools too",
+                t.name,
+                s.stats_name()
+            );
+            out.push(route.line, msg);
+            ok = false;
+        }
+    }
+    found.targets.push(RouteTarget {
+        pool: t.name.clone(),
+        first: found.servers.len(),
+        count: t.servers.len(),
+        hash: t.hash,
+        distribution: t.distribution,
+        hash_tag: t.hash_tag,
+    });
+    found.servers.extend(t.servers.iter().cloned());
+    ok
 }
 
 #[cfg(test)]

@@ -12,7 +12,8 @@
 //! Either way this master is the live one again (nginx's rule).
 
 use super::{listeners, signals, Master};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
 /// Environment variable carrying the readiness pipe's write end.
@@ -67,89 +68,81 @@ pub fn report_ready(pipe: Option<&OwnedFd>) {
     }
 }
 
+/// What the child of a hot upgrade execs, built before the fork.
+struct Exec {
+    exe: CString,
+    start_dir: CString,
+    args: Vec<CString>,
+    /// `KEY=value` entries added to the environment.
+    env: Vec<CString>,
+    /// Descriptors the new binary inherits besides the listening sockets.
+    keep: Vec<RawFd>,
+}
+
+impl Exec {
+    /// In the forked child: exec the binary (exit 1 if that fails).
+    fn exec(&self) -> ! {
+        let mut argv: Vec<*const libc::c_char> = self.args.iter().map(|a| a.as_ptr()).collect();
+        argv.push(std::ptr::null());
+        signals::unblock();
+        // SAFETY: putenv with strings that live until exec; execv with
+        // NUL-terminated argv.
+        unsafe {
+            for kv in &self.env {
+                libc::putenv(kv.as_ptr() as *mut libc::c_char);
+            }
+            for &fd in &self.keep {
+                listeners::set_cloexec(fd, false);
+            }
+            // A daemon (`-d`) runs in `/`: relative `-c`, `-o`, `-p`
+            // are relative to where walnut was started.
+            libc::chdir(self.start_dir.as_ptr());
+            libc::execv(self.exe.as_ptr(), argv.as_ptr());
+            libc::_exit(1);
+        }
+    }
+}
+
+fn c_string(bytes: impl Into<Vec<u8>>) -> CString {
+    CString::new(bytes).unwrap_or_default()
+}
+
+/// The readiness pipe (read end, write end), both close-on-exec.
+fn ready_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 into a valid array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 returned two descriptors we now own.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
 impl Master {
     /// Exec a new binary that inherits the listening sockets (nginx's USR2).
     pub(super) fn upgrade(&mut self) {
-        let mut spec = self.socks.export_for_exec();
-        if let Some(s) = &self.stats {
-            listeners::set_cloexec(s.as_raw_fd(), false);
-            spec.push_str(&format!("{}={}=t;", listeners::STATS_KEY, s.as_raw_fd()));
-        }
-        if let Some(a) = &self.admin {
-            listeners::set_cloexec(a.listener_fd(), false);
-            spec.push_str(&format!("{}={}=t;", listeners::ADMIN_KEY, a.listener_fd()));
-        }
-        let exe = std::ffi::CString::new(self.opts.exe.as_os_str().as_encoded_bytes())
-            .unwrap_or_default();
-        let start_dir = std::ffi::CString::new(self.opts.start_dir.as_os_str().as_encoded_bytes())
-            .unwrap_or_default();
-        let args: Vec<std::ffi::CString> = self
-            .opts
-            .args
-            .iter()
-            .map(|a| std::ffi::CString::new(a.as_bytes()).unwrap_or_default())
-            .collect();
-        let env_kv = std::ffi::CString::new(format!("{}={}", listeners::INHERIT_ENV, spec))
-            .unwrap_or_default();
+        let spec = self.export_listeners();
         if self.upgrade_child.is_some() || self.successor.is_some() {
             crate::log_error!("hot upgrade: a new binary is already running");
             self.socks.restore_cloexec();
             return;
         }
-        let mut fds = [0; 2];
-        // SAFETY: pipe2 into a valid array.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            crate::log_error!(
-                "hot upgrade: pipe failed: {}",
-                std::io::Error::last_os_error()
-            );
-            self.socks.restore_cloexec();
-            return;
-        }
-        // SAFETY: pipe2 returned two descriptors we now own.
-        let (ready_r, ready_w) =
-            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        let ready_kv = std::ffi::CString::new(format!("{READY_ENV}={}", ready_w.as_raw_fd()))
-            .unwrap_or_default();
-        let stats_fd = self.current.as_ref().map(|g| g.region.fd().as_raw_fd());
-        let stats_kv = self.current.as_ref().map(|g| {
-            std::ffi::CString::new(format!(
-                "{}={}",
-                super::counters::PREV_STATS_ENV,
-                super::counters::export_spec(&g.region, &g.names)
-            ))
-            .unwrap_or_default()
-        });
-        // Migrations under way go on in the new binary.
-        let lineage_kv = self.export_lineage();
+        let (ready_r, ready_w) = match ready_pipe() {
+            Ok(p) => p,
+            Err(e) => {
+                crate::log_error!("hot upgrade: pipe failed: {e}");
+                self.socks.restore_cloexec();
+                return;
+            }
+        };
+        let exec = self.exec_spec(&spec, ready_w.as_raw_fd());
         if let Some(p) = &self.opts.pid_file {
             let _ = std::fs::rename(p, oldbin(p));
         }
         // SAFETY: single-threaded master; the child only execs.
         let pid = unsafe { libc::fork() };
         if pid == 0 {
-            let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
-            argv.push(std::ptr::null());
-            // SAFETY: putenv with a string that lives until exec; execv with
-            // NUL-terminated argv.
-            signals::unblock();
-            unsafe {
-                libc::putenv(env_kv.as_ptr() as *mut libc::c_char);
-                libc::putenv(ready_kv.as_ptr() as *mut libc::c_char);
-                for kv in &lineage_kv {
-                    libc::putenv(kv.as_ptr() as *mut libc::c_char);
-                }
-                listeners::set_cloexec(ready_w.as_raw_fd(), false);
-                if let (Some(fd), Some(kv)) = (stats_fd, &stats_kv) {
-                    listeners::set_cloexec(fd, false);
-                    libc::putenv(kv.as_ptr() as *mut libc::c_char);
-                }
-                // A daemon (`-d`) runs in `/`: relative `-c`, `-o`, `-p`
-                // are relative to where walnut was started.
-                libc::chdir(start_dir.as_ptr());
-                libc::execv(exe.as_ptr(), argv.as_ptr());
-                libc::_exit(1);
-            }
+            exec.exec();
         }
         drop(ready_w);
         self.socks.restore_cloexec();
@@ -168,23 +161,77 @@ impl Master {
                 let _ = std::fs::rename(oldbin(p), p);
             }
         } else {
-            self.upgrade_child = Some(pid);
-            // SAFETY: making our own pipe end non-blocking.
-            unsafe {
-                let fl = libc::fcntl(ready_r.as_raw_fd(), libc::F_GETFL);
-                libc::fcntl(ready_r.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK);
-            }
-            self.successor = Some(Successor {
-                pipe: ready_r,
-                buf: Vec::new(),
-                ready_pid: None,
-            });
-            crate::log_notice!(
-                "hot upgrade: started {} as pid {}",
-                self.opts.exe.display(),
-                pid
-            );
+            self.await_successor(pid, ready_r);
         }
+    }
+
+    /// The listening sockets, the stats port's and the admin port's
+    /// included, as `WALNUT_LISTENERS` names them; each is left open
+    /// across exec until [`Master::upgrade`] is done with the fork.
+    fn export_listeners(&self) -> String {
+        let mut spec = self.socks.export_for_exec();
+        if let Some(s) = &self.stats {
+            listeners::set_cloexec(s.as_raw_fd(), false);
+            spec.push_str(&format!("{}={}=t;", listeners::STATS_KEY, s.as_raw_fd()));
+        }
+        if let Some(a) = &self.admin {
+            listeners::set_cloexec(a.listener_fd(), false);
+            spec.push_str(&format!("{}={}=t;", listeners::ADMIN_KEY, a.listener_fd()));
+        }
+        spec
+    }
+
+    /// The new binary's command line and what it inherits: the listening
+    /// sockets (`spec`), the readiness pipe's write end, the counters
+    /// region and the migrations under way.
+    fn exec_spec(&self, spec: &str, ready_w: RawFd) -> Exec {
+        let mut env = vec![
+            c_string(format!("{}={}", listeners::INHERIT_ENV, spec)),
+            c_string(format!("{READY_ENV}={ready_w}")),
+        ];
+        // Migrations under way go on in the new binary.
+        env.extend(self.export_lineage());
+        let mut keep = vec![ready_w];
+        if let Some(g) = &self.current {
+            keep.push(g.region.fd().as_raw_fd());
+            env.push(c_string(format!(
+                "{}={}",
+                super::counters::PREV_STATS_ENV,
+                super::counters::export_spec(&g.region, &g.names)
+            )));
+        }
+        Exec {
+            exe: c_string(self.opts.exe.as_os_str().as_encoded_bytes()),
+            start_dir: c_string(self.opts.start_dir.as_os_str().as_encoded_bytes()),
+            args: self
+                .opts
+                .args
+                .iter()
+                .map(|a| c_string(a.as_bytes()))
+                .collect(),
+            env,
+            keep,
+        }
+    }
+
+    /// The new binary runs as `pid`: wait for its word on the pipe.
+    fn await_successor(&mut self, pid: libc::pid_t, ready_r: OwnedFd) {
+        self.upgrade_child = Some(pid);
+        // SAFETY: making our own pipe end non-blocking.
+        unsafe {
+            let fl = libc::fcntl(ready_r.as_raw_fd(), libc::F_GETFL);
+            libc::fcntl(ready_r.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK);
+        }
+        self.successor = Some(Successor {
+            pipe: ready_r,
+            buf: Vec::new(),
+            ready_pid: None,
+        });
+        crate::log_notice!(
+            "hot upgrade: started {} as pid {}",
+            self.opts.exe.display(),
+            pid
+        );
     }
 }
 

@@ -146,10 +146,8 @@ impl Mover {
 /// that had to move did (or could not: an unreachable old owner's keys
 /// are counted as failed, as twemproxy loses them).
 pub fn run(plan: &Plan<'_>, progress: &Progress) -> bool {
-    let mover = Mover::new(plan);
     let sources = plan.sources();
     let rate = u64::from(plan.new.migration_rate.max(1));
-    let mut limiter = Limiter::new(rate);
     progress.set_state(State::Running);
     crate::log_notice!(
         "migration of pool '{}': {} old servers, {} new; keys whose owner changed move at most {} per second",
@@ -163,104 +161,29 @@ pub fn run(plan: &Plan<'_>, progress: &Progress) -> bool {
         .filter_map(|&(addr, cfg)| Conn::open(addr, cfg).and_then(|mut c| c.key_count()).ok())
         .sum();
     progress.set_total(total);
-    let mut last_log = Instant::now();
+    let mut walk = Walk {
+        plan,
+        progress,
+        mover: Mover::new(plan),
+        limiter: Limiter::new(rate),
+        last_log: Instant::now(),
+        moved: 0,
+        unplaced: 0,
+    };
     loop {
-        let mut moved_this_pass = 0u64;
-        // Keys that could not be written to their new owner stay where
-        // they are and are tried again on the next pass: the migration
-        // does not end leaving them behind (a new owner that is down
-        // delays it until it is back).
-        let mut unplaced_this_pass = 0u64;
+        walk.moved = 0;
+        walk.unplaced = 0;
         for (si, &(from, old)) in sources.iter().enumerate() {
-            let mut src = match Conn::open(from, old) {
-                Ok(c) => c,
-                Err(e) => {
-                    crate::log_warn!(
-                        "migration of pool '{}': old server {} unreachable ({e}): its keys are lost",
-                        plan.new.name,
-                        addr_text(from)
-                    );
-                    progress.add_failed(1);
-                    continue;
-                }
-            };
-            let mut dests: Vec<Option<Conn>> = plan.new.servers.iter().map(|_| None).collect();
-            let mut on_key = |key: &[u8], src: &mut Conn| -> std::io::Result<()> {
-                progress.add_scanned(si, 1);
-                while progress.paused() {
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                if progress.aborted() {
-                    return Err(std::io::Error::other("aborted"));
-                }
-                let Some(mv) = mover.plan(from, key) else {
-                    progress.add_skipped(1);
-                    return Ok(());
-                };
-                limiter.take();
-                for &to in &mv.to {
-                    if dests[to].is_none() {
-                        match Conn::open(&plan.new.servers[to].addr, plan.new) {
-                            Ok(c) => dests[to] = Some(c),
-                            Err(e) => {
-                                progress.add_failed(1);
-                                unplaced_this_pass += 1;
-                                crate::log_info!("migration: new owner unreachable, key left: {e}");
-                                return Ok(());
-                            }
-                        }
-                    }
-                }
-                let mut picked: Vec<&mut Conn> = dests
-                    .iter_mut()
-                    .enumerate()
-                    .filter(|(i, _)| mv.to.contains(i))
-                    .filter_map(|(_, d)| d.as_mut())
-                    .collect();
-                match src.move_key(key, &mut picked, mv.delete) {
-                    Ok(Some(bytes)) => {
-                        progress.add_moved(si, 1, bytes as u64);
-                        moved_this_pass += 1;
-                    }
-                    Ok(None) => progress.add_skipped(1),
-                    Err(e) => {
-                        progress.add_failed(1);
-                        unplaced_this_pass += 1;
-                        for &to in &mv.to {
-                            dests[to] = None;
-                        }
-                        crate::log_info!("migration: key not moved: {e}");
-                    }
-                }
-                if last_log.elapsed() >= Duration::from_secs(5) {
-                    last_log = Instant::now();
-                    progress.log(&plan.new.name);
-                }
-                Ok(())
-            };
-            let res = if plan.new.redis {
-                src.scan_redis(&mut on_key)
-            } else {
-                src.scan_memcache(&mut on_key)
-            };
-            if let Err(e) = res {
-                if progress.aborted() {
-                    progress.set_state(State::Aborted);
-                    crate::log_notice!("migration of pool '{}' aborted", plan.new.name);
-                    return false;
-                }
-                crate::log_warn!(
-                    "migration of pool '{}': old server {}: {e}",
-                    plan.new.name,
-                    addr_text(from)
-                );
-                progress.add_failed(1);
+            if walk.source(si, from, old).is_err() {
+                progress.set_state(State::Aborted);
+                crate::log_notice!("migration of pool '{}' aborted", plan.new.name);
+                return false;
             }
         }
-        if moved_this_pass == 0 && unplaced_this_pass == 0 {
+        if walk.moved == 0 && walk.unplaced == 0 {
             break;
         }
-        if moved_this_pass == 0 {
+        if walk.moved == 0 {
             // Only keys whose new owner is down are left: wait for it.
             std::thread::sleep(Duration::from_secs(1));
             if progress.aborted() {
@@ -273,6 +196,129 @@ pub fn run(plan: &Plan<'_>, progress: &Progress) -> bool {
     progress.log(&plan.new.name);
     crate::log_notice!("migration of pool '{}' done", plan.new.name);
     true
+}
+
+/// The operator aborted the migration.
+struct Aborted;
+
+/// One pass over the old servers and what it has done so far.
+struct Walk<'a> {
+    plan: &'a Plan<'a>,
+    progress: &'a Progress,
+    mover: Mover,
+    limiter: Limiter,
+    last_log: Instant,
+    /// Keys moved in this pass.
+    moved: u64,
+    /// Keys that could not be written to their new owner in this pass:
+    /// they stay where they are and are tried again on the next pass, so
+    /// the migration does not end leaving them behind (a new owner that
+    /// is down delays it until it is back).
+    unplaced: u64,
+}
+
+impl Walk<'_> {
+    /// Every key of old server `from` (index `si` of the sources, reached
+    /// with `old`'s settings) whose owner changed, moved.
+    fn source(&mut self, si: usize, from: &ServerAddr, old: &PoolConfig) -> Result<(), Aborted> {
+        let (plan, progress) = (self.plan, self.progress);
+        let mut src = match Conn::open(from, old) {
+            Ok(c) => c,
+            Err(e) => {
+                crate::log_warn!(
+                    "migration of pool '{}': old server {} unreachable ({e}): its keys are lost",
+                    plan.new.name,
+                    addr_text(from)
+                );
+                progress.add_failed(1);
+                return Ok(());
+            }
+        };
+        let mut dests: Vec<Option<Conn>> = plan.new.servers.iter().map(|_| None).collect();
+        let mut on_key = |key: &[u8], src: &mut Conn| self.key(si, from, key, src, &mut dests);
+        let res = if plan.new.redis {
+            src.scan_redis(&mut on_key)
+        } else {
+            src.scan_memcache(&mut on_key)
+        };
+        if let Err(e) = res {
+            if progress.aborted() {
+                return Err(Aborted);
+            }
+            crate::log_warn!(
+                "migration of pool '{}': old server {}: {e}",
+                plan.new.name,
+                addr_text(from)
+            );
+            progress.add_failed(1);
+        }
+        Ok(())
+    }
+
+    /// One key found on `from`: moved when its owner changed, to the new
+    /// owners' connections in `dests` (opened on first use, dropped after
+    /// a failure). An error ends the walk (the operator aborted).
+    fn key(
+        &mut self,
+        si: usize,
+        from: &ServerAddr,
+        key: &[u8],
+        src: &mut Conn,
+        dests: &mut [Option<Conn>],
+    ) -> std::io::Result<()> {
+        let (plan, progress) = (self.plan, self.progress);
+        progress.add_scanned(si, 1);
+        while progress.paused() {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if progress.aborted() {
+            return Err(std::io::Error::other("aborted"));
+        }
+        let Some(mv) = self.mover.plan(from, key) else {
+            progress.add_skipped(1);
+            return Ok(());
+        };
+        self.limiter.take();
+        for &to in &mv.to {
+            if dests[to].is_none() {
+                match Conn::open(&plan.new.servers[to].addr, plan.new) {
+                    Ok(c) => dests[to] = Some(c),
+                    Err(e) => {
+                        progress.add_failed(1);
+                        self.unplaced += 1;
+                        crate::log_info!("migration: new owner unreachable, key left: {e}");
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        let mut picked: Vec<&mut Conn> = dests
+            .iter_mut()
+            .enumerate()
+            .filter(|(i, _)| mv.to.contains(i))
+            .filter_map(|(_, d)| d.as_mut())
+            .collect();
+        match src.move_key(key, &mut picked, mv.delete) {
+            Ok(Some(bytes)) => {
+                progress.add_moved(si, 1, bytes as u64);
+                self.moved += 1;
+            }
+            Ok(None) => progress.add_skipped(1),
+            Err(e) => {
+                progress.add_failed(1);
+                self.unplaced += 1;
+                for &to in &mv.to {
+                    dests[to] = None;
+                }
+                crate::log_info!("migration: key not moved: {e}");
+            }
+        }
+        if self.last_log.elapsed() >= Duration::from_secs(5) {
+            self.last_log = Instant::now();
+            progress.log(&plan.new.name);
+        }
+        Ok(())
+    }
 }
 
 /// At most `rate` keys a second (a token bucket of one second's worth).

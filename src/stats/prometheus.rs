@@ -273,15 +273,26 @@ fn tls_expiry(config: &Config, out: &mut String) {
 /// Render every metric.
 pub fn render(config: &Config, region: &Region, info: &HostInfo) -> String {
     let mut out = String::with_capacity(16 * 1024);
+    process_metrics(&mut out, config, region, info);
+    tls_expiry(config, &mut out);
+    pool_metrics(&mut out, config, region);
+    server_metrics(&mut out, config, region);
+    latency_metrics(&mut out, config, region);
+    worker_metrics(&mut out, region, info);
+    out
+}
+
+/// The process as a whole: uptime, version, generation, client connections.
+fn process_metrics(out: &mut String, config: &Config, region: &Region, info: &HostInfo) {
     family(
-        &mut out,
+        out,
         "walnut_uptime_seconds",
         "gauge",
         "seconds since the master started",
     );
     let _ = writeln!(out, "walnut_uptime_seconds {}", info.uptime_secs);
     family(
-        &mut out,
+        out,
         "walnut_build_info",
         "gauge",
         "always 1; the version label is walnut's version",
@@ -292,7 +303,7 @@ pub fn render(config: &Config, region: &Region, info: &HostInfo) -> String {
         env!("CARGO_PKG_VERSION")
     );
     family(
-        &mut out,
+        out,
         "walnut_generation",
         "gauge",
         "configuration generation of the running workers",
@@ -300,24 +311,26 @@ pub fn render(config: &Config, region: &Region, info: &HostInfo) -> String {
     let _ = writeln!(out, "walnut_generation {}", info.generation);
     let (total, curr) = super::json::connections(config, region);
     family(
-        &mut out,
+        out,
         "walnut_accepted_connections_total",
         "counter",
         "client connections accepted (twemproxy total_connections)",
     );
     let _ = writeln!(out, "walnut_accepted_connections_total {total}");
     family(
-        &mut out,
+        out,
         "walnut_open_connections",
         "gauge",
         "client connections open (twemproxy curr_connections)",
     );
     let _ = writeln!(out, "walnut_open_connections {curr}");
+}
 
-    tls_expiry(config, &mut out);
+/// Every pool counter per pool, and a route pool's requests per route.
+fn pool_metrics(out: &mut String, config: &Config, region: &Region) {
     for f in PoolField::ALL {
         let fam = pool_family(*f);
-        family(&mut out, fam.name, fam.kind, fam.help);
+        family(out, fam.name, fam.kind, fam.help);
         for (pi, p) in config.pools.iter().enumerate() {
             let _ = writeln!(
                 out,
@@ -331,7 +344,7 @@ pub fn render(config: &Config, region: &Region, info: &HostInfo) -> String {
     let routed = config.pools.iter().any(|p| p.routing.is_route_pool());
     if routed {
         family(
-        &mut out,
+        out,
         "walnut_route_requests_total",
         "counter",
         "requests of a route pool per route (key prefix; `*`: the default route), once per route a request's keys take",
@@ -348,9 +361,13 @@ pub fn render(config: &Config, region: &Region, info: &HostInfo) -> String {
             }
         }
     }
+}
+
+/// Every server counter per server.
+fn server_metrics(out: &mut String, config: &Config, region: &Region) {
     for f in ServerField::ALL {
         let fam = server_family(*f);
-        family(&mut out, fam.name, fam.kind, fam.help);
+        family(out, fam.name, fam.kind, fam.help);
         for (pi, p) in config.pools.iter().enumerate() {
             for (si, s) in p.servers.iter().enumerate() {
                 let _ = writeln!(
@@ -364,10 +381,13 @@ pub fn render(config: &Config, region: &Region, info: &HostInfo) -> String {
             }
         }
     }
+}
 
+/// Latency histograms: per pool and command class, and per server.
+fn latency_metrics(out: &mut String, config: &Config, region: &Region) {
     let name = "walnut_request_duration_seconds";
     family(
-        &mut out,
+        out,
         name,
         "histogram",
         "latency from request queued to reply received, per pool and command class",
@@ -375,12 +395,12 @@ pub fn render(config: &Config, region: &Region, info: &HostInfo) -> String {
     for (pi, p) in config.pools.iter().enumerate() {
         for c in Class::ALL {
             let labels = format!("pool=\"{}\",class=\"{}\"", esc(&p.name), c.name());
-            histogram(&mut out, name, &labels, &region.latency_class(pi, c, false));
+            histogram(out, name, &labels, &region.latency_class(pi, c, false));
         }
     }
     let name = "walnut_server_request_duration_seconds";
     family(
-        &mut out,
+        out,
         name,
         "histogram",
         "latency from request queued to reply received, per server",
@@ -392,17 +412,9 @@ pub fn render(config: &Config, region: &Region, info: &HostInfo) -> String {
                 esc(&p.name),
                 esc(&s.stats_name())
             );
-            histogram(
-                &mut out,
-                name,
-                &labels,
-                &region.latency_server(pi, si, false),
-            );
+            histogram(out, name, &labels, &region.latency_server(pi, si, false));
         }
     }
-
-    worker_metrics(&mut out, region, info);
-    out
 }
 
 fn worker_metrics(out: &mut String, region: &Region, info: &HostInfo) {

@@ -12,6 +12,10 @@ use smallvec::SmallVec;
 use std::borrow::Cow;
 use std::time::Instant;
 
+/// A split request's key indices per server: (server, indices in client
+/// order), in the order the servers first appear.
+type KeyGroups = SmallVec<[(usize, Vec<usize>); 4]>;
+
 /// The bytes a single-key request is placed by: its key, or for a meta
 /// request with the `b` flag the key it encodes.
 pub(super) fn routing_key<'a>(req: &Request, bytes: &'a [u8]) -> Cow<'a, [u8]> {
@@ -454,60 +458,21 @@ impl Worker<'_> {
         now: Instant,
     ) {
         self.count_mc_request(&req);
-        // Group key indices by server, in client order (a cluster pool: by
-        // hash slot, as a cluster node refuses keys of different slots).
-        let mut groups: SmallVec<[(usize, Vec<usize>); 4]> = SmallVec::new();
-        if self.pools[pool].cluster.is_some() {
-            let mut by_slot: std::collections::HashMap<u16, usize> = Default::default();
-            for (i, r) in req.keys.iter().enumerate() {
-                let key = &bytes[r.clone()];
-                let slot = crate::proto::redis::cluster::key_slot(key);
-                let g = *by_slot.entry(slot).or_insert_with(|| {
-                    groups.push((
-                        self.cluster_server(pool, key, req.op, client_id),
-                        Vec::new(),
-                    ));
-                    groups.len() - 1
-                });
-                groups[g].1.push(i);
-            }
+        let groups = if self.pools[pool].cluster.is_some() {
+            self.slot_groups(pool, client_id, &req, bytes)
         } else {
-            for (i, r) in req.keys.iter().enumerate() {
-                let Some(s) = self.pools[pool].server_for(&bytes[r.clone()], now) else {
-                    self.reply_no_server(token, pool, &req);
-                    return;
-                };
-                match groups.iter_mut().find(|(gs, _)| *gs == s) {
-                    Some((_, v)) => v.push(i),
-                    None => groups.push((s, vec![i])),
-                }
-            }
-        }
+            let Some(groups) = self.server_groups(pool, &req, bytes, now) else {
+                self.reply_no_server(token, pool, &req);
+                return;
+            };
+            groups
+        };
         let one_server = matches!(req.op, Op::Redis(r) if matches!(
             r.class,
             crate::proto::redis::CmdClass::OneServer | crate::proto::redis::CmdClass::Blocking
         ));
         if one_server && groups.len() > 1 {
-            // MSETNX sets all its keys or none, BLPOP waits on all of them:
-            // only one server can promise that.
-            let mut out = Vec::new();
-            if self.pools[pool].cluster.is_some() {
-                // What a cluster node itself answers.
-                out.extend_from_slice(
-                    b"-CROSSSLOT Keys in request don't hash to the same slot\r\n",
-                );
-                self.push_ready(token, out, false);
-                return;
-            }
-            let name = match req.op {
-                Op::Redis(r) => r.cmd.name(),
-                Op::Mc(_) => "",
-            };
-            crate::proto::redis::error_reply(
-                &format!("{name} keys must all map to one server (use a hash tag, e.g. {{user1}}.a {{user1}}.b)"),
-                &mut out,
-            );
-            self.push_ready(token, out, false);
+            self.refuse_cross_server(token, pool, req.op);
             return;
         }
         let replicated = self.pools[pool].cfg.replicas > 1;
@@ -518,6 +483,85 @@ impl Worker<'_> {
             self.forward_single(token, client_id, pool, &req, bytes, now);
             return;
         }
+        let to = ReplyTo::client(token, client_id);
+        self.send_split(to, pool, req, bytes, &groups, now);
+    }
+
+    /// Key indices grouped by server, in client order; `None` when a key
+    /// has no server to go to.
+    #[inline]
+    fn server_groups(
+        &mut self,
+        pool: usize,
+        req: &Request,
+        bytes: &[u8],
+        now: Instant,
+    ) -> Option<KeyGroups> {
+        let mut groups = KeyGroups::new();
+        for (i, r) in req.keys.iter().enumerate() {
+            let s = self.pools[pool].server_for(&bytes[r.clone()], now)?;
+            match groups.iter_mut().find(|(gs, _)| *gs == s) {
+                Some((_, v)) => v.push(i),
+                None => groups.push((s, vec![i])),
+            }
+        }
+        Some(groups)
+    }
+
+    /// A cluster pool's key indices grouped by hash slot (a cluster node
+    /// refuses keys of different slots), in client order, each group with
+    /// its slot's node.
+    fn slot_groups(&self, pool: usize, client_id: u64, req: &Request, bytes: &[u8]) -> KeyGroups {
+        let mut groups = KeyGroups::new();
+        let mut by_slot: std::collections::HashMap<u16, usize> = Default::default();
+        for (i, r) in req.keys.iter().enumerate() {
+            let key = &bytes[r.clone()];
+            let slot = crate::proto::redis::cluster::key_slot(key);
+            let g = *by_slot.entry(slot).or_insert_with(|| {
+                groups.push((
+                    self.cluster_server(pool, key, req.op, client_id),
+                    Vec::new(),
+                ));
+                groups.len() - 1
+            });
+            groups[g].1.push(i);
+        }
+        groups
+    }
+
+    /// MSETNX sets all its keys or none, BLPOP waits on all of them: only
+    /// one server can promise that, so keys on several are refused.
+    fn refuse_cross_server(&mut self, token: Token, pool: usize, op: Op) {
+        let mut out = Vec::new();
+        if self.pools[pool].cluster.is_some() {
+            // What a cluster node itself answers.
+            out.extend_from_slice(b"-CROSSSLOT Keys in request don't hash to the same slot\r\n");
+            self.push_ready(token, out, false);
+            return;
+        }
+        let name = match op {
+            Op::Redis(r) => r.cmd.name(),
+            Op::Mc(_) => "",
+        };
+        crate::proto::redis::error_reply(
+            &format!("{name} keys must all map to one server (use a hash tag, e.g. {{user1}}.a {{user1}}.b)"),
+            &mut out,
+        );
+        self.push_ready(token, out, false);
+    }
+
+    /// One fragment per group, each to its server, answered into one slot
+    /// of client `to` that merges them.
+    #[inline]
+    fn send_split(
+        &mut self,
+        to: ReplyTo,
+        pool: usize,
+        req: Request,
+        bytes: &[u8],
+        groups: &KeyGroups,
+        now: Instant,
+    ) {
         self.stats
             .pool_add(pool, PoolField::Fragments, groups.len() as u64);
         let frags = groups
@@ -539,12 +583,12 @@ impl Worker<'_> {
             })),
             ..Slot::default()
         };
-        let seq = self.push_slot(token, req.noreply, slot);
+        let seq = self.push_slot(to.token, req.noreply, slot);
         let proto = self.pools[pool].proto;
         for (fi, (server, keys)) in groups.iter().enumerate() {
             let frag = Some(fi as u32);
             self.send_or_fail(
-                ReplyTo::new(token, client_id, seq, frag),
+                ReplyTo::new(to.token, to.id, seq, frag),
                 pool,
                 *server,
                 |out| proto.write_fragment(bytes, &req, keys, out),

@@ -66,6 +66,76 @@ fn frame_kind(frame: &[u8]) -> Option<(String, usize)> {
     Some((kind, colon))
 }
 
+/// A (un)subscription's confirmation: its count is the client's, not the
+/// server's.
+fn is_confirmation(kind: &str) -> bool {
+    matches!(
+        kind,
+        "subscribe" | "unsubscribe" | "psubscribe" | "punsubscribe" | "ssubscribe" | "sunsubscribe"
+    )
+}
+
+/// A confirmation frame from one of a subscriber's servers.
+struct Confirmation<'a> {
+    frame: &'a [u8],
+    /// Its kind (`subscribe`, ...), as [`frame_kind`] reads it.
+    kind: &'a str,
+    /// Where its count's `:` is.
+    colon: usize,
+    server: usize,
+    /// The pool is a Redis Cluster.
+    cluster: bool,
+}
+
+/// The confirmation as the client gets it: with the count one connection
+/// would have reported, after adding what its server's own count moved by;
+/// `None` for a pattern's confirmation from any server but the first (in a
+/// cluster pool a pattern is on one node).
+fn recount(subs: &mut Subs, from: Confirmation<'_>) -> Option<Vec<u8>> {
+    let Confirmation {
+        frame,
+        kind,
+        colon,
+        server,
+        cluster,
+    } = from;
+    let sharded = matches!(kind, "ssubscribe" | "sunsubscribe");
+    // How far this server's own count moved.
+    let reported = frame
+        .get(colon + 1..frame.len() - 2)
+        .and_then(|t| std::str::from_utf8(t).ok()?.parse::<i64>().ok());
+    let at = match subs.server_counts.iter().position(|e| e.0 == server) {
+        Some(i) => i,
+        None => {
+            subs.server_counts.push((server, 0, 0));
+            subs.server_counts.len() - 1
+        }
+    };
+    let last = if sharded {
+        &mut subs.server_counts[at].2
+    } else {
+        &mut subs.server_counts[at].1
+    };
+    let delta = match reported {
+        Some(n) => n - std::mem::replace(last, n),
+        None if kind.contains("unsub") => -1,
+        None => 1,
+    };
+    let first = subs.conns.first().map(|(s, ..)| *s) == Some(server);
+    if kind.starts_with('p') && !first && !cluster {
+        return None;
+    }
+    let count = if sharded {
+        &mut subs.shard_count
+    } else {
+        &mut subs.count
+    };
+    *count = (*count + delta).max(0);
+    let mut out = frame[..colon].to_vec();
+    out.extend_from_slice(format!(":{}\r\n", *count).as_bytes());
+    Some(out)
+}
+
 /// The names an UNSUBSCRIBE lists, split into those the client holds and
 /// those it does not (each once, in the order given).
 fn split_held(args: Vec<Vec<u8>>, held: &[Vec<u8>]) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
@@ -487,54 +557,18 @@ impl Worker<'_> {
                 continue;
             };
             let out = match frame_kind(frame) {
-                Some((kind, colon))
-                    if matches!(
-                        kind.as_str(),
-                        "subscribe"
-                            | "unsubscribe"
-                            | "psubscribe"
-                            | "punsubscribe"
-                            | "ssubscribe"
-                            | "sunsubscribe"
-                    ) =>
-                {
-                    let sharded = matches!(kind.as_str(), "ssubscribe" | "sunsubscribe");
-                    // How far this server's own count moved.
-                    let reported = frame
-                        .get(colon + 1..frame.len() - 2)
-                        .and_then(|t| std::str::from_utf8(t).ok()?.parse::<i64>().ok());
-                    let at = match subs.server_counts.iter().position(|e| e.0 == server) {
-                        Some(i) => i,
-                        None => {
-                            subs.server_counts.push((server, 0, 0));
-                            subs.server_counts.len() - 1
-                        }
+                Some((kind, colon)) if is_confirmation(&kind) => {
+                    let from = Confirmation {
+                        frame,
+                        kind: &kind,
+                        colon,
+                        server,
+                        cluster,
                     };
-                    let last = if sharded {
-                        &mut subs.server_counts[at].2
-                    } else {
-                        &mut subs.server_counts[at].1
-                    };
-                    let delta = match reported {
-                        Some(n) => n - std::mem::replace(last, n),
-                        None if kind.contains("unsub") => -1,
-                        None => 1,
-                    };
-                    // A pattern is confirmed by the first server only (in
-                    // a cluster pool it is on one node).
-                    let first = subs.conns.first().map(|(s, ..)| *s) == Some(server);
-                    if kind.starts_with('p') && !first && !cluster {
-                        continue;
+                    match recount(subs, from) {
+                        Some(out) => out,
+                        None => continue,
                     }
-                    let count = if sharded {
-                        &mut subs.shard_count
-                    } else {
-                        &mut subs.count
-                    };
-                    *count = (*count + delta).max(0);
-                    let mut out = frame[..colon].to_vec();
-                    out.extend_from_slice(format!(":{}\r\n", *count).as_bytes());
-                    out
                 }
                 _ => frame.to_vec(),
             };

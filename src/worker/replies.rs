@@ -7,6 +7,26 @@ use super::Worker;
 use crate::stats::PoolField;
 use mio::Token;
 
+/// Where a reply goes: client `id` at `token`, its slot `seq` (and
+/// fragment `frag` of a split request), in `pool`.
+#[derive(Clone, Copy)]
+struct At {
+    token: Token,
+    id: u64,
+    seq: u64,
+    frag: Option<u32>,
+    pool: usize,
+}
+
+/// A reply as it came back: `is_error`, the reply is an error;
+/// `unreachable`, the server could not be reached (the reply is the error
+/// to send if no other replica can answer).
+struct Answer {
+    reply: Vec<u8>,
+    is_error: bool,
+    unreachable: bool,
+}
+
 impl Worker<'_> {
     /// Deliver a reply for one request or fragment. `is_error`: the reply
     /// is an error; `unreachable`: the server could not be reached (the
@@ -14,9 +34,9 @@ impl Worker<'_> {
     pub(super) fn fragment_done(
         &mut self,
         to: ReplyTo,
-        mut reply: Vec<u8>,
-        mut is_error: bool,
-        mut unreachable: bool,
+        reply: Vec<u8>,
+        is_error: bool,
+        unreachable: bool,
     ) {
         let ReplyTo {
             token,
@@ -33,63 +53,119 @@ impl Worker<'_> {
         if c.id != id {
             return;
         }
-        let pool = c.pool;
-        let zone_miss = frag.is_none() && self.pools[pool].zone_miss;
+        let at = At {
+            token,
+            id,
+            seq,
+            frag,
+            pool: c.pool,
+        };
+        let zone_miss = frag.is_none() && self.pools[at.pool].zone_miss;
         let has_retry =
             (unreachable || zone_miss) && c.slot_mut(seq).is_some_and(|s| s.retry.is_some());
-        if !unreachable && zone_miss && has_retry {
-            // A zone pool's read that missed: the next zone may have it.
-            let miss = super::zones::is_miss(self.pools[pool].proto, &reply);
-            if miss && self.retry_read(token, id, seq, pool) {
-                return;
+        let mut answer = Answer {
+            reply,
+            is_error,
+            unreachable,
+        };
+        let sent_on = if unreachable {
+            self.retry_unreachable(at, has_retry)
+        } else {
+            self.zone_answer(at, zone_miss && has_retry, &mut answer)
+        };
+        if sent_on {
+            return;
+        }
+        if let Some(fi) = frag.filter(|_| self.pools[at.pool].zoned && (unreachable || is_error)) {
+            if self.zone_fallback_failed(token, seq, fi as usize) {
+                // Keys another zone missed, not found here either.
+                answer = Answer {
+                    reply: super::zones::empty_read(self.pools[at.pool].proto),
+                    is_error: false,
+                    unreachable: false,
+                };
             }
-            if !miss && !is_error && self.pools[pool].warm {
-                if let Some((key, warm, cold)) = self.warm_hit(token, seq) {
+        }
+        self.fill_slot(at, answer);
+    }
+
+    /// A server that could not be reached: the read, or the fragment, sent
+    /// to the next replica when there is one (true: sent on).
+    #[inline]
+    fn retry_unreachable(&mut self, at: At, has_retry: bool) -> bool {
+        let At {
+            token,
+            id,
+            seq,
+            frag,
+            pool,
+        } = at;
+        if frag.is_none() && has_retry && self.retry_read(token, id, seq, pool) {
+            return true;
+        }
+        if let Some(fi) = frag {
+            if self.retry_fragment(token, id, seq, fi as usize, pool) {
+                self.fragment_settled(token, seq);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// A zone pool's answer: a read that missed (`missed_retry`: it has a
+    /// next zone) is sent on to the next zone (true), a warm-up pool's hit
+    /// is copied to the cold pool, and a multi-key read's fragment keeps
+    /// what it found, its misses going elsewhere.
+    #[inline]
+    fn zone_answer(&mut self, at: At, missed_retry: bool, answer: &mut Answer) -> bool {
+        let pool = at.pool;
+        if missed_retry {
+            let miss = super::zones::is_miss(self.pools[pool].proto, &answer.reply);
+            if miss && self.retry_read(at.token, at.id, at.seq, pool) {
+                return true;
+            }
+            if !miss && !answer.is_error && self.pools[pool].warm {
+                if let Some((key, warm, cold)) = self.warm_hit(at.token, at.seq) {
                     self.warm_copy(pool, &key, warm, cold);
                 }
             }
         }
         let zoned = self.pools[pool].zoned;
-        if let Some(fi) = frag.filter(|_| zoned && !unreachable && !is_error) {
-            // A zone pool's multi-key read: its misses may be elsewhere.
-            let at = super::zones::FragOf {
-                token,
-                id,
-                seq,
+        if let Some(fi) = at.frag.filter(|_| zoned && !answer.is_error) {
+            let frag = super::zones::FragOf {
+                token: at.token,
+                id: at.id,
+                seq: at.seq,
                 fi: fi as usize,
             };
-            if let Some(kept) = self.zone_fragment(at, pool, &reply) {
-                reply = kept;
+            if let Some(kept) = self.zone_fragment(frag, pool, &answer.reply) {
+                answer.reply = kept;
             }
         }
-        if unreachable {
-            if frag.is_none() && has_retry && self.retry_read(token, id, seq, pool) {
-                return;
-            }
-            if let Some(fi) = frag {
-                if self.retry_fragment(token, id, seq, fi as usize, pool) {
-                    self.fragment_settled(token, seq);
-                    return;
-                }
-            }
-        }
-        if let Some(fi) = frag.filter(|_| zoned && (unreachable || is_error)) {
-            if self.zone_fallback_failed(token, seq, fi as usize) {
-                // Keys another zone missed, not found here either.
-                reply = super::zones::empty_read(self.pools[pool].proto);
-                (is_error, unreachable) = (false, false);
-            }
-        }
+        false
+    }
+
+    /// The answer into its slot, or into its fragment of a split request
+    /// (merged once the last fragment is in); the client's head slot is
+    /// then written out.
+    #[inline]
+    fn fill_slot(&mut self, at: At, answer: Answer) {
+        let Answer {
+            reply,
+            is_error,
+            unreachable,
+        } = answer;
+        let (pool, seq) = (at.pool, at.seq);
         let proto = self.pools[pool].proto;
         let zones = self.pools[pool].zoned && !self.pools[pool].warm;
-        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+        let Some(Conn::Client(c)) = self.conns.get_mut(at.token.0) else {
             return;
         };
         let Some(slot) = c.slot_mut(seq) else {
             return;
         };
         let mut failover = false;
-        match (frag, slot.multi.as_mut()) {
+        match (at.frag, slot.multi.as_mut()) {
             (Some(fi), Some(m)) => {
                 if let Some(f) = m.frags.get_mut(fi as usize) {
                     f.answered = true;
@@ -127,7 +203,7 @@ impl Worker<'_> {
             self.stats.pool_add(pool, PoolField::ZoneFailovers, 1);
         }
         if seq == c.head_seq {
-            self.drain_head(token);
+            self.drain_head(at.token);
         }
     }
 

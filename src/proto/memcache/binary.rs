@@ -264,8 +264,22 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, Requ
             forward: None,
         });
     };
+    let value_len = value_len(&h, &sh)?;
+    if value_len > limits.max_value {
+        return refuse_too_large(buf, &h, total);
+    }
+    if buf.len() < total {
+        return Ok(Parse::Incomplete { hint: total });
+    }
+    Ok(Parse::Done(request(buf, &h, total)))
+}
+
+/// The value's length, once the key's and the extras' lengths fit the
+/// opcode's shape ("Invalid arguments" otherwise).
+#[inline]
+fn value_len(h: &Header, sh: &Shape) -> Result<usize, RequestError> {
     if h.key_len > KEY_MAX_LENGTH {
-        return Err(invalid(&h));
+        return Err(invalid(h));
     }
     let head = h.extras_len + h.key_len;
     let key_ok = match sh.key {
@@ -280,40 +294,45 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, Requ
         None => false,
     };
     if !sh.extras.contains(&h.extras_len) || !key_ok || !fits {
-        return Err(invalid(&h));
+        return Err(invalid(h));
     }
-    if value_len.unwrap_or(0) > limits.max_value {
-        if matches!(h.opcode, opc::SET | opc::SETQ) {
-            // memcached unlinks the old item (see too_large): the key is
-            // needed to delete it, the value is not.
-            let head = HEADER_LEN + h.extras_len + h.key_len;
-            if buf.len() < head {
-                return Ok(Parse::Incomplete { hint: head });
-            }
-            let refused = super::refused::Refused::Bin {
-                opcode: h.opcode,
-                opaque: h.opaque,
-            };
-            let key = HEADER_LEN + h.extras_len..head;
-            return Err(super::refused::refuse(refused, head, key, total, false));
+    Ok(value_len.unwrap_or(0))
+}
+
+/// A value over `max_value`: "Too large." and the packet skipped; a SET's
+/// key is deleted too, as memcached unlinks the old item (see
+/// `too_large.rs`), so the key is needed, the value is not.
+fn refuse_too_large(buf: &[u8], h: &Header, total: usize) -> Result<Parse<Request>, RequestError> {
+    if matches!(h.opcode, opc::SET | opc::SETQ) {
+        let head = HEADER_LEN + h.extras_len + h.key_len;
+        if buf.len() < head {
+            return Ok(Parse::Incomplete { hint: head });
         }
-        return Err(RequestError {
-            reply: reply(&h, status::TOO_LARGE, "Too large."),
-            skip: total,
-            close: false,
-            forward: None,
-        });
+        let refused = super::refused::Refused::Bin {
+            opcode: h.opcode,
+            opaque: h.opaque,
+        };
+        let key = HEADER_LEN + h.extras_len..head;
+        return Err(super::refused::refuse(refused, head, key, total, false));
     }
-    if buf.len() < total {
-        return Ok(Parse::Incomplete { hint: total });
-    }
+    Err(RequestError {
+        reply: reply(h, status::TOO_LARGE, "Too large."),
+        skip: total,
+        close: false,
+        forward: None,
+    })
+}
+
+/// The whole packet (`total` bytes, checked) as a request: the commands
+/// the proxy answers itself, FLUSH to every server, the rest by their key.
+#[inline]
+fn request(buf: &[u8], h: &Header, total: usize) -> Request {
     let quiet = loud(h.opcode).is_some();
     let op = McOp::Bin {
         opcode: h.opcode,
         opaque: h.opaque,
     };
     let key_start = HEADER_LEN + h.extras_len;
-    let mut keys = Keys::new();
     let local = |route: Route| Request {
         len: total,
         op: Op::Mc(op),
@@ -337,7 +356,7 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, Requ
         );
         out
     };
-    let req = match h.opcode {
+    match h.opcode {
         opc::NOOP => local(Route::Local(Local::Reply(respond(status::SUCCESS, &[])))),
         opc::VERSION => local(Route::Local(Local::Reply(respond(
             status::SUCCESS,
@@ -347,7 +366,7 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, Requ
         opc::QUIT => local(Route::Local(Local::Quit(respond(status::SUCCESS, &[])))),
         opc::QUITQ => local(Route::Local(Local::Quit(Vec::new()))),
         opc::STAT => local(Route::Local(Local::Reply(stat_reply(
-            &h,
+            h,
             &buf[key_start..key_start + h.key_len],
         )))),
         // FLUSHQ goes out as is and no reply is awaited.
@@ -356,6 +375,7 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, Requ
             ..local(Route::Broadcast)
         },
         _ => {
+            let mut keys = Keys::new();
             keys.push(key_start..key_start + h.key_len);
             Request {
                 len: total,
@@ -365,8 +385,7 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, Requ
                 noreply: false,
             }
         }
-    };
-    Ok(Parse::Done(req))
+    }
 }
 
 fn close_silently() -> RequestError {

@@ -12,6 +12,8 @@
 //! many tokens or a data block not ended by `\r\n`, each answered as
 //! memcached answers it.
 
+use std::ops::Range;
+
 use memchr::memchr;
 
 use super::num::safe_strtol;
@@ -128,32 +130,35 @@ fn fail(reply: &[u8], skip: usize) -> RequestError {
     }
 }
 
+/// A meta command line's tokens (memcached reads at most 24).
+type Toks = smallvec::SmallVec<[Range<usize>; 24]>;
+
+/// memcached closes the connection on a line over [`MAX_LINE`] bytes.
+fn close() -> RequestError {
+    RequestError {
+        reply: Vec::new(),
+        skip: 0,
+        close: true,
+        forward: None,
+    }
+}
+
 /// Parse one meta request at the start of `buf` (see the module docs).
 pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, RequestError> {
     let Some(nl) = memchr(b'\n', buf) else {
         if buf.len() > MAX_LINE {
-            return Err(RequestError {
-                reply: Vec::new(),
-                skip: 0,
-                close: true,
-                forward: None,
-            });
+            return Err(close());
         }
         return Ok(Parse::Incomplete {
             hint: buf.len() + 1,
         });
     };
     if nl > MAX_LINE {
-        return Err(RequestError {
-            reply: Vec::new(),
-            skip: 0,
-            close: true,
-            forward: None,
-        });
+        return Err(close());
     }
     let line_len = nl + 1;
     let line = command_line(buf, nl);
-    let toks: smallvec::SmallVec<[std::ops::Range<usize>; 24]> = Tokens::new(line).collect();
+    let toks: Toks = Tokens::new(line).collect();
     let Some(cmd) = toks
         .first()
         .and_then(|w| MetaCmd::from_word(&line[w.clone()]))
@@ -179,48 +184,67 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, Requ
         return Err(fail(ERROR, line_len));
     };
     let flags = toks.get(cmd.first_flag()..).unwrap_or_default();
-    let has_flag = |c: u8| flags.iter().any(|r| line.get(r.start) == Some(&c));
-    let key_max = if has_flag(b'b') {
-        B64_KEY_MAX
-    } else {
-        KEY_MAX_LENGTH
-    };
-    // A key holding CR is refused (memcached takes it): once the proxy drops
-    // a quiet flag after it, the CR would read as the line's end.
-    if key.len() > key_max || memchr(b'\r', &line[key.clone()]).is_some() {
-        return Err(fail(BAD_FORMAT, line_len));
-    }
-    let bad_key = has_flag(b'b') && decode_key(&line[key.clone()]).is_none();
-    let quiet = cmd != MetaCmd::Debug && has_flag(b'q');
+    let b64 = has_flag(line, flags, b'b');
+    check_key(&line[key.clone()], b64, line_len)?;
+    let bad_key = b64 && decode_key(&line[key.clone()]).is_none();
+    let quiet = cmd != MetaCmd::Debug && has_flag(line, flags, b'q');
     let mut keys = Keys::new();
-    keys.push(key.clone());
+    keys.push(key);
     if cmd != MetaCmd::Set {
         if bad_key {
             return Err(fail(BAD_KEY_ENCODING, line_len));
         }
         return Ok(Parse::Done(mk(line_len, keys, Route::Single, quiet)));
     }
+    Ok(
+        match set_length(buf, line, line_len, &toks, bad_key, limits)? {
+            Parse::Done(total) => Parse::Done(mk(total, keys, Route::Single, quiet)),
+            Parse::Incomplete { hint } => Parse::Incomplete { hint },
+        },
+    )
+}
+
+/// One of the flag tokens starts with `c`.
+fn has_flag(line: &[u8], flags: &[Range<usize>], c: u8) -> bool {
+    flags.iter().any(|r| line.get(r.start) == Some(&c))
+}
+
+/// A key too long (a base64 one, `b64`, may be longer) is refused, and so
+/// is a key holding CR (memcached takes it): once the proxy drops a quiet
+/// flag after it, the CR would read as the line's end.
+fn check_key(key: &[u8], b64: bool, line_len: usize) -> Result<(), RequestError> {
+    let key_max = if b64 { B64_KEY_MAX } else { KEY_MAX_LENGTH };
+    if key.len() > key_max || memchr(b'\r', key).is_some() {
+        return Err(fail(BAD_FORMAT, line_len));
+    }
+    Ok(())
+}
+
+/// `ms`: the bytes of its line and data block, once they are all there.
+fn set_length(
+    buf: &[u8],
+    line: &[u8],
+    line_len: usize,
+    toks: &Toks,
+    bad_key: bool,
+    limits: &Limits,
+) -> Result<Parse<usize>, RequestError> {
     if toks.len() > MS_MAX_TOKENS {
         return Err(fail(TOO_LONG, line_len));
     }
+    let vlen = toks
+        .get(2)
+        .and_then(|r| safe_strtol(&line[r.clone()]))
+        .and_then(|v| usize::try_from(v).ok());
     if bad_key {
         // memcached swallows the data block after this error.
-        let block = toks
-            .get(2)
-            .and_then(|r| safe_strtol(&line[r.clone()]))
-            .and_then(|v| usize::try_from(v).ok())
-            .filter(|&v| v <= limits.max_value)
-            .map_or(0, |v| v + 2);
+        let block = vlen.filter(|&v| v <= limits.max_value).map_or(0, |v| v + 2);
         let total = line_len + block;
         if buf.len() < total {
             return Ok(Parse::Incomplete { hint: total });
         }
         return Err(fail(BAD_KEY_ENCODING, total));
     }
-    let vlen = toks
-        .get(2)
-        .and_then(|r| safe_strtol(&line[r.clone()]))
-        .and_then(|v| usize::try_from(v).ok());
     let Some(vlen) = vlen else {
         return Err(fail(BAD_FORMAT, line_len));
     };
@@ -230,7 +254,7 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, Requ
         return Err(super::refused::refuse(
             super::refused::Refused::Meta,
             line_len,
-            key,
+            toks[1].clone(),
             total,
             false,
         ));
@@ -241,7 +265,7 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, Requ
     if &buf[total - 2..total] != b"\r\n" {
         return Err(fail(BAD_CHUNK, total));
     }
-    Ok(Parse::Done(mk(total, keys, Route::Single, quiet)))
+    Ok(Parse::Done(total))
 }
 
 /// Write a meta request as the server gets it: in quiet mode every flag

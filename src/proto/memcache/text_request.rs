@@ -187,6 +187,39 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, Requ
     let line_len = nl + 1;
     let line = command_line(buf, nl);
     let mut toks = Tokens::new(line);
+    let op = command_word(line, line_len, &mut toks)?;
+    if op.is_retrieval() {
+        return retrieval(line, line_len, toks, op, limits).map(Parse::Done);
+    }
+    let mut kept = Kept::new();
+    let cmd = CommandLine::new(line, line_len, op, toks, &mut kept);
+    match op {
+        McOp::Set | McOp::Add | McOp::Replace | McOp::Append | McOp::Prepend | McOp::Cas => {
+            storage(buf, &cmd, limits)
+        }
+        McOp::Delete => delete(&cmd).map(Parse::Done),
+        McOp::Incr | McOp::Decr | McOp::Touch => incr_decr_touch(&cmd).map(Parse::Done),
+        McOp::FlushAll => flush_all(&cmd).map(Parse::Done),
+        McOp::Verbosity => verbosity(&cmd).map(Parse::Done),
+        McOp::Version => {
+            let reply = format!("VERSION {VERSION}\r\n").into_bytes();
+            Ok(Parse::Done(
+                cmd.local(Route::Local(Local::Reply(reply)), false),
+            ))
+        }
+        McOp::Quit => Ok(Parse::Done(
+            cmd.local(Route::Local(Local::Quit(Vec::new())), false),
+        )),
+        McOp::Stats => Ok(Parse::Done(cmd.local(Route::Local(Local::Stats), false))),
+        _ => Err(fail(ERROR, line_len, false)),
+    }
+}
+
+/// The command a line starts with: `ERROR` for a word memcached does not
+/// know (or one shorter than two bytes), the connection closed for what
+/// looks like HTTP.
+#[inline]
+fn command_word(line: &[u8], line_len: usize, toks: &mut Tokens<'_>) -> Result<McOp, RequestError> {
     let cmd = match toks.next() {
         Some(r) if r.len() >= 2 => r,
         _ => return Err(fail(ERROR, line_len, false)),
@@ -197,161 +230,211 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, Requ
         }
         return Err(fail(ERROR, line_len, false));
     };
-    if op.is_retrieval() {
-        return retrieval(line, line_len, toks, op, limits).map(Parse::Done);
-    }
-    // memcached counts at most 23 tokens plus a terminal one; every command
-    // below wants fewer than 8, so keeping 8 is enough to decide.
-    let mut t: SmallVec<[Range<usize>; 8]> = SmallVec::new();
-    let mut n = 1;
-    for r in toks {
-        n += 1;
-        if t.len() < 8 {
-            t.push(r);
+    Ok(op)
+}
+
+/// A command line other than a retrieval, its tokens counted as memcached
+/// counts them.
+struct CommandLine<'a> {
+    line: &'a [u8],
+    /// Bytes of the line with its `\n`.
+    len: usize,
+    op: McOp,
+    /// The first tokens after the command word (see [`Self::new`]).
+    args: &'a [Range<usize>],
+    /// memcached's `ntokens`: real tokens plus the terminal one.
+    nt: usize,
+    /// The last token is `noreply`.
+    noreply: bool,
+}
+
+/// Tokens kept after the command word: memcached counts at most 23 tokens
+/// plus a terminal one, and every command here wants fewer than 8, so
+/// keeping 8 is enough to decide.
+type Kept = SmallVec<[Range<usize>; 8]>;
+
+impl<'a> CommandLine<'a> {
+    /// `toks` is past the command word; the tokens kept go to `args`, which
+    /// the caller owns so that nothing of that size is moved.
+    #[inline(always)]
+    fn new(line: &'a [u8], len: usize, op: McOp, toks: Tokens<'a>, args: &'a mut Kept) -> Self {
+        let mut n = 1;
+        for r in toks {
+            n += 1;
+            if args.len() < 8 {
+                args.push(r);
+            }
         }
+        let mut cmd = CommandLine {
+            line,
+            len,
+            op,
+            args,
+            nt: n.min(23) + 1,
+            noreply: false,
+        };
+        cmd.noreply = n >= 2 && cmd.tok(n - 1) == b"noreply";
+        cmd
     }
-    // memcached's `ntokens`: real tokens plus the terminal one.
-    let nt = n.min(23) + 1;
-    let tok = |i: usize| -> &[u8] { t.get(i - 1).map_or(&b""[..], |r| &line[r.clone()]) };
-    let noreply = n >= 2 && tok(n - 1) == b"noreply";
-    let single = |len: usize, noreply: bool| -> Request {
+
+    /// Token `i` (the command word is 0); empty past the ones kept.
+    #[inline]
+    fn tok(&self, i: usize) -> &'a [u8] {
+        let line = self.line;
+        self.args.get(i - 1).map_or(&b""[..], |r| &line[r.clone()])
+    }
+
+    #[inline]
+    fn key_too_long(&self) -> bool {
+        self.tok(1).len() > KEY_MAX_LENGTH
+    }
+
+    /// The request of `len` bytes, routed by its key (token 1).
+    #[inline]
+    fn single(&self, len: usize, noreply: bool) -> Request {
         let mut keys = Keys::new();
-        if let Some(r) = t.first() {
+        if let Some(r) = self.args.first() {
             keys.push(r.clone());
         }
         Request {
             len,
-            op: Op::Mc(op),
+            op: Op::Mc(self.op),
             keys,
             route: Route::Single,
             noreply,
         }
-    };
-    let local = |route: Route, noreply: bool| -> Request {
+    }
+
+    /// The request without keys, routed by `route`.
+    fn local(&self, route: Route, noreply: bool) -> Request {
         Request {
-            len: line_len,
-            op: Op::Mc(op),
+            len: self.len,
+            op: Op::Mc(self.op),
             keys: Keys::new(),
             route,
             noreply,
         }
-    };
-    let key_too_long = || tok(1).len() > KEY_MAX_LENGTH;
-    match op {
-        McOp::Set | McOp::Add | McOp::Replace | McOp::Append | McOp::Prepend | McOp::Cas => {
-            let cas = op == McOp::Cas;
-            let base = if cas { 7 } else { 6 };
-            if nt != base && nt != base + 1 {
-                return Err(fail(ERROR, line_len, false));
-            }
-            if key_too_long() {
-                return Err(fail(BAD_FORMAT, line_len, noreply));
-            }
-            let (Some(_flags), Some(_exptime), Some(vlen)) = (
-                safe_strtoul(tok(2)),
-                safe_strtol(tok(3)),
-                safe_strtol(tok(4)),
-            ) else {
-                return Err(fail(BAD_FORMAT, line_len, noreply));
-            };
-            if cas && safe_strtoull(tok(5)).is_none() {
-                return Err(fail(BAD_FORMAT, line_len, noreply));
-            }
-            let Ok(vlen) = usize::try_from(vlen) else {
-                return Err(fail(BAD_FORMAT, line_len, noreply));
-            };
-            if vlen > (i32::MAX - 2) as usize {
-                return Err(fail(BAD_FORMAT, line_len, noreply));
-            }
-            let total = line_len + vlen + 2;
-            if vlen > limits.max_value {
-                if op == McOp::Set {
-                    let key = t.first().cloned().unwrap_or_default();
-                    return Err(refuse(Refused::Text, line_len, key, total, noreply));
-                }
-                return Err(fail(TOO_LARGE, total, noreply));
-            }
-            if buf.len() < total {
-                return Ok(Parse::Incomplete { hint: total });
-            }
-            if &buf[total - 2..total] != b"\r\n" {
-                return Err(fail(BAD_CHUNK, total, noreply));
-            }
-            Ok(Parse::Done(single(total, noreply)))
-        }
-        McOp::Delete => {
-            if !(3..=5).contains(&nt) {
-                return Err(fail(ERROR, line_len, false));
-            }
-            let mut noreply_set = false;
-            if nt > 3 {
-                let hold_is_zero = tok(2) == b"0";
-                noreply_set = noreply;
-                let valid =
-                    (nt == 4 && (hold_is_zero || noreply)) || (nt == 5 && hold_is_zero && noreply);
-                if !valid {
-                    return Err(fail(BAD_DELETE, line_len, noreply));
-                }
-            }
-            if key_too_long() {
-                return Err(fail(BAD_FORMAT, line_len, noreply_set));
-            }
-            Ok(Parse::Done(single(line_len, noreply_set)))
-        }
-        McOp::Incr | McOp::Decr | McOp::Touch => {
-            if nt != 4 && nt != 5 {
-                return Err(fail(ERROR, line_len, false));
-            }
-            if key_too_long() {
-                return Err(fail(BAD_FORMAT, line_len, noreply));
-            }
-            if op == McOp::Touch {
-                if safe_strtol(tok(2)).is_none() {
-                    return Err(fail(BAD_EXPTIME, line_len, noreply));
-                }
-            } else if safe_strtoull(tok(2)).is_none() {
-                return Err(fail(BAD_DELTA, line_len, noreply));
-            }
-            Ok(Parse::Done(single(line_len, noreply)))
-        }
-        McOp::FlushAll => {
-            if !(2..=4).contains(&nt) {
-                return Err(fail(ERROR, line_len, false));
-            }
-            let plain = if noreply { 3 } else { 2 };
-            if nt != plain && safe_strtol(tok(1)).is_none() {
-                return Err(fail(BAD_EXPTIME, line_len, noreply));
-            }
-            Ok(Parse::Done(local(Route::Broadcast, noreply)))
-        }
-        McOp::Verbosity => {
-            if nt != 3 && nt != 4 {
-                return Err(fail(ERROR, line_len, false));
-            }
-            if safe_strtoul(tok(1)).is_none() {
-                return Err(fail(BAD_FORMAT, line_len, noreply));
-            }
-            let reply = if noreply {
-                Vec::new()
-            } else {
-                b"OK\r\n".to_vec()
-            };
-            Ok(Parse::Done(local(
-                Route::Local(Local::Reply(reply)),
-                noreply,
-            )))
-        }
-        McOp::Version => {
-            let reply = format!("VERSION {VERSION}\r\n").into_bytes();
-            Ok(Parse::Done(local(Route::Local(Local::Reply(reply)), false)))
-        }
-        McOp::Quit => Ok(Parse::Done(local(
-            Route::Local(Local::Quit(Vec::new())),
-            false,
-        ))),
-        McOp::Stats => Ok(Parse::Done(local(Route::Local(Local::Stats), false))),
-        _ => Err(fail(ERROR, line_len, false)),
     }
+}
+
+/// `set`/`add`/`replace`/`append`/`prepend`/`cas`: the command line and its
+/// data block.
+#[inline]
+fn storage(
+    buf: &[u8],
+    cmd: &CommandLine<'_>,
+    limits: &Limits,
+) -> Result<Parse<Request>, RequestError> {
+    let (line_len, noreply) = (cmd.len, cmd.noreply);
+    let cas = cmd.op == McOp::Cas;
+    let base = if cas { 7 } else { 6 };
+    if cmd.nt != base && cmd.nt != base + 1 {
+        return Err(fail(ERROR, line_len, false));
+    }
+    if cmd.key_too_long() {
+        return Err(fail(BAD_FORMAT, line_len, noreply));
+    }
+    let (Some(_flags), Some(_exptime), Some(vlen)) = (
+        safe_strtoul(cmd.tok(2)),
+        safe_strtol(cmd.tok(3)),
+        safe_strtol(cmd.tok(4)),
+    ) else {
+        return Err(fail(BAD_FORMAT, line_len, noreply));
+    };
+    if cas && safe_strtoull(cmd.tok(5)).is_none() {
+        return Err(fail(BAD_FORMAT, line_len, noreply));
+    }
+    let Ok(vlen) = usize::try_from(vlen) else {
+        return Err(fail(BAD_FORMAT, line_len, noreply));
+    };
+    if vlen > (i32::MAX - 2) as usize {
+        return Err(fail(BAD_FORMAT, line_len, noreply));
+    }
+    let total = line_len + vlen + 2;
+    if vlen > limits.max_value {
+        if cmd.op == McOp::Set {
+            let key = cmd.args.first().cloned().unwrap_or_default();
+            return Err(refuse(Refused::Text, line_len, key, total, noreply));
+        }
+        return Err(fail(TOO_LARGE, total, noreply));
+    }
+    if buf.len() < total {
+        return Ok(Parse::Incomplete { hint: total });
+    }
+    if &buf[total - 2..total] != b"\r\n" {
+        return Err(fail(BAD_CHUNK, total, noreply));
+    }
+    Ok(Parse::Done(cmd.single(total, noreply)))
+}
+
+/// `delete <key> [0] [noreply]`: memcached still takes a hold time of 0.
+fn delete(cmd: &CommandLine<'_>) -> Result<Request, RequestError> {
+    let (nt, line_len, noreply) = (cmd.nt, cmd.len, cmd.noreply);
+    if !(3..=5).contains(&nt) {
+        return Err(fail(ERROR, line_len, false));
+    }
+    let mut noreply_set = false;
+    if nt > 3 {
+        let hold_is_zero = cmd.tok(2) == b"0";
+        noreply_set = noreply;
+        let valid = (nt == 4 && (hold_is_zero || noreply)) || (nt == 5 && hold_is_zero && noreply);
+        if !valid {
+            return Err(fail(BAD_DELETE, line_len, noreply));
+        }
+    }
+    if cmd.key_too_long() {
+        return Err(fail(BAD_FORMAT, line_len, noreply_set));
+    }
+    Ok(cmd.single(line_len, noreply_set))
+}
+
+/// `incr`/`decr <key> <delta>` and `touch <key> <exptime>`.
+fn incr_decr_touch(cmd: &CommandLine<'_>) -> Result<Request, RequestError> {
+    let (line_len, noreply) = (cmd.len, cmd.noreply);
+    if cmd.nt != 4 && cmd.nt != 5 {
+        return Err(fail(ERROR, line_len, false));
+    }
+    if cmd.key_too_long() {
+        return Err(fail(BAD_FORMAT, line_len, noreply));
+    }
+    if cmd.op == McOp::Touch {
+        if safe_strtol(cmd.tok(2)).is_none() {
+            return Err(fail(BAD_EXPTIME, line_len, noreply));
+        }
+    } else if safe_strtoull(cmd.tok(2)).is_none() {
+        return Err(fail(BAD_DELTA, line_len, noreply));
+    }
+    Ok(cmd.single(line_len, noreply))
+}
+
+/// `flush_all [delay] [noreply]`, sent to every server.
+fn flush_all(cmd: &CommandLine<'_>) -> Result<Request, RequestError> {
+    let (line_len, noreply) = (cmd.len, cmd.noreply);
+    if !(2..=4).contains(&cmd.nt) {
+        return Err(fail(ERROR, line_len, false));
+    }
+    let plain = if noreply { 3 } else { 2 };
+    if cmd.nt != plain && safe_strtol(cmd.tok(1)).is_none() {
+        return Err(fail(BAD_EXPTIME, line_len, noreply));
+    }
+    Ok(cmd.local(Route::Broadcast, noreply))
+}
+
+/// `verbosity <level> [noreply]`, answered by the proxy.
+fn verbosity(cmd: &CommandLine<'_>) -> Result<Request, RequestError> {
+    let (line_len, noreply) = (cmd.len, cmd.noreply);
+    if cmd.nt != 3 && cmd.nt != 4 {
+        return Err(fail(ERROR, line_len, false));
+    }
+    if safe_strtoul(cmd.tok(1)).is_none() {
+        return Err(fail(BAD_FORMAT, line_len, noreply));
+    }
+    let reply = if noreply {
+        Vec::new()
+    } else {
+        b"OK\r\n".to_vec()
+    };
+    Ok(cmd.local(Route::Local(Local::Reply(reply)), noreply))
 }
 
 /// `get`/`gets`/`gat`/`gats`: any number of keys (memcached reads long

@@ -412,54 +412,20 @@ fn scan(buf: &[u8], limits: &Limits) -> Result<Scanned, Stop> {
         args.value(&first, &mut name);
         Cmd::lookup(&name)
     };
-    let spec = cmd.map_or(KeySpec::None, Cmd::keys);
-    let mut keys = Keys::new();
-    let mut argc = 1usize;
-    let mut inexact_key = false;
-    let mut numkeys: Option<i64> = None;
-    let mut streams = Streams::Keyword;
-    let mut blocking = false;
-    let mut second: Option<Arg> = None;
-    while let Some(arg) = args.next_arg()? {
-        let idx = argc;
-        argc += 1;
-        let is_key = match spec {
-            KeySpec::None => false,
-            KeySpec::At(n) => idx == usize::from(n),
-            KeySpec::All => true,
-            KeySpec::Pairs => idx % 2 == 1,
-            KeySpec::Eval => {
-                if idx == 2 {
-                    numkeys = parse_int(&buf[arg.range.clone()]);
-                }
-                idx == 3 && numkeys.is_some_and(|n| n >= 1)
-            }
-            KeySpec::Streams => {
-                let (key, next) = stream_step(streams, &buf[arg.range.clone()], &mut blocking);
-                streams = next;
-                key
-            }
-            // The last is the timeout: taken off once the arguments end.
-            KeySpec::AllButLast => true,
-            KeySpec::FirstTwo => idx == 1 || idx == 2,
-            KeySpec::NumKeysAt2 => {
-                if idx == 2 {
-                    numkeys = parse_int(&buf[arg.range.clone()]);
-                }
-                idx >= 3 && numkeys.is_some_and(|n| n >= 1 && (idx as i64) < 3 + n)
-            }
-        };
-        if idx == 1 {
-            second = Some(arg.clone());
-        }
-        if is_key {
-            inexact_key |= !arg.exact;
-            keys.push(arg.range);
-        }
-    }
-    if spec == KeySpec::AllButLast {
-        keys.pop();
-    }
+    let mut found = Found {
+        keys: Keys::new(),
+        argc: 1,
+        inexact_key: false,
+        numkeys: None,
+        blocking: false,
+        second: None,
+    };
+    scan_args(
+        &mut args,
+        buf,
+        cmd.map_or(KeySpec::None, Cmd::keys),
+        &mut found,
+    )?;
     let len = args.end();
     let req = &buf[..len];
     let fail = |reply: Vec<u8>| {
@@ -474,81 +440,21 @@ fn scan(buf: &[u8], limits: &Limits) -> Result<Scanned, Stop> {
         return fail(super::args::unknown_command(req));
     };
     // XREAD / XREADGROUP with BLOCK block like BLPOP does.
-    let class = if blocking {
+    let class = if found.blocking {
         CmdClass::Blocking
     } else {
         cmd.class()
     };
-    let name = cmd.name();
-    let route = match class {
-        CmdClass::Unsupported => return fail(reply::unsupported(name)),
-        CmdClass::Local => match local_route(cmd, argc, req, second.as_ref()) {
-            Ok(route) => route,
-            Err(e) => return fail(e),
-        },
-        CmdClass::MSet if argc < 3 || argc.is_multiple_of(2) => {
-            return fail(reply::wrong_args(name))
-        }
-        CmdClass::Eval => {
-            if argc < 3 {
-                return fail(reply::wrong_args(name));
-            }
-            match eval_numkeys(numkeys, argc, name) {
-                Ok(()) => Route::Single,
-                // No key: one server, as a keyless command (keys stays empty).
-                Err(_) if numkeys == Some(0) => Route::Single,
-                Err(e) => return fail(e),
-            }
-        }
-        CmdClass::Keyless | CmdClass::Scan => Route::Single,
-        CmdClass::Broadcast if !cmd.is("SCRIPT") => Route::Broadcast,
-        CmdClass::Broadcast => {
-            let sub = second.as_ref().map(|a| &buf[a.range.clone()]);
-            match sub {
-                Some(s) if s.eq_ignore_ascii_case(b"LOAD") || s.eq_ignore_ascii_case(b"FLUSH") => {
-                    Route::Broadcast
-                }
-                None => return fail(reply::wrong_args(name)),
-                Some(s) => {
-                    return fail(reply::unsupported(&format!(
-                        "{name} {}",
-                        String::from_utf8_lossy(s).to_ascii_uppercase()
-                    )))
-                }
-            }
-        }
-        _ if cmd.is("MEMORY")
-            && !second
-                .as_ref()
-                .is_some_and(|a| buf[a.range.clone()].eq_ignore_ascii_case(b"USAGE")) =>
-        {
-            let sub = second.as_ref().map_or(&b""[..], |a| &buf[a.range.clone()]);
-            return fail(reply::unsupported(&format!(
-                "{name} {}",
-                String::from_utf8_lossy(sub).to_ascii_uppercase()
-            )));
-        }
-        CmdClass::OneServer if argc < 3 || argc.is_multiple_of(2) => {
-            return fail(reply::wrong_args(name))
-        }
-        CmdClass::Transaction if cmd.is("WATCH") && keys.is_empty() => {
-            return fail(reply::wrong_args(name))
-        }
-        CmdClass::Transaction | CmdClass::PubSub => Route::Single,
-        _ if keys.is_empty() => return fail(reply::wrong_args(name)),
-        CmdClass::MGet
-        | CmdClass::MSet
-        | CmdClass::SumInt
-        | CmdClass::OneServer
-        | CmdClass::Blocking => Route::Multi,
-        CmdClass::Single => Route::Single,
+    let route = match command_route(cmd, class, &found, req) {
+        Ok(route) => route,
+        Err(e) => return fail(e),
     };
-    if inexact_key {
+    if found.inexact_key {
         return fail(reply::err_line(
             "inline keys with quotes or escapes are not supported by the proxy, use RESP",
         ));
     }
-    if keys.len() > limits.max_keys {
+    if found.keys.len() > limits.max_keys {
         return fail(reply::err_line(&format!(
             "too many keys in one request, the proxy accepts at most {}",
             limits.max_keys
@@ -557,10 +463,151 @@ fn scan(buf: &[u8], limits: &Limits) -> Result<Scanned, Stop> {
     Ok(Ok(Parse::Done(Request {
         len,
         op: Op::Redis(RedisOp { cmd, class }),
-        keys,
+        keys: found.keys,
         route,
         noreply: false,
     })))
+}
+
+/// What the arguments after the command name tell the router.
+struct Found {
+    /// The keys, by the command's key spec.
+    keys: Keys,
+    /// Arguments, the command name included.
+    argc: usize,
+    /// A key is an inline argument with quotes or escapes.
+    inexact_key: bool,
+    /// EVAL's (and ZUNION's, ...) `numkeys`, when the spec has one.
+    numkeys: Option<i64>,
+    /// XREAD / XREADGROUP with BLOCK.
+    blocking: bool,
+    /// The argument after the command name (a subcommand, PING's text).
+    second: Option<Arg>,
+}
+
+/// Frames the arguments after the command name into `found` (argc 1, the
+/// rest empty), picking out its keys by `spec`.
+#[inline(always)]
+fn scan_args(
+    args: &mut Args<'_>,
+    buf: &[u8],
+    spec: KeySpec,
+    found: &mut Found,
+) -> Result<(), Stop> {
+    let mut streams = Streams::Keyword;
+    while let Some(arg) = args.next_arg()? {
+        let idx = found.argc;
+        found.argc += 1;
+        let is_key = match spec {
+            KeySpec::None => false,
+            KeySpec::At(n) => idx == usize::from(n),
+            KeySpec::All => true,
+            KeySpec::Pairs => idx % 2 == 1,
+            KeySpec::Eval => {
+                if idx == 2 {
+                    found.numkeys = parse_int(&buf[arg.range.clone()]);
+                }
+                idx == 3 && found.numkeys.is_some_and(|n| n >= 1)
+            }
+            KeySpec::Streams => {
+                let (key, next) =
+                    stream_step(streams, &buf[arg.range.clone()], &mut found.blocking);
+                streams = next;
+                key
+            }
+            // The last is the timeout: taken off once the arguments end.
+            KeySpec::AllButLast => true,
+            KeySpec::FirstTwo => idx == 1 || idx == 2,
+            KeySpec::NumKeysAt2 => {
+                if idx == 2 {
+                    found.numkeys = parse_int(&buf[arg.range.clone()]);
+                }
+                idx >= 3
+                    && found
+                        .numkeys
+                        .is_some_and(|n| n >= 1 && (idx as i64) < 3 + n)
+            }
+        };
+        if idx == 1 {
+            found.second = Some(arg.clone());
+        }
+        if is_key {
+            found.inexact_key |= !arg.exact;
+            found.keys.push(arg.range);
+        }
+    }
+    if spec == KeySpec::AllButLast {
+        found.keys.pop();
+    }
+    Ok(())
+}
+
+/// The route of a known command of `class`, or the error reply for one the
+/// proxy cannot route (unsupported, wrong number of arguments, no key).
+#[inline(always)]
+fn command_route(cmd: Cmd, class: CmdClass, found: &Found, req: &[u8]) -> Result<Route, Vec<u8>> {
+    let (argc, second) = (found.argc, found.second.as_ref());
+    let name = cmd.name();
+    Ok(match class {
+        CmdClass::Unsupported => return Err(reply::unsupported(name)),
+        CmdClass::Local => local_route(cmd, argc, req, second)?,
+        CmdClass::MSet if argc < 3 || argc.is_multiple_of(2) => {
+            return Err(reply::wrong_args(name))
+        }
+        CmdClass::Eval => {
+            if argc < 3 {
+                return Err(reply::wrong_args(name));
+            }
+            match eval_numkeys(found.numkeys, argc, name) {
+                Ok(()) => Route::Single,
+                // No key: one server, as a keyless command (keys stays empty).
+                Err(_) if found.numkeys == Some(0) => Route::Single,
+                Err(e) => return Err(e),
+            }
+        }
+        CmdClass::Keyless | CmdClass::Scan => Route::Single,
+        CmdClass::Broadcast if !cmd.is("SCRIPT") => Route::Broadcast,
+        CmdClass::Broadcast => script_route(name, second.map(|a| &req[a.range.clone()]))?,
+        _ if cmd.is("MEMORY")
+            && !second.is_some_and(|a| req[a.range.clone()].eq_ignore_ascii_case(b"USAGE")) =>
+        {
+            let sub = second.map_or(&b""[..], |a| &req[a.range.clone()]);
+            return Err(unsupported_sub(name, sub));
+        }
+        CmdClass::OneServer if argc < 3 || argc.is_multiple_of(2) => {
+            return Err(reply::wrong_args(name))
+        }
+        CmdClass::Transaction if cmd.is("WATCH") && found.keys.is_empty() => {
+            return Err(reply::wrong_args(name))
+        }
+        CmdClass::Transaction | CmdClass::PubSub => Route::Single,
+        _ if found.keys.is_empty() => return Err(reply::wrong_args(name)),
+        CmdClass::MGet
+        | CmdClass::MSet
+        | CmdClass::SumInt
+        | CmdClass::OneServer
+        | CmdClass::Blocking => Route::Multi,
+        CmdClass::Single => Route::Single,
+    })
+}
+
+/// SCRIPT: LOAD and FLUSH go to every server; the rest are refused.
+fn script_route(name: &str, sub: Option<&[u8]>) -> Result<Route, Vec<u8>> {
+    match sub {
+        Some(s) if s.eq_ignore_ascii_case(b"LOAD") || s.eq_ignore_ascii_case(b"FLUSH") => {
+            Ok(Route::Broadcast)
+        }
+        None => Err(reply::wrong_args(name)),
+        Some(s) => Err(unsupported_sub(name, s)),
+    }
+}
+
+/// The refusal of a subcommand the proxy does not route.
+fn unsupported_sub(name: &str, sub: &[u8]) -> Vec<u8> {
+    reply::unsupported(&format!(
+        "{name} {}",
+        String::from_utf8_lossy(sub).to_ascii_uppercase()
+    ))
 }
 
 /// One XREAD / XREADGROUP argument: is it the first stream key, and what
