@@ -12,7 +12,7 @@
 #   PEER=predixy    profile predixy (one worker thread; Redis only; binary at
 #                   PREDIXY_BIN or ../peers/predixy/src/predixy, see bench/README.md)
 #   TESTS="a b"     phases, each measured on its own, in this order:
-#                   redis: set get (default "set get"); memcache: set get mix
+#                   redis: set get mget (MGET of 10 keys) (default "set get"); memcache: set get mix
 #                   (mix = 9 gets : 1 set, the benchmark's load; default "mix")
 #   CONNS=N         client connections (default 10)
 #   VALUE_SIZE=B    value size (default 100)
@@ -85,8 +85,11 @@ mcload=bench/loadgen/target/release/mcload
 load() {
     local t=$1 n=$2
     if [[ "$proto" == redis ]]; then
+        local cmd=(-t "$t")
+        # mget: MGET of 10 keys (redis-benchmark has no such test of its own).
+        [[ "$t" == mget ]] && cmd=(mget $(printf 'key:__rand_int__ %.0s' {1..10}))
         taskset -c 0 redis-benchmark -p "$listen" -c "$conns" -n "$n" -r 10000 -d "$size" \
-            -t "$t" -P "$pipeline" -q | tr '\r' '\n' | tail -1
+            -P "$pipeline" -q "${cmd[@]}" | tr '\r' '\n' | tail -1
         done=$n
     else
         local ratio res
