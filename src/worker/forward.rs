@@ -502,7 +502,13 @@ impl Worker<'_> {
             let s = self.pools[pool].server_for(&bytes[r.clone()], now)?;
             match groups.iter_mut().find(|(gs, _)| *gs == s) {
                 Some((_, v)) => v.push(i),
-                None => groups.push((s, vec![i])),
+                None => {
+                    // Room for every key left: one allocation per group,
+                    // not a growth per few keys.
+                    let mut v = Vec::with_capacity(req.keys.len() - i);
+                    v.push(i);
+                    groups.push((s, v));
+                }
             }
         }
         Some(groups)
@@ -520,7 +526,7 @@ impl Worker<'_> {
             let g = *by_slot.entry(slot).or_insert_with(|| {
                 groups.push((
                     self.cluster_server(pool, key, req.op, client_id),
-                    Vec::new(),
+                    Vec::with_capacity(req.keys.len() - i),
                 ));
                 groups.len() - 1
             });
@@ -698,7 +704,13 @@ impl Worker<'_> {
             };
             match groups.iter_mut().find(|(gs, _)| *gs == s) {
                 Some((_, v)) => v.push(i),
-                None => groups.push((s, vec![i])),
+                None => {
+                    // Room for every key left: one allocation per group,
+                    // not a growth per few keys.
+                    let mut v = Vec::with_capacity(req.keys.len() - i);
+                    v.push(i);
+                    groups.push((s, v));
+                }
             }
         }
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {

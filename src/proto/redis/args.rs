@@ -195,6 +195,15 @@ impl<'a> Args<'a> {
         }
     }
 
+    /// Arguments of an array not read yet (0 for an inline command, whose
+    /// count is not known before it is read).
+    pub(crate) fn left(&self) -> usize {
+        match &self.kind {
+            Kind::Multibulk { remaining } => *remaining,
+            Kind::Inline { .. } => 0,
+        }
+    }
+
     /// Where the request ends; meaningful once every argument was read.
     pub(crate) fn end(&self) -> usize {
         match &self.kind {

@@ -412,20 +412,23 @@ fn scan(buf: &[u8], limits: &Limits) -> Result<Scanned, Stop> {
         args.value(&first, &mut name);
         Cmd::lookup(&name)
     };
+    let spec = cmd.map_or(KeySpec::None, Cmd::keys);
+    // An MGET, DEL or MSET of many keys: their room in one allocation, not
+    // a growth every few keys.
+    let keys = match spec {
+        KeySpec::All | KeySpec::AllButLast => Keys::with_capacity(args.left()),
+        KeySpec::Pairs => Keys::with_capacity(args.left().div_ceil(2)),
+        _ => Keys::new(),
+    };
     let mut found = Found {
-        keys: Keys::new(),
+        keys,
         argc: 1,
         inexact_key: false,
         numkeys: None,
         blocking: false,
         second: None,
     };
-    scan_args(
-        &mut args,
-        buf,
-        cmd.map_or(KeySpec::None, Cmd::keys),
-        &mut found,
-    )?;
+    scan_args(&mut args, buf, spec, &mut found)?;
     let len = args.end();
     let req = &buf[..len];
     let fail = |reply: Vec<u8>| {
