@@ -44,8 +44,9 @@ pub enum Route {
 /// Requests the proxy answers itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Local {
-    /// Reply with these bytes and keep the connection.
-    Reply(Vec<u8>),
+    /// Reply with these bytes and keep the connection (borrowed when they
+    /// never change, as PING's: no allocation per request).
+    Reply(std::borrow::Cow<'static, [u8]>),
     /// Close the connection after flushing the given bytes (empty for memcached `quit`).
     Quit(Vec<u8>),
     /// memcached `stats` / Redis `INFO`-like: the worker fills in its counters.

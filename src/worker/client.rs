@@ -335,6 +335,27 @@ impl Worker<'_> {
         true
     }
 
+    /// A reply the proxy gives itself (PING, memcached's `version`, ...):
+    /// straight into the output when no reply is waiting before it, so a
+    /// fixed one costs no allocation.
+    fn push_local(&mut self, token: Token, out: std::borrow::Cow<'static, [u8]>) {
+        let out = match out {
+            std::borrow::Cow::Borrowed(b) => b,
+            std::borrow::Cow::Owned(v) => return self.push_ready(token, v, false),
+        };
+        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+            return;
+        };
+        if !c.pending.is_empty() {
+            return self.push_ready(token, out.to_vec(), false);
+        }
+        if c.wbuf.capacity() == 0 {
+            c.wbuf = self.bufs.take();
+        }
+        c.wbuf.extend(out);
+        self.add_out(out.len());
+    }
+
     /// Queue a reply the proxy composed itself.
     pub(super) fn push_ready(&mut self, token: Token, out: Vec<u8>, close_after: bool) {
         if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
@@ -395,7 +416,7 @@ impl Worker<'_> {
         match req.route {
             Route::Local(Local::Reply(out)) => {
                 if !req.noreply {
-                    self.push_ready(token, out, false);
+                    self.push_local(token, out);
                 }
                 false
             }

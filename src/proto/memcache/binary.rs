@@ -357,18 +357,20 @@ fn request(buf: &[u8], h: &Header, total: usize) -> Request {
         out
     };
     match h.opcode {
-        opc::NOOP => local(Route::Local(Local::Reply(respond(status::SUCCESS, &[])))),
-        opc::VERSION => local(Route::Local(Local::Reply(respond(
-            status::SUCCESS,
-            VERSION.as_bytes(),
-        )))),
-        opc::VERBOSITY => local(Route::Local(Local::Reply(respond(status::SUCCESS, &[])))),
+        opc::NOOP => local(Route::Local(Local::Reply(
+            respond(status::SUCCESS, &[]).into(),
+        ))),
+        opc::VERSION => local(Route::Local(Local::Reply(
+            respond(status::SUCCESS, VERSION.as_bytes()).into(),
+        ))),
+        opc::VERBOSITY => local(Route::Local(Local::Reply(
+            respond(status::SUCCESS, &[]).into(),
+        ))),
         opc::QUIT => local(Route::Local(Local::Quit(respond(status::SUCCESS, &[])))),
         opc::QUITQ => local(Route::Local(Local::Quit(Vec::new()))),
-        opc::STAT => local(Route::Local(Local::Reply(stat_reply(
-            h,
-            &buf[key_start..key_start + h.key_len],
-        )))),
+        opc::STAT => local(Route::Local(Local::Reply(
+            stat_reply(h, &buf[key_start..key_start + h.key_len]).into(),
+        ))),
         // FLUSHQ goes out as is and no reply is awaited.
         opc::FLUSH | opc::FLUSHQ => Request {
             noreply: quiet,

@@ -176,7 +176,7 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, Requ
         return Ok(Parse::Done(mk(
             line_len,
             Keys::new(),
-            Route::Local(Local::Reply(b"MN\r\n".to_vec())),
+            Route::Local(Local::Reply(b"MN\r\n"[..].into())),
             false,
         )));
     }
@@ -442,7 +442,7 @@ mod tests {
     #[test]
     fn noop_is_local() {
         let r = done(b"mn\r\n");
-        assert_eq!(r.route, Route::Local(Local::Reply(b"MN\r\n".to_vec())));
+        assert_eq!(r.route, Route::Local(Local::Reply(b"MN\r\n"[..].into())));
     }
 
     #[test]

@@ -204,7 +204,7 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, Requ
         McOp::Version => {
             let reply = format!("VERSION {VERSION}\r\n").into_bytes();
             Ok(Parse::Done(
-                cmd.local(Route::Local(Local::Reply(reply)), false),
+                cmd.local(Route::Local(Local::Reply(reply.into())), false),
             ))
         }
         McOp::Quit => Ok(Parse::Done(
@@ -429,12 +429,8 @@ fn verbosity(cmd: &CommandLine<'_>) -> Result<Request, RequestError> {
     if safe_strtoul(cmd.tok(1)).is_none() {
         return Err(fail(BAD_FORMAT, line_len, noreply));
     }
-    let reply = if noreply {
-        Vec::new()
-    } else {
-        b"OK\r\n".to_vec()
-    };
-    Ok(cmd.local(Route::Local(Local::Reply(reply)), noreply))
+    let reply: &'static [u8] = if noreply { b"" } else { b"OK\r\n" };
+    Ok(cmd.local(Route::Local(Local::Reply(reply.into())), noreply))
 }
 
 /// Keys a multi-get gets room for when it outgrows the inline two.
@@ -473,7 +469,7 @@ fn retrieval(
     }
     let route = match keys.len() {
         // `gat <exptime>` with no key: memcached answers an empty result.
-        0 => Route::Local(Local::Reply(b"END\r\n".to_vec())),
+        0 => Route::Local(Local::Reply(b"END\r\n"[..].into())),
         1 => Route::Single,
         _ => Route::Multi,
     };

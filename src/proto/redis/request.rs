@@ -645,17 +645,17 @@ fn stream_step(state: Streams, arg: &[u8], blocking: &mut bool) -> (bool, Stream
 fn local_route(cmd: Cmd, argc: usize, req: &[u8], second: Option<&Arg>) -> Result<Route, Vec<u8>> {
     if cmd.is("PING") || cmd.is("ECHO") {
         let ping = cmd.is("PING");
-        let mut out = Vec::new();
-        match (second, argc) {
-            (None, 1) if ping => out.extend_from_slice(b"+PONG\r\n"),
+        return match (second, argc) {
+            (None, 1) if ping => Ok(Route::Local(Local::Reply(b"+PONG\r\n"[..].into()))),
             (Some(arg), 2) => {
                 let mut v = Vec::new();
                 Args::new(req).value(arg, &mut v);
+                let mut out = Vec::new();
                 reply::bulk(&v, &mut out);
+                Ok(Route::Local(Local::Reply(out.into())))
             }
-            _ => return Err(reply::wrong_args(cmd.name())),
-        }
-        return Ok(Route::Local(Local::Reply(out)));
+            _ => Err(reply::wrong_args(cmd.name())),
+        };
     }
     if cmd.is("QUIT") {
         return Ok(Route::Local(Local::Quit(b"+OK\r\n".to_vec())));
