@@ -34,10 +34,10 @@ pub mod stream_check;
 
 pub use args::{Arg, Args};
 pub use commands::{Cmd, CmdClass, KeySpec};
-#[doc(hidden)]
-pub use fast::shortcut_agrees;
 pub use merge::{merge_responses, mget_hits, mget_missed, write_fragment};
 pub use reply::error_reply;
+#[doc(hidden)]
+pub use request::shortcut_agrees;
 pub use request::{
     command_keys, eval_numkeys, names_more_keys, parse_request, stream_arg, stream_head,
     stream_pair, whole_arg, Pair, StreamHead, StreamKind,

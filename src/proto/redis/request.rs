@@ -398,6 +398,19 @@ pub(super) fn scan_general(buf: &[u8], limits: &Limits) -> Result<Parse<Request>
     }
 }
 
+/// Whether the shortcut, where it answers for `buf`, answers as the
+/// general parser does (the fuzz target's and the tests' invariant).
+#[doc(hidden)]
+pub fn shortcut_agrees(buf: &[u8], limits: &Limits) -> bool {
+    match super::fast::get_or_set(buf, limits) {
+        None => true,
+        Some(fast) => matches!(
+            scan_general(buf, limits),
+            Ok(crate::proto::Parse::Done(g)) if g == fast
+        ),
+    }
+}
+
 type Scanned = Result<Parse<Request>, RequestError>;
 
 fn scan(buf: &[u8], limits: &Limits) -> Result<Scanned, Stop> {
