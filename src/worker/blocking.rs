@@ -3,7 +3,7 @@
 //! waits and no pool `timeout` cuts it; the connection closes with its
 //! reply or its client.
 
-use super::conn::{Conn, ReplyTo, Slot};
+use super::conn::{Conn, ReplyTo, ServerRef, Slot};
 use super::forward::routing_key;
 use super::Worker;
 use crate::proto::Request;
@@ -49,20 +49,18 @@ impl Worker<'_> {
         s.blocking = true;
         let sid = s.id;
         // Forget connections of earlier blocking requests already answered.
-        let live: Vec<(Token, u64)> = match self.conns.get(token.0) {
+        let live: Vec<ServerRef> = match self.conns.get(token.0) {
             Some(Conn::Client(c)) => c
                 .blocked
                 .iter()
                 .copied()
-                .filter(
-                    |(t, id)| matches!(self.conns.get(t.0), Some(Conn::Server(s)) if s.id == *id),
-                )
+                .filter(|&r| self.server_ref(r).is_some())
                 .collect(),
             _ => Vec::new(),
         };
         if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
             c.blocked = live;
-            c.blocked.push((st, sid));
+            c.blocked.push(ServerRef::new(st, sid));
         }
         let proto = self.pools[pool].proto;
         self.enqueue(

@@ -92,11 +92,7 @@ impl Worker<'_> {
                 self.close_client(token, true);
                 return;
             }
-            if c.eof
-                && c.blocked.iter().any(
-                    |(t, id)| matches!(self.conns.get(t.0), Some(Conn::Server(s)) if s.id == *id),
-                )
-            {
+            if c.eof && c.blocked.iter().any(|&r| self.server_ref(r).is_some()) {
                 // Gone while blocked (a BLPOP ... 0 may never be answered):
                 // its blocked server connections go with it.
                 self.close_client(token, false);
@@ -686,19 +682,19 @@ impl Worker<'_> {
         };
         let _ = self.poll.registry().deregister(&mut c.sock);
         self.sub_out(c.wbuf.len());
-        if let Some((st, sid)) = c.stream.take().and_then(|s| s.server) {
-            self.abort_server_stream(st, sid, ServerFault::HalfSentClientLeft);
+        if let Some(r) = c.stream.take().and_then(|s| s.server) {
+            self.abort_server_stream(r.token, r.id, ServerFault::HalfSentClientLeft);
         }
         self.abort_feed_of(&c);
-        if let Some((st, sid)) = c.rstream_from.take() {
-            self.unblock_reply(st, sid, true);
+        if let Some(r) = c.rstream_from.take() {
+            self.unblock_reply(r.token, r.id, true);
         }
         self.txn_close(c.txn.take());
         self.pubsub_close(c.subs.take());
         // Blocked requests end with their client: their connections go.
-        for (st, sid) in std::mem::take(&mut c.blocked) {
-            if matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id == sid) {
-                self.retire_server(st);
+        for r in std::mem::take(&mut c.blocked) {
+            if self.server_ref(r).is_some() {
+                self.retire_server(r.token);
             }
         }
         let pool = c.pool;

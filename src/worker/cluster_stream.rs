@@ -18,7 +18,7 @@
 //! queued on it. A client that goes away while its request is being sent
 //! again leaves that connection with half a command: it is closed.
 
-use super::conn::{Client, Conn, Feed, Redirect, ReplyTo, Slot};
+use super::conn::{Client, Conn, Feed, Redirect, ReplyTo, ServerRef, Slot};
 use super::fault::ServerFault;
 use super::spool::{Spool, SpoolReader};
 use super::{Worker, STREAM_HIGH, STREAM_LOW};
@@ -175,7 +175,7 @@ impl Worker<'_> {
         let sid = s.id;
         if let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) {
             if let Some(rd) = c.slot_mut(seq).and_then(|s| s.redirect.as_mut()) {
-                rd.feeding = Some((st, sid));
+                rd.feeding = Some(ServerRef::new(st, sid));
             }
         }
         self.feed_spool(st, now);
@@ -270,7 +270,7 @@ impl Worker<'_> {
     /// A client leaves: the connection its kept request is being sent again
     /// on holds half a command, and is closed.
     pub(super) fn abort_feed_of(&mut self, c: &Client) {
-        let Some((st, sid)) = c
+        let Some(r) = c
             .pending
             .front()
             .and_then(|s| s.redirect.as_ref())
@@ -278,9 +278,8 @@ impl Worker<'_> {
         else {
             return;
         };
-        if matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id == sid && s.feed.is_some())
-        {
-            self.abort_server_stream(st, sid, ServerFault::HalfResentClientLeft);
+        if self.server_ref(r).is_some_and(|s| s.feed.is_some()) {
+            self.abort_server_stream(r.token, r.id, ServerFault::HalfResentClientLeft);
         }
     }
 

@@ -2,6 +2,7 @@
 //! a client's replies in the order it sent its requests.
 
 use super::buffer::Buffer;
+pub use super::handle::ServerRef;
 use super::spool::{Spool, SpoolReader};
 use crate::net::Stream;
 use crate::proto::{Op, Request};
@@ -49,7 +50,7 @@ pub struct Redirect {
     pub spool: Option<Spool>,
     /// The dedicated connection (and its id) it is being sent again on,
     /// from `spool`.
-    pub feeding: Option<(Token, u64)>,
+    pub feeding: Option<ServerRef>,
 }
 
 /// What a failed read of a replicated pool needs to be sent again.
@@ -168,13 +169,13 @@ pub struct Client {
     pub stream: Option<ReqStream>,
     /// A server whose reading is paused until this client's output drains
     /// (a large reply streamed to it), with that server's id.
-    pub rstream_from: Option<(Token, u64)>,
+    pub rstream_from: Option<ServerRef>,
     /// A request held while its moved keys are pulled to their new owner
     /// (a migrating pool): nothing more is parsed until it goes on.
     pub gate: Option<Box<super::conn_state::Gate>>,
     /// Server connections of its blocking requests (token, connection id):
     /// closed with the client, so a client gone while blocked frees them.
-    pub blocked: Vec<(Token, u64)>,
+    pub blocked: Vec<ServerRef>,
     /// A Redis transaction under way (see `txn.rs`).
     pub txn: Option<Box<super::conn_state::Txn>>,
     /// Pub/sub subscriptions (see `pubsub.rs`).
@@ -190,7 +191,7 @@ pub struct ReqStream {
     pub machine: crate::proto::redis::StreamMachine,
     /// The server connection and its id; `None`: the request already
     /// failed (no server), the rest of it is read and dropped.
-    pub server: Option<(Token, u64)>,
+    pub server: Option<ServerRef>,
     /// Not reading the client: the server's output is over the high mark.
     pub blocked: bool,
     /// An MSET sent pair by pair.
@@ -211,7 +212,7 @@ pub struct PairStream {
     /// Per server: the connection of its own this MSET's pairs for that
     /// server go on, in order (a small pair never overtakes a large one
     /// for the same key), with its id.
-    pub conns: Vec<(usize, Token, u64)>,
+    pub conns: Vec<(usize, ServerRef)>,
 }
 
 /// A (dedicated) server connection that carries a streamed request.

@@ -18,6 +18,7 @@ mod conn_state;
 mod event_loop;
 mod fault;
 mod forward;
+mod handle;
 mod handover;
 mod heap;
 mod held;

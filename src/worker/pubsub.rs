@@ -21,7 +21,7 @@
 //! a subscriber closes the subscriber (its subscriptions there are gone,
 //! as with a Redis of its own that went away).
 
-use super::conn::Conn;
+use super::conn::{Conn, ServerRef};
 use super::conn_state::Subs;
 use super::Worker;
 use crate::proto::redis::{reply, Args};
@@ -473,9 +473,9 @@ impl Worker<'_> {
         server: usize,
         now: Instant,
     ) -> Option<Token> {
-        if let Some(&(_, st, id)) = subs.conns.iter().find(|(s, ..)| *s == server) {
-            if matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id == id) {
-                return Some(st);
+        if let Some(&(_, r)) = subs.conns.iter().find(|(s, _)| *s == server) {
+            if self.server_ref(r).is_some() {
+                return Some(r.token);
             }
         }
         let (client_id, op) = match self.conns.get(token.0) {
@@ -493,8 +493,8 @@ impl Worker<'_> {
         };
         s.push_to = Some((token, client_id));
         s.pinned = Some(token);
-        subs.conns.retain(|(s, ..)| *s != server);
-        subs.conns.push((server, st, s.id));
+        subs.conns.retain(|(s, _)| *s != server);
+        subs.conns.push((server, ServerRef::new(st, s.id)));
         // A new connection: that server holds nothing of the client's yet.
         subs.server_counts.retain(|(s, ..)| *s != server);
         subs.conns.sort_unstable();
@@ -605,9 +605,9 @@ impl Worker<'_> {
 
     /// Close the push connections of `subs` (the client leaves).
     pub(super) fn pubsub_close(&mut self, subs: Option<Box<Subs>>) {
-        for (_, st, id) in subs.map(|s| s.conns).unwrap_or_default() {
-            if matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id == id) {
-                self.retire_server(st);
+        for (_, r) in subs.map(|s| s.conns).unwrap_or_default() {
+            if self.server_ref(r).is_some() {
+                self.retire_server(r.token);
             }
         }
     }

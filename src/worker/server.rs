@@ -2,7 +2,7 @@
 //! batched writes, reads, failures and ejection (replies are matched to
 //! their requests in `server_reply.rs`).
 
-use super::conn::{Conn, Server, ServerState, Waiter};
+use super::conn::{Conn, Server, ServerRef, ServerState, Waiter};
 use super::fault::{Ending, IoFault, ServerFault};
 use super::{Worker, READ_BUDGET, READ_CHUNK};
 use crate::proto::Op;
@@ -12,6 +12,25 @@ use std::io::{ErrorKind, Write};
 use std::time::Instant;
 
 impl Worker<'_> {
+    /// The server connection `r` names, if it is still open (its token
+    /// was not reused by another connection since).
+    #[inline]
+    pub(super) fn server_ref(&self, r: ServerRef) -> Option<&Server> {
+        match self.conns.get(r.token.0) {
+            Some(Conn::Server(s)) if s.id == r.id => Some(s),
+            _ => None,
+        }
+    }
+
+    /// [`Worker::server_ref`], to change it.
+    #[inline]
+    pub(super) fn server_ref_mut(&mut self, r: ServerRef) -> Option<&mut Server> {
+        match self.conns.get_mut(r.token.0) {
+            Some(Conn::Server(s)) if s.id == r.id => Some(s),
+            _ => None,
+        }
+    }
+
     /// The open connection in slot `slot` of a server, connecting if needed.
     pub(super) fn server_conn(
         &mut self,
@@ -466,7 +485,7 @@ impl Worker<'_> {
         if let Some(rs) = c
             .stream
             .as_mut()
-            .filter(|rs| rs.server == Some((token, sid)))
+            .filter(|rs| rs.server == Some(ServerRef::new(token, sid)))
         {
             rs.server = None;
             if rs.blocked {

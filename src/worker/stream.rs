@@ -48,7 +48,8 @@
 //! So does a reply the cursor finds malformed.
 
 use super::conn::{
-    Conn, Fragment, Multi, MultiMode, PairStream, ReplyTo, ReqStream, Slot, SrvStream, Waiter,
+    Conn, Fragment, Multi, MultiMode, PairStream, ReplyTo, ReqStream, ServerRef, Slot, SrvStream,
+    Waiter,
 };
 use super::fault::ServerFault;
 use super::spool::Spool;
@@ -158,7 +159,7 @@ impl Worker<'_> {
         head: &StreamHead,
         bytes: &[u8],
         now: Instant,
-    ) -> Option<(Token, u64)> {
+    ) -> Option<ServerRef> {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
             return None;
         };
@@ -194,7 +195,7 @@ impl Worker<'_> {
                 client_id,
             });
         }
-        Some((st, sid))
+        Some(ServerRef::new(st, sid))
     }
 
     /// An MSET with a large value: its reply slot joins one fragment per
@@ -273,7 +274,7 @@ impl Worker<'_> {
         let sid = s.id;
         if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
             if let Some(rs) = c.stream.as_mut() {
-                rs.server = Some((st, sid));
+                rs.server = Some(ServerRef::new(st, sid));
             }
         }
     }
@@ -296,12 +297,12 @@ impl Worker<'_> {
                 .as_ref()
                 .and_then(|rs| rs.pairs.as_ref())
                 .and_then(|ps| ps.conns.iter().find(|e| e.0 == server))
-                .map(|e| (e.1, e.2)),
+                .map(|e| e.1),
             _ => None,
         };
-        if let Some((st, sid)) = known {
-            if matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id == sid) {
-                return Ok(st);
+        if let Some(r) = known {
+            if self.server_ref(r).is_some() {
+                return Ok(r.token);
             }
         }
         let slot = self.conn_slot(token, pool, server, client_id, op);
@@ -313,7 +314,7 @@ impl Worker<'_> {
         if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
             if let Some(ps) = c.stream.as_mut().and_then(|rs| rs.pairs.as_mut()) {
                 ps.conns.retain(|e| e.0 != server);
-                ps.conns.push((server, st, sid));
+                ps.conns.push((server, ServerRef::new(st, sid)));
             }
         }
         Ok(st)
@@ -363,7 +364,9 @@ impl Worker<'_> {
             if !rs.machine.holding() && rs.held.is_some() {
                 // The key was read: the held bytes go first.
                 match rs.server {
-                    Some((st, sid)) if rs.held.as_ref().is_some_and(|h| !h.is_empty()) => {
+                    Some(ServerRef { token: st, id: sid })
+                        if rs.held.as_ref().is_some_and(|h| !h.is_empty()) =>
+                    {
                         if !self.feed_script_spool(token, st, sid, now) {
                             return false;
                         }
@@ -419,7 +422,7 @@ impl Worker<'_> {
                     self.send_pair(token, pair, now);
                 }
                 StreamStep::PairEnd => {
-                    if let Some((st, sid)) = rs.server.take() {
+                    if let Some(ServerRef { token: st, id: sid }) = rs.server.take() {
                         // A large value passed whole.
                         self.end_server_stream(st, sid, now);
                     }
@@ -427,7 +430,7 @@ impl Worker<'_> {
                 StreamStep::Done => {
                     let target = rs.server;
                     c.stream = None;
-                    if let Some((st, sid)) = target {
+                    if let Some(ServerRef { token: st, id: sid }) = target {
                         self.end_server_stream(st, sid, now);
                     }
                     return true;
@@ -449,14 +452,14 @@ impl Worker<'_> {
             _ => return false,
         };
         let over = match target {
-            Some((st, sid)) => self.stream_out(token, st, sid, n, false),
+            Some(ServerRef { token: st, id: sid }) => self.stream_out(token, st, sid, n, false),
             None => false,
         };
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return false;
         };
         c.rbuf.consume(n);
-        let (true, Some((st, _))) = (over, target) else {
+        let (true, Some(ServerRef { token: st, .. })) = (over, target) else {
             return true;
         };
         // Write now; pause the client only if the server lags.
@@ -490,7 +493,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return;
         };
-        if let Some((st, sid)) = c.stream.take().and_then(|rs| rs.server) {
+        if let Some(ServerRef { token: st, id: sid }) = c.stream.take().and_then(|rs| rs.server) {
             self.abort_server_stream(st, sid, ServerFault::HalfSentBadArg);
         }
         self.push_ready(token, reply, true);
@@ -527,7 +530,7 @@ impl Worker<'_> {
                                 client: token,
                                 client_id,
                             });
-                            target = Some((st, s.id));
+                            target = Some(ServerRef::new(st, s.id));
                         }
                     }
                     Err(fault) => self.fail_unsent(

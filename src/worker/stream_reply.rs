@@ -21,7 +21,7 @@
 //! chunk (`held.rs`). Error replies are buffered whole.
 //!
 
-use super::conn::{Conn, Hold, MultiMode, RepStream, Waiter};
+use super::conn::{Conn, Hold, MultiMode, RepStream, ServerRef, Waiter};
 use super::fault::ServerFault;
 use super::{Worker, STREAM_HIGH, STREAM_LOW, STREAM_STALL, STREAM_THRESHOLD};
 use crate::proto::redis;
@@ -36,7 +36,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) else {
             return;
         };
-        let Some((st, sid)) = c.rstream_from else {
+        let Some(from) = c.rstream_from else {
             return;
         };
         let low = c.wbuf.len() < STREAM_LOW;
@@ -44,13 +44,11 @@ impl Worker<'_> {
             c.rstream_from = None;
         }
         // The client took some of it: not stalled.
-        if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
-            if let (true, Some(r)) = (s.id == sid, s.rstream.as_mut()) {
-                r.progress = Instant::now();
-            }
+        if let Some(r) = self.server_ref_mut(from).and_then(|s| s.rstream.as_mut()) {
+            r.progress = Instant::now();
         }
         if low {
-            self.unblock_reply(st, sid, false);
+            self.unblock_reply(from.token, from.id, false);
         }
     }
 
@@ -205,7 +203,7 @@ impl Worker<'_> {
                         c.wbuf.extend(&s.rbuf.bytes()[..n]);
                         added = n;
                         if !done && c.wbuf.len() > STREAM_HIGH {
-                            c.rstream_from = Some((st, sid));
+                            c.rstream_from = Some(ServerRef::new(st, sid));
                             if let Some(rs) = s.rstream.as_mut() {
                                 rs.blocked = true;
                             }
