@@ -46,8 +46,8 @@ impl Worker<'_> {
         let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
             return;
         };
-        s.blocking = true;
-        let sid = s.id;
+        s.set_blocking();
+        let sid = s.id();
         // Forget connections of earlier blocking requests already answered.
         let live: Vec<ServerRef> = match self.conns.get(token.0) {
             Some(Conn::Client(c)) => c

@@ -1,7 +1,7 @@
 //! Client side of the data path: read, parse, route, queue replies in
 //! order, write.
 
-use super::conn::{Conn, Inflight, Slot, Waiter};
+use super::conn::{Conn, Slot, Waiter};
 use super::conn_state::AfterPull;
 use super::fault::ServerFault;
 use super::stream::StreamStart;
@@ -13,9 +13,6 @@ use mio::Token;
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::AsRawFd;
 use std::time::Instant;
-
-/// A request at least this large ends a TLS record run (`Server::tls_cut`).
-pub(super) const TLS_CUT_MIN: usize = 8 * 1024;
 
 impl Worker<'_> {
     /// Read what the client sent. `hup`: the peer also closed its side, so
@@ -470,39 +467,18 @@ impl Worker<'_> {
         let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
             return;
         };
-        let before = s.wbuf.len();
-        s.wbuf.append_with(write);
-        let len = s.wbuf.len() - before;
-        if len >= TLS_CUT_MIN && s.tls_cut == 0 && s.sock.is_tls() {
-            s.tls_cut = s.wbuf.len();
-        }
-        if let Some(waiter) = waiter {
-            s.inflight.push_back(Inflight {
-                waiter,
-                op,
-                len,
-                sent_at: now,
-                timed_from: now,
-                key: self.slow_key,
-            });
-        }
-        s.unsent += 1;
-        s.unsent_bytes += len as u64;
-        if s.uncounted == 0 {
+        let q = s.queue(waiter, op, write, now, self.slow_key);
+        if q.first_uncounted {
             self.counting.push(st);
         }
-        s.uncounted += 1;
-        s.uncounted_bytes += len as u64;
-        let (pool, id, arm) = (s.pool, s.id, !s.timer_armed && waiter.is_some());
-        if arm {
-            if let Some(t) = self.pools[pool].timeout() {
-                if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
-                    s.timer_armed = true;
-                }
+        if !s.timer_armed() && waiter.is_some() {
+            if let Some(t) = self.pools[s.pool()].timeout() {
+                s.set_timer_armed(true);
+                let id = s.id();
                 self.arm_timer(now + t, st, id);
             }
         }
-        if before == 0 {
+        if q.first_out {
             self.mark_server_dirty(st);
         }
     }

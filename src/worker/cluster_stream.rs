@@ -166,13 +166,13 @@ impl Worker<'_> {
         let (Some(at), Some(Conn::Server(s))) = (at, self.conns.get_mut(st.0)) else {
             return;
         };
-        s.feed = Some(Feed {
+        s.set_feed(Some(Feed {
             client: ct,
             client_id: id,
             seq,
             at,
-        });
-        let sid = s.id;
+        }));
+        let sid = s.id();
         if let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) {
             if let Some(rd) = c.slot_mut(seq).and_then(|s| s.redirect.as_mut()) {
                 rd.feeding = Some(ServerRef::new(st, sid));
@@ -188,54 +188,23 @@ impl Worker<'_> {
         let Some(Conn::Server(s)) = self.conns.get(st.0) else {
             return false;
         };
-        let Some(f) = s.feed.as_ref() else {
+        let Some(f) = s.feed() else {
             return false;
         };
-        if s.wbuf.len() >= STREAM_LOW {
+        if s.wbuf().len() >= STREAM_LOW {
             return false;
         }
         let (ct, cid, seq) = (f.client, f.client_id, f.seq);
-        let mut added = 0;
         let fed = match self.conns.get2_mut(st.0, ct.0) {
-            Some((Conn::Server(s), Conn::Client(c))) if c.id == cid => {
-                match (kept_spool(c, seq), s.feed.as_mut()) {
-                    (Some(sp), Some(f)) => {
-                        while s.wbuf.len() < STREAM_HIGH {
-                            let piece = f.at.piece(sp);
-                            if piece.is_empty() {
-                                break;
-                            }
-                            s.wbuf.extend(piece);
-                            f.at.advance(sp, piece.len());
-                            added += piece.len();
-                        }
-                        Some(f.at.remaining(sp) == 0)
-                    }
-                    _ => None,
-                }
-            }
+            Some((Conn::Server(s), Conn::Client(c))) if c.id == cid => kept_spool(c, seq)
+                .and_then(|sp| s.feed_more(sp, STREAM_HIGH, now))
+                .map(|(added, done)| (added, done, s.pool(), s.server())),
             _ => None,
         };
-        let Some(done) = fed else {
+        let Some((added, done, pool, server)) = fed else {
             self.abort_server_stream(st, self.server_id(st), ServerFault::HalfResentClientLeft);
             return false;
         };
-        let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
-            return false;
-        };
-        s.unsent_bytes += added as u64;
-        // The request is the connection's last.
-        if let Some(e) = s.inflight.back_mut() {
-            e.len += added;
-        }
-        if done {
-            // Queued whole: its timeout counts from now.
-            s.feed = None;
-            for e in s.inflight.iter_mut() {
-                e.timed_from = now;
-            }
-        }
-        let (pool, server) = (s.pool, s.server);
         self.stats
             .server_add(pool, server, ServerField::RequestBytes, added as u64);
         self.stats
@@ -260,10 +229,10 @@ impl Worker<'_> {
         let Some(Conn::Server(s)) = self.conns.get(st.0) else {
             return false;
         };
-        if s.feed.is_none() || s.state != super::conn::ServerState::Connected {
+        if s.feed().is_none() || s.is_connecting() {
             return false;
         }
-        let drained = s.wbuf.is_empty();
+        let drained = s.wbuf().is_empty();
         self.feed_spool(st, now) && drained
     }
 
@@ -278,14 +247,14 @@ impl Worker<'_> {
         else {
             return;
         };
-        if self.server_ref(r).is_some_and(|s| s.feed.is_some()) {
+        if self.server_ref(r).is_some_and(|s| s.feed().is_some()) {
             self.abort_server_stream(r.token, r.id, ServerFault::HalfResentClientLeft);
         }
     }
 
     fn server_id(&self, st: Token) -> u64 {
         match self.conns.get(st.0) {
-            Some(Conn::Server(s)) => s.id,
+            Some(Conn::Server(s)) => s.id(),
             _ => 0,
         }
     }

@@ -3,6 +3,7 @@
 
 use super::buffer::Buffer;
 pub use super::handle::ServerRef;
+pub use super::server_conn::Server;
 use super::spool::{Spool, SpoolReader};
 use crate::net::Stream;
 use crate::proto::{Op, Request};
@@ -437,83 +438,6 @@ pub struct Inflight {
     pub timed_from: Instant,
     /// First key of the request, kept while the slow log is on.
     pub key: crate::stats::slowlog::KeyPrefix,
-}
-
-/// Server connection state.
-#[derive(Debug, PartialEq, Eq, Clone, Copy)]
-pub enum ServerState {
-    /// Non-blocking connect in progress.
-    Connecting,
-    /// Connected.
-    Connected,
-}
-
-/// A server connection.
-#[derive(Debug)]
-pub struct Server {
-    /// Socket.
-    pub sock: Stream,
-    /// TLS: the first `tls_cut` bytes of `wbuf` end a large request and
-    /// are written apart from what follows, so the next request starts a
-    /// TLS record of its own (0: no cut). memcached reads a large value
-    /// straight into its item and does not look again at bytes its TLS
-    /// library already decrypted past the value, so a request sharing
-    /// the value's last record would wait until the timeout.
-    pub tls_cut: usize,
-    /// Unique id.
-    pub id: u64,
-    /// Pool index.
-    pub pool: usize,
-    /// Server index in the pool.
-    pub server: usize,
-    /// Connection slot index (of `server_connections`).
-    pub slot: usize,
-    /// Connect state.
-    pub state: ServerState,
-    /// When it was opened (its TLS handshake is bounded from there).
-    pub opened: Instant,
-    /// Input not yet parsed.
-    pub rbuf: Buffer,
-    /// Do not parse again until `rbuf` holds this many bytes.
-    pub need: usize,
-    /// Requests not yet written.
-    pub wbuf: Buffer,
-    /// Requests waiting for replies, in order.
-    pub inflight: VecDeque<Inflight>,
-    /// A timeout timer is armed for this connection.
-    pub timer_armed: bool,
-    /// Requests counted in the in_queue gauge (not yet written whole).
-    pub unsent: u64,
-    /// Bytes counted in the in_queue_bytes gauge.
-    pub unsent_bytes: u64,
-    /// Of `unsent`, requests queued in this pass of the loop and not yet
-    /// added to the shared counters (requests, in_queue; added once per
-    /// pass and connection, see `Worker::count_queued`).
-    pub uncounted: u64,
-    /// Their bytes.
-    pub uncounted_bytes: u64,
-    /// Requests counted in the out_queue gauge.
-    pub sent: u64,
-    /// Bytes counted in the out_queue_bytes gauge.
-    pub sent_bytes: u64,
-    /// A large request being streamed to this connection.
-    pub stream: Option<SrvStream>,
-    /// A large reply being streamed from this connection.
-    pub rstream: Option<RepStream>,
-    /// A kept request being sent again on this connection from its spool.
-    pub feed: Option<Feed>,
-    /// A connection of its own for one streamed request (not in the
-    /// server's connection slots; closed once answered).
-    pub dedicated: bool,
-    /// It carries a blocking command (BLPOP, XREAD BLOCK, ...): the pool's
-    /// `timeout` does not apply (the command's own timeout does).
-    pub blocking: bool,
-    /// Pinned to this client for its transaction (see `txn.rs`): kept
-    /// until the transaction ends, then closed.
-    pub pinned: Option<Token>,
-    /// A pub/sub connection: everything it receives goes to this client
-    /// (token, id) as it arrives (see `pubsub.rs`).
-    pub push_to: Option<(Token, u64)>,
 }
 
 /// A connection of the worker.

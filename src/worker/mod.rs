@@ -34,6 +34,7 @@ mod replies;
 mod routes;
 mod sentinel;
 mod server;
+mod server_conn;
 mod server_health;
 mod server_reply;
 mod server_rt;

@@ -491,10 +491,9 @@ impl Worker<'_> {
         let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
             return None;
         };
-        s.push_to = Some((token, client_id));
-        s.pinned = Some(token);
+        s.subscribe_for(token, client_id);
         subs.conns.retain(|(s, _)| *s != server);
-        subs.conns.push((server, ServerRef::new(st, s.id)));
+        subs.conns.push((server, ServerRef::new(st, s.id())));
         // A new connection: that server holds nothing of the client's yet.
         subs.server_counts.retain(|(s, ..)| *s != server);
         subs.conns.sort_unstable();
@@ -519,10 +518,10 @@ impl Worker<'_> {
         let Some(Conn::Server(s)) = self.conns.get(st.0) else {
             return 0;
         };
-        let Some((ct, cid)) = s.push_to else {
+        let Some((ct, cid)) = s.push_to() else {
             return 0;
         };
-        let (pool, server) = (s.pool, s.server);
+        let (pool, server) = (s.pool(), s.server());
         let proto = self.pools[pool].proto;
         let Some(sub) = crate::proto::redis::Cmd::lookup(b"SUBSCRIBE") else {
             return 0;
@@ -542,8 +541,7 @@ impl Worker<'_> {
             // The connection's own handshake (AUTH, SELECT, HELLO 3) is
             // answered first: those replies are not the client's.
             if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
-                if s.inflight.pop_front().is_some() {
-                    s.sent = s.sent.saturating_sub(1);
+                if s.pop_answered().is_some() {
                     continue;
                 }
             }

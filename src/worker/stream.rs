@@ -183,17 +183,17 @@ impl Worker<'_> {
         let Some(Conn::Server(s)) = self.conns.get(st.0) else {
             return None;
         };
-        let sid = s.id;
+        let sid = s.id();
         self.note_key(pool, key);
         let kept = self.stream_slot(pool, req, bytes);
         let seq = self.push_slot(token, false, kept);
         let waiter = ReplyTo::new(token, client_id, seq, None).waiter();
         self.enqueue(st, waiter, req.op, |out| out.extend_from_slice(bytes), now);
         if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
-            s.stream = Some(SrvStream {
+            s.set_stream(Some(SrvStream {
                 client: token,
                 client_id,
-            });
+            }));
         }
         Some(ServerRef::new(st, sid))
     }
@@ -267,11 +267,11 @@ impl Worker<'_> {
         let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
             return;
         };
-        s.stream = Some(SrvStream {
+        s.set_stream(Some(SrvStream {
             client: token,
             client_id,
-        });
-        let sid = s.id;
+        }));
+        let sid = s.id();
         if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
             if let Some(rs) = c.stream.as_mut() {
                 rs.server = Some(ServerRef::new(st, sid));
@@ -308,7 +308,7 @@ impl Worker<'_> {
         let slot = self.conn_slot(token, pool, server, client_id, op);
         let st = self.server_conn_dedicated(pool, server, slot, now)?;
         let sid = match self.conns.get(st.0) {
-            Some(Conn::Server(s)) => s.id,
+            Some(Conn::Server(s)) => s.id(),
             _ => return Err(ServerFault::NoServer),
         };
         if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
@@ -465,7 +465,7 @@ impl Worker<'_> {
         // Write now; pause the client only if the server lags.
         self.write_server(st, now);
         let lagging =
-            matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.wbuf.len() > STREAM_HIGH);
+            matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.wbuf().len() > STREAM_HIGH);
         if lagging {
             if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
                 if let Some(rs) = c.stream.as_mut() {
@@ -526,11 +526,11 @@ impl Worker<'_> {
                         let waiter = ReplyTo::new(token, client_id, seq, None).waiter();
                         self.enqueue(st, waiter, op, |_| {}, now);
                         if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
-                            s.stream = Some(SrvStream {
+                            s.set_stream(Some(SrvStream {
                                 client: token,
                                 client_id,
-                            });
-                            target = Some(ServerRef::new(st, s.id));
+                            }));
+                            target = Some(ServerRef::new(st, s.id()));
                         }
                     }
                     Err(fault) => self.fail_unsent(
@@ -557,11 +557,11 @@ impl Worker<'_> {
     fn feed_script_spool(&mut self, ct: Token, st: Token, sid: u64, now: Instant) -> bool {
         loop {
             let (c, s) = match self.conns.get2_mut(ct.0, st.0) {
-                Some((Conn::Client(c), Conn::Server(s))) if s.id == sid => (c, s),
+                Some((Conn::Client(c), Conn::Server(s))) if s.id() == sid => (c, s),
                 // The server failed: pass_stream sees it.
                 _ => return true,
             };
-            let room = STREAM_HIGH.saturating_sub(s.wbuf.len());
+            let room = STREAM_HIGH.saturating_sub(s.wbuf().len());
             let Some(held) = c.stream.as_mut().and_then(|rs| rs.held.as_mut()) else {
                 return true;
             };
@@ -575,7 +575,7 @@ impl Worker<'_> {
             }
             // The server has enough queued: write it, and wait if it lags.
             self.write_server(st, now);
-            let lagging = matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id == sid && s.wbuf.len() >= STREAM_HIGH);
+            let lagging = matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id() == sid && s.wbuf().len() >= STREAM_HIGH);
             if lagging {
                 if let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) {
                     if let Some(rs) = c.stream.as_mut() {
@@ -592,29 +592,26 @@ impl Worker<'_> {
     /// Returns whether the server's output is now over the high mark.
     fn stream_out(&mut self, ct: Token, st: Token, sid: u64, n: usize, held: bool) -> bool {
         let (c, s) = match self.conns.get2_mut(ct.0, st.0) {
-            Some((Conn::Client(c), Conn::Server(s))) if s.id == sid => (c, s),
+            Some((Conn::Client(c), Conn::Server(s))) if s.id() == sid => (c, s),
             _ => return false,
         };
-        let before = s.wbuf.len();
+        let before = s.wbuf().len();
+        let cid = c.id;
+        // The streamed request is the connection's last.
+        let is_it =
+            |w: &Waiter| matches!(*w, Waiter::Client { token, id, .. } if token == ct && id == cid);
         match c.stream.as_mut().and_then(|rs| rs.held.as_mut()) {
             Some(spool) if held => {
-                s.wbuf.extend(&spool.front()[..n]);
+                s.queue_more(|w| w.extend(&spool.front()[..n]), is_it);
                 spool.consume(n);
             }
             _ => {
-                s.wbuf.extend(&c.rbuf.bytes()[..n]);
+                s.queue_more(|w| w.extend(&c.rbuf.bytes()[..n]), is_it);
                 super::cluster_stream::spool_passing(c, n);
             }
         }
-        s.unsent_bytes += n as u64;
-        // The streamed request is the connection's last.
-        if let Some(e) = s.inflight.back_mut() {
-            if matches!(e.waiter, Waiter::Client { token, id, .. } if token == ct && id == c.id) {
-                e.len += n;
-            }
-        }
-        let (pool, server) = (s.pool, s.server);
-        let over = s.wbuf.len() > STREAM_HIGH;
+        let (pool, server) = (s.pool(), s.server());
+        let over = s.wbuf().len() > STREAM_HIGH;
         self.stats
             .server_add(pool, server, ServerField::RequestBytes, n as u64);
         self.stats
@@ -630,24 +627,20 @@ impl Worker<'_> {
         let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
             return;
         };
-        if s.id != sid {
+        if s.id() != sid {
             return;
         }
-        s.stream = None;
-        if s.sock.is_tls() && s.tls_cut == 0 {
-            // The streamed request ends a TLS record run.
-            s.tls_cut = s.wbuf.len();
-        }
-        for e in s.inflight.iter_mut() {
-            e.timed_from = now;
-        }
+        s.set_stream(None);
+        // The streamed request ends a TLS record run.
+        s.cut_tls();
+        s.restart_timeouts(now);
     }
 
     /// A streamed request cannot be completed: its server connection holds
     /// half a command and is closed (`why` is the client's doing, so the
     /// server is not counted as failing).
     pub(super) fn abort_server_stream(&mut self, st: Token, sid: u64, why: ServerFault) {
-        if matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id == sid) {
+        if matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id() == sid) {
             crate::log_info!("closing a server connection holding half a request: {why}");
             self.close_server(st, why, Instant::now());
         }
@@ -659,10 +652,10 @@ impl Worker<'_> {
         let Some(Conn::Server(s)) = self.conns.get(st.0) else {
             return;
         };
-        let Some(ss) = &s.stream else {
+        let Some(ss) = s.stream() else {
             return;
         };
-        if s.wbuf.len() >= STREAM_LOW {
+        if s.wbuf().len() >= STREAM_LOW {
             return;
         }
         let (ct, cid) = (ss.client, ss.client_id);

@@ -44,7 +44,7 @@ impl Worker<'_> {
             c.rstream_from = None;
         }
         // The client took some of it: not stalled.
-        if let Some(r) = self.server_ref_mut(from).and_then(|s| s.rstream.as_mut()) {
+        if let Some(r) = self.server_ref_mut(from).and_then(|s| s.rstream_mut()) {
             r.progress = Instant::now();
         }
         if low {
@@ -56,8 +56,8 @@ impl Worker<'_> {
     /// the client went away, the rest of the reply is dropped).
     pub(super) fn unblock_reply(&mut self, st: Token, sid: u64, drop_client: bool) {
         if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
-            if s.id == sid {
-                if let Some(r) = s.rstream.as_mut() {
+            if s.id() == sid {
+                if let Some(r) = s.rstream_mut() {
                     if drop_client {
                         r.client = None;
                     }
@@ -148,17 +148,17 @@ impl Worker<'_> {
             let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
                 return false;
             };
-            let sid = s.id;
-            let Some(rs) = s.rstream.as_mut() else {
+            let sid = s.id();
+            let Some((rs, input)) = s.rstream_and_input() else {
                 return true;
             };
             if rs.blocked {
                 return false;
             }
-            let (n, done) = match rs.cursor.advance(s.rbuf.bytes()) {
+            let (n, done) = match rs.cursor.advance(input.bytes()) {
                 Ok(step) => step,
                 Err(e) => {
-                    let (pool, server) = (s.pool, s.server);
+                    let (pool, server) = (s.pool(), s.server());
                     let fault = ServerFault::BadReply(e.0);
                     crate::log_warn!(
                         "pool '{}': server '{}': bad reply: {}",
@@ -181,13 +181,14 @@ impl Worker<'_> {
                 // Held for its slot, as long as its client is there.
                 match self.conns.get2_mut(st.0, ct.0) {
                     Some((Conn::Server(s), Conn::Client(c))) if c.id == cid => {
-                        let super::conn::Server { rbuf, rstream, .. } = &mut **s;
-                        if let Some(h) = rstream.as_mut().and_then(|r| r.hold.as_mut()) {
-                            h.spool.push(&rbuf.bytes()[..n]);
+                        if let Some((r, input)) = s.rstream_and_input() {
+                            if let Some(h) = r.hold.as_mut() {
+                                h.spool.push(&input.bytes()[..n]);
+                            }
                         }
                     }
                     Some((Conn::Server(s), _)) => {
-                        if let Some(r) = s.rstream.as_mut() {
+                        if let Some(r) = s.rstream_mut() {
                             r.hold = None;
                             r.client = None;
                         }
@@ -200,11 +201,11 @@ impl Worker<'_> {
                         if c.wbuf.capacity() == 0 {
                             c.wbuf = self.bufs.take();
                         }
-                        c.wbuf.extend(&s.rbuf.bytes()[..n]);
+                        c.wbuf.extend(&s.rbuf().bytes()[..n]);
                         added = n;
                         if !done && c.wbuf.len() > STREAM_HIGH {
                             c.rstream_from = Some(ServerRef::new(st, sid));
-                            if let Some(rs) = s.rstream.as_mut() {
+                            if let Some(rs) = s.rstream_mut() {
                                 rs.blocked = true;
                             }
                             over = Some(ct);
@@ -212,7 +213,7 @@ impl Worker<'_> {
                         self.dirty_clients.push(ct);
                     }
                     Some((Conn::Server(s), _)) => {
-                        if let Some(rs) = s.rstream.as_mut() {
+                        if let Some(rs) = s.rstream_mut() {
                             rs.client = None;
                         }
                     }
@@ -220,7 +221,7 @@ impl Worker<'_> {
                 }
             }
             if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
-                s.rbuf.consume(n);
+                s.consume_input(n);
             }
             self.add_out(added);
             if done {
@@ -241,15 +242,13 @@ impl Worker<'_> {
         let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
             return;
         };
-        let Some(rs) = s.rstream.take() else {
+        let Some(rs) = s.set_rstream(None) else {
             return;
         };
-        let Some(front) = s.inflight.pop_front() else {
+        let Some(front) = s.pop_answered() else {
             return;
         };
-        let (pool, server) = (s.pool, s.server);
-        s.sent = s.sent.saturating_sub(1);
-        s.sent_bytes = s.sent_bytes.saturating_sub(front.len as u64);
+        let (pool, server) = (s.pool(), s.server());
         self.stats
             .server_sub(pool, server, ServerField::OutQueue, 1);
         self.stats
@@ -290,7 +289,7 @@ impl Worker<'_> {
             .conns
             .iter()
             .filter_map(|(_, c)| match c {
-                Conn::Server(s) => s.rstream.as_ref().and_then(|r| {
+                Conn::Server(s) => s.rstream().and_then(|r| {
                     (r.blocked && now.duration_since(r.progress) > STREAM_STALL)
                         .then_some(r.client)
                         .flatten()

@@ -212,8 +212,8 @@ impl Worker<'_> {
             match self.server_conn_dedicated(pool, server, slot, now) {
                 Ok(st) => {
                     if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
-                        s.pinned = Some(token);
-                        t.conn = Some((ServerRef::new(st, s.id), server));
+                        s.pin(Some(token));
+                        t.conn = Some((ServerRef::new(st, s.id()), server));
                     }
                 }
                 Err(fault) => {
@@ -247,7 +247,7 @@ impl Worker<'_> {
     pub(super) fn txn_replied(&mut self, st: Token, ct: Token) {
         let ending = matches!(self.conns.get(ct.0), Some(Conn::Client(c))
             if c.txn.as_ref().is_some_and(|t| t.ending && t.conn.is_some_and(|(r, _)| r.token == st)));
-        let idle = matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.inflight.is_empty());
+        let idle = matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.inflight().is_empty());
         if ending && idle {
             let mut t = self.take_txn(ct);
             self.txn_unpin(ct, &mut t);
@@ -292,12 +292,12 @@ impl Worker<'_> {
 
     fn txn_unpin(&mut self, _ct: Token, t: &mut Txn) {
         if let Some((r, _)) = t.conn.take() {
-            let idle = self.server_ref(r).is_some_and(|s| s.inflight.is_empty());
+            let idle = self.server_ref(r).is_some_and(|s| s.inflight().is_empty());
             if idle {
                 self.retire_server(r.token);
             } else if let Some(Conn::Server(s)) = self.conns.get_mut(r.token.0) {
                 // Retired once its last reply is in.
-                s.pinned = None;
+                s.pin(None);
             }
         }
         *t = Txn::default();
