@@ -51,7 +51,7 @@ impl Worker<'_> {
         // Forget connections of earlier blocking requests already answered.
         let live: Vec<ServerRef> = match self.conns.get(token.0) {
             Some(Conn::Client(c)) => c
-                .blocked
+                .blocked()
                 .iter()
                 .copied()
                 .filter(|&r| self.server_ref(r).is_some())
@@ -59,8 +59,7 @@ impl Worker<'_> {
             _ => Vec::new(),
         };
         if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
-            c.blocked = live;
-            c.blocked.push(ServerRef::new(st, sid));
+            c.block_on(live, ServerRef::new(st, sid));
         }
         let proto = self.pools[pool].proto;
         self.enqueue(

@@ -24,8 +24,8 @@ impl Worker<'_> {
             let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
                 return;
             };
-            if c.closing
-                || c.paused
+            if c.is_closing()
+                || c.is_paused()
                 || c.gate.is_some()
                 || c.stream.as_ref().is_some_and(|s| s.blocked)
             {
@@ -41,12 +41,12 @@ impl Worker<'_> {
             }
             match c.rbuf.read_stream(&mut c.sock, READ_CHUNK) {
                 Ok((0, _)) => {
-                    c.eof = true;
+                    c.set_eof();
                     break;
                 }
                 Ok((n, short)) => {
                     total += n;
-                    c.last_active = now;
+                    c.touch(now);
                     if short && !hup {
                         // Drained: edge-triggered epoll reports new data.
                         break;
@@ -68,7 +68,7 @@ impl Worker<'_> {
                         crate::log_warn!(
                             "client {} of pool '{}': {}",
                             crate::net::peer_of(c.sock.as_raw_fd()),
-                            self.pools[c.pool].cfg.name,
+                            self.pools[c.pool()].cfg.name,
                             e
                         );
                     }
@@ -84,12 +84,12 @@ impl Worker<'_> {
                 // a read has finished it (no EPOLLOUT edge comes for that).
                 self.dirty_clients.push(token);
             }
-            if c.eof && c.stream.is_some() {
+            if c.is_eof() && c.stream.is_some() {
                 // The peer ended in the middle of a streamed request.
                 self.close_client(token, true);
                 return;
             }
-            if c.eof && c.blocked.iter().any(|&r| self.server_ref(r).is_some()) {
+            if c.is_eof() && c.blocked().iter().any(|&r| self.server_ref(r).is_some()) {
                 // Gone while blocked (a BLPOP ... 0 may never be answered):
                 // its blocked server connections go with it.
                 self.close_client(token, false);
@@ -120,14 +120,12 @@ impl Worker<'_> {
             return;
         };
         let mut rbuf = std::mem::take(&mut c.rbuf);
-        let pool = c.pool;
+        let pool = c.pool();
         let pass = self.parse_input(token, pool, rbuf.bytes(), now);
         self.stats.worker_add(WorkerField::Requests, pass.requests);
         rbuf.consume(pass.off);
         if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
-            c.need = pass.need;
-            c.swallow = pass.swallow;
-            c.paused = pass.paused;
+            c.end_pass(pass.need, pass.swallow, pass.paused);
             if rbuf.is_empty() {
                 // Lend the empty buffer back: idle clients hold no memory.
                 self.bufs.give(rbuf);
@@ -164,15 +162,10 @@ impl Worker<'_> {
             // Handing over: the input goes to the successor unparsed.
             return false;
         }
-        if c.swallow > 0 {
-            let n = c.swallow.min(c.rbuf.len());
-            c.rbuf.consume(n);
-            c.swallow -= n;
-            if c.swallow > 0 {
-                return false;
-            }
+        if c.swallow_input() {
+            return false;
         }
-        if c.closing {
+        if c.is_closing() {
             return false;
         }
         if c.stream.is_some() {
@@ -190,7 +183,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
             return false;
         };
-        c.rbuf.len() >= c.need && !c.closing
+        c.ready_to_parse()
     }
 
     /// Parse and dispatch the requests at the start of `input` until one is
@@ -218,12 +211,9 @@ impl Worker<'_> {
                     pass.paused = true;
                     return pass;
                 }
-                if c.solo {
-                    if !c.pending.is_empty() {
-                        pass.paused = true;
-                        return pass;
-                    }
-                    c.solo = false;
+                if c.solo_waits() {
+                    pass.paused = true;
+                    return pass;
                 }
             }
             match proto.parse_request(input, &limits) {
@@ -338,7 +328,7 @@ impl Worker<'_> {
                 ..Slot::default()
             });
             if close_after {
-                c.closing = true;
+                c.close_after_replies();
             }
         }
     }
@@ -348,8 +338,8 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
             return true;
         };
-        let pool = c.pool;
-        let client_id = c.id;
+        let pool = c.pool();
+        let client_id = c.id();
         if self.pools[pool].proto == crate::proto::Protocol::Redis
             && !c.session.authenticated
             && crate::proto::redis::local::needs_auth(&req)
@@ -434,7 +424,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
             return;
         };
-        let (pool, client_id) = (c.pool, c.id);
+        let (pool, client_id) = (c.pool(), c.id());
         self.note_key(
             pool,
             req.keys.first().map_or(&b""[..], |r| &bytes[r.clone()]),
@@ -496,13 +486,8 @@ impl Worker<'_> {
         let max_inflight = self
             .ctl
             .client_max_inflight
-            .unwrap_or(self.pools[c.pool].cfg.client_max_inflight);
-        if c.paused
-            && c.pending.len() < max_inflight / 2 + 1
-            && (!c.solo || c.pending.is_empty())
-            && c.wbuf.len() < READ_CHUNK * 4
-        {
-            c.paused = false;
+            .unwrap_or(self.pools[c.pool()].cfg.client_max_inflight);
+        if c.resume_if_drained(max_inflight, READ_CHUNK * 4) {
             self.read_client(token, std::time::Instant::now(), true);
             return;
         }
@@ -540,7 +525,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
             return;
         };
-        let limit = self.output_limit(c.pool);
+        let limit = self.output_limit(c.pool());
         if limit > 0 && c.wbuf.len() > limit {
             self.flush_client(token);
         }
@@ -583,7 +568,7 @@ impl Worker<'_> {
             self.bufs.give(std::mem::take(&mut c.wbuf));
         }
         if limit > 0 && c.wbuf.len() > limit {
-            let (pool, len) = (c.pool, c.wbuf.len());
+            let (pool, len) = (c.pool(), c.wbuf.len());
             self.close_over_limit(token, pool, len, "buffered");
             return false;
         }
@@ -592,7 +577,7 @@ impl Worker<'_> {
 
     fn client_pool(&self, token: Token) -> Option<usize> {
         match self.conns.get(token.0) {
-            Some(Conn::Client(c)) => Some(c.pool),
+            Some(Conn::Client(c)) => Some(c.pool()),
             _ => None,
         }
     }
@@ -624,7 +609,7 @@ impl Worker<'_> {
             return;
         };
         let done_writing = c.wbuf.is_empty();
-        if (c.closing || c.eof) && c.pending.is_empty() && done_writing {
+        if (c.is_closing() || c.is_eof()) && c.pending.is_empty() && done_writing {
             self.close_client(token, false);
         }
     }
@@ -668,12 +653,12 @@ impl Worker<'_> {
         self.txn_close(c.txn.take());
         self.pubsub_close(c.subs.take());
         // Blocked requests end with their client: their connections go.
-        for r in std::mem::take(&mut c.blocked) {
+        for r in c.take_blocked() {
             if self.server_ref(r).is_some() {
                 self.retire_server(r.token);
             }
         }
-        let pool = c.pool;
+        let pool = c.pool();
         crate::log_pverb!(
             "client {} of pool '{}' closed ({})",
             crate::net::peer_of(std::os::fd::AsRawFd::as_raw_fd(&c.sock)),

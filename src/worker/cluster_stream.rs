@@ -29,7 +29,7 @@ use std::time::Instant;
 
 /// The spool of the kept request of slot `seq` of a client.
 fn kept_spool(c: &Client, seq: u64) -> Option<&Spool> {
-    let i = seq.checked_sub(c.head_seq)?;
+    let i = seq.checked_sub(c.head_seq())?;
     c.pending.get(i as usize)?.redirect.as_ref()?.spool.as_ref()
 }
 
@@ -88,7 +88,7 @@ impl Worker<'_> {
 
     /// Whether the kept request of slot `seq` is a streamed one.
     pub(super) fn kept_is_spooled(&self, ct: Token, id: u64, seq: u64) -> bool {
-        matches!(self.conns.get(ct.0), Some(Conn::Client(c)) if c.id == id && kept_spool(c, seq).is_some())
+        matches!(self.conns.get(ct.0), Some(Conn::Client(c)) if c.id() == id && kept_spool(c, seq).is_some())
     }
 
     /// Send a streamed request kept in its spool again, to server `target`
@@ -115,7 +115,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get(ct.0) else {
             return;
         };
-        if c.id != id {
+        if c.id() != id {
             return;
         }
         if c.stream.is_some() {
@@ -196,7 +196,7 @@ impl Worker<'_> {
         }
         let (ct, cid, seq) = (f.client, f.client_id, f.seq);
         let fed = match self.conns.get2_mut(st.0, ct.0) {
-            Some((Conn::Server(s), Conn::Client(c))) if c.id == cid => kept_spool(c, seq)
+            Some((Conn::Server(s), Conn::Client(c))) if c.id() == cid => kept_spool(c, seq)
                 .and_then(|sp| s.feed_more(sp, STREAM_HIGH, now))
                 .map(|(added, done)| (added, done, s.pool(), s.server())),
             _ => None,

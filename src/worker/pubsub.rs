@@ -174,7 +174,7 @@ impl Worker<'_> {
             return false;
         }
         let name = op.cmd.name();
-        let (pool, resp3) = (c.pool, c.session.resp3);
+        let (pool, resp3) = (c.pool(), c.session.resp3);
         if !is_pubsub {
             if resp3
                 || matches!(
@@ -454,7 +454,7 @@ impl Worker<'_> {
     /// empty), the node of slot 0, one node for all of a client's.
     fn cluster_channel_node(&mut self, token: Token, pool: usize, channel: &[u8]) -> Option<usize> {
         let (client_id, cmd) = match self.conns.get(token.0) {
-            Some(Conn::Client(c)) => (c.id, crate::proto::redis::Cmd::lookup(b"SUBSCRIBE")?),
+            Some(Conn::Client(c)) => (c.id(), crate::proto::redis::Cmd::lookup(b"SUBSCRIBE")?),
             _ => return None,
         };
         let op = Op::Redis(crate::proto::redis::RedisOp {
@@ -479,7 +479,7 @@ impl Worker<'_> {
             }
         }
         let (client_id, op) = match self.conns.get(token.0) {
-            Some(Conn::Client(c)) => (c.id, crate::proto::redis::Cmd::lookup(b"SUBSCRIBE")?),
+            Some(Conn::Client(c)) => (c.id(), crate::proto::redis::Cmd::lookup(b"SUBSCRIBE")?),
             _ => return None,
         };
         let op = Op::Redis(crate::proto::redis::RedisOp {
@@ -548,7 +548,7 @@ impl Worker<'_> {
             let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) else {
                 continue;
             };
-            if c.id != cid {
+            if c.id() != cid {
                 continue;
             }
             let Some(subs) = c.subs.as_mut() else {

@@ -386,7 +386,7 @@ impl Worker<'_> {
         if let Some((ct, cid)) = s.push_to() {
             // Its subscriptions there are gone: the subscriber is told by
             // its connection closing, as by a Redis of its own.
-            if matches!(self.conns.get(ct.0), Some(Conn::Client(c)) if c.id == cid) {
+            if matches!(self.conns.get(ct.0), Some(Conn::Client(c)) if c.id() == cid) {
                 crate::log_info!(
                     "pool '{}': server '{}' lost under a subscriber: closing it",
                     self.pools[pool].cfg.name,
@@ -421,7 +421,7 @@ impl Worker<'_> {
             }
         }
         if let Some((ct, cid)) = half_answered {
-            if matches!(self.conns.get(ct.0), Some(Conn::Client(c)) if c.id == cid) {
+            if matches!(self.conns.get(ct.0), Some(Conn::Client(c)) if c.id() == cid) {
                 self.close_client(ct, true);
             }
         }
@@ -437,7 +437,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) else {
             return;
         };
-        if c.id != cid {
+        if c.id() != cid {
             return;
         }
         if let Some(rs) = c

@@ -267,19 +267,18 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) else {
             return;
         };
-        if c.id != id {
+        if c.id() != id {
             return;
         }
         // Fast path: the reply is the next one the client expects: write it
         // straight to the output buffer, no intermediate copy.
-        if frag.is_none() && seq == c.head_seq {
+        if frag.is_none() && seq == c.head_seq() {
             if let Some(front) = c.pending.front() {
                 // (A zone read is looked at: it may fail over on a miss, and
                 // its answer by another zone is counted.)
-                let zone_read = front.retry.is_some() && self.pools[c.pool].zoned;
+                let zone_read = front.retry.is_some() && self.pools[c.pool()].zoned;
                 if !front.ready && front.multi.is_none() && !zone_read {
-                    c.pending.pop_front();
-                    c.head_seq += 1;
+                    c.pop_head();
                     if c.wbuf.capacity() == 0 {
                         c.wbuf = self.bufs.take();
                     }

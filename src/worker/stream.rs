@@ -93,7 +93,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return StreamStart::No;
         };
-        let pool = c.pool;
+        let pool = c.pool();
         let req = &head.req;
         if (!c.session.authenticated && redis::local::needs_auth(req)) || c.session.user.is_some() {
             // Refused, or checked against its ACL user: buffered whole.
@@ -114,7 +114,7 @@ impl Worker<'_> {
         if head.kind == StreamKind::Single && req.keys.is_empty() {
             return StreamStart::No;
         }
-        c.solo = true;
+        c.go_solo();
         if !c.pending.is_empty() {
             return StreamStart::Wait;
         }
@@ -163,7 +163,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
             return None;
         };
-        let (pool, client_id) = (c.pool, c.id);
+        let (pool, client_id) = (c.pool(), c.id());
         let req = &head.req;
         let key = &bytes[req.keys.first()?.clone()];
         let Some(server) = self.stream_server(pool, key, req.op, client_id, now) else {
@@ -205,7 +205,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
             return None;
         };
-        let pool = c.pool;
+        let pool = c.pool();
         let pairs = head.args_left / 2;
         let slot = Slot {
             multi: Some(Box::new(Multi {
@@ -236,7 +236,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return;
         };
-        let (pool, client_id) = (c.pool, c.id);
+        let (pool, client_id) = (c.pool(), c.id());
         let Some(rs) = c.stream.as_ref() else {
             return;
         };
@@ -326,7 +326,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return;
         };
-        let (pool, client_id) = (c.pool, c.id);
+        let (pool, client_id) = (c.pool(), c.id());
         let Some(rs) = c.stream.as_ref() else {
             return;
         };
@@ -505,7 +505,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
             return;
         };
-        let (pool, client_id) = (c.pool, c.id);
+        let (pool, client_id) = (c.pool(), c.id());
         let Some(op) = c.stream.as_ref().map(|rs| rs.machine.op()) else {
             return;
         };
@@ -596,7 +596,7 @@ impl Worker<'_> {
             _ => return false,
         };
         let before = s.wbuf().len();
-        let cid = c.id;
+        let cid = c.id();
         // The streamed request is the connection's last.
         let is_it =
             |w: &Waiter| matches!(*w, Waiter::Client { token, id, .. } if token == ct && id == cid);
@@ -660,7 +660,7 @@ impl Worker<'_> {
         }
         let (ct, cid) = (ss.client, ss.client_id);
         if let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) {
-            if c.id == cid {
+            if c.id() == cid {
                 if let Some(rs) = c.stream.as_mut() {
                     if rs.blocked {
                         rs.blocked = false;

@@ -106,9 +106,9 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get(ct.0) else {
             return None;
         };
-        let i = usize::try_from(seq.checked_sub(c.head_seq)?).ok()?;
+        let i = usize::try_from(seq.checked_sub(c.head_seq())?).ok()?;
         let f = c.pending.get(i)?;
-        if c.id != id || f.ready || f.retry.is_some() {
+        if c.id() != id || f.ready || f.retry.is_some() {
             return None;
         }
         let hold = match (frag, &f.multi) {
@@ -180,7 +180,7 @@ impl Worker<'_> {
             if let (true, Some((ct, cid))) = (rs.hold.is_some(), rs.client) {
                 // Held for its slot, as long as its client is there.
                 match self.conns.get2_mut(st.0, ct.0) {
-                    Some((Conn::Server(s), Conn::Client(c))) if c.id == cid => {
+                    Some((Conn::Server(s), Conn::Client(c))) if c.id() == cid => {
                         if let Some((r, input)) = s.rstream_and_input() {
                             if let Some(h) = r.hold.as_mut() {
                                 h.spool.push(&input.bytes()[..n]);
@@ -197,7 +197,7 @@ impl Worker<'_> {
                 }
             } else if let Some((ct, cid)) = rs.client {
                 match self.conns.get2_mut(st.0, ct.0) {
-                    Some((Conn::Server(s), Conn::Client(c))) if c.id == cid => {
+                    Some((Conn::Server(s), Conn::Client(c))) if c.id() == cid => {
                         if c.wbuf.capacity() == 0 {
                             c.wbuf = self.bufs.take();
                         }
@@ -270,9 +270,8 @@ impl Worker<'_> {
             return;
         };
         if let Waiter::Client { seq, .. } = front.waiter {
-            if c.id == cid && c.head_seq == seq {
-                c.pending.pop_front();
-                c.head_seq += 1;
+            if c.id() == cid && c.head_seq() == seq {
+                c.pop_head();
                 c.rstream_from = None;
                 let added = c.drain_ready();
                 self.dirty_clients.push(ct);
@@ -298,7 +297,7 @@ impl Worker<'_> {
             })
             .collect();
         for (ct, cid) in stalled {
-            if matches!(self.conns.get(ct.0), Some(Conn::Client(c)) if c.id == cid) {
+            if matches!(self.conns.get(ct.0), Some(Conn::Client(c)) if c.id() == cid) {
                 crate::log_notice!(
                     "client not reading a large reply for {} s: closing it",
                     STREAM_STALL.as_secs()

@@ -65,7 +65,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
             return TxnStep::NotTxn;
         };
-        let pool = c.pool;
+        let pool = c.pool();
         let txn_cmd = op.class == crate::proto::redis::CmdClass::Transaction;
         if (c.txn.is_none() && !txn_cmd)
             || matches!(
@@ -166,7 +166,7 @@ impl Worker<'_> {
     fn txn_forward(&mut self, token: Token, req: &Request, bytes: &[u8], mut t: Txn, now: Instant) {
         let name = name_of(req);
         let (pool, client_id) = match self.conns.get(token.0) {
-            Some(Conn::Client(c)) => (c.pool, c.id),
+            Some(Conn::Client(c)) => (c.pool(), c.id()),
             _ => return,
         };
         let key = routing_key(req, bytes);
@@ -269,8 +269,8 @@ impl Worker<'_> {
         let pool = match self.conns.get_mut(ct.0) {
             Some(Conn::Client(c)) => {
                 c.txn = None;
-                c.closing = true;
-                c.pool
+                c.close_after_replies();
+                c.pool()
             }
             _ => return,
         };
