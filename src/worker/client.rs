@@ -647,7 +647,7 @@ impl Worker<'_> {
             self.abort_server_stream(r.token, r.id, ServerFault::HalfSentClientLeft);
         }
         self.abort_feed_of(&c);
-        if let Some(r) = c.rstream_from.take() {
+        if let Some(r) = c.release_reply_wait() {
             self.unblock_reply(r.token, r.id, true);
         }
         self.txn_close(c.txn.take());

@@ -172,7 +172,7 @@ pub struct Client {
     pub stream: Option<ReqStream>,
     /// A server whose reading is paused until this client's output drains
     /// (a large reply streamed to it), with that server's id.
-    pub rstream_from: Option<ServerRef>,
+    rstream_from: Option<ServerRef>,
     /// A request held while its moved keys are pulled to their new owner
     /// (a migrating pool): nothing more is parsed until it goes on.
     pub gate: Option<Box<super::conn_state::Gate>>,
@@ -464,6 +464,38 @@ impl Client {
             return true;
         }
         false
+    }
+
+    /// The server whose streamed reply waits for this client's output to
+    /// drain.
+    #[inline]
+    pub fn rstream_from(&self) -> Option<ServerRef> {
+        self.rstream_from
+    }
+
+    /// A streamed reply from `server` waits until the output drains.
+    #[inline]
+    pub fn wait_on_reply(&mut self, server: ServerRef) {
+        self.rstream_from = Some(server);
+    }
+
+    /// The output drained some: the server whose streamed reply waits for
+    /// it, and whether it is below `low` (the server is then let go).
+    #[inline]
+    pub fn drained_below(&mut self, low: usize) -> Option<(ServerRef, bool)> {
+        let from = self.rstream_from?;
+        let released = self.wbuf.len() < low;
+        if released {
+            self.rstream_from = None;
+        }
+        Some((from, released))
+    }
+
+    /// No streamed reply waits for it any more (it ended, or the client
+    /// goes): the server it waited on, if one did.
+    #[inline]
+    pub fn release_reply_wait(&mut self) -> Option<ServerRef> {
+        self.rstream_from.take()
     }
 
     /// Server connections of its blocking requests.

@@ -199,7 +199,7 @@ impl Worker<'_> {
                         && c.gate.is_none()
                         && c.txn.is_none()
                         && c.subs.is_none()
-                        && c.rstream_from.is_none()
+                        && c.rstream_from().is_none()
                         && c.rbuf.len() + c.wbuf.len() <= CARRY_MAX =>
                 {
                     Some(k)

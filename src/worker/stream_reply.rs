@@ -36,13 +36,9 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) else {
             return;
         };
-        let Some(from) = c.rstream_from else {
+        let Some((from, low)) = c.drained_below(STREAM_LOW) else {
             return;
         };
-        let low = c.wbuf.len() < STREAM_LOW;
-        if low {
-            c.rstream_from = None;
-        }
         // The client took some of it: not stalled.
         if let Some(r) = self.server_ref_mut(from).and_then(|s| s.rstream_mut()) {
             r.progress = Instant::now();
@@ -204,7 +200,7 @@ impl Worker<'_> {
                         c.wbuf.extend(&s.rbuf().bytes()[..n]);
                         added = n;
                         if !done && c.wbuf.len() > STREAM_HIGH {
-                            c.rstream_from = Some(ServerRef::new(st, sid));
+                            c.wait_on_reply(ServerRef::new(st, sid));
                             if let Some(rs) = s.rstream_mut() {
                                 rs.blocked = true;
                             }
@@ -272,7 +268,7 @@ impl Worker<'_> {
         if let Waiter::Client { seq, .. } = front.waiter {
             if c.id() == cid && c.head_seq() == seq {
                 c.pop_head();
-                c.rstream_from = None;
+                c.release_reply_wait();
                 let added = c.drain_ready();
                 self.dirty_clients.push(ct);
                 self.add_out(added);
