@@ -3,7 +3,7 @@
 //! waits and no pool `timeout` cuts it; the connection closes with its
 //! reply or its client.
 
-use super::conn::{Conn, ReplyTo, Slot};
+use super::conn::{Conn, ReplyTo, ServerRef, Slot};
 use super::forward::routing_key;
 use super::Worker;
 use crate::proto::Request;
@@ -46,23 +46,20 @@ impl Worker<'_> {
         let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
             return;
         };
-        s.blocking = true;
-        let sid = s.id;
+        s.set_blocking();
+        let sid = s.id();
         // Forget connections of earlier blocking requests already answered.
-        let live: Vec<(Token, u64)> = match self.conns.get(token.0) {
+        let live: Vec<ServerRef> = match self.conns.get(token.0) {
             Some(Conn::Client(c)) => c
-                .blocked
+                .blocked()
                 .iter()
                 .copied()
-                .filter(
-                    |(t, id)| matches!(self.conns.get(t.0), Some(Conn::Server(s)) if s.id == *id),
-                )
+                .filter(|&r| self.server_ref(r).is_some())
                 .collect(),
             _ => Vec::new(),
         };
         if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
-            c.blocked = live;
-            c.blocked.push((st, sid));
+            c.block_on(live, ServerRef::new(st, sid));
         }
         let proto = self.pools[pool].proto;
         self.enqueue(

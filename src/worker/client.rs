@@ -1,7 +1,7 @@
 //! Client side of the data path: read, parse, route, queue replies in
 //! order, write.
 
-use super::conn::{Conn, Inflight, Slot, Waiter};
+use super::conn::{Conn, Slot, Waiter};
 use super::conn_state::AfterPull;
 use super::fault::ServerFault;
 use super::stream::StreamStart;
@@ -14,9 +14,6 @@ use std::io::{ErrorKind, Read, Write};
 use std::os::fd::AsRawFd;
 use std::time::Instant;
 
-/// A request at least this large ends a TLS record run (`Server::tls_cut`).
-pub(super) const TLS_CUT_MIN: usize = 8 * 1024;
-
 impl Worker<'_> {
     /// Read what the client sent. `hup`: the peer also closed its side, so
     /// read on to the end of the stream even after a short read.
@@ -27,8 +24,8 @@ impl Worker<'_> {
             let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
                 return;
             };
-            if c.closing
-                || c.paused
+            if c.is_closing()
+                || c.is_paused()
                 || c.gate.is_some()
                 || c.stream.as_ref().is_some_and(|s| s.blocked)
             {
@@ -44,12 +41,12 @@ impl Worker<'_> {
             }
             match c.rbuf.read_stream(&mut c.sock, READ_CHUNK) {
                 Ok((0, _)) => {
-                    c.eof = true;
+                    c.set_eof();
                     break;
                 }
                 Ok((n, short)) => {
                     total += n;
-                    c.last_active = now;
+                    c.touch(now);
                     if short && !hup {
                         // Drained: edge-triggered epoll reports new data.
                         break;
@@ -71,7 +68,7 @@ impl Worker<'_> {
                         crate::log_warn!(
                             "client {} of pool '{}': {}",
                             crate::net::peer_of(c.sock.as_raw_fd()),
-                            self.pools[c.pool].cfg.name,
+                            self.pools[c.pool()].cfg.name,
                             e
                         );
                     }
@@ -87,16 +84,12 @@ impl Worker<'_> {
                 // a read has finished it (no EPOLLOUT edge comes for that).
                 self.dirty_clients.push(token);
             }
-            if c.eof && c.stream.is_some() {
+            if c.is_eof() && c.stream.is_some() {
                 // The peer ended in the middle of a streamed request.
                 self.close_client(token, true);
                 return;
             }
-            if c.eof
-                && c.blocked.iter().any(
-                    |(t, id)| matches!(self.conns.get(t.0), Some(Conn::Server(s)) if s.id == *id),
-                )
-            {
+            if c.is_eof() && c.blocked().iter().any(|&r| self.server_ref(r).is_some()) {
                 // Gone while blocked (a BLPOP ... 0 may never be answered):
                 // its blocked server connections go with it.
                 self.close_client(token, false);
@@ -127,14 +120,12 @@ impl Worker<'_> {
             return;
         };
         let mut rbuf = std::mem::take(&mut c.rbuf);
-        let pool = c.pool;
+        let pool = c.pool();
         let pass = self.parse_input(token, pool, rbuf.bytes(), now);
         self.stats.worker_add(WorkerField::Requests, pass.requests);
         rbuf.consume(pass.off);
         if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
-            c.need = pass.need;
-            c.swallow = pass.swallow;
-            c.paused = pass.paused;
+            c.end_pass(pass.need, pass.swallow, pass.paused);
             if rbuf.is_empty() {
                 // Lend the empty buffer back: idle clients hold no memory.
                 self.bufs.give(rbuf);
@@ -171,15 +162,10 @@ impl Worker<'_> {
             // Handing over: the input goes to the successor unparsed.
             return false;
         }
-        if c.swallow > 0 {
-            let n = c.swallow.min(c.rbuf.len());
-            c.rbuf.consume(n);
-            c.swallow -= n;
-            if c.swallow > 0 {
-                return false;
-            }
+        if c.swallow_input() {
+            return false;
         }
-        if c.closing {
+        if c.is_closing() {
             return false;
         }
         if c.stream.is_some() {
@@ -197,7 +183,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
             return false;
         };
-        c.rbuf.len() >= c.need && !c.closing
+        c.ready_to_parse()
     }
 
     /// Parse and dispatch the requests at the start of `input` until one is
@@ -225,12 +211,9 @@ impl Worker<'_> {
                     pass.paused = true;
                     return pass;
                 }
-                if c.solo {
-                    if !c.pending.is_empty() {
-                        pass.paused = true;
-                        return pass;
-                    }
-                    c.solo = false;
+                if c.solo_waits() {
+                    pass.paused = true;
+                    return pass;
                 }
             }
             match proto.parse_request(input, &limits) {
@@ -366,7 +349,7 @@ impl Worker<'_> {
                 ..Slot::default()
             });
             if close_after {
-                c.closing = true;
+                c.close_after_replies();
             }
         }
     }
@@ -376,8 +359,8 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
             return true;
         };
-        let pool = c.pool;
-        let client_id = c.id;
+        let pool = c.pool();
+        let client_id = c.id();
         if self.pools[pool].proto == crate::proto::Protocol::Redis
             && !c.session.authenticated
             && crate::proto::redis::local::needs_auth(&req)
@@ -462,7 +445,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
             return;
         };
-        let (pool, client_id) = (c.pool, c.id);
+        let (pool, client_id) = (c.pool(), c.id());
         self.note_key(
             pool,
             req.keys.first().map_or(&b""[..], |r| &bytes[r.clone()]),
@@ -495,39 +478,18 @@ impl Worker<'_> {
         let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
             return;
         };
-        let before = s.wbuf.len();
-        s.wbuf.append_with(write);
-        let len = s.wbuf.len() - before;
-        if len >= TLS_CUT_MIN && s.tls_cut == 0 && s.sock.is_tls() {
-            s.tls_cut = s.wbuf.len();
-        }
-        if let Some(waiter) = waiter {
-            s.inflight.push_back(Inflight {
-                waiter,
-                op,
-                len,
-                sent_at: now,
-                timed_from: now,
-                key: self.slow_key,
-            });
-        }
-        s.unsent += 1;
-        s.unsent_bytes += len as u64;
-        if s.uncounted == 0 {
+        let q = s.queue(waiter, op, write, now, self.slow_key);
+        if q.first_uncounted {
             self.counting.push(st);
         }
-        s.uncounted += 1;
-        s.uncounted_bytes += len as u64;
-        let (pool, id, arm) = (s.pool, s.id, !s.timer_armed && waiter.is_some());
-        if arm {
-            if let Some(t) = self.pools[pool].timeout() {
-                if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
-                    s.timer_armed = true;
-                }
+        if !s.timer_armed() && waiter.is_some() {
+            if let Some(t) = self.pools[s.pool()].timeout() {
+                s.set_timer_armed(true);
+                let id = s.id();
                 self.arm_timer(now + t, st, id);
             }
         }
-        if before == 0 {
+        if q.first_out {
             self.mark_server_dirty(st);
         }
     }
@@ -545,13 +507,8 @@ impl Worker<'_> {
         let max_inflight = self
             .ctl
             .client_max_inflight
-            .unwrap_or(self.pools[c.pool].cfg.client_max_inflight);
-        if c.paused
-            && c.pending.len() < max_inflight / 2 + 1
-            && (!c.solo || c.pending.is_empty())
-            && c.wbuf.len() < READ_CHUNK * 4
-        {
-            c.paused = false;
+            .unwrap_or(self.pools[c.pool()].cfg.client_max_inflight);
+        if c.resume_if_drained(max_inflight, READ_CHUNK * 4) {
             self.read_client(token, std::time::Instant::now(), true);
             return;
         }
@@ -589,7 +546,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
             return;
         };
-        let limit = self.output_limit(c.pool);
+        let limit = self.output_limit(c.pool());
         if limit > 0 && c.wbuf.len() > limit {
             self.flush_client(token);
         }
@@ -632,7 +589,7 @@ impl Worker<'_> {
             self.bufs.give(std::mem::take(&mut c.wbuf));
         }
         if limit > 0 && c.wbuf.len() > limit {
-            let (pool, len) = (c.pool, c.wbuf.len());
+            let (pool, len) = (c.pool(), c.wbuf.len());
             self.close_over_limit(token, pool, len, "buffered");
             return false;
         }
@@ -641,7 +598,7 @@ impl Worker<'_> {
 
     fn client_pool(&self, token: Token) -> Option<usize> {
         match self.conns.get(token.0) {
-            Some(Conn::Client(c)) => Some(c.pool),
+            Some(Conn::Client(c)) => Some(c.pool()),
             _ => None,
         }
     }
@@ -673,7 +630,7 @@ impl Worker<'_> {
             return;
         };
         let done_writing = c.wbuf.is_empty();
-        if (c.closing || c.eof) && c.pending.is_empty() && done_writing {
+        if (c.is_closing() || c.is_eof()) && c.pending.is_empty() && done_writing {
             self.close_client(token, false);
         }
     }
@@ -707,22 +664,22 @@ impl Worker<'_> {
         };
         let _ = self.poll.registry().deregister(&mut c.sock);
         self.sub_out(c.wbuf.len());
-        if let Some((st, sid)) = c.stream.take().and_then(|s| s.server) {
-            self.abort_server_stream(st, sid, ServerFault::HalfSentClientLeft);
+        if let Some(r) = c.stream.take().and_then(|s| s.server) {
+            self.abort_server_stream(r.token, r.id, ServerFault::HalfSentClientLeft);
         }
         self.abort_feed_of(&c);
-        if let Some((st, sid)) = c.rstream_from.take() {
-            self.unblock_reply(st, sid, true);
+        if let Some(r) = c.release_reply_wait() {
+            self.unblock_reply(r.token, r.id, true);
         }
         self.txn_close(c.txn.take());
         self.pubsub_close(c.subs.take());
         // Blocked requests end with their client: their connections go.
-        for (st, sid) in std::mem::take(&mut c.blocked) {
-            if matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id == sid) {
-                self.retire_server(st);
+        for r in c.take_blocked() {
+            if self.server_ref(r).is_some() {
+                self.retire_server(r.token);
             }
         }
-        let pool = c.pool;
+        let pool = c.pool();
         crate::log_pverb!(
             "client {} of pool '{}' closed ({})",
             crate::net::peer_of(std::os::fd::AsRawFd::as_raw_fd(&c.sock)),

@@ -450,7 +450,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) else {
             return false;
         };
-        if c.id != id {
+        if c.id() != id {
             return false;
         }
         let Some(slot) = c.slot_mut(seq) else {
@@ -487,10 +487,10 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get(ct.0) else {
             return None;
         };
-        if c.id != id {
+        if c.id() != id {
             return None;
         }
-        let slot = c.pending.get(seq.checked_sub(c.head_seq)? as usize)?;
+        let slot = c.pending.get(seq.checked_sub(c.head_seq())? as usize)?;
         let (req, bytes, idx) = match frag {
             Some(fi) => {
                 let m = slot.multi.as_ref()?;
@@ -549,7 +549,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) else {
             return;
         };
-        if c.id != id {
+        if c.id() != id {
             return;
         }
         let Some(slot) = c.slot_mut(seq) else {

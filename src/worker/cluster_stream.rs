@@ -18,7 +18,7 @@
 //! queued on it. A client that goes away while its request is being sent
 //! again leaves that connection with half a command: it is closed.
 
-use super::conn::{Client, Conn, Feed, Redirect, ReplyTo, Slot};
+use super::conn::{Client, Conn, Feed, Redirect, ReplyTo, ServerRef, Slot};
 use super::fault::ServerFault;
 use super::spool::{Spool, SpoolReader};
 use super::{Worker, STREAM_HIGH, STREAM_LOW};
@@ -29,7 +29,7 @@ use std::time::Instant;
 
 /// The spool of the kept request of slot `seq` of a client.
 fn kept_spool(c: &Client, seq: u64) -> Option<&Spool> {
-    let i = seq.checked_sub(c.head_seq)?;
+    let i = seq.checked_sub(c.head_seq())?;
     c.pending.get(i as usize)?.redirect.as_ref()?.spool.as_ref()
 }
 
@@ -88,7 +88,7 @@ impl Worker<'_> {
 
     /// Whether the kept request of slot `seq` is a streamed one.
     pub(super) fn kept_is_spooled(&self, ct: Token, id: u64, seq: u64) -> bool {
-        matches!(self.conns.get(ct.0), Some(Conn::Client(c)) if c.id == id && kept_spool(c, seq).is_some())
+        matches!(self.conns.get(ct.0), Some(Conn::Client(c)) if c.id() == id && kept_spool(c, seq).is_some())
     }
 
     /// Send a streamed request kept in its spool again, to server `target`
@@ -115,7 +115,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get(ct.0) else {
             return;
         };
-        if c.id != id {
+        if c.id() != id {
             return;
         }
         if c.stream.is_some() {
@@ -166,16 +166,16 @@ impl Worker<'_> {
         let (Some(at), Some(Conn::Server(s))) = (at, self.conns.get_mut(st.0)) else {
             return;
         };
-        s.feed = Some(Feed {
+        s.set_feed(Some(Feed {
             client: ct,
             client_id: id,
             seq,
             at,
-        });
-        let sid = s.id;
+        }));
+        let sid = s.id();
         if let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) {
             if let Some(rd) = c.slot_mut(seq).and_then(|s| s.redirect.as_mut()) {
-                rd.feeding = Some((st, sid));
+                rd.feeding = Some(ServerRef::new(st, sid));
             }
         }
         self.feed_spool(st, now);
@@ -188,54 +188,23 @@ impl Worker<'_> {
         let Some(Conn::Server(s)) = self.conns.get(st.0) else {
             return false;
         };
-        let Some(f) = s.feed.as_ref() else {
+        let Some(f) = s.feed() else {
             return false;
         };
-        if s.wbuf.len() >= STREAM_LOW {
+        if s.wbuf().len() >= STREAM_LOW {
             return false;
         }
         let (ct, cid, seq) = (f.client, f.client_id, f.seq);
-        let mut added = 0;
         let fed = match self.conns.get2_mut(st.0, ct.0) {
-            Some((Conn::Server(s), Conn::Client(c))) if c.id == cid => {
-                match (kept_spool(c, seq), s.feed.as_mut()) {
-                    (Some(sp), Some(f)) => {
-                        while s.wbuf.len() < STREAM_HIGH {
-                            let piece = f.at.piece(sp);
-                            if piece.is_empty() {
-                                break;
-                            }
-                            s.wbuf.extend(piece);
-                            f.at.advance(sp, piece.len());
-                            added += piece.len();
-                        }
-                        Some(f.at.remaining(sp) == 0)
-                    }
-                    _ => None,
-                }
-            }
+            Some((Conn::Server(s), Conn::Client(c))) if c.id() == cid => kept_spool(c, seq)
+                .and_then(|sp| s.feed_more(sp, STREAM_HIGH, now))
+                .map(|(added, done)| (added, done, s.pool(), s.server())),
             _ => None,
         };
-        let Some(done) = fed else {
+        let Some((added, done, pool, server)) = fed else {
             self.abort_server_stream(st, self.server_id(st), ServerFault::HalfResentClientLeft);
             return false;
         };
-        let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
-            return false;
-        };
-        s.unsent_bytes += added as u64;
-        // The request is the connection's last.
-        if let Some(e) = s.inflight.back_mut() {
-            e.len += added;
-        }
-        if done {
-            // Queued whole: its timeout counts from now.
-            s.feed = None;
-            for e in s.inflight.iter_mut() {
-                e.timed_from = now;
-            }
-        }
-        let (pool, server) = (s.pool, s.server);
         self.stats
             .server_add(pool, server, ServerField::RequestBytes, added as u64);
         self.stats
@@ -260,17 +229,17 @@ impl Worker<'_> {
         let Some(Conn::Server(s)) = self.conns.get(st.0) else {
             return false;
         };
-        if s.feed.is_none() || s.state != super::conn::ServerState::Connected {
+        if s.feed().is_none() || s.is_connecting() {
             return false;
         }
-        let drained = s.wbuf.is_empty();
+        let drained = s.wbuf().is_empty();
         self.feed_spool(st, now) && drained
     }
 
     /// A client leaves: the connection its kept request is being sent again
     /// on holds half a command, and is closed.
     pub(super) fn abort_feed_of(&mut self, c: &Client) {
-        let Some((st, sid)) = c
+        let Some(r) = c
             .pending
             .front()
             .and_then(|s| s.redirect.as_ref())
@@ -278,15 +247,14 @@ impl Worker<'_> {
         else {
             return;
         };
-        if matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id == sid && s.feed.is_some())
-        {
-            self.abort_server_stream(st, sid, ServerFault::HalfResentClientLeft);
+        if self.server_ref(r).is_some_and(|s| s.feed().is_some()) {
+            self.abort_server_stream(r.token, r.id, ServerFault::HalfResentClientLeft);
         }
     }
 
     fn server_id(&self, st: Token) -> u64 {
         match self.conns.get(st.0) {
-            Some(Conn::Server(s)) => s.id,
+            Some(Conn::Server(s)) => s.id(),
             _ => 0,
         }
     }

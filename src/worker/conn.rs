@@ -2,6 +2,8 @@
 //! a client's replies in the order it sent its requests.
 
 use super::buffer::Buffer;
+pub use super::handle::ServerRef;
+pub use super::server_conn::Server;
 use super::spool::{Spool, SpoolReader};
 use crate::net::Stream;
 use crate::proto::{Op, Request};
@@ -49,7 +51,7 @@ pub struct Redirect {
     pub spool: Option<Spool>,
     /// The dedicated connection (and its id) it is being sent again on,
     /// from `spool`.
-    pub feeding: Option<(Token, u64)>,
+    pub feeding: Option<ServerRef>,
 }
 
 /// What a failed read of a replicated pool needs to be sent again.
@@ -125,56 +127,58 @@ pub struct Fragment {
     pub fallback: bool,
 }
 
-/// A client connection.
+/// A client connection. Its counters and flags are private, changed
+/// through its methods; the buffers, reply slots and per-feature state
+/// are still fields of the worker's data path.
 #[derive(Debug)]
 pub struct Client {
     /// Socket.
     pub sock: Stream,
     /// Unique id (tokens are reused; ids are not).
-    pub id: u64,
+    id: u64,
     /// Pool index.
-    pub pool: usize,
+    pool: usize,
     /// Unparsed input.
     pub rbuf: Buffer,
     /// Do not parse again until `rbuf` holds this many bytes.
-    pub need: usize,
+    need: usize,
     /// Input bytes still to discard (the data block of a rejected
     /// oversized value, as memcached swallows it).
-    pub swallow: usize,
+    swallow: usize,
     /// Output not yet written.
     pub wbuf: Buffer,
     /// Replies in request order; `pending[0]` has sequence number `head_seq`.
     pub pending: VecDeque<Slot>,
     /// Sequence number of `pending[0]`.
-    pub head_seq: u64,
+    head_seq: u64,
     /// Peer closed its side: finish replies, then close.
-    pub eof: bool,
+    eof: bool,
     /// Stop reading: a quit or fatal error is queued.
-    pub closing: bool,
+    closing: bool,
     /// Reading paused: too many requests in flight (resumed as they drain).
-    pub paused: bool,
+    paused: bool,
     /// Parse nothing more until every reply is written: a streamed request
     /// goes on a connection of its own, so it starts only once the earlier
     /// requests are answered and the next ones wait for its reply (one
     /// client's requests never overtake each other).
-    pub solo: bool,
+    solo: bool,
     /// Redis session state (AUTH done, protocol version, name).
     pub session: crate::proto::redis::local::Session,
     /// Last activity (idle timeout).
-    pub last_active: Instant,
+    last_active: Instant,
     /// When it connected (TLS handshake timeout).
-    pub opened: Instant,
+    opened: Instant,
     /// A large request being passed to its server as it arrives.
     pub stream: Option<ReqStream>,
     /// A server whose reading is paused until this client's output drains
     /// (a large reply streamed to it), with that server's id.
-    pub rstream_from: Option<(Token, u64)>,
+    rstream_from: Option<ServerRef>,
     /// A request held while its moved keys are pulled to their new owner
     /// (a migrating pool): nothing more is parsed until it goes on.
     pub gate: Option<Box<super::conn_state::Gate>>,
     /// Server connections of its blocking requests (token, connection id):
     /// closed with the client, so a client gone while blocked frees them.
-    pub blocked: Vec<(Token, u64)>,
+    blocked: Vec<ServerRef>,
     /// A Redis transaction under way (see `txn.rs`).
     pub txn: Option<Box<super::conn_state::Txn>>,
     /// Pub/sub subscriptions (see `pubsub.rs`).
@@ -190,7 +194,7 @@ pub struct ReqStream {
     pub machine: crate::proto::redis::StreamMachine,
     /// The server connection and its id; `None`: the request already
     /// failed (no server), the rest of it is read and dropped.
-    pub server: Option<(Token, u64)>,
+    pub server: Option<ServerRef>,
     /// Not reading the client: the server's output is over the high mark.
     pub blocked: bool,
     /// An MSET sent pair by pair.
@@ -211,7 +215,7 @@ pub struct PairStream {
     /// Per server: the connection of its own this MSET's pairs for that
     /// server go on, in order (a small pair never overtakes a large one
     /// for the same key), with its id.
-    pub conns: Vec<(usize, Token, u64)>,
+    pub conns: Vec<(usize, ServerRef)>,
 }
 
 /// A (dedicated) server connection that carries a streamed request.
@@ -272,6 +276,246 @@ pub struct RepStream {
 }
 
 impl Client {
+    /// A client just accepted (or carried over) on `sock`.
+    pub fn new(
+        sock: Stream,
+        id: u64,
+        pool: usize,
+        session: crate::proto::redis::local::Session,
+        now: Instant,
+    ) -> Client {
+        Client {
+            sock,
+            id,
+            pool,
+            rbuf: Buffer::default(),
+            need: 0,
+            swallow: 0,
+            wbuf: Buffer::default(),
+            pending: VecDeque::new(),
+            head_seq: 0,
+            eof: false,
+            closing: false,
+            paused: false,
+            solo: false,
+            session,
+            last_active: now,
+            opened: now,
+            stream: None,
+            rstream_from: None,
+            gate: None,
+            blocked: Vec::new(),
+            txn: None,
+            subs: None,
+        }
+    }
+
+    /// Unique id.
+    #[inline]
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Pool index.
+    #[inline]
+    pub fn pool(&self) -> usize {
+        self.pool
+    }
+
+    /// When it connected.
+    #[inline]
+    pub fn opened(&self) -> Instant {
+        self.opened
+    }
+
+    /// Last activity.
+    #[inline]
+    pub fn last_active(&self) -> Instant {
+        self.last_active
+    }
+
+    /// It was active (read from, or busy) at `now`.
+    #[inline]
+    pub fn touch(&mut self, now: Instant) {
+        self.last_active = now;
+    }
+
+    /// Sequence number of the first pending reply.
+    #[inline]
+    pub fn head_seq(&self) -> u64 {
+        self.head_seq
+    }
+
+    /// The first pending reply was written straight to the output: the
+    /// next one is now first.
+    #[inline]
+    pub fn pop_head(&mut self) {
+        self.pending.pop_front();
+        self.head_seq += 1;
+    }
+
+    /// The peer closed its side.
+    #[inline]
+    pub fn is_eof(&self) -> bool {
+        self.eof
+    }
+
+    /// Note that the peer closed its side.
+    #[inline]
+    pub fn set_eof(&mut self) {
+        self.eof = true;
+    }
+
+    /// A quit or fatal error is queued: nothing more is read.
+    #[inline]
+    pub fn is_closing(&self) -> bool {
+        self.closing
+    }
+
+    /// Read nothing more: close once the queued replies are written.
+    #[inline]
+    pub fn close_after_replies(&mut self) {
+        self.closing = true;
+    }
+
+    /// Bytes of input to gather before parsing again.
+    #[inline]
+    pub fn need(&self) -> usize {
+        self.need
+    }
+
+    /// Input bytes still to discard.
+    #[inline]
+    pub fn swallow(&self) -> usize {
+        self.swallow
+    }
+
+    /// Discard the next `n` input bytes (carried over from a predecessor).
+    #[inline]
+    pub fn swallow_next(&mut self, n: usize) {
+        self.swallow = n;
+    }
+
+    /// Discard what input is still to be swallowed; whether more is.
+    #[inline]
+    pub fn swallow_input(&mut self) -> bool {
+        if self.swallow == 0 {
+            return false;
+        }
+        let n = self.swallow.min(self.rbuf.len());
+        self.rbuf.consume(n);
+        self.swallow -= n;
+        self.swallow > 0
+    }
+
+    /// Where a parse pass stopped: the input it needs before parsing
+    /// again, the input still to discard, and whether reading pauses.
+    #[inline]
+    pub fn end_pass(&mut self, need: usize, swallow: usize, paused: bool) {
+        self.need = need;
+        self.swallow = swallow;
+        self.paused = paused;
+    }
+
+    /// The input holds enough to parse again, and reading goes on.
+    #[inline]
+    pub fn ready_to_parse(&self) -> bool {
+        self.rbuf.len() >= self.need && !self.closing
+    }
+
+    /// A streamed request goes next: nothing more is parsed until every
+    /// earlier reply is written.
+    #[inline]
+    pub fn go_solo(&mut self) {
+        self.solo = true;
+    }
+
+    /// The next request must wait for every earlier reply (a streamed one
+    /// goes alone); once they are written, it no longer waits.
+    #[inline]
+    pub fn solo_waits(&mut self) -> bool {
+        if !self.solo {
+            return false;
+        }
+        if !self.pending.is_empty() {
+            return true;
+        }
+        self.solo = false;
+        false
+    }
+
+    /// Reading is paused (too many requests in flight).
+    #[inline]
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    /// Resume reading a paused client once its replies drained below
+    /// `max_inflight` (half of it, plus one) and `max_out` bytes of output
+    /// (a solo client: all of them). Whether it was resumed.
+    #[inline]
+    pub fn resume_if_drained(&mut self, max_inflight: usize, max_out: usize) -> bool {
+        if self.paused
+            && self.pending.len() < max_inflight / 2 + 1
+            && (!self.solo || self.pending.is_empty())
+            && self.wbuf.len() < max_out
+        {
+            self.paused = false;
+            return true;
+        }
+        false
+    }
+
+    /// The server whose streamed reply waits for this client's output to
+    /// drain.
+    #[inline]
+    pub fn rstream_from(&self) -> Option<ServerRef> {
+        self.rstream_from
+    }
+
+    /// A streamed reply from `server` waits until the output drains.
+    #[inline]
+    pub fn wait_on_reply(&mut self, server: ServerRef) {
+        self.rstream_from = Some(server);
+    }
+
+    /// The output drained some: the server whose streamed reply waits for
+    /// it, and whether it is below `low` (the server is then let go).
+    #[inline]
+    pub fn drained_below(&mut self, low: usize) -> Option<(ServerRef, bool)> {
+        let from = self.rstream_from?;
+        let released = self.wbuf.len() < low;
+        if released {
+            self.rstream_from = None;
+        }
+        Some((from, released))
+    }
+
+    /// No streamed reply waits for it any more (it ended, or the client
+    /// goes): the server it waited on, if one did.
+    #[inline]
+    pub fn release_reply_wait(&mut self) -> Option<ServerRef> {
+        self.rstream_from.take()
+    }
+
+    /// Server connections of its blocking requests.
+    #[inline]
+    pub fn blocked(&self) -> &[ServerRef] {
+        &self.blocked
+    }
+
+    /// A blocking request went on `conn`: its connections are now `live`
+    /// (those of earlier ones still open) and `conn`.
+    pub fn block_on(&mut self, live: Vec<ServerRef>, conn: ServerRef) {
+        self.blocked = live;
+        self.blocked.push(conn);
+    }
+
+    /// The connections of its blocking requests, taken (it closes).
+    pub fn take_blocked(&mut self) -> Vec<ServerRef> {
+        std::mem::take(&mut self.blocked)
+    }
+
     /// Sequence number the next request gets.
     pub fn next_seq(&self) -> u64 {
         self.head_seq + self.pending.len() as u64
@@ -436,83 +680,6 @@ pub struct Inflight {
     pub timed_from: Instant,
     /// First key of the request, kept while the slow log is on.
     pub key: crate::stats::slowlog::KeyPrefix,
-}
-
-/// Server connection state.
-#[derive(Debug, PartialEq, Eq, Clone, Copy)]
-pub enum ServerState {
-    /// Non-blocking connect in progress.
-    Connecting,
-    /// Connected.
-    Connected,
-}
-
-/// A server connection.
-#[derive(Debug)]
-pub struct Server {
-    /// Socket.
-    pub sock: Stream,
-    /// TLS: the first `tls_cut` bytes of `wbuf` end a large request and
-    /// are written apart from what follows, so the next request starts a
-    /// TLS record of its own (0: no cut). memcached reads a large value
-    /// straight into its item and does not look again at bytes its TLS
-    /// library already decrypted past the value, so a request sharing
-    /// the value's last record would wait until the timeout.
-    pub tls_cut: usize,
-    /// Unique id.
-    pub id: u64,
-    /// Pool index.
-    pub pool: usize,
-    /// Server index in the pool.
-    pub server: usize,
-    /// Connection slot index (of `server_connections`).
-    pub slot: usize,
-    /// Connect state.
-    pub state: ServerState,
-    /// When it was opened (its TLS handshake is bounded from there).
-    pub opened: Instant,
-    /// Input not yet parsed.
-    pub rbuf: Buffer,
-    /// Do not parse again until `rbuf` holds this many bytes.
-    pub need: usize,
-    /// Requests not yet written.
-    pub wbuf: Buffer,
-    /// Requests waiting for replies, in order.
-    pub inflight: VecDeque<Inflight>,
-    /// A timeout timer is armed for this connection.
-    pub timer_armed: bool,
-    /// Requests counted in the in_queue gauge (not yet written whole).
-    pub unsent: u64,
-    /// Bytes counted in the in_queue_bytes gauge.
-    pub unsent_bytes: u64,
-    /// Of `unsent`, requests queued in this pass of the loop and not yet
-    /// added to the shared counters (requests, in_queue; added once per
-    /// pass and connection, see `Worker::count_queued`).
-    pub uncounted: u64,
-    /// Their bytes.
-    pub uncounted_bytes: u64,
-    /// Requests counted in the out_queue gauge.
-    pub sent: u64,
-    /// Bytes counted in the out_queue_bytes gauge.
-    pub sent_bytes: u64,
-    /// A large request being streamed to this connection.
-    pub stream: Option<SrvStream>,
-    /// A large reply being streamed from this connection.
-    pub rstream: Option<RepStream>,
-    /// A kept request being sent again on this connection from its spool.
-    pub feed: Option<Feed>,
-    /// A connection of its own for one streamed request (not in the
-    /// server's connection slots; closed once answered).
-    pub dedicated: bool,
-    /// It carries a blocking command (BLPOP, XREAD BLOCK, ...): the pool's
-    /// `timeout` does not apply (the command's own timeout does).
-    pub blocking: bool,
-    /// Pinned to this client for its transaction (see `txn.rs`): kept
-    /// until the transaction ends, then closed.
-    pub pinned: Option<Token>,
-    /// A pub/sub connection: everything it receives goes to this client
-    /// (token, id) as it arrives (see `pubsub.rs`).
-    pub push_to: Option<(Token, u64)>,
 }
 
 /// A connection of the worker.

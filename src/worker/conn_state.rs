@@ -4,14 +4,14 @@
 //! (`pubsub.rs`), a request held while its moved keys are pulled from
 //! their old owners (`migrate.rs`).
 
+use super::handle::ServerRef;
 use crate::proto::Request;
-use mio::Token;
 
 /// A client's transaction state.
 #[derive(Debug, Default)]
 pub struct Txn {
-    /// The pinned connection: (token, connection id, server index).
-    pub conn: Option<(Token, u64, usize)>,
+    /// The pinned connection and its server index.
+    pub conn: Option<(ServerRef, usize)>,
     /// Inside MULTI.
     pub multi: bool,
     /// MULTI was answered here and not sent yet (no server chosen).
@@ -25,8 +25,8 @@ pub struct Txn {
 /// A client's subscriptions.
 #[derive(Debug, Default)]
 pub struct Subs {
-    /// Per server listened on: (server, connection token, connection id).
-    pub conns: Vec<(usize, Token, u64)>,
+    /// Per server listened on: (server, connection).
+    pub conns: Vec<(usize, ServerRef)>,
     /// Channels subscribed.
     pub channels: Vec<Vec<u8>>,
     /// Patterns subscribed.

@@ -173,7 +173,7 @@ impl Worker<'_> {
     pub(super) fn must_read_before_handover(c: &super::conn::Client) -> bool {
         c.stream.is_some()
             || c.rbuf.len() > CARRY_MAX
-            || c.need > CARRY_MAX
+            || c.need() > CARRY_MAX
             // A subscriber or a transaction is served here until it
             // leaves that state (its server connections are here).
             || c.subs.is_some()
@@ -192,14 +192,14 @@ impl Worker<'_> {
             .iter()
             .filter_map(|(k, c)| match c {
                 Conn::Client(c)
-                    if !c.closing
-                        && !c.eof
+                    if !c.is_closing()
+                        && !c.is_eof()
                         && c.pending.is_empty()
                         && c.stream.is_none()
                         && c.gate.is_none()
                         && c.txn.is_none()
                         && c.subs.is_none()
-                        && c.rstream_from.is_none()
+                        && c.rstream_from().is_none()
                         && c.rbuf.len() + c.wbuf.len() <= CARRY_MAX =>
                 {
                     Some(k)
@@ -226,8 +226,8 @@ impl Worker<'_> {
             };
             let s = &c.session;
             let msg = Handed {
-                pool: self.pools[c.pool].cfg.name.clone(),
-                redis: self.pools[c.pool].proto == crate::proto::Protocol::Redis,
+                pool: self.pools[c.pool()].cfg.name.clone(),
+                redis: self.pools[c.pool()].proto == crate::proto::Protocol::Redis,
                 resp3: s.resp3,
                 authenticated: s.authenticated,
                 name: s.name.clone(),
@@ -235,9 +235,9 @@ impl Worker<'_> {
                 lib_ver: s.lib_ver.clone(),
                 user: s
                     .user
-                    .and_then(|u| self.pools[c.pool].cfg.security.users.get(u as usize))
+                    .and_then(|u| self.pools[c.pool()].cfg.security.users.get(u as usize))
                     .map(|u| u.name.as_bytes().to_vec()),
-                swallow: c.swallow as u64,
+                swallow: c.swallow() as u64,
                 input: c.rbuf.bytes().to_vec(),
                 output: match pair {
                     Some(_) => Vec::new(),
@@ -278,7 +278,7 @@ impl Worker<'_> {
         };
         let _ = self.poll.registry().deregister(&mut c.sock);
         self.sub_out(c.wbuf.len());
-        let pool = c.pool;
+        let pool = c.pool();
         self.pools[pool].clients = self.pools[pool].clients.saturating_sub(1);
         self.stats.pool_sub(pool, PoolField::ClientConnections, 1);
         self.stats.worker_sub(WorkerField::CurrConnections, 1);
@@ -409,7 +409,7 @@ impl Worker<'_> {
             lib_name: h.lib_name,
             lib_ver: h.lib_ver,
         };
-        c.swallow = h.swallow as usize;
+        c.swallow_next(h.swallow as usize);
         if !h.input.is_empty() {
             c.rbuf = self.bufs.take();
             c.rbuf.extend(&h.input);

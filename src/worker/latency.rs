@@ -116,15 +116,15 @@ impl Worker<'_> {
             let mut arm = Vec::new();
             for (k, c) in self.conns.iter_mut() {
                 let Conn::Server(s) = c else { continue };
-                if s.pool != pool {
+                if s.pool() != pool {
                     continue;
                 }
-                match (s.inflight.front(), timeout) {
+                match (s.inflight().front().map(|f| f.sent_at), timeout) {
                     (Some(f), Some(t)) => {
-                        s.timer_armed = true;
-                        arm.push((f.sent_at + t, Token(k), s.id));
+                        s.set_timer_armed(true);
+                        arm.push((f + t, Token(k), s.id()));
                     }
-                    _ => s.timer_armed = false,
+                    _ => s.set_timer_armed(false),
                 }
             }
             for (at, token, id) in arm {

@@ -174,21 +174,11 @@ impl Worker<'_> {
             .registry()
             .register(&mut sock, token, Interest::READABLE | Interest::WRITABLE)
             .ok()?;
-        entry.insert(Conn::Client(Box::new(conn::Client {
+        entry.insert(Conn::Client(Box::new(conn::Client::new(
             sock,
             id,
             pool,
-            rbuf: Default::default(),
-            need: 0,
-            swallow: 0,
-            wbuf: Default::default(),
-            pending: Default::default(),
-            head_seq: 0,
-            eof: false,
-            closing: false,
-            paused: false,
-            solo: false,
-            session: crate::proto::redis::local::Session::new(
+            crate::proto::redis::local::Session::new(
                 id,
                 self.pools[pool]
                     .cfg
@@ -197,15 +187,8 @@ impl Worker<'_> {
                     .map(str::as_bytes),
                 !self.pools[pool].cfg.security.users.is_empty(),
             ),
-            last_active: now,
-            opened: now,
-            stream: None,
-            rstream_from: None,
-            gate: None,
-            blocked: Vec::new(),
-            txn: None,
-            subs: None,
-        })));
+            now,
+        ))));
         self.pools[pool].clients += 1;
         self.stats
             .pool_add(pool, crate::stats::PoolField::ClientConnections, 1);

@@ -147,7 +147,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return (Vec::new(), true);
         };
-        let pool = &self.pools[c.pool];
+        let pool = &self.pools[c.pool()];
         let side = crate::proto::redis::local::PoolSide {
             password: pool.cfg.redis_auth.as_deref().map(str::as_bytes),
             users: &pool.cfg.security.users,

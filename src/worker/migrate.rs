@@ -213,7 +213,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
             return false;
         };
-        let pool = c.pool;
+        let pool = c.pool();
         let keys: Vec<std::borrow::Cow<[u8]>> = match (req.op, &req.route) {
             // Every key the command names, not only the one it is routed
             // by: each moved one must be on its new owner before the
@@ -294,7 +294,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
             return false;
         };
-        let (pool, id) = (c.pool, c.id);
+        let (pool, id) = (c.pool(), c.id());
         let proto = self.pools[pool].proto;
         let limits = crate::proto::Limits {
             max_value: usize::MAX,
@@ -365,7 +365,11 @@ impl Worker<'_> {
             return None;
         };
         let p = c.gate.as_ref()?.pulls.get(idx)?;
-        Some((p.key.clone(), *p.olds.get(p.at)?, self.pools[c.pool].proto))
+        Some((
+            p.key.clone(),
+            *p.olds.get(p.at)?,
+            self.pools[c.pool()].proto,
+        ))
     }
 
     /// The key is not on the server asked: ask the next that may have it,
@@ -404,7 +408,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return;
         };
-        if c.id != id || part == PullPart::Delete {
+        if c.id() != id || part == PullPart::Delete {
             return;
         }
         let Some(pull) = c.gate.as_mut().and_then(|g| g.pulls.get_mut(idx)) else {
@@ -517,7 +521,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
             return;
         };
-        let proto = self.pools[c.pool].proto;
+        let proto = self.pools[c.pool()].proto;
         let Some(p) = c.gate.as_ref().and_then(|g| g.pulls.get(idx)) else {
             return;
         };

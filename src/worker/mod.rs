@@ -18,6 +18,7 @@ mod conn_state;
 mod event_loop;
 mod fault;
 mod forward;
+mod handle;
 mod handover;
 mod heap;
 mod held;
@@ -33,6 +34,7 @@ mod replies;
 mod routes;
 mod sentinel;
 mod server;
+mod server_conn;
 mod server_health;
 mod server_reply;
 mod server_rt;
@@ -392,17 +394,17 @@ impl<'a> Worker<'a> {
             .filter_map(|(k, c)| match c {
                 Conn::Client(c) => {
                     if c.sock.is_handshaking() {
-                        let ms = pools[c.pool]
+                        let ms = pools[c.pool()]
                             .cfg
                             .security
                             .listen_tls
                             .as_ref()
                             .map_or(10_000, |t| t.handshake_timeout_ms);
-                        if now.duration_since(c.opened) > Duration::from_millis(ms) {
+                        if now.duration_since(c.opened()) > Duration::from_millis(ms) {
                             crate::log_warn!(
                                 "client {} of pool '{}': TLS handshake not finished after {} ms; closing it",
                                 crate::net::peer_of(std::os::fd::AsRawFd::as_raw_fd(&c.sock)),
-                                pools[c.pool].cfg.name,
+                                pools[c.pool()].cfg.name,
                                 ms
                             );
                             return Some(k);
@@ -412,18 +414,18 @@ impl<'a> Worker<'a> {
                     if !c.pending.is_empty()
                         || !c.wbuf.is_empty()
                         || c.stream.is_some()
-                        || c.rstream_from.is_some()
+                        || c.rstream_from().is_some()
                     {
                         // Busy (a request in flight, a reply not yet
                         // written): its idle time starts after that, so
                         // a reply arriving in this very loop pass is
                         // never lost to the sweep.
-                        c.last_active = now;
+                        c.touch(now);
                         return None;
                     }
-                    let ms = pools[c.pool].cfg.client_idle_timeout_ms;
+                    let ms = pools[c.pool()].cfg.client_idle_timeout_ms;
                     let limit = overridden.or((ms > 0).then(|| Duration::from_millis(ms)))?;
-                    (now.duration_since(c.last_active) > limit).then_some(k)
+                    (now.duration_since(c.last_active()) > limit).then_some(k)
                 }
                 _ => None,
             })
@@ -503,7 +505,7 @@ impl<'a> Worker<'a> {
                 Conn::Client(c)
                     if c.pending.is_empty()
                         && c.wbuf.is_empty()
-                        && now.duration_since(c.last_active) >= GRACEFUL_IDLE =>
+                        && now.duration_since(c.last_active()) >= GRACEFUL_IDLE =>
                 {
                     Some(k)
                 }

@@ -21,7 +21,7 @@
 //! a subscriber closes the subscriber (its subscriptions there are gone,
 //! as with a Redis of its own that went away).
 
-use super::conn::Conn;
+use super::conn::{Conn, ServerRef};
 use super::conn_state::Subs;
 use super::Worker;
 use crate::proto::redis::{reply, Args};
@@ -174,7 +174,7 @@ impl Worker<'_> {
             return false;
         }
         let name = op.cmd.name();
-        let (pool, resp3) = (c.pool, c.session.resp3);
+        let (pool, resp3) = (c.pool(), c.session.resp3);
         if !is_pubsub {
             if resp3
                 || matches!(
@@ -454,7 +454,7 @@ impl Worker<'_> {
     /// empty), the node of slot 0, one node for all of a client's.
     fn cluster_channel_node(&mut self, token: Token, pool: usize, channel: &[u8]) -> Option<usize> {
         let (client_id, cmd) = match self.conns.get(token.0) {
-            Some(Conn::Client(c)) => (c.id, crate::proto::redis::Cmd::lookup(b"SUBSCRIBE")?),
+            Some(Conn::Client(c)) => (c.id(), crate::proto::redis::Cmd::lookup(b"SUBSCRIBE")?),
             _ => return None,
         };
         let op = Op::Redis(crate::proto::redis::RedisOp {
@@ -473,13 +473,13 @@ impl Worker<'_> {
         server: usize,
         now: Instant,
     ) -> Option<Token> {
-        if let Some(&(_, st, id)) = subs.conns.iter().find(|(s, ..)| *s == server) {
-            if matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id == id) {
-                return Some(st);
+        if let Some(&(_, r)) = subs.conns.iter().find(|(s, _)| *s == server) {
+            if self.server_ref(r).is_some() {
+                return Some(r.token);
             }
         }
         let (client_id, op) = match self.conns.get(token.0) {
-            Some(Conn::Client(c)) => (c.id, crate::proto::redis::Cmd::lookup(b"SUBSCRIBE")?),
+            Some(Conn::Client(c)) => (c.id(), crate::proto::redis::Cmd::lookup(b"SUBSCRIBE")?),
             _ => return None,
         };
         let op = Op::Redis(crate::proto::redis::RedisOp {
@@ -491,10 +491,9 @@ impl Worker<'_> {
         let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
             return None;
         };
-        s.push_to = Some((token, client_id));
-        s.pinned = Some(token);
-        subs.conns.retain(|(s, ..)| *s != server);
-        subs.conns.push((server, st, s.id));
+        s.subscribe_for(token, client_id);
+        subs.conns.retain(|(s, _)| *s != server);
+        subs.conns.push((server, ServerRef::new(st, s.id())));
         // A new connection: that server holds nothing of the client's yet.
         subs.server_counts.retain(|(s, ..)| *s != server);
         subs.conns.sort_unstable();
@@ -519,10 +518,10 @@ impl Worker<'_> {
         let Some(Conn::Server(s)) = self.conns.get(st.0) else {
             return 0;
         };
-        let Some((ct, cid)) = s.push_to else {
+        let Some((ct, cid)) = s.push_to() else {
             return 0;
         };
-        let (pool, server) = (s.pool, s.server);
+        let (pool, server) = (s.pool(), s.server());
         let proto = self.pools[pool].proto;
         let Some(sub) = crate::proto::redis::Cmd::lookup(b"SUBSCRIBE") else {
             return 0;
@@ -542,15 +541,14 @@ impl Worker<'_> {
             // The connection's own handshake (AUTH, SELECT, HELLO 3) is
             // answered first: those replies are not the client's.
             if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
-                if s.inflight.pop_front().is_some() {
-                    s.sent = s.sent.saturating_sub(1);
+                if s.pop_answered().is_some() {
                     continue;
                 }
             }
             let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) else {
                 continue;
             };
-            if c.id != cid {
+            if c.id() != cid {
                 continue;
             }
             let Some(subs) = c.subs.as_mut() else {
@@ -605,9 +603,9 @@ impl Worker<'_> {
 
     /// Close the push connections of `subs` (the client leaves).
     pub(super) fn pubsub_close(&mut self, subs: Option<Box<Subs>>) {
-        for (_, st, id) in subs.map(|s| s.conns).unwrap_or_default() {
-            if matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id == id) {
-                self.retire_server(st);
+        for (_, r) in subs.map(|s| s.conns).unwrap_or_default() {
+            if self.server_ref(r).is_some() {
+                self.retire_server(r.token);
             }
         }
     }

@@ -50,7 +50,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return;
         };
-        if c.id != id {
+        if c.id() != id {
             return;
         }
         let at = At {
@@ -58,7 +58,7 @@ impl Worker<'_> {
             id,
             seq,
             frag,
-            pool: c.pool,
+            pool: c.pool(),
         };
         let zone_miss = frag.is_none() && self.pools[at.pool].zone_miss;
         let has_retry =
@@ -202,7 +202,7 @@ impl Worker<'_> {
         if failover {
             self.stats.pool_add(pool, PoolField::ZoneFailovers, 1);
         }
-        if seq == c.head_seq {
+        if seq == c.head_seq() {
             self.drain_head(at.token);
         }
     }
@@ -220,10 +220,10 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return;
         };
-        if c.id != id {
+        if c.id() != id {
             return;
         }
-        let proto = self.pools[c.pool].proto;
+        let proto = self.pools[c.pool()].proto;
         let Some(slot) = c.slot_mut(seq) else {
             return;
         };
@@ -245,7 +245,7 @@ impl Worker<'_> {
                 slot.retry = None;
             }
         }
-        if seq == c.head_seq {
+        if seq == c.head_seq() {
             self.drain_head(token);
         }
         self.check_held_limit(token);
@@ -258,7 +258,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
             return;
         };
-        let limit = self.output_limit(c.pool);
+        let limit = self.output_limit(c.pool());
         let held: usize = c
             .pending
             .iter()
@@ -275,7 +275,7 @@ impl Worker<'_> {
             .sum();
         let total = held + c.wbuf.len();
         if limit > 0 && total > limit {
-            let pool = c.pool;
+            let pool = c.pool();
             self.close_over_limit(token, pool, total, "held");
         }
     }

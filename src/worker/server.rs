@@ -2,7 +2,7 @@
 //! batched writes, reads, failures and ejection (replies are matched to
 //! their requests in `server_reply.rs`).
 
-use super::conn::{Conn, Server, ServerState, Waiter};
+use super::conn::{Conn, Server, ServerRef, Waiter};
 use super::fault::{Ending, IoFault, ServerFault};
 use super::{Worker, READ_BUDGET, READ_CHUNK};
 use crate::proto::Op;
@@ -12,6 +12,25 @@ use std::io::{ErrorKind, Write};
 use std::time::Instant;
 
 impl Worker<'_> {
+    /// The server connection `r` names, if it is still open (its token
+    /// was not reused by another connection since).
+    #[inline]
+    pub(super) fn server_ref(&self, r: ServerRef) -> Option<&Server> {
+        match self.conns.get(r.token.0) {
+            Some(Conn::Server(s)) if s.id() == r.id => Some(s),
+            _ => None,
+        }
+    }
+
+    /// [`Worker::server_ref`], to change it.
+    #[inline]
+    pub(super) fn server_ref_mut(&mut self, r: ServerRef) -> Option<&mut Server> {
+        match self.conns.get_mut(r.token.0) {
+            Some(Conn::Server(s)) if s.id() == r.id => Some(s),
+            _ => None,
+        }
+    }
+
     /// The open connection in slot `slot` of a server, connecting if needed.
     pub(super) fn server_conn(
         &mut self,
@@ -46,7 +65,7 @@ impl Worker<'_> {
         let Conn::Server(mut s) = self.conns.remove(token.0) else {
             return;
         };
-        let _ = self.poll.registry().deregister(&mut s.sock);
+        let _ = self.poll.registry().deregister(s.sock_mut());
         self.forget_server(token, &mut s);
     }
 
@@ -56,8 +75,8 @@ impl Worker<'_> {
         let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
             return;
         };
-        s.dedicated = true;
-        if s.inflight.is_empty() && s.stream.is_none() && s.rbuf.is_empty() {
+        s.retire_when_answered();
+        if s.is_done() {
             self.retire_server(token);
         }
     }
@@ -66,20 +85,21 @@ impl Worker<'_> {
     /// and its queues leave the server's gauges.
     fn forget_server(&mut self, token: Token, s: &mut super::conn::Server) {
         count_queued(&self.stats, s);
-        let (pool, server) = (s.pool, s.server);
-        if self.pools[pool].servers[server].conns[s.slot] == Some(token) {
-            self.pools[pool].servers[server].conns[s.slot] = None;
+        let (pool, server, slot) = (s.pool(), s.server(), s.slot());
+        let (unsent, unsent_bytes, sent, sent_bytes) = s.queue_gauges();
+        if self.pools[pool].servers[server].conns[slot] == Some(token) {
+            self.pools[pool].servers[server].conns[slot] = None;
         }
         self.stats
             .server_sub(pool, server, ServerField::ServerConnections, 1);
         self.stats
-            .server_sub(pool, server, ServerField::InQueue, s.unsent);
+            .server_sub(pool, server, ServerField::InQueue, unsent);
         self.stats
-            .server_sub(pool, server, ServerField::InQueueBytes, s.unsent_bytes);
+            .server_sub(pool, server, ServerField::InQueueBytes, unsent_bytes);
         self.stats
-            .server_sub(pool, server, ServerField::OutQueue, s.sent);
+            .server_sub(pool, server, ServerField::OutQueue, sent);
         self.stats
-            .server_sub(pool, server, ServerField::OutQueueBytes, s.sent_bytes);
+            .server_sub(pool, server, ServerField::OutQueueBytes, sent_bytes);
     }
 
     pub(super) fn server_conn_for(
@@ -126,34 +146,13 @@ impl Worker<'_> {
         {
             return Err(ServerFault::Register(IoFault::from(&e)));
         }
-        entry.insert(Conn::Server(Box::new(Server {
+        entry.insert(Conn::Server(Box::new(Server::new(
             sock,
-            tls_cut: 0,
             id,
-            pool,
-            server,
-            slot,
-            state: ServerState::Connecting,
-            opened: now,
-            rbuf: Default::default(),
-            need: 0,
-            wbuf: Default::default(),
-            inflight: Default::default(),
-            timer_armed: false,
-            unsent: 0,
-            unsent_bytes: 0,
-            uncounted: 0,
-            uncounted_bytes: 0,
-            sent: 0,
-            sent_bytes: 0,
-            stream: None,
-            rstream: None,
-            feed: None,
+            (pool, server, slot),
+            now,
             dedicated,
-            blocking: false,
-            pinned: None,
-            push_to: None,
-        })));
+        ))));
         if !dedicated {
             self.pools[pool].servers[server].conns[slot] = Some(token);
         }
@@ -237,11 +236,11 @@ impl Worker<'_> {
         let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
             return;
         };
-        if s.state == ServerState::Connecting {
-            match s.sock.take_error() {
+        if s.is_connecting() {
+            match s.sock_mut().take_error() {
                 Ok(None) => {
-                    s.state = ServerState::Connected;
-                    let (pool, server) = (s.pool, s.server);
+                    s.set_connected();
+                    let (pool, server) = (s.pool(), s.server());
                     crate::log_debug!(
                         "pool '{}': connected to server '{}'",
                         self.pools[pool].cfg.name,
@@ -284,44 +283,23 @@ impl Worker<'_> {
         let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
             return;
         };
-        if s.state == ServerState::Connecting {
+        if s.is_connecting() {
             return;
         }
-        if s.sock.is_tls() {
-            if let Err(e) = s.sock.flush() {
+        if s.sock().is_tls() {
+            if let Err(e) = s.sock_mut().flush() {
                 self.close_server(token, ServerFault::Socket(IoFault::from(&e)), now);
                 return;
             }
         }
-        while !s.wbuf.is_empty() {
-            let end = if s.tls_cut > 0 {
-                s.tls_cut.min(s.wbuf.len())
-            } else {
-                s.wbuf.len()
-            };
-            match s.sock.write(&s.wbuf.bytes()[..end]) {
-                Ok(0) => break,
-                Ok(n) => {
-                    s.wbuf.consume(n);
-                    s.tls_cut = s.tls_cut.saturating_sub(n);
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    self.close_server(token, ServerFault::Socket(IoFault::from(&e)), now);
-                    return;
-                }
-            }
+        if let Err(e) = s.write_out() {
+            self.close_server(token, ServerFault::Socket(IoFault::from(&e)), now);
+            return;
         }
-        let streaming = s.stream.is_some();
+        let streaming = s.stream().is_some();
         count_queued(&self.stats, s);
-        if s.wbuf.is_empty() && (s.unsent > 0 || s.unsent_bytes > 0) {
-            let (pool, server) = (s.pool, s.server);
-            let (n, b) = (s.unsent, s.unsent_bytes);
-            s.sent += n;
-            s.sent_bytes += b;
-            s.unsent = 0;
-            s.unsent_bytes = 0;
+        if let Some((n, b)) = s.all_written() {
+            let (pool, server) = (s.pool(), s.server());
             self.stats.server_sub(pool, server, ServerField::InQueue, n);
             self.stats
                 .server_sub(pool, server, ServerField::InQueueBytes, b);
@@ -341,7 +319,7 @@ impl Worker<'_> {
             let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
                 return;
             };
-            if s.rstream.as_ref().is_some_and(|r| r.blocked) {
+            if s.rstream().is_some_and(|r| r.blocked) {
                 // A streamed reply's client lags: read on when it drains.
                 return;
             }
@@ -352,7 +330,7 @@ impl Worker<'_> {
                 total = 0;
                 continue;
             }
-            match s.rbuf.read_stream(&mut s.sock, READ_CHUNK) {
+            match s.read_in(READ_CHUNK) {
                 Ok((0, _)) => {
                     self.process_replies(token, now);
                     self.close_server(token, ServerFault::Closed, now);
@@ -373,7 +351,7 @@ impl Worker<'_> {
             }
         }
         if let Some(Conn::Server(s)) = self.conns.get(token.0) {
-            if s.sock.is_tls() && !s.wbuf.is_empty() {
+            if s.sock().is_tls() && !s.wbuf().is_empty() {
                 // Requests written during the TLS handshake wait inside
                 // rustls up to its limit; the rest waits here until the
                 // handshake ends, which a read finishes, not an EPOLLOUT.
@@ -393,23 +371,22 @@ impl Worker<'_> {
         let Conn::Server(mut s) = self.conns.remove(token.0) else {
             return;
         };
-        let _ = self.poll.registry().deregister(&mut s.sock);
-        let (pool, server) = (s.pool, s.server);
-        if let Some(ss) = s.stream.take() {
-            self.stream_lost(token, s.id, ss.client, ss.client_id);
+        let _ = self.poll.registry().deregister(s.sock_mut());
+        let (pool, server) = (s.pool(), s.server());
+        if let Some(ss) = s.set_stream(None) {
+            self.stream_lost(token, s.id(), ss.client, ss.client_id);
         }
         // The client that got part of a streamed reply cannot be answered
         // (one that got none of it gets the error below).
         let half_answered = s
-            .rstream
-            .take()
+            .set_rstream(None)
             .filter(|r| r.passed > 0 && r.hold.is_none())
             .and_then(|r| r.client);
         self.forget_server(token, &mut s);
-        if let Some((ct, cid)) = s.push_to {
+        if let Some((ct, cid)) = s.push_to() {
             // Its subscriptions there are gone: the subscriber is told by
             // its connection closing, as by a Redis of its own.
-            if matches!(self.conns.get(ct.0), Some(Conn::Client(c)) if c.id == cid) {
+            if matches!(self.conns.get(ct.0), Some(Conn::Client(c)) if c.id() == cid) {
                 crate::log_info!(
                     "pool '{}': server '{}' lost under a subscriber: closing it",
                     self.pools[pool].cfg.name,
@@ -418,9 +395,9 @@ impl Worker<'_> {
                 self.close_client(ct, true);
             }
         }
-        self.count_ending(pool, server, &fault, s.inflight.len(), now);
+        self.count_ending(pool, server, &fault, s.inflight().len(), now);
         let proto = self.pools[pool].proto;
-        for f in s.inflight.drain(..) {
+        for f in s.take_inflight() {
             if matches!(f.waiter, Waiter::SlotMap) {
                 self.cluster_map_failed(pool);
             }
@@ -444,12 +421,12 @@ impl Worker<'_> {
             }
         }
         if let Some((ct, cid)) = half_answered {
-            if matches!(self.conns.get(ct.0), Some(Conn::Client(c)) if c.id == cid) {
+            if matches!(self.conns.get(ct.0), Some(Conn::Client(c)) if c.id() == cid) {
                 self.close_client(ct, true);
             }
         }
-        if let Some(ct) = s.pinned {
-            self.txn_lost(ct, token, s.id);
+        if let Some(ct) = s.pinned() {
+            self.txn_lost(ct, token, s.id());
         }
     }
 
@@ -460,13 +437,13 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) else {
             return;
         };
-        if c.id != cid {
+        if c.id() != cid {
             return;
         }
         if let Some(rs) = c
             .stream
             .as_mut()
-            .filter(|rs| rs.server == Some((token, sid)))
+            .filter(|rs| rs.server == Some(ServerRef::new(token, sid)))
         {
             rs.server = None;
             if rs.blocked {
@@ -534,15 +511,12 @@ fn write_command(args: &[&[u8]], out: &mut Vec<u8>) {
 /// writing the same four shared words once per request; readers see them
 /// at most one pass of the loop late.
 fn count_queued(stats: &crate::stats::shm::Slot<'_>, s: &mut Server) {
-    if s.uncounted == 0 && s.uncounted_bytes == 0 {
+    let Some((n, b)) = s.take_uncounted() else {
         return;
-    }
-    let (pool, server) = (s.pool, s.server);
-    let (n, b) = (s.uncounted, s.uncounted_bytes);
+    };
+    let (pool, server) = (s.pool(), s.server());
     stats.server_add(pool, server, ServerField::Requests, n);
     stats.server_add(pool, server, ServerField::RequestBytes, b);
     stats.server_add(pool, server, ServerField::InQueue, n);
     stats.server_add(pool, server, ServerField::InQueueBytes, b);
-    s.uncounted = 0;
-    s.uncounted_bytes = 0;
 }

@@ -62,31 +62,31 @@ impl Worker<'_> {
         let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
             return;
         };
-        if s.id != id {
+        if s.id() != id {
             return;
         }
-        s.timer_armed = false;
-        if s.blocking {
+        s.set_timer_armed(false);
+        if s.is_blocking() {
             // BLPOP k 60 waits as long as it asked: the server answers it.
             return;
         }
-        let Some(timeout) = self.pools[s.pool].timeout() else {
+        let Some(timeout) = self.pools[s.pool()].timeout() else {
             return;
         };
-        if s.stream.is_some() || s.rstream.is_some() || s.feed.is_some() {
+        if s.moving_large() {
             // A large value is moving: no timeout while it does.
-            s.timer_armed = true;
+            s.set_timer_armed(true);
             self.arm_timer(now + timeout, token, id);
             return;
         }
-        let Some(front) = s.inflight.front() else {
+        let Some(front) = s.inflight().front() else {
             return;
         };
         let deadline = front.timed_from + timeout;
         if deadline <= now {
             self.close_server(token, ServerFault::TimedOut, now);
         } else {
-            s.timer_armed = true;
+            s.set_timer_armed(true);
             self.arm_timer(deadline, token, id);
         }
     }
@@ -104,14 +104,14 @@ impl Worker<'_> {
             .conns
             .iter()
             .filter_map(|(k, c)| match c {
-                Conn::Server(s) if s.sock.is_handshaking() => {
-                    let ms = pools[s.pool]
+                Conn::Server(s) if s.sock().is_handshaking() => {
+                    let ms = pools[s.pool()]
                         .cfg
                         .security
                         .server_tls
                         .as_ref()
                         .map_or(10_000, |t| t.handshake_timeout_ms);
-                    (now.duration_since(s.opened) > Duration::from_millis(ms)).then_some((k, ms))
+                    (now.duration_since(s.opened()) > Duration::from_millis(ms)).then_some((k, ms))
                 }
                 _ => None,
             })

@@ -18,27 +18,27 @@ impl Worker<'_> {
         let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
             return;
         };
-        if s.rstream.is_some() && !self.pass_reply_stream(token, now) {
+        if s.rstream().is_some() && !self.pass_reply_stream(token, now) {
             return;
         }
         let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
             return;
         };
-        if s.rbuf.len() < s.need {
+        if s.needs_more() {
             return;
         }
-        if s.push_to.is_some() {
+        if s.push_to().is_some() {
             // Pub/sub: pushed to the client as it arrives.
-            let mut rbuf = std::mem::take(&mut s.rbuf);
+            let mut rbuf = s.take_rbuf();
             let used = self.pubsub_frames(token, rbuf.bytes());
             rbuf.consume(used);
             if let Some(Conn::Server(s)) = self.conns.get_mut(token.0) {
-                s.rbuf = rbuf;
+                s.put_rbuf(rbuf, 0);
             }
             return;
         }
-        let mut rbuf = std::mem::take(&mut s.rbuf);
-        let (pool, server) = (s.pool, s.server);
+        let mut rbuf = s.take_rbuf();
+        let (pool, server) = (s.pool(), s.server());
         let batch = self.match_replies(token, pool, server, rbuf.bytes(), now);
         batch.count(&self.stats, pool, server);
         if batch.gone {
@@ -49,8 +49,7 @@ impl Worker<'_> {
             self.pools[pool].record_success(server, now);
         }
         if let Some(Conn::Server(s)) = self.conns.get_mut(token.0) {
-            s.rbuf = rbuf;
-            s.need = batch.need;
+            s.put_rbuf(rbuf, batch.need);
         }
         if let Some(fault) = batch.failure {
             crate::log_warn!(
@@ -67,12 +66,12 @@ impl Worker<'_> {
             return;
         }
         if let Some(Conn::Server(s)) = self.conns.get(token.0) {
-            if let Some(ct) = s.pinned {
+            if let Some(ct) = s.pinned() {
                 self.txn_replied(token, ct);
-            } else if s.dedicated
-                && s.inflight.is_empty()
-                && s.stream.is_none()
-                && s.rbuf.is_empty()
+            } else if s.is_dedicated()
+                && s.inflight().is_empty()
+                && s.stream().is_none()
+                && s.rbuf().is_empty()
             {
                 self.retire_server(token);
             }
@@ -102,7 +101,7 @@ impl Worker<'_> {
             if input.is_empty() {
                 return batch;
             }
-            let Some(front) = s.inflight.front() else {
+            let Some(front) = s.inflight().front() else {
                 batch.failure = Some(ServerFault::BadReply("unexpected data from server".into()));
                 return batch;
             };
@@ -111,9 +110,7 @@ impl Worker<'_> {
                     // One copy out of the queue (a moved-out `pop_front`
                     // costs two of its ~150 bytes).
                     let front = *front;
-                    s.inflight.pop_front();
-                    s.sent = s.sent.saturating_sub(1);
-                    s.sent_bytes = s.sent_bytes.saturating_sub(front.len as u64);
+                    s.pop_answered();
                     batch.replies += 1;
                     batch.request_bytes += front.len as u64;
                     batch.reply_bytes += rsp.len as u64;
@@ -129,12 +126,12 @@ impl Worker<'_> {
                 Ok(Parse::Incomplete { hint }) => {
                     batch.need = hint;
                     if proto == crate::proto::Protocol::Redis {
-                        let front = s.inflight.front().copied();
+                        let front = s.inflight().front().copied();
                         if let Some(rs) =
                             front.and_then(|f| self.reply_stream_start(input, hint, &f))
                         {
                             if let Some(Conn::Server(s)) = self.conns.get_mut(token.0) {
-                                s.rstream = Some(rs);
+                                s.set_rstream(Some(rs));
                                 batch.streamed = true;
                                 batch.need = 0;
                             }
@@ -270,19 +267,18 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) else {
             return;
         };
-        if c.id != id {
+        if c.id() != id {
             return;
         }
         // Fast path: the reply is the next one the client expects: write it
         // straight to the output buffer, no intermediate copy.
-        if frag.is_none() && seq == c.head_seq {
+        if frag.is_none() && seq == c.head_seq() {
             if let Some(front) = c.pending.front() {
                 // (A zone read is looked at: it may fail over on a miss, and
                 // its answer by another zone is counted.)
-                let zone_read = front.retry.is_some() && self.pools[c.pool].zoned;
+                let zone_read = front.retry.is_some() && self.pools[c.pool()].zoned;
                 if !front.ready && front.multi.is_none() && !zone_read {
-                    c.pending.pop_front();
-                    c.head_seq += 1;
+                    c.pop_head();
                     if c.wbuf.capacity() == 0 {
                         c.wbuf = self.bufs.take();
                     }

@@ -81,6 +81,6 @@ impl Worker<'_> {
     /// Whether the server connection `st` may take one more copy.
     pub(super) fn has_copy_room(&self, st: mio::Token) -> bool {
         matches!(self.conns.get(st.0), Some(Conn::Server(s))
-            if s.inflight.len() < SHADOW_MAX_INFLIGHT && s.wbuf.len() < SHADOW_MAX_BYTES)
+            if s.inflight().len() < SHADOW_MAX_INFLIGHT && s.wbuf().len() < SHADOW_MAX_BYTES)
     }
 }

@@ -48,7 +48,8 @@
 //! So does a reply the cursor finds malformed.
 
 use super::conn::{
-    Conn, Fragment, Multi, MultiMode, PairStream, ReplyTo, ReqStream, Slot, SrvStream, Waiter,
+    Conn, Fragment, Multi, MultiMode, PairStream, ReplyTo, ReqStream, ServerRef, Slot, SrvStream,
+    Waiter,
 };
 use super::fault::ServerFault;
 use super::spool::Spool;
@@ -92,7 +93,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return StreamStart::No;
         };
-        let pool = c.pool;
+        let pool = c.pool();
         let req = &head.req;
         if (!c.session.authenticated && redis::local::needs_auth(req)) || c.session.user.is_some() {
             // Refused, or checked against its ACL user: buffered whole.
@@ -113,7 +114,7 @@ impl Worker<'_> {
         if head.kind == StreamKind::Single && req.keys.is_empty() {
             return StreamStart::No;
         }
-        c.solo = true;
+        c.go_solo();
         if !c.pending.is_empty() {
             return StreamStart::Wait;
         }
@@ -158,11 +159,11 @@ impl Worker<'_> {
         head: &StreamHead,
         bytes: &[u8],
         now: Instant,
-    ) -> Option<(Token, u64)> {
+    ) -> Option<ServerRef> {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
             return None;
         };
-        let (pool, client_id) = (c.pool, c.id);
+        let (pool, client_id) = (c.pool(), c.id());
         let req = &head.req;
         let key = &bytes[req.keys.first()?.clone()];
         let Some(server) = self.stream_server(pool, key, req.op, client_id, now) else {
@@ -182,19 +183,19 @@ impl Worker<'_> {
         let Some(Conn::Server(s)) = self.conns.get(st.0) else {
             return None;
         };
-        let sid = s.id;
+        let sid = s.id();
         self.note_key(pool, key);
         let kept = self.stream_slot(pool, req, bytes);
         let seq = self.push_slot(token, false, kept);
         let waiter = ReplyTo::new(token, client_id, seq, None).waiter();
         self.enqueue(st, waiter, req.op, |out| out.extend_from_slice(bytes), now);
         if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
-            s.stream = Some(SrvStream {
+            s.set_stream(Some(SrvStream {
                 client: token,
                 client_id,
-            });
+            }));
         }
-        Some((st, sid))
+        Some(ServerRef::new(st, sid))
     }
 
     /// An MSET with a large value: its reply slot joins one fragment per
@@ -204,7 +205,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
             return None;
         };
-        let pool = c.pool;
+        let pool = c.pool();
         let pairs = head.args_left / 2;
         let slot = Slot {
             multi: Some(Box::new(Multi {
@@ -235,7 +236,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return;
         };
-        let (pool, client_id) = (c.pool, c.id);
+        let (pool, client_id) = (c.pool(), c.id());
         let Some(rs) = c.stream.as_ref() else {
             return;
         };
@@ -266,14 +267,14 @@ impl Worker<'_> {
         let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
             return;
         };
-        s.stream = Some(SrvStream {
+        s.set_stream(Some(SrvStream {
             client: token,
             client_id,
-        });
-        let sid = s.id;
+        }));
+        let sid = s.id();
         if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
             if let Some(rs) = c.stream.as_mut() {
-                rs.server = Some((st, sid));
+                rs.server = Some(ServerRef::new(st, sid));
             }
         }
     }
@@ -296,24 +297,24 @@ impl Worker<'_> {
                 .as_ref()
                 .and_then(|rs| rs.pairs.as_ref())
                 .and_then(|ps| ps.conns.iter().find(|e| e.0 == server))
-                .map(|e| (e.1, e.2)),
+                .map(|e| e.1),
             _ => None,
         };
-        if let Some((st, sid)) = known {
-            if matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id == sid) {
-                return Ok(st);
+        if let Some(r) = known {
+            if self.server_ref(r).is_some() {
+                return Ok(r.token);
             }
         }
         let slot = self.conn_slot(token, pool, server, client_id, op);
         let st = self.server_conn_dedicated(pool, server, slot, now)?;
         let sid = match self.conns.get(st.0) {
-            Some(Conn::Server(s)) => s.id,
+            Some(Conn::Server(s)) => s.id(),
             _ => return Err(ServerFault::NoServer),
         };
         if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
             if let Some(ps) = c.stream.as_mut().and_then(|rs| rs.pairs.as_mut()) {
                 ps.conns.retain(|e| e.0 != server);
-                ps.conns.push((server, st, sid));
+                ps.conns.push((server, ServerRef::new(st, sid)));
             }
         }
         Ok(st)
@@ -325,7 +326,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return;
         };
-        let (pool, client_id) = (c.pool, c.id);
+        let (pool, client_id) = (c.pool(), c.id());
         let Some(rs) = c.stream.as_ref() else {
             return;
         };
@@ -363,7 +364,9 @@ impl Worker<'_> {
             if !rs.machine.holding() && rs.held.is_some() {
                 // The key was read: the held bytes go first.
                 match rs.server {
-                    Some((st, sid)) if rs.held.as_ref().is_some_and(|h| !h.is_empty()) => {
+                    Some(ServerRef { token: st, id: sid })
+                        if rs.held.as_ref().is_some_and(|h| !h.is_empty()) =>
+                    {
                         if !self.feed_script_spool(token, st, sid, now) {
                             return false;
                         }
@@ -419,7 +422,7 @@ impl Worker<'_> {
                     self.send_pair(token, pair, now);
                 }
                 StreamStep::PairEnd => {
-                    if let Some((st, sid)) = rs.server.take() {
+                    if let Some(ServerRef { token: st, id: sid }) = rs.server.take() {
                         // A large value passed whole.
                         self.end_server_stream(st, sid, now);
                     }
@@ -427,7 +430,7 @@ impl Worker<'_> {
                 StreamStep::Done => {
                     let target = rs.server;
                     c.stream = None;
-                    if let Some((st, sid)) = target {
+                    if let Some(ServerRef { token: st, id: sid }) = target {
                         self.end_server_stream(st, sid, now);
                     }
                     return true;
@@ -449,20 +452,20 @@ impl Worker<'_> {
             _ => return false,
         };
         let over = match target {
-            Some((st, sid)) => self.stream_out(token, st, sid, n, false),
+            Some(ServerRef { token: st, id: sid }) => self.stream_out(token, st, sid, n, false),
             None => false,
         };
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return false;
         };
         c.rbuf.consume(n);
-        let (true, Some((st, _))) = (over, target) else {
+        let (true, Some(ServerRef { token: st, .. })) = (over, target) else {
             return true;
         };
         // Write now; pause the client only if the server lags.
         self.write_server(st, now);
         let lagging =
-            matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.wbuf.len() > STREAM_HIGH);
+            matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.wbuf().len() > STREAM_HIGH);
         if lagging {
             if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
                 if let Some(rs) = c.stream.as_mut() {
@@ -490,7 +493,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return;
         };
-        if let Some((st, sid)) = c.stream.take().and_then(|rs| rs.server) {
+        if let Some(ServerRef { token: st, id: sid }) = c.stream.take().and_then(|rs| rs.server) {
             self.abort_server_stream(st, sid, ServerFault::HalfSentBadArg);
         }
         self.push_ready(token, reply, true);
@@ -502,7 +505,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
             return;
         };
-        let (pool, client_id) = (c.pool, c.id);
+        let (pool, client_id) = (c.pool(), c.id());
         let Some(op) = c.stream.as_ref().map(|rs| rs.machine.op()) else {
             return;
         };
@@ -523,11 +526,11 @@ impl Worker<'_> {
                         let waiter = ReplyTo::new(token, client_id, seq, None).waiter();
                         self.enqueue(st, waiter, op, |_| {}, now);
                         if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
-                            s.stream = Some(SrvStream {
+                            s.set_stream(Some(SrvStream {
                                 client: token,
                                 client_id,
-                            });
-                            target = Some((st, s.id));
+                            }));
+                            target = Some(ServerRef::new(st, s.id()));
                         }
                     }
                     Err(fault) => self.fail_unsent(
@@ -554,11 +557,11 @@ impl Worker<'_> {
     fn feed_script_spool(&mut self, ct: Token, st: Token, sid: u64, now: Instant) -> bool {
         loop {
             let (c, s) = match self.conns.get2_mut(ct.0, st.0) {
-                Some((Conn::Client(c), Conn::Server(s))) if s.id == sid => (c, s),
+                Some((Conn::Client(c), Conn::Server(s))) if s.id() == sid => (c, s),
                 // The server failed: pass_stream sees it.
                 _ => return true,
             };
-            let room = STREAM_HIGH.saturating_sub(s.wbuf.len());
+            let room = STREAM_HIGH.saturating_sub(s.wbuf().len());
             let Some(held) = c.stream.as_mut().and_then(|rs| rs.held.as_mut()) else {
                 return true;
             };
@@ -572,7 +575,7 @@ impl Worker<'_> {
             }
             // The server has enough queued: write it, and wait if it lags.
             self.write_server(st, now);
-            let lagging = matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id == sid && s.wbuf.len() >= STREAM_HIGH);
+            let lagging = matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id() == sid && s.wbuf().len() >= STREAM_HIGH);
             if lagging {
                 if let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) {
                     if let Some(rs) = c.stream.as_mut() {
@@ -589,29 +592,26 @@ impl Worker<'_> {
     /// Returns whether the server's output is now over the high mark.
     fn stream_out(&mut self, ct: Token, st: Token, sid: u64, n: usize, held: bool) -> bool {
         let (c, s) = match self.conns.get2_mut(ct.0, st.0) {
-            Some((Conn::Client(c), Conn::Server(s))) if s.id == sid => (c, s),
+            Some((Conn::Client(c), Conn::Server(s))) if s.id() == sid => (c, s),
             _ => return false,
         };
-        let before = s.wbuf.len();
+        let before = s.wbuf().len();
+        let cid = c.id();
+        // The streamed request is the connection's last.
+        let is_it =
+            |w: &Waiter| matches!(*w, Waiter::Client { token, id, .. } if token == ct && id == cid);
         match c.stream.as_mut().and_then(|rs| rs.held.as_mut()) {
             Some(spool) if held => {
-                s.wbuf.extend(&spool.front()[..n]);
+                s.queue_more(|w| w.extend(&spool.front()[..n]), is_it);
                 spool.consume(n);
             }
             _ => {
-                s.wbuf.extend(&c.rbuf.bytes()[..n]);
+                s.queue_more(|w| w.extend(&c.rbuf.bytes()[..n]), is_it);
                 super::cluster_stream::spool_passing(c, n);
             }
         }
-        s.unsent_bytes += n as u64;
-        // The streamed request is the connection's last.
-        if let Some(e) = s.inflight.back_mut() {
-            if matches!(e.waiter, Waiter::Client { token, id, .. } if token == ct && id == c.id) {
-                e.len += n;
-            }
-        }
-        let (pool, server) = (s.pool, s.server);
-        let over = s.wbuf.len() > STREAM_HIGH;
+        let (pool, server) = (s.pool(), s.server());
+        let over = s.wbuf().len() > STREAM_HIGH;
         self.stats
             .server_add(pool, server, ServerField::RequestBytes, n as u64);
         self.stats
@@ -627,24 +627,20 @@ impl Worker<'_> {
         let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
             return;
         };
-        if s.id != sid {
+        if s.id() != sid {
             return;
         }
-        s.stream = None;
-        if s.sock.is_tls() && s.tls_cut == 0 {
-            // The streamed request ends a TLS record run.
-            s.tls_cut = s.wbuf.len();
-        }
-        for e in s.inflight.iter_mut() {
-            e.timed_from = now;
-        }
+        s.set_stream(None);
+        // The streamed request ends a TLS record run.
+        s.cut_tls();
+        s.restart_timeouts(now);
     }
 
     /// A streamed request cannot be completed: its server connection holds
     /// half a command and is closed (`why` is the client's doing, so the
     /// server is not counted as failing).
     pub(super) fn abort_server_stream(&mut self, st: Token, sid: u64, why: ServerFault) {
-        if matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id == sid) {
+        if matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id() == sid) {
             crate::log_info!("closing a server connection holding half a request: {why}");
             self.close_server(st, why, Instant::now());
         }
@@ -656,15 +652,15 @@ impl Worker<'_> {
         let Some(Conn::Server(s)) = self.conns.get(st.0) else {
             return;
         };
-        let Some(ss) = &s.stream else {
+        let Some(ss) = s.stream() else {
             return;
         };
-        if s.wbuf.len() >= STREAM_LOW {
+        if s.wbuf().len() >= STREAM_LOW {
             return;
         }
         let (ct, cid) = (ss.client, ss.client_id);
         if let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) {
-            if c.id == cid {
+            if c.id() == cid {
                 if let Some(rs) = c.stream.as_mut() {
                     if rs.blocked {
                         rs.blocked = false;

@@ -21,7 +21,7 @@
 //! chunk (`held.rs`). Error replies are buffered whole.
 //!
 
-use super::conn::{Conn, Hold, MultiMode, RepStream, Waiter};
+use super::conn::{Conn, Hold, MultiMode, RepStream, ServerRef, Waiter};
 use super::fault::ServerFault;
 use super::{Worker, STREAM_HIGH, STREAM_LOW, STREAM_STALL, STREAM_THRESHOLD};
 use crate::proto::redis;
@@ -36,21 +36,15 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) else {
             return;
         };
-        let Some((st, sid)) = c.rstream_from else {
+        let Some((from, low)) = c.drained_below(STREAM_LOW) else {
             return;
         };
-        let low = c.wbuf.len() < STREAM_LOW;
-        if low {
-            c.rstream_from = None;
-        }
         // The client took some of it: not stalled.
-        if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
-            if let (true, Some(r)) = (s.id == sid, s.rstream.as_mut()) {
-                r.progress = Instant::now();
-            }
+        if let Some(r) = self.server_ref_mut(from).and_then(|s| s.rstream_mut()) {
+            r.progress = Instant::now();
         }
         if low {
-            self.unblock_reply(st, sid, false);
+            self.unblock_reply(from.token, from.id, false);
         }
     }
 
@@ -58,8 +52,8 @@ impl Worker<'_> {
     /// the client went away, the rest of the reply is dropped).
     pub(super) fn unblock_reply(&mut self, st: Token, sid: u64, drop_client: bool) {
         if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
-            if s.id == sid {
-                if let Some(r) = s.rstream.as_mut() {
+            if s.id() == sid {
+                if let Some(r) = s.rstream_mut() {
                     if drop_client {
                         r.client = None;
                     }
@@ -108,9 +102,9 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get(ct.0) else {
             return None;
         };
-        let i = usize::try_from(seq.checked_sub(c.head_seq)?).ok()?;
+        let i = usize::try_from(seq.checked_sub(c.head_seq())?).ok()?;
         let f = c.pending.get(i)?;
-        if c.id != id || f.ready || f.retry.is_some() {
+        if c.id() != id || f.ready || f.retry.is_some() {
             return None;
         }
         let hold = match (frag, &f.multi) {
@@ -150,17 +144,17 @@ impl Worker<'_> {
             let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
                 return false;
             };
-            let sid = s.id;
-            let Some(rs) = s.rstream.as_mut() else {
+            let sid = s.id();
+            let Some((rs, input)) = s.rstream_and_input() else {
                 return true;
             };
             if rs.blocked {
                 return false;
             }
-            let (n, done) = match rs.cursor.advance(s.rbuf.bytes()) {
+            let (n, done) = match rs.cursor.advance(input.bytes()) {
                 Ok(step) => step,
                 Err(e) => {
-                    let (pool, server) = (s.pool, s.server);
+                    let (pool, server) = (s.pool(), s.server());
                     let fault = ServerFault::BadReply(e.0);
                     crate::log_warn!(
                         "pool '{}': server '{}': bad reply: {}",
@@ -182,14 +176,15 @@ impl Worker<'_> {
             if let (true, Some((ct, cid))) = (rs.hold.is_some(), rs.client) {
                 // Held for its slot, as long as its client is there.
                 match self.conns.get2_mut(st.0, ct.0) {
-                    Some((Conn::Server(s), Conn::Client(c))) if c.id == cid => {
-                        let super::conn::Server { rbuf, rstream, .. } = &mut **s;
-                        if let Some(h) = rstream.as_mut().and_then(|r| r.hold.as_mut()) {
-                            h.spool.push(&rbuf.bytes()[..n]);
+                    Some((Conn::Server(s), Conn::Client(c))) if c.id() == cid => {
+                        if let Some((r, input)) = s.rstream_and_input() {
+                            if let Some(h) = r.hold.as_mut() {
+                                h.spool.push(&input.bytes()[..n]);
+                            }
                         }
                     }
                     Some((Conn::Server(s), _)) => {
-                        if let Some(r) = s.rstream.as_mut() {
+                        if let Some(r) = s.rstream_mut() {
                             r.hold = None;
                             r.client = None;
                         }
@@ -198,15 +193,15 @@ impl Worker<'_> {
                 }
             } else if let Some((ct, cid)) = rs.client {
                 match self.conns.get2_mut(st.0, ct.0) {
-                    Some((Conn::Server(s), Conn::Client(c))) if c.id == cid => {
+                    Some((Conn::Server(s), Conn::Client(c))) if c.id() == cid => {
                         if c.wbuf.capacity() == 0 {
                             c.wbuf = self.bufs.take();
                         }
-                        c.wbuf.extend(&s.rbuf.bytes()[..n]);
+                        c.wbuf.extend(&s.rbuf().bytes()[..n]);
                         added = n;
                         if !done && c.wbuf.len() > STREAM_HIGH {
-                            c.rstream_from = Some((st, sid));
-                            if let Some(rs) = s.rstream.as_mut() {
+                            c.wait_on_reply(ServerRef::new(st, sid));
+                            if let Some(rs) = s.rstream_mut() {
                                 rs.blocked = true;
                             }
                             over = Some(ct);
@@ -214,7 +209,7 @@ impl Worker<'_> {
                         self.dirty_clients.push(ct);
                     }
                     Some((Conn::Server(s), _)) => {
-                        if let Some(rs) = s.rstream.as_mut() {
+                        if let Some(rs) = s.rstream_mut() {
                             rs.client = None;
                         }
                     }
@@ -222,7 +217,7 @@ impl Worker<'_> {
                 }
             }
             if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
-                s.rbuf.consume(n);
+                s.consume_input(n);
             }
             self.add_out(added);
             if done {
@@ -243,15 +238,13 @@ impl Worker<'_> {
         let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
             return;
         };
-        let Some(rs) = s.rstream.take() else {
+        let Some(rs) = s.set_rstream(None) else {
             return;
         };
-        let Some(front) = s.inflight.pop_front() else {
+        let Some(front) = s.pop_answered() else {
             return;
         };
-        let (pool, server) = (s.pool, s.server);
-        s.sent = s.sent.saturating_sub(1);
-        s.sent_bytes = s.sent_bytes.saturating_sub(front.len as u64);
+        let (pool, server) = (s.pool(), s.server());
         self.stats
             .server_sub(pool, server, ServerField::OutQueue, 1);
         self.stats
@@ -273,10 +266,9 @@ impl Worker<'_> {
             return;
         };
         if let Waiter::Client { seq, .. } = front.waiter {
-            if c.id == cid && c.head_seq == seq {
-                c.pending.pop_front();
-                c.head_seq += 1;
-                c.rstream_from = None;
+            if c.id() == cid && c.head_seq() == seq {
+                c.pop_head();
+                c.release_reply_wait();
                 let added = c.drain_ready();
                 self.dirty_clients.push(ct);
                 self.add_out(added);
@@ -292,7 +284,7 @@ impl Worker<'_> {
             .conns
             .iter()
             .filter_map(|(_, c)| match c {
-                Conn::Server(s) => s.rstream.as_ref().and_then(|r| {
+                Conn::Server(s) => s.rstream().and_then(|r| {
                     (r.blocked && now.duration_since(r.progress) > STREAM_STALL)
                         .then_some(r.client)
                         .flatten()
@@ -301,7 +293,7 @@ impl Worker<'_> {
             })
             .collect();
         for (ct, cid) in stalled {
-            if matches!(self.conns.get(ct.0), Some(Conn::Client(c)) if c.id == cid) {
+            if matches!(self.conns.get(ct.0), Some(Conn::Client(c)) if c.id() == cid) {
                 crate::log_notice!(
                     "client not reading a large reply for {} s: closing it",
                     STREAM_STALL.as_secs()

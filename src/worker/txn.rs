@@ -15,7 +15,7 @@
 //! In a Redis Cluster pool the server is the master of the first key's
 //! slot, and the keys must live on that node.
 
-use super::conn::{Conn, ReplyTo, Slot};
+use super::conn::{Conn, ReplyTo, ServerRef, Slot};
 use super::conn_state::{AfterPull, Txn};
 use super::forward::routing_key;
 use super::Worker;
@@ -65,7 +65,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
             return TxnStep::NotTxn;
         };
-        let pool = c.pool;
+        let pool = c.pool();
         let txn_cmd = op.class == crate::proto::redis::CmdClass::Transaction;
         if (c.txn.is_none() && !txn_cmd)
             || matches!(
@@ -166,7 +166,7 @@ impl Worker<'_> {
     fn txn_forward(&mut self, token: Token, req: &Request, bytes: &[u8], mut t: Txn, now: Instant) {
         let name = name_of(req);
         let (pool, client_id) = match self.conns.get(token.0) {
-            Some(Conn::Client(c)) => (c.pool, c.id),
+            Some(Conn::Client(c)) => (c.pool(), c.id()),
             _ => return,
         };
         let key = routing_key(req, bytes);
@@ -182,7 +182,7 @@ impl Worker<'_> {
             .skip(1)
             .filter_map(|r| self.txn_server(pool, &bytes[r.clone()], now))
             .any(|s| Some(s) != target);
-        let pinned = t.conn.map(|(_, _, s)| s);
+        let pinned = t.conn.map(|(_, s)| s);
         if others || (target.is_some() && pinned.is_some() && target != pinned) {
             if t.multi {
                 t.dirty = true;
@@ -212,8 +212,8 @@ impl Worker<'_> {
             match self.server_conn_dedicated(pool, server, slot, now) {
                 Ok(st) => {
                     if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
-                        s.pinned = Some(token);
-                        t.conn = Some((st, s.id, server));
+                        s.pin(Some(token));
+                        t.conn = Some((ServerRef::new(st, s.id()), server));
                     }
                 }
                 Err(fault) => {
@@ -232,7 +232,7 @@ impl Worker<'_> {
         if matches!(name, "EXEC" | "DISCARD") || (name == "UNWATCH" && !t.multi) {
             t.ending = true;
         }
-        let Some((st, _, _)) = t.conn else {
+        let Some((ServerRef { token: st, .. }, _)) = t.conn else {
             return;
         };
         self.put_txn(token, Some(t));
@@ -246,8 +246,8 @@ impl Worker<'_> {
     /// client unpinned.
     pub(super) fn txn_replied(&mut self, st: Token, ct: Token) {
         let ending = matches!(self.conns.get(ct.0), Some(Conn::Client(c))
-            if c.txn.as_ref().is_some_and(|t| t.ending && t.conn.is_some_and(|(tok, ..)| tok == st)));
-        let idle = matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.inflight.is_empty());
+            if c.txn.as_ref().is_some_and(|t| t.ending && t.conn.is_some_and(|(r, _)| r.token == st)));
+        let idle = matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.inflight().is_empty());
         if ending && idle {
             let mut t = self.take_txn(ct);
             self.txn_unpin(ct, &mut t);
@@ -262,15 +262,15 @@ impl Worker<'_> {
     /// them to a connection that no longer exists (no reply, ever).
     pub(super) fn txn_lost(&mut self, ct: Token, st: Token, sid: u64) {
         let lost = matches!(self.conns.get(ct.0), Some(Conn::Client(c))
-            if c.txn.as_ref().is_some_and(|t| t.conn.is_some_and(|(tok, id, _)| tok == st && id == sid)));
+            if c.txn.as_ref().is_some_and(|t| t.conn.is_some_and(|(r, _)| r == ServerRef::new(st, sid))));
         if !lost {
             return;
         }
         let pool = match self.conns.get_mut(ct.0) {
             Some(Conn::Client(c)) => {
                 c.txn = None;
-                c.closing = true;
-                c.pool
+                c.close_after_replies();
+                c.pool()
             }
             _ => return,
         };
@@ -283,28 +283,28 @@ impl Worker<'_> {
 
     /// The client leaves: its pinned connection goes.
     pub(super) fn txn_close(&mut self, t: Option<Box<Txn>>) {
-        if let Some((st, sid, _)) = t.and_then(|t| t.conn) {
-            if matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id == sid) {
-                self.retire_server(st);
+        if let Some((r, _)) = t.and_then(|t| t.conn) {
+            if self.server_ref(r).is_some() {
+                self.retire_server(r.token);
             }
         }
     }
 
     fn txn_unpin(&mut self, _ct: Token, t: &mut Txn) {
-        if let Some((st, sid, _)) = t.conn.take() {
-            let idle = matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id == sid && s.inflight.is_empty());
+        if let Some((r, _)) = t.conn.take() {
+            let idle = self.server_ref(r).is_some_and(|s| s.inflight().is_empty());
             if idle {
-                self.retire_server(st);
-            } else if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
+                self.retire_server(r.token);
+            } else if let Some(Conn::Server(s)) = self.conns.get_mut(r.token.0) {
                 // Retired once its last reply is in.
-                s.pinned = None;
+                s.pin(None);
             }
         }
         *t = Txn::default();
     }
 
     fn txn_send_internal(&mut self, _token: Token, t: &Txn, cmd: &[u8], now: Instant) {
-        let Some((st, _, _)) = t.conn else {
+        let Some((ServerRef { token: st, .. }, _)) = t.conn else {
             return;
         };
         let Some(multi) = crate::proto::redis::Cmd::lookup(b"MULTI") else {

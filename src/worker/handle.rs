@@ -1,0 +1,24 @@
+//! Handles that name a connection of the worker from elsewhere (a
+//! request, a client, another connection) without borrowing it.
+
+use mio::Token;
+
+/// A server connection as a request or client remembers it: its slab
+/// token and its id. Tokens are reused once a connection closes; the id is
+/// not, so a handle whose id no longer matches names a connection gone
+/// (see `Worker::server_ref`). Same size as the pair it replaces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ServerRef {
+    /// Slab token.
+    pub token: Token,
+    /// Connection id.
+    pub id: u64,
+}
+
+impl ServerRef {
+    /// The connection `id` at `token`.
+    #[inline]
+    pub fn new(token: Token, id: u64) -> ServerRef {
+        ServerRef { token, id }
+    }
+}

@@ -1,0 +1,557 @@
+//! A server connection's state, changed only through its methods: the
+//! requests queued on it and their counters (unsent, sent, not yet added
+//! to the shared counters), its timeout timer, its socket and buffers, and
+//! what it carries beside plain requests (a streamed request or reply, a
+//! kept request fed from its spool, a transaction or subscriber it is
+//! pinned to).
+
+use super::buffer::Buffer;
+use super::conn::{Feed, Inflight, RepStream, SrvStream, Waiter};
+use super::spool::Spool;
+use crate::net::Stream;
+use crate::proto::Op;
+use mio::Token;
+use std::collections::VecDeque;
+use std::io::{self, ErrorKind, Write};
+use std::time::Instant;
+
+/// A request at least this large ends a TLS record run (`Server::tls_cut`).
+const TLS_CUT_MIN: usize = 8 * 1024;
+
+/// Server connection state.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+enum ServerState {
+    /// Non-blocking connect in progress.
+    Connecting,
+    /// Connected.
+    Connected,
+}
+
+/// A server connection.
+#[derive(Debug)]
+pub struct Server {
+    /// Socket.
+    sock: Stream,
+    /// TLS: the first `tls_cut` bytes of `wbuf` end a large request and
+    /// are written apart from what follows, so the next request starts a
+    /// TLS record of its own (0: no cut). memcached reads a large value
+    /// straight into its item and does not look again at bytes its TLS
+    /// library already decrypted past the value, so a request sharing
+    /// the value's last record would wait until the timeout.
+    tls_cut: usize,
+    /// Unique id.
+    id: u64,
+    /// Pool index.
+    pool: usize,
+    /// Server index in the pool.
+    server: usize,
+    /// Connection slot index (of `server_connections`).
+    slot: usize,
+    /// Connect state.
+    state: ServerState,
+    /// When it was opened (its TLS handshake is bounded from there).
+    opened: Instant,
+    /// Input not yet parsed.
+    rbuf: Buffer,
+    /// Do not parse again until `rbuf` holds this many bytes.
+    need: usize,
+    /// Requests not yet written.
+    wbuf: Buffer,
+    /// Requests waiting for replies, in order.
+    inflight: VecDeque<Inflight>,
+    /// A timeout timer is armed for this connection.
+    timer_armed: bool,
+    /// Requests counted in the in_queue gauge (not yet written whole).
+    unsent: u64,
+    /// Bytes counted in the in_queue_bytes gauge.
+    unsent_bytes: u64,
+    /// Of `unsent`, requests queued in this pass of the loop and not yet
+    /// added to the shared counters (requests, in_queue; added once per
+    /// pass and connection, see `count_queued` in `server.rs`).
+    uncounted: u64,
+    /// Their bytes.
+    uncounted_bytes: u64,
+    /// Requests counted in the out_queue gauge.
+    sent: u64,
+    /// Bytes counted in the out_queue_bytes gauge.
+    sent_bytes: u64,
+    /// A large request being streamed to this connection.
+    stream: Option<SrvStream>,
+    /// A large reply being streamed from this connection.
+    rstream: Option<RepStream>,
+    /// A kept request being sent again on this connection from its spool.
+    feed: Option<Feed>,
+    /// A connection of its own for one streamed request (not in the
+    /// server's connection slots; closed once answered).
+    dedicated: bool,
+    /// It carries a blocking command (BLPOP, XREAD BLOCK, ...): the pool's
+    /// `timeout` does not apply (the command's own timeout does).
+    blocking: bool,
+    /// Pinned to this client for its transaction (see `txn.rs`): kept
+    /// until the transaction ends, then closed.
+    pinned: Option<Token>,
+    /// A pub/sub connection: everything it receives goes to this client
+    /// (token, id) as it arrives (see `pubsub.rs`).
+    push_to: Option<(Token, u64)>,
+}
+
+/// What queueing a request changed, for the worker's lists and timer.
+#[derive(Debug, Clone, Copy)]
+pub struct Queued {
+    /// The connection had no output before: it joins the dirty list.
+    pub first_out: bool,
+    /// The first request of this pass: it joins the list to count.
+    pub first_uncounted: bool,
+}
+
+/// Requests and bytes moved between queue gauges.
+pub type Moved = (u64, u64);
+
+impl Server {
+    /// A connection being opened (connect in progress) to server `server`
+    /// of pool `pool`, in connection slot `slot`.
+    pub fn new(
+        sock: Stream,
+        id: u64,
+        at: (usize, usize, usize),
+        now: Instant,
+        dedicated: bool,
+    ) -> Server {
+        let (pool, server, slot) = at;
+        Server {
+            sock,
+            tls_cut: 0,
+            id,
+            pool,
+            server,
+            slot,
+            state: ServerState::Connecting,
+            opened: now,
+            rbuf: Buffer::default(),
+            need: 0,
+            wbuf: Buffer::default(),
+            inflight: VecDeque::new(),
+            timer_armed: false,
+            unsent: 0,
+            unsent_bytes: 0,
+            uncounted: 0,
+            uncounted_bytes: 0,
+            sent: 0,
+            sent_bytes: 0,
+            stream: None,
+            rstream: None,
+            feed: None,
+            dedicated,
+            blocking: false,
+            pinned: None,
+            push_to: None,
+        }
+    }
+
+    /// Unique id.
+    #[inline]
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Pool index.
+    #[inline]
+    pub fn pool(&self) -> usize {
+        self.pool
+    }
+
+    /// Server index in the pool.
+    #[inline]
+    pub fn server(&self) -> usize {
+        self.server
+    }
+
+    /// Connection slot index.
+    #[inline]
+    pub fn slot(&self) -> usize {
+        self.slot
+    }
+
+    /// When it was opened.
+    #[inline]
+    pub fn opened(&self) -> Instant {
+        self.opened
+    }
+
+    /// The non-blocking connect is still in progress.
+    #[inline]
+    pub fn is_connecting(&self) -> bool {
+        self.state == ServerState::Connecting
+    }
+
+    /// The connect finished.
+    #[inline]
+    pub fn set_connected(&mut self) {
+        self.state = ServerState::Connected;
+    }
+
+    /// Socket.
+    #[inline]
+    pub fn sock(&self) -> &Stream {
+        &self.sock
+    }
+
+    /// Socket, to register, flush or read an error from.
+    #[inline]
+    pub fn sock_mut(&mut self) -> &mut Stream {
+        &mut self.sock
+    }
+
+    /// Input not yet parsed.
+    #[inline]
+    pub fn rbuf(&self) -> &Buffer {
+        &self.rbuf
+    }
+
+    /// Output not yet written.
+    #[inline]
+    pub fn wbuf(&self) -> &Buffer {
+        &self.wbuf
+    }
+
+    /// Requests waiting for replies, in order.
+    #[inline]
+    pub fn inflight(&self) -> &VecDeque<Inflight> {
+        &self.inflight
+    }
+
+    /// Queue a request's bytes (`write` appends them) and, unless it is
+    /// answered nowhere, what waits for its reply; it counts as unsent
+    /// and uncounted until written and counted.
+    #[inline]
+    pub fn queue(
+        &mut self,
+        waiter: Option<Waiter>,
+        op: Op,
+        write: impl FnOnce(&mut Vec<u8>),
+        now: Instant,
+        key: crate::stats::slowlog::KeyPrefix,
+    ) -> Queued {
+        let before = self.wbuf.len();
+        self.wbuf.append_with(write);
+        let len = self.wbuf.len() - before;
+        if len >= TLS_CUT_MIN {
+            self.cut_tls();
+        }
+        if let Some(waiter) = waiter {
+            self.inflight.push_back(Inflight {
+                waiter,
+                op,
+                len,
+                sent_at: now,
+                timed_from: now,
+                key,
+            });
+        }
+        self.unsent += 1;
+        self.unsent_bytes += len as u64;
+        let first_uncounted = self.uncounted == 0;
+        self.uncounted += 1;
+        self.uncounted_bytes += len as u64;
+        Queued {
+            first_out: before == 0,
+            first_uncounted,
+        }
+    }
+
+    /// More bytes of the last request queued (a streamed one), appended by
+    /// `write`: they count as unsent, and as that request's length when
+    /// `is_last` says the last request waiting is it.
+    #[inline]
+    pub fn queue_more(
+        &mut self,
+        write: impl FnOnce(&mut Buffer),
+        is_last: impl FnOnce(&Waiter) -> bool,
+    ) -> usize {
+        let before = self.wbuf.len();
+        write(&mut self.wbuf);
+        let n = self.wbuf.len() - before;
+        self.unsent_bytes += n as u64;
+        if let Some(e) = self.inflight.back_mut() {
+            if is_last(&e.waiter) {
+                e.len += n;
+            }
+        }
+        n
+    }
+
+    /// Queue more of the kept request it is fed from `spool`, up to
+    /// `high` bytes of output: the bytes queued (counted as unsent and as
+    /// the last request's) and whether the spool is now queued whole (the
+    /// feed then ends and the timeouts count from `now`). `None`: it is
+    /// fed from nothing.
+    pub fn feed_more(&mut self, spool: &Spool, high: usize, now: Instant) -> Option<(usize, bool)> {
+        let f = self.feed.as_mut()?;
+        let mut added = 0;
+        while self.wbuf.len() < high {
+            let piece = f.at.piece(spool);
+            if piece.is_empty() {
+                break;
+            }
+            self.wbuf.extend(piece);
+            f.at.advance(spool, piece.len());
+            added += piece.len();
+        }
+        let done = f.at.remaining(spool) == 0;
+        self.unsent_bytes += added as u64;
+        // The request is the connection's last.
+        if let Some(e) = self.inflight.back_mut() {
+            e.len += added;
+        }
+        if done {
+            self.feed = None;
+            self.restart_timeouts(now);
+        }
+        Some((added, done))
+    }
+
+    /// TLS: what is queued so far is written apart from what follows (a
+    /// large request ends here).
+    #[inline]
+    pub fn cut_tls(&mut self) {
+        if self.tls_cut == 0 && self.sock.is_tls() {
+            self.tls_cut = self.wbuf.len();
+        }
+    }
+
+    /// Every request waiting has its timeout count from `now` (a streamed
+    /// request before them was queued whole).
+    pub fn restart_timeouts(&mut self, now: Instant) {
+        for e in self.inflight.iter_mut() {
+            e.timed_from = now;
+        }
+    }
+
+    /// Write as much output as the socket takes (a TLS cut apart).
+    #[inline]
+    pub fn write_out(&mut self) -> io::Result<()> {
+        while !self.wbuf.is_empty() {
+            let end = if self.tls_cut > 0 {
+                self.tls_cut.min(self.wbuf.len())
+            } else {
+                self.wbuf.len()
+            };
+            match self.sock.write(&self.wbuf.bytes()[..end]) {
+                Ok(0) => break,
+                Ok(n) => {
+                    self.wbuf.consume(n);
+                    self.tls_cut = self.tls_cut.saturating_sub(n);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Read up to `chunk` more bytes of input: bytes read, and whether the
+    /// read came short.
+    #[inline]
+    pub fn read_in(&mut self, chunk: usize) -> io::Result<(usize, bool)> {
+        self.rbuf.read_stream(&mut self.sock, chunk)
+    }
+
+    /// The output was written whole: the unsent requests are now sent
+    /// (the requests and bytes moved, none when nothing was unsent).
+    #[inline]
+    pub fn all_written(&mut self) -> Option<Moved> {
+        if !self.wbuf.is_empty() || (self.unsent == 0 && self.unsent_bytes == 0) {
+            return None;
+        }
+        let moved = (self.unsent, self.unsent_bytes);
+        self.sent += moved.0;
+        self.sent_bytes += moved.1;
+        self.unsent = 0;
+        self.unsent_bytes = 0;
+        Some(moved)
+    }
+
+    /// The requests and bytes queued since the last count, now counted.
+    #[inline]
+    pub fn take_uncounted(&mut self) -> Option<Moved> {
+        if self.uncounted == 0 && self.uncounted_bytes == 0 {
+            return None;
+        }
+        let n = (self.uncounted, self.uncounted_bytes);
+        self.uncounted = 0;
+        self.uncounted_bytes = 0;
+        Some(n)
+    }
+
+    /// What the connection holds in the queue gauges: (unsent, its bytes,
+    /// sent, its bytes), taken out when it closes.
+    pub fn queue_gauges(&self) -> (u64, u64, u64, u64) {
+        (self.unsent, self.unsent_bytes, self.sent, self.sent_bytes)
+    }
+
+    /// The request at the head was answered: it leaves the queue and the
+    /// sent gauges.
+    #[inline]
+    pub fn pop_answered(&mut self) -> Option<Inflight> {
+        let front = self.inflight.pop_front()?;
+        self.sent = self.sent.saturating_sub(1);
+        self.sent_bytes = self.sent_bytes.saturating_sub(front.len as u64);
+        Some(front)
+    }
+
+    /// Every request still waiting, taken out (the connection closes).
+    pub fn take_inflight(&mut self) -> VecDeque<Inflight> {
+        std::mem::take(&mut self.inflight)
+    }
+
+    /// The input, taken out to parse while the worker is changed (put back
+    /// by [`Server::put_rbuf`]).
+    #[inline]
+    pub fn take_rbuf(&mut self) -> Buffer {
+        std::mem::take(&mut self.rbuf)
+    }
+
+    /// The input back, with how many bytes it needs before it is parsed
+    /// again.
+    #[inline]
+    pub fn put_rbuf(&mut self, rbuf: Buffer, need: usize) {
+        self.rbuf = rbuf;
+        self.need = need;
+    }
+
+    /// The input is too short to parse again yet.
+    #[inline]
+    pub fn needs_more(&self) -> bool {
+        self.rbuf.len() < self.need
+    }
+
+    /// A timeout timer is armed.
+    #[inline]
+    pub fn timer_armed(&self) -> bool {
+        self.timer_armed
+    }
+
+    /// Note whether a timeout timer is armed (set when one is, cleared as
+    /// it fires).
+    #[inline]
+    pub fn set_timer_armed(&mut self, armed: bool) {
+        self.timer_armed = armed;
+    }
+
+    /// A large request being streamed to it.
+    #[inline]
+    pub fn stream(&self) -> Option<&SrvStream> {
+        self.stream.as_ref()
+    }
+
+    /// Start or end (`None`) streaming a large request to it.
+    #[inline]
+    pub fn set_stream(&mut self, stream: Option<SrvStream>) -> Option<SrvStream> {
+        std::mem::replace(&mut self.stream, stream)
+    }
+
+    /// A large reply being streamed from it.
+    #[inline]
+    pub fn rstream(&self) -> Option<&RepStream> {
+        self.rstream.as_ref()
+    }
+
+    /// [`Server::rstream`], to change it.
+    #[inline]
+    pub fn rstream_mut(&mut self) -> Option<&mut RepStream> {
+        self.rstream.as_mut()
+    }
+
+    /// The large reply being streamed from it, with the input it is read
+    /// from.
+    #[inline]
+    pub fn rstream_and_input(&mut self) -> Option<(&mut RepStream, &Buffer)> {
+        Some((self.rstream.as_mut()?, &self.rbuf))
+    }
+
+    /// The first `n` bytes of input were handled.
+    #[inline]
+    pub fn consume_input(&mut self, n: usize) {
+        self.rbuf.consume(n);
+    }
+
+    /// Start or end (`None`) streaming a large reply from it; the one it
+    /// replaces.
+    #[inline]
+    pub fn set_rstream(&mut self, rstream: Option<RepStream>) -> Option<RepStream> {
+        std::mem::replace(&mut self.rstream, rstream)
+    }
+
+    /// A kept request being sent again on it from its spool.
+    #[inline]
+    pub fn feed(&self) -> Option<&Feed> {
+        self.feed.as_ref()
+    }
+
+    /// Start or end (`None`) sending a kept request again on it.
+    #[inline]
+    pub fn set_feed(&mut self, feed: Option<Feed>) {
+        self.feed = feed;
+    }
+
+    /// A large value moves on it (no timeout while it does).
+    #[inline]
+    pub fn moving_large(&self) -> bool {
+        self.stream.is_some() || self.rstream.is_some() || self.feed.is_some()
+    }
+
+    /// A connection of its own: closed once answered.
+    #[inline]
+    pub fn is_dedicated(&self) -> bool {
+        self.dedicated
+    }
+
+    /// Take no new request: close once answered.
+    #[inline]
+    pub fn retire_when_answered(&mut self) {
+        self.dedicated = true;
+    }
+
+    /// Nothing is waiting on it, moving on it, or left to parse.
+    #[inline]
+    pub fn is_done(&self) -> bool {
+        self.inflight.is_empty() && self.stream.is_none() && self.rbuf.is_empty()
+    }
+
+    /// It carries a blocking command (the pool's timeout does not apply).
+    #[inline]
+    pub fn is_blocking(&self) -> bool {
+        self.blocking
+    }
+
+    /// It now carries a blocking command.
+    #[inline]
+    pub fn set_blocking(&mut self) {
+        self.blocking = true;
+    }
+
+    /// The client it is pinned to.
+    #[inline]
+    pub fn pinned(&self) -> Option<Token> {
+        self.pinned
+    }
+
+    /// Pin it to a client's transaction, or unpin it (`None`).
+    #[inline]
+    pub fn pin(&mut self, client: Option<Token>) {
+        self.pinned = client;
+    }
+
+    /// The subscriber whose pushes it carries (token, id).
+    #[inline]
+    pub fn push_to(&self) -> Option<(Token, u64)> {
+        self.push_to
+    }
+
+    /// Carry the pushes of subscriber `id` at `client` (and be pinned to it).
+    pub fn subscribe_for(&mut self, client: Token, id: u64) {
+        self.push_to = Some((client, id));
+        self.pinned = Some(client);
+    }
+}
