@@ -285,8 +285,8 @@ impl Region {
     }
 
     /// The writer handle for one worker's slot.
-    pub fn slot(&self, slot: usize) -> Slot<'_> {
-        Slot {
+    pub fn slot(&self, slot: usize) -> StatsSlot<'_> {
+        StatsSlot {
             region: self,
             slot,
             period: std::cell::Cell::new(histogram::period_now()),
@@ -447,15 +447,15 @@ impl Drop for Region {
 /// One worker's slot. The worker is the only writer, so updates are a plain
 /// load and store (no locked read-modify-write on the hot path).
 #[derive(Clone)]
-pub struct Slot<'a> {
+pub struct StatsSlot<'a> {
     region: &'a Region,
     slot: usize,
     /// The window period replies are recorded in, read from the clock once
-    /// per event-loop turn ([`Slot::tick`]) rather than once per reply.
+    /// per event-loop turn ([`StatsSlot::tick`]) rather than once per reply.
     period: std::cell::Cell<u64>,
 }
 
-impl Slot<'_> {
+impl StatsSlot<'_> {
     #[inline]
     fn add_at(&self, idx: usize, n: u64) {
         let w = self.region.word(self.slot, idx);
@@ -536,7 +536,7 @@ impl Slot<'_> {
         self.record_latencies(pool, server, class, us, 1);
     }
 
-    /// [`Slot::record_latency`] for `n` replies of the same latency.
+    /// [`StatsSlot::record_latency`] for `n` replies of the same latency.
     pub fn record_latencies(&self, pool: usize, server: usize, class: Class, us: u64, n: u64) {
         let layout = &self.region.layout;
         let period = self.period.get();

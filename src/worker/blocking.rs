@@ -3,7 +3,7 @@
 //! waits and no pool `timeout` cuts it; the connection closes with its
 //! reply or its client.
 
-use super::conn::{Conn, ReplyTo, ServerRef, Slot};
+use super::conn::{Conn, ReplySlot, ReplyTo, ServerRef};
 use super::forward::routing_key;
 use super::Worker;
 use crate::proto::Request;
@@ -33,7 +33,7 @@ impl Worker<'_> {
             self.reply_no_server(token, pool, req);
             return;
         };
-        let seq = self.push_slot(token, req.noreply, Slot::default());
+        let seq = self.push_slot(token, req.noreply, ReplySlot::default());
         let to = ReplyTo::new(token, client_id, seq, None);
         let slot = self.conn_slot(token, pool, server, client_id, req.op);
         let st = match self.server_conn_dedicated(pool, server, slot, now) {

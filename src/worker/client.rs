@@ -1,7 +1,7 @@
 //! Client side of the data path: read, parse, route, queue replies in
 //! order, write.
 
-use super::conn::{Conn, Slot, Waiter};
+use super::conn::{Conn, ReplySlot, Waiter};
 use super::conn_state::AfterPull;
 use super::fault::ServerFault;
 use super::stream::StreamStart;
@@ -342,11 +342,11 @@ impl Worker<'_> {
     /// Queue a reply the proxy composed itself.
     pub(super) fn push_ready(&mut self, token: Token, out: Vec<u8>, close_after: bool) {
         if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
-            c.pending.push_back(Slot {
+            c.pending.push_back(ReplySlot {
                 ready: true,
                 out,
                 close_after,
-                ..Slot::default()
+                ..ReplySlot::default()
             });
             if close_after {
                 c.close_after_replies();

@@ -43,7 +43,7 @@ const NONE: u16 = u16::MAX;
 /// The slot map of one cluster pool in one worker.
 #[derive(Debug)]
 pub struct ClusterRt {
-    /// Slot → index of the master serving it (`NONE`: unknown).
+    /// ReplySlot → index of the master serving it (`NONE`: unknown).
     slots: Vec<u16>,
     /// Server index → its replicas' server indices.
     replicas: Vec<Vec<usize>>,

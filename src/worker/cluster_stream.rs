@@ -2,7 +2,7 @@
 //!
 //! A request to a cluster pool can be answered `-MOVED`, `-ASK` or
 //! `-TRYAGAIN`, and is then sent again to another node (or later), so its
-//! bytes are kept until its reply (`Slot::redirect`). A request whose large
+//! bytes are kept until its reply (`ReplySlot::redirect`). A request whose large
 //! argument is streamed (`stream.rs`: routed by its key's slot once its head
 //! is parsed, on a dedicated connection to that slot's node) is kept as it
 //! passes in a [`Spool`]: a list of 64 KiB chunks. The chunk list exists so
@@ -18,7 +18,7 @@
 //! queued on it. A client that goes away while its request is being sent
 //! again leaves that connection with half a command: it is closed.
 
-use super::conn::{Client, Conn, Feed, Redirect, ReplyTo, ServerRef, Slot};
+use super::conn::{Client, Conn, Feed, Redirect, ReplySlot, ReplyTo, ServerRef};
 use super::fault::ServerFault;
 use super::spool::{Spool, SpoolReader};
 use super::{Worker, STREAM_HIGH, STREAM_LOW};
@@ -67,13 +67,13 @@ impl Worker<'_> {
     /// The reply slot of a streamed request whose head is `head`: in a
     /// cluster pool it keeps the request (the head now, the rest as it
     /// passes) to follow MOVED and ASK.
-    pub(super) fn stream_slot(&self, pool: usize, req: &Request, head: &[u8]) -> Slot {
+    pub(super) fn stream_slot(&self, pool: usize, req: &Request, head: &[u8]) -> ReplySlot {
         if self.pools[pool].cluster.is_none() {
-            return Slot::default();
+            return ReplySlot::default();
         }
         let mut spool = Spool::default();
         spool.push(head);
-        Slot {
+        ReplySlot {
             redirect: Some(Box::new(Redirect {
                 req: req.clone(),
                 bytes: head.to_vec(),
@@ -82,7 +82,7 @@ impl Worker<'_> {
                 spool: Some(spool),
                 feeding: None,
             })),
-            ..Slot::default()
+            ..ReplySlot::default()
         }
     }
 

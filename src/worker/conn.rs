@@ -13,7 +13,7 @@ use std::time::Instant;
 
 /// A reply being assembled for one client request, in request order.
 #[derive(Debug, Default)]
-pub struct Slot {
+pub struct ReplySlot {
     /// The reply is complete and can be written once earlier slots are.
     pub ready: bool,
     /// Reply bytes (empty until ready, except for a direct write).
@@ -148,7 +148,7 @@ pub struct Client {
     /// Output not yet written.
     pub wbuf: Buffer,
     /// Replies in request order; `pending[0]` has sequence number `head_seq`.
-    pub pending: VecDeque<Slot>,
+    pub pending: VecDeque<ReplySlot>,
     /// Sequence number of `pending[0]`.
     head_seq: u64,
     /// Peer closed its side: finish replies, then close.
@@ -522,7 +522,7 @@ impl Client {
     }
 
     /// The slot of sequence number `seq`, if still pending.
-    pub fn slot_mut(&mut self, seq: u64) -> Option<&mut Slot> {
+    pub fn slot_mut(&mut self, seq: u64) -> Option<&mut ReplySlot> {
         let i = seq.checked_sub(self.head_seq)?;
         self.pending.get_mut(i as usize)
     }

@@ -2,7 +2,7 @@
 //! server, and for replicated memcached pools every replica (writes) or
 //! one replica with the next tried on failure (reads).
 
-use super::conn::{Conn, Fragment, Multi, MultiMode, Redirect, ReplyTo, Retry, Slot};
+use super::conn::{Conn, Fragment, Multi, MultiMode, Redirect, ReplySlot, ReplyTo, Retry};
 use super::fault::ServerFault;
 use super::Worker;
 use crate::proto::{Op, Request};
@@ -170,7 +170,7 @@ impl Worker<'_> {
         let (server, slot) = if self.pools[pool].cluster.is_some() {
             // Kept until the reply, to follow MOVED and ASK.
             let server = self.cluster_server(pool, key.as_ref(), req.op, client_id);
-            let slot = Slot {
+            let slot = ReplySlot {
                 redirect: Some(Box::new(Redirect {
                     req: req.clone(),
                     bytes: bytes.to_vec(),
@@ -179,7 +179,7 @@ impl Worker<'_> {
                     spool: None,
                     feeding: None,
                 })),
-                ..Slot::default()
+                ..ReplySlot::default()
             };
             (server, slot)
         } else {
@@ -204,7 +204,7 @@ impl Worker<'_> {
                 self.reply_no_server(token, pool, req);
                 return;
             };
-            (server, Slot::default())
+            (server, ReplySlot::default())
         };
         let seq = self.push_slot(token, req.noreply, slot);
         let proto = self.pools[pool].proto;
@@ -264,7 +264,12 @@ impl Worker<'_> {
     }
 
     /// Reserve the next reply slot (none for noreply); returns its sequence.
-    pub(super) fn push_slot(&mut self, token: Token, noreply: bool, slot: Slot) -> Option<u64> {
+    pub(super) fn push_slot(
+        &mut self,
+        token: Token,
+        noreply: bool,
+        slot: ReplySlot,
+    ) -> Option<u64> {
         if noreply {
             return None;
         }
@@ -375,14 +380,14 @@ impl Worker<'_> {
             replicas.rotate_left(n);
         }
         let first = replicas[0];
-        let slot = Slot {
+        let slot = ReplySlot {
             retry: Some(Box::new(Retry {
                 req: req.clone(),
                 bytes: bytes.to_vec(),
                 replicas,
                 next: 1,
             })),
-            ..Slot::default()
+            ..ReplySlot::default()
         };
         let seq = self.push_slot(to.token, req.noreply, slot);
         self.send_or_fail(
@@ -412,7 +417,7 @@ impl Worker<'_> {
         }
         let proto = self.pools[pool].proto;
         let routing = &self.pools[pool].cfg.routing;
-        let slot = Slot {
+        let slot = ReplySlot {
             multi: Some(Box::new(Multi {
                 req: req.clone(),
                 bytes: Vec::new(),
@@ -428,7 +433,7 @@ impl Worker<'_> {
                 error: None,
                 mode: MultiMode::Replicate,
             })),
-            ..Slot::default()
+            ..ReplySlot::default()
         };
         let seq = self.push_slot(to.token, req.noreply, slot);
         for (i, server) in replicas.into_iter().enumerate() {
@@ -578,7 +583,7 @@ impl Worker<'_> {
             })
             .collect();
         let op = req.op;
-        let slot = Slot {
+        let slot = ReplySlot {
             multi: Some(Box::new(Multi {
                 req: req.clone(),
                 bytes: bytes.to_vec(),
@@ -587,7 +592,7 @@ impl Worker<'_> {
                 error: None,
                 mode: MultiMode::Split,
             })),
-            ..Slot::default()
+            ..ReplySlot::default()
         };
         let seq = self.push_slot(to.token, req.noreply, slot);
         let proto = self.pools[pool].proto;
@@ -665,7 +670,7 @@ impl Worker<'_> {
     ) -> bool {
         if self.pools[pool].zoned {
             return self.zone_retry_fragment(
-                super::zones::FragOf {
+                super::handle::FragOf {
                     token,
                     id: client_id,
                     seq,

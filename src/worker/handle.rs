@@ -22,3 +22,17 @@ impl ServerRef {
         ServerRef { token, id }
     }
 }
+
+/// One fragment of a client's multi-key request: the client (token and
+/// id), its reply slot and the fragment's index there.
+#[derive(Debug, Clone, Copy)]
+pub struct FragOf {
+    /// Client token.
+    pub token: Token,
+    /// Client id.
+    pub id: u64,
+    /// The request's reply sequence number.
+    pub seq: u64,
+    /// The fragment's index.
+    pub fi: usize,
+}

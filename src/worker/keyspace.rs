@@ -3,7 +3,7 @@
 //! PUBSUB, FLUSHALL/FLUSHDB behind `allow_flush`, SCRIPT), or walked
 //! server by server (SCAN), and memcached's `flush_all`.
 
-use super::conn::{Fragment, Multi, MultiMode, ReplyTo, Slot};
+use super::conn::{Fragment, Multi, MultiMode, ReplySlot, ReplyTo};
 use super::Worker;
 use crate::proto::{Op, Request};
 use mio::Token;
@@ -49,7 +49,7 @@ impl Worker<'_> {
             None => (0..p.cfg.servers.len()).collect(),
         };
         let n = targets.len();
-        let slot = Slot {
+        let slot = ReplySlot {
             multi: Some(Box::new(Multi {
                 req: req.clone(),
                 bytes: Vec::new(),
@@ -58,7 +58,7 @@ impl Worker<'_> {
                 error: None,
                 mode: MultiMode::Broadcast,
             })),
-            ..Slot::default()
+            ..ReplySlot::default()
         };
         let seq = self.push_slot(token, req.noreply, slot);
         // INFO: each server's keyspace, summed into walnut's own answer.
@@ -125,7 +125,7 @@ impl Worker<'_> {
         let n = walk.len();
         let (nth, at) = keyspace::scan_split(cursor, n);
         let server = walk.get(nth).copied().unwrap_or(0);
-        let seq = self.push_slot(token, req.noreply, Slot::default());
+        let seq = self.push_slot(token, req.noreply, ReplySlot::default());
         let out = keyspace::scan_request(bytes, at);
         self.send_or_fail(
             ReplyTo::new(token, client_id, seq, None),

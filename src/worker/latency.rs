@@ -4,7 +4,7 @@
 use super::conn::{Conn, Inflight};
 use super::Worker;
 use crate::stats::histogram::Class;
-use crate::stats::shm::Slot as StatsSlot;
+use crate::stats::shm::StatsSlot;
 use crate::stats::slowlog::{Entry, KeyPrefix};
 use mio::Token;
 use std::time::Instant;

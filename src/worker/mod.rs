@@ -58,7 +58,7 @@ use std::os::fd::{AsRawFd, RawFd};
 
 use crate::config::Config;
 use crate::net::Listener;
-use crate::stats::shm::Slot as StatsSlot;
+use crate::stats::shm::StatsSlot;
 use crate::stats::WorkerField;
 use conn::Conn;
 use mio::{Interest, Poll, Token};
@@ -140,7 +140,7 @@ pub struct WorkerSetup<'a> {
     pub listeners: Vec<ListenerFd>,
     /// The counters region and this worker's slot in it.
     pub region: &'a Region,
-    /// Slot index.
+    /// ReplySlot index.
     pub slot: usize,
     /// The accept mutex (accept_mutex mode).
     pub mutex: Option<&'a AcceptMutex>,

@@ -1,7 +1,7 @@
 //! Replies coming back: filling a client's slot, joining the fragments of
 //! split requests, and retrying failed reads on other replicas.
 
-use super::conn::{Conn, Multi, MultiMode, ReplyTo, Slot};
+use super::conn::{Conn, Multi, MultiMode, ReplySlot, ReplyTo};
 use super::spool::Spool;
 use super::Worker;
 use crate::stats::PoolField;
@@ -132,7 +132,7 @@ impl Worker<'_> {
         }
         let zoned = self.pools[pool].zoned;
         if let Some(fi) = at.frag.filter(|_| zoned && !answer.is_error) {
-            let frag = super::zones::FragOf {
+            let frag = super::handle::FragOf {
                 token: at.token,
                 id: at.id,
                 seq: at.seq,
@@ -305,7 +305,7 @@ impl Worker<'_> {
 /// Every fragment of a split request answered: its reply, merged. True
 /// when a replicated write was answered by another replica (zone) than
 /// its first one.
-fn finish_multi(proto: crate::proto::Protocol, slot: &mut Slot) -> bool {
+fn finish_multi(proto: crate::proto::Protocol, slot: &mut ReplySlot) -> bool {
     let mut other = false;
     if let Some(mut m) = slot.multi.take() {
         match m.error.take() {
@@ -340,7 +340,7 @@ fn finish_multi(proto: crate::proto::Protocol, slot: &mut Slot) -> bool {
 /// has not failed has answered, or, every zone failed, with the first
 /// zone's error. True when it was answered by another zone than the local
 /// one.
-fn finish_zones(slot: &mut Slot) -> bool {
+fn finish_zones(slot: &mut ReplySlot) -> bool {
     let Some(m) = slot.multi.as_mut() else {
         return false;
     };

@@ -510,7 +510,7 @@ fn write_command(args: &[&[u8]], out: &mut Vec<u8>) {
 /// per pass and connection, not per request, keeps a pipelined batch from
 /// writing the same four shared words once per request; readers see them
 /// at most one pass of the loop late.
-fn count_queued(stats: &crate::stats::shm::Slot<'_>, s: &mut Server) {
+fn count_queued(stats: &crate::stats::shm::StatsSlot<'_>, s: &mut Server) {
     let Some((n, b)) = s.take_uncounted() else {
         return;
     };

@@ -321,7 +321,7 @@ struct ReplyBatch {
 impl ReplyBatch {
     /// Add the batch to the server's counters and take it off its queue
     /// gauges.
-    fn count(&self, stats: &crate::stats::shm::Slot<'_>, pool: usize, server: usize) {
+    fn count(&self, stats: &crate::stats::shm::StatsSlot<'_>, pool: usize, server: usize) {
         if self.replies == 0 {
             return;
         }

@@ -48,8 +48,8 @@
 //! So does a reply the cursor finds malformed.
 
 use super::conn::{
-    Conn, Fragment, Multi, MultiMode, PairStream, ReplyTo, ReqStream, ServerRef, Slot, SrvStream,
-    Waiter,
+    Conn, Fragment, Multi, MultiMode, PairStream, ReplySlot, ReplyTo, ReqStream, ServerRef,
+    SrvStream, Waiter,
 };
 use super::fault::ServerFault;
 use super::spool::Spool;
@@ -174,7 +174,7 @@ impl Worker<'_> {
         let st = match self.server_conn_dedicated(pool, server, slot, now) {
             Ok(st) => st,
             Err(fault) => {
-                let seq = self.push_slot(token, false, Slot::default());
+                let seq = self.push_slot(token, false, ReplySlot::default());
                 let to = ReplyTo::new(token, client_id, seq, None);
                 self.fail_unsent(to, pool, req.op, &fault);
                 return None;
@@ -207,7 +207,7 @@ impl Worker<'_> {
         };
         let pool = c.pool();
         let pairs = head.args_left / 2;
-        let slot = Slot {
+        let slot = ReplySlot {
             multi: Some(Box::new(Multi {
                 req: head.req.clone(),
                 bytes: Vec::new(),
@@ -221,7 +221,7 @@ impl Worker<'_> {
                 error: None,
                 mode: MultiMode::Split,
             })),
-            ..Slot::default()
+            ..ReplySlot::default()
         };
         let seq = self.push_slot(token, false, slot)?;
         self.stats
@@ -519,7 +519,7 @@ impl Worker<'_> {
             }
             Some(server) => {
                 let slot = self.conn_slot(token, pool, server, client_id, op);
-                let seq = self.push_slot(token, false, Slot::default());
+                let seq = self.push_slot(token, false, ReplySlot::default());
                 match self.server_conn_dedicated(pool, server, slot, now) {
                     Ok(st) => {
                         self.note_key(pool, key);

@@ -15,7 +15,7 @@
 //! In a Redis Cluster pool the server is the master of the first key's
 //! slot, and the keys must live on that node.
 
-use super::conn::{Conn, ReplyTo, ServerRef, Slot};
+use super::conn::{Conn, ReplySlot, ReplyTo, ServerRef};
 use super::conn_state::{AfterPull, Txn};
 use super::forward::routing_key;
 use super::Worker;
@@ -236,7 +236,7 @@ impl Worker<'_> {
             return;
         };
         self.put_txn(token, Some(t));
-        let seq = self.push_slot(token, req.noreply, Slot::default());
+        let seq = self.push_slot(token, req.noreply, ReplySlot::default());
         let to = ReplyTo::new(token, client_id, seq, None);
         self.enqueue(st, to.waiter(), req.op, |o| o.extend_from_slice(bytes), now);
     }

@@ -30,9 +30,10 @@
 //! (A fragment reply large enough to be held in chunks is not looked at:
 //! its misses stay misses.)
 
-use super::conn::{Conn, Fragment, Multi, MultiMode, ReplyTo, Slot};
+use super::conn::{Conn, Fragment, Multi, MultiMode, ReplySlot, ReplyTo};
 use super::fault::ServerFault;
 use super::forward::{reads_only, routing_key};
+use super::handle::FragOf;
 use super::Worker;
 use crate::proto::{Protocol, Request};
 use crate::stats::WorkerField;
@@ -71,16 +72,6 @@ fn whole_write(z: &crate::config::Zones, req: &Request) -> bool {
         crate::proto::redis::CmdClass::Blocking | crate::proto::redis::CmdClass::Scan
     ));
     req.keys.len() == 1 && !z.warm && !own_path
-}
-
-/// One fragment of a client's multi-key request: the client (token and
-/// id), its reply slot and the fragment's index there.
-#[derive(Clone, Copy)]
-pub(super) struct FragOf {
-    pub token: Token,
-    pub id: u64,
-    pub seq: u64,
-    pub fi: usize,
 }
 
 impl Worker<'_> {
@@ -145,7 +136,7 @@ impl Worker<'_> {
             .iter()
             .map(|&s| routing.zone_of(s).min(u8::MAX as usize) as u8)
             .collect();
-        let slot = Slot {
+        let slot = ReplySlot {
             multi: Some(Box::new(Multi {
                 req: req.clone(),
                 bytes: Vec::new(),
@@ -160,7 +151,7 @@ impl Worker<'_> {
                 error: None,
                 mode: MultiMode::Zones,
             })),
-            ..Slot::default()
+            ..ReplySlot::default()
         };
         let seq = self.push_slot(to.token, req.noreply, slot);
         let proto = self.pools[pool].proto;
