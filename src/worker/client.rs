@@ -1,7 +1,7 @@
 //! Client side of the data path: read, parse, route, queue replies in
 //! order, write.
 
-use super::conn::{Conn, ReplySlot, Waiter};
+use super::conn::{Client, ClientRef, Conn, ReplySlot, Waiter};
 use super::conn_state::AfterPull;
 use super::fault::ServerFault;
 use super::stream::StreamStart;
@@ -15,6 +15,25 @@ use std::os::fd::AsRawFd;
 use std::time::Instant;
 
 impl Worker<'_> {
+    /// The client `r` names, if it is still connected (its token was not
+    /// reused by a later client since).
+    #[inline]
+    pub(super) fn client_ref(&self, r: ClientRef) -> Option<&Client> {
+        match self.conns.get(r.token.0) {
+            Some(Conn::Client(c)) if c.id() == r.id => Some(c),
+            _ => None,
+        }
+    }
+
+    /// [`Worker::client_ref`], to change it.
+    #[inline]
+    pub(super) fn client_ref_mut(&mut self, r: ClientRef) -> Option<&mut Client> {
+        match self.conns.get_mut(r.token.0) {
+            Some(Conn::Client(c)) if c.id() == r.id => Some(c),
+            _ => None,
+        }
+    }
+
     /// Read what the client sent. `hup`: the peer also closed its side, so
     /// read on to the end of the stream even after a short read.
     pub(super) fn read_client(&mut self, token: Token, now: Instant, hup: bool) {

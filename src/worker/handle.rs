@@ -36,3 +36,23 @@ pub struct FragOf {
     /// The fragment's index.
     pub fi: usize,
 }
+
+/// A client connection as a server connection remembers it (a reply
+/// streamed to it, a subscriber connection pushing to it): its slab token
+/// and its id, so a token reused by a later client is not mistaken for it
+/// (see `Worker::client_ref`). Same size as the pair it replaces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientRef {
+    /// Slab token.
+    pub token: Token,
+    /// Client id.
+    pub id: u64,
+}
+
+impl ClientRef {
+    /// The client `id` at `token`.
+    #[inline]
+    pub fn new(token: Token, id: u64) -> ClientRef {
+        ClientRef { token, id }
+    }
+}

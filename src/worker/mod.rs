@@ -11,6 +11,7 @@ mod accept;
 mod blocking;
 mod buffer;
 mod client;
+mod client_conn;
 mod cluster;
 mod cluster_stream;
 mod conn;

@@ -21,7 +21,7 @@
 //! a subscriber closes the subscriber (its subscriptions there are gone,
 //! as with a Redis of its own that went away).
 
-use super::conn::{Conn, ServerRef};
+use super::conn::{ClientRef, Conn, ServerRef};
 use super::conn_state::Subs;
 use super::Worker;
 use crate::proto::redis::{reply, Args};
@@ -518,7 +518,7 @@ impl Worker<'_> {
         let Some(Conn::Server(s)) = self.conns.get(st.0) else {
             return 0;
         };
-        let Some((ct, cid)) = s.push_to() else {
+        let Some(ClientRef { token: ct, id: cid }) = s.push_to() else {
             return 0;
         };
         let (pool, server) = (s.pool(), s.server());

@@ -383,16 +383,16 @@ impl Worker<'_> {
             .filter(|r| r.passed > 0 && r.hold.is_none())
             .and_then(|r| r.client);
         self.forget_server(token, &mut s);
-        if let Some((ct, cid)) = s.push_to() {
+        if let Some(sub) = s.push_to() {
             // Its subscriptions there are gone: the subscriber is told by
             // its connection closing, as by a Redis of its own.
-            if matches!(self.conns.get(ct.0), Some(Conn::Client(c)) if c.id() == cid) {
+            if self.client_ref(sub).is_some() {
                 crate::log_info!(
                     "pool '{}': server '{}' lost under a subscriber: closing it",
                     self.pools[pool].cfg.name,
                     self.pools[pool].servers[server].name
                 );
-                self.close_client(ct, true);
+                self.close_client(sub.token, true);
             }
         }
         self.count_ending(pool, server, &fault, s.inflight().len(), now);
@@ -420,9 +420,9 @@ impl Worker<'_> {
                 self.fragment_done(to, out, true, true);
             }
         }
-        if let Some((ct, cid)) = half_answered {
-            if matches!(self.conns.get(ct.0), Some(Conn::Client(c)) if c.id() == cid) {
-                self.close_client(ct, true);
+        if let Some(client) = half_answered {
+            if self.client_ref(client).is_some() {
+                self.close_client(client.token, true);
             }
         }
         if let Some(ct) = s.pinned() {

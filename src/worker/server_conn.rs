@@ -6,7 +6,7 @@
 //! pinned to).
 
 use super::buffer::Buffer;
-use super::conn::{Feed, Inflight, RepStream, SrvStream, Waiter};
+use super::conn::{ClientRef, Feed, Inflight, RepStream, SrvStream, Waiter};
 use super::spool::Spool;
 use crate::net::Stream;
 use crate::proto::Op;
@@ -92,7 +92,7 @@ pub struct Server {
     pinned: Option<Token>,
     /// A pub/sub connection: everything it receives goes to this client
     /// (token, id) as it arrives (see `pubsub.rs`).
-    push_to: Option<(Token, u64)>,
+    push_to: Option<ClientRef>,
 }
 
 /// What queueing a request changed, for the worker's lists and timer.
@@ -545,13 +545,13 @@ impl Server {
 
     /// The subscriber whose pushes it carries (token, id).
     #[inline]
-    pub fn push_to(&self) -> Option<(Token, u64)> {
+    pub fn push_to(&self) -> Option<ClientRef> {
         self.push_to
     }
 
     /// Carry the pushes of subscriber `id` at `client` (and be pinned to it).
     pub fn subscribe_for(&mut self, client: Token, id: u64) {
-        self.push_to = Some((client, id));
+        self.push_to = Some(ClientRef::new(client, id));
         self.pinned = Some(client);
     }
 }

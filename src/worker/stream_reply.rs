@@ -21,7 +21,7 @@
 //! chunk (`held.rs`). Error replies are buffered whole.
 //!
 
-use super::conn::{Conn, Hold, MultiMode, RepStream, ServerRef, Waiter};
+use super::conn::{ClientRef, Conn, Hold, MultiMode, RepStream, ServerRef, Waiter};
 use super::fault::ServerFault;
 use super::{Worker, STREAM_HIGH, STREAM_LOW, STREAM_STALL, STREAM_THRESHOLD};
 use crate::proto::redis;
@@ -128,7 +128,7 @@ impl Worker<'_> {
             _ => return None,
         };
         Some(RepStream {
-            client: Some((ct, id)),
+            client: Some(ClientRef::new(ct, id)),
             cursor: redis::ReplyCursor::new(),
             passed: 0,
             hold,
@@ -173,7 +173,7 @@ impl Worker<'_> {
             rs.progress = now;
             let mut added = 0;
             let mut over = None;
-            if let (true, Some((ct, cid))) = (rs.hold.is_some(), rs.client) {
+            if let (true, Some(ClientRef { token: ct, id: cid })) = (rs.hold.is_some(), rs.client) {
                 // Held for its slot, as long as its client is there.
                 match self.conns.get2_mut(st.0, ct.0) {
                     Some((Conn::Server(s), Conn::Client(c))) if c.id() == cid => {
@@ -191,7 +191,7 @@ impl Worker<'_> {
                     }
                     _ => {}
                 }
-            } else if let Some((ct, cid)) = rs.client {
+            } else if let Some(ClientRef { token: ct, id: cid }) = rs.client {
                 match self.conns.get2_mut(st.0, ct.0) {
                     Some((Conn::Server(s), Conn::Client(c))) if c.id() == cid => {
                         if c.wbuf.capacity() == 0 {
@@ -255,18 +255,19 @@ impl Worker<'_> {
             .server_add(pool, server, ServerField::ResponseBytes, rs.passed as u64);
         self.pools[pool].record_success(server, now);
         self.record_reply(pool, server, &front, now);
-        let Some((ct, cid)) = rs.client else {
+        let Some(client) = rs.client else {
             return;
         };
         if let Some(h) = rs.hold {
-            self.held_done(ct, cid, h.seq, h.frag, h.spool);
+            self.held_done(client.token, client.id, h.seq, h.frag, h.spool);
             return;
         }
-        let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) else {
+        let Some(c) = self.client_ref_mut(client) else {
             return;
         };
+        let ct = client.token;
         if let Waiter::Client { seq, .. } = front.waiter {
-            if c.id() == cid && c.head_seq() == seq {
+            if c.head_seq() == seq {
                 c.pop_head();
                 c.release_reply_wait();
                 let added = c.drain_ready();
@@ -280,7 +281,7 @@ impl Worker<'_> {
     /// [`STREAM_STALL`]: the server connection they hold is shared, and the
     /// replies of the other clients on it wait behind theirs.
     pub(super) fn sweep_stalled_streams(&mut self, now: Instant) {
-        let stalled: Vec<(Token, u64)> = self
+        let stalled: Vec<ClientRef> = self
             .conns
             .iter()
             .filter_map(|(_, c)| match c {
@@ -292,13 +293,13 @@ impl Worker<'_> {
                 _ => None,
             })
             .collect();
-        for (ct, cid) in stalled {
-            if matches!(self.conns.get(ct.0), Some(Conn::Client(c)) if c.id() == cid) {
+        for client in stalled {
+            if self.client_ref(client).is_some() {
                 crate::log_notice!(
                     "client not reading a large reply for {} s: closing it",
                     STREAM_STALL.as_secs()
                 );
-                self.close_client(ct, true);
+                self.close_client(client.token, true);
             }
         }
     }

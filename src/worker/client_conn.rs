@@ -1,0 +1,350 @@
+//! A client connection: its socket, buffers and ordered reply slots, and
+//! the per-feature state (a streamed request, a held request, a
+//! transaction, subscriptions), private and changed through its methods.
+
+use super::buffer::Buffer;
+use super::conn::{ReplySlot, ReqStream, HELD_HIGH};
+use super::handle::ServerRef;
+use crate::net::Stream;
+use std::collections::VecDeque;
+use std::time::Instant;
+
+/// A client connection. Its counters and flags are private, changed
+/// through its methods; the buffers, reply slots and per-feature state
+/// are still fields of the worker's data path.
+#[derive(Debug)]
+pub struct Client {
+    /// Socket.
+    pub sock: Stream,
+    /// Unique id (tokens are reused; ids are not).
+    id: u64,
+    /// Pool index.
+    pool: usize,
+    /// Unparsed input.
+    pub rbuf: Buffer,
+    /// Do not parse again until `rbuf` holds this many bytes.
+    need: usize,
+    /// Input bytes still to discard (the data block of a rejected
+    /// oversized value, as memcached swallows it).
+    swallow: usize,
+    /// Output not yet written.
+    pub wbuf: Buffer,
+    /// Replies in request order; `pending[0]` has sequence number `head_seq`.
+    pub pending: VecDeque<ReplySlot>,
+    /// Sequence number of `pending[0]`.
+    head_seq: u64,
+    /// Peer closed its side: finish replies, then close.
+    eof: bool,
+    /// Stop reading: a quit or fatal error is queued.
+    closing: bool,
+    /// Reading paused: too many requests in flight (resumed as they drain).
+    paused: bool,
+    /// Parse nothing more until every reply is written: a streamed request
+    /// goes on a connection of its own, so it starts only once the earlier
+    /// requests are answered and the next ones wait for its reply (one
+    /// client's requests never overtake each other).
+    solo: bool,
+    /// Redis session state (AUTH done, protocol version, name).
+    pub session: crate::proto::redis::local::Session,
+    /// Last activity (idle timeout).
+    last_active: Instant,
+    /// When it connected (TLS handshake timeout).
+    opened: Instant,
+    /// A large request being passed to its server as it arrives.
+    pub stream: Option<ReqStream>,
+    /// A server whose reading is paused until this client's output drains
+    /// (a large reply streamed to it), with that server's id.
+    rstream_from: Option<ServerRef>,
+    /// A request held while its moved keys are pulled to their new owner
+    /// (a migrating pool): nothing more is parsed until it goes on.
+    pub gate: Option<Box<super::conn_state::Gate>>,
+    /// Server connections of its blocking requests (token, connection id):
+    /// closed with the client, so a client gone while blocked frees them.
+    blocked: Vec<ServerRef>,
+    /// A Redis transaction under way (see `txn.rs`).
+    pub txn: Option<Box<super::conn_state::Txn>>,
+    /// Pub/sub subscriptions (see `pubsub.rs`).
+    pub subs: Option<Box<super::conn_state::Subs>>,
+}
+
+impl Client {
+    /// A client just accepted (or carried over) on `sock`.
+    pub fn new(
+        sock: Stream,
+        id: u64,
+        pool: usize,
+        session: crate::proto::redis::local::Session,
+        now: Instant,
+    ) -> Client {
+        Client {
+            sock,
+            id,
+            pool,
+            rbuf: Buffer::default(),
+            need: 0,
+            swallow: 0,
+            wbuf: Buffer::default(),
+            pending: VecDeque::new(),
+            head_seq: 0,
+            eof: false,
+            closing: false,
+            paused: false,
+            solo: false,
+            session,
+            last_active: now,
+            opened: now,
+            stream: None,
+            rstream_from: None,
+            gate: None,
+            blocked: Vec::new(),
+            txn: None,
+            subs: None,
+        }
+    }
+
+    /// Unique id.
+    #[inline]
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Pool index.
+    #[inline]
+    pub fn pool(&self) -> usize {
+        self.pool
+    }
+
+    /// When it connected.
+    #[inline]
+    pub fn opened(&self) -> Instant {
+        self.opened
+    }
+
+    /// Last activity.
+    #[inline]
+    pub fn last_active(&self) -> Instant {
+        self.last_active
+    }
+
+    /// It was active (read from, or busy) at `now`.
+    #[inline]
+    pub fn touch(&mut self, now: Instant) {
+        self.last_active = now;
+    }
+
+    /// Sequence number of the first pending reply.
+    #[inline]
+    pub fn head_seq(&self) -> u64 {
+        self.head_seq
+    }
+
+    /// The first pending reply was written straight to the output: the
+    /// next one is now first.
+    #[inline]
+    pub fn pop_head(&mut self) {
+        self.pending.pop_front();
+        self.head_seq += 1;
+    }
+
+    /// The peer closed its side.
+    #[inline]
+    pub fn is_eof(&self) -> bool {
+        self.eof
+    }
+
+    /// Note that the peer closed its side.
+    #[inline]
+    pub fn set_eof(&mut self) {
+        self.eof = true;
+    }
+
+    /// A quit or fatal error is queued: nothing more is read.
+    #[inline]
+    pub fn is_closing(&self) -> bool {
+        self.closing
+    }
+
+    /// Read nothing more: close once the queued replies are written.
+    #[inline]
+    pub fn close_after_replies(&mut self) {
+        self.closing = true;
+    }
+
+    /// Bytes of input to gather before parsing again.
+    #[inline]
+    pub fn need(&self) -> usize {
+        self.need
+    }
+
+    /// Input bytes still to discard.
+    #[inline]
+    pub fn swallow(&self) -> usize {
+        self.swallow
+    }
+
+    /// Discard the next `n` input bytes (carried over from a predecessor).
+    #[inline]
+    pub fn swallow_next(&mut self, n: usize) {
+        self.swallow = n;
+    }
+
+    /// Discard what input is still to be swallowed; whether more is.
+    #[inline]
+    pub fn swallow_input(&mut self) -> bool {
+        if self.swallow == 0 {
+            return false;
+        }
+        let n = self.swallow.min(self.rbuf.len());
+        self.rbuf.consume(n);
+        self.swallow -= n;
+        self.swallow > 0
+    }
+
+    /// Where a parse pass stopped: the input it needs before parsing
+    /// again, the input still to discard, and whether reading pauses.
+    #[inline]
+    pub fn end_pass(&mut self, need: usize, swallow: usize, paused: bool) {
+        self.need = need;
+        self.swallow = swallow;
+        self.paused = paused;
+    }
+
+    /// The input holds enough to parse again, and reading goes on.
+    #[inline]
+    pub fn ready_to_parse(&self) -> bool {
+        self.rbuf.len() >= self.need && !self.closing
+    }
+
+    /// A streamed request goes next: nothing more is parsed until every
+    /// earlier reply is written.
+    #[inline]
+    pub fn go_solo(&mut self) {
+        self.solo = true;
+    }
+
+    /// The next request must wait for every earlier reply (a streamed one
+    /// goes alone); once they are written, it no longer waits.
+    #[inline]
+    pub fn solo_waits(&mut self) -> bool {
+        if !self.solo {
+            return false;
+        }
+        if !self.pending.is_empty() {
+            return true;
+        }
+        self.solo = false;
+        false
+    }
+
+    /// Reading is paused (too many requests in flight).
+    #[inline]
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    /// Resume reading a paused client once its replies drained below
+    /// `max_inflight` (half of it, plus one) and `max_out` bytes of output
+    /// (a solo client: all of them). Whether it was resumed.
+    #[inline]
+    pub fn resume_if_drained(&mut self, max_inflight: usize, max_out: usize) -> bool {
+        if self.paused
+            && self.pending.len() < max_inflight / 2 + 1
+            && (!self.solo || self.pending.is_empty())
+            && self.wbuf.len() < max_out
+        {
+            self.paused = false;
+            return true;
+        }
+        false
+    }
+
+    /// The server whose streamed reply waits for this client's output to
+    /// drain.
+    #[inline]
+    pub fn rstream_from(&self) -> Option<ServerRef> {
+        self.rstream_from
+    }
+
+    /// A streamed reply from `server` waits until the output drains.
+    #[inline]
+    pub fn wait_on_reply(&mut self, server: ServerRef) {
+        self.rstream_from = Some(server);
+    }
+
+    /// The output drained some: the server whose streamed reply waits for
+    /// it, and whether it is below `low` (the server is then let go).
+    #[inline]
+    pub fn drained_below(&mut self, low: usize) -> Option<(ServerRef, bool)> {
+        let from = self.rstream_from?;
+        let released = self.wbuf.len() < low;
+        if released {
+            self.rstream_from = None;
+        }
+        Some((from, released))
+    }
+
+    /// No streamed reply waits for it any more (it ended, or the client
+    /// goes): the server it waited on, if one did.
+    #[inline]
+    pub fn release_reply_wait(&mut self) -> Option<ServerRef> {
+        self.rstream_from.take()
+    }
+
+    /// Server connections of its blocking requests.
+    #[inline]
+    pub fn blocked(&self) -> &[ServerRef] {
+        &self.blocked
+    }
+
+    /// A blocking request went on `conn`: its connections are now `live`
+    /// (those of earlier ones still open) and `conn`.
+    pub fn block_on(&mut self, live: Vec<ServerRef>, conn: ServerRef) {
+        self.blocked = live;
+        self.blocked.push(conn);
+    }
+
+    /// The connections of its blocking requests, taken (it closes).
+    pub fn take_blocked(&mut self) -> Vec<ServerRef> {
+        std::mem::take(&mut self.blocked)
+    }
+
+    /// Sequence number the next request gets.
+    pub fn next_seq(&self) -> u64 {
+        self.head_seq + self.pending.len() as u64
+    }
+
+    /// The slot of sequence number `seq`, if still pending.
+    pub fn slot_mut(&mut self, seq: u64) -> Option<&mut ReplySlot> {
+        let i = seq.checked_sub(self.head_seq)?;
+        self.pending.get_mut(i as usize)
+    }
+
+    /// Move every ready reply at the head into the output buffer; returns
+    /// the bytes moved.
+    pub fn drain_ready(&mut self) -> usize {
+        let before = self.wbuf.len();
+        while let Some(front) = self.pending.front_mut() {
+            if !front.ready {
+                break;
+            }
+            if let Some(held) = front.held.as_mut() {
+                let room = HELD_HIGH.saturating_sub(self.wbuf.len());
+                held.drain_into(&mut self.wbuf, room);
+                if !held.is_empty() {
+                    break;
+                }
+            }
+            let Some(slot) = self.pending.pop_front() else {
+                break;
+            };
+            self.head_seq += 1;
+            self.wbuf.extend(&slot.out);
+            if slot.close_after {
+                self.closing = true;
+                self.pending.clear();
+                break;
+            }
+        }
+        self.wbuf.len() - before
+    }
+}
