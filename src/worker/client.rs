@@ -45,8 +45,8 @@ impl Worker<'_> {
             };
             if c.is_closing()
                 || c.is_paused()
-                || c.gate.is_some()
-                || c.stream.as_ref().is_some_and(|s| s.blocked)
+                || c.gate().is_some()
+                || c.stream().is_some_and(|s| s.blocked)
             {
                 break;
             }
@@ -103,7 +103,7 @@ impl Worker<'_> {
                 // a read has finished it (no EPOLLOUT edge comes for that).
                 self.dirty_clients.push(token);
             }
-            if c.is_eof() && c.stream.is_some() {
+            if c.is_eof() && c.stream().is_some() {
                 // The peer ended in the middle of a streamed request.
                 self.close_client(token, true);
                 return;
@@ -172,7 +172,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return false;
         };
-        if c.gate.is_some() {
+        if c.gate().is_some() {
             // A request waits for its keys to be pulled over: the next
             // ones wait behind it (parsed once it goes on).
             return false;
@@ -187,7 +187,7 @@ impl Worker<'_> {
         if c.is_closing() {
             return false;
         }
-        if c.stream.is_some() {
+        if c.stream().is_some() {
             let done = self.pass_stream(token, now);
             let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
                 return false;
@@ -225,7 +225,7 @@ impl Worker<'_> {
             // Backpressure: a client with too many requests in flight is
             // not read until its replies drain (resumed in write_client).
             if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
-                limits.pre_auth = !c.session.authenticated;
+                limits.pre_auth = !c.session().authenticated;
                 if c.pending.len() >= max_inflight {
                     pass.paused = true;
                     return pass;
@@ -318,7 +318,7 @@ impl Worker<'_> {
             // Refused while queueing: the transaction aborts at
             // EXEC, as redis-server's does.
             if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
-                if let Some(t) = c.txn.as_mut().filter(|t| t.multi) {
+                if let Some(t) = c.txn_mut().filter(|t| t.multi) {
                     t.dirty = true;
                 }
             }
@@ -381,13 +381,13 @@ impl Worker<'_> {
         let pool = c.pool();
         let client_id = c.id();
         if self.pools[pool].proto == crate::proto::Protocol::Redis
-            && !c.session.authenticated
+            && !c.session().authenticated
             && crate::proto::redis::local::needs_auth(&req)
         {
             self.push_ready(token, crate::proto::redis::local::NOAUTH.to_vec(), false);
             return false;
         }
-        if let Some(u) = c.session.user {
+        if let Some(u) = c.session().user {
             // An ACL user (`users`): read-only, or limited to key prefixes.
             let user = &self.pools[pool].cfg.security.users[u as usize];
             if let Some(out) = crate::proto::redis::acl::refusal(user, &req, bytes) {
@@ -398,8 +398,8 @@ impl Worker<'_> {
         // Pub/sub and transactions: their commands, and whatever a client
         // in one of those states sends (checked here first: the common
         // request pays two comparisons, not two lookups).
-        let stateful = c.subs.is_some()
-            || c.txn.is_some()
+        let stateful = c.subs().is_some()
+            || c.txn().is_some()
             || matches!(req.op, crate::proto::Op::Redis(op) if matches!(
                 op.class,
                 crate::proto::redis::CmdClass::PubSub | crate::proto::redis::CmdClass::Transaction
@@ -683,15 +683,15 @@ impl Worker<'_> {
         };
         let _ = self.poll.registry().deregister(&mut c.sock);
         self.sub_out(c.wbuf.len());
-        if let Some(r) = c.stream.take().and_then(|s| s.server) {
+        if let Some(r) = c.take_stream().and_then(|s| s.server) {
             self.abort_server_stream(r.token, r.id, ServerFault::HalfSentClientLeft);
         }
         self.abort_feed_of(&c);
         if let Some(r) = c.release_reply_wait() {
             self.unblock_reply(r.token, r.id, true);
         }
-        self.txn_close(c.txn.take());
-        self.pubsub_close(c.subs.take());
+        self.txn_close(c.take_txn());
+        self.pubsub_close(c.take_subs());
         // Blocked requests end with their client: their connections go.
         for r in c.take_blocked() {
             if self.server_ref(r).is_some() {

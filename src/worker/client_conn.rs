@@ -4,8 +4,10 @@
 
 use super::buffer::Buffer;
 use super::conn::{ReplySlot, ReqStream, HELD_HIGH};
+use super::conn_state::{Gate, Subs, Txn};
 use super::handle::ServerRef;
 use crate::net::Stream;
+use crate::proto::redis::local::Session;
 use std::collections::VecDeque;
 use std::time::Instant;
 
@@ -45,37 +47,31 @@ pub struct Client {
     /// client's requests never overtake each other).
     solo: bool,
     /// Redis session state (AUTH done, protocol version, name).
-    pub session: crate::proto::redis::local::Session,
+    session: Session,
     /// Last activity (idle timeout).
     last_active: Instant,
     /// When it connected (TLS handshake timeout).
     opened: Instant,
     /// A large request being passed to its server as it arrives.
-    pub stream: Option<ReqStream>,
+    stream: Option<ReqStream>,
     /// A server whose reading is paused until this client's output drains
     /// (a large reply streamed to it), with that server's id.
     rstream_from: Option<ServerRef>,
     /// A request held while its moved keys are pulled to their new owner
     /// (a migrating pool): nothing more is parsed until it goes on.
-    pub gate: Option<Box<super::conn_state::Gate>>,
+    gate: Option<Box<Gate>>,
     /// Server connections of its blocking requests (token, connection id):
     /// closed with the client, so a client gone while blocked frees them.
     blocked: Vec<ServerRef>,
     /// A Redis transaction under way (see `txn.rs`).
-    pub txn: Option<Box<super::conn_state::Txn>>,
+    txn: Option<Box<Txn>>,
     /// Pub/sub subscriptions (see `pubsub.rs`).
-    pub subs: Option<Box<super::conn_state::Subs>>,
+    subs: Option<Box<Subs>>,
 }
 
 impl Client {
     /// A client just accepted (or carried over) on `sock`.
-    pub fn new(
-        sock: Stream,
-        id: u64,
-        pool: usize,
-        session: crate::proto::redis::local::Session,
-        now: Instant,
-    ) -> Client {
+    pub fn new(sock: Stream, id: u64, pool: usize, session: Session, now: Instant) -> Client {
         Client {
             sock,
             id,
@@ -100,6 +96,133 @@ impl Client {
             txn: None,
             subs: None,
         }
+    }
+
+    /// Redis session state.
+    #[inline]
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// [`Client::session`], to change it (AUTH, HELLO, a handover).
+    #[inline]
+    pub fn session_mut(&mut self) -> &mut Session {
+        &mut self.session
+    }
+
+    /// A subscriber or a transaction: it holds state a server connection
+    /// of its own carries, so it cannot move to another worker.
+    #[inline]
+    pub fn is_stateful(&self) -> bool {
+        self.subs.is_some() || self.txn.is_some()
+    }
+
+    /// The large request being passed to its server as it arrives.
+    #[inline]
+    pub fn stream(&self) -> Option<&ReqStream> {
+        self.stream.as_ref()
+    }
+
+    /// [`Client::stream`], to change it.
+    #[inline]
+    pub fn stream_mut(&mut self) -> Option<&mut ReqStream> {
+        self.stream.as_mut()
+    }
+
+    /// The streamed request with the input it passes on, lent together.
+    #[inline]
+    pub fn stream_and_input(&mut self) -> Option<(&mut ReqStream, &mut Buffer)> {
+        Some((self.stream.as_mut()?, &mut self.rbuf))
+    }
+
+    /// Replace its session state (carried over from a predecessor worker).
+    #[inline]
+    pub fn set_session(&mut self, session: Session) {
+        self.session = session;
+    }
+
+    /// A large request starts passing to its server.
+    #[inline]
+    pub fn start_stream(&mut self, rs: ReqStream) {
+        self.stream = Some(rs);
+    }
+
+    /// The streamed request ended (or the client goes): its state, taken.
+    #[inline]
+    pub fn take_stream(&mut self) -> Option<ReqStream> {
+        self.stream.take()
+    }
+
+    /// The request held while its moved keys are pulled.
+    #[inline]
+    pub fn gate(&self) -> Option<&Gate> {
+        self.gate.as_deref()
+    }
+
+    /// [`Client::gate`], to change it.
+    #[inline]
+    pub fn gate_mut(&mut self) -> Option<&mut Gate> {
+        self.gate.as_deref_mut()
+    }
+
+    /// Hold a request until its moved keys are pulled.
+    #[inline]
+    pub fn set_gate(&mut self, gate: Box<Gate>) {
+        self.gate = Some(gate);
+    }
+
+    /// The held request goes on (or the client goes): the gate, taken.
+    #[inline]
+    pub fn take_gate(&mut self) -> Option<Box<Gate>> {
+        self.gate.take()
+    }
+
+    /// The transaction under way.
+    #[inline]
+    pub fn txn(&self) -> Option<&Txn> {
+        self.txn.as_deref()
+    }
+
+    /// [`Client::txn`], to change it.
+    #[inline]
+    pub fn txn_mut(&mut self) -> Option<&mut Txn> {
+        self.txn.as_deref_mut()
+    }
+
+    /// The transaction, taken (it ends, or is worked on outside the client).
+    #[inline]
+    pub fn take_txn(&mut self) -> Option<Box<Txn>> {
+        self.txn.take()
+    }
+
+    /// Put back (or start, or end with `None`) its transaction.
+    #[inline]
+    pub fn set_txn(&mut self, txn: Option<Box<Txn>>) {
+        self.txn = txn;
+    }
+
+    /// Its subscriptions.
+    #[inline]
+    pub fn subs(&self) -> Option<&Subs> {
+        self.subs.as_deref()
+    }
+
+    /// [`Client::subs`], to change them.
+    #[inline]
+    pub fn subs_mut(&mut self) -> Option<&mut Subs> {
+        self.subs.as_deref_mut()
+    }
+
+    /// Its subscriptions, taken (they change outside the client, or it goes).
+    #[inline]
+    pub fn take_subs(&mut self) -> Option<Box<Subs>> {
+        self.subs.take()
+    }
+
+    /// Put back (or drop, with `None`) its subscriptions.
+    #[inline]
+    pub fn set_subs(&mut self, subs: Option<Box<Subs>>) {
+        self.subs = subs;
     }
 
     /// Unique id.

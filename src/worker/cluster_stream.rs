@@ -118,7 +118,7 @@ impl Worker<'_> {
         if c.id() != id {
             return;
         }
-        if c.stream.is_some() {
+        if c.stream().is_some() {
             // A node answers once it has read the whole request: a
             // redirection before the client sent all of it cannot be
             // followed (the rest goes to the first node).

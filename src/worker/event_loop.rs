@@ -200,9 +200,10 @@ impl Worker<'_> {
                 // so do subscribers and clients in a transaction, which
                 // cross once they leave that state (their server
                 // connections are this worker's).
-                let pinned = self.conns.iter().any(
-                    |(_, c)| matches!(c, Conn::Client(c) if c.subs.is_some() || c.txn.is_some()),
-                );
+                let pinned = self
+                    .conns
+                    .iter()
+                    .any(|(_, c)| matches!(c, Conn::Client(c) if c.is_stateful()));
                 ((!clients && self.handin_conns.is_empty())
                     || now.duration_since(since) > self.graceful_timeout)
                     && self.relays.is_empty()

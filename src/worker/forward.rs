@@ -66,7 +66,7 @@ impl Worker<'_> {
         client_id: u64,
         op: Op,
     ) -> usize {
-        let resp3 = matches!(self.conns.get(token.0), Some(Conn::Client(c)) if c.session.resp3);
+        let resp3 = matches!(self.conns.get(token.0), Some(Conn::Client(c)) if c.session().resp3);
         let second = resp3 || self.pools[pool].proto.conn_class(op) == 1;
         self.pools[pool].servers[server].slot_for(client_id, second)
     }

@@ -171,13 +171,13 @@ impl Worker<'_> {
     /// Whether a client must still be read while handing over: it is in
     /// the middle of a request too large to carry across, or pinned here.
     pub(super) fn must_read_before_handover(c: &super::conn::Client) -> bool {
-        c.stream.is_some()
+        c.stream().is_some()
             || c.rbuf.len() > CARRY_MAX
             || c.need() > CARRY_MAX
             // A subscriber or a transaction is served here until it
             // leaves that state (its server connections are here).
-            || c.subs.is_some()
-            || c.txn.is_some()
+            || c.subs().is_some()
+            || c.txn().is_some()
     }
 
     /// Hand over every client at a request boundary. Returns false when
@@ -195,10 +195,10 @@ impl Worker<'_> {
                     if !c.is_closing()
                         && !c.is_eof()
                         && c.pending.is_empty()
-                        && c.stream.is_none()
-                        && c.gate.is_none()
-                        && c.txn.is_none()
-                        && c.subs.is_none()
+                        && c.stream().is_none()
+                        && c.gate().is_none()
+                        && c.txn().is_none()
+                        && c.subs().is_none()
                         && c.rstream_from().is_none()
                         && c.rbuf.len() + c.wbuf.len() <= CARRY_MAX =>
                 {
@@ -224,7 +224,7 @@ impl Worker<'_> {
             } else {
                 None
             };
-            let s = &c.session;
+            let s = c.session();
             let msg = Handed {
                 pool: self.pools[c.pool()].cfg.name.clone(),
                 redis: self.pools[c.pool()].proto == crate::proto::Protocol::Redis,
@@ -398,8 +398,8 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return;
         };
-        c.session = Session {
-            id: c.session.id,
+        let session = Session {
+            id: c.session().id,
             resp3: h.resp3,
             // A password set by this reload does not log out a client
             // that was in (as redis-server's CONFIG SET requirepass).
@@ -409,6 +409,7 @@ impl Worker<'_> {
             lib_name: h.lib_name,
             lib_ver: h.lib_ver,
         };
+        c.set_session(session);
         c.swallow_next(h.swallow as usize);
         if !h.input.is_empty() {
             c.rbuf = self.bufs.take();

@@ -154,7 +154,7 @@ impl Worker<'_> {
             resp3: !pool.resp3_refused,
         };
         let mut out = Vec::new();
-        crate::proto::redis::local::answer(bytes, &mut c.session, &side, &mut out);
+        crate::proto::redis::local::answer(bytes, c.session_mut(), &side, &mut out);
         (out, false)
     }
 }

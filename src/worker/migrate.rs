@@ -267,7 +267,7 @@ impl Worker<'_> {
         }
         let n = pulls.len();
         if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
-            c.gate = Some(Box::new(Gate {
+            c.set_gate(Box::new(Gate {
                 req: req.clone(),
                 bytes: bytes.to_vec(),
                 pulls,
@@ -364,7 +364,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
             return None;
         };
-        let p = c.gate.as_ref()?.pulls.get(idx)?;
+        let p = c.gate()?.pulls.get(idx)?;
         Some((
             p.key.clone(),
             *p.olds.get(p.at)?,
@@ -376,7 +376,7 @@ impl Worker<'_> {
     /// or, when none is left, let the request go on.
     fn pull_next(&mut self, token: Token, idx: usize, now: Instant) {
         let more = match self.conns.get_mut(token.0) {
-            Some(Conn::Client(c)) => match c.gate.as_mut().and_then(|g| g.pulls.get_mut(idx)) {
+            Some(Conn::Client(c)) => match c.gate_mut().and_then(|g| g.pulls.get_mut(idx)) {
                 Some(p) if p.at + 1 < p.olds.len() => {
                     p.at += 1;
                     p.dump = None;
@@ -411,7 +411,7 @@ impl Worker<'_> {
         if c.id() != id || part == PullPart::Delete {
             return;
         }
-        let Some(pull) = c.gate.as_mut().and_then(|g| g.pulls.get_mut(idx)) else {
+        let Some(pull) = c.gate_mut().and_then(|g| g.pulls.get_mut(idx)) else {
             return;
         };
         if pull.done {
@@ -473,7 +473,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
             return;
         };
-        let Some(p) = c.gate.as_ref().and_then(|g| g.pulls.get(idx)) else {
+        let Some(p) = c.gate().and_then(|g| g.pulls.get(idx)) else {
             return;
         };
         let source = p.olds[p.at];
@@ -488,7 +488,7 @@ impl Worker<'_> {
             }
         }
         if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
-            if let Some(p) = c.gate.as_mut().and_then(|g| g.pulls.get_mut(idx)) {
+            if let Some(p) = c.gate_mut().and_then(|g| g.pulls.get_mut(idx)) {
                 p.stores = sent;
                 p.store_failed |= failed;
             }
@@ -504,7 +504,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return;
         };
-        let Some(p) = c.gate.as_mut().and_then(|g| g.pulls.get_mut(idx)) else {
+        let Some(p) = c.gate_mut().and_then(|g| g.pulls.get_mut(idx)) else {
             return;
         };
         p.store_failed |= !ok;
@@ -522,7 +522,7 @@ impl Worker<'_> {
             return;
         };
         let proto = self.pools[c.pool()].proto;
-        let Some(p) = c.gate.as_ref().and_then(|g| g.pulls.get(idx)) else {
+        let Some(p) = c.gate().and_then(|g| g.pulls.get(idx)) else {
             return;
         };
         if !p.store_failed {
@@ -555,7 +555,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return;
         };
-        let Some(gate) = c.gate.as_mut() else {
+        let Some(gate) = c.gate_mut() else {
             return;
         };
         let Some(p) = gate.pulls.get_mut(idx) else {
@@ -569,7 +569,7 @@ impl Worker<'_> {
         if gate.left > 0 {
             return;
         }
-        let Some(gate) = c.gate.take() else {
+        let Some(gate) = c.take_gate() else {
             return;
         };
         let Gate {

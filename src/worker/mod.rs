@@ -414,7 +414,7 @@ impl<'a> Worker<'a> {
                     }
                     if !c.pending.is_empty()
                         || !c.wbuf.is_empty()
-                        || c.stream.is_some()
+                        || c.stream().is_some()
                         || c.rstream_from().is_some()
                     {
                         // Busy (a request in flight, a reply not yet

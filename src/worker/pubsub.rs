@@ -170,11 +170,11 @@ impl Worker<'_> {
             return false;
         };
         let is_pubsub = op.class == crate::proto::redis::CmdClass::PubSub;
-        if c.subs.is_none() && !is_pubsub {
+        if c.subs().is_none() && !is_pubsub {
             return false;
         }
         let name = op.cmd.name();
-        let (pool, resp3) = (c.pool(), c.session.resp3);
+        let (pool, resp3) = (c.pool(), c.session().resp3);
         if !is_pubsub {
             if resp3
                 || matches!(
@@ -235,7 +235,7 @@ impl Worker<'_> {
             args.push(v);
         }
         let mut subs = match self.conns.get_mut(token.0) {
-            Some(Conn::Client(c)) => c.subs.take().map(|b| *b).unwrap_or_default(),
+            Some(Conn::Client(c)) => c.take_subs().map(|b| *b).unwrap_or_default(),
             _ => return,
         };
         match name {
@@ -551,7 +551,7 @@ impl Worker<'_> {
             if c.id() != cid {
                 continue;
             }
-            let Some(subs) = c.subs.as_mut() else {
+            let Some(subs) = c.subs_mut() else {
                 continue;
             };
             let out = match frame_kind(frame) {
@@ -595,7 +595,7 @@ impl Worker<'_> {
     /// The client subscribes to nothing any more: its connections close.
     fn pubsub_leave(&mut self, ct: Token) {
         let subs = match self.conns.get_mut(ct.0) {
-            Some(Conn::Client(c)) => c.subs.take(),
+            Some(Conn::Client(c)) => c.take_subs(),
             _ => None,
         };
         self.pubsub_close(subs);
@@ -613,7 +613,7 @@ impl Worker<'_> {
     fn put_subs(&mut self, token: Token, subs: Subs) {
         let keep = !subs.conns.is_empty() || !subs.is_idle();
         if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
-            c.subs = keep.then(|| Box::new(subs));
+            c.set_subs(keep.then(|| Box::new(subs)));
         }
     }
 }

@@ -441,8 +441,7 @@ impl Worker<'_> {
             return;
         }
         if let Some(rs) = c
-            .stream
-            .as_mut()
+            .stream_mut()
             .filter(|rs| rs.server == Some(ServerRef::new(token, sid)))
         {
             rs.server = None;

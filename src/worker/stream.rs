@@ -95,7 +95,9 @@ impl Worker<'_> {
         };
         let pool = c.pool();
         let req = &head.req;
-        if (!c.session.authenticated && redis::local::needs_auth(req)) || c.session.user.is_some() {
+        if (!c.session().authenticated && redis::local::needs_auth(req))
+            || c.session().user.is_some()
+        {
             // Refused, or checked against its ACL user: buffered whole.
             return StreamStart::No;
         }
@@ -144,7 +146,7 @@ impl Worker<'_> {
             StreamKind::Single => rs.server = self.start_single(token, &head, bytes, now),
         }
         if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
-            c.stream = Some(rs);
+            c.start_stream(rs);
         }
         self.stats.worker_add(WorkerField::Requests, 1);
         StreamStart::Started
@@ -237,7 +239,7 @@ impl Worker<'_> {
             return;
         };
         let (pool, client_id) = (c.pool(), c.id());
-        let Some(rs) = c.stream.as_ref() else {
+        let Some(rs) = c.stream() else {
             return;
         };
         let Some(seq) = rs.pairs.as_ref().map(|ps| ps.seq) else {
@@ -273,7 +275,7 @@ impl Worker<'_> {
         }));
         let sid = s.id();
         if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
-            if let Some(rs) = c.stream.as_mut() {
+            if let Some(rs) = c.stream_mut() {
                 rs.server = Some(ServerRef::new(st, sid));
             }
         }
@@ -293,8 +295,7 @@ impl Worker<'_> {
     ) -> Result<Token, ServerFault> {
         let known = match self.conns.get(token.0) {
             Some(Conn::Client(c)) => c
-                .stream
-                .as_ref()
+                .stream()
                 .and_then(|rs| rs.pairs.as_ref())
                 .and_then(|ps| ps.conns.iter().find(|e| e.0 == server))
                 .map(|e| e.1),
@@ -312,7 +313,7 @@ impl Worker<'_> {
             _ => return Err(ServerFault::NoServer),
         };
         if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
-            if let Some(ps) = c.stream.as_mut().and_then(|rs| rs.pairs.as_mut()) {
+            if let Some(ps) = c.stream_mut().and_then(|rs| rs.pairs.as_mut()) {
                 ps.conns.retain(|e| e.0 != server);
                 ps.conns.push((server, ServerRef::new(st, sid)));
             }
@@ -327,7 +328,7 @@ impl Worker<'_> {
             return;
         };
         let (pool, client_id) = (c.pool(), c.id());
-        let Some(rs) = c.stream.as_ref() else {
+        let Some(rs) = c.stream() else {
             return;
         };
         let Some(seq) = rs.pairs.as_ref().map(|ps| ps.seq) else {
@@ -358,7 +359,7 @@ impl Worker<'_> {
             let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
                 return false;
             };
-            let Some(rs) = c.stream.as_mut() else {
+            let Some((rs, rbuf)) = c.stream_and_input() else {
                 return true;
             };
             if !rs.machine.holding() && rs.held.is_some() {
@@ -377,7 +378,7 @@ impl Worker<'_> {
                 }
                 continue;
             }
-            let input = c.rbuf.bytes();
+            let input = rbuf.bytes();
             match rs.machine.step(input) {
                 StreamStep::More => return false,
                 StreamStep::Forward(n) => {
@@ -389,19 +390,19 @@ impl Worker<'_> {
                     if let Some(held) = rs.held.as_mut() {
                         held.push(&input[..n]);
                     }
-                    c.rbuf.consume(n);
+                    rbuf.consume(n);
                 }
                 StreamStep::Route { key, len } => {
                     let key = input[key].to_vec();
                     if let Some(held) = rs.held.as_mut() {
                         held.push(&input[..len]);
                     }
-                    c.rbuf.consume(len);
+                    rbuf.consume(len);
                     self.route_spool(token, &key, now);
                 }
                 StreamStep::Refuse { reply, len } => {
                     // Answered here; the rest is read and dropped.
-                    c.rbuf.consume(len);
+                    rbuf.consume(len);
                     rs.held = None;
                     self.push_ready(token, reply, false);
                 }
@@ -429,7 +430,7 @@ impl Worker<'_> {
                 }
                 StreamStep::Done => {
                     let target = rs.server;
-                    c.stream = None;
+                    c.take_stream();
                     if let Some(ServerRef { token: st, id: sid }) = target {
                         self.end_server_stream(st, sid, now);
                     }
@@ -448,7 +449,7 @@ impl Worker<'_> {
     /// client is paused until the server drains, or gone.
     fn forward_stream(&mut self, token: Token, n: usize, now: Instant) -> bool {
         let target = match self.conns.get(token.0) {
-            Some(Conn::Client(c)) => c.stream.as_ref().and_then(|rs| rs.server),
+            Some(Conn::Client(c)) => c.stream().and_then(|rs| rs.server),
             _ => return false,
         };
         let over = match target {
@@ -468,7 +469,7 @@ impl Worker<'_> {
             matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.wbuf().len() > STREAM_HIGH);
         if lagging {
             if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
-                if let Some(rs) = c.stream.as_mut() {
+                if let Some(rs) = c.stream_mut() {
                     if rs.server.is_some() {
                         rs.blocked = true;
                         return false;
@@ -484,7 +485,7 @@ impl Worker<'_> {
     /// an MSET's pairs not sent fail.
     fn fail_stream(&mut self, token: Token, reply: Vec<u8>) {
         let pairs = match self.conns.get(token.0) {
-            Some(Conn::Client(c)) => c.stream.as_ref().is_some_and(|rs| rs.pairs.is_some()),
+            Some(Conn::Client(c)) => c.stream().is_some_and(|rs| rs.pairs.is_some()),
             _ => return,
         };
         if pairs {
@@ -493,7 +494,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return;
         };
-        if let Some(ServerRef { token: st, id: sid }) = c.stream.take().and_then(|rs| rs.server) {
+        if let Some(ServerRef { token: st, id: sid }) = c.take_stream().and_then(|rs| rs.server) {
             self.abort_server_stream(st, sid, ServerFault::HalfSentBadArg);
         }
         self.push_ready(token, reply, true);
@@ -506,7 +507,7 @@ impl Worker<'_> {
             return;
         };
         let (pool, client_id) = (c.pool(), c.id());
-        let Some(op) = c.stream.as_ref().map(|rs| rs.machine.op()) else {
+        let Some(op) = c.stream().map(|rs| rs.machine.op()) else {
             return;
         };
         let mut target = None;
@@ -543,7 +544,7 @@ impl Worker<'_> {
             }
         }
         if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
-            if let Some(rs) = c.stream.as_mut() {
+            if let Some(rs) = c.stream_mut() {
                 rs.server = target;
                 if target.is_none() {
                     rs.held = None;
@@ -562,7 +563,7 @@ impl Worker<'_> {
                 _ => return true,
             };
             let room = STREAM_HIGH.saturating_sub(s.wbuf().len());
-            let Some(held) = c.stream.as_mut().and_then(|rs| rs.held.as_mut()) else {
+            let Some(held) = c.stream_mut().and_then(|rs| rs.held.as_mut()) else {
                 return true;
             };
             let n = held.front().len().min(room);
@@ -578,7 +579,7 @@ impl Worker<'_> {
             let lagging = matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id() == sid && s.wbuf().len() >= STREAM_HIGH);
             if lagging {
                 if let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) {
-                    if let Some(rs) = c.stream.as_mut() {
+                    if let Some(rs) = c.stream_mut() {
                         rs.blocked = true;
                     }
                 }
@@ -600,7 +601,7 @@ impl Worker<'_> {
         // The streamed request is the connection's last.
         let is_it =
             |w: &Waiter| matches!(*w, Waiter::Client { token, id, .. } if token == ct && id == cid);
-        match c.stream.as_mut().and_then(|rs| rs.held.as_mut()) {
+        match c.stream_mut().and_then(|rs| rs.held.as_mut()) {
             Some(spool) if held => {
                 s.queue_more(|w| w.extend(&spool.front()[..n]), is_it);
                 spool.consume(n);
@@ -661,7 +662,7 @@ impl Worker<'_> {
         let (ct, cid) = (ss.client, ss.client_id);
         if let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) {
             if c.id() == cid {
-                if let Some(rs) = c.stream.as_mut() {
+                if let Some(rs) = c.stream_mut() {
                     if rs.blocked {
                         rs.blocked = false;
                         self.resume.push(ct);

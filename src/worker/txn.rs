@@ -67,7 +67,7 @@ impl Worker<'_> {
         };
         let pool = c.pool();
         let txn_cmd = op.class == crate::proto::redis::CmdClass::Transaction;
-        if (c.txn.is_none() && !txn_cmd)
+        if (c.txn().is_none() && !txn_cmd)
             || matches!(
                 req.route,
                 crate::proto::Route::Local(crate::proto::Local::Quit(_))
@@ -246,7 +246,7 @@ impl Worker<'_> {
     /// client unpinned.
     pub(super) fn txn_replied(&mut self, st: Token, ct: Token) {
         let ending = matches!(self.conns.get(ct.0), Some(Conn::Client(c))
-            if c.txn.as_ref().is_some_and(|t| t.ending && t.conn.is_some_and(|(r, _)| r.token == st)));
+            if c.txn().is_some_and(|t| t.ending && t.conn.is_some_and(|(r, _)| r.token == st)));
         let idle = matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.inflight().is_empty());
         if ending && idle {
             let mut t = self.take_txn(ct);
@@ -262,13 +262,13 @@ impl Worker<'_> {
     /// them to a connection that no longer exists (no reply, ever).
     pub(super) fn txn_lost(&mut self, ct: Token, st: Token, sid: u64) {
         let lost = matches!(self.conns.get(ct.0), Some(Conn::Client(c))
-            if c.txn.as_ref().is_some_and(|t| t.conn.is_some_and(|(r, _)| r == ServerRef::new(st, sid))));
+            if c.txn().is_some_and(|t| t.conn.is_some_and(|(r, _)| r == ServerRef::new(st, sid))));
         if !lost {
             return;
         }
         let pool = match self.conns.get_mut(ct.0) {
             Some(Conn::Client(c)) => {
-                c.txn = None;
+                c.set_txn(None);
                 c.close_after_replies();
                 c.pool()
             }
@@ -346,14 +346,14 @@ impl Worker<'_> {
 
     fn take_txn(&mut self, token: Token) -> Txn {
         match self.conns.get_mut(token.0) {
-            Some(Conn::Client(c)) => c.txn.take().map(|b| *b).unwrap_or_default(),
+            Some(Conn::Client(c)) => c.take_txn().map(|b| *b).unwrap_or_default(),
             _ => Txn::default(),
         }
     }
 
     fn put_txn(&mut self, token: Token, t: Option<Txn>) {
         if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
-            c.txn = t.map(Box::new);
+            c.set_txn(t.map(Box::new));
         }
     }
 }
