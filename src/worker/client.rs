@@ -151,7 +151,7 @@ impl Worker<'_> {
             } else {
                 c.rbuf = rbuf;
             }
-            if c.wbuf.capacity() == 0 && c.pending.front().is_some_and(|s| s.ready) {
+            if c.wbuf.capacity() == 0 && c.head().is_some_and(|s| s.ready) {
                 c.wbuf = self.bufs.take();
             }
             let added = c.drain_ready();
@@ -226,7 +226,7 @@ impl Worker<'_> {
             // not read until its replies drain (resumed in write_client).
             if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
                 limits.pre_auth = !c.session().authenticated;
-                if c.pending.len() >= max_inflight {
+                if c.pending_len() >= max_inflight {
                     pass.paused = true;
                     return pass;
                 }
@@ -348,7 +348,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return;
         };
-        if !c.pending.is_empty() {
+        if c.has_pending() {
             return self.push_ready(token, out.to_vec(), false);
         }
         if c.wbuf.capacity() == 0 {
@@ -361,7 +361,7 @@ impl Worker<'_> {
     /// Queue a reply the proxy composed itself.
     pub(super) fn push_ready(&mut self, token: Token, out: Vec<u8>, close_after: bool) {
         if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
-            c.pending.push_back(ReplySlot {
+            c.push_reply(ReplySlot {
                 ready: true,
                 out,
                 close_after,
@@ -540,10 +540,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return;
         };
-        let held_at_head = c
-            .pending
-            .front()
-            .is_some_and(|s| s.ready && s.held.is_some());
+        let held_at_head = c.head().is_some_and(|s| s.ready && s.held.is_some());
         if !held_at_head || c.wbuf.len() >= STREAM_LOW {
             return;
         }
@@ -649,7 +646,7 @@ impl Worker<'_> {
             return;
         };
         let done_writing = c.wbuf.is_empty();
-        if (c.is_closing() || c.is_eof()) && c.pending.is_empty() && done_writing {
+        if (c.is_closing() || c.is_eof()) && !c.has_pending() && done_writing {
             self.close_client(token, false);
         }
     }

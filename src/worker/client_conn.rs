@@ -32,7 +32,7 @@ pub struct Client {
     /// Output not yet written.
     pub wbuf: Buffer,
     /// Replies in request order; `pending[0]` has sequence number `head_seq`.
-    pub pending: VecDeque<ReplySlot>,
+    pending: VecDeque<ReplySlot>,
     /// Sequence number of `pending[0]`.
     head_seq: u64,
     /// Peer closed its side: finish replies, then close.
@@ -434,6 +434,56 @@ impl Client {
     /// Sequence number the next request gets.
     pub fn next_seq(&self) -> u64 {
         self.head_seq + self.pending.len() as u64
+    }
+
+    /// Replies still owed (queued or awaited).
+    #[inline]
+    pub fn pending_len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Some reply is still owed.
+    #[inline]
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// The first reply owed, if any.
+    #[inline]
+    pub fn head(&self) -> Option<&ReplySlot> {
+        self.pending.front()
+    }
+
+    /// Every reply owed, in request order.
+    #[inline]
+    pub fn slots(&self) -> impl Iterator<Item = &ReplySlot> {
+        self.pending.iter()
+    }
+
+    /// A request was taken: its reply goes last (sequence `next_seq`).
+    #[inline]
+    pub fn push_reply(&mut self, slot: ReplySlot) {
+        self.pending.push_back(slot);
+    }
+
+    /// Copy the first `n` bytes of input into the spool of the request
+    /// kept in its last slot (a streamed request that may be redirected).
+    pub fn keep_input_in_last(&mut self, n: usize) {
+        if let Some(sp) = self
+            .pending
+            .back_mut()
+            .and_then(|s| s.redirect.as_mut())
+            .and_then(|r| r.spool.as_mut())
+        {
+            sp.push(&self.rbuf.bytes()[..n]);
+        }
+    }
+
+    /// The slot of sequence number `seq`, if still pending.
+    #[inline]
+    pub fn slot(&self, seq: u64) -> Option<&ReplySlot> {
+        let i = seq.checked_sub(self.head_seq)?;
+        self.pending.get(usize::try_from(i).ok()?)
     }
 
     /// The slot of sequence number `seq`, if still pending.

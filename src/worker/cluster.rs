@@ -490,7 +490,7 @@ impl Worker<'_> {
         if c.id() != id {
             return None;
         }
-        let slot = c.pending.get(seq.checked_sub(c.head_seq())? as usize)?;
+        let slot = c.slot(seq)?;
         let (req, bytes, idx) = match frag {
             Some(fi) => {
                 let m = slot.multi.as_ref()?;

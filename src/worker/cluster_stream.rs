@@ -29,22 +29,14 @@ use std::time::Instant;
 
 /// The spool of the kept request of slot `seq` of a client.
 fn kept_spool(c: &Client, seq: u64) -> Option<&Spool> {
-    let i = seq.checked_sub(c.head_seq())?;
-    c.pending.get(i as usize)?.redirect.as_ref()?.spool.as_ref()
+    c.slot(seq)?.redirect.as_ref()?.spool.as_ref()
 }
 
 /// Keep the first `n` bytes of a client's input, passing to the server its
 /// streamed request goes to, in that request's spool (its slot is the
 /// client's last: nothing else is parsed while it streams).
 pub(super) fn spool_passing(c: &mut Client, n: usize) {
-    let Client { rbuf, pending, .. } = c;
-    if let Some(sp) = pending
-        .back_mut()
-        .and_then(|s| s.redirect.as_mut())
-        .and_then(|r| r.spool.as_mut())
-    {
-        sp.push(&rbuf.bytes()[..n]);
-    }
+    c.keep_input_in_last(n);
 }
 
 impl Worker<'_> {
@@ -240,8 +232,7 @@ impl Worker<'_> {
     /// on holds half a command, and is closed.
     pub(super) fn abort_feed_of(&mut self, c: &Client) {
         let Some(r) = c
-            .pending
-            .front()
+            .head()
             .and_then(|s| s.redirect.as_ref())
             .and_then(|r| r.feeding)
         else {

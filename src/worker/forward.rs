@@ -277,7 +277,7 @@ impl Worker<'_> {
             return None;
         };
         let seq = c.next_seq();
-        c.pending.push_back(slot);
+        c.push_reply(slot);
         Some(seq)
     }
 

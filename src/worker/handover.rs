@@ -194,7 +194,7 @@ impl Worker<'_> {
                 Conn::Client(c)
                     if !c.is_closing()
                         && !c.is_eof()
-                        && c.pending.is_empty()
+                        && !c.has_pending()
                         && c.stream().is_none()
                         && c.gate().is_none()
                         && c.txn().is_none()

@@ -412,7 +412,7 @@ impl<'a> Worker<'a> {
                         }
                         return None;
                     }
-                    if !c.pending.is_empty()
+                    if c.has_pending()
                         || !c.wbuf.is_empty()
                         || c.stream().is_some()
                         || c.rstream_from().is_some()
@@ -504,7 +504,7 @@ impl<'a> Worker<'a> {
             .iter()
             .filter_map(|(k, c)| match c {
                 Conn::Client(c)
-                    if c.pending.is_empty()
+                    if !c.has_pending()
                         && c.wbuf.is_empty()
                         && now.duration_since(c.last_active()) >= GRACEFUL_IDLE =>
                 {

@@ -260,8 +260,7 @@ impl Worker<'_> {
         };
         let limit = self.output_limit(c.pool());
         let held: usize = c
-            .pending
-            .iter()
+            .slots()
             .map(|s| {
                 let frags = s.multi.as_ref().map_or(0, |m| {
                     m.frags

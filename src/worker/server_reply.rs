@@ -273,7 +273,7 @@ impl Worker<'_> {
         // Fast path: the reply is the next one the client expects: write it
         // straight to the output buffer, no intermediate copy.
         if frag.is_none() && seq == c.head_seq() {
-            if let Some(front) = c.pending.front() {
+            if let Some(front) = c.head() {
                 // (A zone read is looked at: it may fail over on a miss, and
                 // its answer by another zone is counted.)
                 let zone_read = front.retry.is_some() && self.pools[c.pool()].zoned;

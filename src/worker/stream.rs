@@ -117,7 +117,7 @@ impl Worker<'_> {
             return StreamStart::No;
         }
         c.go_solo();
-        if !c.pending.is_empty() {
+        if c.has_pending() {
             return StreamStart::Wait;
         }
         let machine = StreamMachine::new(&head, self.pools[pool].limits, STREAM_THRESHOLD);

@@ -102,13 +102,12 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get(ct.0) else {
             return None;
         };
-        let i = usize::try_from(seq.checked_sub(c.head_seq())?).ok()?;
-        let f = c.pending.get(i)?;
+        let f = c.slot(seq)?;
         if c.id() != id || f.ready || f.retry.is_some() {
             return None;
         }
         let hold = match (frag, &f.multi) {
-            (None, None) if i == 0 => None,
+            (None, None) if c.head_seq() == seq => None,
             (None, None) => Some(Hold {
                 spool: Box::default(),
                 seq,

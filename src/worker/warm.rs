@@ -164,8 +164,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
             return None;
         };
-        let i = seq.checked_sub(c.head_seq())?;
-        let r = c.pending.get(i as usize)?.retry.as_ref()?;
+        let r = c.slot(seq)?.retry.as_ref()?;
         if r.next < 2 {
             return None;
         }
