@@ -10,7 +10,7 @@ use super::{Worker, READ_BUDGET, READ_CHUNK, STREAM_LOW, STREAM_THRESHOLD};
 use crate::proto::{Local, Parse, Request, Route};
 use crate::stats::{PoolField, WorkerField};
 use mio::Token;
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Write};
 use std::os::fd::AsRawFd;
 use std::time::Instant;
 
@@ -55,10 +55,7 @@ impl Worker<'_> {
                 // for the successor.
                 break;
             }
-            if c.rbuf.capacity() == 0 {
-                c.rbuf = self.bufs.take();
-            }
-            match c.rbuf.read_stream(&mut c.sock, READ_CHUNK) {
+            match c.read_input(&mut self.bufs, READ_CHUNK) {
                 Ok((0, _)) => {
                     c.set_eof();
                     break;
@@ -86,7 +83,7 @@ impl Worker<'_> {
                         // a certificate refused), with the peer.
                         crate::log_warn!(
                             "client {} of pool '{}': {}",
-                            crate::net::peer_of(c.sock.as_raw_fd()),
+                            crate::net::peer_of(c.sock().as_raw_fd()),
                             self.pools[c.pool()].cfg.name,
                             e
                         );
@@ -98,7 +95,7 @@ impl Worker<'_> {
         }
         self.process_input(token, now);
         if let Some(Conn::Client(c)) = self.conns.get(token.0) {
-            if c.sock.is_tls() && !c.wbuf.is_empty() {
+            if c.sock().is_tls() && c.has_output() {
                 // Replies queued while the TLS handshake ran go out once
                 // a read has finished it (no EPOLLOUT edge comes for that).
                 self.dirty_clients.push(token);
@@ -122,8 +119,8 @@ impl Worker<'_> {
         // carries the ACK: no extra system call per request then.
         if self.ctl.quickack {
             if let Some(Conn::Client(c)) = self.conns.get(token.0) {
-                if c.sock.is_tcp() && !c.rbuf.is_empty() {
-                    crate::net::set_quickack(&c.sock);
+                if c.sock().is_tcp() && !c.input().is_empty() {
+                    crate::net::set_quickack(c.sock());
                 }
             }
         }
@@ -138,7 +135,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return;
         };
-        let mut rbuf = std::mem::take(&mut c.rbuf);
+        let mut rbuf = c.take_input();
         let pool = c.pool();
         let pass = self.parse_input(token, pool, rbuf.bytes(), now);
         self.stats.worker_add(WorkerField::Requests, pass.requests);
@@ -149,13 +146,13 @@ impl Worker<'_> {
                 // Lend the empty buffer back: idle clients hold no memory.
                 self.bufs.give(rbuf);
             } else {
-                c.rbuf = rbuf;
+                c.put_input(rbuf);
             }
-            if c.wbuf.capacity() == 0 && c.head().is_some_and(|s| s.ready) {
-                c.wbuf = self.bufs.take();
+            if c.head().is_some_and(|s| s.ready) {
+                c.ensure_output(&mut self.bufs);
             }
             let added = c.drain_ready();
-            if !c.wbuf.is_empty() {
+            if c.has_output() {
                 self.mark_client_dirty(token);
             }
             self.add_out(added);
@@ -193,9 +190,7 @@ impl Worker<'_> {
                 return false;
             };
             if !done {
-                if c.rbuf.is_empty() && c.rbuf.capacity() > 0 {
-                    self.bufs.give(std::mem::take(&mut c.rbuf));
-                }
+                c.return_idle_input(&mut self.bufs);
                 return false;
             }
         }
@@ -351,10 +346,7 @@ impl Worker<'_> {
         if c.has_pending() {
             return self.push_ready(token, out.to_vec(), false);
         }
-        if c.wbuf.capacity() == 0 {
-            c.wbuf = self.bufs.take();
-        }
-        c.wbuf.extend(out);
+        c.queue_output(out, &mut self.bufs);
         self.add_out(out.len());
     }
 
@@ -541,12 +533,10 @@ impl Worker<'_> {
             return;
         };
         let held_at_head = c.head().is_some_and(|s| s.ready && s.held.is_some());
-        if !held_at_head || c.wbuf.len() >= STREAM_LOW {
+        if !held_at_head || c.out_len() >= STREAM_LOW {
             return;
         }
-        if c.wbuf.capacity() == 0 {
-            c.wbuf = self.bufs.take();
-        }
+        c.ensure_output(&mut self.bufs);
         let added = c.drain_ready();
         if added > 0 {
             self.mark_client_dirty(token);
@@ -563,7 +553,7 @@ impl Worker<'_> {
             return;
         };
         let limit = self.output_limit(c.pool());
-        if limit > 0 && c.wbuf.len() > limit {
+        if limit > 0 && c.out_len() > limit {
             self.flush_client(token);
         }
     }
@@ -579,16 +569,15 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return false;
         };
-        if c.sock.is_tls() && c.sock.flush().is_err() {
+        if c.sock().is_tls() && c.sock_mut().flush().is_err() {
             // Ciphertext rustls still held could not be written.
             self.close_client(token, true);
             return false;
         }
-        while !c.wbuf.is_empty() {
-            match c.sock.write(c.wbuf.bytes()) {
+        while c.has_output() {
+            match c.write_output() {
                 Ok(0) => break,
                 Ok(n) => {
-                    c.wbuf.consume(n);
                     let n = n.min(self.out_bytes);
                     self.out_bytes -= n;
                     self.stats.worker_sub(WorkerField::OutputBytes, n as u64);
@@ -601,11 +590,9 @@ impl Worker<'_> {
                 }
             }
         }
-        if c.wbuf.is_empty() && c.wbuf.capacity() > 0 {
-            self.bufs.give(std::mem::take(&mut c.wbuf));
-        }
-        if limit > 0 && c.wbuf.len() > limit {
-            let (pool, len) = (c.pool(), c.wbuf.len());
+        c.return_idle_output(&mut self.bufs);
+        if limit > 0 && c.out_len() > limit {
+            let (pool, len) = (c.pool(), c.out_len());
             self.close_over_limit(token, pool, len, "buffered");
             return false;
         }
@@ -645,7 +632,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
             return;
         };
-        let done_writing = c.wbuf.is_empty();
+        let done_writing = !c.has_output();
         if (c.is_closing() || c.is_eof()) && !c.has_pending() && done_writing {
             self.close_client(token, false);
         }
@@ -664,7 +651,7 @@ impl Worker<'_> {
         let head = &input[..input.len().min(64)];
         crate::log_pverb!(
             "client {} of pool '{}': bad request: {} (it began {:?})",
-            crate::net::peer_of(std::os::fd::AsRawFd::as_raw_fd(&c.sock)),
+            crate::net::peer_of(std::os::fd::AsRawFd::as_raw_fd(c.sock())),
             self.pools[pool].cfg.name,
             String::from_utf8_lossy(reply).trim_end(),
             String::from_utf8_lossy(head)
@@ -678,8 +665,8 @@ impl Worker<'_> {
         let Conn::Client(mut c) = self.conns.remove(token.0) else {
             return;
         };
-        let _ = self.poll.registry().deregister(&mut c.sock);
-        self.sub_out(c.wbuf.len());
+        let _ = self.poll.registry().deregister(c.sock_mut());
+        self.sub_out(c.out_len());
         if let Some(r) = c.take_stream().and_then(|s| s.server) {
             self.abort_server_stream(r.token, r.id, ServerFault::HalfSentClientLeft);
         }
@@ -698,7 +685,7 @@ impl Worker<'_> {
         let pool = c.pool();
         crate::log_pverb!(
             "client {} of pool '{}' closed ({})",
-            crate::net::peer_of(std::os::fd::AsRawFd::as_raw_fd(&c.sock)),
+            crate::net::peer_of(std::os::fd::AsRawFd::as_raw_fd(c.sock())),
             self.pools[pool].cfg.name,
             if error { "error" } else { "eof" }
         );
@@ -711,12 +698,6 @@ impl Worker<'_> {
             self.stats.pool_add(pool, PoolField::ClientEof, 1);
         }
         self.maybe_uncap();
-    }
-}
-
-impl Read for super::conn::Client {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.sock.read(buf)
     }
 }
 

@@ -2,13 +2,14 @@
 //! the per-feature state (a streamed request, a held request, a
 //! transaction, subscriptions), private and changed through its methods.
 
-use super::buffer::Buffer;
+use super::buffer::{BufPool, Buffer};
 use super::conn::{ReplySlot, ReqStream, HELD_HIGH};
 use super::conn_state::{Gate, Subs, Txn};
 use super::handle::ServerRef;
 use crate::net::Stream;
 use crate::proto::redis::local::Session;
 use std::collections::VecDeque;
+use std::io::{self, Read, Write};
 use std::time::Instant;
 
 /// A client connection. Its counters and flags are private, changed
@@ -17,20 +18,20 @@ use std::time::Instant;
 #[derive(Debug)]
 pub struct Client {
     /// Socket.
-    pub sock: Stream,
+    sock: Stream,
     /// Unique id (tokens are reused; ids are not).
     id: u64,
     /// Pool index.
     pool: usize,
     /// Unparsed input.
-    pub rbuf: Buffer,
+    rbuf: Buffer,
     /// Do not parse again until `rbuf` holds this many bytes.
     need: usize,
     /// Input bytes still to discard (the data block of a rejected
     /// oversized value, as memcached swallows it).
     swallow: usize,
     /// Output not yet written.
-    pub wbuf: Buffer,
+    wbuf: Buffer,
     /// Replies in request order; `pending[0]` has sequence number `head_seq`.
     pending: VecDeque<ReplySlot>,
     /// Sequence number of `pending[0]`.
@@ -95,6 +96,119 @@ impl Client {
             blocked: Vec::new(),
             txn: None,
             subs: None,
+        }
+    }
+
+    /// Its socket.
+    #[inline]
+    pub fn sock(&self) -> &Stream {
+        &self.sock
+    }
+
+    /// [`Client::sock`], to change it (deregister, flush TLS).
+    #[inline]
+    pub fn sock_mut(&mut self) -> &mut Stream {
+        &mut self.sock
+    }
+
+    /// The client leaves this worker whole (handed over): its socket, and
+    /// the output not yet written.
+    pub fn into_sock_and_output(self) -> (Stream, Buffer) {
+        (self.sock, self.wbuf)
+    }
+
+    /// Unparsed input.
+    #[inline]
+    pub fn input(&self) -> &Buffer {
+        &self.rbuf
+    }
+
+    /// Read from the socket into the input (a buffer lent from `bufs` if
+    /// it has none): bytes read and whether the read was short.
+    #[inline]
+    pub fn read_input(&mut self, bufs: &mut BufPool, chunk: usize) -> io::Result<(usize, bool)> {
+        if self.rbuf.capacity() == 0 {
+            self.rbuf = bufs.take();
+        }
+        self.rbuf.read_stream(&mut self.sock, chunk)
+    }
+
+    /// Drop the first `n` bytes of input (passed on or kept).
+    #[inline]
+    pub fn consume_input(&mut self, n: usize) {
+        self.rbuf.consume(n);
+    }
+
+    /// The input, taken to parse while the worker is borrowed; given back
+    /// with [`Client::put_input`].
+    #[inline]
+    pub fn take_input(&mut self) -> Buffer {
+        std::mem::take(&mut self.rbuf)
+    }
+
+    /// Give back the input taken by [`Client::take_input`] (or carried
+    /// over from a predecessor).
+    #[inline]
+    pub fn put_input(&mut self, rbuf: Buffer) {
+        self.rbuf = rbuf;
+    }
+
+    /// Lend an empty input buffer back to `bufs`: idle clients hold no
+    /// memory.
+    #[inline]
+    pub fn return_idle_input(&mut self, bufs: &mut BufPool) {
+        if self.rbuf.is_empty() && self.rbuf.capacity() > 0 {
+            bufs.give(std::mem::take(&mut self.rbuf));
+        }
+    }
+
+    /// Output not yet written.
+    #[inline]
+    pub fn output(&self) -> &Buffer {
+        &self.wbuf
+    }
+
+    /// Bytes of output not yet written.
+    #[inline]
+    pub fn out_len(&self) -> usize {
+        self.wbuf.len()
+    }
+
+    /// Some output is not yet written.
+    #[inline]
+    pub fn has_output(&self) -> bool {
+        !self.wbuf.is_empty()
+    }
+
+    /// Give the output a buffer from `bufs` if it has none.
+    #[inline]
+    pub fn ensure_output(&mut self, bufs: &mut BufPool) {
+        if self.wbuf.capacity() == 0 {
+            self.wbuf = bufs.take();
+        }
+    }
+
+    /// Queue `bytes` for writing (a buffer lent from `bufs` if it has none).
+    #[inline]
+    pub fn queue_output(&mut self, bytes: &[u8], bufs: &mut BufPool) {
+        self.ensure_output(bufs);
+        self.wbuf.extend(bytes);
+    }
+
+    /// Write what the socket takes of the output in one call; the bytes
+    /// written.
+    #[inline]
+    pub fn write_output(&mut self) -> io::Result<usize> {
+        let n = self.sock.write(self.wbuf.bytes())?;
+        self.wbuf.consume(n);
+        Ok(n)
+    }
+
+    /// Lend an empty output buffer back to `bufs`.
+    #[inline]
+    pub fn return_idle_output(&mut self, bufs: &mut BufPool) {
+        if self.wbuf.is_empty() && self.wbuf.capacity() > 0 {
+            bufs.give(std::mem::take(&mut self.wbuf));
         }
     }
 
@@ -519,5 +633,11 @@ impl Client {
             }
         }
         self.wbuf.len() - before
+    }
+}
+
+impl Read for Client {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.sock.read(buf)
     }
 }

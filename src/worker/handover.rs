@@ -172,7 +172,7 @@ impl Worker<'_> {
     /// the middle of a request too large to carry across, or pinned here.
     pub(super) fn must_read_before_handover(c: &super::conn::Client) -> bool {
         c.stream().is_some()
-            || c.rbuf.len() > CARRY_MAX
+            || c.input().len() > CARRY_MAX
             || c.need() > CARRY_MAX
             // A subscriber or a transaction is served here until it
             // leaves that state (its server connections are here).
@@ -200,7 +200,7 @@ impl Worker<'_> {
                         && c.txn().is_none()
                         && c.subs().is_none()
                         && c.rstream_from().is_none()
-                        && c.rbuf.len() + c.wbuf.len() <= CARRY_MAX =>
+                        && c.input().len() + c.out_len() <= CARRY_MAX =>
                 {
                     Some(k)
                 }
@@ -213,7 +213,7 @@ impl Worker<'_> {
             };
             // A TLS client crosses as a unix socket this worker relays
             // to (relay.rs); its unwritten replies stay here.
-            let pair = if c.sock.is_tls() {
+            let pair = if c.sock().is_tls() {
                 match Self::relay_pair() {
                     Ok(p) => Some(p),
                     Err(e) => {
@@ -238,23 +238,23 @@ impl Worker<'_> {
                     .and_then(|u| self.pools[c.pool()].cfg.security.users.get(u as usize))
                     .map(|u| u.name.as_bytes().to_vec()),
                 swallow: c.swallow() as u64,
-                input: c.rbuf.bytes().to_vec(),
+                input: c.input().bytes().to_vec(),
                 output: match pair {
                     Some(_) => Vec::new(),
-                    None => c.wbuf.bytes().to_vec(),
+                    None => c.output().bytes().to_vec(),
                 },
             }
             .encode();
             let fd = match &pair {
                 Some((_, theirs)) => theirs.as_raw_fd(),
-                None => c.sock.as_raw_fd(),
+                None => c.sock().as_raw_fd(),
             };
             match handover::send(&target, &msg, fd) {
                 Ok(()) => {
                     let gone = self.forget_client(Token(k));
                     if let (Some(c), Some((ours, _))) = (gone, pair) {
-                        let down = c.wbuf.bytes().to_vec();
-                        self.start_relay(c.sock, ours, down);
+                        let (sock, out) = c.into_sock_and_output();
+                        self.start_relay(sock, ours, out.bytes().to_vec());
                     }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
@@ -276,8 +276,8 @@ impl Worker<'_> {
         let Some(Conn::Client(mut c)) = self.conns.try_remove(token.0) else {
             return None;
         };
-        let _ = self.poll.registry().deregister(&mut c.sock);
-        self.sub_out(c.wbuf.len());
+        let _ = self.poll.registry().deregister(c.sock_mut());
+        self.sub_out(c.out_len());
         let pool = c.pool();
         self.pools[pool].clients = self.pools[pool].clients.saturating_sub(1);
         self.stats.pool_sub(pool, PoolField::ClientConnections, 1);
@@ -412,12 +412,12 @@ impl Worker<'_> {
         c.set_session(session);
         c.swallow_next(h.swallow as usize);
         if !h.input.is_empty() {
-            c.rbuf = self.bufs.take();
-            c.rbuf.extend(&h.input);
+            let mut rbuf = self.bufs.take();
+            rbuf.extend(&h.input);
+            c.put_input(rbuf);
         }
         if !h.output.is_empty() {
-            c.wbuf = self.bufs.take();
-            c.wbuf.extend(&h.output);
+            c.queue_output(&h.output, &mut self.bufs);
             self.dirty_clients.push(token);
             self.add_out(h.output.len());
         }

@@ -394,7 +394,7 @@ impl<'a> Worker<'a> {
             .iter_mut()
             .filter_map(|(k, c)| match c {
                 Conn::Client(c) => {
-                    if c.sock.is_handshaking() {
+                    if c.sock().is_handshaking() {
                         let ms = pools[c.pool()]
                             .cfg
                             .security
@@ -404,7 +404,7 @@ impl<'a> Worker<'a> {
                         if now.duration_since(c.opened()) > Duration::from_millis(ms) {
                             crate::log_warn!(
                                 "client {} of pool '{}': TLS handshake not finished after {} ms; closing it",
-                                crate::net::peer_of(std::os::fd::AsRawFd::as_raw_fd(&c.sock)),
+                                crate::net::peer_of(std::os::fd::AsRawFd::as_raw_fd(c.sock())),
                                 pools[c.pool()].cfg.name,
                                 ms
                             );
@@ -413,7 +413,7 @@ impl<'a> Worker<'a> {
                         return None;
                     }
                     if c.has_pending()
-                        || !c.wbuf.is_empty()
+                        || c.has_output()
                         || c.stream().is_some()
                         || c.rstream_from().is_some()
                     {
@@ -457,7 +457,7 @@ impl<'a> Worker<'a> {
                 .conns
                 .iter()
                 .filter_map(|(k, c)| match c {
-                    Conn::Client(c) if !c.wbuf.is_empty() => Some((c.wbuf.len(), k)),
+                    Conn::Client(c) if c.has_output() => Some((c.out_len(), k)),
                     _ => None,
                 })
                 .max();
@@ -505,7 +505,7 @@ impl<'a> Worker<'a> {
             .filter_map(|(k, c)| match c {
                 Conn::Client(c)
                     if !c.has_pending()
-                        && c.wbuf.is_empty()
+                        && !c.has_output()
                         && now.duration_since(c.last_active()) >= GRACEFUL_IDLE =>
                 {
                     Some(k)

@@ -582,9 +582,7 @@ impl Worker<'_> {
     fn pubsub_out(&mut self, ct: Token, out: Vec<u8>) {
         self.push_ready(ct, out, false);
         if let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) {
-            if c.wbuf.capacity() == 0 {
-                c.wbuf = self.bufs.take();
-            }
+            c.ensure_output(&mut self.bufs);
             let added = c.drain_ready();
             self.dirty_clients.push(ct);
             self.add_out(added);

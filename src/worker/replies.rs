@@ -272,7 +272,7 @@ impl Worker<'_> {
                 s.held.as_ref().map_or(0, |h| h.len()) + frags
             })
             .sum();
-        let total = held + c.wbuf.len();
+        let total = held + c.out_len();
         if limit > 0 && total > limit {
             let pool = c.pool();
             self.close_over_limit(token, pool, total, "held");
@@ -285,7 +285,7 @@ impl Worker<'_> {
             return;
         };
         let added = c.drain_ready();
-        if !c.wbuf.is_empty() {
+        if c.has_output() {
             self.dirty_clients.push(token);
         }
         self.add_out(added);

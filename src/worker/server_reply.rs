@@ -279,10 +279,7 @@ impl Worker<'_> {
                 let zone_read = front.retry.is_some() && self.pools[c.pool()].zoned;
                 if !front.ready && front.multi.is_none() && !zone_read {
                     c.pop_head();
-                    if c.wbuf.capacity() == 0 {
-                        c.wbuf = self.bufs.take();
-                    }
-                    c.wbuf.extend(bytes);
+                    c.queue_output(bytes, &mut self.bufs);
                     let added = bytes.len() + c.drain_ready();
                     self.mark_client_dirty(ct);
                     self.add_out(added);

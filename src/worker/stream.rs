@@ -246,8 +246,8 @@ impl Worker<'_> {
             return;
         };
         let op = rs.machine.op();
-        let pair_key = c.rbuf.bytes()[pair.key].to_vec();
-        c.rbuf.consume(pair.len);
+        let pair_key = c.input().bytes()[pair.key].to_vec();
+        c.consume_input(pair.len);
         let to = ReplyTo::new(token, client_id, Some(seq), Some(pair.index as u32));
         let Some(server) = self.pools[pool].server_for(&pair_key, now) else {
             self.fail_unsent(to, pool, op, &ServerFault::NoServer);
@@ -459,7 +459,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return false;
         };
-        c.rbuf.consume(n);
+        c.consume_input(n);
         let (true, Some(ServerRef { token: st, .. })) = (over, target) else {
             return true;
         };
@@ -607,7 +607,7 @@ impl Worker<'_> {
                 spool.consume(n);
             }
             _ => {
-                s.queue_more(|w| w.extend(&c.rbuf.bytes()[..n]), is_it);
+                s.queue_more(|w| w.extend(&c.input().bytes()[..n]), is_it);
                 super::cluster_stream::spool_passing(c, n);
             }
         }

@@ -193,12 +193,9 @@ impl Worker<'_> {
             } else if let Some(ClientRef { token: ct, id: cid }) = rs.client {
                 match self.conns.get2_mut(st.0, ct.0) {
                     Some((Conn::Server(s), Conn::Client(c))) if c.id() == cid => {
-                        if c.wbuf.capacity() == 0 {
-                            c.wbuf = self.bufs.take();
-                        }
-                        c.wbuf.extend(&s.rbuf().bytes()[..n]);
+                        c.queue_output(&s.rbuf().bytes()[..n], &mut self.bufs);
                         added = n;
-                        if !done && c.wbuf.len() > STREAM_HIGH {
+                        if !done && c.out_len() > STREAM_HIGH {
                             c.wait_on_reply(ServerRef::new(st, sid));
                             if let Some(rs) = s.rstream_mut() {
                                 rs.blocked = true;
