@@ -390,8 +390,7 @@ impl Worker<'_> {
         // Pub/sub and transactions: their commands, and whatever a client
         // in one of those states sends (checked here first: the common
         // request pays two comparisons, not two lookups).
-        let stateful = c.subs().is_some()
-            || c.txn().is_some()
+        let stateful = c.is_stateful()
             || matches!(req.op, crate::proto::Op::Redis(op) if matches!(
                 op.class,
                 crate::proto::redis::CmdClass::PubSub | crate::proto::redis::CmdClass::Transaction

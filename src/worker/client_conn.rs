@@ -12,9 +12,9 @@ use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::time::Instant;
 
-/// A client connection. Its counters and flags are private, changed
-/// through its methods; the buffers, reply slots and per-feature state
-/// are still fields of the worker's data path.
+/// A client connection. Every field is private, changed through its
+/// methods, so what the data path does to a client (read, queue a reply,
+/// write, hold a request) is named in one place.
 #[derive(Debug)]
 pub struct Client {
     /// Socket.

@@ -176,8 +176,7 @@ impl Worker<'_> {
             || c.need() > CARRY_MAX
             // A subscriber or a transaction is served here until it
             // leaves that state (its server connections are here).
-            || c.subs().is_some()
-            || c.txn().is_some()
+            || c.is_stateful()
     }
 
     /// Hand over every client at a request boundary. Returns false when
