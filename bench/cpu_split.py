@@ -26,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from procs import (  # noqa: E402
-    CLK_TCK, HOST, NUTCRACKER, PREDIXY, WALNUT, Proc, free_port, have_predixy, redis_server,
-    tree,
+    HOST, NUTCRACKER, PREDIXY, WALNUT, Proc, free_port, have_predixy, redis_server, tree,
+    user_sys_seconds,
 )
 
 LOADS = [("GET", "get", 16), ("SET", "set", 16), ("GET", "get", 64), ("SET", "set", 64),
@@ -36,16 +36,8 @@ LOADS = [("GET", "get", 16), ("SET", "set", 16), ("GET", "get", 64), ("SET", "se
 
 def user_sys(pids: list[int]) -> tuple[float, float]:
     """utime and stime (seconds) summed over pids."""
-    u = s = 0.0
-    for p in pids:
-        try:
-            stat = Path(f"/proc/{p}/stat").read_text()
-        except OSError:
-            continue
-        f = stat[stat.rindex(")") + 2:].split()
-        u += int(f[11]) / CLK_TCK
-        s += int(f[12]) / CLK_TCK
-    return u, s
+    both = user_sys_seconds(pids).values()
+    return sum(u for u, _ in both), sum(s for _, s in both)
 
 
 def start_proxy(kind: str, binary: str, backend: int, work: Path) -> tuple[Proc, int]:

@@ -85,8 +85,8 @@ def tree(pid: int) -> list[int]:
     return out
 
 
-def cpu_seconds(pids: list[int]) -> dict[int, float]:
-    """utime+stime (seconds) of each live pid."""
+def user_sys_seconds(pids: list[int]) -> dict[int, tuple[float, float]]:
+    """utime and stime (seconds) of each live pid."""
     out = {}
     for p in pids:
         try:
@@ -94,8 +94,13 @@ def cpu_seconds(pids: list[int]) -> dict[int, float]:
         except OSError:
             continue
         f = stat[stat.rindex(")") + 2:].split()
-        out[p] = (int(f[11]) + int(f[12])) / CLK_TCK
+        out[p] = (int(f[11]) / CLK_TCK, int(f[12]) / CLK_TCK)
     return out
+
+
+def cpu_seconds(pids: list[int]) -> dict[int, float]:
+    """utime+stime (seconds) of each live pid."""
+    return {p: u + s for p, (u, s) in user_sys_seconds(pids).items()}
 
 
 def rss_kb(pids: list[int]) -> int:
