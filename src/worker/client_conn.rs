@@ -195,6 +195,18 @@ impl Client {
         self.wbuf.extend(bytes);
     }
 
+    /// Write `bytes` straight to the socket when no output waits before
+    /// them and the connection is not TLS: how many the socket took. 0
+    /// when it took none, or on an error, which the next write of the
+    /// queued rest meets again and handles.
+    #[inline]
+    pub fn write_through(&mut self, bytes: &[u8]) -> usize {
+        if !self.wbuf.is_empty() || self.sock.is_tls() {
+            return 0;
+        }
+        self.sock.write(bytes).unwrap_or(0)
+    }
+
     /// Write what the socket takes of the output in one call; the bytes
     /// written.
     #[inline]

@@ -279,8 +279,13 @@ impl Worker<'_> {
                 let zone_read = front.retry.is_some() && self.pools[c.pool()].zoned;
                 if !front.ready && front.multi.is_none() && !zone_read {
                     c.pop_head();
-                    c.queue_output(bytes, &mut self.bufs);
-                    let added = bytes.len() + c.drain_ready();
+                    let rest = if bytes.len() >= WRITE_THROUGH_MIN {
+                        &bytes[c.write_through(bytes)..]
+                    } else {
+                        bytes
+                    };
+                    c.queue_output(rest, &mut self.bufs);
+                    let added = rest.len() + c.drain_ready();
                     self.mark_client_dirty(ct);
                     self.add_out(added);
                     self.check_output_limit(ct);
@@ -292,6 +297,13 @@ impl Worker<'_> {
         self.check_output_limit(ct);
     }
 }
+
+/// A reply at least this long, next in line for a client with nothing
+/// queued, is written from the server's input at once rather than copied
+/// into the client's output and written at the end of the pass: above
+/// this size the copy costs more than the system call it would have
+/// shared with the client's other replies of the pass.
+const WRITE_THROUGH_MIN: usize = 8 * 1024;
 
 /// What one pass over a server connection's input matched, with its
 /// counters added to the shared stats once per pass rather than per reply.
