@@ -186,6 +186,15 @@ impl Protocol {
         }
     }
 
+    /// Whether `write_request` changes the request's bytes (when not, they
+    /// can be written to the server straight from the client's input).
+    pub fn rewrites(self, op: Op) -> bool {
+        match (self, op) {
+            (Protocol::Memcache, Op::Mc(op)) => memcache::rewrites(op),
+            _ => false,
+        }
+    }
+
     /// Whether a server's reply to a request of operation `op` is passed on
     /// to the client (false for the replies a quiet request asked not to
     /// get, e.g. a miss of a binary GETKQ or of a meta `mg ... q`).

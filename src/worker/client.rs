@@ -1,9 +1,10 @@
 //! Client side of the data path: read, parse, route, queue replies in
 //! order, write.
 
-use super::conn::{Client, ClientRef, Conn, ReplySlot, Waiter};
+use super::conn::{Client, ClientRef, Conn, ReplySlot, Server, Waiter};
 use super::conn_state::AfterPull;
 use super::fault::ServerFault;
+use super::server_conn::Queued;
 use super::stream::StreamStart;
 use super::txn::TxnStep;
 use super::{Worker, READ_BUDGET, READ_CHUNK, STREAM_LOW, STREAM_THRESHOLD};
@@ -477,6 +478,7 @@ impl Worker<'_> {
     }
 
     /// Queue request bytes on a server connection.
+    #[inline]
     pub(super) fn enqueue(
         &mut self,
         st: Token,
@@ -485,14 +487,44 @@ impl Worker<'_> {
         write: impl FnOnce(&mut Vec<u8>),
         now: Instant,
     ) {
+        self.enqueue_with(st, waiter.is_some(), now, |s, key| {
+            s.queue(waiter, op, write, now, key)
+        });
+    }
+
+    /// Queue a request that goes as it came, written at once from `bytes`
+    /// when nothing waits before it (`Server::queue_through`).
+    pub(super) fn enqueue_through(
+        &mut self,
+        st: Token,
+        waiter: Option<Waiter>,
+        op: crate::proto::Op,
+        bytes: &[u8],
+        now: Instant,
+    ) {
+        self.enqueue_with(st, waiter.is_some(), now, |s, key| {
+            s.queue_through(waiter, op, bytes, now, key)
+        });
+    }
+
+    /// Queue on a server connection with `queue`; then the lists it joins
+    /// (to count, to write) and its timeout timer.
+    #[inline(always)]
+    fn enqueue_with(
+        &mut self,
+        st: Token,
+        waits: bool,
+        now: Instant,
+        queue: impl FnOnce(&mut Server, crate::stats::slowlog::KeyPrefix) -> Queued,
+    ) {
         let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
             return;
         };
-        let q = s.queue(waiter, op, write, now, self.slow_key);
+        let q = queue(s, self.slow_key);
         if q.first_uncounted {
             self.counting.push(st);
         }
-        if !s.timer_armed() && waiter.is_some() {
+        if !s.timer_armed() && waits {
             if let Some(t) = self.pools[s.pool()].timeout() {
                 s.set_timer_armed(true);
                 let id = s.id();

@@ -4,7 +4,7 @@
 
 use super::conn::{Conn, Fragment, Multi, MultiMode, Redirect, ReplySlot, ReplyTo, Retry};
 use super::fault::ServerFault;
-use super::Worker;
+use super::{Worker, WRITE_THROUGH_MIN};
 use crate::proto::{Op, Request};
 use crate::stats::PoolField;
 use mio::Token;
@@ -82,8 +82,7 @@ impl Worker<'_> {
         op: Op,
         now: Instant,
     ) -> Result<(), ServerFault> {
-        let slot = self.conn_slot(to.token, pool, server, to.id, op);
-        let st = self.server_conn(pool, server, slot, now)?;
+        let st = self.conn_for(to, pool, server, op, now)?;
         if self.pools[pool].strips {
             // A route pool that strips key prefixes (`strip` routes).
             let routing = self.pools[pool].cfg.routing.clone();
@@ -102,6 +101,21 @@ impl Worker<'_> {
         }
         self.enqueue(st, to.waiter(), op, write, now);
         Ok(())
+    }
+
+    /// The connection to `server` that `to`'s request goes on (opened if
+    /// it is not).
+    #[inline]
+    fn conn_for(
+        &mut self,
+        to: ReplyTo,
+        pool: usize,
+        server: usize,
+        op: Op,
+        now: Instant,
+    ) -> Result<mio::Token, ServerFault> {
+        let slot = self.conn_slot(to.token, pool, server, to.id, op);
+        self.server_conn(pool, server, slot, now)
     }
 
     /// `send_to`, and on failure the error goes to the waiting slot.
@@ -208,14 +222,43 @@ impl Worker<'_> {
         };
         let seq = self.push_slot(token, req.noreply, slot);
         let proto = self.pools[pool].proto;
+        let to = ReplyTo::new(token, client_id, seq, None);
+        if bytes.len() >= WRITE_THROUGH_MIN && !proto.rewrites(req.op) {
+            self.send_through_or_fail(to, pool, server, bytes, req.op, now);
+            return;
+        }
         self.send_or_fail(
-            ReplyTo::new(token, client_id, seq, None),
+            to,
             pool,
             server,
             |out| proto.write_request(req, bytes, out),
             req.op,
             now,
         );
+    }
+
+    /// `send_or_fail` for a large request the server gets as it came: with
+    /// nothing queued before it on the connection, it is written from the
+    /// client's input at once, and only what the socket does not take is
+    /// copied (`Server::queue_through`).
+    fn send_through_or_fail(
+        &mut self,
+        to: ReplyTo,
+        pool: usize,
+        server: usize,
+        bytes: &[u8],
+        op: Op,
+        now: Instant,
+    ) {
+        if self.pools[pool].strips {
+            let write = |out: &mut Vec<u8>| out.extend_from_slice(bytes);
+            self.send_or_fail(to, pool, server, write, op, now);
+            return;
+        }
+        match self.conn_for(to, pool, server, op, now) {
+            Ok(st) => self.enqueue_through(st, to.waiter(), op, bytes, now),
+            Err(fault) => self.fail_unsent(to, pool, op, &fault),
+        }
     }
 
     /// Whether the keys of a command that names several (RENAME, SMOVE,

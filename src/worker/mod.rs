@@ -95,6 +95,13 @@ const STREAM_LOW: usize = 256 * 1024;
 const STREAM_STALL: Duration = Duration::from_secs(10);
 /// Most write passes over dirty connections in one loop iteration.
 const FLUSH_ROUNDS: usize = 4;
+/// A reply or request at least this long, with nothing queued before it on
+/// the connection it goes to, is written to that socket at once from the
+/// buffer it was read into, rather than copied into the connection's
+/// output and written at the end of the pass: above this size the copy
+/// costs more than the system call it would have shared with the other
+/// messages of the pass.
+const WRITE_THROUGH_MIN: usize = 8 * 1024;
 
 /// A listening socket handed to a worker, with the pool it serves.
 #[derive(Debug)]

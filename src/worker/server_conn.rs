@@ -235,6 +235,47 @@ impl Server {
         let before = self.wbuf.len();
         self.wbuf.append_with(write);
         let len = self.wbuf.len() - before;
+        self.queued(waiter, op, len, before, now, key)
+    }
+
+    /// Queue a request that goes as it came (`bytes`), as `queue` does,
+    /// first writing what the socket takes of it straight from `bytes`
+    /// when nothing waits to be written before it: the connection is open,
+    /// not TLS, and sends no streamed or fed request. Only the rest is
+    /// copied. A write error leaves the bytes queued, for the next write
+    /// to meet and handle.
+    #[inline]
+    pub fn queue_through(
+        &mut self,
+        waiter: Option<Waiter>,
+        op: Op,
+        bytes: &[u8],
+        now: Instant,
+        key: crate::stats::slowlog::KeyPrefix,
+    ) -> Queued {
+        let before = self.wbuf.len();
+        let open = self.state == ServerState::Connected && !self.sock.is_tls();
+        let n = if before == 0 && open && self.stream.is_none() && self.feed.is_none() {
+            self.sock.write(bytes).unwrap_or(0)
+        } else {
+            0
+        };
+        self.wbuf.extend(&bytes[n..]);
+        self.queued(waiter, op, bytes.len(), before, now, key)
+    }
+
+    /// A request of `len` bytes was queued after `before` bytes of output:
+    /// what waits for its reply, and its counts (see `queue`).
+    #[inline]
+    fn queued(
+        &mut self,
+        waiter: Option<Waiter>,
+        op: Op,
+        len: usize,
+        before: usize,
+        now: Instant,
+        key: crate::stats::slowlog::KeyPrefix,
+    ) -> Queued {
         if len >= TLS_CUT_MIN {
             self.cut_tls();
         }

@@ -6,7 +6,7 @@
 
 use super::conn::{Conn, Inflight, ReplyTo, Waiter};
 use super::fault::ServerFault;
-use super::Worker;
+use super::{Worker, WRITE_THROUGH_MIN};
 use crate::proto::{Op, Parse};
 use crate::stats::ServerField;
 use mio::Token;
@@ -297,13 +297,6 @@ impl Worker<'_> {
         self.check_output_limit(ct);
     }
 }
-
-/// A reply at least this long, next in line for a client with nothing
-/// queued, is written from the server's input at once rather than copied
-/// into the client's output and written at the end of the pass: above
-/// this size the copy costs more than the system call it would have
-/// shared with the client's other replies of the pass.
-const WRITE_THROUGH_MIN: usize = 8 * 1024;
 
 /// What one pass over a server connection's input matched, with its
 /// counters added to the shared stats once per pass rather than per reply.

@@ -1,15 +1,17 @@
-"""Replies of 8 KB and more, next in line for a client with nothing queued,
-are written to it straight from the server's input (WRITE_THROUGH_MIN in
-src/worker/server_reply.rs); what the socket does not take is queued and
-written later, ahead of the replies that follow. These tests make the
-socket take only part of such replies (a client with a small receive
-buffer that reads nothing until the backend has answered its whole
-pipeline) and check that every reply, large and small, arrives whole and in
-order; and that busy clients reading as they go get the same bytes."""
+"""Replies and requests of 8 KB and more, with nothing queued before them on
+the connection they go to, are written straight from the buffer they were
+read into (WRITE_THROUGH_MIN in src/worker/mod.rs); what the socket does
+not take is queued and written later, ahead of what follows. These tests
+make the socket take only part of such messages (a client that reads
+nothing until the backend has answered its whole pipeline; a backend
+stopped while a pipeline of large writes arrives) and check that every
+message, large and small, arrives whole and in order; and that busy clients
+reading as they go get the same bytes."""
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import threading
 import uuid
@@ -21,6 +23,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from procs import HOST, memcache_pool, redis_pool, wait_until
+from test_limits import server_stat, stop_process
 
 # Around the 8 KB line, far over a 16 KB receive buffer, and tiny. The
 # first replies of a pipeline find the client's output empty and are
@@ -183,3 +186,66 @@ def test_busy_clients_get_their_large_values_intact(redis_setup):
         t.join(60)
     assert not any(t.is_alive() for t in threads)
     assert errors == []
+
+
+def request_pipeline(kind: str, vals: dict[bytes, bytes]) -> tuple[bytes, bytes]:
+    """The writes of `vals` in one pipeline, and the reply to each."""
+    if kind == "redis":
+        return (b"".join(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n"
+                         % (len(k), k, len(v), v) for k, v in vals.items()), b"+OK\r\n")
+    return (b"".join(b"set %s 0 0 %d\r\n%s\r\n" % (k, len(v), v) for k, v in vals.items()),
+            b"STORED\r\n")
+
+
+@pytest.mark.parametrize("kind", ["redis", "memcache"])
+def test_large_writes_to_a_stopped_backend_arrive_whole_and_in_order(procs, kind):
+    """The backend is stopped while a pipeline of large and small writes
+    arrives: the proxy's socket to it fills, a write comes short, the rest
+    is queued. Once it runs again every value it holds is the one sent."""
+    backend = procs.redis() if kind == "redis" else procs.memcached()
+    pool = (redis_pool if kind == "redis" else memcache_pool)([backend], timeout=30000)
+    proxy = procs.proxy("walnut", {"wt": pool}, extra_args=["--workers", "1"])
+    sizes = [900 * 1024] * 16 + [9 * 1024, 100, 8 * 1024 - 1, 8 * 1024, 5, 300 * 1024]
+    vals = {f"wr:{uuid.uuid4().hex[:10]}:{i}".encode(): os.urandom(n)
+            for i, n in enumerate(sizes)}
+    # A key written twice: the later value must win (order kept).
+    again = list(vals)[3]
+    pipeline, ok = request_pipeline(kind, vals)
+    last, ok2 = request_pipeline(kind, {again: b"the last write"})
+    s = socket.create_connection((HOST, proxy.port()), timeout=60)
+    sender_error: list[BaseException] = []
+
+    def send() -> None:
+        try:
+            s.sendall(pipeline + last)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            sender_error.append(e)
+
+    # The proxy's connection to the backend is open before it stops (a
+    # connection still opening queues everything).
+    warm, warm_ok = request_pipeline(kind, {b"wr:warm": b"x"})
+    s.sendall(warm)
+    assert read_exact(s, len(warm_ok)) == warm_ok
+    stop_process(backend)
+    sender = threading.Thread(target=send)
+    try:
+        sender.start()
+        # Requests the socket did not take wait in the proxy's queue.
+        wait_until(lambda: server_stat(proxy, "wt", "in_queue", backend.port) > 0, 30,
+                   what="requests queued behind a full socket")
+    finally:
+        backend.signal(signal.SIGCONT)
+    sender.join(60)
+    assert not sender.is_alive() and sender_error == []
+    assert read_exact(s, len(ok) * len(vals) + len(ok2)) == ok * len(vals) + ok2
+    s.close()
+    vals[again] = b"the last write"
+    if kind == "redis":
+        direct = redis.Redis(host=HOST, port=backend.port)
+        for k, v in vals.items():
+            assert direct.get(k) == v, k
+    else:
+        direct = McClient((HOST, backend.port), timeout=10)
+        for k, v in vals.items():
+            assert direct.get(k.decode()) == v, k
+        direct.close()

@@ -58,6 +58,12 @@ pub fn write_request(req: &Request, bytes: &[u8], out: &mut Vec<u8>) {
     }
 }
 
+/// Whether `write_request` sends other bytes than the client's: the
+/// operations it does not pass through unchanged.
+pub fn rewrites(op: McOp) -> bool {
+    matches!(op, McOp::Bin { .. } | McOp::Meta { .. } | McOp::TooLarge(_))
+}
+
 /// Whether a server reply to `op` reaches the client (quiet binary and
 /// meta requests drop the replies their quiet mode suppresses).
 pub fn keep_reply(op: McOp, reply: &[u8]) -> bool {
@@ -315,3 +321,49 @@ mod vectors;
 mod binary_vectors;
 #[cfg(test)]
 mod meta_vectors;
+
+#[cfg(test)]
+mod rewrites_tests {
+    use super::*;
+    use crate::proto::{Limits, Parse};
+
+    /// `rewrites` is false exactly for requests `write_request` passes on
+    /// unchanged (those the worker may write from the client's input).
+    #[test]
+    fn rewrites_agrees_with_write_request() {
+        let mut binary_getkq = vec![0u8; 24 + 3];
+        binary_getkq[0] = 0x80;
+        binary_getkq[1] = 0x0d; // GETKQ: sent as GETK
+        binary_getkq[3] = 3;
+        binary_getkq[11] = 3;
+        binary_getkq[24..].copy_from_slice(b"foo");
+        let inputs: [&[u8]; 8] = [
+            b"get k\r\n",
+            b"gets a b c\r\n",
+            b"set k 0 0 1\r\nx\r\n",
+            b"set k 0 0 1 noreply\r\nx\r\n",
+            b"delete k\r\n",
+            b"mg k v q\r\n",
+            b"ms k 1 q\r\nx\r\n",
+            &binary_getkq,
+        ];
+        let mut rewritten = 0;
+        for input in inputs {
+            let Ok(Parse::Done(req)) = parse_request(input, &Limits::default()) else {
+                panic!("{input:?} does not parse");
+            };
+            let mut out = Vec::new();
+            write_request(&req, &input[..req.len], &mut out);
+            let Op::Mc(op) = req.op else {
+                panic!("not a memcached operation")
+            };
+            if rewrites(op) {
+                rewritten += usize::from(out != input[..req.len]);
+            } else {
+                assert_eq!(out, &input[..req.len], "{input:?}");
+            }
+        }
+        // The quiet meta and binary requests go out in another form.
+        assert_eq!(rewritten, 3);
+    }
+}
