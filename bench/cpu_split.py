@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Proxy CPU per request, user and system apart: walnut (and walnut-before
 with WALNUT_BEFORE), predixy and nutcracker, one at a time in front of one
-redis-server, for pipelined GET and SET.
+redis-server, for GET and SET of 100 B and 16 KB values, pipelined and not.
 
 Where `bench.py` runs every proxy for ~2 s per scenario with all of them
 started, this runs a fixed number of requests per round with only the
@@ -30,8 +30,13 @@ from procs import (  # noqa: E402
     user_sys_seconds,
 )
 
-LOADS = [("GET", "get", 16), ("SET", "set", 16), ("GET", "get", 64), ("SET", "set", 64),
-         ("GET", "get", 1), ("SET", "set", 1)]
+# (name, redis-benchmark test, pipeline, value bytes). Each GET follows a
+# SET of its value size, so that it finds values of that size (a GET on
+# keys never set measures nil replies).
+LOADS = [("SET", "set", 16, 100), ("GET", "get", 16, 100), ("SET", "set", 64, 100),
+         ("GET", "get", 64, 100), ("SET", "set", 1, 100), ("GET", "get", 1, 100),
+         ("SET", "set", 1, 16384), ("GET", "get", 1, 16384), ("SET", "set", 16, 16384),
+         ("GET", "get", 16, 16384)]
 
 
 def user_sys(pids: list[int]) -> tuple[float, float]:
@@ -62,11 +67,11 @@ def start_proxy(kind: str, binary: str, backend: int, work: Path) -> tuple[Proc,
     return Proc(argv, "1", d / "stdout").start([port]), port
 
 
-def bench(port: int, test: str, pipeline: int, n: int) -> float:
+def bench(port: int, test: str, pipeline: int, n: int, size: int) -> float:
     """redis-benchmark's requests per second."""
     out = subprocess.run(
         ["taskset", "-c", "0", "redis-benchmark", "-h", HOST, "-p", str(port), "-c", "50",
-         "-n", str(n), "-r", "10000", "-d", "100", "-t", test, "-P", str(pipeline), "-q"],
+         "-n", str(n), "-r", "10000", "-d", str(size), "-t", test, "-P", str(pipeline), "-q"],
         capture_output=True, text=True, timeout=600, check=True).stdout
     line = [x for x in out.replace("\r", "\n").splitlines() if "per second" in x][-1]
     return float(line.split(":")[1].split()[0])
@@ -77,7 +82,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--requests", type=int, default=2_000_000)
     ap.add_argument("--out", default=None, help="also write the table (Markdown) here")
-    ap.add_argument("--only", default="", help="loads whose name contains this, e.g. P16")
+    ap.add_argument("--only", default="",
+                    help="loads whose name contains these (comma: all of them), e.g. P16 or 16KB,P1")
     args = ap.parse_args()
     peers = [("walnut", WALNUT)]
     if os.environ.get("WALNUT_BEFORE"):
@@ -90,20 +96,23 @@ def main() -> None:
     redis = redis_server(backend, work, "0")
     rows = []
     try:
-        for name, test, pipeline in LOADS:
-            load = f"{name} 100B -P{pipeline}"
-            if args.only and args.only not in load:
+        for name, test, pipeline, size in LOADS:
+            load = f"{name} {size if size < 1024 else size // 1024}{'B' if size < 1024 else 'KB'} -P{pipeline}"
+            if args.only and not all(w in load for w in args.only.split(",")):
+                if test == "set":
+                    # Still store values of this size for the GET after it.
+                    bench(backend, test, 1, 20_000, size)
                 continue
-            n = args.requests if pipeline > 1 else args.requests // 10
+            n = args.requests if pipeline > 1 and size < 1024 else args.requests // 10
             got: dict[str, list[tuple[float, float, float]]] = {p: [] for p, _ in peers}
             for _ in range(args.rounds):
                 for kind, binary in peers:
                     proxy, port = start_proxy(kind, binary, backend, work)
                     try:
-                        bench(port, test, pipeline, max(n // 10, 1000))  # connections, warm-up
+                        bench(port, test, pipeline, max(n // 10, 1000), size)  # connections, warm-up
                         pids = tree(proxy.pid)
                         u0, s0 = user_sys(pids)
-                        rps = bench(port, test, pipeline, n)
+                        rps = bench(port, test, pipeline, n, size)
                         u1, s1 = user_sys(pids)
                     finally:
                         proxy.stop()
@@ -120,7 +129,7 @@ def main() -> None:
     finally:
         redis.stop()
     lines = [f"Proxy CPU per request (µs), medians of {args.rounds} interleaved rounds of "
-             f"{args.requests:,} requests (P1: a tenth), one proxy alive at a time, "
+             f"{args.requests:,} requests (P1 and 16 KB values: a tenth), one proxy alive at a time, "
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average at end "
              f"{os.getloadavg()[0]:.2f}.", "",
              "| load | proxy | user | sys | total | req/s | total / walnut | walnut / best peer |",

@@ -240,7 +240,9 @@ impl Worker<'_> {
                         self.stats
                             .worker_add(WorkerField::Requests, std::mem::take(&mut pass.requests));
                     }
+                    self.ends_input = len == input.len();
                     let closing = self.dispatch(token, req, &input[..len], now);
+                    self.ends_input = false;
                     pass.off += len;
                     if closing {
                         return pass;

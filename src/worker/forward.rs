@@ -223,7 +223,9 @@ impl Worker<'_> {
         let seq = self.push_slot(token, req.noreply, slot);
         let proto = self.pools[pool].proto;
         let to = ReplyTo::new(token, client_id, seq, None);
-        if bytes.len() >= WRITE_THROUGH_MIN && !proto.rewrites(req.op) {
+        // Written at once only when it is the client's last request: a
+        // pipeline's requests share one write (cheaper than a write each).
+        if self.ends_input && bytes.len() >= WRITE_THROUGH_MIN && !proto.rewrites(req.op) {
             self.send_through_or_fail(to, pool, server, bytes, req.op, now);
             return;
         }

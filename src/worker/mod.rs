@@ -212,6 +212,11 @@ pub struct Worker<'a> {
     budget: usize,
     graceful_timeout: Duration,
     slow_key: crate::stats::slowlog::KeyPrefix,
+    /// The request being dispatched ends what its client sent so far: a
+    /// large one may then be written to its server at once, as no request
+    /// of this client follows to share the write (see `forward_single`).
+    /// False outside a dispatch from the client's input.
+    ends_input: bool,
     /// Sampled keys per pool, published once a second (`stats/hotkeys.rs`).
     hot: crate::stats::hotkeys::Sampler,
     hot_since: Instant,
@@ -313,6 +318,7 @@ impl<'a> Worker<'a> {
             budget: config.process.buffer_budget,
             graceful_timeout: Duration::from_millis(config.process.graceful_timeout_ms),
             slow_key: crate::stats::slowlog::KeyPrefix::EMPTY,
+            ends_input: false,
             hot: crate::stats::hotkeys::Sampler::new(config.pools.len()),
             hot_since: Instant::now(),
             trim: heap::HeapTrim::default(),

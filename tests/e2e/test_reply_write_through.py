@@ -199,47 +199,57 @@ def request_pipeline(kind: str, vals: dict[bytes, bytes]) -> tuple[bytes, bytes]
 
 @pytest.mark.parametrize("kind", ["redis", "memcache"])
 def test_large_writes_to_a_stopped_backend_arrive_whole_and_in_order(procs, kind):
-    """The backend is stopped while a pipeline of large and small writes
-    arrives: the proxy's socket to it fills, a write comes short, the rest
-    is queued. Once it runs again every value it holds is the one sent."""
+    """The backend is stopped while clients each send one large write (so
+    it is the last of its client's input: written at once), and one client
+    a pipeline of writes to one key: the proxy's socket to the backend
+    fills, a write comes short, the rest is queued. Once the backend runs
+    again every value it holds is the one sent, the pipeline's last write
+    last."""
     backend = procs.redis() if kind == "redis" else procs.memcached()
     pool = (redis_pool if kind == "redis" else memcache_pool)([backend], timeout=30000)
     proxy = procs.proxy("walnut", {"wt": pool}, extra_args=["--workers", "1"])
-    sizes = [900 * 1024] * 16 + [9 * 1024, 100, 8 * 1024 - 1, 8 * 1024, 5, 300 * 1024]
+    sizes = [900 * 1024] * 14 + [9 * 1024, 100, 8 * 1024 - 1, 8 * 1024, 5, 300 * 1024]
     vals = {f"wr:{uuid.uuid4().hex[:10]}:{i}".encode(): os.urandom(n)
             for i, n in enumerate(sizes)}
-    # A key written twice: the later value must win (order kept).
-    again = list(vals)[3]
-    pipeline, ok = request_pipeline(kind, vals)
-    last, ok2 = request_pipeline(kind, {again: b"the last write"})
-    s = socket.create_connection((HOST, proxy.port()), timeout=60)
-    sender_error: list[BaseException] = []
-
-    def send() -> None:
-        try:
-            s.sendall(pipeline + last)
-        except BaseException as e:  # noqa: BLE001 - reported below
-            sender_error.append(e)
-
+    again = f"wr:{uuid.uuid4().hex[:10]}:again".encode()
+    firsts = {again: os.urandom(800 * 1024)}
+    lasts = {again: b"the last write"}
+    jobs = [request_pipeline(kind, {k: v}) for k, v in vals.items()]
+    pipe, ok = request_pipeline(kind, firsts)
+    last, _ = request_pipeline(kind, lasts)
+    jobs.append((pipe + last, ok * 2))
     # The proxy's connection to the backend is open before it stops (a
     # connection still opening queues everything).
     warm, warm_ok = request_pipeline(kind, {b"wr:warm": b"x"})
-    s.sendall(warm)
-    assert read_exact(s, len(warm_ok)) == warm_ok
+    with socket.create_connection((HOST, proxy.port()), timeout=10) as w:
+        w.sendall(warm)
+        assert read_exact(w, len(warm_ok)) == warm_ok
+    socks = [socket.create_connection((HOST, proxy.port()), timeout=60) for _ in jobs]
+    errors: list[BaseException] = []
+
+    def send(sock: socket.socket, data: bytes) -> None:
+        try:
+            sock.sendall(data)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
     stop_process(backend)
-    sender = threading.Thread(target=send)
+    senders = [threading.Thread(target=send, args=(sk, data)) for sk, (data, _) in zip(socks, jobs)]
     try:
-        sender.start()
+        for t in senders:
+            t.start()
         # Requests the socket did not take wait in the proxy's queue.
         wait_until(lambda: server_stat(proxy, "wt", "in_queue", backend.port) > 0, 30,
                    what="requests queued behind a full socket")
     finally:
         backend.signal(signal.SIGCONT)
-    sender.join(60)
-    assert not sender.is_alive() and sender_error == []
-    assert read_exact(s, len(ok) * len(vals) + len(ok2)) == ok * len(vals) + ok2
-    s.close()
-    vals[again] = b"the last write"
+    for t in senders:
+        t.join(60)
+    assert not any(t.is_alive() for t in senders) and errors == []
+    for sk, (_, reply) in zip(socks, jobs):
+        assert read_exact(sk, len(reply)) == reply
+        sk.close()
+    vals.update(lasts)
     if kind == "redis":
         direct = redis.Redis(host=HOST, port=backend.port)
         for k, v in vals.items():
