@@ -64,20 +64,22 @@ def backend_count(read_stats, at_least: int) -> None:
     wait_until(lambda: read_stats() >= at_least, 20, what="the backend to answer the pipeline")
 
 
+def walnut_over(procs, kind: str, timeout: int = 10000):
+    """One backend of `kind` (redis or memcache) and walnut (one worker)
+    in front of it, pool `wt`."""
+    backend = procs.redis() if kind == "redis" else procs.memcached()
+    pool = (redis_pool if kind == "redis" else memcache_pool)([backend], timeout=timeout)
+    return backend, procs.proxy("walnut", {"wt": pool}, extra_args=["--workers", "1"])
+
+
 @pytest.fixture
 def redis_setup(procs):
-    backend = procs.redis()
-    proxy = procs.proxy("walnut", {"wt": redis_pool([backend], timeout=10000)},
-                        extra_args=["--workers", "1"])
-    return backend, proxy
+    return walnut_over(procs, "redis")
 
 
 @pytest.fixture
 def memcache_setup(procs):
-    backend = procs.memcached()
-    proxy = procs.proxy("walnut", {"wt": memcache_pool([backend], timeout=10000)},
-                        extra_args=["--workers", "1"])
-    return backend, proxy
+    return walnut_over(procs, "memcache")
 
 
 def test_redis_pipeline_of_large_and_small_replies_arrives_whole_and_in_order(redis_setup):
@@ -205,9 +207,7 @@ def test_large_writes_to_a_stopped_backend_arrive_whole_and_in_order(procs, kind
     fills, a write comes short, the rest is queued. Once the backend runs
     again every value it holds is the one sent, the pipeline's last write
     last."""
-    backend = procs.redis() if kind == "redis" else procs.memcached()
-    pool = (redis_pool if kind == "redis" else memcache_pool)([backend], timeout=30000)
-    proxy = procs.proxy("walnut", {"wt": pool}, extra_args=["--workers", "1"])
+    backend, proxy = walnut_over(procs, kind, timeout=30000)
     sizes = [900 * 1024] * 14 + [9 * 1024, 100, 8 * 1024 - 1, 8 * 1024, 5, 300 * 1024]
     vals = {f"wr:{uuid.uuid4().hex[:10]}:{i}".encode(): os.urandom(n)
             for i, n in enumerate(sizes)}
