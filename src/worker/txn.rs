@@ -295,8 +295,11 @@ impl Worker<'_> {
             let idle = self.server_ref(r).is_some_and(|s| s.inflight().is_empty());
             if idle {
                 self.retire_server(r.token);
-            } else if let Some(Conn::Server(s)) = self.conns.get_mut(r.token.0) {
-                // Retired once its last reply is in.
+            } else if let Some(s) = self.server_ref_mut(r) {
+                // Retired once its last reply is in. (Looked up with its id:
+                // a slot reused by another connection is not unpinned,
+                // though `txn_lost` already ends a transaction whose
+                // connection closed.)
                 s.pin(None);
             }
         }
