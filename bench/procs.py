@@ -200,14 +200,18 @@ class Proxy(Proc):
 
     def __init__(self, kind: str, pools: dict[str, dict], work: Path, cpus: str,
                  workers: int = 1, listener: str | None = None, quickack: bool = True,
-                 binary: str | None = None, reuseport: tuple[str, dict] | None = None):
+                 binary: str | None = None, reuseport: tuple[str, dict] | None = None,
+                 process: dict[str, str] | None = None):
         self.kind = kind
         self.stats_port = free_port()
         d = work / f"{kind}-{self.stats_port}"
         d.mkdir(parents=True, exist_ok=True)
         conf = yaml_pools(pools, reuseport=bool(reuseport and reuseport[0] == "key"))
-        if kind == "walnut" and not quickack:
-            conf += "_walnut:\n  tcp_quickack: false\n"
+        settings = dict(process or {})
+        if not quickack:
+            settings["tcp_quickack"] = "false"
+        if kind == "walnut" and settings:
+            conf += "_walnut:\n" + "".join(f"  {k}: {v}\n" for k, v in settings.items())
         (d / "proxy.yml").write_text(conf)
         self.log_path = d / "proxy.log"
         binary = binary or (WALNUT if kind == "walnut" else NUTCRACKER)

@@ -23,7 +23,8 @@ const HELP: &str = "commands:
   config get PARAM            one value: KEY of _walnut, or pool.NAME.KEY
   config set PARAM VALUE      log_level, slowlog_threshold (us), client_idle_timeout (ms),
                               tcp_quickack, latency (on/off), pool.NAME.timeout (ms),
-                              client_output_limit (bytes, k/m/g), client_max_inflight
+                              client_output_limit (bytes, k/m/g), client_max_inflight,
+                              reply_hold (us, or 1ms; 0 = off)
   reload                      re-read the configuration (as SIGHUP)
   ping | help | quit
 HTTP: GET /metrics (Prometheus), GET /stats (JSON)";

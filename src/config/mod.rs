@@ -31,7 +31,7 @@ pub use failover::{Failover, ReadFrom, FAILOVER_KEYS};
 pub use pool::{PoolConfig, POOL_KEYS};
 pub use process::{
     parse_admin, CpuAffinity, ListenerMode, ProcessConfig, Workers, DEFAULT_ADMIN,
-    DEFAULT_SLOWLOG_US, LOG_LEVEL_MAX, PROCESS_KEYS, PROCESS_SECTION,
+    DEFAULT_REPLY_HOLD_US, DEFAULT_SLOWLOG_US, LOG_LEVEL_MAX, PROCESS_KEYS, PROCESS_SECTION,
 };
 pub use routing::{PrefixRoute, RouteTarget, Routing, Shadow, Zones, ROUTING_KEYS};
 pub use scalar::{parse_micros, parse_millis, parse_size};

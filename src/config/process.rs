@@ -11,7 +11,7 @@ use std::str::FromStr;
 pub const PROCESS_SECTION: &str = "_walnut";
 
 /// Keys the `_walnut` section accepts.
-pub const PROCESS_KEYS: [&str; 11] = [
+pub const PROCESS_KEYS: [&str; 12] = [
     "workers",
     "listener",
     "cpu_affinity",
@@ -23,6 +23,7 @@ pub const PROCESS_KEYS: [&str; 11] = [
     "max_connections",
     "buffer_budget",
     "slowlog_threshold",
+    "reply_hold",
 ];
 
 /// Default admin port address (loopback only).
@@ -30,6 +31,9 @@ pub const DEFAULT_ADMIN: &str = "127.0.0.1:22223";
 
 /// Default slow-log threshold: 10 ms.
 pub const DEFAULT_SLOWLOG_US: u64 = 10_000;
+
+/// Default `reply_hold`: 200 µs.
+pub const DEFAULT_REPLY_HOLD_US: u64 = 200;
 
 /// Highest log level (twemproxy's LOG_PVERB).
 pub const LOG_LEVEL_MAX: u8 = 11;
@@ -159,6 +163,12 @@ pub struct ProcessConfig {
     /// `slowlog_threshold:` requests slower than this many µs go to the
     /// slow log (default 10 ms; 0 disables). Accepts `us`, `ms`, `s`.
     pub slowlog_threshold_us: u64,
+    /// `reply_hold:` how long, at most, replies already queued for a
+    /// client that pipelined a batch of requests wait for the rest of the
+    /// batch's replies, so that the batch goes out in one write (default
+    /// 200 µs; 0 writes every reply as soon as it is next in line).
+    /// Accepts `us`, `ms`, `s`.
+    pub reply_hold_us: u64,
 }
 
 impl Default for ProcessConfig {
@@ -175,6 +185,7 @@ impl Default for ProcessConfig {
             buffer_budget: 1 << 30,
             log_level: None,
             slowlog_threshold_us: DEFAULT_SLOWLOG_US,
+            reply_hold_us: DEFAULT_REPLY_HOLD_US,
         }
     }
 }
@@ -332,7 +343,8 @@ fn set(r: &mut Report, cfg: &mut ProcessConfig, key: &str, v: &Scalar) {
                 ),
             ),
         },
-        "slowlog_threshold" => match parse_micros(&v.text) {
+        "slowlog_threshold" | "reply_hold" => match parse_micros(&v.text) {
+            Some(us) if key == "reply_hold" => cfg.reply_hold_us = us,
             Some(us) => cfg.slowlog_threshold_us = us,
             None => fail(
                 r,

@@ -21,6 +21,7 @@ pub const NAMES: &[&str] = &[
     "latency",
     "client_output_limit",
     "client_max_inflight",
+    "reply_hold",
 ];
 
 /// One runtime parameter with its value.
@@ -40,6 +41,9 @@ pub enum Param {
     ClientMaxInflight(NonZeroUsize),
     /// Record reply latencies.
     Latency(bool),
+    /// How long a pipelined batch's ready replies may wait for the rest,
+    /// in µs (0: off).
+    ReplyHold(u64),
     /// A pool's server timeout in ms (0: none).
     PoolTimeout {
         /// The pool's name.
@@ -92,6 +96,9 @@ impl Param {
                     .map_err(|_| format!("bad client_max_inflight '{value}'"))?,
             ),
             "latency" => Param::Latency(parse_bool(value)?),
+            "reply_hold" => Param::ReplyHold(
+                parse_micros(value).ok_or_else(|| format!("bad reply_hold '{value}'"))?,
+            ),
             _ => {
                 let Some((pool, param)) =
                     key.strip_prefix("pool.").and_then(|r| r.rsplit_once('.'))
@@ -130,6 +137,7 @@ impl Param {
             Param::ClientOutputLimit(_) => "client_output_limit",
             Param::ClientMaxInflight(_) => "client_max_inflight",
             Param::Latency(_) => "latency",
+            Param::ReplyHold(_) => "reply_hold",
             Param::PoolTimeout { .. } => "pool_timeout",
             Param::MigrationDone { .. } => "migration_done",
         }
@@ -144,7 +152,7 @@ impl Param {
             Param::ClientIdleTimeout(d) => {
                 format!("{kind} {}", d.map_or(0, |d| d.as_millis()))
             }
-            Param::SlowlogThreshold(n) => format!("{kind} {n}"),
+            Param::SlowlogThreshold(n) | Param::ReplyHold(n) => format!("{kind} {n}"),
             Param::ClientOutputLimit(n) => format!("{kind} {n}"),
             Param::ClientMaxInflight(n) => format!("{kind} {n}"),
             Param::PoolTimeout { pool, ms } => format!("{kind} {ms} {pool}"),
@@ -183,6 +191,7 @@ impl Param {
                 Param::ClientMaxInflight(NonZeroUsize::new(usize::try_from(num(rest)?).ok()?)?)
             }
             "latency" => Param::Latency(flag(rest)?),
+            "reply_hold" => Param::ReplyHold(num(rest)?),
             "pool_timeout" => {
                 let (ms, pool) = rest.split_once(' ')?;
                 Param::PoolTimeout {
@@ -219,6 +228,8 @@ mod tests {
             Param::ClientMaxInflight(NonZeroUsize::new(7).unwrap()),
             Param::Latency(true),
             Param::Latency(false),
+            Param::ReplyHold(0),
+            Param::ReplyHold(200),
             Param::PoolTimeout {
                 pool: "beta".into(),
                 ms: 0,
@@ -255,6 +266,7 @@ mod tests {
             parse("slowlog_threshold", "50ms"),
             Ok(Param::SlowlogThreshold(50_000))
         );
+        assert_eq!(parse("reply_hold", "1ms"), Ok(Param::ReplyHold(1000)));
         assert_eq!(
             parse("client_output_limit", "1m"),
             Ok(Param::ClientOutputLimit(1 << 20))
@@ -286,6 +298,7 @@ mod tests {
             ("latency", "2", "bad boolean '2'"),
             ("client_idle_timeout", "5s", "bad timeout '5s'"),
             ("slowlog_threshold", "soon", "bad slowlog_threshold 'soon'"),
+            ("reply_hold", "-1", "bad reply_hold '-1'"),
             ("client_output_limit", "1t", "bad client_output_limit '1t'"),
             ("client_max_inflight", "0", "bad client_max_inflight '0'"),
             ("client_max_inflight", "-1", "bad client_max_inflight '-1'"),

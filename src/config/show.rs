@@ -40,7 +40,7 @@ impl Runtime<'_> {
         let v = v.as_str();
         let ms = || super::parse_millis(v).map(|n| n.to_string());
         match key {
-            "slowlog_threshold" => super::parse_micros(v).map(|n| n.to_string()),
+            "slowlog_threshold" | "reply_hold" => super::parse_micros(v).map(|n| n.to_string()),
             "client_output_limit" => super::parse_size(v).map(|n| n.to_string()),
             "tcp_quickack" => match v {
                 "true" | "on" | "1" => Some("true".into()),
@@ -270,6 +270,10 @@ pub fn settings(cfg: &Config, rt: &Runtime) -> Vec<Setting> {
         .get("slowlog_threshold")
         .unwrap_or_else(|| p.slowlog_threshold_us.to_string());
     put("slowlog_threshold", format!("{slow}us"));
+    let hold = rt
+        .get("reply_hold")
+        .unwrap_or_else(|| p.reply_hold_us.to_string());
+    put("reply_hold", format!("{hold}us"));
     put("max_connections", p.max_connections.to_string());
     put("buffer_budget", p.buffer_budget.to_string());
     put("log_level", rt.log_level.to_string());

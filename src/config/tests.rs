@@ -317,7 +317,8 @@ fn no_pools() {
 fn process_section() {
     let text = format!(
         "_walnut:\n  workers: auto\n  listener: accept_mutex\n  cpu_affinity: 0,1\n  admin: 127.0.0.1:9999\n\
-         \x20 tcp_quickack: false\n  accept_mutex_delay: 100\n  graceful_timeout: 5s\n  log_level: 7\n{MIN}"
+         \x20 tcp_quickack: false\n  accept_mutex_delay: 100\n  graceful_timeout: 5s\n  log_level: 7\n\
+         \x20 reply_hold: 1ms\n{MIN}"
     );
     let c = load(&text).unwrap();
     let p = &c.process;
@@ -331,7 +332,12 @@ fn process_section() {
         (100, 5000)
     );
     assert_eq!(p.log_level, Some(7));
+    assert_eq!(p.reply_hold_us, 1000);
     assert_eq!(c.pools.len(), 1);
+    assert_eq!(
+        load(MIN).unwrap().process.reply_hold_us,
+        crate::config::DEFAULT_REPLY_HOLD_US
+    );
 
     let c = load(&format!("_walnut:\n  cpu_affinity:\n   - 2\n   - 3\n{MIN}")).unwrap();
     assert_eq!(c.process.cpu_affinity, CpuAffinity::List(vec![2, 3]));
@@ -347,6 +353,7 @@ fn process_section_errors() {
         ("tcp_quickack: on", "'tcp_quickack' has invalid value"),
         ("graceful_timeout: soon", "'graceful_timeout'"),
         ("log_level: 12", "'log_level'"),
+        ("reply_hold: soon", "'reply_hold': invalid value 'soon'"),
         ("threads: 4", "unknown key 'threads'"),
     ] {
         let text = format!("_walnut:\n  {line}\n{MIN}");

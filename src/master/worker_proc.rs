@@ -111,6 +111,7 @@ pub fn apply_param(ctl: &mut WorkerCtl, param: &Param) -> Result<(), String> {
         Param::ClientOutputLimit(n) => ctl.client_output_limit = Some(*n),
         Param::ClientMaxInflight(n) => ctl.client_max_inflight = Some(n.get()),
         Param::Latency(on) => ctl.latency = *on,
+        Param::ReplyHold(us) => ctl.reply_hold = crate::worker::reply_hold_bound(*us),
         Param::PoolTimeout { pool, ms } => {
             let idx = pool_index(pool)?;
             ctl.pool_timeouts.push((idx, *ms));

@@ -138,11 +138,13 @@ impl Worker<'_> {
         };
         let mut rbuf = c.take_input();
         let pool = c.pool();
+        let first = c.next_seq();
         let pass = self.parse_input(token, pool, rbuf.bytes(), now);
         self.stats.worker_add(WorkerField::Requests, pass.requests);
         rbuf.consume(pass.off);
         if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
             c.end_pass(pass.need, pass.swallow, pass.paused);
+            c.batch_from(first);
             if rbuf.is_empty() {
                 // Lend the empty buffer back: idle clients hold no memory.
                 self.bufs.give(rbuf);

@@ -10,7 +10,18 @@ use crate::net::Stream;
 use crate::proto::redis::local::Session;
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// What [`Client::hold_output`] decided for the queued output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// Write it now.
+    Write,
+    /// It begins to wait for the rest of its batch.
+    Begin,
+    /// It goes on waiting.
+    Keep,
+}
 
 /// A client connection. Every field is private, changed through its
 /// methods, so what the data path does to a client (read, queue a reply,
@@ -36,6 +47,13 @@ pub struct Client {
     pending: VecDeque<ReplySlot>,
     /// Sequence number of `pending[0]`.
     head_seq: u64,
+    /// Sequence number of the first request of the latest batch (the
+    /// requests taken from one parse of the input): replies queued while
+    /// more of that batch are owed may wait for them (`hold_output`).
+    batch_start: u64,
+    /// Since when the queued output has been held back for the rest of
+    /// its batch (None: not held).
+    held_since: Option<Instant>,
     /// Peer closed its side: finish replies, then close.
     eof: bool,
     /// Stop reading: a quit or fatal error is queued.
@@ -83,6 +101,8 @@ impl Client {
             wbuf: Buffer::default(),
             pending: VecDeque::new(),
             head_seq: 0,
+            batch_start: 0,
+            held_since: None,
             eof: false,
             closing: false,
             paused: false,
@@ -213,7 +233,58 @@ impl Client {
     pub fn write_output(&mut self) -> io::Result<usize> {
         let n = self.sock.write(self.wbuf.bytes())?;
         self.wbuf.consume(n);
+        if self.wbuf.is_empty() {
+            self.held_since = None;
+        }
         Ok(n)
+    }
+
+    /// The requests from sequence number `first` on were taken from one
+    /// parse of the input: if there are any, they are the latest batch.
+    #[inline]
+    pub fn batch_from(&mut self, first: u64) {
+        if self.next_seq() > first {
+            self.batch_start = first;
+        }
+    }
+
+    /// Whether the queued output waits, at the end of a pass at `now`, for
+    /// more replies of its batch rather than being written now (see
+    /// `worker/reply_hold.rs`): only while the first reply owed is one of
+    /// the latest batch's and will come from a server unprompted (not a
+    /// blocking command, a subscription, a transaction, a streamed or
+    /// gated request), the output is under `max` bytes, and it has waited
+    /// less than `bound`.
+    #[inline]
+    pub fn hold_output(&mut self, now: Instant, bound: Duration, max: usize) -> Hold {
+        let owed_in_batch = self.head_seq > self.batch_start
+            && self.pending.front().is_some_and(|s| !s.ready)
+            && !self.wbuf.is_empty()
+            && self.wbuf.len() < max;
+        if !owed_in_batch
+            || self.closing
+            || self.eof
+            || self.solo
+            || self.stream.is_some()
+            || self.rstream_from.is_some()
+            || self.gate.is_some()
+            || !self.blocked.is_empty()
+            || self.is_stateful()
+        {
+            self.held_since = None;
+            return Hold::Write;
+        }
+        match self.held_since {
+            None => {
+                self.held_since = Some(now);
+                Hold::Begin
+            }
+            Some(since) if now.saturating_duration_since(since) < bound => Hold::Keep,
+            Some(_) => {
+                self.held_since = None;
+                Hold::Write
+            }
+        }
     }
 
     /// Lend an empty output buffer back to `bufs`.
@@ -651,5 +722,126 @@ impl Client {
 impl Read for Client {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         self.sock.read(buf)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client() -> Client {
+        let (sock, _peer) = mio::net::UnixStream::pair().expect("socket pair");
+        Client::new(
+            Stream::Unix(sock),
+            1,
+            0,
+            Session::new(1, None, false),
+            Instant::now(),
+        )
+    }
+
+    /// A batch of `n` requests taken in one parse.
+    fn batch(c: &mut Client, n: usize) {
+        let first = c.next_seq();
+        for _ in 0..n {
+            c.push_reply(ReplySlot::default());
+        }
+        c.batch_from(first);
+    }
+
+    /// The head reply arrives and is queued.
+    fn answer_head(c: &mut Client, bytes: &[u8]) {
+        c.pop_head();
+        c.wbuf.extend(bytes);
+    }
+
+    const BOUND: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn output_waits_for_its_batch_within_the_bound() {
+        let mut c = client();
+        let t = Instant::now();
+        batch(&mut c, 3);
+        assert_eq!(c.hold_output(t, BOUND, 1024), Hold::Write, "nothing queued");
+        answer_head(&mut c, b"one");
+        assert_eq!(c.hold_output(t, BOUND, 1024), Hold::Begin);
+        assert_eq!(c.hold_output(t + BOUND / 2, BOUND, 1024), Hold::Keep);
+        answer_head(&mut c, b"two");
+        assert_eq!(c.hold_output(t + BOUND / 2, BOUND, 1024), Hold::Keep);
+        assert_eq!(c.hold_output(t + BOUND, BOUND, 1024), Hold::Write, "bound");
+        answer_head(&mut c, b"three");
+        assert_eq!(c.hold_output(t, BOUND, 1024), Hold::Write, "batch answered");
+    }
+
+    #[test]
+    fn no_wait_for_a_lone_request_or_the_next_batch() {
+        let mut c = client();
+        let t = Instant::now();
+        batch(&mut c, 1);
+        answer_head(&mut c, b"lone");
+        assert_eq!(c.hold_output(t, BOUND, 1024), Hold::Write);
+        // Two batches in flight: the first answered whole, the second not
+        // at all; what is queued is all of the first.
+        let mut c = client();
+        batch(&mut c, 2);
+        batch(&mut c, 2);
+        answer_head(&mut c, b"1a");
+        answer_head(&mut c, b"1b");
+        assert_eq!(c.hold_output(t, BOUND, 1024), Hold::Write);
+        // A parse that took no request leaves the batch as it was.
+        let mut c = client();
+        batch(&mut c, 2);
+        c.batch_from(c.next_seq());
+        answer_head(&mut c, b"a");
+        assert_eq!(c.hold_output(t, BOUND, 1024), Hold::Begin);
+    }
+
+    #[test]
+    fn no_wait_past_the_size_or_for_what_may_never_come() {
+        let t = Instant::now();
+        let mut c = client();
+        batch(&mut c, 2);
+        answer_head(&mut c, &[b'x'; 1024]);
+        assert_eq!(c.hold_output(t, BOUND, 1024), Hold::Write, "size");
+        let mut c = client();
+        batch(&mut c, 2);
+        answer_head(&mut c, b"a");
+        c.set_eof();
+        assert_eq!(c.hold_output(t, BOUND, 1024), Hold::Write, "peer gone");
+        let mut c = client();
+        batch(&mut c, 2);
+        answer_head(&mut c, b"a");
+        c.blocked.push(ServerRef {
+            token: mio::Token(7),
+            id: 7,
+        });
+        assert_eq!(c.hold_output(t, BOUND, 1024), Hold::Write, "blocking");
+        let mut c = client();
+        batch(&mut c, 2);
+        answer_head(&mut c, b"a");
+        c.pending.front_mut().expect("slot").ready = true;
+        assert_eq!(c.hold_output(t, BOUND, 1024), Hold::Write, "head ready");
+    }
+
+    #[test]
+    fn a_written_output_ends_the_hold() {
+        let (sock, mut peer) = mio::net::UnixStream::pair().expect("socket pair");
+        let mut c = Client::new(
+            Stream::Unix(sock),
+            1,
+            0,
+            Session::new(1, None, false),
+            Instant::now(),
+        );
+        let t = Instant::now();
+        batch(&mut c, 3);
+        answer_head(&mut c, b"a");
+        assert_eq!(c.hold_output(t, BOUND, 1024), Hold::Begin);
+        assert_eq!(c.write_output().expect("write"), 1);
+        let mut got = [0u8; 4];
+        assert_eq!(peer.read(&mut got).expect("read"), 1);
+        answer_head(&mut c, b"b");
+        // Held anew from now, not from the first hold.
+        assert_eq!(c.hold_output(t + BOUND * 2, BOUND, 1024), Hold::Begin);
     }
 }

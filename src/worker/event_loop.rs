@@ -58,7 +58,7 @@ impl Worker<'_> {
                 last_sweep = now;
                 self.every_second(now);
             }
-            self.end_pass();
+            self.end_pass(now);
             if self.handover.is_some() && !self.hand_over_ready() {
                 // Nobody to hand to: finish the clients here, as a
                 // graceful stop does.
@@ -79,6 +79,10 @@ impl Worker<'_> {
     /// second; not at all when output or reads are left from this pass.
     fn poll_timeout(&mut self) -> Option<Duration> {
         let mut timeout = self.next_timer_wait();
+        if let Some(held) = self.held_wait(Instant::now()) {
+            // Replies held for the rest of their batch leave by then.
+            timeout = timeout.map(|t| t.min(held));
+        }
         if !self.dirty_servers.is_empty()
             || !self.dirty_clients.is_empty()
             || !self.resume.is_empty()
@@ -170,8 +174,9 @@ impl Worker<'_> {
 
     /// The end of a pass: output written, and what was batched over the
     /// pass added to the shared counters.
-    fn end_pass(&mut self) {
-        self.flush_dirty();
+    fn end_pass(&mut self, now: Instant) {
+        self.release_held(now);
+        self.flush_dirty(now);
         self.count_queued_all();
         self.latency_run.flush(&self.stats);
     }
@@ -278,7 +283,7 @@ impl Worker<'_> {
         }
     }
 
-    fn flush_dirty(&mut self) {
+    fn flush_dirty(&mut self, now: Instant) {
         // Writing to a client can resume one paused by client_max_inflight,
         // whose next requests make servers dirty again: flush those now
         // rather than after the next (up to 1 s) wait; the rest of a long
@@ -287,11 +292,11 @@ impl Worker<'_> {
             if self.dirty_servers.is_empty() && self.dirty_clients.is_empty() {
                 break;
             }
-            self.flush_dirty_once();
+            self.flush_dirty_once(now);
         }
     }
 
-    fn flush_dirty_once(&mut self) {
+    fn flush_dirty_once(&mut self, now: Instant) {
         // A connection is marked once per queued message: write each once
         // (a client that does not read would otherwise cost one failed
         // write per reply queued in this iteration).
@@ -306,7 +311,9 @@ impl Worker<'_> {
         clients.sort_unstable();
         clients.dedup();
         for t in clients.drain(..) {
-            self.write_client(t);
+            if !self.hold_client(t, now) {
+                self.write_client(t);
+            }
         }
         // Keep the clients given output while these were written (more of
         // a held reply): the next round writes them.

@@ -32,6 +32,7 @@ mod pool;
 mod pubsub;
 mod relay;
 mod replies;
+mod reply_hold;
 mod routes;
 mod sentinel;
 mod server;
@@ -51,6 +52,7 @@ pub use accept::AcceptMutex;
 pub use fault::{Ending, IoFault, ServerFault};
 pub use handover::Handed;
 pub use pool::PoolRt;
+pub use reply_hold::bound as reply_hold_bound;
 
 use crate::config::ListenerMode;
 use crate::stats::shm::Region;
@@ -181,6 +183,9 @@ pub struct WorkerCtl {
     pub handover_to: Option<String>,
     /// Pools whose migration ended: keys are no longer pulled.
     pub migration_done: Vec<usize>,
+    /// `_walnut: reply_hold` or its run-time value (None: off), see
+    /// `reply_hold.rs`.
+    pub reply_hold: Option<Duration>,
 }
 
 /// A worker's data path.
@@ -249,6 +254,9 @@ pub struct Worker<'a> {
     handin_again: bool,
     /// Handing clients over to this successor.
     handover: Option<String>,
+    /// Clients whose output is held, with when the hold ends, oldest
+    /// first (the bound is the same for all).
+    hold_deadlines: std::collections::VecDeque<(Instant, Token)>,
 }
 
 /// While the gate is shut, how often it is looked at.
@@ -310,6 +318,7 @@ impl<'a> Worker<'a> {
                 client_max_inflight: None,
                 handover_to: None,
                 migration_done: Vec::new(),
+                reply_hold: reply_hold::bound(config.process.reply_hold_us),
             },
             accepting: true,
             max_conns: config.process.max_connections,
@@ -334,6 +343,7 @@ impl<'a> Worker<'a> {
             warms: Slab::new(),
             handin_again: false,
             handover: None,
+            hold_deadlines: std::collections::VecDeque::new(),
         };
         w.preconnect();
         w.cluster_maintain(Instant::now());

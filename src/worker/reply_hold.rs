@@ -1,0 +1,89 @@
+//! Replies held back for the rest of their batch.
+//!
+//! A client that pipelines sends a batch of requests in one write and
+//! reads their replies together. A backend answers such a batch in more
+//! than one segment (memcached sends a segment per reply, or per group of
+//! them), so writing the client's output at the end of every pass that
+//! added to it costs one `write` per segment — and a wakeup of the client
+//! for each. Instead, at the end of a pass a client's queued output waits
+//! while the first reply it still owes belongs to the same batch (the
+//! requests taken from one parse of its input) as what is queued, for at
+//! most `_walnut: reply_hold` (200 µs by default) and 32 KB.
+//!
+//! The bound keeps the cost to a client that reads replies as they come
+//! small and known, and what cannot come by itself (a blocking command, a
+//! subscription, a transaction, a streamed or gated request) is never
+//! waited for (`Client::hold_output`). A client that pipelines and waits
+//! for the whole batch — every pipelining client library does — loses
+//! nothing: its last reply leaves when it arrives, as before. A client
+//! that sends one request at a time is never held: its batch has one
+//! reply. Nothing is held during a graceful stop or a handover.
+//!
+//! A held client is written by the pass that adds the rest of its batch
+//! (it is marked dirty as any client given output), or by the first pass
+//! at or past its deadline: the loop's wait ends by then (epoll's
+//! millisecond timeout rounds it up when nothing else wakes the loop).
+
+use super::client_conn::Hold;
+use super::conn::Conn;
+use super::Worker;
+use mio::Token;
+use std::time::{Duration, Instant};
+
+/// Most output held for one client: past it, writing costs little next to
+/// the copy, and the client's socket buffer is better kept busy.
+const HOLD_MAX: usize = 32 * 1024;
+
+impl Worker<'_> {
+    /// Whether the client's output waits (see the module's doc) rather
+    /// than being written in this flush at `now`.
+    #[inline]
+    pub(super) fn hold_client(&mut self, token: Token, now: Instant) -> bool {
+        let Some(bound) = self.ctl.reply_hold else {
+            return false;
+        };
+        if !self.accepting || self.handover.is_some() {
+            return false;
+        }
+        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+            return false;
+        };
+        match c.hold_output(now, bound, HOLD_MAX) {
+            Hold::Write => false,
+            Hold::Keep => true,
+            Hold::Begin => {
+                self.hold_deadlines.push_back((now + bound, token));
+                true
+            }
+        }
+    }
+
+    /// Clients whose hold ends by `now` are written in this pass's flush.
+    /// A client written or closed since it was held is marked anyway (a
+    /// reused token may even name a server connection): its flush then
+    /// finds nothing to hold and little or nothing to write. After
+    /// `config set reply_hold` shortens the bound, a newer deadline can
+    /// sit behind an older one: that client is written by the older one,
+    /// or sooner by any pass that marks it.
+    pub(super) fn release_held(&mut self, now: Instant) {
+        while let Some(&(at, token)) = self.hold_deadlines.front() {
+            if at > now {
+                break;
+            }
+            self.hold_deadlines.pop_front();
+            self.mark_client_dirty(token);
+        }
+    }
+
+    /// How long the loop may wait before the first hold ends.
+    pub(super) fn held_wait(&self, now: Instant) -> Option<Duration> {
+        self.hold_deadlines
+            .front()
+            .map(|&(at, _)| at.saturating_duration_since(now))
+    }
+}
+
+/// `_walnut: reply_hold` in µs as the worker keeps it (0: off).
+pub fn bound(us: u64) -> Option<Duration> {
+    (us > 0).then(|| Duration::from_micros(us))
+}
