@@ -4,7 +4,10 @@ and what it costs: walnut as it runs (reply_hold 200 µs), walnut with
 `reply_hold: 0`, and nutcracker, one at a time in front of one memcached
 and one redis-server, for pipelined and unpipelined loads.
 
-Per request: the proxy's CPU (user + system, from /proc), its writes to
+Per request: the proxy's CPU and the backend's (user + system, from
+/proc: a proxy that sends a backend smaller batches makes it spend more
+per request, which sets the throughput when the backend's CPU is the
+bottleneck), the proxy's writes to
 clients (TCP data segments proxy->client from `ss -ti`, a window in the
 middle of each run), and the load generator's latency (mcload: from the
 batch's write to each reply; redis-benchmark: to the batch's last reply).
@@ -49,7 +52,7 @@ def run_load(kind: str, port: int, pipeline: int, ratio: float, secs: float) -> 
     return loads.redis_benchmark(port, n, pipeline=pipeline, test="get")
 
 
-def one_run(proxy: Proxy, port: int, load: tuple, secs: float) -> dict:
+def one_run(proxy: Proxy, port: int, load: tuple, secs: float, backend: int) -> dict:
     name, kind, pipeline, ratio = load
     got = {}
 
@@ -57,7 +60,7 @@ def one_run(proxy: Proxy, port: int, load: tuple, secs: float) -> dict:
         got["res"] = run_load(kind, port, pipeline, ratio, secs)
 
     pids = proxy.pids()
-    cpu0 = user_sys_seconds(pids)
+    cpu0, back0 = user_sys_seconds(pids), sum(user_sys_seconds([backend])[backend])
     t = threading.Thread(target=go)
     t.start()
     time.sleep(max((secs - WINDOW) / 2, 0.2))
@@ -65,7 +68,7 @@ def one_run(proxy: Proxy, port: int, load: tuple, secs: float) -> dict:
     time.sleep(WINDOW)
     seg1, b = segments(), time.monotonic()
     t.join()
-    cpu1 = user_sys_seconds(pids)
+    cpu1, back1 = user_sys_seconds(pids), sum(user_sys_seconds([backend])[backend])
     res = got["res"]
     n = max(res["requests"], 1)
     window_requests = res["rps"] * (b - a)
@@ -73,6 +76,7 @@ def one_run(proxy: Proxy, port: int, load: tuple, secs: float) -> dict:
                  if k in seg0 and int(k[0].rsplit(":", 1)[1]) == port)
     return {"rps": res["rps"], "p50": res["p50"], "p99": res["p99"], "p999": res["p999"],
             "cpu_us": sum(sum(cpu1[p]) - sum(cpu0.get(p, (0, 0))) for p in cpu1) / n * 1e6,
+            "backend_us": (back1 - back0) / n * 1e6,
             "writes": writes / max(window_requests, 1)}
 
 
@@ -108,10 +112,12 @@ def main() -> None:
         for r in range(args.rounds):
             for load in chosen:
                 for label, (proxy, ports) in proxies.items():
-                    row = one_run(proxy, ports[load[1]], load, args.seconds)
+                    backend = backends[0 if load[1] == "mc" else 1].pid
+                    row = one_run(proxy, ports[load[1]], load, args.seconds, backend)
                     got.setdefault((load[0], label), []).append(row)
                     print(f"  [{r + 1}/{args.rounds}] {load[0]:<24} {label:<20} "
                           f"{row['rps']:>9,.0f} req/s  cpu {row['cpu_us']:.3f} us  "
+                          f"backend {row['backend_us']:.3f} us  "
                           f"writes {row['writes']:.3f}/req  p50 {fmt(row['p50'])} "
                           f"p99 {fmt(row['p99'])} ms", flush=True)
     finally:
@@ -122,8 +128,8 @@ def main() -> None:
     lines = [f"Pipelined replies held for their batch (`reply_hold`), medians of {args.rounds} "
              f"interleaved rounds of {args.seconds:g} s, "
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", "",
-             "| load | proxy | req/s | proxy CPU µs/req | ÷ nutcracker | writes to clients/req "
-             "| p50 ms | p99 ms | p99.9 ms |", "|---" * 9 + "|"]
+             "| load | proxy | req/s | proxy CPU µs/req | ÷ nutcracker | backend CPU µs/req "
+             "| writes to clients/req | p50 ms | p99 ms | p99.9 ms |", "|---" * 10 + "|"]
     for load in chosen:
         base = statistics.median(r["cpu_us"] for r in got[(load[0], "nutcracker")])
         for label in proxies:
@@ -131,7 +137,8 @@ def main() -> None:
             med = {c: (None if rows[0][c] is None else statistics.median(r[c] for r in rows))
                    for c in rows[0]}
             lines.append(f"| {load[0]} | {label} | {med['rps']:,.0f} | {med['cpu_us']:.3f} | "
-                         f"{med['cpu_us'] / base:.2f} | {med['writes']:.3f} | {fmt(med['p50'])} | "
+                         f"{med['cpu_us'] / base:.2f} | {med['backend_us']:.2f} | "
+                         f"{med['writes']:.3f} | {fmt(med['p50'])} | "
                          f"{fmt(med['p99'])} | {fmt(med['p999'])} |")
     text = "\n".join(lines) + "\n"
     print(text)
