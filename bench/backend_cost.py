@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from report import write_table  # noqa: E402
 import loads  # noqa: E402
 from procs import HOST, Proxy, free_port, memcached, user_sys_seconds  # noqa: E402
 
@@ -163,10 +164,7 @@ def main() -> None:
                      f"{med['loadgen_us']:.2f} | {med['client->proxy']:.3f} | "
                      f"{med['proxy->memcached']:.3f} | {med['memcached->proxy']:.3f} | "
                      f"{med['proxy->client']:.3f} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    write_table(lines, args.out)
 
 
 if __name__ == "__main__":

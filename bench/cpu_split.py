@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from report import write_table  # noqa: E402
 from procs import (  # noqa: E402
     HOST, NUTCRACKER, PREDIXY, WALNUT, Proc, free_port, have_predixy, redis_server, tree,
     user_sys_seconds,
@@ -142,10 +143,7 @@ def main() -> None:
             ratio = f"{walnut / best:.2f}" if r[1] == "walnut" and best else ""
             lines.append(f"| {load} | {r[1]} | {r[2]:.3f} | {r[3]:.3f} | {r[4]:.3f} | "
                          f"{r[5]:,.0f} | {r[4] / walnut:.2f} | {ratio} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    write_table(lines, args.out)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@
 #   VALUE_SIZE=B    value size (default 100)
 #   TOOL=strace     count system calls (strace -c -f -p) instead of callgrind
 #   LATENCY=off     walnut's latency recording off (admin "config set latency off")
+#   SET="K V; ..."  walnut's run-time settings (admin "config set K V"), e.g.
+#                   SET="reply_hold 0"
 #   TOP=N           functions listed per phase (default 15)
 #   BASE=N          requests of the base run (default REQUESTS / 10)
 #
@@ -173,15 +175,20 @@ CONF
         [[ -n "$target" ]] || { echo "profile: no worker process under $master" >&2; exit 1; }
     fi
     pids+=($master)
-    # LATENCY=off: measure with latency histograms and the slow log switched
-    # off at run time (the on/off cost of recording, in instructions).
-    if [[ "${LATENCY:-on}" == off && "$peer" == walnut ]]; then
+    # Run-time settings (admin `config set`): LATENCY=off measures with
+    # latency histograms and the slow log switched off (the on/off cost of
+    # recording, in instructions); SET="reply_hold 0; ..." sets any others.
+    local settings="${SET:-}"
+    [[ "${LATENCY:-on}" == off ]] && settings="latency off;$settings"
+    if [[ -n "$settings" && "$peer" == walnut ]]; then
         wait_port "$admin"
-        python3 - "$admin" <<'PY'
+        python3 - "$admin" "$settings" <<'PY'
 import socket, sys
-s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=30)
-s.sendall(b"config set latency off\r\n")
-print("profile: admin:", s.recv(200).decode().strip())
+for line in filter(None, (x.strip() for x in sys.argv[2].split(";"))):
+    s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=30)
+    s.sendall(f"config set {line}\r\n".encode())
+    print(f"profile: admin: config set {line}:", s.recv(200).decode().strip())
+    s.close()
 PY
     fi
     if [[ "$proto" != redis ]]; then

@@ -24,6 +24,14 @@ IDLE_COLUMNS = ["section", "scenario", "target", "requests", "rss_mb_total",
                 "rss_kb_per_conn"] + IDLE + ["note"]
 
 
+def write_table(lines: list[str], out: str | None) -> None:
+    """Print a Markdown table (its lines) and write it to `out` if given."""
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if out:
+        Path(out).write_text(text)
+
+
 def _median(values: list) -> float | None:
     vals = [v for v in values if v is not None]
     return statistics.median(vals) if vals else None
