@@ -1,0 +1,118 @@
+//! Tests of `Client`: holding a pipelined batch's output (`hold_output`).
+
+use super::*;
+
+/// A client on one end of a socket pair, and the other end.
+fn client_and_peer() -> (Client, mio::net::UnixStream) {
+    let (sock, peer) = mio::net::UnixStream::pair().expect("socket pair");
+    let c = Client::new(
+        Stream::Unix(sock),
+        1,
+        0,
+        Session::new(1, None, false),
+        Instant::now(),
+    );
+    (c, peer)
+}
+
+fn client() -> Client {
+    client_and_peer().0
+}
+
+/// A batch of `n` requests taken in one parse.
+fn batch(c: &mut Client, n: usize) {
+    let first = c.next_seq();
+    for _ in 0..n {
+        c.push_reply(ReplySlot::default());
+    }
+    c.batch_from(first);
+}
+
+/// The head reply arrives and is queued.
+fn answer_head(c: &mut Client, bytes: &[u8]) {
+    c.pop_head();
+    c.wbuf.extend(bytes);
+}
+
+const BOUND: Duration = Duration::from_millis(1);
+
+#[test]
+fn output_waits_for_its_batch_within_the_bound() {
+    let mut c = client();
+    let t = Instant::now();
+    batch(&mut c, 3);
+    assert_eq!(c.hold_output(t, BOUND, 1024), Hold::Write, "nothing queued");
+    answer_head(&mut c, b"one");
+    assert_eq!(c.hold_output(t, BOUND, 1024), Hold::Begin);
+    assert_eq!(c.hold_output(t + BOUND / 2, BOUND, 1024), Hold::Keep);
+    answer_head(&mut c, b"two");
+    assert_eq!(c.hold_output(t + BOUND / 2, BOUND, 1024), Hold::Keep);
+    assert_eq!(c.hold_output(t + BOUND, BOUND, 1024), Hold::Write, "bound");
+    answer_head(&mut c, b"three");
+    assert_eq!(c.hold_output(t, BOUND, 1024), Hold::Write, "batch answered");
+}
+
+#[test]
+fn no_wait_for_a_lone_request_or_the_next_batch() {
+    let mut c = client();
+    let t = Instant::now();
+    batch(&mut c, 1);
+    answer_head(&mut c, b"lone");
+    assert_eq!(c.hold_output(t, BOUND, 1024), Hold::Write);
+    // Two batches in flight: the first answered whole, the second not
+    // at all; what is queued is all of the first.
+    let mut c = client();
+    batch(&mut c, 2);
+    batch(&mut c, 2);
+    answer_head(&mut c, b"1a");
+    answer_head(&mut c, b"1b");
+    assert_eq!(c.hold_output(t, BOUND, 1024), Hold::Write);
+    // A parse that took no request leaves the batch as it was.
+    let mut c = client();
+    batch(&mut c, 2);
+    c.batch_from(c.next_seq());
+    answer_head(&mut c, b"a");
+    assert_eq!(c.hold_output(t, BOUND, 1024), Hold::Begin);
+}
+
+#[test]
+fn no_wait_past_the_size_or_for_what_may_never_come() {
+    let t = Instant::now();
+    let mut c = client();
+    batch(&mut c, 2);
+    answer_head(&mut c, &[b'x'; 1024]);
+    assert_eq!(c.hold_output(t, BOUND, 1024), Hold::Write, "size");
+    let mut c = client();
+    batch(&mut c, 2);
+    answer_head(&mut c, b"a");
+    c.set_eof();
+    assert_eq!(c.hold_output(t, BOUND, 1024), Hold::Write, "peer gone");
+    let mut c = client();
+    batch(&mut c, 2);
+    answer_head(&mut c, b"a");
+    c.blocked.push(ServerRef {
+        token: mio::Token(7),
+        id: 7,
+    });
+    assert_eq!(c.hold_output(t, BOUND, 1024), Hold::Write, "blocking");
+    let mut c = client();
+    batch(&mut c, 2);
+    answer_head(&mut c, b"a");
+    c.pending.front_mut().expect("slot").ready = true;
+    assert_eq!(c.hold_output(t, BOUND, 1024), Hold::Write, "head ready");
+}
+
+#[test]
+fn a_written_output_ends_the_hold() {
+    let (mut c, mut peer) = client_and_peer();
+    let t = Instant::now();
+    batch(&mut c, 3);
+    answer_head(&mut c, b"a");
+    assert_eq!(c.hold_output(t, BOUND, 1024), Hold::Begin);
+    assert_eq!(c.write_output().expect("write"), 1);
+    let mut got = [0u8; 4];
+    assert_eq!(peer.read(&mut got).expect("read"), 1);
+    answer_head(&mut c, b"b");
+    // Held anew from now, not from the first hold.
+    assert_eq!(c.hold_output(t + BOUND * 2, BOUND, 1024), Hold::Begin);
+}
