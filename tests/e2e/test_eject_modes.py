@@ -162,7 +162,12 @@ def test_health_check_keeps_dead_server_out(procs, check):
         # The first request fails and ejects the server.
         assert c.request(f"set {keys[0]} 0 0 1\r\nx\r\n".encode()).startswith(b"SERVER_ERROR")
         t0 = time.monotonic()
-        while time.monotonic() - t0 < 3.5 * retry_ms / 1000:
+        # Probes go out on the worker's once-a-second sweep: one retry
+        # period plus up to a second apart, whatever the sweep's phase
+        # against the ejection. 4.5 periods hold at least two and at most
+        # four of them (3.5 held only one when the ejection came just
+        # after a sweep).
+        while time.monotonic() - t0 < 4.5 * retry_ms / 1000:
             k = keys[requests % len(keys)]
             r = c.request(f"set {k} 0 0 1\r\nx\r\n".encode())
             requests += 1
@@ -170,7 +175,7 @@ def test_health_check_keeps_dead_server_out(procs, check):
                 failed += 1
             time.sleep(0.005)
     print(f"health_check={check}: {failed} of {requests} requests failed while the server "
-          f"stayed dead for 3.5 retry periods")
+          f"stayed dead for 4.5 retry periods")
     log = proxy.log_path.read_text()
     name = f"127.0.0.1:{dead.port}"
     ejected = f"pool 'mc': server '{name}' ejected for {retry_ms} ms after 1 failures in a row ("
@@ -194,7 +199,10 @@ def test_health_check_keeps_dead_server_out(procs, check):
     assert log.count(ejected) == 1, log
     probes = log.count(f"pool 'mc': server '{name}' failed its health check (")
     assert 2 <= probes <= 4, log
-    assert log.count(f"server '{name}' ejection over: probing it") == probes, log
+    # Each ejection's end is followed by its probe, but the last one's may
+    # fall after the window (the probe waits for the next sweep).
+    overs = log.count(f"server '{name}' ejection over: probing it")
+    assert probes <= overs <= probes + 1, log
 
     restarted = procs.memcached(port=dead.port)
     t_up = time.monotonic()
