@@ -13,7 +13,8 @@
 //!   pair or the key that follows); a pair framed by `stream_pair` is the
 //!   pair the whole-request parser reads;
 //! - the GET/SET shortcut (`proto/redis/fast.rs`) answers as the general
-//!   parser wherever it answers;
+//!   parser wherever it answers, and so does the reply shortcut (bulk
+//!   strings, nil, short simple strings) of `parse_response`;
 //! - the reply cursor (`ReplyCursor`), fed a reply cut anywhere, ends it
 //!   where `parse_response` does, or fails with the same error;
 //! - a multi-key request's fragments re-parse as whole requests that carry
@@ -327,6 +328,7 @@ fn check_responses(data: &[u8]) {
     let mut at = 0;
     for _ in 0..MAX_MESSAGES {
         let buf = &data[at..];
+        assert!(walnut::proto::redis::reply_shortcut_agrees(buf), "{buf:?}");
         let whole = parse_response(buf);
         check_cursor(buf, &whole, data);
         let r = match whole {

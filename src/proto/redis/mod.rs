@@ -42,7 +42,7 @@ pub use request::{
     command_keys, eval_numkeys, names_more_keys, parse_request, stream_arg, stream_head,
     stream_pair, whole_arg, Pair, StreamHead, StreamKind,
 };
-pub use resp::{parse_response, ReplyCursor};
+pub use resp::{parse_response, reply_shortcut_agrees, ReplyCursor};
 pub use stream::{StreamMachine, StreamStep};
 
 /// Redis operation carried by a parsed request.
