@@ -8,7 +8,9 @@
 //!   over a pipeline of several messages;
 //! - a multi-key retrieval's fragments re-parse as whole requests with the
 //!   keys they were built from, in order; merging any fragment replies never
-//!   panics and well-formed ones give one reply closed by `END`.
+//!   panics and well-formed ones give one reply closed by `END`;
+//! - the `get <key>` shortcut answers as the general text parser wherever
+//!   it answers.
 
 #![no_main]
 
@@ -206,4 +208,11 @@ fuzz_target!(|data: &[u8]| {
     };
     check_requests(data, &limits);
     check_responses(data);
+    for max_keys in [64, 0] {
+        let limits = Limits { max_keys, ..limits };
+        assert!(
+            walnut::proto::memcache::get_shortcut_agrees(data, &limits),
+            "{data:?}"
+        );
+    }
 });

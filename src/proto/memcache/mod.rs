@@ -18,7 +18,7 @@ pub mod too_large;
 
 pub use meta::MetaCmd;
 pub use text_merge::{merge_responses, missed_keys, server_error, write_fragment};
-pub use text_request::{KEY_MAX_LENGTH, MAX_LINE};
+pub use text_request::{get_shortcut_agrees, KEY_MAX_LENGTH, MAX_LINE};
 
 use crate::proto::{Limits, Op, Parse, Request, RequestError, Response, ResponseError};
 
@@ -27,6 +27,9 @@ use crate::proto::{Limits, Op, Parse, Request, RequestError, Response, ResponseE
 /// decides per request, which is the same for a well-behaved client), meta
 /// when it starts with a meta command word, text otherwise.
 pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Parse<Request>, RequestError> {
+    if let Some(req) = text_request::single_get(buf, limits) {
+        return Ok(Parse::Done(req));
+    }
     match buf.first() {
         None => Ok(Parse::Incomplete { hint: 1 }),
         Some(&binary::REQ_MAGIC) => binary::parse_request(buf, limits),
