@@ -88,6 +88,9 @@ pub struct Response {
     /// The reply is an error reply of the protocol (`-ERR`, `SERVER_ERROR`,
     /// `CLIENT_ERROR`, `ERROR`): counted, and it fails a multi-key fragment.
     pub is_error: bool,
+    /// `VALUE` entries of a memcached text retrieval reply (its hits, so
+    /// they are not counted by a second walk over the reply); 0 otherwise.
+    pub values: u32,
 }
 
 /// Outcome of an incremental parse.

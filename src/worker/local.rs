@@ -23,9 +23,9 @@ impl Worker<'_> {
     }
 
     /// Count the values a memcached server's reply carries in `get_hits`.
-    pub(super) fn count_mc_hits(&self, op: Op, reply: &[u8]) {
+    pub(super) fn count_mc_hits(&self, op: Op, reply: &[u8], values: u32) {
         if let Op::Mc(op) = op {
-            let hits = crate::proto::memcache::hits(op, reply);
+            let hits = crate::proto::memcache::hits(op, reply, values);
             if hits > 0 {
                 self.stats.worker_add(WorkerField::GetHits, hits);
             }

@@ -7,7 +7,7 @@
 use super::conn::{Conn, Inflight, ReplyTo, Waiter};
 use super::fault::ServerFault;
 use super::{Worker, WRITE_THROUGH_MIN};
-use crate::proto::{Op, Parse};
+use crate::proto::{Op, Parse, Response};
 use crate::stats::ServerField;
 use mio::Token;
 use std::time::Instant;
@@ -116,9 +116,7 @@ impl Worker<'_> {
                     batch.reply_bytes += rsp.len as u64;
                     batch.off += rsp.len;
                     let bytes = &input[..rsp.len];
-                    if let Some(fault) =
-                        self.route_reply(pool, server, &front, bytes, rsp.is_error, now)
-                    {
+                    if let Some(fault) = self.route_reply(pool, server, &front, bytes, rsp, now) {
                         batch.failure = Some(fault);
                         return batch;
                     }
@@ -158,11 +156,12 @@ impl Worker<'_> {
         server: usize,
         front: &Inflight,
         bytes: &[u8],
-        is_error: bool,
+        rsp: Response,
         now: Instant,
     ) -> Option<ServerFault> {
         let proto = self.pools[pool].proto;
-        self.count_mc_hits(front.op, bytes);
+        let is_error = rsp.is_error;
+        self.count_mc_hits(front.op, bytes, rsp.values);
         let rewritten;
         let bytes = if !proto.keep_reply(front.op, bytes) {
             &[][..]

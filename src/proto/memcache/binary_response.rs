@@ -49,6 +49,7 @@ pub fn parse_response(
     Ok(Parse::Done(Response {
         len: total,
         is_error: !is_outcome(h.status),
+        values: 0,
     }))
 }
 
@@ -105,7 +106,8 @@ mod tests {
             parse_response(&r, opc::GETKQ, 5).unwrap(),
             Parse::Done(Response {
                 len: r.len(),
-                is_error: false
+                is_error: false,
+                values: 0,
             })
         );
         for cut in 0..r.len() {
@@ -123,7 +125,8 @@ mod tests {
             parse_response(&e, opc::SET, 9).unwrap(),
             Parse::Done(Response {
                 len: e.len(),
-                is_error: true
+                is_error: true,
+                values: 0,
             })
         );
     }

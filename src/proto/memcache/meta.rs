@@ -327,7 +327,13 @@ pub fn parse_response(buf: &[u8]) -> Result<Parse<Response>, ResponseError> {
     }
     let word_end = memchr(b' ', line).unwrap_or(line.len());
     let word = &line[..word_end];
-    let done = |len, is_error| Ok(Parse::Done(Response { len, is_error }));
+    let done = |len, is_error| {
+        Ok(Parse::Done(Response {
+            len,
+            is_error,
+            values: 0,
+        }))
+    };
     match word {
         b"VA" => {
             let n = Tokens::new(line)
@@ -462,7 +468,8 @@ mod tests {
             parse_response(r).unwrap(),
             Parse::Done(Response {
                 len: r.len(),
-                is_error: false
+                is_error: false,
+                values: 0,
             })
         );
         for cut in 0..r.len() {

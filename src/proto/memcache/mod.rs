@@ -145,8 +145,9 @@ pub fn cmd_counts(op: McOp, keys: usize) -> (u64, u64) {
 }
 
 /// How many of the keys of a retrieval found a value in a server's reply
-/// (memcached's `get_hits`); 0 for any other reply.
-pub fn hits(op: McOp, reply: &[u8]) -> u64 {
+/// (memcached's `get_hits`); 0 for any other reply. `values` is the parsed
+/// reply's count of text `VALUE` entries (`Response::values`).
+pub fn hits(op: McOp, reply: &[u8], values: u32) -> u64 {
     match op {
         McOp::Bin { opcode, .. } if binary_response::is_retrieval(opcode) => {
             let ok = binary::Header::decode(reply).is_some_and(|h| h.status == 0);
@@ -155,7 +156,7 @@ pub fn hits(op: McOp, reply: &[u8]) -> u64 {
         McOp::Meta {
             cmd: MetaCmd::Get, ..
         } => u64::from(reply.starts_with(b"VA ") || reply.starts_with(b"HD")),
-        op if op.is_retrieval() => text_response::count_values(reply),
+        op if op.is_retrieval() => u64::from(values),
         _ => 0,
     }
 }

@@ -142,13 +142,6 @@ pub(crate) fn value_entries(reply: &[u8]) -> Vec<ValueEntry> {
     }
 }
 
-/// How many `VALUE` entries a retrieval reply holds (its hits).
-pub(crate) fn count_values(reply: &[u8]) -> u64 {
-    let mut n = 0;
-    let _ = walk_values(reply, |_| n += 1);
-    n
-}
-
 fn unexpected(line: &[u8]) -> ResponseError {
     let shown: String = String::from_utf8_lossy(&line[..line.len().min(64)]).into();
     ResponseError(format!("unexpected memcached reply: {shown:?}"))
@@ -163,10 +156,17 @@ fn unexpected(line: &[u8]) -> ResponseError {
 /// `END` line, so a large value is not scanned again on every read.
 pub fn parse_response(buf: &[u8], op: McOp) -> Result<Parse<Response>, ResponseError> {
     if op.is_retrieval() {
-        return Ok(match walk_values(buf, |_| {})? {
-            Walk::Done(len, is_error) => Parse::Done(Response { len, is_error }),
-            Walk::Incomplete(hint) => Parse::Incomplete { hint },
-        });
+        let mut values = 0u32;
+        return Ok(
+            match walk_values(buf, |_| values = values.saturating_add(1))? {
+                Walk::Done(len, is_error) => Parse::Done(Response {
+                    len,
+                    is_error,
+                    values,
+                }),
+                Walk::Incomplete(hint) => Parse::Incomplete { hint },
+            },
+        );
     }
     let mut pos = 0;
     loop {
@@ -179,6 +179,7 @@ pub fn parse_response(buf: &[u8], op: McOp) -> Result<Parse<Response>, ResponseE
             Ok(Parse::Done(Response {
                 len: next,
                 is_error,
+                values: 0,
             }))
         };
         if is_error_line(line) {
@@ -217,6 +218,25 @@ pub fn parse_response(buf: &[u8], op: McOp) -> Result<Parse<Response>, ResponseE
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A retrieval reply's `VALUE` entries are counted as it is parsed
+    /// (the hits), up to an error line that ends it; other replies carry 0.
+    #[test]
+    fn retrieval_replies_count_their_values() {
+        let values = |r: &[u8], op| match parse_response(r, op) {
+            Ok(Parse::Done(rsp)) => rsp.values,
+            other => panic!("{r:?}: {other:?}"),
+        };
+        assert_eq!(values(b"END\r\n", McOp::Get), 0);
+        assert_eq!(values(b"VALUE a 0 1\r\nx\r\nEND\r\n", McOp::Get), 1);
+        let two = b"VALUE a 0 1\r\nx\r\nVALUE b 0 3 7\r\nEND\r\nEND\r\n";
+        assert_eq!(values(two, McOp::Gets), 2);
+        assert_eq!(
+            values(b"VALUE a 0 1\r\nx\r\nSERVER_ERROR out\r\n", McOp::Get),
+            1
+        );
+        assert_eq!(values(b"STORED\r\n", McOp::Set), 0);
+    }
 
     /// The header parser as first written (split on spaces): the oracle.
     fn value_header_split(line: &[u8]) -> Option<(Range<usize>, usize)> {

@@ -282,6 +282,7 @@ pub fn parse_response(buf: &[u8]) -> Result<Parse<Response>, ResponseError> {
         Scan::End(len) => Ok(Parse::Done(Response {
             len,
             is_error: matches!(buf.first(), Some(b'-' | b'!')),
+            values: 0,
         })),
         Scan::Incomplete(hint) => Ok(Parse::Incomplete { hint }),
     }
@@ -435,7 +436,8 @@ mod tests {
             r,
             Parse::Done(Response {
                 len: buf.len(),
-                is_error: false
+                is_error: false,
+                values: 0,
             })
         );
         assert_eq!(
