@@ -96,6 +96,28 @@ impl Write for Stream {
     }
 }
 
+impl Stream {
+    /// Set the socket's receive low-water mark (`SO_RCVLOWAT`): epoll
+    /// reports it readable once this many bytes are queued (or on EOF or
+    /// an error); a read still returns whatever is there. Neither mio nor
+    /// socket2 offers it. False when the kernel refused.
+    pub fn set_recv_lowat(&self, bytes: usize) -> bool {
+        let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+        // SAFETY: a valid socket descriptor and a c_int option value of
+        // the size given.
+        let rc = unsafe {
+            libc::setsockopt(
+                self.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVLOWAT,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        rc == 0
+    }
+}
+
 impl AsRawFd for Stream {
     fn as_raw_fd(&self) -> RawFd {
         match self {

@@ -79,9 +79,14 @@ impl Worker<'_> {
     /// second; not at all when output or reads are left from this pass.
     fn poll_timeout(&mut self) -> Option<Duration> {
         let mut timeout = self.next_timer_wait();
-        if let Some(held) = self.held_wait(Instant::now()) {
+        let now = Instant::now();
+        if let Some(held) = self.held_wait(now) {
             // Replies held for the rest of their batch leave by then.
             timeout = timeout.map(|t| t.min(held));
+        }
+        if let Some(late) = self.read_wait(now) {
+            // Replies waiting under a receive low-water mark are read by then.
+            timeout = timeout.map(|t| t.min(late));
         }
         if !self.dirty_servers.is_empty()
             || !self.dirty_clients.is_empty()
@@ -175,6 +180,7 @@ impl Worker<'_> {
     /// The end of a pass: output written, and what was batched over the
     /// pass added to the shared counters.
     fn end_pass(&mut self, now: Instant) {
+        self.read_late(now);
         self.release_held(now);
         self.flush_dirty(now);
         self.count_queued_all();

@@ -30,6 +30,7 @@ mod local;
 mod migrate;
 mod pool;
 mod pubsub;
+mod read_batch;
 mod relay;
 mod replies;
 mod reply_hold;
@@ -257,6 +258,10 @@ pub struct Worker<'a> {
     /// Clients whose output is held, with when the hold ends, oldest
     /// first (the bound is the same for all).
     hold_deadlines: std::collections::VecDeque<(Instant, Token)>,
+    /// Server connections whose replies wait under a receive low-water
+    /// mark: when they are read anyway, and the connection's id
+    /// (`read_batch.rs`).
+    read_deadlines: std::collections::VecDeque<(Instant, Token, u64)>,
 }
 
 /// While the gate is shut, how often it is looked at.
@@ -344,6 +349,7 @@ impl<'a> Worker<'a> {
             handin_again: false,
             handover: None,
             hold_deadlines: std::collections::VecDeque::new(),
+            read_deadlines: std::collections::VecDeque::new(),
         };
         w.preconnect();
         w.cluster_maintain(Instant::now());

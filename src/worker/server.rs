@@ -315,6 +315,7 @@ impl Worker<'_> {
 
     pub(super) fn read_server(&mut self, token: Token, now: Instant, hup: bool) {
         let mut total = 0;
+        let mut got = false;
         loop {
             let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
                 return;
@@ -338,6 +339,7 @@ impl Worker<'_> {
                 }
                 Ok((n, short)) => {
                     total += n;
+                    got = true;
                     if short && !hup {
                         break;
                     }
@@ -359,6 +361,7 @@ impl Worker<'_> {
             }
         }
         self.process_replies(token, now);
+        self.set_read_mark(token, got, now);
     }
 
     /// Close a server connection for `fault`; every request waiting on it

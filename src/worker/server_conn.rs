@@ -55,6 +55,9 @@ pub struct Server {
     rbuf: Buffer,
     /// Do not parse again until `rbuf` holds this many bytes.
     need: usize,
+    /// The socket's receive low-water mark (`read_batch.rs`; 1: any byte
+    /// wakes the worker) and when it was last set.
+    read_mark: (usize, Instant),
     /// Requests not yet written.
     wbuf: Buffer,
     /// Requests waiting for replies, in order.
@@ -119,6 +122,7 @@ impl Server {
     ) -> Server {
         let (pool, server, slot) = at;
         Server {
+            read_mark: (1, now),
             sock,
             tls_cut: 0,
             id,
@@ -146,6 +150,30 @@ impl Server {
             pinned: None,
             push_to: None,
         }
+    }
+
+    /// The receive low-water mark and when it was set (`read_batch.rs`).
+    #[inline]
+    pub fn read_mark(&self) -> (usize, Instant) {
+        self.read_mark
+    }
+
+    /// Set the receive low-water mark to `mark` bytes at `now`; false when
+    /// the socket refused it (the mark is then left as it was).
+    #[inline]
+    pub fn set_read_mark(&mut self, mark: usize, now: Instant) -> bool {
+        if mark != self.read_mark.0 && !self.sock.set_recv_lowat(mark) {
+            return false;
+        }
+        self.read_mark = (mark, now);
+        true
+    }
+
+    /// Whether the connection is open (connected, not a TLS one, not a
+    /// Unix socket): what a receive low-water mark may be set on.
+    #[inline]
+    pub fn plain_tcp(&self) -> bool {
+        self.state == ServerState::Connected && self.sock.is_tcp() && !self.sock.is_tls()
     }
 
     /// Unique id.
