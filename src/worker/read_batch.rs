@@ -13,8 +13,11 @@
 //! they carry values.
 //!
 //! Nothing can wait on it for long:
-//! - the mark only rises after a read, from the replies then owed; a
-//!   request sent later only adds bytes to come;
+//! - the mark only rises after a read, from the replies then owed, and
+//!   only when they call for several times it (`RAISE_FACTOR`, so that
+//!   a wavering count does not cost a system call a read); it falls as
+//!   soon as they call for less; a request sent later only adds bytes to
+//!   come;
 //! - EOF and errors wake the worker whatever the mark;
 //! - a server that stops part-way (or a reply slower than those behind
 //!   it) leaves bytes under the mark: `READ_WAIT` after the mark was set
@@ -43,6 +46,30 @@ const MARK_MAX: usize = 16 * 1024;
 
 /// How long bytes may wait under a mark before the worker reads them.
 pub(super) const READ_WAIT: Duration = Duration::from_millis(1);
+
+/// A mark is raised only when the replies owed call for this many times
+/// it: a connection whose count of owed replies wavers would otherwise
+/// pay a system call at nearly every read. Lowered it always is, as far
+/// as they call for.
+const RAISE_FACTOR: usize = 4;
+
+/// Least mark set: under it (fewer than about 86 replies owed, as with
+/// clients that do not pipeline), the wakeups saved do not pay for the
+/// system calls that set and clear a mark as the count comes and goes.
+const MARK_MIN: usize = 256;
+
+/// The mark to set when `current` is set and the replies owed call for
+/// `wanted` (`mark_for`): none (1) under `MARK_MIN`, else `current` while
+/// it is safe and not far under.
+fn next_mark(current: usize, wanted: usize) -> usize {
+    if wanted < MARK_MIN {
+        1
+    } else if wanted < current || wanted >= current.saturating_mul(RAISE_FACTOR) {
+        wanted
+    } else {
+        current
+    }
+}
 
 /// The mark for `owed` replies: the fewest bytes they will bring but one
 /// (the first may already be in hand in part), rounded down to a power of
@@ -76,7 +103,7 @@ impl Worker<'_> {
         };
         let proto = self.pools[s.pool()].proto;
         let mark = if got && batches(s, proto) {
-            mark_for(s.inflight().len())
+            next_mark(s.read_mark().0, mark_for(s.inflight().len()))
         } else {
             1
         };
@@ -140,5 +167,27 @@ mod tests {
             );
         }
         assert_eq!(mark_for(usize::MAX), MARK_MAX);
+    }
+
+    #[test]
+    fn marks_fall_at_once_and_rise_by_a_factor() {
+        // Lowered whenever the owed replies call for less.
+        assert_eq!(next_mark(1024, 512), 512);
+        assert_eq!(next_mark(1024, 1), 1);
+        // None for few replies owed.
+        assert_eq!(next_mark(1024, 128), 1);
+        assert_eq!(next_mark(1, 128), 1);
+        // Kept while safe and within the factor.
+        assert_eq!(next_mark(1024, 1024), 1024);
+        assert_eq!(next_mark(1024, 2048), 1024);
+        // Raised past it.
+        assert_eq!(next_mark(1024, 4096), 4096);
+        assert_eq!(next_mark(1, 256), 256);
+        for current in [1, 2, 4, 64, 1024, MARK_MAX] {
+            for owed in 0..5000 {
+                let want = mark_for(owed);
+                assert!(next_mark(current, want) <= want, "{current} {owed}");
+            }
+        }
     }
 }

@@ -24,11 +24,11 @@ class Addr:
 
 
 def test_replies_under_the_mark_from_a_stalled_server_still_arrive(procs):
-    """A scripted memcached answers 4 of 16 pipelined gets, then 2 more
-    once the proxy has read the first 4 (and set its mark for the 12
-    still owed), then stops answering: the 2 are fewer bytes than the
-    mark, and must reach the client all the same, long before the pool's
-    timeout."""
+    """A scripted memcached answers 4 of 200 pipelined gets, then 2 more
+    once the proxy has read the first 4 (and set its mark, 512 bytes, for
+    the 196 still owed), then stops answering: the 2 are fewer bytes than
+    the mark, and must reach the client all the same, long before the
+    pool's timeout."""
     port = free_port()
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -47,7 +47,7 @@ def test_replies_under_the_mark_from_a_stalled_server_still_arrive(procs):
             return
         conns.append(conn)
         got = b""
-        while got.count(b"\r\n") < 16:
+        while got.count(b"\r\n") < 200:
             chunk = conn.recv(65536)
             if not chunk:
                 return
@@ -65,7 +65,7 @@ def test_replies_under_the_mark_from_a_stalled_server_still_arrive(procs):
         p = procs.proxy("walnut", {"m": memcache_pool([Addr(port)], timeout=20000)},
                         extra_args=["--workers", "1"])
         with RawConn(p.port("m"), timeout=10) as c:
-            c.send(b"".join(b"get k%d\r\n" % i for i in range(16)))
+            c.send(b"".join(b"get k%d\r\n" % i for i in range(200)))
             for _ in range(4):
                 assert c.read_line(timeout=5) == b"END\r\n"
             first_part_read.set()
