@@ -45,7 +45,7 @@ const REPLY_MIN: usize = 3;
 const MARK_MAX: usize = 16 * 1024;
 
 /// How long bytes may wait under a mark before the worker reads them.
-pub(super) const READ_WAIT: Duration = Duration::from_millis(1);
+const READ_WAIT: Duration = Duration::from_millis(1);
 
 /// A mark is raised only when the replies owed call for this many times
 /// it: a connection whose count of owed replies wavers would otherwise
