@@ -80,11 +80,11 @@ impl Worker<'_> {
     fn poll_timeout(&mut self) -> Option<Duration> {
         let mut timeout = self.next_timer_wait();
         let now = Instant::now();
-        if let Some(held) = self.held_wait(now) {
+        if let Some(held) = self.hold_deadlines.wait(now) {
             // Replies held for the rest of their batch leave by then.
             timeout = timeout.map(|t| t.min(held));
         }
-        if let Some(late) = self.read_wait(now) {
+        if let Some(late) = self.read_deadlines.wait(now) {
             // Replies waiting under a receive low-water mark are read by then.
             timeout = timeout.map(|t| t.min(late));
         }

@@ -16,6 +16,7 @@ mod cluster;
 mod cluster_stream;
 mod conn;
 mod conn_state;
+mod deadlines;
 mod event_loop;
 mod fault;
 mod forward;
@@ -257,11 +258,11 @@ pub struct Worker<'a> {
     handover: Option<String>,
     /// Clients whose output is held, with when the hold ends, oldest
     /// first (the bound is the same for all).
-    hold_deadlines: std::collections::VecDeque<(Instant, Token)>,
+    hold_deadlines: deadlines::Deadlines<Token>,
     /// Server connections whose replies wait under a receive low-water
     /// mark: when they are read anyway, and the connection's id
     /// (`read_batch.rs`).
-    read_deadlines: std::collections::VecDeque<(Instant, Token, u64)>,
+    read_deadlines: deadlines::Deadlines<(Token, u64)>,
 }
 
 /// While the gate is shut, how often it is looked at.
@@ -348,8 +349,8 @@ impl<'a> Worker<'a> {
             warms: Slab::new(),
             handin_again: false,
             handover: None,
-            hold_deadlines: std::collections::VecDeque::new(),
-            read_deadlines: std::collections::VecDeque::new(),
+            hold_deadlines: deadlines::Deadlines::new(),
+            read_deadlines: deadlines::Deadlines::new(),
         };
         w.preconnect();
         w.cluster_maintain(Instant::now());

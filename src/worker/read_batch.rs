@@ -115,18 +115,14 @@ impl Worker<'_> {
         }
         if mark > 1 {
             let id = s.id();
-            self.read_deadlines.push_back((now + READ_WAIT, token, id));
+            self.read_deadlines.push(now + READ_WAIT, (token, id));
         }
     }
 
     /// Server connections whose mark was set `READ_WAIT` ago with no read
     /// since: read now, what is there (their next mark follows from it).
     pub(super) fn read_late(&mut self, now: Instant) {
-        while let Some(&(at, token, id)) = self.read_deadlines.front() {
-            if at > now {
-                break;
-            }
-            self.read_deadlines.pop_front();
+        while let Some((token, id)) = self.read_deadlines.pop_due(now) {
             let Some(Conn::Server(s)) = self.conns.get(token.0) else {
                 continue;
             };
@@ -135,13 +131,6 @@ impl Worker<'_> {
                 self.read_server(token, now, false);
             }
         }
-    }
-
-    /// How long the loop may wait before the first mark's deadline.
-    pub(super) fn read_wait(&self, now: Instant) -> Option<Duration> {
-        self.read_deadlines
-            .front()
-            .map(|&(at, _, _)| at.saturating_duration_since(now))
     }
 }
 

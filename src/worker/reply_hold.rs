@@ -52,7 +52,7 @@ impl Worker<'_> {
             Hold::Write => false,
             Hold::Keep => true,
             Hold::Begin => {
-                self.hold_deadlines.push_back((now + bound, token));
+                self.hold_deadlines.push(now + bound, token);
                 true
             }
         }
@@ -66,20 +66,9 @@ impl Worker<'_> {
     /// sit behind an older one: that client is written by the older one,
     /// or sooner by any pass that marks it.
     pub(super) fn release_held(&mut self, now: Instant) {
-        while let Some(&(at, token)) = self.hold_deadlines.front() {
-            if at > now {
-                break;
-            }
-            self.hold_deadlines.pop_front();
+        while let Some(token) = self.hold_deadlines.pop_due(now) {
             self.mark_client_dirty(token);
         }
-    }
-
-    /// How long the loop may wait before the first hold ends.
-    pub(super) fn held_wait(&self, now: Instant) -> Option<Duration> {
-        self.hold_deadlines
-            .front()
-            .map(|&(at, _)| at.saturating_duration_since(now))
     }
 }
 
