@@ -15,21 +15,22 @@ use std::io::{ErrorKind, Write};
 use std::os::fd::AsRawFd;
 use std::time::Instant;
 
+/// [`Worker::client_ref`], to change it: a borrow of the connections
+/// alone, so the worker's other fields (its buffer pool) stay usable.
+#[inline]
+pub(super) fn client_ref_mut(conns: &mut slab::Slab<Conn>, r: ClientRef) -> Option<&mut Client> {
+    match conns.get_mut(r.token.0) {
+        Some(Conn::Client(c)) if c.id() == r.id => Some(&mut **c),
+        _ => None,
+    }
+}
+
 impl Worker<'_> {
     /// The client `r` names, if it is still connected (its token was not
     /// reused by a later client since).
     #[inline]
     pub(super) fn client_ref(&self, r: ClientRef) -> Option<&Client> {
         match self.conns.get(r.token.0) {
-            Some(Conn::Client(c)) if c.id() == r.id => Some(c),
-            _ => None,
-        }
-    }
-
-    /// [`Worker::client_ref`], to change it.
-    #[inline]
-    pub(super) fn client_ref_mut(&mut self, r: ClientRef) -> Option<&mut Client> {
-        match self.conns.get_mut(r.token.0) {
             Some(Conn::Client(c)) if c.id() == r.id => Some(c),
             _ => None,
         }
@@ -151,10 +152,7 @@ impl Worker<'_> {
             } else {
                 c.put_input(rbuf);
             }
-            if c.head().is_some_and(|s| s.ready) {
-                c.ensure_output(&mut self.bufs);
-            }
-            let added = c.drain_ready();
+            let added = c.drain_ready(&mut self.bufs);
             if c.has_output() {
                 self.mark_client_dirty(token);
             }
@@ -571,8 +569,7 @@ impl Worker<'_> {
         if !held_at_head || c.out_len() >= STREAM_LOW {
             return;
         }
-        c.ensure_output(&mut self.bufs);
-        let added = c.drain_ready();
+        let added = c.drain_ready(&mut self.bufs);
         if added > 0 {
             self.mark_client_dirty(token);
             self.add_out(added);

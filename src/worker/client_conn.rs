@@ -689,9 +689,14 @@ impl Client {
         self.pending.get_mut(i as usize)
     }
 
-    /// Move every ready reply at the head into the output buffer; returns
+    /// Move every ready reply at the head into the output buffer (one
+    /// lent from `bufs`, at its full size, if it has none: grown from
+    /// nothing it would be reallocated several times a batch); returns
     /// the bytes moved.
-    pub fn drain_ready(&mut self) -> usize {
+    pub fn drain_ready(&mut self, bufs: &mut BufPool) -> usize {
+        if self.pending.front().is_some_and(|s| s.ready) {
+            self.ensure_output(bufs);
+        }
         let before = self.wbuf.len();
         while let Some(front) = self.pending.front_mut() {
             if !front.ready {

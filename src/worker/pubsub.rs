@@ -582,8 +582,7 @@ impl Worker<'_> {
     fn pubsub_out(&mut self, ct: Token, out: Vec<u8>) {
         self.push_ready(ct, out, false);
         if let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) {
-            c.ensure_output(&mut self.bufs);
-            let added = c.drain_ready();
+            let added = c.drain_ready(&mut self.bufs);
             self.dirty_clients.push(ct);
             self.add_out(added);
         }

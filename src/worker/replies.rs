@@ -284,7 +284,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return;
         };
-        let added = c.drain_ready();
+        let added = c.drain_ready(&mut self.bufs);
         if c.has_output() {
             self.dirty_clients.push(token);
         }
@@ -392,7 +392,11 @@ fn merge_held(m: &mut Multi) -> Box<Spool> {
 }
 
 fn merge(proto: crate::proto::Protocol, m: &Multi) -> Vec<u8> {
-    let mut out = Vec::new();
+    // Room for the fragments' replies together: a split read's merge is
+    // their values with one header or terminator (a little more only for
+    // keys the client repeated), so it is written with no regrowth.
+    let room: usize = m.frags.iter().map(|f| f.reply.len()).sum();
+    let mut out = Vec::with_capacity(room + 16);
     match m.mode {
         MultiMode::Broadcast => {
             let replies: Vec<&[u8]> = m.frags.iter().map(|f| f.reply.as_slice()).collect();

@@ -284,7 +284,7 @@ impl Worker<'_> {
                         bytes
                     };
                     c.queue_output(rest, &mut self.bufs);
-                    let added = rest.len() + c.drain_ready();
+                    let added = rest.len() + c.drain_ready(&mut self.bufs);
                     self.mark_client_dirty(ct);
                     self.add_out(added);
                     self.check_output_limit(ct);

@@ -258,7 +258,7 @@ impl Worker<'_> {
             self.held_done(client.token, client.id, h.seq, h.frag, h.spool);
             return;
         }
-        let Some(c) = self.client_ref_mut(client) else {
+        let Some(c) = super::client::client_ref_mut(&mut self.conns, client) else {
             return;
         };
         let ct = client.token;
@@ -266,7 +266,7 @@ impl Worker<'_> {
             if c.head_seq() == seq {
                 c.pop_head();
                 c.release_reply_wait();
-                let added = c.drain_ready();
+                let added = c.drain_ready(&mut self.bufs);
                 self.dirty_clients.push(ct);
                 self.add_out(added);
             }

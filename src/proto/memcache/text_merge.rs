@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::ops::Range;
 
 use super::text_request::Tokens;
-use super::text_response::{is_error_line, value_entries};
+use super::text_response::{for_each_value, is_error_line, value_entries};
 use super::McOp;
 use crate::proto::{Op, Request};
 
@@ -50,6 +50,15 @@ fn first_line(reply: &[u8]) -> &[u8] {
     }
 }
 
+/// Where a client key's value is found, while merging.
+#[derive(Clone, Default)]
+struct KeySlot {
+    /// A fragment carried the key (else it repeats one that was sent).
+    sent: bool,
+    /// (fragment, entry range in that fragment's reply).
+    at: Option<(usize, Range<usize>)>,
+}
+
 /// Merge the fragment replies of a multi-key retrieval into one reply in
 /// the client's key order: the values in the order of the keys the client
 /// asked (misses omitted), then one `END`.
@@ -79,37 +88,50 @@ pub fn merge_responses(
             .unwrap_or_default()
     };
     let n = req.keys.len();
-    // Per client key: (fragment, entry range in that fragment's reply).
-    let mut slots: Vec<Option<(usize, Range<usize>)>> = vec![None; n];
-    let mut sent = vec![false; n];
+    // Per client key: whether a fragment carried it, and its value's
+    // (fragment, entry range in that fragment's reply). One list, filled
+    // as each reply is walked: this runs for every multi-key get.
+    let mut slots: Vec<KeySlot> = vec![KeySlot::default(); n];
     for (f, (idx, reply)) in frags.iter().enumerate() {
-        let entries = value_entries(reply);
-        let mut next = entries.iter().peekable();
-        // memcached answers in request order, skipping misses.
-        for &k in idx.iter().filter(|&&k| k < n) {
-            sent[k] = true;
-            if let Some(e) = next.peek() {
+        let mut carried = idx.iter().copied().filter(|&k| k < n);
+        // memcached answers in request order, skipping misses: each entry
+        // belongs to the first key still to match that it names (an entry
+        // naming none of them matches nothing, nor does any after it).
+        let whole = for_each_value(reply, |e| {
+            for k in carried.by_ref() {
+                slots[k].sent = true;
                 if reply.get(e.key.clone()) == Some(key(k)) {
-                    slots[k] = Some((f, e.entry.clone()));
-                    next.next();
+                    slots[k].at = Some((f, e.entry.clone()));
+                    return;
+                }
+            }
+        });
+        for k in carried {
+            slots[k].sent = true;
+        }
+        if !whole {
+            // A reply that does not parse gives no values.
+            for &k in idx.iter().filter(|&&k| k < n) {
+                if slots[k].at.as_ref().is_some_and(|(g, _)| *g == f) {
+                    slots[k].at = None;
                 }
             }
         }
     }
-    if sent.iter().any(|s| !s) {
+    if slots.iter().any(|s| !s.sent) {
         let mut found: HashMap<&[u8], (usize, Range<usize>)> = HashMap::new();
         for (k, slot) in slots.iter().enumerate() {
-            if let Some(s) = slot {
+            if let Some(s) = &slot.at {
                 found.entry(key(k)).or_insert_with(|| s.clone());
             }
         }
-        for k in 0..n {
-            if !sent[k] {
-                slots[k] = found.get(key(k)).cloned();
+        for (k, slot) in slots.iter_mut().enumerate() {
+            if !slot.sent {
+                slot.at = found.get(key(k)).cloned();
             }
         }
     }
-    for (f, range) in slots.into_iter().flatten() {
+    for (f, range) in slots.into_iter().filter_map(|s| s.at) {
         if let Some(entry) = frags.get(f).and_then(|(_, r)| r.get(range)) {
             out.extend_from_slice(entry);
         }
@@ -240,6 +262,95 @@ mod tests {
             &mut out,
         );
         assert_eq!(out, b"SERVER_ERROR boom\r\n");
+    }
+
+    /// The merge as first written (entries listed per fragment, then
+    /// matched): what the one-pass merge must agree with.
+    fn merge_listed(req_bytes: &[u8], req: &Request, frags: &[(&[usize], &[u8])]) -> Vec<u8> {
+        let key = |i: usize| &req_bytes[req.keys[i].clone()];
+        let n = req.keys.len();
+        let mut slots: Vec<Option<(usize, Range<usize>)>> = vec![None; n];
+        let mut sent = vec![false; n];
+        for (f, (idx, reply)) in frags.iter().enumerate() {
+            let entries = value_entries(reply);
+            let mut next = entries.iter().peekable();
+            for &k in idx.iter().filter(|&&k| k < n) {
+                sent[k] = true;
+                if let Some(e) = next.peek() {
+                    if &reply[e.key.clone()] == key(k) {
+                        slots[k] = Some((f, e.entry.clone()));
+                        next.next();
+                    }
+                }
+            }
+        }
+        for k in 0..n {
+            if !sent[k] {
+                slots[k] = (0..n)
+                    .find(|&j| slots[j].is_some() && key(j) == key(k))
+                    .and_then(|j| slots[j].clone());
+            }
+        }
+        let mut out = Vec::new();
+        for (f, r) in slots.into_iter().flatten() {
+            out.extend_from_slice(&frags[f].1[r]);
+        }
+        out.extend_from_slice(b"END\r\n");
+        out
+    }
+
+    #[test]
+    fn one_pass_merge_agrees_with_the_listed_one() {
+        // Keys a..d, some repeated; two servers by key; each key a hit or
+        // a miss by a bit of `mask`; some fragments carry a repeat once,
+        // some answer out of order or with junk.
+        let b = b"get a b c a d b e\r\n";
+        let r = req(b);
+        let names = ["a", "b", "c", "a", "d", "b", "e"];
+        let value = |k: &str| format!("VALUE {k} 0 1\r\n{k}\r\n");
+        for mask in 0u32..128 {
+            for variant in 0..4 {
+                let (mut s1, mut s2) = (Vec::new(), Vec::new());
+                for (i, k) in names.iter().enumerate() {
+                    // Variant 1: a repeated key sent only once.
+                    if variant == 1 && names[..i].contains(k) {
+                        continue;
+                    }
+                    if matches!(*k, "a" | "c" | "e") {
+                        s1.push(i);
+                    } else {
+                        s2.push(i);
+                    }
+                }
+                let reply = |idx: &[usize]| {
+                    let mut out = String::new();
+                    let mut hits: Vec<&str> = idx
+                        .iter()
+                        .filter(|&&i| mask & (1 << i) != 0)
+                        .map(|&i| names[i])
+                        .collect();
+                    if variant == 2 {
+                        hits.reverse();
+                    }
+                    for k in hits {
+                        out += &value(k);
+                    }
+                    if variant == 3 && mask % 3 == 0 {
+                        out += "VALUE z 0 x\r\n";
+                    }
+                    out + "END\r\n"
+                };
+                let (r1, r2) = (reply(&s1), reply(&s2));
+                let frags: [(&[usize], &[u8]); 2] = [(&s1, r1.as_bytes()), (&s2, r2.as_bytes())];
+                let mut out = Vec::new();
+                merge_responses(b, &r, &frags, &mut out);
+                assert_eq!(
+                    String::from_utf8_lossy(&out),
+                    String::from_utf8_lossy(&merge_listed(b, &r, &frags)),
+                    "mask {mask} variant {variant}"
+                );
+            }
+        }
     }
 
     #[test]

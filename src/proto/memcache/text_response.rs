@@ -136,10 +136,19 @@ fn walk_values(buf: &[u8], mut each: impl FnMut(ValueEntry)) -> Result<Walk, Res
 /// error or does not parse).
 pub(crate) fn value_entries(reply: &[u8]) -> Vec<ValueEntry> {
     let mut out = Vec::new();
-    match walk_values(reply, |e| out.push(e)) {
-        Ok(Walk::Done(_, false)) => out,
-        _ => Vec::new(),
+    if for_each_value(reply, |e| out.push(e)) {
+        out
+    } else {
+        Vec::new()
     }
+}
+
+/// Report each `VALUE` entry of a complete retrieval reply to `each`, in
+/// order, with no list built; false (after reporting those before the
+/// fault) if the reply is an error or does not parse.
+#[inline]
+pub(crate) fn for_each_value(reply: &[u8], each: impl FnMut(ValueEntry)) -> bool {
+    matches!(walk_values(reply, each), Ok(Walk::Done(_, false)))
 }
 
 fn unexpected(line: &[u8]) -> ResponseError {
