@@ -13,7 +13,10 @@
 #                   PREDIXY_BIN or ../peers/predixy/src/predixy, see bench/README.md)
 #   TESTS="a b"     phases, each measured on its own, in this order:
 #                   redis: set get mget (MGET of 10 keys) (default "set get"); memcache: set get mix
-#                   (mix = 9 gets : 1 set, the benchmark's load; default "mix")
+#                   mget (mix = 9 gets : 1 set, the benchmark's load; default "mix"; mget =
+#                   gets of 10 keys)
+#   SERVERS=N       backends in the pool (default 1): with 3, a 10-key MGET or get is split
+#                   into a fragment per server and the replies merged
 #   CONNS=N         client connections (default 10)
 #   VALUE_SIZE=B    value size (default 100)
 #   TOOL=strace     count system calls (strace -c -f -p) instead of callgrind
@@ -66,16 +69,22 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
 
-backend=$(free_port)
-if [[ "$proto" == redis ]]; then
-    taskset -c 0 redis-server --port "$backend" --bind 127.0.0.1 --save '' --appendonly no \
-        --dir "$out" --logfile "$out/redis.log" & pids+=($!)
-    redis=true
-else
-    taskset -c 0 memcached -u root -l 127.0.0.1 -p "$backend" -U 0 -t 1 -m 1024 & pids+=($!)
-    redis=false
-fi
-wait_port "$backend"
+# Backends on CPU 0; $backend is the first, $backends all of them.
+backends=()
+for _ in $(seq 1 "${SERVERS:-1}"); do
+    port=$(free_port)
+    if [[ "$proto" == redis ]]; then
+        taskset -c 0 redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+            --dir "$out" --logfile "$out/redis-$port.log" & pids+=($!)
+        redis=true
+    else
+        taskset -c 0 memcached -u root -l 127.0.0.1 -p "$port" -U 0 -t 1 -m 1024 & pids+=($!)
+        redis=false
+    fi
+    wait_port "$port"
+    backends+=("$port")
+done
+backend=${backends[0]}
 if [[ "$tool" == callgrind ]]; then
     wrap=(valgrind --tool=callgrind --trace-children=yes)
 else
@@ -94,11 +103,11 @@ load() {
             -P "$pipeline" -q "${cmd[@]}" | tr '\r' '\n' | tail -1
         done=$n
     else
-        local ratio res
-        case "$t" in set) ratio=0 ;; get) ratio=1 ;; *) ratio=0.9 ;; esac
+        local ratio res mget=1
+        case "$t" in set) ratio=0 ;; get) ratio=1 ;; mget) ratio=1 mget=10 ;; *) ratio=0.9 ;; esac
         res=$(taskset -c 0 "$mcload" --addr "127.0.0.1:$listen" --conns "$conns" \
             --requests "$n" --duration 600 --get-ratio "$ratio" --value-size "$size" \
-            --keyspace 10000 --pipeline "$pipeline")
+            --keyspace 10000 --pipeline "$pipeline" --mget "$mget")
         echo "$res"
         done=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); assert r["errors"]==0, r; print(r["requests"])' "$res")
     fi
@@ -115,7 +124,7 @@ bench:
   distribution: ketama
   redis: $redis
   servers:
-    - 127.0.0.1:$backend:1
+$(for p in "${backends[@]}"; do echo "    - 127.0.0.1:$p:1"; done)
 YML
     # Under valgrind requests take milliseconds: a slow-log entry per
     # request would be measured that a real run never makes.
@@ -144,9 +153,7 @@ StandaloneServerPool {
     Hash crc16
     Distribution modula
     RefreshMethod fixed
-    Group g0 {
-        + 127.0.0.1:$backend
-    }
+$(for i in "${!backends[@]}"; do printf '    Group g%s {\n        + 127.0.0.1:%s\n    }\n' "$i" "${backends[$i]}"; done)
 }
 CONF
         (cd "$out" && exec taskset -c 1 "${wrap[@]}" "$predixy_bin" "$out/predixy.conf" \
