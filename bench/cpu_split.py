@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Proxy CPU per request, user and system apart: walnut (and walnut-before
 with WALNUT_BEFORE), predixy and nutcracker, one at a time in front of one
-redis-server, for GET and SET of 100 B and 16 KB values, pipelined and not.
+redis-server, for GET and SET of 100 B and 16 KB values, pipelined and not;
+and walnut (and walnut-before) against nutcracker for memcached gets of 1
+and 10 keys over 3 memcached, 16 or 64 in flight per connection (`mc ...`).
 
 Where `bench.py` runs every proxy for ~2 s per scenario with all of them
 started, this runs a fixed number of requests per round with only the
@@ -16,6 +18,7 @@ worker, predixy with one thread) is alone on CPU 1.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -26,9 +29,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import write_table  # noqa: E402
+from loads import MCLOAD  # noqa: E402
 from procs import (  # noqa: E402
-    HOST, NUTCRACKER, PREDIXY, WALNUT, Proc, free_port, have_predixy, redis_server, tree,
-    user_sys_seconds,
+    HOST, NUTCRACKER, PREDIXY, WALNUT, Proc, free_port, have_predixy, memcached, redis_server,
+    tree, user_sys_seconds,
 )
 
 # (name, redis-benchmark test, pipeline, value bytes). Each GET follows a
@@ -46,7 +50,16 @@ def user_sys(pids: list[int]) -> tuple[float, float]:
     return sum(u for u, _ in both), sum(s for _, s in both)
 
 
-def start_proxy(kind: str, binary: str, backend: int, work: Path) -> tuple[Proc, int]:
+# memcached loads: (name, keys per get, pipeline), over MC_SERVERS memcached;
+# `args.requests / (2 * keys)` gets per round.
+MC_LOADS = [("mc get/3 -P16", 1, 16), ("mc get/3 -P64", 1, 64), ("mc mget10/3 -P16", 10, 16)]
+MC_SERVERS = 3
+
+
+def start_proxy(kind: str, binary: str, backend: int | list[int], work: Path) -> tuple[Proc, int]:
+    """A proxy on CPU 1 in front of `backend`: one redis-server, or a list
+    of memcached."""
+    memcache = isinstance(backend, list)
     port = free_port()
     d = work / f"{kind}-{port}"
     d.mkdir(parents=True)
@@ -59,9 +72,11 @@ def start_proxy(kind: str, binary: str, backend: int, work: Path) -> tuple[Proc,
             f"    RefreshMethod fixed\n    Group g0 {{\n        + {HOST}:{backend}\n    }}\n}}\n")
         argv = [PREDIXY, str(d / "p.conf")]
     else:
+        servers = backend if memcache else [backend]
         (d / "p.yml").write_text(
             f"split:\n  listen: {HOST}:{port}\n  hash: fnv1a_64\n  distribution: ketama\n"
-            f"  redis: true\n  servers:\n    - {HOST}:{backend}:1\n")
+            f"  redis: {'false' if memcache else 'true'}\n  servers:\n"
+            + "".join(f"    - {HOST}:{b}:1\n" for b in servers))
         argv = [binary, "-c", str(d / "p.yml"), "-s", str(free_port()), "-o", str(d / "log")]
         if kind != "nutcracker":
             argv += ["--workers", "1", "--cpu-affinity", "none"]
@@ -76,6 +91,37 @@ def bench(port: int, test: str, pipeline: int, n: int, size: int) -> float:
         capture_output=True, text=True, timeout=600, check=True).stdout
     line = [x for x in out.replace("\r", "\n").splitlines() if "per second" in x][-1]
     return float(line.split(":")[1].split()[0])
+
+
+def mc_bench(port: int, keys: int, pipeline: int, n: int, prefill: bool = False) -> float:
+    """mcload's requests per second for `n` gets of `keys` keys (each key
+    stored first when `prefill`, so that gets hit)."""
+    argv = ["taskset", "-c", "0", MCLOAD, "--addr", f"{HOST}:{port}", "--conns", "50",
+            "--requests", str(n), "--duration", "600", "--get-ratio", "1", "--mget", str(keys),
+            "--value-size", "100", "--keyspace", "10000", "--pipeline", str(pipeline)]
+    if prefill:
+        argv.append("--prefill")
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=True).stdout
+    doc = json.loads(out.strip().splitlines()[-1])
+    if doc["errors"]:
+        raise RuntimeError(f"mcload saw {doc['errors']} error replies")
+    return float(doc["rps"])
+
+
+def measure(kind: str, binary: str, backend: int | list[int], work: Path, warm, run,
+            n: int) -> tuple[float, float, float]:
+    """One round of one proxy: start it, `warm` it up (connections), then
+    user and system µs per request over `run`, and its requests per second."""
+    proxy, port = start_proxy(kind, binary, backend, work)
+    try:
+        warm(port)
+        pids = tree(proxy.pid)
+        u0, s0 = user_sys(pids)
+        rps = run(port)
+        u1, s1 = user_sys(pids)
+    finally:
+        proxy.stop()
+    return (u1 - u0) / n * 1e6, (s1 - s0) / n * 1e6, rps
 
 
 def main() -> None:
@@ -95,6 +141,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="walnut-cpu-split-"))
     backend = free_port()
     redis = redis_server(backend, work, "0")
+    mcs: list[Proc] = []
+    mc_ports: list[int] = []
     rows = []
     try:
         for name, test, pipeline, size in LOADS:
@@ -108,29 +156,55 @@ def main() -> None:
             got: dict[str, list[tuple[float, float, float]]] = {p: [] for p, _ in peers}
             for _ in range(args.rounds):
                 for kind, binary in peers:
-                    proxy, port = start_proxy(kind, binary, backend, work)
-                    try:
-                        bench(port, test, pipeline, max(n // 10, 1000), size)  # connections, warm-up
-                        pids = tree(proxy.pid)
-                        u0, s0 = user_sys(pids)
-                        rps = bench(port, test, pipeline, n, size)
-                        u1, s1 = user_sys(pids)
-                    finally:
-                        proxy.stop()
-                    got[kind].append(((u1 - u0) / n * 1e6, (s1 - s0) / n * 1e6, rps))
-            for kind, _ in peers:
-                us = [g[0] for g in got[kind]]
-                ss = [g[1] for g in got[kind]]
-                tot = [g[0] + g[1] for g in got[kind]]
-                rows.append((load, kind, statistics.median(us), statistics.median(ss),
-                             statistics.median(tot), statistics.median(g[2] for g in got[kind]),
-                             tot))
-                print(f"  {load:<14} {kind:<14} user {rows[-1][2]:.3f}  sys {rows[-1][3]:.3f}"
-                      f"  total {rows[-1][4]:.3f} us/req  ({rows[-1][5]:,.0f} req/s)", flush=True)
+                    got[kind].append(measure(
+                        kind, binary, backend, work,
+                        lambda port: bench(port, test, pipeline, max(n // 10, 1000), size),
+                        lambda port: bench(port, test, pipeline, n, size), n))
+            rows += summarize(load, peers, got)
+        mc_peers = [(k, b) for k, b in peers if k != "predixy"]
+        for load, keys, pipeline in MC_LOADS:
+            if args.only and not all(w in load for w in args.only.split(",")):
+                continue
+            if not mcs:
+                mc_ports += [free_port() for _ in range(MC_SERVERS)]
+                mcs += [memcached(p, work, "0") for p in mc_ports]
+                # Every key stored once, placed as every proxy here places it.
+                measure("walnut", WALNUT, mc_ports, work, lambda port: None,
+                        lambda port: mc_bench(port, 1, 1, 1, prefill=True), 1)
+            n = args.requests // (2 * keys)
+            got = {p: [] for p, _ in mc_peers}
+            for _ in range(args.rounds):
+                for kind, binary in mc_peers:
+                    got[kind].append(measure(
+                        kind, binary, mc_ports, work,
+                        lambda port: mc_bench(port, keys, pipeline, max(n // 10, 1000)),
+                        lambda port: mc_bench(port, keys, pipeline, n), n))
+            rows += summarize(load, mc_peers, got)
     finally:
         redis.stop()
+        for m in mcs:
+            m.stop()
+    write_rows(rows, args)
+
+
+def summarize(load: str, peers, got) -> list[tuple]:
+    """Rows of medians over the rounds, one per proxy, printed as made."""
+    rows = []
+    for kind, _ in peers:
+        us = [g[0] for g in got[kind]]
+        ss = [g[1] for g in got[kind]]
+        tot = [g[0] + g[1] for g in got[kind]]
+        rows.append((load, kind, statistics.median(us), statistics.median(ss),
+                     statistics.median(tot), statistics.median(g[2] for g in got[kind]), tot))
+        print(f"  {load:<14} {kind:<14} user {rows[-1][2]:.3f}  sys {rows[-1][3]:.3f}"
+              f"  total {rows[-1][4]:.3f} us/req  ({rows[-1][5]:,.0f} req/s)", flush=True)
+    return rows
+
+
+def write_rows(rows: list[tuple], args) -> None:
     lines = [f"Proxy CPU per request (µs), medians of {args.rounds} interleaved rounds of "
-             f"{args.requests:,} requests (P1 and 16 KB values: a tenth), one proxy alive at a time, "
+             f"{args.requests:,} requests (P1 and 16 KB values: a tenth; memcached gets of k keys: "
+             f"1/2k), one proxy alive at a time, "
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average at end "
              f"{os.getloadavg()[0]:.2f}.", "",
              "| load | proxy | user | sys | total | req/s | total / walnut | walnut / best peer |",

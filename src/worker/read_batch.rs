@@ -7,10 +7,17 @@
 //! for, a `read`, a pass. With many requests owed on a connection, the
 //! worker instead asks the kernel (`SO_RCVLOWAT`) to report the socket
 //! readable only once enough bytes are queued for the replies owed, less
-//! what the last of them could lack: `REPLY_MIN` bytes per owed reply but
-//! the last, plus one. Every reply is at least that long, so the mark is
-//! reached by the time the replies owed have all arrived, and sooner when
-//! they carry values.
+//! what the last of them could lack.
+//!
+//! How many bytes each owed reply is counted for: half the shortest reply
+//! the connection brought lately (`ReplyFloor`: over the current window
+//! of 1024 replies and the one before), and never under `REPLY_MIN`, the
+//! fewest any reply has. Whether a mark is set at all follows from
+//! `REPLY_MIN` alone (`MARK_MIN`): clients that do not pipeline never get
+//! one. A single short reply (a miss's `END`) brings the count down to
+//! `REPLY_MIN` at once, so a load with misses among its hits is read as
+//! with `REPLY_MIN` throughout; a load of hits alone (values of a size)
+//! is woken a mark of up to 16 KB at a time rather than at every send.
 //!
 //! Nothing can wait on it for long:
 //! - the mark only rises after a read, from the replies then owed, and
@@ -19,10 +26,11 @@
 //!   soon as they call for less; a request sent later only adds bytes to
 //!   come;
 //! - EOF and errors wake the worker whatever the mark;
-//! - a server that stops part-way (or a reply slower than those behind
-//!   it) leaves bytes under the mark: `READ_WAIT` after the mark was set
-//!   with no read since, the worker reads what is there anyway, and a
-//!   read that finds nothing sets the mark back to one byte;
+//! - bytes left under the mark — a server that stops part-way, a reply
+//!   slower than those behind it, or replies shorter than half the
+//!   shortest seen lately (hits, then only misses) — are read anyway
+//!   `READ_WAIT` after the mark was set with no read since, and a read
+//!   that finds nothing sets the mark back to one byte;
 //! - it is set only on plain TCP connections shared by requests (not TLS,
 //!   whose library may hold decrypted bytes the mark cannot see, nor a
 //!   connection of its own for a blocking command, a subscription or a
@@ -71,16 +79,67 @@ fn next_mark(current: usize, wanted: usize) -> usize {
     }
 }
 
-/// The mark for `owed` replies: the fewest bytes they will bring but one
-/// (the first may already be in hand in part), rounded down to a power of
-/// two so that small changes in what is owed do not each cost a system
-/// call; 1 for a single reply.
-pub(super) fn mark_for(owed: usize) -> usize {
-    let least = REPLY_MIN
+/// The mark for `owed` replies of at least `per` bytes each: what they
+/// will bring but one (the first may already be in hand in part), rounded
+/// down to a power of two so that small changes in what is owed do not
+/// each cost a system call; 1 for a single reply.
+pub(super) fn mark_for(owed: usize, per: usize) -> usize {
+    let least = per
+        .max(REPLY_MIN)
         .saturating_mul(owed.saturating_sub(1))
         .saturating_add(1)
         .min(MARK_MAX);
     1 << (usize::BITS - 1 - least.leading_zeros())
+}
+
+/// Replies in one window of [`ReplyFloor`].
+const FLOOR_WINDOW: u64 = 1024;
+
+/// The shortest reply a connection brought lately: over the current
+/// window of replies and the one before it, so that one short reply
+/// lowers the estimate at once and is forgotten two windows later.
+#[derive(Debug, Clone, Copy)]
+pub struct ReplyFloor {
+    now: usize,
+    before: usize,
+    seen: u64,
+}
+
+impl Default for ReplyFloor {
+    fn default() -> Self {
+        ReplyFloor {
+            now: usize::MAX,
+            before: usize::MAX,
+            seen: 0,
+        }
+    }
+}
+
+impl ReplyFloor {
+    /// `replies` more were read, the shortest of `least` bytes.
+    #[inline]
+    pub fn note(&mut self, replies: u64, least: usize) {
+        if replies == 0 {
+            return;
+        }
+        self.now = self.now.min(least);
+        self.seen += replies;
+        if self.seen >= FLOOR_WINDOW {
+            self.before = self.now;
+            self.now = usize::MAX;
+            self.seen = 0;
+        }
+    }
+
+    /// Bytes each reply still owed is counted for: half the shortest seen
+    /// lately (`REPLY_MIN` before any).
+    #[inline]
+    pub fn per_reply(&self) -> usize {
+        match self.now.min(self.before) {
+            usize::MAX => REPLY_MIN,
+            least => (least / 2).max(REPLY_MIN),
+        }
+    }
 }
 
 /// Whether replies on this connection may be read in batches (see the
@@ -102,8 +161,12 @@ impl Worker<'_> {
             return;
         };
         let proto = self.pools[s.pool()].proto;
-        let mark = if got && batches(s, proto) {
-            next_mark(s.read_mark().0, mark_for(s.inflight().len()))
+        let owed = s.inflight().len();
+        // Whether a mark is set at all follows from the fewest bytes any
+        // reply has (so clients that do not pipeline never get one); how
+        // high, from the replies seen lately.
+        let mark = if got && batches(s, proto) && mark_for(owed, REPLY_MIN) >= MARK_MIN {
+            next_mark(s.read_mark().0, mark_for(owed, s.reply_floor.per_reply()))
         } else {
             1
         };
@@ -140,12 +203,12 @@ mod tests {
 
     #[test]
     fn marks_stay_under_the_least_the_owed_replies_bring() {
-        assert_eq!(mark_for(0), 1);
-        assert_eq!(mark_for(1), 1);
+        assert_eq!(mark_for(0, REPLY_MIN), 1);
+        assert_eq!(mark_for(1, REPLY_MIN), 1);
         // Two replies: the first may lack all but a byte, the second has 3.
-        assert_eq!(mark_for(2), 4);
+        assert_eq!(mark_for(2, REPLY_MIN), 4);
         for owed in 2..20_000 {
-            let m = mark_for(owed);
+            let m = mark_for(owed, REPLY_MIN);
             assert!(m.is_power_of_two(), "{owed}: {m}");
             assert!(m <= REPLY_MIN * (owed - 1) + 1, "{owed}: {m}");
             assert!(m <= MARK_MAX);
@@ -155,7 +218,31 @@ mod tests {
                 "{owed}: {m}"
             );
         }
-        assert_eq!(mark_for(usize::MAX), MARK_MAX);
+        assert_eq!(mark_for(usize::MAX, REPLY_MIN), MARK_MAX);
+    }
+
+    #[test]
+    fn the_floor_follows_the_shortest_reply_of_two_windows() {
+        let mut f = ReplyFloor::default();
+        assert_eq!(f.per_reply(), REPLY_MIN);
+        f.note(0, 0);
+        assert_eq!(f.per_reply(), REPLY_MIN);
+        f.note(10, 1000);
+        assert_eq!(f.per_reply(), 500);
+        // One short reply lowers it at once, never under REPLY_MIN.
+        f.note(1, 5);
+        assert_eq!(f.per_reply(), REPLY_MIN);
+        // Forgotten two windows later.
+        f.note(FLOOR_WINDOW, 1000);
+        assert_eq!(f.per_reply(), REPLY_MIN);
+        f.note(FLOOR_WINDOW, 1000);
+        assert_eq!(f.per_reply(), 500);
+        // A mark from it stays under what the owed replies bring if they
+        // are as long as half the shortest seen, and within the cap.
+        for owed in 2..5000 {
+            let m = mark_for(owed, f.per_reply());
+            assert!(m <= 500 * (owed - 1) + 1 && m <= MARK_MAX, "{owed}: {m}");
+        }
     }
 
     #[test]
@@ -174,7 +261,7 @@ mod tests {
         assert_eq!(next_mark(1, 256), 256);
         for current in [1, 2, 4, 64, 1024, MARK_MAX] {
             for owed in 0..5000 {
-                let want = mark_for(owed);
+                let want = mark_for(owed, REPLY_MIN);
                 assert!(next_mark(current, want) <= want, "{current} {owed}");
             }
         }

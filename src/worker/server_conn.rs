@@ -58,6 +58,8 @@ pub struct Server {
     /// The socket's receive low-water mark (`read_batch.rs`; 1: any byte
     /// wakes the worker) and when it was last set.
     read_mark: (usize, Instant),
+    /// The shortest reply read lately (`read_batch.rs`).
+    pub reply_floor: super::read_batch::ReplyFloor,
     /// Requests not yet written.
     wbuf: Buffer,
     /// Requests waiting for replies, in order.
@@ -123,6 +125,7 @@ impl Server {
         let (pool, server, slot) = at;
         Server {
             read_mark: (1, now),
+            reply_floor: Default::default(),
             sock,
             tls_cut: 0,
             id,

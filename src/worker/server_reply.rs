@@ -50,6 +50,7 @@ impl Worker<'_> {
         }
         if let Some(Conn::Server(s)) = self.conns.get_mut(token.0) {
             s.put_rbuf(rbuf, batch.need);
+            s.reply_floor.note(batch.replies, batch.least);
         }
         if let Some(fault) = batch.failure {
             crate::log_warn!(
@@ -114,6 +115,11 @@ impl Worker<'_> {
                     batch.replies += 1;
                     batch.request_bytes += front.len as u64;
                     batch.reply_bytes += rsp.len as u64;
+                    batch.least = if batch.least == 0 {
+                        rsp.len
+                    } else {
+                        batch.least.min(rsp.len)
+                    };
                     batch.off += rsp.len;
                     let bytes = &input[..rsp.len];
                     if let Some(fault) = self.route_reply(pool, server, &front, bytes, rsp, now) {
@@ -311,6 +317,8 @@ struct ReplyBatch {
     request_bytes: u64,
     /// Bytes of the replies.
     reply_bytes: u64,
+    /// Bytes of the shortest of them (0: none).
+    least: usize,
     /// The connection is to be closed for this.
     failure: Option<ServerFault>,
     /// A large reply started streaming.

@@ -84,6 +84,72 @@ def test_replies_under_the_mark_from_a_stalled_server_still_arrive(procs):
         t.join(5)
 
 
+def test_misses_after_a_run_of_large_hits_still_arrive(procs):
+    """The mark counts each owed reply for half the shortest reply seen
+    lately: after 100 hits of 1 KB, the 1,100 gets still owed are counted
+    for ~500 bytes each (a 16 KB mark). A scripted memcached then answers
+    them all with misses (5,500 bytes in all, under the mark) and stops:
+    they must reach the client all the same, long before the pool's
+    timeout, in order."""
+    port = free_port()
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((HOST, port))
+    listener.listen(4)
+    hits_read = threading.Event()
+    misses_sent = threading.Event()
+    done = threading.Event()
+    conns: list[socket.socket] = []
+    total, hits = 1200, 100
+    value = b"v" * 1000
+
+    def serve() -> None:
+        listener.settimeout(20)
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            return
+        conns.append(conn)
+        got = b""
+        while got.count(b"\r\n") < total:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return
+            got += chunk
+        conn.sendall(b"".join(b"VALUE k%d 0 %d\r\n%s\r\nEND\r\n" % (i, len(value), value)
+                              for i in range(hits)))
+        if not hits_read.wait(10):
+            return
+        conn.sendall(b"END\r\n" * (total - hits))
+        misses_sent.set()
+        done.wait(30)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        p = procs.proxy("walnut", {"m": memcache_pool([Addr(port)], timeout=20000)},
+                        extra_args=["--workers", "1"])
+        with RawConn(p.port("m"), timeout=10) as c:
+            c.send(b"".join(b"get k%d\r\n" % i for i in range(total)))
+            for i in range(hits):
+                want = b"VALUE k%d 0 %d\r\n%s\r\nEND\r\n" % (i, len(value), value)
+                assert c.read_until(b"END\r\n", timeout=5) == want
+            hits_read.set()
+            assert misses_sent.wait(5)
+            sent_at = time.monotonic()
+            for _ in range(total - hits):
+                assert c.read_line(timeout=5) == b"END\r\n"
+            waited = time.monotonic() - sent_at
+            # READ_WAIT is 1 ms; the pool's timeout, 20 s.
+            assert waited < 1.0, waited
+    finally:
+        done.set()
+        for conn in conns:
+            conn.close()
+        listener.close()
+        t.join(5)
+
+
 def test_busy_pipelining_clients_get_every_reply(procs):
     """4 persistent clients pipeline batches of 1 to 64 gets of hits and
     misses (values up to 4 KB) over two memcached, 120 batches each; every
