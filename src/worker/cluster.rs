@@ -12,7 +12,11 @@
 //! connection to a node asks for one too, and so does a map older than
 //! `MAP_MAX_AGE` (replicas and nodes that joined without a slot moving).
 //! A `-TRYAGAIN` (multi-key request on a slot half migrated) is sent again
-//! after `TRYAGAIN_DELAY`, routed by the map of that moment.
+//! after `TRYAGAIN_DELAY`, routed by the map of that moment; so is a
+//! `-CLUSTERDOWN` (a node whose view of the cluster is changing, as for a
+//! few milliseconds around a failover: the command was not run), which
+//! also asks for a new map. After `MAX_TRYAGAIN` (1 s in all) the last
+//! reply goes to the client.
 
 use super::conn::{Conn, ReplyTo, Waiter};
 use super::Worker;

@@ -185,6 +185,11 @@ impl Worker<'_> {
             let redirected = cluster
                 && if bytes.starts_with(b"-TRYAGAIN") {
                     self.cluster_tryagain(pool, to, front.op, now)
+                } else if bytes.starts_with(b"-CLUSTERDOWN") {
+                    // Not run: the node's view of the cluster is changing
+                    // (a failover). Ask for a new map, and send it again.
+                    self.cluster_node_failed(pool);
+                    self.cluster_tryagain(pool, to, front.op, now)
                 } else {
                     crate::proto::redis::cluster::parse_redirect(bytes)
                         .is_some_and(|r| self.cluster_redirect(pool, server, to, front.op, &r, now))

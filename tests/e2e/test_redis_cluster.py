@@ -403,6 +403,51 @@ def test_failover_under_load(procs, proxy_kind):
     assert direct(replica).get(keys[0]) == client(proxy).get(keys[0])
 
 
+def _cluster_down(port: int, key: str) -> bool:
+    try:
+        direct(port).get(key)
+    except redis.exceptions.ClusterDownError:
+        return True
+    return False
+
+
+def test_clusterdown_is_waited_out_not_passed_on(procs):
+    """A node that answers -CLUSTERDOWN did not run the command (its view of
+    the cluster is changing, as for a few ms around a failover): walnut
+    asks for a new map and sends it again, 20 ms apart, for up to 1 s. A
+    client sees no error when the slot is served again within that time;
+    a slot that stays unserved is answered CLUSTERDOWN after about 1 s."""
+    nodes = procs.redis_cluster(masters=3)
+    proxy = procs.proxy("walnut", {"alpha": cluster_pool(nodes[0])}, extra_args=["--workers", "1"])
+    c = client(proxy)
+    key = "down:1"
+    assert c.set(key, "v") is True
+    slot = key_slot(key.encode())
+    owner = slot_owner(nodes[0].port, slot)
+    admin = direct(owner)
+    admin.execute_command("CLUSTER", "DELSLOTS", slot)
+    try:
+        wait_until(lambda: _cluster_down(owner, key), 10, what="the owner answers CLUSTERDOWN")
+        back = threading.Timer(0.3, lambda: admin.execute_command("CLUSTER", "ADDSLOTS", slot))
+        started = time.monotonic()
+        back.start()
+        assert c.get(key) == b"v"
+        assert time.monotonic() - started >= 0.2
+        back.join()
+        wait_until(lambda: not _cluster_down(owner, key), 10, what="the slot served again")
+        admin.execute_command("CLUSTER", "DELSLOTS", slot)
+        wait_until(lambda: _cluster_down(owner, key), 10, what="the owner answers CLUSTERDOWN")
+        started = time.monotonic()
+        with pytest.raises(redis.exceptions.ClusterDownError):
+            c.get(key)
+        assert time.monotonic() - started >= 0.9
+    finally:
+        try:
+            admin.execute_command("CLUSTER", "ADDSLOTS", slot)
+        except redis.exceptions.ResponseError:
+            pass  # already served
+
+
 def test_config_test_checks_the_cluster_keys(tmp_path, proxy_kind):
     good = "alpha:\n  listen: 127.0.0.1:22121\n  redis: true\n  redis_cluster: true\n  servers:\n   - 127.0.0.1:7000:1\n"
     bad = "alpha:\n  listen: 127.0.0.1:22121\n  redis_cluster: true\n  servers:\n   - 127.0.0.1:7000:1\n"
