@@ -15,12 +15,56 @@ import time
 from procs import HOST, RawConn, free_port, memcache_pool
 
 
-class Addr:
-    """A backend given by address alone (the scripted server below)."""
+class StallingServer:
+    """A scripted memcached on a free port: once it has read `lines`
+    request lines from its one connection, it sends `first`, then, once
+    `first_read` is set, `second`, sets `second_sent` and answers nothing
+    more. Stopped (its sockets closed, its thread joined) on exit."""
 
-    def __init__(self, port: int):
-        self.port = port
-        self.address = f"{HOST}:{port}"
+    def __init__(self, lines: int, first: bytes, second: bytes):
+        self.lines, self.first, self.second = lines, first, second
+        self.port = free_port()
+        self.address = f"{HOST}:{self.port}"
+        self.first_read = threading.Event()
+        self.second_sent = threading.Event()
+        self.done = threading.Event()
+        self.conns: list[socket.socket] = []
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind((HOST, self.port))
+        self.listener.listen(4)
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+
+    def serve(self) -> None:
+        self.listener.settimeout(20)
+        try:
+            conn, _ = self.listener.accept()
+        except OSError:
+            return
+        self.conns.append(conn)
+        got = b""
+        while got.count(b"\r\n") < self.lines:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return
+            got += chunk
+        conn.sendall(self.first)
+        if not self.first_read.wait(10):
+            return
+        conn.sendall(self.second)
+        self.second_sent.set()
+        self.done.wait(30)
+
+    def __enter__(self) -> "StallingServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        for conn in self.conns:
+            conn.close()
+        self.listener.close()
+        self.thread.join(5)
 
 
 def test_replies_under_the_mark_from_a_stalled_server_still_arrive(procs):
@@ -29,59 +73,21 @@ def test_replies_under_the_mark_from_a_stalled_server_still_arrive(procs):
     the 196 still owed), then stops answering: the 2 are fewer bytes than
     the mark, and must reach the client all the same, long before the
     pool's timeout."""
-    port = free_port()
-    listener = socket.socket()
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind((HOST, port))
-    listener.listen(4)
-    first_part_read = threading.Event()
-    second_sent = threading.Event()
-    done = threading.Event()
-    conns: list[socket.socket] = []
-
-    def serve() -> None:
-        listener.settimeout(20)
-        try:
-            conn, _ = listener.accept()
-        except OSError:
-            return
-        conns.append(conn)
-        got = b""
-        while got.count(b"\r\n") < 200:
-            chunk = conn.recv(65536)
-            if not chunk:
-                return
-            got += chunk
-        conn.sendall(b"END\r\n" * 4)
-        if not first_part_read.wait(10):
-            return
-        conn.sendall(b"END\r\n" * 2)
-        second_sent.set()
-        done.wait(30)
-
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
-    try:
-        p = procs.proxy("walnut", {"m": memcache_pool([Addr(port)], timeout=20000)},
+    with StallingServer(200, b"END\r\n" * 4, b"END\r\n" * 2) as server:
+        p = procs.proxy("walnut", {"m": memcache_pool([server], timeout=20000)},
                         extra_args=["--workers", "1"])
         with RawConn(p.port("m"), timeout=10) as c:
             c.send(b"".join(b"get k%d\r\n" % i for i in range(200)))
             for _ in range(4):
                 assert c.read_line(timeout=5) == b"END\r\n"
-            first_part_read.set()
-            assert second_sent.wait(5)
+            server.first_read.set()
+            assert server.second_sent.wait(5)
             sent_at = time.monotonic()
             for _ in range(2):
                 assert c.read_line(timeout=5) == b"END\r\n"
             waited = time.monotonic() - sent_at
             # READ_WAIT is 1 ms; the pool's timeout, 20 s.
             assert waited < 1.0, waited
-    finally:
-        done.set()
-        for conn in conns:
-            conn.close()
-        listener.close()
-        t.join(5)
 
 
 def test_misses_after_a_run_of_large_hits_still_arrive(procs):
@@ -91,63 +97,25 @@ def test_misses_after_a_run_of_large_hits_still_arrive(procs):
     them all with misses (5,500 bytes in all, under the mark) and stops:
     they must reach the client all the same, long before the pool's
     timeout, in order."""
-    port = free_port()
-    listener = socket.socket()
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind((HOST, port))
-    listener.listen(4)
-    hits_read = threading.Event()
-    misses_sent = threading.Event()
-    done = threading.Event()
-    conns: list[socket.socket] = []
     total, hits = 1200, 100
     value = b"v" * 1000
-
-    def serve() -> None:
-        listener.settimeout(20)
-        try:
-            conn, _ = listener.accept()
-        except OSError:
-            return
-        conns.append(conn)
-        got = b""
-        while got.count(b"\r\n") < total:
-            chunk = conn.recv(65536)
-            if not chunk:
-                return
-            got += chunk
-        conn.sendall(b"".join(b"VALUE k%d 0 %d\r\n%s\r\nEND\r\n" % (i, len(value), value)
-                              for i in range(hits)))
-        if not hits_read.wait(10):
-            return
-        conn.sendall(b"END\r\n" * (total - hits))
-        misses_sent.set()
-        done.wait(30)
-
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
-    try:
-        p = procs.proxy("walnut", {"m": memcache_pool([Addr(port)], timeout=20000)},
+    hit = b"VALUE k%d 0 %d\r\n%s\r\nEND\r\n"
+    first = b"".join(hit % (i, len(value), value) for i in range(hits))
+    with StallingServer(total, first, b"END\r\n" * (total - hits)) as server:
+        p = procs.proxy("walnut", {"m": memcache_pool([server], timeout=20000)},
                         extra_args=["--workers", "1"])
         with RawConn(p.port("m"), timeout=10) as c:
             c.send(b"".join(b"get k%d\r\n" % i for i in range(total)))
             for i in range(hits):
-                want = b"VALUE k%d 0 %d\r\n%s\r\nEND\r\n" % (i, len(value), value)
-                assert c.read_until(b"END\r\n", timeout=5) == want
-            hits_read.set()
-            assert misses_sent.wait(5)
+                assert c.read_until(b"END\r\n", timeout=5) == hit % (i, len(value), value)
+            server.first_read.set()
+            assert server.second_sent.wait(5)
             sent_at = time.monotonic()
             for _ in range(total - hits):
                 assert c.read_line(timeout=5) == b"END\r\n"
             waited = time.monotonic() - sent_at
             # READ_WAIT is 1 ms; the pool's timeout, 20 s.
             assert waited < 1.0, waited
-    finally:
-        done.set()
-        for conn in conns:
-            conn.close()
-        listener.close()
-        t.join(5)
 
 
 def test_busy_pipelining_clients_get_every_reply(procs):
