@@ -32,7 +32,7 @@ from report import write_table  # noqa: E402
 from loads import MCLOAD  # noqa: E402
 from procs import (  # noqa: E402
     HOST, NUTCRACKER, PREDIXY, WALNUT, Proc, free_port, have_predixy, memcached, redis_server,
-    tree, user_sys_seconds,
+    reads_sleeps, tree, user_sys_seconds,
 )
 
 # (name, redis-benchmark test, pipeline, value bytes). Each GET follows a
@@ -109,19 +109,23 @@ def mc_bench(port: int, keys: int, pipeline: int, n: int, prefill: bool = False)
 
 
 def measure(kind: str, binary: str, backend: int | list[int], work: Path, warm, run,
-            n: int) -> tuple[float, float, float]:
+            n: int) -> tuple[float, ...]:
     """One round of one proxy: start it, `warm` it up (connections), then
-    user and system µs per request over `run`, and its requests per second."""
+    user and system µs per request over `run`, its requests per second, and
+    its read calls and sleeps per request."""
     proxy, port = start_proxy(kind, binary, backend, work)
     try:
         warm(port)
         pids = tree(proxy.pid)
         u0, s0 = user_sys(pids)
+        c0 = reads_sleeps(pids)
         rps = run(port)
         u1, s1 = user_sys(pids)
+        c1 = reads_sleeps(pids)
     finally:
         proxy.stop()
-    return (u1 - u0) / n * 1e6, (s1 - s0) / n * 1e6, rps
+    calls = tuple((b - a) / n for a, b in zip(c0, c1))
+    return ((u1 - u0) / n * 1e6, (s1 - s0) / n * 1e6, rps) + calls
 
 
 def main() -> None:
@@ -153,7 +157,7 @@ def main() -> None:
                     bench(backend, test, 1, 20_000, size)
                 continue
             n = args.requests if pipeline > 1 and size < 1024 else args.requests // 10
-            got: dict[str, list[tuple[float, float, float]]] = {p: [] for p, _ in peers}
+            got: dict[str, list[tuple[float, ...]]] = {p: [] for p, _ in peers}
             for _ in range(args.rounds):
                 for kind, binary in peers:
                     got[kind].append(measure(
@@ -194,10 +198,14 @@ def summarize(load: str, peers, got) -> list[tuple]:
         us = [g[0] for g in got[kind]]
         ss = [g[1] for g in got[kind]]
         tot = [g[0] + g[1] for g in got[kind]]
+        calls = tuple(statistics.median(g[i] for g in got[kind]) for i in (3, 4))
         rows.append((load, kind, statistics.median(us), statistics.median(ss),
-                     statistics.median(tot), statistics.median(g[2] for g in got[kind]), tot))
+                     statistics.median(tot), statistics.median(g[2] for g in got[kind]), tot,
+                     calls))
         print(f"  {load:<14} {kind:<14} user {rows[-1][2]:.3f}  sys {rows[-1][3]:.3f}"
-              f"  total {rows[-1][4]:.3f} us/req  ({rows[-1][5]:,.0f} req/s)", flush=True)
+              f"  total {rows[-1][4]:.3f} us/req  ({rows[-1][5]:,.0f} req/s)"
+              f"  reads {calls[0]:.4f} sleeps {calls[1]:.4f} per req",
+              flush=True)
     return rows
 
 
@@ -207,8 +215,11 @@ def write_rows(rows: list[tuple], args) -> None:
              f"1/2k), one proxy alive at a time, "
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average at end "
              f"{os.getloadavg()[0]:.2f}.", "",
-             "| load | proxy | user | sys | total | req/s | total / walnut | walnut / best peer |",
-             "|---|---|---|---|---|---|---|---|"]
+             "Reads and sleeps: the proxy's read calls (`/proc/PID/io` syscr) and voluntary "
+             "context switches, per request (medians).", "",
+             "| load | proxy | user | sys | total | req/s | total / walnut | walnut / best peer "
+             "| reads | sleeps |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for load in dict.fromkeys(r[0] for r in rows):
         mine = [r for r in rows if r[0] == load]
         walnut = next(r[4] for r in mine if r[1] == "walnut")
@@ -216,7 +227,8 @@ def write_rows(rows: list[tuple], args) -> None:
         for r in mine:
             ratio = f"{walnut / best:.2f}" if r[1] == "walnut" and best else ""
             lines.append(f"| {load} | {r[1]} | {r[2]:.3f} | {r[3]:.3f} | {r[4]:.3f} | "
-                         f"{r[5]:,.0f} | {r[4] / walnut:.2f} | {ratio} |")
+                         f"{r[5]:,.0f} | {r[4] / walnut:.2f} | {ratio} | {r[7][0]:.4f} | "
+                         f"{r[7][1]:.4f} |")
     write_table(lines, args.out)
 
 
