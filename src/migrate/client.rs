@@ -2,6 +2,7 @@
 //! memcached (text and meta) to list keys and move one, with timeouts so
 //! a server that stops answering ends the attempt instead of hanging it.
 
+use super::commands::{mc_delete, mc_get, mc_store, resp_command, restore};
 use crate::config::{PoolConfig, ServerAddr};
 use std::io::{self, Read, Write};
 use std::time::Duration;
@@ -33,32 +34,6 @@ pub struct Conn {
 
 fn err(msg: impl Into<String>) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, msg.into())
-}
-
-fn resp_command(args: &[&[u8]]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        out.extend_from_slice(a);
-        out.extend_from_slice(b"\r\n");
-    }
-    out
-}
-
-/// A memcached key on a meta command line: as it is, or base64 with ` b`.
-fn meta_key(key: &[u8]) -> (Vec<u8>, &'static str) {
-    let plain = !key.is_empty() && key.len() <= 250 && key.iter().all(|&b| b > b' ' && b != 0x7f);
-    if plain {
-        (key.to_vec(), "")
-    } else {
-        use base64::Engine;
-        (
-            base64::engine::general_purpose::STANDARD
-                .encode(key)
-                .into_bytes(),
-            " b",
-        )
-    }
 }
 
 /// `%XX` decoding of a metadump key.
@@ -357,11 +332,7 @@ impl Conn {
                 self.send(&resp_command(&[b"DEL", key]))?;
                 self.resp()?;
             } else {
-                let (k, b) = meta_key(key);
-                let mut del = b"md ".to_vec();
-                del.extend_from_slice(&k);
-                del.extend_from_slice(format!("{b}\r\n").as_bytes());
-                self.send(&del)?;
+                self.send(&mc_delete(key))?;
                 self.line()?;
             }
         }
@@ -381,22 +352,14 @@ impl Conn {
         if ttl == -2 {
             return Ok(None);
         }
-        let ttl = super::restore_ttl(ttl);
         let len = payload.len();
-        Ok(Some((
-            resp_command(&[b"RESTORE", key, ttl.as_bytes(), &payload]),
-            len,
-        )))
+        Ok(Some((restore(key, ttl, &payload), len)))
     }
 
     /// `mg k v f t`: the `ms ... ME` (add) that recreates the item, and its
     /// size.
     fn read_memcache(&mut self, key: &[u8]) -> io::Result<Option<(Vec<u8>, usize)>> {
-        let (k, b) = meta_key(key);
-        let mut req = b"mg ".to_vec();
-        req.extend_from_slice(&k);
-        req.extend_from_slice(format!("{b} v f t\r\n").as_bytes());
-        self.send(&req)?;
+        self.send(&mc_get(key))?;
         let head = self.line()?;
         if head == b"ERROR" {
             // Not a miss (`EN`): a server without the meta commands.
@@ -422,18 +385,7 @@ impl Conn {
             }
         }
         let value = self.block(len)?;
-        let mut store = b"ms ".to_vec();
-        store.extend_from_slice(&k);
-        store.extend_from_slice(
-            format!(
-                " {len}{b} F{flags} T{} ME\r\n",
-                crate::migrate::mc_store_ttl(ttl)
-            )
-            .as_bytes(),
-        );
-        store.extend_from_slice(&value);
-        store.extend_from_slice(b"\r\n");
-        Ok(Some((store, len)))
+        Ok(Some((mc_store(key, flags, ttl, &value), len)))
     }
 }
 

@@ -15,6 +15,7 @@
 //! has no event loop to keep responsive.
 
 mod client;
+pub mod commands;
 mod progress;
 
 pub use progress::{Progress, State};
@@ -354,29 +355,6 @@ impl Limiter {
     }
 }
 
-/// The TTL argument of the `RESTORE` that recreates a key whose `PTTL`
-/// was `pttl`: 0 (no expiry) for -1, and at least 1 ms for a key that
-/// has a TTL — `PTTL` answers 0 for a key in its last millisecond, which
-/// `RESTORE` would read as "never expires".
-pub fn restore_ttl(pttl: i64) -> String {
-    match pttl {
-        ..0 => "0".to_string(),
-        0 => "1".to_string(),
-        n => n.to_string(),
-    }
-}
-
-/// The `T` flag of a memcached `ms` that copies a key whose `mg ... t`
-/// said `ttl` seconds: -1 (no expiry) is `T0`, and a key in its last
-/// second is given one more (`T0` would make it immortal).
-pub fn mc_store_ttl(ttl: i64) -> i64 {
-    match ttl {
-        ..0 => 0,
-        0 => 1,
-        n => n,
-    }
-}
-
 /// Whether two configurations of one pool place keys differently (then a
 /// migration runs, if the pool has `migration: true`).
 pub fn placement_changed(old: &PoolConfig, new: &PoolConfig) -> bool {
@@ -498,20 +476,6 @@ pub fn addr_text(a: &ServerAddr) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn mc_store_ttl_keeps_a_key_in_its_last_second_mortal() {
-        assert_eq!(mc_store_ttl(-1), 0);
-        assert_eq!(mc_store_ttl(0), 1);
-        assert_eq!(mc_store_ttl(300), 300);
-    }
-
-    #[test]
-    fn restore_ttl_keeps_a_key_in_its_last_millisecond_mortal() {
-        assert_eq!(restore_ttl(-1), "0");
-        assert_eq!(restore_ttl(0), "1");
-        assert_eq!(restore_ttl(1500), "1500");
-    }
 
     fn pool(servers: &[&str]) -> PoolConfig {
         static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

@@ -24,6 +24,7 @@ use super::server_rt::{server_rt, ServerRt};
 use super::Worker;
 use crate::config::PoolConfig;
 use crate::hash::{Placement, RingServer};
+use crate::migrate::commands::{mc_delete, mc_get, mc_store, resp_command, restore};
 use crate::proto::{Op, Parse, Protocol, Request, Route};
 use mio::Token;
 use std::time::Instant;
@@ -118,36 +119,6 @@ impl MigrationRt {
             Vec::new()
         }
     }
-}
-
-/// Whether a memcached key can go on a meta command line as it is (else
-/// it is sent base64-encoded with the `b` flag).
-fn plain_key(key: &[u8]) -> bool {
-    !key.is_empty() && key.len() <= 250 && key.iter().all(|&b| b > b' ' && b != 0x7f)
-}
-
-pub(super) fn meta_key(key: &[u8]) -> (Vec<u8>, &'static str) {
-    if plain_key(key) {
-        (key.to_vec(), "")
-    } else {
-        use base64::Engine;
-        (
-            base64::engine::general_purpose::STANDARD
-                .encode(key)
-                .into_bytes(),
-            " b",
-        )
-    }
-}
-
-pub(super) fn resp_command(args: &[&[u8]]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        out.extend_from_slice(a);
-        out.extend_from_slice(b"\r\n");
-    }
-    out
 }
 
 /// A Redis bulk reply's payload (`None` for a null).
@@ -348,11 +319,7 @@ impl Worker<'_> {
                 )
             }
             Protocol::Memcache => {
-                let (k, b) = meta_key(&key);
-                let mut line = b"mg ".to_vec();
-                line.extend_from_slice(&k);
-                line.extend_from_slice(format!("{b} v f t\r\n").as_bytes());
-                self.pull_send(token, old, idx, PullPart::Get, &line, now)
+                self.pull_send(token, old, idx, PullPart::Get, &mc_get(&key), now)
             }
         };
         if !sent {
@@ -438,28 +405,14 @@ impl Worker<'_> {
                     self.pull_next(token, idx, now);
                     return;
                 };
-                let ttl = crate::migrate::restore_ttl(ttl);
-                let restore = resp_command(&[b"RESTORE", &key, ttl.as_bytes(), &payload]);
-                self.pull_copy(token, idx, &restore, now);
+                self.pull_copy(token, idx, &restore(&key, ttl, &payload), now);
             }
             PullPart::Get => {
                 let Some((flags, ttl, value)) = meta_value(reply) else {
                     self.pull_next(token, idx, now);
                     return;
                 };
-                let (k, b) = meta_key(&key);
-                let mut store = b"ms ".to_vec();
-                store.extend_from_slice(&k);
-                store.extend_from_slice(
-                    format!(
-                        " {}{b} F{flags} T{} ME\r\n",
-                        value.len(),
-                        crate::migrate::mc_store_ttl(ttl)
-                    )
-                    .as_bytes(),
-                );
-                store.extend_from_slice(value);
-                store.extend_from_slice(b"\r\n");
+                let store = mc_store(&key, flags, ttl, value);
                 self.pull_copy(token, idx, &store, now);
             }
             PullPart::Store => self.pull_stored(token, idx, stored(reply), now),
@@ -534,13 +487,7 @@ impl Worker<'_> {
                 .collect();
             let del = match proto {
                 Protocol::Redis => resp_command(&[b"DEL", &p.key]),
-                Protocol::Memcache => {
-                    let (k, b) = meta_key(&p.key);
-                    let mut del = b"md ".to_vec();
-                    del.extend_from_slice(&k);
-                    del.extend_from_slice(format!("{b}\r\n").as_bytes());
-                    del
-                }
+                Protocol::Memcache => mc_delete(&p.key),
             };
             for server in stale {
                 self.pull_send(token, server, idx, PullPart::Delete, &del, now);
@@ -607,12 +554,5 @@ mod tests {
             b"-ERR DUMP payload version or checksum are wrong\r\n"
         ));
         assert!(!stored(b"SERVER_ERROR out of memory\r\n"));
-    }
-
-    #[test]
-    fn keys_that_cannot_go_on_a_line_are_encoded() {
-        assert_eq!(meta_key(b"user:1"), (b"user:1".to_vec(), ""));
-        assert_eq!(meta_key(b"a b"), (b"YSBi".to_vec(), " b"));
-        assert_eq!(meta_key(b"\x00").1, " b");
     }
 }

@@ -32,13 +32,13 @@ use std::time::Instant;
 /// A server, and a cluster slot (0 when slots do not matter).
 type ServerSlot = (usize, u16);
 
+/// The command `name` with `args` (channels or patterns).
 fn resp_command(name: &str, args: &[Vec<u8>]) -> Vec<u8> {
+    let words: Vec<&[u8]> = std::iter::once(name.as_bytes())
+        .chain(args.iter().map(Vec::as_slice))
+        .collect();
     let mut out = Vec::new();
-    reply::array(1 + args.len(), &mut out);
-    reply::bulk(name.as_bytes(), &mut out);
-    for a in args {
-        reply::bulk(a, &mut out);
-    }
+    reply::command(&words, &mut out);
     out
 }
 

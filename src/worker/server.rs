@@ -192,8 +192,11 @@ impl Worker<'_> {
                 op,
                 |out| match &user {
                     // A Redis 6 ACL user (`redis_auth_user`).
-                    Some(u) => write_command(&[b"AUTH", u.as_bytes(), pw.as_bytes()], out),
-                    None => write_command(&[b"AUTH", pw.as_bytes()], out),
+                    Some(u) => crate::proto::redis::reply::command(
+                        &[b"AUTH", u.as_bytes(), pw.as_bytes()],
+                        out,
+                    ),
+                    None => crate::proto::redis::reply::command(&[b"AUTH", pw.as_bytes()], out),
                 },
                 now,
             );
@@ -204,7 +207,12 @@ impl Worker<'_> {
                 token,
                 Some(Waiter::Internal),
                 op,
-                |out| write_command(&[b"SELECT", db.to_string().as_bytes()], out),
+                |out| {
+                    crate::proto::redis::reply::command(
+                        &[b"SELECT", db.to_string().as_bytes()],
+                        out,
+                    )
+                },
                 now,
             );
         }
@@ -214,7 +222,7 @@ impl Worker<'_> {
                 token,
                 Some(Waiter::Internal),
                 op,
-                |out| write_command(&[b"READONLY"], out),
+                |out| crate::proto::redis::reply::command(&[b"READONLY"], out),
                 now,
             );
         }
@@ -226,7 +234,7 @@ impl Worker<'_> {
                 token,
                 Some(Waiter::Internal),
                 op,
-                |out| write_command(&[b"HELLO", b"3"], out),
+                |out| crate::proto::redis::reply::command(&[b"HELLO", b"3"], out),
                 now,
             );
         }
@@ -494,16 +502,6 @@ impl Worker<'_> {
         if self.pools[pool].cluster.is_some() {
             self.cluster_node_failed(pool);
         }
-    }
-}
-
-/// A RESP array of bulk strings (the proxy's own AUTH and SELECT).
-fn write_command(args: &[&[u8]], out: &mut Vec<u8>) {
-    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        out.extend_from_slice(a);
-        out.extend_from_slice(b"\r\n");
     }
 }
 

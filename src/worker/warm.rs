@@ -8,8 +8,9 @@
 //! go to the cold pool only; deletes to both.
 
 use super::conn::{Conn, Waiter};
-use super::migrate::{bulk_payload, integer, meta_key, meta_value, resp_command};
+use super::migrate::{bulk_payload, integer, meta_value};
 use super::Worker;
+use crate::migrate::commands::{mc_get, mc_store, resp_command, restore};
 use crate::proto::{Op, Parse, Protocol};
 use std::time::Instant;
 
@@ -53,13 +54,7 @@ impl Worker<'_> {
         });
         let first = match self.pools[pool].proto {
             Protocol::Redis => resp_command(&[b"DUMP", key]),
-            Protocol::Memcache => {
-                let (k, b) = meta_key(key);
-                let mut line = b"mg ".to_vec();
-                line.extend_from_slice(&k);
-                line.extend_from_slice(format!("{b} v f t\r\n").as_bytes());
-                line
-            }
+            Protocol::Memcache => mc_get(key),
         };
         if !self.warm_send(pool, warm, Some(idx), &first) {
             self.warms.remove(idx);
@@ -129,26 +124,12 @@ impl Worker<'_> {
                 if ttl == -2 {
                     None
                 } else {
-                    let ttl = crate::migrate::restore_ttl(ttl);
-                    Some(resp_command(&[b"RESTORE", &key, ttl.as_bytes(), &payload]))
+                    Some(restore(&key, ttl, &payload))
                 }
             }
-            Protocol::Memcache => meta_value(reply).map(|(flags, ttl, value)| {
-                let (k, b) = meta_key(&key);
-                let mut store = b"ms ".to_vec();
-                store.extend_from_slice(&k);
-                store.extend_from_slice(
-                    format!(
-                        " {}{b} F{flags} T{} ME\r\n",
-                        value.len(),
-                        crate::migrate::mc_store_ttl(ttl)
-                    )
-                    .as_bytes(),
-                );
-                store.extend_from_slice(value);
-                store.extend_from_slice(b"\r\n");
-                store
-            }),
+            Protocol::Memcache => {
+                meta_value(reply).map(|(flags, ttl, value)| mc_store(&key, flags, ttl, value))
+            }
         };
         self.warms.remove(idx);
         if let Some(store) = store {

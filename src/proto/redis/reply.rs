@@ -1,5 +1,15 @@
 //! Reply composers: append RESP replies to an output buffer.
 
+/// Appends a command as clients send one: an array of bulk strings (the
+/// proxy's own AUTH, SELECT, sentinel and pub/sub commands, and the
+/// commands that move a key between servers).
+pub fn command(args: &[&[u8]], out: &mut Vec<u8>) {
+    array(args.len(), out);
+    for a in args {
+        bulk(a, out);
+    }
+}
+
 /// Appends `-ERR <msg>\r\n`. CR and LF in `msg` become spaces so the reply
 /// stays one line.
 pub fn error_reply(msg: &str, out: &mut Vec<u8>) {

@@ -9,6 +9,7 @@
 //! documented event format).
 
 use super::cluster::NodeAddr;
+use super::reply::command;
 use super::resp::{value, Value};
 
 /// The channel Sentinel announces a promoted master on.
@@ -71,14 +72,6 @@ pub fn read_replicas(reply: &[u8]) -> Option<Vec<NodeAddr>> {
         }
     }
     Some(out)
-}
-
-/// A RESP array of bulk strings.
-fn command(args: &[&[u8]], out: &mut Vec<u8>) {
-    super::reply::array(args.len(), out);
-    for a in args {
-        super::reply::bulk(a, out);
-    }
 }
 
 /// What one reply of the conversation says.
