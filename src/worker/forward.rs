@@ -4,6 +4,7 @@
 
 use super::conn::{Conn, Fragment, Multi, MultiMode, Redirect, ReplySlot, ReplyTo, Retry};
 use super::fault::ServerFault;
+use super::zones::{owners_slot, zone_tag};
 use super::{Worker, WRITE_THROUGH_MIN};
 use crate::proto::{Op, Request};
 use crate::stats::PoolField;
@@ -462,24 +463,8 @@ impl Worker<'_> {
         }
         let proto = self.pools[pool].proto;
         let routing = &self.pools[pool].cfg.routing;
-        let slot = ReplySlot {
-            multi: Some(Box::new(Multi {
-                req: req.clone(),
-                bytes: Vec::new(),
-                // A zone pool's fragments know their zone (see finish_multi).
-                frags: replicas
-                    .iter()
-                    .map(|&s| Fragment {
-                        attempt: routing.zone_of(s).min(u8::MAX as usize) as u8,
-                        ..Fragment::default()
-                    })
-                    .collect(),
-                remaining: replicas.len(),
-                error: None,
-                mode: MultiMode::Replicate,
-            })),
-            ..ReplySlot::default()
-        };
+        let zones: SmallVec<[u8; 4]> = replicas.iter().map(|&s| zone_tag(routing, s)).collect();
+        let slot = owners_slot(req, &zones, MultiMode::Replicate);
         let seq = self.push_slot(to.token, req.noreply, slot);
         for (i, server) in replicas.into_iter().enumerate() {
             self.send_or_fail(

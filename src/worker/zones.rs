@@ -35,6 +35,7 @@ use super::fault::ServerFault;
 use super::forward::{reads_only, routing_key};
 use super::handle::FragOf;
 use super::Worker;
+use crate::config::Routing;
 use crate::proto::{Protocol, Request};
 use crate::stats::WorkerField;
 use mio::Token;
@@ -132,27 +133,8 @@ impl Worker<'_> {
             return;
         }
         let routing = &self.pools[pool].cfg.routing;
-        let zones: SmallVec<[u8; 4]> = owners
-            .iter()
-            .map(|&s| routing.zone_of(s).min(u8::MAX as usize) as u8)
-            .collect();
-        let slot = ReplySlot {
-            multi: Some(Box::new(Multi {
-                req: req.clone(),
-                bytes: Vec::new(),
-                frags: zones
-                    .iter()
-                    .map(|&zone| Fragment {
-                        attempt: zone,
-                        ..Fragment::default()
-                    })
-                    .collect(),
-                remaining: owners.len(),
-                error: None,
-                mode: MultiMode::Zones,
-            })),
-            ..ReplySlot::default()
-        };
+        let zones: SmallVec<[u8; 4]> = owners.iter().map(|&s| zone_tag(routing, s)).collect();
+        let slot = owners_slot(req, &zones, MultiMode::Zones);
         let seq = self.push_slot(to.token, req.noreply, slot);
         let proto = self.pools[pool].proto;
         for (i, (server, zone)) in owners.into_iter().zip(zones).enumerate() {
@@ -193,7 +175,7 @@ impl Worker<'_> {
         p.routes.as_ref()?.owners(key, &mut owners);
         owners
             .into_iter()
-            .map(|s| (s, p.cfg.routing.zone_of(s).min(u8::MAX as usize) as u8))
+            .map(|s| (s, zone_tag(&p.cfg.routing, s)))
             .filter(|&(_, z)| z > zone)
             .min_by_key(|&(_, z)| z)
     }
@@ -442,6 +424,34 @@ impl Worker<'_> {
                 }
             });
         }
+    }
+}
+
+/// The zone of server `s` as a fragment's `attempt` carries it.
+pub(super) fn zone_tag(routing: &Routing, s: usize) -> u8 {
+    routing.zone_of(s).min(u8::MAX as usize) as u8
+}
+
+/// The reply slot of a request sent to several owners of its key, a
+/// fragment each, in the order of `zones` (each owner's zone: a zone
+/// pool's fragments know their zone, see `finish_multi`).
+pub(super) fn owners_slot(req: &Request, zones: &[u8], mode: MultiMode) -> ReplySlot {
+    ReplySlot {
+        multi: Some(Box::new(Multi {
+            req: req.clone(),
+            bytes: Vec::new(),
+            frags: zones
+                .iter()
+                .map(|&zone| Fragment {
+                    attempt: zone,
+                    ..Fragment::default()
+                })
+                .collect(),
+            remaining: zones.len(),
+            error: None,
+            mode,
+        })),
+        ..ReplySlot::default()
     }
 }
 
