@@ -21,7 +21,6 @@ walnut worker, or nutcracker) on CPU 1; rounds are interleaved.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import resource
 import socket
@@ -36,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import write_table  # noqa: E402
 import loads  # noqa: E402
-from procs import HOST, Proxy, free_port, memcached, user_sys_seconds  # noqa: E402
+from procs import HOST, Proxy, free_port, memcached, sleeps, user_sys_seconds  # noqa: E402
 
 WINDOW = 1.0
 
@@ -65,15 +64,6 @@ def mc_requests(port: int) -> int:
             data += c.recv(65536)
     st = dict(line.split()[1:3] for line in data.decode().splitlines() if line.startswith("STAT"))
     return int(st["cmd_get"]) + int(st["cmd_set"])
-
-
-def sleeps(pids: list[int]) -> int:
-    n = 0
-    for pid in pids:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/status") as f:
-                n += sum(int(x.split()[1]) for x in f if x.startswith("voluntary_ctxt"))
-    return n
 
 
 def role(key: tuple[str, str], listen: int, backend: int) -> str | None:

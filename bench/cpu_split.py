@@ -32,7 +32,7 @@ from report import write_table  # noqa: E402
 from loads import MCLOAD  # noqa: E402
 from procs import (  # noqa: E402
     HOST, NUTCRACKER, PREDIXY, WALNUT, Proc, free_port, have_predixy, memcached, redis_server,
-    reads_sleeps, tree, user_sys_seconds,
+    read_calls, sleeps, tree, user_sys_seconds,
 )
 
 # (name, redis-benchmark test, pipeline, value bytes). Each GET follows a
@@ -118,10 +118,10 @@ def measure(kind: str, binary: str, backend: int | list[int], work: Path, warm, 
         warm(port)
         pids = tree(proxy.pid)
         u0, s0 = user_sys(pids)
-        c0 = reads_sleeps(pids)
+        c0 = (read_calls(pids), sleeps(pids))
         rps = run(port)
         u1, s1 = user_sys(pids)
-        c1 = reads_sleeps(pids)
+        c1 = (read_calls(pids), sleeps(pids))
     finally:
         proxy.stop()
     calls = tuple((b - a) / n for a, b in zip(c0, c1))

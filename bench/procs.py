@@ -98,24 +98,35 @@ def user_sys_seconds(pids: list[int]) -> dict[int, tuple[float, float]]:
     return out
 
 
-def reads_sleeps(pids: list[int]) -> tuple[int, int]:
-    """Read calls (`/proc/PID/io` syscr: read(2) and readv, not recvfrom)
-    and sleeps (voluntary context switches of every thread) summed over
-    pids. Write calls are not counted: syscw misses send(2), which walnut
-    writes sockets with, while predixy and nutcracker use writev."""
-    reads = sleeps = 0
+def sleeps(pids: list[int]) -> int:
+    """Voluntary context switches (the times a thread slept, as in
+    `epoll_wait`) of every thread of pids."""
+    n = 0
+    for p in pids:
+        try:
+            for task in Path(f"/proc/{p}/task").iterdir():
+                for line in (task / "status").read_text().splitlines():
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        n += int(line.split()[1])
+        except OSError:
+            continue
+    return n
+
+
+def read_calls(pids: list[int]) -> int:
+    """Read calls of pids (`/proc/PID/io` syscr: read(2) and readv, not
+    recvfrom). Write calls are not counted alike: syscw misses send(2),
+    which walnut writes sockets with, while predixy and nutcracker use
+    writev."""
+    n = 0
     for p in pids:
         try:
             for line in Path(f"/proc/{p}/io").read_text().splitlines():
                 if line.startswith("syscr:"):
-                    reads += int(line.split()[1])
-            for task in Path(f"/proc/{p}/task").iterdir():
-                for line in (task / "status").read_text().splitlines():
-                    if line.startswith("voluntary_ctxt_switches:"):
-                        sleeps += int(line.split()[1])
+                    n += int(line.split()[1])
         except OSError:
             continue
-    return reads, sleeps
+    return n
 
 
 def cpu_seconds(pids: list[int]) -> dict[int, float]:

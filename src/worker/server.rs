@@ -5,6 +5,7 @@
 use super::conn::{Conn, Server, ServerRef, Waiter};
 use super::fault::{Ending, IoFault, ServerFault};
 use super::{Worker, READ_BUDGET, READ_CHUNK};
+use crate::proto::redis::reply::command;
 use crate::proto::Op;
 use crate::stats::{PoolField, ServerField, WorkerField};
 use mio::{Interest, Token};
@@ -192,11 +193,8 @@ impl Worker<'_> {
                 op,
                 |out| match &user {
                     // A Redis 6 ACL user (`redis_auth_user`).
-                    Some(u) => crate::proto::redis::reply::command(
-                        &[b"AUTH", u.as_bytes(), pw.as_bytes()],
-                        out,
-                    ),
-                    None => crate::proto::redis::reply::command(&[b"AUTH", pw.as_bytes()], out),
+                    Some(u) => command(&[b"AUTH", u.as_bytes(), pw.as_bytes()], out),
+                    None => command(&[b"AUTH", pw.as_bytes()], out),
                 },
                 now,
             );
@@ -207,12 +205,7 @@ impl Worker<'_> {
                 token,
                 Some(Waiter::Internal),
                 op,
-                |out| {
-                    crate::proto::redis::reply::command(
-                        &[b"SELECT", db.to_string().as_bytes()],
-                        out,
-                    )
-                },
+                |out| command(&[b"SELECT", db.to_string().as_bytes()], out),
                 now,
             );
         }
@@ -222,7 +215,7 @@ impl Worker<'_> {
                 token,
                 Some(Waiter::Internal),
                 op,
-                |out| crate::proto::redis::reply::command(&[b"READONLY"], out),
+                |out| command(&[b"READONLY"], out),
                 now,
             );
         }
@@ -234,7 +227,7 @@ impl Worker<'_> {
                 token,
                 Some(Waiter::Internal),
                 op,
-                |out| crate::proto::redis::reply::command(&[b"HELLO", b"3"], out),
+                |out| command(&[b"HELLO", b"3"], out),
                 now,
             );
         }
