@@ -140,19 +140,35 @@ impl Worker<'_> {
 /// them together writes each histogram word once per batch instead of once
 /// per reply. Flushed when a reply differs and at the end of each pass of
 /// the loop, so the shared histograms lag by at most one pass.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct LatencyRun {
-    /// Pool, server and class of the replies.
-    of: Option<(usize, usize, Class)>,
-    /// Sent and answered at these instants...
-    span: Option<(Instant, Instant)>,
+    /// Sent at this instant (of every reply in the run)...
+    sent: Instant,
+    /// ...and answered at this one...
+    answered: Instant,
     /// ...which is this many microseconds.
     us: u64,
-    /// Replies in the run.
+    /// Pool, server and class of the replies.
+    of: (usize, usize, Class),
+    /// Replies in the run (0: none, the fields above are stale).
     n: u64,
     /// They go into the histograms (else the run only saves working out
     /// the latency again for the slow log).
     record: bool,
+}
+
+impl Default for LatencyRun {
+    fn default() -> Self {
+        let now = Instant::now();
+        LatencyRun {
+            sent: now,
+            answered: now,
+            us: 0,
+            of: (0, 0, Class::Other),
+            n: 0,
+            record: false,
+        }
+    }
 }
 
 /// Whole microseconds from `from` to `to` (0 if `to` is earlier). Not
@@ -173,16 +189,34 @@ impl LatencyRun {
         of: (usize, usize, Class),
         span: (Instant, Instant),
     ) -> u64 {
-        if self.n > 0 && self.span == Some(span) && self.of == Some(of) && self.record == record {
+        // The send instant first: it is what differs between runs most.
+        if self.n > 0
+            && self.sent == span.0
+            && self.answered == span.1
+            && self.of == of
+            && self.record == record
+        {
             self.n += 1;
             return self.us;
         }
+        self.start(stats, record, of, span)
+    }
+
+    #[inline(never)]
+    fn start(
+        &mut self,
+        stats: &StatsSlot<'_>,
+        record: bool,
+        of: (usize, usize, Class),
+        span: (Instant, Instant),
+    ) -> u64 {
         self.flush(stats);
         let us = micros_between(span.0, span.1);
         *self = LatencyRun {
-            of: Some(of),
-            span: Some(span),
+            sent: span.0,
+            answered: span.1,
             us,
+            of,
             n: 1,
             record,
         };
@@ -192,7 +226,8 @@ impl LatencyRun {
     /// Record what is held.
     #[inline]
     pub fn flush(&mut self, stats: &StatsSlot<'_>) {
-        if let (Some((pool, server, class)), true) = (self.of, self.n > 0 && self.record) {
+        if self.n > 0 && self.record {
+            let (pool, server, class) = self.of;
             stats.record_latencies(pool, server, class, self.us, self.n);
         }
         self.n = 0;

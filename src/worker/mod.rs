@@ -472,6 +472,7 @@ impl<'a> Worker<'a> {
     /// unwritten replies are disconnected until the total is below 90% of
     /// the budget (Redis' client eviction): memory stays bounded and the
     /// clients that read their replies are not held up.
+    #[inline]
     pub(super) fn add_out(&mut self, n: usize) {
         if n == 0 {
             return;
@@ -481,6 +482,11 @@ impl<'a> Worker<'a> {
         if self.budget == 0 || self.out_bytes <= self.budget {
             return;
         }
+        self.over_budget();
+    }
+
+    #[cold]
+    fn over_budget(&mut self) {
         self.stats.worker_add(WorkerField::BudgetEvictions, 1);
         while self.out_bytes * 10 > self.budget * 9 {
             let biggest = self

@@ -103,6 +103,9 @@ impl Worker<'_> {
             .server_sub(pool, server, ServerField::OutQueueBytes, sent_bytes);
     }
 
+    /// The connection in `slot` to a server, opened if there is none (or
+    /// a new one apart from the slot, `dedicated`).
+    #[inline]
     pub(super) fn server_conn_for(
         &mut self,
         pool: usize,
@@ -112,11 +115,26 @@ impl Worker<'_> {
         probe: bool,
         dedicated: bool,
     ) -> Result<Token, ServerFault> {
+        // The open connection, nearly every request's: looked up here,
+        // inline, without the call to the opener's much larger frame.
         if let (false, Some(t)) = (dedicated, self.pools[pool].servers[server].conns[slot]) {
             if matches!(self.conns.get(t.0), Some(Conn::Server(_))) {
                 return Ok(t);
             }
         }
+        self.open_server_conn(pool, server, slot, now, probe, dedicated)
+    }
+
+    #[inline(never)]
+    fn open_server_conn(
+        &mut self,
+        pool: usize,
+        server: usize,
+        slot: usize,
+        now: Instant,
+        probe: bool,
+        dedicated: bool,
+    ) -> Result<Token, ServerFault> {
         if let Some(fault) = self.pools[pool].refuse_connect(server, now, probe) {
             return Err(fault);
         }

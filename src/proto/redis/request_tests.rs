@@ -644,6 +644,10 @@ mod shortcut {
             b"*2\r\n$3\r\nGET\r\n$-1\r\n",
             b"*2\r\n$3\r\nGET\r\n$03\r\nfoo\r\n",
             b"*2\r\n$3\r\nGET\r\n:3\r\nfoo\r\n",
+            b"*2\r\n$3\r\nGET\r\n$00\r\n\r\n",
+            b"*2\r\n$3\r\nGET\r\n$+3\r\nfoo\r\n",
+            b"*2\r\n$3\r\nGET\r\n$3\rxfoo\r\n",
+            b"*2\r\n$3\r\nGET\r\n$12345678901\r\nfoo\r\n",
         ] {
             assert!(agree(buf, &l), "{:?}", String::from_utf8_lossy(buf));
         }
@@ -663,10 +667,17 @@ mod shortcut {
     /// parser answers the same.
     #[test]
     fn agrees_with_the_general_parser() {
-        let seeds: [&[u8]; 3] = [
+        let long = [
+            b"*3\r\n$3\r\nSET\r\n$16\r\nkey:000000001234\r\n$100\r\n".to_vec(),
+            vec![b'v'; 100],
+            b"\r\n".to_vec(),
+        ]
+        .concat();
+        let seeds: [&[u8]; 4] = [
             b"*2\r\n$3\r\nGET\r\n$3\r\nfoo\r\n*1\r\n$4\r\nPING\r\n",
             b"*3\r\n$3\r\nset\r\n$2\r\nab\r\n$5\r\nhello\r\n",
             b"*3\r\n$3\r\nSET\r\n$0\r\n\r\n$10\r\n0123456789\r\n",
+            &long,
         ];
         let all = [
             limits(1 << 20, 1000, false),

@@ -329,6 +329,10 @@ fn scan_common(buf: &[u8]) -> Option<Scan> {
             (&buf[end - 2..end] == b"\r\n").then_some(Scan::End(end))
         }
         b'+' => {
+            // SET's answer, matched whole before the search for its end.
+            if buf.get(..5) == Some(b"+OK\r\n") {
+                return Some(Scan::End(5));
+            }
             let nl = memchr::memchr(b'\n', buf.get(..COMMON_LINE.min(buf.len()))?)?;
             (nl >= 2 && buf[nl - 1] == b'\r').then_some(Scan::End(nl + 1))
         }
