@@ -12,7 +12,13 @@ median of the rounds: the figure it is after is CPU time, not throughput.
 redis-server and redis-benchmark share CPU 0, the proxy (walnut with one
 worker, predixy with one thread) is alone on CPU 1.
 
-    python3 bench/cpu_split.py [--rounds 5] [--requests 2000000] [--out FILE]
+    python3 bench/cpu_split.py [--rounds 5] [--requests 2000000] [--out FILE] [--perf]
+
+--perf also samples each proxy with `perf record -e cpu-clock` during the
+measured run (software clock: no hardware counters needed) and adds the
+part of its CPU time spent in the kernel's `finish_task_switch`, where a
+process that slept (blocked in epoll_wait) is switched back in: on a virtual
+machine, waking an idle CPU costs far more there than on bare metal.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -108,24 +115,48 @@ def mc_bench(port: int, keys: int, pipeline: int, n: int, prefill: bool = False)
     return float(doc["rps"])
 
 
+# Where a process that slept is switched back in (see --perf).
+SWITCH_IN = "finish_task_switch"
+
+
+def switch_share(data: Path) -> float:
+    """The fraction of the samples in `data` (a perf.data) that fell in
+    SWITCH_IN."""
+    out = subprocess.run(["perf", "report", "-i", str(data), "--no-children", "--sort", "sym",
+                          "--stdio"], capture_output=True, text=True, check=True).stdout
+    return sum(float(line.split("%")[0]) for line in out.splitlines()
+               if SWITCH_IN in line and line.strip()[:1].isdigit()) / 100
+
+
 def measure(kind: str, binary: str, backend: int | list[int], work: Path, warm, run,
-            n: int) -> tuple[float, ...]:
+            n: int, perf: bool = False) -> tuple[float, ...]:
     """One round of one proxy: start it, `warm` it up (connections), then
-    user and system µs per request over `run`, its requests per second, and
-    its read calls and sleeps per request."""
+    user and system µs per request over `run`, its requests per second, its
+    read calls and sleeps per request, and (`perf`) the µs per request spent
+    switching back in after a sleep (else 0)."""
     proxy, port = start_proxy(kind, binary, backend, work)
+    data = work / f"perf-{kind}-{proxy.pid}.data"
     try:
         warm(port)
         pids = tree(proxy.pid)
+        rec = subprocess.Popen(
+            ["perf", "record", "-q", "-e", "cpu-clock", "-o", str(data),
+             "-p", ",".join(map(str, pids))], stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL) if perf else None
         u0, s0 = user_sys(pids)
         c0 = (read_calls(pids), sleeps(pids))
         rps = run(port)
         u1, s1 = user_sys(pids)
         c1 = (read_calls(pids), sleeps(pids))
+        if rec:
+            rec.send_signal(signal.SIGINT)
+            rec.wait(timeout=60)
     finally:
         proxy.stop()
     calls = tuple((b - a) / n for a, b in zip(c0, c1))
-    return ((u1 - u0) / n * 1e6, (s1 - s0) / n * 1e6, rps) + calls
+    user, system = (u1 - u0) / n * 1e6, (s1 - s0) / n * 1e6
+    switch = switch_share(data) * (user + system) if perf else 0.0
+    return (user, system, rps) + calls + (switch,)
 
 
 def main() -> None:
@@ -135,6 +166,8 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="also write the table (Markdown) here")
     ap.add_argument("--only", default="",
                     help="loads whose name contains these (comma: all of them), e.g. P16 or 16KB,P1")
+    ap.add_argument("--perf", action="store_true",
+                    help="also the CPU spent switching back in after sleeps (perf record)")
     args = ap.parse_args()
     peers = [("walnut", WALNUT)]
     if os.environ.get("WALNUT_BEFORE"):
@@ -163,7 +196,7 @@ def main() -> None:
                     got[kind].append(measure(
                         kind, binary, backend, work,
                         lambda port: bench(port, test, pipeline, max(n // 10, 1000), size),
-                        lambda port: bench(port, test, pipeline, n, size), n))
+                        lambda port: bench(port, test, pipeline, n, size), n, args.perf))
             rows += summarize(load, peers, got)
         mc_peers = [(k, b) for k, b in peers if k != "predixy"]
         for load, keys, pipeline in MC_LOADS:
@@ -182,7 +215,7 @@ def main() -> None:
                     got[kind].append(measure(
                         kind, binary, mc_ports, work,
                         lambda port: mc_bench(port, keys, pipeline, max(n // 10, 1000)),
-                        lambda port: mc_bench(port, keys, pipeline, n), n))
+                        lambda port: mc_bench(port, keys, pipeline, n), n, args.perf))
             rows += summarize(load, mc_peers, got)
     finally:
         redis.stop()
@@ -198,13 +231,13 @@ def summarize(load: str, peers, got) -> list[tuple]:
         us = [g[0] for g in got[kind]]
         ss = [g[1] for g in got[kind]]
         tot = [g[0] + g[1] for g in got[kind]]
-        calls = tuple(statistics.median(g[i] for g in got[kind]) for i in (3, 4))
+        calls = tuple(statistics.median(g[i] for g in got[kind]) for i in (3, 4, 5))
         rows.append((load, kind, statistics.median(us), statistics.median(ss),
                      statistics.median(tot), statistics.median(g[2] for g in got[kind]), tot,
                      calls))
         print(f"  {load:<14} {kind:<14} user {rows[-1][2]:.3f}  sys {rows[-1][3]:.3f}"
               f"  total {rows[-1][4]:.3f} us/req  ({rows[-1][5]:,.0f} req/s)"
-              f"  reads {calls[0]:.4f} sleeps {calls[1]:.4f} per req",
+              f"  reads {calls[0]:.4f} sleeps {calls[1]:.4f} per req  switch-in {calls[2]:.3f} us/req",
               flush=True)
     return rows
 
@@ -216,10 +249,11 @@ def write_rows(rows: list[tuple], args) -> None:
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average at end "
              f"{os.getloadavg()[0]:.2f}.", "",
              "Reads and sleeps: the proxy's read calls (`/proc/PID/io` syscr) and voluntary "
-             "context switches, per request (medians).", "",
+             "context switches, per request (medians). Switch-in (with --perf): µs per request "
+             f"in the kernel's `{SWITCH_IN}`, switching the proxy back in after a sleep.", "",
              "| load | proxy | user | sys | total | req/s | total / walnut | walnut / best peer "
-             "| reads | sleeps |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| reads | sleeps | switch-in |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for load in dict.fromkeys(r[0] for r in rows):
         mine = [r for r in rows if r[0] == load]
         walnut = next(r[4] for r in mine if r[1] == "walnut")
@@ -228,7 +262,7 @@ def write_rows(rows: list[tuple], args) -> None:
             ratio = f"{walnut / best:.2f}" if r[1] == "walnut" and best else ""
             lines.append(f"| {load} | {r[1]} | {r[2]:.3f} | {r[3]:.3f} | {r[4]:.3f} | "
                          f"{r[5]:,.0f} | {r[4] / walnut:.2f} | {ratio} | {r[7][0]:.4f} | "
-                         f"{r[7][1]:.4f} |")
+                         f"{r[7][1]:.4f} | {r[7][2]:.3f} |")
     write_table(lines, args.out)
 
 
