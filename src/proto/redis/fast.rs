@@ -69,9 +69,10 @@ fn bulk(buf: &[u8], pos: usize, limits: &Limits) -> Option<Range<usize>> {
     (end + 2 <= buf.len()).then_some(start..end)
 }
 
-/// Most digits of a length read here: any longer length is the general
-/// parser's (and is over every limit).
-const LEN_DIGITS: usize = 10;
+/// Most digits of a length read here (a length under 10^9 fits any
+/// `usize`); a longer one, over the default 512 MB limit anyway, is the
+/// general parser's.
+const LEN_DIGITS: usize = 9;
 
 /// The length in the `$N` line at `pos`, and where the string starts:
 /// the line's plain digits (no sign, no leading zero, at most
