@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -169,6 +170,8 @@ def main() -> None:
     ap.add_argument("--perf", action="store_true",
                     help="also the CPU spent switching back in after sleeps (perf record)")
     args = ap.parse_args()
+    if args.perf and shutil.which("perf") is None:
+        sys.exit("--perf needs perf (Debian's linux-perf)")
     peers = [("walnut", WALNUT)]
     if os.environ.get("WALNUT_BEFORE"):
         peers.append(("walnut-before", os.environ["WALNUT_BEFORE"]))
