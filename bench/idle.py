@@ -39,7 +39,7 @@ import sys
 import time
 from pathlib import Path
 
-from procs import HOST, ROOT, Proxy, free_port, redis_server, rss_kb
+from procs import HOST, ROOT, Proxy, free_port, proc_sum, redis_server, rss_kb
 
 OPENER = Path(__file__).resolve().parent / "idle_open.py"
 PER_OPENER = 15000  # connections per opener process (hard fd limit 20 000)
@@ -65,15 +65,7 @@ class Sources:
 
 def pss_kb(pids: list[int]) -> int:
     """Sum of Pss (KiB) over pids: shared pages divided among their users."""
-    total = 0
-    for p in pids:
-        try:
-            for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
-                if line.startswith("Pss:"):
-                    total += int(line.split()[1])
-        except OSError:
-            pass
-    return total
+    return proc_sum([Path(f"/proc/{p}/smaps_rollup") for p in pids], "Pss:")
 
 
 def fd_counts(pids: list[int]) -> list[int]:

@@ -98,19 +98,30 @@ def user_sys_seconds(pids: list[int]) -> dict[int, tuple[float, float]]:
     return out
 
 
-def sleeps(pids: list[int]) -> int:
-    """Voluntary context switches (the times a thread slept, as in
-    `epoll_wait`) of every thread of pids."""
+def proc_sum(files: list[Path], key: str) -> int:
+    """Sum of the first number on the `key` line of each of `files`
+    (/proc files of live processes; one that is gone counts 0)."""
     n = 0
-    for p in pids:
+    for f in files:
         try:
-            for task in Path(f"/proc/{p}/task").iterdir():
-                for line in (task / "status").read_text().splitlines():
-                    if line.startswith("voluntary_ctxt_switches:"):
-                        n += int(line.split()[1])
+            for line in f.read_text().splitlines():
+                if line.startswith(key):
+                    n += int(line.split()[1])
         except OSError:
             continue
     return n
+
+
+def sleeps(pids: list[int]) -> int:
+    """Voluntary context switches (the times a thread slept, as in
+    `epoll_wait`) of every thread of pids."""
+    tasks = []
+    for p in pids:
+        try:
+            tasks += [t / "status" for t in Path(f"/proc/{p}/task").iterdir()]
+        except OSError:
+            continue
+    return proc_sum(tasks, "voluntary_ctxt_switches:")
 
 
 def read_calls(pids: list[int]) -> int:
@@ -118,15 +129,7 @@ def read_calls(pids: list[int]) -> int:
     recvfrom). Write calls are not counted alike: syscw misses send(2),
     which walnut writes sockets with, while predixy and nutcracker use
     writev."""
-    n = 0
-    for p in pids:
-        try:
-            for line in Path(f"/proc/{p}/io").read_text().splitlines():
-                if line.startswith("syscr:"):
-                    n += int(line.split()[1])
-        except OSError:
-            continue
-    return n
+    return proc_sum([Path(f"/proc/{p}/io") for p in pids], "syscr:")
 
 
 def cpu_seconds(pids: list[int]) -> dict[int, float]:
@@ -136,15 +139,7 @@ def cpu_seconds(pids: list[int]) -> dict[int, float]:
 
 def rss_kb(pids: list[int]) -> int:
     """Sum of VmRSS (KiB) over pids."""
-    total = 0
-    for p in pids:
-        try:
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-        except OSError:
-            pass
-    return total
+    return proc_sum([Path(f"/proc/{p}/status") for p in pids], "VmRSS:")
 
 
 # ----------------------------------------------------------- managed ----
