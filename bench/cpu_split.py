@@ -40,7 +40,7 @@ from report import write_table  # noqa: E402
 from loads import MCLOAD  # noqa: E402
 from procs import (  # noqa: E402
     HOST, NUTCRACKER, PREDIXY, WALNUT, Proc, free_port, have_predixy, memcached, redis_server,
-    read_calls, sleeps, tree, user_sys_seconds,
+    read_calls, segments_to, sleeps, tree, user_sys_seconds,
 )
 
 # (name, redis-benchmark test, pipeline, value bytes). Each GET follows a
@@ -133,8 +133,10 @@ def measure(kind: str, binary: str, backend: int | list[int], work: Path, warm, 
             n: int, perf: bool = False) -> tuple[float, ...]:
     """One round of one proxy: start it, `warm` it up (connections), then
     user and system µs per request over `run`, its requests per second, its
-    read calls and sleeps per request, and (`perf`) the µs per request spent
-    switching back in after a sleep (else 0)."""
+    read calls, sleeps and data segments sent to the backend per request,
+    and (`perf`) the µs per request spent switching back in after a sleep
+    (else 0)."""
+    ports = backend if isinstance(backend, list) else [backend]
     proxy, port = start_proxy(kind, binary, backend, work)
     data = work / f"perf-{kind}-{proxy.pid}.data"
     try:
@@ -145,10 +147,10 @@ def measure(kind: str, binary: str, backend: int | list[int], work: Path, warm, 
              "-p", ",".join(map(str, pids))], stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL) if perf else None
         u0, s0 = user_sys(pids)
-        c0 = (read_calls(pids), sleeps(pids))
+        c0 = (read_calls(pids), sleeps(pids), segments_to(ports))
         rps = run(port)
         u1, s1 = user_sys(pids)
-        c1 = (read_calls(pids), sleeps(pids))
+        c1 = (read_calls(pids), sleeps(pids), segments_to(ports))
         if rec:
             rec.send_signal(signal.SIGINT)
             rec.wait(timeout=60)
@@ -234,13 +236,14 @@ def summarize(load: str, peers, got) -> list[tuple]:
         us = [g[0] for g in got[kind]]
         ss = [g[1] for g in got[kind]]
         tot = [g[0] + g[1] for g in got[kind]]
-        calls = tuple(statistics.median(g[i] for g in got[kind]) for i in (3, 4, 5))
+        calls = tuple(statistics.median(g[i] for g in got[kind]) for i in (3, 4, 5, 6))
         rows.append((load, kind, statistics.median(us), statistics.median(ss),
                      statistics.median(tot), statistics.median(g[2] for g in got[kind]), tot,
                      calls))
         print(f"  {load:<14} {kind:<14} user {rows[-1][2]:.3f}  sys {rows[-1][3]:.3f}"
               f"  total {rows[-1][4]:.3f} us/req  ({rows[-1][5]:,.0f} req/s)"
-              f"  reads {calls[0]:.4f} sleeps {calls[1]:.4f} per req  switch-in {calls[2]:.3f} us/req",
+              f"  reads {calls[0]:.4f} sleeps {calls[1]:.4f} to-backend {calls[2]:.4f} per req"
+              f"  switch-in {calls[3]:.3f} us/req",
               flush=True)
     return rows
 
@@ -251,12 +254,13 @@ def write_rows(rows: list[tuple], args) -> None:
              f"1/2k), one proxy alive at a time, "
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average at end "
              f"{os.getloadavg()[0]:.2f}.", "",
-             "Reads and sleeps: the proxy's read calls (`/proc/PID/io` syscr) and voluntary "
-             "context switches, per request (medians). Switch-in (with --perf): µs per request "
+             "Reads, sleeps, to backend: the proxy's read calls (`/proc/PID/io` syscr), "
+             "voluntary context switches, and data segments sent to the backend (`ss -ti` "
+             "data_segs_out), per request (medians). Switch-in (with --perf): µs per request "
              f"in the kernel's `{SWITCH_IN}`, switching the proxy back in after a sleep.", "",
              "| load | proxy | user | sys | total | req/s | total / walnut | walnut / best peer "
-             "| reads | sleeps | switch-in |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| reads | sleeps | to backend | switch-in |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for load in dict.fromkeys(r[0] for r in rows):
         mine = [r for r in rows if r[0] == load]
         walnut = next(r[4] for r in mine if r[1] == "walnut")
@@ -265,7 +269,7 @@ def write_rows(rows: list[tuple], args) -> None:
             ratio = f"{walnut / best:.2f}" if r[1] == "walnut" and best else ""
             lines.append(f"| {load} | {r[1]} | {r[2]:.3f} | {r[3]:.3f} | {r[4]:.3f} | "
                          f"{r[5]:,.0f} | {r[4] / walnut:.2f} | {ratio} | {r[7][0]:.4f} | "
-                         f"{r[7][1]:.4f} | {r[7][2]:.3f} |")
+                         f"{r[7][1]:.4f} | {r[7][2]:.4f} | {r[7][3]:.3f} |")
     write_table(lines, args.out)
 
 

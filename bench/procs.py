@@ -132,6 +132,16 @@ def read_calls(pids: list[int]) -> int:
     return proc_sum([Path(f"/proc/{p}/io") for p in pids], "syscr:")
 
 
+def segments_to(ports: list[int]) -> int:
+    """Data segments sent so far on the established connections to any of
+    `ports` on 127.0.0.1 (`ss -ti` data_segs_out): a proxy's writes to its
+    backends as the kernel sent them, whichever call made them."""
+    filt = "( " + " or ".join(f"dport = :{p}" for p in ports) + " )"
+    out = subprocess.run(["ss", "-tinH", "state", "established", filt],
+                         capture_output=True, text=True, check=True).stdout
+    return sum(int(w.split(":")[1]) for w in out.split() if w.startswith("data_segs_out:"))
+
+
 def cpu_seconds(pids: list[int]) -> dict[int, float]:
     """utime+stime (seconds) of each live pid."""
     return {p: u + s for p, (u, s) in user_sys_seconds(pids).items()}
