@@ -236,7 +236,9 @@ def summarize(load: str, peers, got) -> list[tuple]:
         us = [g[0] for g in got[kind]]
         ss = [g[1] for g in got[kind]]
         tot = [g[0] + g[1] for g in got[kind]]
-        calls = tuple(statistics.median(g[i] for g in got[kind]) for i in (3, 4, 5, 6))
+        # Every figure after user, system and req/s, as `measure` returns them.
+        calls = tuple(statistics.median(g[i] for g in got[kind])
+                      for i in range(3, len(got[kind][0])))
         rows.append((load, kind, statistics.median(us), statistics.median(ss),
                      statistics.median(tot), statistics.median(g[2] for g in got[kind]), tot,
                      calls))

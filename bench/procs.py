@@ -128,7 +128,7 @@ def read_calls(pids: list[int]) -> int:
     """Read calls of pids (`/proc/PID/io` syscr: read(2) and readv, not
     recvfrom). Write calls are not counted alike: syscw misses send(2),
     which walnut writes sockets with, while predixy and nutcracker use
-    writev."""
+    writev (`segments_to` counts the writes to a backend instead)."""
     return proc_sum([Path(f"/proc/{p}/io") for p in pids], "syscr:")
 
 
