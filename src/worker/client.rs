@@ -50,13 +50,16 @@ impl Worker<'_> {
                 || c.gate().is_some()
                 || c.stream().is_some_and(|s| s.blocked)
             {
+                c.set_unread(true);
                 break;
             }
             if handing && !Self::must_read_before_handover(c) {
                 // Handing over: what it sends next waits in the socket
                 // for the successor.
+                c.set_unread(true);
                 break;
             }
+            c.set_unread(false);
             match c.read_input(&mut self.bufs, READ_CHUNK) {
                 Ok((0, _)) => {
                     c.set_eof();
@@ -145,6 +148,13 @@ impl Worker<'_> {
         rbuf.consume(pass.off);
         if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
             c.end_pass(pass.need, pass.swallow, pass.paused);
+            if c.must_read_again() {
+                // Paused by an earlier pass, the socket left unread, and
+                // this pass (not a read) let it go on: read it (a long
+                // pipeline would otherwise wait for an event that never
+                // comes).
+                self.resume.push(token);
+            }
             c.batch_from(first);
             if rbuf.is_empty() {
                 // Lend the empty buffer back: idle clients hold no memory.

@@ -60,6 +60,10 @@ pub struct Client {
     closing: bool,
     /// Reading paused: too many requests in flight (resumed as they drain).
     paused: bool,
+    /// Reading stopped before the socket was drained (paused, gated, a
+    /// stream blocked, handing over): edge-triggered epoll will not report
+    /// those bytes again, so the client is read as soon as it may read.
+    unread: bool,
     /// Parse nothing more until every reply is written: a streamed request
     /// goes on a connection of its own, so it starts only once the earlier
     /// requests are answered and the next ones wait for its reply (one
@@ -106,6 +110,7 @@ impl Client {
             eof: false,
             closing: false,
             paused: false,
+            unread: false,
             solo: false,
             session,
             last_active: now,
@@ -560,6 +565,24 @@ impl Client {
     #[inline]
     pub fn is_paused(&self) -> bool {
         self.paused
+    }
+
+    /// Reading stopped (`true`) or began (`false`) with input perhaps
+    /// left in the socket: see `unread`.
+    #[inline]
+    pub fn set_unread(&mut self, unread: bool) {
+        self.unread = unread;
+    }
+
+    /// Input was left in the socket and nothing stops reading it now: the
+    /// worker must read it itself, as no event will say it is there.
+    #[inline]
+    pub fn must_read_again(&self) -> bool {
+        self.unread
+            && !self.paused
+            && !self.closing
+            && self.gate.is_none()
+            && !self.stream.as_ref().is_some_and(|s| s.blocked)
     }
 
     /// Resume reading a paused client once its replies drained below
