@@ -53,9 +53,14 @@ impl Worker<'_> {
                 c.set_unread(true);
                 break;
             }
-            if handing && !Self::must_read_before_handover(c) {
+            if handing && !Self::must_read_before_handover(c) && !hup {
                 // Handing over: what it sends next waits in the socket
-                // for the successor.
+                // for the successor. Not so once the peer closed or
+                // failed: read to the end to see it go (a client blocked
+                // or owed replies here, which then leaves, must not keep
+                // this worker until the graceful timeout). What is read
+                // is not parsed here; a client that crosses after all
+                // carries it over.
                 c.set_unread(true);
                 break;
             }

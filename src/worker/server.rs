@@ -278,6 +278,12 @@ impl Worker<'_> {
 
     /// Write queued requests (one write for everything queued this iteration).
     pub(super) fn write_server(&mut self, token: Token, now: Instant) {
+        if matches!(self.conns.get(token.0), Some(Conn::Server(s)) if s.rstream().is_some_and(|r| r.blocked))
+        {
+            // Requests may now wait behind a reply paused for its
+            // lagging client: if they are someone else's, read on.
+            self.spool_rest(token);
+        }
         // A connection fed from a spool is refilled as it drains, and
         // written again while its socket takes more.
         loop {

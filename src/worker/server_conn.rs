@@ -429,6 +429,20 @@ impl Server {
         self.rbuf.read_stream(&mut self.sock, chunk)
     }
 
+    /// Whether a request of someone other than `client` waits on this
+    /// connection behind the reply being read (another client's, or the
+    /// proxy's own): the connection is then shared, and not to be held
+    /// back for `client`.
+    pub fn others_wait(&self, client: Option<ClientRef>) -> bool {
+        self.inflight
+            .iter()
+            .skip(1)
+            .any(|f| match (f.waiter, client) {
+                (Waiter::Client { token, id, .. }, Some(c)) => token != c.token || id != c.id,
+                _ => true,
+            })
+    }
+
     /// The output was written whole: the unsent requests are now sent
     /// (the requests and bytes moved, none when nothing was unsent).
     #[inline]

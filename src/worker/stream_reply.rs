@@ -8,9 +8,17 @@
 //! already buffered (an LRANGE of many small elements). A
 //! [`ReplyCursor`](crate::proto::redis::ReplyCursor) follows where the reply
 //! is, holding back at most an unfinished header line, and checks it as
-//! the whole-reply parser would. The server is not read while that client
-//! has more than [`STREAM_HIGH`] bytes unwritten; a client that reads none
-//! of it for [`STREAM_STALL`] is closed (the server connection is shared).
+//! the whole-reply parser would. While nothing else waits on the server
+//! connection, it is not read while that client has more than
+//! [`STREAM_HIGH`] bytes unwritten (the worker holds little of the reply
+//! however large it is), and a client that reads none of it for
+//! [`STREAM_STALL`] is closed. Once another request waits on that
+//! connection (it is shared: other clients' replies come behind this
+//! one), the connection is never held back for one client: the rest of
+//! the reply is moved out of the way into a spool of its client's
+//! (`spool_rest`), held to `client_output_limit` together with that
+//! client's output (256 MiB by default; the client alone is closed past
+//! it), and the connection is read on.
 //! A large reply that cannot pass yet (an earlier reply of its client is
 //! still awaited, or it is one fragment of a split MGET) is held in a
 //! [`super::spool::Spool`] as it arrives (64 KiB chunks, never one
@@ -172,13 +180,27 @@ impl Worker<'_> {
             rs.progress = now;
             let mut added = 0;
             let mut over = None;
+            let mut over_limit = None;
             if let (true, Some(ClientRef { token: ct, id: cid })) = (rs.hold.is_some(), rs.client) {
-                // Held for its slot, as long as its client is there.
+                // Held for its slot, as long as its client is there and
+                // within its output limit.
                 match self.conns.get2_mut(st.0, ct.0) {
                     Some((Conn::Server(s), Conn::Client(c))) if c.id() == cid => {
+                        let limit = self
+                            .ctl
+                            .client_output_limit
+                            .unwrap_or(self.pools[c.pool()].cfg.client_output_limit);
                         if let Some((r, input)) = s.rstream_and_input() {
                             if let Some(h) = r.hold.as_mut() {
                                 h.spool.push(&input.bytes()[..n]);
+                                let kept = h.spool.len() + c.out_len();
+                                if limit > 0 && kept > limit {
+                                    // The rest of the reply is read and
+                                    // dropped; the client goes.
+                                    r.hold = None;
+                                    r.client = None;
+                                    over_limit = Some((ct, c.pool(), kept));
+                                }
                             }
                         }
                     }
@@ -216,15 +238,60 @@ impl Worker<'_> {
                 s.consume_input(n);
             }
             self.add_out(added);
+            if let Some((ct, pool, kept)) = over_limit {
+                self.close_over_limit(ct, pool, kept, "buffered or held");
+            }
             if done {
                 self.finish_reply_stream(st, now);
                 return true;
             }
             if let Some(ct) = over {
-                // Write now; the server stays paused only if the client lags.
+                // Write now; the server stays paused only if the client
+                // lags and nothing else waits on this connection.
                 if self.flush_client(ct) {
                     self.client_drained(ct);
                 }
+                self.spool_rest(st);
+            }
+        }
+    }
+
+    /// If the server connection is paused for one client's streamed reply
+    /// and someone else's request waits on it: move the rest of that reply
+    /// out of the way, into a spool its client drains as it reads (held to
+    /// its output limit), and read the connection on.
+    pub(super) fn spool_rest(&mut self, st: Token) {
+        let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
+            return;
+        };
+        let paused_for = match s.rstream() {
+            Some(r) if r.blocked && r.hold.is_none() => r.client,
+            _ => return,
+        };
+        if !s.others_wait(paused_for) {
+            return;
+        }
+        let Some(r) = s.rstream_mut() else {
+            return;
+        };
+        r.blocked = false;
+        let client = r.client;
+        self.resume.push(st);
+        // The reply streams to the head of its client's replies: the rest
+        // of it joins that slot once complete, behind what already passed.
+        let seq = client
+            .and_then(|cr| super::client::client_ref_mut(&mut self.conns, cr))
+            .map(|c| {
+                c.release_reply_wait();
+                c.head_seq()
+            });
+        if let (Some(seq), Some(Conn::Server(s))) = (seq, self.conns.get_mut(st.0)) {
+            if let Some(r) = s.rstream_mut() {
+                r.hold = Some(Hold {
+                    spool: Box::default(),
+                    seq,
+                    frag: None,
+                });
             }
         }
     }

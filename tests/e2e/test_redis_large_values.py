@@ -268,15 +268,19 @@ def test_server_gone_mid_body_errors_and_keeps_client(setup):
         a.close()
 
 
-def test_client_not_reading_a_streamed_reply_is_closed(setup):
-    """The server connection a streamed reply comes on is shared: a client
-    that stops reading it is closed after 10 s and the others go on."""
+def test_client_not_reading_a_streamed_reply_holds_back_no_one(setup):
+    """The server connection a streamed reply comes on is shared: once
+    another client's request waits on it, the rest of the reply for a
+    client that stopped reading is moved out of the way (spooled, within
+    `client_output_limit`), the others are answered at once, and the slow
+    client still gets its whole value when it reads."""
     backend, proxy, worker = setup
     key = f"unread:{uuid.uuid4().hex}".encode()
     other = f"other:{uuid.uuid4().hex}".encode()
+    size = 64 * MB
     w = Conn(proxy.port())
     try:
-        w.send_big(b"SET", key, 64 * MB)
+        w.send_big(b"SET", key, size)
         assert w.line() == b"+OK"
         w.send_command(b"SET", other, b"x")
         assert w.line() == b"+OK"
@@ -286,7 +290,7 @@ def test_client_not_reading_a_streamed_reply_is_closed(setup):
     a.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
     b = Conn(proxy.port(), timeout=30)
     try:
-        a.send_command(b"GET", key)  # and never read
+        a.send_command(b"GET", key)  # and not read for now
 
         def waiting() -> bool:
             pool = proxy.stats()["big"]
@@ -297,10 +301,8 @@ def test_client_not_reading_a_streamed_reply_is_closed(setup):
         assert b.line() == b"$1"
         assert b.line() == b"x"
         waited = time.monotonic() - t0
-        assert waited < 25, waited
-        assert a.rf.read(1) == b"$"  # a got the start, then was closed
-        # Drain what a was sent: the stream ends before the value's 64 MB.
-        assert 1 + a.drain() < 64 * MB
+        assert waited < 2, f"the other client waited {waited:.2f} s behind the one not reading"
+        assert a.bulk_digest() == (size, digest_of(size))
     finally:
         a.close()
         b.close()
