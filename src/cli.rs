@@ -23,6 +23,9 @@ pub const DEFAULT_STATS_PORT: u16 = 22222;
 pub const DEFAULT_STATS_ADDR: &str = "0.0.0.0";
 /// Default stats aggregation interval in ms.
 pub const DEFAULT_STATS_INTERVAL_MS: u64 = 30_000;
+/// The admin address whose port the kernel picks (a default admin port
+/// that is taken, or one beside a stats port other than 22222).
+pub const ANY_LOOPBACK_PORT: &str = "127.0.0.1:0";
 /// Default mbuf (I/O buffer chunk) size in bytes.
 pub const DEFAULT_MBUF_SIZE: usize = 16_384;
 /// Smallest mbuf size accepted.
@@ -104,7 +107,9 @@ pub struct Cli {
     #[arg(long = "cpu-affinity", value_name = "auto|LIST")]
     pub cpu_affinity: Option<CpuAffinity>,
 
-    /// Admin port address (default: 127.0.0.1:22223; off disables it).
+    /// Admin port address (default: 127.0.0.1:22223 beside the default stats
+    /// port, else a free 127.0.0.1 port; the log says where:
+    /// "admin listening on ADDR"; off disables it).
     #[arg(long = "admin", value_name = "ADDR|off", value_parser = crate::config::parse_admin)]
     pub admin: Option<String>,
 
@@ -236,14 +241,35 @@ impl Cli {
     }
 
     /// The admin listen address: `--admin`, else the `_walnut` `admin`,
-    /// else 127.0.0.1:22223; `None` when set to `off`.
+    /// else the default (`default_admin`); `None` when set to `off`.
     pub fn admin_listen(&self, process: &ProcessConfig) -> Option<String> {
-        let a = self
-            .admin
-            .as_deref()
-            .or(process.admin.as_deref())
-            .unwrap_or(crate::config::DEFAULT_ADMIN);
-        (a != "off").then(|| a.to_string())
+        match self.admin.as_deref().or(process.admin.as_deref()) {
+            Some("off") => None,
+            Some(a) => Some(a.to_string()),
+            None => Some(self.default_admin()),
+        }
+    }
+
+    /// Whether the admin address is walnut's choice rather than the
+    /// operator's: a default port another process holds then gives way to
+    /// one the kernel picks, where a given address is refused.
+    pub fn admin_is_default(&self, process: &ProcessConfig) -> bool {
+        self.admin.is_none() && process.admin.is_none()
+    }
+
+    /// The admin address when none is given: 127.0.0.1:22223 beside the
+    /// default stats port, as always; with another stats port (`-s`, as a
+    /// second nutcracker on a host is started) a free 127.0.0.1 port the
+    /// kernel picks. A fixed offset from the stats port would be another
+    /// instance's stats port where operators number them one after another
+    /// (twemproxy's own tests run instances with stats ports 5100, 5101 and
+    /// 5102), and a second instance would then fail to start.
+    fn default_admin(&self) -> String {
+        if self.stats_port.unwrap_or(DEFAULT_STATS_PORT) == DEFAULT_STATS_PORT {
+            crate::config::DEFAULT_ADMIN.to_string()
+        } else {
+            ANY_LOOPBACK_PORT.to_string()
+        }
     }
 }
 
@@ -457,6 +483,21 @@ mod tests {
                 .as_deref(),
             Some("127.0.0.1:22223")
         );
+        // Without an admin address: 22223 beside the default stats port
+        // (given or not), a kernel-picked one beside any other, so that
+        // instances numbered by stats port never take each other's.
+        let bare = ProcessConfig::default();
+        for (args, want) in [
+            (&[][..], "127.0.0.1:22223"),
+            (&["-s", "22222"][..], "127.0.0.1:22223"),
+            (&["-s", "5100"][..], "127.0.0.1:0"),
+        ] {
+            let c = parse(args).unwrap();
+            assert_eq!(c.admin_listen(&bare).as_deref(), Some(want), "{args:?}");
+            assert!(c.admin_is_default(&bare));
+        }
+        assert!(!port_only.admin_is_default(&section));
+        assert!(!admin.admin_is_default(&bare));
         assert_eq!(
             parse(&["--top"]).unwrap().top.as_deref(),
             Some("127.0.0.1:22223")

@@ -128,6 +128,8 @@ fn main() {
         conf_path,
         stats_addr: cli.stats_listen(&walnut::config::ProcessConfig::default()),
         admin_addr: cli.admin_listen(&config.process),
+        admin_fallback: cli.admin_is_default(&config.process),
+        stats_reuseport: config.pools.iter().any(|p| p.reuseport),
         pid_file,
         start_dir,
         exe,

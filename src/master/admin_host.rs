@@ -15,9 +15,12 @@ const ACK_WAIT: Duration = Duration::from_secs(2);
 
 /// Open the admin port, or take the one a previous binary handed down
 /// (hot upgrade). A port taken by another process is a start-up error, as
-/// for the stats port (nutcracker refuses too); `off` turns it off.
+/// for the stats port (nutcracker refuses too), unless the address is the
+/// default (`fallback`): a second instance on the host then listens on a
+/// port the kernel picks and says where; `off` turns it off.
 pub(super) fn open(
     addr: Option<&str>,
+    fallback: bool,
     inherited: Option<std::os::fd::OwnedFd>,
 ) -> std::io::Result<Option<AdminServer>> {
     if let Some(fd) = inherited {
@@ -28,12 +31,23 @@ pub(super) fn open(
     let Some(addr) = addr else {
         return Ok(None);
     };
-    let a = AdminServer::bind(addr).map_err(|e| {
-        std::io::Error::new(
-            e.kind(),
-            format!("admin port {addr}: {e} (turn it off with --admin off)"),
-        )
-    })?;
+    let a = match AdminServer::bind(addr) {
+        Ok(a) => a,
+        Err(e) if fallback && e.kind() == std::io::ErrorKind::AddrInUse => {
+            let a = AdminServer::bind(crate::cli::ANY_LOOPBACK_PORT)?;
+            crate::log_warn!(
+                "admin port {addr} is in use (another walnut on this host?): admin listening on {} instead; give each instance its own with --admin or _walnut: admin",
+                a.local_addr()
+            );
+            return Ok(Some(a));
+        }
+        Err(e) => {
+            return Err(std::io::Error::new(
+                e.kind(),
+                format!("admin port {addr}: {e} (turn it off with --admin off)"),
+            ))
+        }
+    };
     crate::log_notice!("admin listening on {}", a.local_addr());
     Ok(Some(a))
 }

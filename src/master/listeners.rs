@@ -5,6 +5,12 @@
 //! reuseport mode: one SO_REUSEPORT socket per pool and worker slot.
 //! epoll_exclusive and accept_mutex modes (and unix sockets): one socket per
 //! pool, shared by every worker.
+//!
+//! A TCP port another process listens on is refused, unless the pool says
+//! `reuseport: true`: its sockets then join that process's SO_REUSEPORT
+//! group (a nutcracker built from twemproxy's master with the same key,
+//! another walnut), the way to take a port over without a gap. The flag
+//! is read when a socket is opened; a reload keeps the sockets it finds.
 
 use crate::config::{Config, ListenAddr, ListenerMode};
 use crate::worker::ListenerFd;
@@ -119,11 +125,13 @@ impl ListenerSet {
                     None => {
                         // A fresh SO_REUSEPORT group would silently share a
                         // port another process (or another pool of this
-                        // file) listens on: refuse that, as nutcracker does.
-                        if !shared && slot == 0 {
+                        // file) listens on: refuse that, as nutcracker
+                        // does, unless the pool asks to share
+                        // (`reuseport: true`, twemproxy's key for it).
+                        if !shared && slot == 0 && !pool.reuseport {
                             probe(&pool.listen)?;
                         }
-                        let fd = open(&pool.listen, pool.backlog, !shared)?;
+                        let fd = open(&pool.listen, pool.backlog, !shared || pool.reuseport)?;
                         crate::log_notice!(
                             "pool '{}' listening on {}{}",
                             pool.name,

@@ -38,6 +38,14 @@ pub struct MasterOpts {
     pub stats_addr: String,
     /// Admin port address (`--admin` / `_walnut: admin`), if enabled.
     pub admin_addr: Option<String>,
+    /// Whether `admin_addr` is the default, which gives way to a free port
+    /// when another process holds it.
+    pub admin_fallback: bool,
+    /// SO_REUSEPORT on the stats socket: set when a pool shares its port
+    /// (`reuseport: true`), so the process it shares with (a nutcracker
+    /// built from twemproxy's master sets it on its stats socket) does not
+    /// keep walnut from starting with the same `-s`.
+    pub stats_reuseport: bool,
     /// Pid file (`-p`).
     pub pid_file: Option<PathBuf>,
     /// The binary to exec on hot upgrade (argv[0] made absolute).
@@ -149,9 +157,13 @@ impl Master {
         let mut socks = ListenerSet::inherit();
         let stats = match socks.take_stats() {
             Some(fd) => Some(std::net::TcpListener::from(fd)),
-            None => Some(open_stats(&opts.stats_addr)?),
+            None => Some(open_stats(&opts.stats_addr, opts.stats_reuseport)?),
         };
-        let admin = admin_host::open(opts.admin_addr.as_deref(), socks.take_admin())?;
+        let admin = admin_host::open(
+            opts.admin_addr.as_deref(),
+            opts.admin_fallback,
+            socks.take_admin(),
+        )?;
         let handin_name = crate::net::handover::name_for(std::process::id());
         let handin = crate::net::handover::listen(&handin_name).map_err(|e| {
             std::io::Error::new(e.kind(), format!("handover socket @{handin_name}: {e}"))
@@ -671,7 +683,7 @@ enum Stopping {
     Handover(String),
 }
 
-fn open_stats(addr: &str) -> std::io::Result<std::net::TcpListener> {
+fn open_stats(addr: &str, reuseport: bool) -> std::io::Result<std::net::TcpListener> {
     let (host, port) = addr.rsplit_once(':').ok_or_else(|| {
         std::io::Error::new(std::io::ErrorKind::InvalidInput, "bad stats address")
     })?;
@@ -680,7 +692,7 @@ fn open_stats(addr: &str) -> std::io::Result<std::net::TcpListener> {
         .parse()
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "bad stats port"))?;
     let sa = crate::net::resolve(host, port)?;
-    let fd: OwnedFd = crate::net::listen_tcp(sa, 128, false)
+    let fd: OwnedFd = crate::net::listen_tcp(sa, 128, reuseport)
         .map_err(|e| std::io::Error::new(e.kind(), format!("stats listen on {addr}: {e}")))?;
     let l = std::net::TcpListener::from(fd);
     l.set_nonblocking(true)?;

@@ -44,10 +44,13 @@ pub fn listen_tcp(addr: SocketAddr, backlog: u32, reuseport: bool) -> io::Result
     Ok(unsafe { OwnedFd::from_raw_fd(socket.into_raw_fd()) })
 }
 
-/// Create a listening unix socket at `path` (an old socket file is removed
-/// first, as twemproxy does), with optional octal permissions.
+/// Create a listening unix socket at `path`, with optional octal
+/// permissions. A socket file left by a process that is gone is removed
+/// first (twemproxy removes any file there); one a live process answers on
+/// is refused, since removing it would silently take that process's clients
+/// (`clear_unix_path`).
 pub fn listen_unix(path: &Path, perm: Option<u32>, backlog: u32) -> io::Result<OwnedFd> {
-    let _ = std::fs::remove_file(path);
+    clear_unix_path(path)?;
     let socket = Socket::new(Domain::UNIX, Type::STREAM, None)?;
     socket.bind(&SockAddr::unix(path)?)?;
     if let Some(mode) = perm {
@@ -58,6 +61,41 @@ pub fn listen_unix(path: &Path, perm: Option<u32>, backlog: u32) -> io::Result<O
     socket.set_nonblocking(true)?;
     // SAFETY: into_raw_fd hands over sole ownership of a valid descriptor.
     Ok(unsafe { OwnedFd::from_raw_fd(socket.into_raw_fd()) })
+}
+
+/// Make `path` free for a new listening socket: nothing there, or a stale
+/// socket file (a connect is refused: no process listens) removed. A live
+/// listener (a connect succeeds, or its backlog is full) and a file that is
+/// not a socket are errors.
+fn clear_unix_path(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if !meta.file_type().is_socket() {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            "the path exists and is not a socket",
+        ));
+    }
+    // Non-blocking, so a listener with a full backlog answers EAGAIN
+    // rather than holding the start-up.
+    let probe = Socket::new(Domain::UNIX, Type::STREAM, None)?;
+    probe.set_nonblocking(true)?;
+    match probe.connect(&SockAddr::unix(path)?) {
+        Ok(_) => Err(io::Error::new(
+            io::ErrorKind::AddrInUse,
+            "another process listens on this socket (stop it first; a socket file nobody answers on is removed)",
+        )),
+        Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => Err(io::Error::new(
+            io::ErrorKind::AddrInUse,
+            "another process listens on this socket (its backlog is full)",
+        )),
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => std::fs::remove_file(path),
+        Err(e) => Err(e),
+    }
 }
 
 /// Where a server lives, resolved.
@@ -129,5 +167,31 @@ pub fn peer_of(fd: std::os::fd::RawFd) -> String {
             .as_socket()
             .map_or_else(|| "unix".to_string(), |s| s.to_string()),
         Err(e) => format!("unknown peer ({e})"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unix_path_live_refused_stale_removed() {
+        let dir = std::env::temp_dir().join(format!("walnut-unix-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("pool.sock");
+        let live = listen_unix(&path, None, 8).unwrap();
+        let err = listen_unix(&path, None, 8).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::AddrInUse, "{err}");
+        assert!(path.exists(), "the live socket's file stays");
+        drop(live);
+        // The file is left behind, nobody answers: stale, taken over.
+        assert!(path.exists());
+        let again = listen_unix(&path, None, 8).unwrap();
+        drop(again);
+        let plain = dir.join("plain");
+        std::fs::write(&plain, b"x").unwrap();
+        assert!(listen_unix(&plain, None, 8).is_err());
+        assert_eq!(std::fs::read(&plain).unwrap(), b"x");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
