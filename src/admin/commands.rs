@@ -204,7 +204,13 @@ fn servers(host: &dyn Host) -> String {
                 "pool={} server={} state={} ejected_at={} connections={} requests={} responses={} server_err={} server_timedout={} server_eof={} {}",
                 p.name,
                 sv.stats_name(),
-                if ejected { "ejected" } else { "up" },
+                if ejected {
+                    "ejected"
+                } else if r.server_sum(pi, si, ServerField::ServerDown) > 0 {
+                    "down"
+                } else {
+                    "up"
+                },
                 ejected_at,
                 r.server_sum(pi, si, ServerField::ServerConnections),
                 r.server_sum(pi, si, ServerField::Requests),

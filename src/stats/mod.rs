@@ -72,6 +72,7 @@ fields!(
         InQueueBytes = ("in_queue_bytes", Gauge, "current request bytes in incoming queue"),
         OutQueue = ("out_queue", Gauge, "# requests in outgoing queue"),
         OutQueueBytes = ("out_queue_bytes", Gauge, "current request bytes in outgoing queue"),
+        ServerDown = ("server_down", Gauge, "# workers whose last connection or request to the server failed"),
     }
 );
 

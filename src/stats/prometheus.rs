@@ -105,6 +105,10 @@ fn server_family(f: ServerField) -> Family {
             "walnut_server_ejected_timestamp_seconds",
             "when the server was last ejected, seconds since the epoch (0: never)",
         ),
+        ServerField::ServerDown => gauge(
+            "walnut_server_down_workers",
+            "workers whose last connection or request to the server failed (0: up)",
+        ),
         ServerField::Requests => counter(
             "walnut_server_requests_total",
             "requests sent to the server",

@@ -260,9 +260,12 @@ impl PoolRt {
     }
 
     /// Record a successful exchange with server `idx`; a probed server
-    /// returns to the ring.
-    pub fn record_success(&mut self, idx: usize, now: Instant) {
+    /// returns to the ring. True when the server was down (its last
+    /// attempt had failed): the caller reports it back.
+    #[must_use]
+    pub fn record_success(&mut self, idx: usize, now: Instant) -> bool {
         let s = &mut self.servers[idx];
+        let was_down = std::mem::take(&mut s.down);
         s.failures = 0;
         s.backoff = Duration::ZERO;
         s.retry_at = None;
@@ -276,6 +279,7 @@ impl PoolRt {
             );
             self.rebuild(now);
         }
+        was_down
     }
 
     /// Before a new connection to a server written by host name: look

@@ -4,6 +4,7 @@
 
 use super::conn::{Conn, Waiter};
 use super::fault::ServerFault;
+use super::server_rt::FAIL_LOG_EVERY;
 use super::Worker;
 use crate::proto::Op;
 use crate::stats::{PoolField, ServerField};
@@ -11,6 +12,59 @@ use mio::Token;
 use std::time::{Duration, Instant};
 
 impl Worker<'_> {
+    /// A failure of a server, seen at the default log level: a dead
+    /// backend must not be found only through its clients' errors. The
+    /// first failure of a run is logged at once with the server's address,
+    /// then at most one line per [`FAIL_LOG_EVERY`] with how many failed
+    /// since; the `server_down` gauge says it is down until it answers.
+    fn server_failed(&mut self, pool: usize, server: usize, now: Instant, fault: &ServerFault) {
+        let p = &mut self.pools[pool];
+        let s = &mut p.servers[server];
+        if !s.down {
+            s.down = true;
+            self.stats
+                .server_set(pool, server, ServerField::ServerDown, 1);
+        }
+        s.fail_log.0 += 1;
+        if s.fail_log.1.is_some_and(|t| now < t + FAIL_LOG_EVERY) {
+            return;
+        }
+        let n = std::mem::take(&mut s.fail_log.0);
+        s.fail_log.1 = Some(now);
+        crate::log_warn!(
+            "pool '{}': server '{}' at {}: {}{}{}",
+            p.cfg.name,
+            s.name,
+            s.address(),
+            if matches!(fault, ServerFault::Connect(_)) {
+                "cannot connect: "
+            } else {
+                ""
+            },
+            fault.detail(),
+            if n > 1 {
+                format!(" ({n} failures in the last {} s)", FAIL_LOG_EVERY.as_secs())
+            } else {
+                String::new()
+            }
+        );
+    }
+
+    /// A server that was down answered: said once, gauge cleared.
+    pub(super) fn server_back(&mut self, pool: usize, server: usize) {
+        self.stats
+            .server_set(pool, server, ServerField::ServerDown, 0);
+        let p = &mut self.pools[pool];
+        let s = &mut p.servers[server];
+        s.fail_log = (0, None);
+        crate::log_notice!(
+            "pool '{}': server '{}' at {} answers again",
+            p.cfg.name,
+            s.name,
+            s.address()
+        );
+    }
+
     /// Health checks: connect to every server whose retry time came and
     /// that waits for a probe, and ask it something cheap (memcached
     /// `version`, Redis `PING`); its first reply takes it back.
@@ -130,6 +184,7 @@ impl Worker<'_> {
         now: Instant,
         fault: &ServerFault,
     ) {
+        self.server_failed(pool, server, now, fault);
         if self.pools[pool].record_failure(server, now, fault) {
             self.stats.pool_add(pool, PoolField::ServerEjects, 1);
             self.stats.server_set(

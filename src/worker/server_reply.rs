@@ -45,8 +45,8 @@ impl Worker<'_> {
             return;
         }
         rbuf.consume(batch.off);
-        if batch.replies > 0 {
-            self.pools[pool].record_success(server, now);
+        if batch.replies > 0 && self.pools[pool].record_success(server, now) {
+            self.server_back(pool, server);
         }
         if let Some(Conn::Server(s)) = self.conns.get_mut(token.0) {
             s.put_rbuf(rbuf, batch.need);

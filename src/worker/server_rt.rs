@@ -39,11 +39,21 @@ pub struct ServerRt {
     pub last_fault: Option<ServerFault>,
     /// Retry time passed, waiting for a health probe to answer.
     pub probing: bool,
+    /// Its last connection or exchange failed, and nothing has answered
+    /// since (the `server_down` gauge, admin `servers` state `down`).
+    pub down: bool,
+    /// Failures not logged yet, and when the last was: a server that keeps
+    /// failing is logged at most once per [`FAIL_LOG_EVERY`].
+    pub fail_log: (u32, Option<Instant>),
     /// A server written by host name: the name, looked up again for a new
     /// connection (at most once per [`RESOLVE_EVERY`]), so a DNS change
     /// takes effect without a reload.
     pub lookup: Option<Box<Lookup>>,
 }
+
+/// A server that keeps failing is logged at most this often (per worker):
+/// the first failure of a run at once, then a line with the count.
+pub const FAIL_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// How often a server's host name is looked up again, at most.
 pub const RESOLVE_EVERY: Duration = Duration::from_secs(1);
@@ -81,7 +91,19 @@ impl ServerRt {
             backoff: Duration::ZERO,
             last_fault: None,
             probing: false,
+            down: false,
+            fail_log: (0, None),
             lookup: None,
+        }
+    }
+
+    /// Where it lives, for log lines: the address it was resolved to, or
+    /// the socket path.
+    pub fn address(&self) -> String {
+        match &self.endpoint {
+            Some(Endpoint::Tcp(a)) => a.to_string(),
+            Some(Endpoint::Unix(p)) => p.display().to_string(),
+            None => "unresolved".to_string(),
         }
     }
 
@@ -175,21 +197,7 @@ mod tests {
 
     #[test]
     fn resp3_clients_use_the_second_half() {
-        let s = ServerRt {
-            endpoint: None,
-            tls_host: String::new(),
-            name: String::new(),
-            ring_name: String::new(),
-            weight: 1,
-            conns: vec![None; 2 * 3],
-            failures: 0,
-            ejected_until: None,
-            retry_at: None,
-            backoff: std::time::Duration::ZERO,
-            last_fault: None,
-            probing: false,
-            lookup: None,
-        };
+        let s = ServerRt::new(None, String::new(), String::new(), 1, 3);
         assert_eq!(s.per_protocol(), 3);
         assert_eq!(s.slot_for(7, false), 1);
         assert_eq!(s.slot_for(7, true), 4);

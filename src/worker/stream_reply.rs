@@ -316,7 +316,9 @@ impl Worker<'_> {
             .server_add(pool, server, ServerField::Responses, 1);
         self.stats
             .server_add(pool, server, ServerField::ResponseBytes, rs.passed as u64);
-        self.pools[pool].record_success(server, now);
+        if self.pools[pool].record_success(server, now) {
+            self.server_back(pool, server);
+        }
         self.record_reply(pool, server, &front, now);
         let Some(client) = rs.client else {
             return;
