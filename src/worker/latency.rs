@@ -3,6 +3,7 @@
 
 use super::conn::{Conn, Inflight};
 use super::Worker;
+use crate::proto::redis::CmdClass;
 use crate::stats::histogram::Class;
 use crate::stats::shm::StatsSlot;
 use crate::stats::slowlog::{Entry, KeyPrefix};
@@ -21,7 +22,11 @@ impl Worker<'_> {
     }
 
     /// A server reply for a client request arrived: record its latency and
-    /// log it if it was slow.
+    /// log it if it was slow. A blocking command (BLPOP, XREAD ... BLOCK,
+    /// ...) is left out: its time is mostly the wait for data or its
+    /// timeout, which is the client's choice, not the server's slowness
+    /// (Redis's SLOWLOG leaves the blocked time out too; the proxy cannot
+    /// tell the two apart, so it leaves the command out).
     #[inline]
     pub(super) fn record_reply(
         &mut self,
@@ -33,6 +38,11 @@ impl Worker<'_> {
         let threshold = self.slow_threshold(pool);
         if !self.ctl.latency && threshold == 0 {
             return;
+        }
+        if let crate::proto::Op::Redis(r) = req.op {
+            if r.class == CmdClass::Blocking {
+                return;
+            }
         }
         let us = self.latency_run.add(
             &self.stats,

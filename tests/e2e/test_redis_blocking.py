@@ -7,6 +7,7 @@ blocked, and a later push is not swallowed)."""
 from __future__ import annotations
 
 import hashlib
+import re
 import socket
 import threading
 import time
@@ -142,3 +143,28 @@ def test_xreadgroup_block(pool):
     assert got["v"] == [[b"{x}s", [(entry, {b"f": b"v"})]]]
     assert r.xpending("{x}s", "g")["pending"] == 1
     assert blocked_on(servers) == 0
+
+
+def test_blocked_time_is_not_slow(procs):
+    """A blocking command that waits out its timeout is not a slow request
+    (Redis's SLOWLOG leaves blocked time out too): not in the slow log, not
+    logged, not in the latency figures. A script that keeps the server busy
+    as long still is, so the slow log is on."""
+    from test_admin_port import SLOW, admin
+
+    server = procs.redis()
+    p = procs.proxy("walnut", {"rd": redis_pool([server], slowlog_threshold=20000)},
+                    extra_args=["--workers", "1"])
+    r = client(p.port("rd"))
+    for _ in range(3):
+        assert r.blpop(["nokey:zz"], timeout=0.3) is None
+    assert r.xread({"nostream": "$"}, block=300) in (None, [], {})
+    assert admin(p.admin_port, "slowlog len").startswith("0")
+    servers = admin(p.admin_port, "servers")
+    assert " count=0 " in servers, servers
+    assert "slow request" not in p.log_path.read_text()
+    # The slow log is on: a busy server is slow.
+    r.eval(SLOW, 0, 60000)
+    assert admin(p.admin_port, "slowlog len").startswith("1")
+    assert re.search(r"slow request: pool 'rd' .* EVAL", p.log_path.read_text())
+    assert " count=1 " in admin(p.admin_port, "servers")
