@@ -27,7 +27,7 @@ const HELP: &str = "commands:
                               reply_hold (us, or 1ms; 0 = off)
   reload                      re-read the configuration (as SIGHUP)
   ping | help | quit
-HTTP: GET /metrics (Prometheus), GET /stats (JSON)";
+HTTP: GET /metrics (Prometheus), GET /stats (JSON), GET /config (config show, as a file)";
 
 /// Run one request; the reply and whether to close afterwards.
 pub fn run(srv: &mut AdminServer, host: &mut dyn Host, req: &Request) -> (Reply, bool) {
@@ -41,6 +41,9 @@ pub fn run(srv: &mut AdminServer, host: &mut dyn Host, req: &Request) -> (Reply,
                 metrics(host),
             ),
             "/stats" => Reply::Http(200, "application/json", host.stats_json()),
+            // The running configuration alone (no END line), to save and
+            // load again: `curl -s 127.0.0.1:22223/config > walnut.yml`.
+            "/config" => Reply::Http(200, "application/yaml", config_show(host) + "\n"),
             _ => Reply::Http(404, "text/plain", "not found\n".into()),
         };
         return (reply, true);
@@ -104,14 +107,29 @@ fn metrics(host: &dyn Host) -> String {
 fn status(host: &dyn Host) -> String {
     let info = host.info();
     let mut s = String::new();
-    let sum = std::fs::read(&info.conf_path)
-        .map(|b| format!("{:016x}", fnv1a64(&b)))
-        .unwrap_or_else(|e| format!("unreadable ({e})"));
+    // The running configuration's checksum (of the text it was loaded
+    // from); the file's own only when it changed on disk since.
+    let running = host.config().map(|c| c.checksum);
+    let on_disk = std::fs::read(&info.conf_path).map(|b| fnv1a64(&b));
     let _ = writeln!(s, "version: {}", env!("CARGO_PKG_VERSION"));
     let _ = writeln!(s, "master_pid: {}", info.master_pid);
     let _ = writeln!(s, "uptime: {}", info.uptime_secs);
     let _ = writeln!(s, "config_file: {}", info.conf_path.display());
-    let _ = writeln!(s, "config_checksum: fnv1a64:{sum}");
+    if let Some(sum) = running {
+        let _ = writeln!(s, "config_checksum: fnv1a64:{sum:016x}");
+    }
+    match on_disk {
+        Ok(disk) if Some(disk) == running => {}
+        Ok(disk) => {
+            let _ = writeln!(
+                s,
+                "config_file_checksum: fnv1a64:{disk:016x} (the file changed since it was loaded: reload to apply it)"
+            );
+        }
+        Err(e) => {
+            let _ = writeln!(s, "config_file_checksum: unreadable ({e})");
+        }
+    }
     let _ = writeln!(s, "generation: {}", info.generation);
     let _ = writeln!(s, "workers: {}", info.workers.len());
     let _ = writeln!(s, "draining_workers: {}", info.draining);

@@ -8,7 +8,7 @@ pub const MAX_REQUEST: usize = 16 * 1024;
 /// How the client spoke, so the reply can answer in kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Framing {
-    /// Plain text lines; multi-line replies end with `END`.
+    /// Plain text lines, ending with `END`.
     Inline,
     /// RESP: bulk strings, `+OK`, `-ERR`.
     Resp,
@@ -166,8 +166,10 @@ pub fn frame(reply: &Reply, framing: Framing, head_only: bool) -> Vec<u8> {
             out.extend_from_slice(b"\r\n");
             out
         }
-        (Framing::Inline, Reply::Ok) => b"OK\r\n".to_vec(),
-        (Framing::Inline, Reply::Err(e)) => format!("ERR {}\r\n", one_line(e)).into_bytes(),
+        // Every reply of the line protocol ends with END, a one-line one
+        // too, so a script reads every command's reply the same way.
+        (Framing::Inline, Reply::Ok) => b"OK\r\nEND\r\n".to_vec(),
+        (Framing::Inline, Reply::Err(e)) => format!("ERR {}\r\nEND\r\n", one_line(e)).into_bytes(),
         (Framing::Inline, Reply::Text(t) | Reply::Http(_, _, t)) => {
             let mut out = String::with_capacity(t.len() + 16);
             for line in t.lines() {
@@ -239,8 +241,9 @@ mod tests {
         assert_eq!(frame(&Reply::Ok, Framing::Resp, false), b"+OK\r\n");
         assert_eq!(
             frame(&Reply::Err("x\ny".into()), Framing::Inline, false),
-            b"ERR x y\r\n"
+            b"ERR x y\r\nEND\r\n"
         );
+        assert_eq!(frame(&Reply::Ok, Framing::Inline, false), b"OK\r\nEND\r\n");
         let h = frame(
             &Reply::Http(200, "text/plain", "hi".into()),
             Framing::Http,

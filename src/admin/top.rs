@@ -3,7 +3,7 @@
 //! latency per pool.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -48,8 +48,19 @@ pub fn parse_pools(text: &str) -> Vec<PoolRow> {
     rows
 }
 
+/// How long a port may take to speak first: the admin port never does,
+/// the stats port sends its JSON at once.
+const SPEAKS_FIRST: Duration = Duration::from_millis(100);
+
 fn fetch(addr: &str) -> std::io::Result<String> {
     let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(SPEAKS_FIRST))?;
+    let mut first = [0u8; 16];
+    match s.peek(&mut first) {
+        Ok(n) => return Err(not_admin(addr, &first[..n])),
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+        Err(e) => return Err(e),
+    }
     s.set_read_timeout(Some(Duration::from_secs(2)))?;
     s.write_all(b"pools\r\n")?;
     let mut out = String::new();
@@ -71,6 +82,18 @@ fn fetch(addr: &str) -> std::io::Result<String> {
         out.push('\n');
     }
     Ok(out)
+}
+
+/// What to say of a port that spoke before it was asked anything.
+fn not_admin(addr: &str, first: &[u8]) -> std::io::Error {
+    let what = if first.starts_with(b"{") {
+        "is a stats port (it sends twemproxy's JSON on connect)"
+    } else {
+        "is not a walnut admin port (it spoke first)"
+    };
+    std::io::Error::other(format!(
+        "{addr} {what}; --top reads the admin port: 127.0.0.1:22223 beside the default stats port, else the address walnut logs at start (\"admin listening on ...\")"
+    ))
 }
 
 /// Render one screen from the previous and current samples.

@@ -52,6 +52,9 @@ pub struct Config {
     pub pools: Vec<PoolConfig>,
     /// Things accepted (as twemproxy accepts them) that look like mistakes.
     pub warnings: Vec<ConfigError>,
+    /// FNV-1a 64 of the text it was read from: admin `status` reports the
+    /// configuration running, which the file on disk may no longer be.
+    pub checksum: u64,
 }
 
 impl Config {
@@ -126,6 +129,7 @@ impl Config {
             process: process.unwrap_or_default(),
             pools,
             warnings,
+            checksum: crate::admin::fnv1a64(text.as_bytes()),
         })
     }
 

@@ -377,3 +377,57 @@ def test_slowlog_threshold_per_pool(procs, backends):
     entries = [kv(l) for l in admin(port, "slowlog get 100").splitlines() if l.startswith("id=")]
     assert len(entries) == 3, entries
     assert all(e["pool"] == "quick" for e in entries), entries
+
+
+def raw_admin(port: int, line: str) -> bytes:
+    """A command's reply as sent, read until the server closes after `quit`."""
+    with socket.create_connection((HOST, port), timeout=5) as s:
+        s.sendall(line.encode() + b"\r\nquit\r\n")
+        buf = b""
+        while chunk := s.recv(65536):
+            buf += chunk
+    return buf.removesuffix(b"OK\r\nEND\r\n")
+
+
+def test_every_reply_ends_with_end_and_config_saves_as_a_file(walnut, tmp_path):
+    """`config set`, errors and text alike end with END on the line
+    protocol; GET /config is the running configuration alone, a file that
+    loads again."""
+    port = walnut.admin_port
+    assert raw_admin(port, "config set pool.beta.timeout 650") == b"OK\r\nEND\r\n"
+    assert raw_admin(port, "config set nope 1").endswith(b"\r\nEND\r\n")
+    assert raw_admin(port, "ping") == b"PONG\r\nEND\r\n"
+    head, body = http_get(port, "/config")
+    assert "200 OK" in head and "END" not in body and "timeout: 650" in body
+    path = tmp_path / "saved.yml"
+    path.write_text(body)
+    out = subprocess.run([walnut_bin(), "-t", "-c", str(path)], capture_output=True, text=True, timeout=10)
+    assert out.returncode == 0, out.stderr
+
+
+def test_status_checksum_is_the_running_configuration(walnut):
+    """The checksum `status` reports is that of the configuration running;
+    a file changed on disk since shows apart until it is reloaded."""
+    port = walnut.admin_port
+
+    def field(name: str) -> str | None:
+        m = re.search(rf"^{name}: (.*)$", admin(port, "status"), re.M)
+        return m.group(1).strip() if m else None
+
+    running = field("config_checksum")
+    assert running and running.startswith("fnv1a64:")
+    assert field("config_file_checksum") is None
+    conf = walnut.conf_path
+    conf.write_text(conf.read_text() + "# edited\n")
+    assert field("config_checksum") == running
+    assert "reload to apply" in (field("config_file_checksum") or "")
+    assert admin(port, "reload").startswith("OK")
+    assert field("config_checksum") != running
+    assert field("config_file_checksum") is None
+
+
+def test_top_at_the_stats_port_says_so(walnut):
+    out = subprocess.run([walnut_bin(), "--top", f"{HOST}:{walnut.stats_port}"],
+                         capture_output=True, text=True, timeout=10)
+    assert out.returncode == 1
+    assert "is a stats port" in out.stderr and "admin listening on" in out.stderr, out.stderr
