@@ -78,7 +78,8 @@ pub struct Cli {
     #[arg(short = 'a', long = "stats-addr", value_name = "ADDR")]
     pub stats_addr: Option<String>,
 
-    /// Set stats aggregation interval in msec.
+    /// Set stats aggregation interval in msec (accepted for compatibility:
+    /// walnut's stats are always live).
     #[arg(short = 'i', long = "stats-interval", value_name = "MSEC",
           default_value_t = DEFAULT_STATS_INTERVAL_MS, value_parser = parse_number)]
     pub stats_interval_ms: u64,
@@ -87,16 +88,18 @@ pub struct Cli {
     #[arg(short = 'p', long = "pid-file", value_name = "FILE")]
     pub pid_file: Option<PathBuf>,
 
-    /// Set size of mbuf chunk in bytes (512..16777216).
+    /// Set size of mbuf chunk in bytes (512..16777216; accepted for
+    /// compatibility: walnut sizes its buffers itself).
     #[arg(short = 'm', long = "mbuf-size", value_name = "N",
           default_value_t = DEFAULT_MBUF_SIZE, value_parser = parse_mbuf_size)]
     pub mbuf_size: usize,
 
-    /// Number of worker processes: a number or auto (one per CPU).
+    /// Number of worker processes: a number or auto (one per CPU)
+    /// (default: 1).
     #[arg(long = "workers", value_name = "N|auto")]
     pub workers: Option<Workers>,
 
-    /// How workers share listening ports.
+    /// How workers share listening ports (default: reuseport).
     #[arg(
         long = "listener",
         value_name = "reuseport|epoll_exclusive|accept_mutex"
@@ -198,6 +201,21 @@ impl Cli {
         } else {
             local
         }
+    }
+
+    /// When no `-c` was given and neither default file exists: a line
+    /// that names both places tried (the error itself names only the
+    /// first).
+    pub fn missing_conf_hint(&self) -> Option<String> {
+        if self.conf_file.is_some() || self.conf_file().exists() {
+            return None;
+        }
+        Some(format!(
+            "no configuration file: neither {} (in {}) nor {} exists; give one with -c FILE",
+            DEFAULT_CONF_FILE,
+            std::env::current_dir().map_or_else(|_| ".".into(), |d| d.display().to_string()),
+            installed_conf_file().display()
+        ))
     }
 
     /// The log level: `-v`, else the `_walnut` `log_level`, else 5.

@@ -67,6 +67,10 @@ fn main() {
         return;
     }
     let conf_file = cli.conf_file();
+    if let Some(hint) = cli.missing_conf_hint() {
+        eprintln!("walnut: {hint}");
+        std::process::exit(1);
+    }
     if cli.test_conf {
         std::process::exit(cli::run_test_conf(&conf_file));
     }

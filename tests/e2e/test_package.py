@@ -107,7 +107,7 @@ def test_installed_binary_checks_the_example_config(root: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert "'conf/nutcracker.yml' syntax is ok" in out.stderr
     # Without it, the installed /etc/walnut/nutcracker.yml when there is one
-    # on this machine, else the error names twemproxy's default path.
+    # on this machine, else the error names both paths tried.
     empty = root / "empty"
     empty.mkdir()
     out = subprocess.run([str(walnut), "-t"], cwd=empty, capture_output=True, text=True, timeout=10)
@@ -115,6 +115,7 @@ def test_installed_binary_checks_the_example_config(root: Path) -> None:
         assert "'/etc/walnut/nutcracker.yml'" in out.stderr, out.stderr
     else:
         assert out.returncode == 1 and "conf/nutcracker.yml" in out.stderr, out.stderr
+        assert "/etc/walnut/nutcracker.yml" in out.stderr, out.stderr
 
 
 def test_installed_man_page_documents_every_flag(root: Path) -> None:
