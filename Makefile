@@ -56,15 +56,19 @@ install: build man unit-file
 	$(INSTALL) -D -m 0644 target/dist/walnut.service $(DESTDIR)$(SYSTEMDDIR)/walnut.service
 	test -e $(DESTDIR)$(SYSCONFDIR)/walnut/nutcracker.yml || \
 		$(INSTALL) -D -m 0644 conf/nutcracker.yml $(DESTDIR)$(SYSCONFDIR)/walnut/nutcracker.yml
+	test -e $(DESTDIR)$(SYSCONFDIR)/logrotate.d/walnut || \
+		$(INSTALL) -D -m 0644 dist/walnut.logrotate $(DESTDIR)$(SYSCONFDIR)/logrotate.d/walnut
 
 uninstall:
 	rm -f $(DESTDIR)$(SBINDIR)/walnut $(DESTDIR)$(MANDIR)/man8/walnut.8 \
 		$(DESTDIR)$(SYSTEMDDIR)/walnut.service
 
 # Debian package (cargo-deb; metadata in Cargo.toml) in target/debian/.
+# The binary is stripped there (--strip): the release profile keeps line
+# tables for profiling, 23 MB of them, which an installed binary needs not.
 deb:
 	$(MAKE) --no-print-directory man unit-file PREFIX=/usr SYSCONFDIR=/etc
-	$(CARGO) deb --no-build
+	$(CARGO) deb --no-build --strip
 
 test: fmt-check clippy unit fuzz-smoke e2e
 

@@ -23,6 +23,12 @@ then run this again.
 TXT
 }
 
+# rustup installs into ~/.cargo/bin, which a fresh shell may not have on
+# PATH yet (rustup's env file is read at login): look there too.
+if [ -x "$HOME/.cargo/bin/rustc" ] && ! command -v rustc >/dev/null 2>&1; then
+    PATH="$HOME/.cargo/bin:$PATH"
+    echo "note: using $HOME/.cargo/bin (not on PATH: run . \"\$HOME/.cargo/env\")" >&2
+fi
 if ! command -v rustc >/dev/null 2>&1 || ! command -v cargo >/dev/null 2>&1; then
     echo "error: no rustc/cargo on PATH (looked in ~/.cargo/bin too)." >&2
     how_to_install

@@ -72,17 +72,21 @@ def test_package_holds_binary_man_page_unit_and_config(deb: Path) -> None:
         "./usr/share/man/man8/walnut.8.gz",
         "./lib/systemd/system/walnut.service",
         "./etc/walnut/nutcracker.yml",
+        "./etc/logrotate.d/walnut",
         "./usr/share/doc/walnut/copyright",
     ):
         assert re.search(rf" {re.escape(path)}$", listing, re.M), f"{path} missing:\n{listing}"
     assert re.search(r"^-rwxr-xr-x .* \./usr/sbin/walnut$", listing, re.M)
+    # Stripped: no debug sections (the release build keeps line tables).
+    size = int(re.search(r"^\S+ \S+\s+(\d+) .* \./usr/sbin/walnut$", listing, re.M).group(1))
+    assert size < 10_000_000, size
     conffiles = subprocess.run(
         ["dpkg-deb", "-f", str(deb), "Package", "Version", "Depends"], capture_output=True, text=True, check=True
     ).stdout
     assert "Package: walnut" in conffiles
     # The configuration is a conffile: an upgrade keeps the operator's edits.
     ctl = subprocess.run(["dpkg-deb", "--ctrl-tarfile", str(deb)], capture_output=True, check=True).stdout
-    assert b"/etc/walnut/nutcracker.yml" in ctl
+    assert b"/etc/walnut/nutcracker.yml" in ctl and b"/etc/logrotate.d/walnut" in ctl
     # The copyright names the licence Cargo.toml declares, in full.
     copyright_text = subprocess.run(
         ["dpkg-deb", "--fsys-tarfile", str(deb)], capture_output=True, check=True
