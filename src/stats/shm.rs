@@ -509,6 +509,11 @@ impl StatsSlot<'_> {
     pub fn server_sub(&self, pool: usize, server: usize, f: ServerField, n: u64) {
         self.sub_at(self.region.layout.server_idx(pool, server, f), n)
     }
+    /// A pool field summed over every worker's slot (the pool's
+    /// connections through the whole proxy, for Redis `INFO`).
+    pub fn pool_total(&self, pool: usize, f: PoolField) -> u64 {
+        self.region.pool_sum(pool, f)
+    }
     /// Read back a worker field of this slot.
     pub fn get_worker(&self, f: WorkerField) -> u64 {
         let idx = self.region.layout.worker_idx(f);

@@ -72,6 +72,9 @@ pub enum MultiMode {
     Split,
     /// The same request to every server; replies merged by the protocol.
     Broadcast,
+    /// Redis `INFO` to every server, merged with the proxy's own figures
+    /// for the pool, taken when the request was read.
+    Info(crate::proto::redis::info::ProxyFigures),
     /// A write to every replica: the reply of the first replica that
     /// answered (a replica that could not be reached does not fail it).
     Replicate,

@@ -6,6 +6,7 @@
 use super::conn::{Fragment, Multi, MultiMode, ReplySlot, ReplyTo};
 use super::Worker;
 use crate::proto::{Op, Request};
+use crate::stats::PoolField;
 use mio::Token;
 use std::time::Instant;
 
@@ -49,6 +50,16 @@ impl Worker<'_> {
             None => (0..p.cfg.servers.len()).collect(),
         };
         let n = targets.len();
+        // INFO: each server's default sections, merged into walnut's own
+        // answer with the pool's client count (`proto::redis::info`).
+        let info = matches!(req.op, Op::Redis(op) if op.cmd.is("INFO"));
+        let mode = if info {
+            MultiMode::Info(crate::proto::redis::info::ProxyFigures {
+                connected_clients: self.stats.pool_total(pool, PoolField::ClientConnections),
+            })
+        } else {
+            MultiMode::Broadcast
+        };
         let slot = ReplySlot {
             multi: Some(Box::new(Multi {
                 req: req.clone(),
@@ -56,15 +67,13 @@ impl Worker<'_> {
                 frags: (0..n).map(|_| Fragment::default()).collect(),
                 remaining: n,
                 error: None,
-                mode: MultiMode::Broadcast,
+                mode,
             })),
             ..ReplySlot::default()
         };
         let seq = self.push_slot(token, req.noreply, slot);
-        // INFO: each server's keyspace, summed into walnut's own answer.
-        let info = matches!(req.op, Op::Redis(op) if op.cmd.is("INFO"));
         let bytes = if info {
-            &b"*2\r\n$4\r\nINFO\r\n$8\r\nkeyspace\r\n"[..]
+            &b"*1\r\n$4\r\nINFO\r\n"[..]
         } else {
             bytes
         };

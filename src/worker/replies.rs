@@ -402,6 +402,18 @@ fn merge(proto: crate::proto::Protocol, m: &Multi) -> Vec<u8> {
             let replies: Vec<&[u8]> = m.frags.iter().map(|f| f.reply.as_slice()).collect();
             proto.merge_broadcast(m.req.op, &replies, &mut out);
         }
+        MultiMode::Info(figures) => {
+            let replies: Vec<&[u8]> = m.frags.iter().map(|f| f.reply.as_slice()).collect();
+            match replies.iter().find(|r| r.first() == Some(&b'-')) {
+                Some(err) => out.extend_from_slice(err),
+                None => match crate::proto::redis::info::merge(&replies, figures) {
+                    Some(merged) => out = merged,
+                    None => {
+                        out.extend_from_slice(replies.first().copied().unwrap_or(b"$0\r\n\r\n"))
+                    }
+                },
+            }
+        }
         // (Zones: answered by `finish_zones`; this is its fallback.)
         MultiMode::Replicate | MultiMode::Zones => {
             let pick = m

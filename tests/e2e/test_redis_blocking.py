@@ -168,3 +168,32 @@ def test_blocked_time_is_not_slow(procs):
     assert admin(p.admin_port, "slowlog len").startswith("1")
     assert re.search(r"slow request: pool 'rd' .* EVAL", p.log_path.read_text())
     assert " count=1 " in admin(p.admin_port, "servers")
+
+
+def test_info_clients_through_the_proxy(pool):
+    """INFO answers the sections a pool can answer truthfully: the pool's
+    client connections to walnut, and a client blocked through walnut
+    counted once (Redis's own test helpers wait on blocked_clients)."""
+    p, servers = pool
+    r = client(p.port("rd"))
+    others = [client(p.port("rd")) for _ in range(3)]
+    for o in others:
+        o.ping()
+    info = r.info("clients")
+    assert info["connected_clients"] == 4, info
+    assert info["blocked_clients"] == 0, info
+    got = {}
+    blocker = client(p.port("rd"))
+    t = threading.Thread(target=lambda: got.setdefault("v", blocker.blpop(["{i}q"], timeout=20)))
+    t.start()
+    wait_until(lambda: r.info("clients")["blocked_clients"] == 1, 10,
+               what="blocked_clients 1 through walnut")
+    full = r.info()
+    assert full["redis_version"] == redis.Redis(host=HOST, port=servers[0].port).info()["redis_version"]
+    assert full["connected_clients"] == 5 and full["proxy"] == "walnut", full
+    for name in ("keyspace_hits", "keyspace_misses", "total_commands_processed"):
+        assert name in full, full
+    r.rpush("{i}q", "x")
+    t.join(10)
+    assert got["v"] == (b"{i}q", b"x")
+    wait_until(lambda: r.info("clients")["blocked_clients"] == 0, 10, what="unblocked")

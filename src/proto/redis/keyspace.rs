@@ -9,9 +9,7 @@
 //! whole walk is returned, as a single Redis's SCAN guarantees. Redis
 //! cursors stay below its table size, far from overflowing this.
 //!
-//! `INFO` is walnut's own: a `# Proxy` section, and the `# Keyspace` of
-//! every server summed per database (the servers are asked `INFO
-//! keyspace`).
+//! `INFO` is walnut's own, put together in `info.rs`.
 
 use super::args::Args;
 use super::reply;
@@ -130,59 +128,6 @@ pub fn merge(name: &str, replies: &[&[u8]]) -> Option<Vec<u8>> {
             };
             Some(pick.to_vec())
         }
-        "INFO" => {
-            // db0:keys=3,expires=1,avg_ttl=100 per database, summed (the
-            // average TTL weighted by keys with one).
-            let mut dbs: Vec<(String, u64, u64, u128)> = Vec::new();
-            for r in replies {
-                let body = bulk_text(r)?;
-                for line in body.lines() {
-                    let Some((db, fields)) = line.split_once(':') else {
-                        continue;
-                    };
-                    if !db.starts_with("db") {
-                        continue;
-                    }
-                    let field = |name: &str| -> u64 {
-                        fields
-                            .split(',')
-                            .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
-                            .and_then(|v| v.parse().ok())
-                            .unwrap_or(0)
-                    };
-                    let (keys, expires, ttl) = (field("keys"), field("expires"), field("avg_ttl"));
-                    match dbs.iter_mut().find(|d| d.0 == db) {
-                        Some(d) => {
-                            // Saturating: a server's reply is not trusted.
-                            d.1 = d.1.saturating_add(keys);
-                            d.2 = d.2.saturating_add(expires);
-                            d.3 = d.3.saturating_add(u128::from(ttl) * u128::from(expires));
-                        }
-                        None => dbs.push((
-                            db.to_string(),
-                            keys,
-                            expires,
-                            u128::from(ttl) * u128::from(expires),
-                        )),
-                    }
-                }
-            }
-            dbs.sort_by(|a, b| a.0.len().cmp(&b.0.len()).then_with(|| a.0.cmp(&b.0)));
-            let mut text = format!(
-                "# Proxy\r\nproxy:walnut\r\nwalnut_version:{}\r\nservers:{}\r\n\r\n# Keyspace\r\n",
-                env!("CARGO_PKG_VERSION"),
-                replies.len()
-            );
-            for (db, keys, expires, ttl_sum) in dbs {
-                let avg = ttl_sum.checked_div(u128::from(expires)).unwrap_or(0);
-                text.push_str(&format!(
-                    "{db}:keys={keys},expires={expires},avg_ttl={avg}\r\n"
-                ));
-            }
-            let mut out = Vec::with_capacity(text.len() + 16);
-            reply::bulk(text.as_bytes(), &mut out);
-            Some(out)
-        }
         "PUBSUB" => merge_pubsub(replies),
         _ => None,
     }
@@ -285,7 +230,7 @@ fn merge_pubsub(replies: &[&[u8]]) -> Option<Vec<u8>> {
 }
 
 /// The text of a bulk (or RESP3 verbatim) string reply.
-fn bulk_text(r: &[u8]) -> Option<&str> {
+pub(super) fn bulk_text(r: &[u8]) -> Option<&str> {
     let (kind, rest) = r.split_first()?;
     if *kind != b'$' && *kind != b'=' {
         return None;
@@ -382,15 +327,6 @@ mod tests {
         assert_eq!(
             merge("RANDOMKEY", &[b"_\r\n", b"_\r\n"]),
             Some(b"_\r\n".to_vec())
-        );
-        let a = b"$44\r\n# Keyspace\r\ndb0:keys=3,expires=1,avg_ttl=100\r\n\r\n";
-        let b = b"$44\r\n# Keyspace\r\ndb0:keys=5,expires=1,avg_ttl=300\r\n\r\n";
-        let info = merge("INFO", &[a, b, b"$13\r\n# Keyspace\r\n\r\n"]).unwrap();
-        let text = String::from_utf8(info).unwrap();
-        assert!(text.contains("servers:3\r\n"), "{text}");
-        assert!(
-            text.contains("db0:keys=8,expires=2,avg_ttl=200\r\n"),
-            "{text}"
         );
         assert_eq!(merge("DBSIZE", &[b"-ERR x\r\n"]), None);
         assert_eq!(
