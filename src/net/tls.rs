@@ -81,7 +81,7 @@ pub fn server_config(
     };
     let config = builder
         .with_single_cert(certs, key)
-        .map_err(|e| format!("certificate '{cert}' and key do not fit: {e}"))?;
+        .map_err(|e| cert_key_error(cert, &e))?;
     Ok(Arc::new(config))
 }
 
@@ -99,10 +99,24 @@ pub fn client_config(
     let config = match cert_key {
         Some((cert, key)) => builder
             .with_client_auth_cert(load_certs(cert)?, load_key(key)?)
-            .map_err(|e| format!("certificate '{cert}' and key do not fit: {e}"))?,
+            .map_err(|e| cert_key_error(cert, &e))?,
         None => builder.with_no_client_auth(),
     };
     Ok(Arc::new(config))
+}
+
+/// Why a certificate and its key were refused, in words that say what to
+/// do: an X.509 version 1 certificate (what `openssl x509 -req` makes
+/// without extensions) is refused by rustls as `UnsupportedCertVersion`,
+/// which is no mismatch with the key.
+fn cert_key_error(cert: &str, e: &rustls::Error) -> String {
+    if format!("{e:?}").contains("UnsupportedCertVersion") {
+        format!(
+            "certificate '{cert}' is X.509 version 1; TLS here needs version 3: sign it again with extensions, e.g. openssl x509 -req ... -extfile <(printf 'subjectAltName=DNS:HOST')"
+        )
+    } else {
+        format!("certificate '{cert}' and key do not fit: {e}")
+    }
 }
 
 /// The name a server's certificate must carry: a DNS name or an IP.

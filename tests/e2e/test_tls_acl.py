@@ -390,6 +390,26 @@ def test_bad_tls_config_is_refused(procs, certs, tmp_path):
     assert "bad.yml:10" in text and "'server_tls_ca' needs 'server_tls: true'" in text, text
 
 
+def test_x509_v1_certificate_says_what_to_do(certs, tmp_path):
+    """A certificate signed without extensions is X.509 v1, which rustls
+    refuses: the error says so and how to make a v3 one, not "do not fit"."""
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "v1.key", "-out", "v1.csr",
+            "-subj", "/CN=localhost", cwd=tmp_path)
+    openssl("x509", "-req", "-in", "v1.csr", "-CA", str(certs / "ca.crt"), "-CAkey",
+            str(certs / "ca.key"), "-out", "v1.crt", "-days", "2", cwd=tmp_path)
+    conf = tmp_path / "v1.yml"
+    conf.write_text(
+        "rd:\n  listen: 127.0.0.1:1\n  redis: true\n"
+        f"  tls_cert: {tmp_path / 'v1.crt'}\n  tls_key: {tmp_path / 'v1.key'}\n"
+        "  servers:\n    - 127.0.0.1:6379:1\n")
+    from procs import walnut_bin
+    out = subprocess.run([walnut_bin(), "-t", "-c", str(conf)], capture_output=True, text=True,
+                         timeout=30)
+    assert out.returncode != 0
+    assert "is X.509 version 1" in out.stderr and "-extfile" in out.stderr, out.stderr
+    assert "do not fit" not in out.stderr
+
+
 class Load:
     """Busy persistent TLS clients with no retry; counts rounds and errors."""
 
