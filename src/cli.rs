@@ -122,6 +122,40 @@ pub struct Cli {
           default_missing_value = crate::config::DEFAULT_ADMIN)]
     pub top: Option<String>,
 
+    /// Take the configuration from etcd (the v3 JSON gateway) instead of
+    /// a file: endpoints, comma-separated. Needs --fleet; not with -c.
+    #[arg(
+        long = "etcd",
+        value_name = "URL[,URL]",
+        requires = "fleet",
+        conflicts_with = "conf_file"
+    )]
+    pub etcd: Option<String>,
+
+    /// The fleet whose configuration (`/walnut/fleet/NAME/config`) this
+    /// instance runs and where it registers.
+    #[arg(long = "fleet", value_name = "NAME", requires = "etcd")]
+    pub fleet: Option<String>,
+
+    /// This instance's member id in the fleet (default: HOSTNAME-STATSPORT).
+    #[arg(long = "fleet-id", value_name = "ID")]
+    pub fleet_id: Option<String>,
+
+    /// Where the last good fleet configuration is kept (default:
+    /// /var/lib/walnut).
+    #[arg(long = "fleet-dir", value_name = "DIR")]
+    pub fleet_dir: Option<PathBuf>,
+
+    /// Seconds the member's etcd lease lasts without renewal (default: 5).
+    #[arg(long = "fleet-ttl", value_name = "SECS", value_parser = parse_number)]
+    pub fleet_ttl: Option<u64>,
+
+    /// Add N to the port of every pool's TCP listen address (and `.N` to
+    /// a unix socket's path): several instances of one configuration on
+    /// one machine.
+    #[arg(long = "port-offset", value_name = "N", value_parser = parse_number)]
+    pub port_offset: Option<u64>,
+
     /// Print the man page (roff) generated from these flags and exit.
     #[arg(long = "man", hide = true)]
     pub man: bool,
@@ -181,6 +215,63 @@ impl Cli {
             std::process::exit(0);
         }
         cli
+    }
+
+    /// The fleet settings, if `--etcd` was given.
+    pub fn fleet_opts(&self) -> Result<Option<crate::fleet::FleetOpts>, String> {
+        let (Some(etcd), Some(name)) = (&self.etcd, &self.fleet) else {
+            return Ok(None);
+        };
+        let id = self.fleet_id.clone().unwrap_or_else(|| {
+            format!(
+                "{}-{}",
+                crate::stats::json::hostname(),
+                self.stats_port.unwrap_or(DEFAULT_STATS_PORT)
+            )
+        });
+        for (what, v) in [("fleet", name), ("fleet id", &id)] {
+            if !crate::fleet::valid_name(v) {
+                return Err(format!(
+                    "invalid {what} '{v}' (letters, digits and -_.: only)"
+                ));
+            }
+        }
+        Ok(Some(crate::fleet::FleetOpts {
+            etcd: etcd.clone(),
+            name: name.clone(),
+            id,
+            dir: self
+                .fleet_dir
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(crate::fleet::DEFAULT_DIR)),
+            ttl: self.fleet_ttl.unwrap_or(crate::fleet::DEFAULT_TTL).max(1),
+        }))
+    }
+
+    /// `config`'s pools moved by `--port-offset`; an error if a port
+    /// would pass 65535.
+    pub fn offset_listen(&self, config: &mut Config) -> Result<(), String> {
+        let Some(n) = self.port_offset.filter(|n| *n > 0) else {
+            return Ok(());
+        };
+        for p in &mut config.pools {
+            match &mut p.listen {
+                crate::config::ListenAddr::Tcp { port, .. } => {
+                    *port = u16::try_from(u64::from(*port) + n).map_err(|_| {
+                        format!(
+                            "pool '{}': --port-offset {n} moves port {port} past 65535",
+                            p.name
+                        )
+                    })?;
+                }
+                crate::config::ListenAddr::Unix { path, .. } => {
+                    let mut s = path.clone().into_os_string();
+                    s.push(format!(".{n}"));
+                    *path = PathBuf::from(s);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The configuration file: `-c`, else `conf/nutcracker.yml` in the

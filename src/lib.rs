@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod cli;
 pub mod config;
+pub mod fleet;
 pub mod hash;
 #[macro_use]
 pub mod log;

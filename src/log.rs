@@ -66,6 +66,8 @@ pub fn level_down() {
 /// Name this process in log lines: -1 master/single, i for worker i.
 /// The role of a migrator process (`set_role`).
 pub const MIGRATOR: i32 = -2;
+/// The role of the fleet agent process (`set_role`).
+pub const FLEET_AGENT: i32 = -3;
 
 pub fn set_role(worker: i32) {
     ROLE.store(worker, Ordering::Relaxed);
@@ -131,6 +133,8 @@ pub fn write(lvl: u8, args: std::fmt::Arguments<'_>) {
     let role = ROLE.load(Ordering::Relaxed);
     let (pid, who) = if role == MIGRATOR {
         (std::process::id(), String::from("migrator"))
+    } else if role == FLEET_AGENT {
+        (std::process::id(), String::from("fleet agent"))
     } else if role < 0 {
         (std::process::id(), String::from("master"))
     } else {

@@ -53,6 +53,11 @@ fn daemonize() -> std::io::Result<()> {
 }
 
 fn main() {
+    // `walnut fleet ...` publishes and lists a fleet's configuration.
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some("fleet") {
+        std::process::exit(walnut::fleet::cmd::main(&argv[2..]));
+    }
     let cli = Cli::parse_args();
     if cli.describe_stats {
         // nutcracker prints the version and the descriptions on stderr.
@@ -66,12 +71,24 @@ fn main() {
         print!("{}", walnut::manpage::render());
         return;
     }
+    let fleet = match cli.fleet_opts() {
+        Ok(f) => f.map(|mut f| {
+            f.dir = absolute(&f.dir);
+            f
+        }),
+        Err(e) => {
+            eprintln!("walnut: {e}");
+            std::process::exit(1);
+        }
+    };
     let conf_file = cli.conf_file();
-    if let Some(hint) = cli.missing_conf_hint() {
-        eprintln!("walnut: {hint}");
-        std::process::exit(1);
+    if fleet.is_none() {
+        if let Some(hint) = cli.missing_conf_hint() {
+            eprintln!("walnut: {hint}");
+            std::process::exit(1);
+        }
     }
-    if cli.test_conf {
+    if cli.test_conf && fleet.is_none() {
         std::process::exit(cli::run_test_conf(&conf_file));
     }
     walnut::util::mark_start();
@@ -82,7 +99,20 @@ fn main() {
         eprintln!("walnut: cannot open log file: {e}");
         std::process::exit(1);
     }
-    let conf_path = absolute(&conf_file);
+    let conf_path = match &fleet {
+        // The fleet's configuration from etcd, or the last good one.
+        Some(f) => match walnut::fleet::fetch_initial(f) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("walnut: {e}");
+                std::process::exit(1);
+            }
+        },
+        None => absolute(&conf_file),
+    };
+    if cli.test_conf {
+        std::process::exit(cli::run_test_conf(&conf_path));
+    }
     let config = match Config::load(&conf_path) {
         Ok(c) => c,
         Err(errs) => {
@@ -91,7 +121,7 @@ fn main() {
             }
             eprintln!(
                 "walnut: configuration file '{}' syntax is invalid",
-                conf_file.display()
+                conf_path.display()
             );
             std::process::exit(1);
         }
@@ -104,6 +134,9 @@ fn main() {
         move |c: &Config| {
             let mut c = c.clone();
             c.process = cli.apply_overrides(&c.process);
+            if let Err(e) = cli.offset_listen(&mut c) {
+                walnut::log_error!("{e}");
+            }
             c
         }
     };
@@ -139,6 +172,7 @@ fn main() {
         exe,
         args,
         overrides: Box::new(apply),
+        fleet,
     };
     walnut::log_notice!(
         "walnut-{} started on pid {}",

@@ -19,6 +19,7 @@ const HELP: &str = "commands:
   hotkeys [POOL] [N]          most requested keys per pool over the last second (sampled)
   migration [pause|resume|abort POOL]
                               progress of online scale-out, and its control
+  fleet                       this instance's fleet (--etcd): revision applied, members
   config show                 the running configuration as YAML (walnut -t accepts it)
   config get PARAM            one value: KEY of _walnut, or pool.NAME.KEY
   config set PARAM VALUE      log_level, slowlog_threshold (us), client_idle_timeout (ms),
@@ -82,6 +83,10 @@ pub fn run(srv: &mut AdminServer, host: &mut dyn Host, req: &Request) -> (Reply,
                 Err(e) => Reply::Err(e),
             },
             _ => Reply::Err("usage: migration [pause|resume|abort POOL]".into()),
+        },
+        "fleet" => match host.fleet() {
+            Some(lines) => Reply::Text(lines.join("\n")),
+            None => Reply::Err("not in a fleet (started without --etcd)".into()),
         },
         "reload" => match host.reload() {
             Ok(changes) if changes.is_empty() => Reply::Ok,

@@ -51,6 +51,10 @@ pub trait Host {
     fn migration_control(&mut self, _what: &str, _pool: &str) -> Result<(), String> {
         Err("no migration".into())
     }
+    /// The fleet's members (admin `fleet`); `None` outside a fleet.
+    fn fleet(&self) -> Option<Vec<String>> {
+        None
+    }
     /// `/metrics` families the configuration and counters do not hold.
     fn extra_metrics(&self) -> String {
         String::new()

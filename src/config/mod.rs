@@ -71,6 +71,12 @@ impl Config {
         Config::validate(&text, path, true)
     }
 
+    /// Validates `text`, read from `path`, as `load` does (listen host
+    /// names resolved).
+    pub fn from_file_text(text: &str, path: &Path) -> Result<Config, ConfigErrors> {
+        Config::validate(text, path, true)
+    }
+
     /// Validates `text` as if read from `path` (used in messages only).
     /// Performs no I/O: listen host names are not resolved.
     pub fn from_str(text: &str, path: &Path) -> Result<Config, ConfigErrors> {

@@ -202,7 +202,11 @@ impl Host for Master {
     }
 
     fn extra_metrics(&self) -> String {
-        self.migration_metrics()
+        self.migration_metrics() + &self.fleet_metrics()
+    }
+
+    fn fleet(&self) -> Option<Vec<String>> {
+        self.fleet_lines()
     }
 
     fn reload(&mut self) -> Result<Vec<String>, String> {

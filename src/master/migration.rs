@@ -33,7 +33,7 @@ pub(super) fn inherit_lineage() -> Vec<String> {
 
 /// One pool's migration.
 pub(super) struct Migration {
-    pool: String,
+    pub(super) pool: String,
     /// The pool's earlier configurations, newest first.
     olds: Vec<PoolConfig>,
     new: PoolConfig,
@@ -41,7 +41,7 @@ pub(super) struct Migration {
     /// progress follows the pool's in `progress`.
     sources: Vec<String>,
     pid: Option<libc::pid_t>,
-    progress: Progress,
+    pub(super) progress: Progress,
     restart_at: Option<Instant>,
     restarts: u32,
 }

@@ -7,6 +7,7 @@
 mod admin_host;
 pub mod channel;
 mod counters;
+mod fleet;
 pub mod listeners;
 mod migration;
 pub mod signals;
@@ -57,6 +58,9 @@ pub struct MasterOpts {
     pub start_dir: PathBuf,
     /// Command-line overrides of the process settings.
     pub overrides: Box<dyn Fn(&Config) -> Config>,
+    /// The fleet this instance belongs to (`--etcd`/`--fleet`): then
+    /// `conf_path` is its last-good configuration, kept by the fleet agent.
+    pub fleet: Option<crate::fleet::FleetOpts>,
 }
 
 struct WorkerProc {
@@ -138,6 +142,8 @@ pub struct Master {
     inherited_lineage: Vec<String>,
     /// Earlier configurations of the pools whose migration has not ended.
     lineage: crate::migrate::Lineage,
+    /// The fleet agent and what this instance publishes (`fleet.rs`).
+    fleet: fleet::FleetHost,
 }
 
 /// A stats client that reads nothing of its document for this long is
@@ -197,6 +203,7 @@ impl Master {
             pending_migrations: false,
             inherited_lineage: migration::inherit_lineage(),
             lineage: crate::migrate::Lineage::default(),
+            fleet: fleet::FleetHost::default(),
         })
     }
 
@@ -217,6 +224,10 @@ impl Master {
                     .unwrap_or_default()
             );
         }
+        if let Ok(text) = std::fs::read_to_string(&self.opts.conf_path) {
+            self.fleet_applied(&text);
+        }
+        self.spawn_fleet_agent();
         self.write_pid_file();
         let code = self.main_loop();
         self.remove_pid_file();
@@ -362,6 +373,7 @@ impl Master {
             self.drain_acks();
             self.retire_due();
             self.migrations_due();
+            self.fleet_due();
         }
     }
 
@@ -494,7 +506,21 @@ impl Master {
             crate::log_error!("{e}");
             return Err(e);
         }
+        // Read once: a fleet's file names the revision it holds.
+        let text = std::fs::read_to_string(&self.opts.conf_path).unwrap_or_default();
         let config = match Config::load(&self.opts.conf_path) {
+            Ok(_) if self.opts.fleet.is_some() => {
+                match Config::from_file_text(&text, &self.opts.conf_path) {
+                    Ok(c) => (self.opts.overrides)(&c),
+                    Err(errs) => {
+                        return Err(errs
+                            .iter()
+                            .map(|e| e.to_string())
+                            .collect::<Vec<_>>()
+                            .join("; "))
+                    }
+                }
+            }
             Ok(c) => (self.opts.overrides)(&c),
             Err(errs) => {
                 let mut lines: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
@@ -512,6 +538,7 @@ impl Master {
         // (then HUP starts them again, as in nginx).
         if !self.stopping && self.current.as_ref().map(|g| &g.config) == Some(&config) {
             crate::log_notice!("reload: configuration unchanged");
+            self.fleet_applied(&text);
             return Ok(Vec::new());
         }
         let changes = self
@@ -529,6 +556,7 @@ impl Master {
             return Err(e);
         }
         self.runtime.clear();
+        self.fleet_applied(&text);
         for c in &changes {
             crate::log_notice!("reload: {c}");
         }
@@ -544,6 +572,7 @@ impl Master {
     fn stop_all(&mut self, how: Stopping) {
         self.stopping = true;
         self.stop_migrations();
+        self.stop_fleet_agent();
         let graceful = !matches!(how, Stopping::Fast);
         let m = match &how {
             Stopping::Fast => Message::Stop,

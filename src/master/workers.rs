@@ -142,7 +142,7 @@ impl Master {
                 format!("exited with code {}", libc::WEXITSTATUS(status))
             };
             let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
-            if self.migrator_exited(pid, code) {
+            if self.migrator_exited(pid, code) || self.fleet_agent_exited(pid) {
                 continue;
             }
             let fatal = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == EXIT_FATAL;

@@ -1,0 +1,224 @@
+//! The fleet agent: a process of the master's (`master/fleet.rs`) that
+//! keeps the instance's membership under an etcd lease and its
+//! configuration in step with the fleet's key. One thread, blocking calls
+//! with short timeouts, so it never holds the master up; it ends with the
+//! master (parent-death signal) and is restarted by it if it dies.
+//!
+//! Each pass (at most `TICK` apart): a watch reply is read, the lease is
+//! renewed every third of its TTL, the master's state file is published
+//! when it changed, and the members are listed once a second. A lost
+//! connection starts over: lease, key read, record, watch. A new value is
+//! checked (`Config::from_str`) before it is written to the last-good file
+//! and the master is sent SIGHUP; an invalid one (only a writer that
+//! skipped `walnut fleet apply` can store one) is logged and left.
+
+use super::etcd::{Etcd, Kv, WatchEvent};
+use super::FleetOpts;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+/// How long a watch read waits before the agent's other duties.
+const TICK: Duration = Duration::from_millis(200);
+/// How often the member list is read for the admin port.
+const LIST_EVERY: Duration = Duration::from_secs(1);
+/// Pause after a failed round with etcd.
+const RETRY: Duration = Duration::from_millis(500);
+
+struct Agent {
+    opts: FleetOpts,
+    etcd: Etcd,
+    /// The revision last written to the last-good file.
+    written: i64,
+    lease: i64,
+    /// The master's state as last published.
+    published: String,
+    host: String,
+}
+
+fn master_alive() -> bool {
+    // SAFETY: getppid has no preconditions.
+    unsafe { libc::getppid() != 1 }
+}
+
+/// Runs until the master goes away.
+pub fn run(opts: FleetOpts) -> i32 {
+    let etcd = match Etcd::new(&opts.etcd) {
+        Ok(e) => e,
+        Err(e) => {
+            crate::log_error!("fleet agent: {e}");
+            return 1;
+        }
+    };
+    let written = std::fs::read_to_string(opts.cache_path())
+        .map(|t| super::revision_in(&t))
+        .unwrap_or(0);
+    let mut a = Agent {
+        opts,
+        etcd,
+        written,
+        lease: 0,
+        published: String::new(),
+        host: crate::stats::json::hostname(),
+    };
+    let mut failing = false;
+    while master_alive() {
+        match a.session() {
+            Ok(()) => {}
+            Err(e) => {
+                if !failing {
+                    crate::log_error!("fleet agent: {e}; retrying");
+                }
+                failing = true;
+                std::thread::sleep(RETRY);
+                continue;
+            }
+        }
+        failing = false;
+    }
+    if a.lease != 0 {
+        let _ = a.etcd.revoke(a.lease);
+    }
+    0
+}
+
+impl Agent {
+    /// One connection's worth: returns when etcd must be read afresh.
+    fn session(&mut self) -> std::io::Result<()> {
+        // A lease that ended while etcd could not be reached is replaced.
+        if self.lease != 0 && self.etcd.keepalive(self.lease)? <= 0 {
+            self.lease = 0;
+        }
+        if self.lease == 0 {
+            self.lease = self.etcd.grant(self.opts.ttl)?;
+            self.published.clear();
+        }
+        let key = super::config_key(&self.opts.name);
+        let (kv, store_rev) = self.etcd.get(&key)?;
+        if let Some(kv) = kv {
+            if kv.mod_revision != self.written {
+                self.apply(&kv);
+            }
+        }
+        self.publish(true)?;
+        let mut watch = self.etcd.watch(&key, store_rev + 1, TICK)?;
+        crate::log_info!(
+            "fleet agent: member '{}' of fleet '{}' (lease {:x}), watching from revision {}",
+            self.opts.id,
+            self.opts.name,
+            self.lease,
+            store_rev + 1
+        );
+        let renew_every = Duration::from_millis(self.opts.ttl * 1000 / 3).max(TICK);
+        let mut renewed = Instant::now();
+        let mut listed = Instant::now() - LIST_EVERY;
+        while master_alive() {
+            if let Some(v) = watch.next_value()? {
+                for ev in super::etcd::watch_events(&v) {
+                    match ev {
+                        WatchEvent::Changed(kv) => self.apply(&kv),
+                        WatchEvent::Compacted => return Ok(()),
+                        WatchEvent::Created => {}
+                    }
+                }
+            }
+            if renewed.elapsed() >= renew_every {
+                if self.etcd.keepalive(self.lease)? <= 0 {
+                    crate::log_warn!(
+                        "fleet agent: lease {:x} ended; registering again",
+                        self.lease
+                    );
+                    self.lease = 0;
+                    return Ok(());
+                }
+                renewed = Instant::now();
+            }
+            if self.publish(false)? || listed.elapsed() >= LIST_EVERY {
+                self.list_members()?;
+                listed = Instant::now();
+            }
+        }
+        Ok(())
+    }
+
+    /// A new configuration text: checked, kept, and the master told.
+    fn apply(&mut self, kv: &Kv) {
+        let name = &self.opts.name;
+        if kv.value.is_empty() {
+            crate::log_warn!(
+                "fleet '{name}': configuration key deleted (revision {}); keeping the running one",
+                kv.mod_revision
+            );
+            self.written = kv.mod_revision;
+            return;
+        }
+        let path = self.opts.cache_path();
+        let yaml = String::from_utf8_lossy(&kv.value);
+        if let Err(errs) = crate::config::Config::from_str(&yaml, &path) {
+            crate::log_error!(
+                "fleet '{name}': configuration at revision {} is invalid, not applied: {}",
+                kv.mod_revision,
+                errs.iter()
+                    .map(|e| e.to_string())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+            self.written = kv.mod_revision;
+            return;
+        }
+        let text = super::cache_text(name, kv.mod_revision, &yaml);
+        if let Err(e) = super::write_atomic(&path, text.as_bytes()) {
+            crate::log_error!("fleet '{name}': cannot write {}: {e}", path.display());
+            return;
+        }
+        self.written = kv.mod_revision;
+        crate::log_notice!(
+            "fleet '{name}': configuration revision {} received; reloading",
+            kv.mod_revision
+        );
+        // SAFETY: kill with the parent's pid and a valid signal.
+        unsafe {
+            libc::kill(libc::getppid(), libc::SIGHUP);
+        }
+    }
+
+    /// The member record: the master's state file, with who and where.
+    fn record(&self, state: &str) -> Value {
+        let mut v: Value = serde_json::from_str(state).unwrap_or_else(|_| json!({}));
+        v["id"] = json!(self.opts.id);
+        v["host"] = json!(self.host);
+        v["lease_ttl"] = json!(self.opts.ttl);
+        v["received_revision"] = json!(self.written);
+        v
+    }
+
+    /// Writes the member record when the master's state changed (or
+    /// always, after a new lease); whether it wrote.
+    fn publish(&mut self, force: bool) -> std::io::Result<bool> {
+        let state = std::fs::read_to_string(self.opts.state_path()).unwrap_or_default();
+        if !force && state == self.published {
+            return Ok(false);
+        }
+        let key = [
+            super::members_prefix(&self.opts.name),
+            self.opts.id.as_bytes().to_vec(),
+        ]
+        .concat();
+        let rec = self.record(&state).to_string();
+        self.etcd.put(&key, rec.as_bytes(), self.lease)?;
+        self.published = state;
+        Ok(true)
+    }
+
+    fn list_members(&mut self) -> std::io::Result<()> {
+        let members = self.etcd.list(&super::members_prefix(&self.opts.name))?;
+        let list: Vec<Value> = members
+            .iter()
+            .filter_map(|kv| serde_json::from_slice(&kv.value).ok())
+            .collect();
+        let _ = super::write_atomic(
+            &self.opts.members_path(),
+            Value::Array(list).to_string().as_bytes(),
+        );
+        Ok(())
+    }
+}

@@ -1,0 +1,184 @@
+//! The master's side of a fleet (`--etcd`, see `src/fleet/`): the fleet
+//! agent forked and restarted, the state file it publishes (revision
+//! applied, addresses, each pool's migration phase) rewritten when it
+//! changes, and the admin port's `fleet` and `/metrics` lines.
+
+use super::Master;
+use crate::fleet::FleetOpts;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+/// The master's fleet bookkeeping.
+#[derive(Default)]
+pub(super) struct FleetHost {
+    pub(super) agent: Option<libc::pid_t>,
+    pub(super) restart_at: Option<Instant>,
+    /// The configuration revision the running generation was started from.
+    pub(super) revision: i64,
+    /// The state file's text as last written.
+    state: String,
+}
+
+impl Master {
+    fn fleet_opts(&self) -> Option<&FleetOpts> {
+        self.opts.fleet.as_ref()
+    }
+
+    /// Fork the fleet agent (`fleet::agent::run`).
+    pub(super) fn spawn_fleet_agent(&mut self) {
+        let Some(opts) = self.fleet_opts().cloned() else {
+            return;
+        };
+        // SAFETY: single-threaded master; the child runs the agent and
+        // leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            crate::log_error!(
+                "cannot fork the fleet agent: {}",
+                std::io::Error::last_os_error()
+            );
+            self.fleet.restart_at = Some(Instant::now() + Duration::from_secs(1));
+            return;
+        }
+        if pid == 0 {
+            // SAFETY: prctl with a valid signal: die with the master.
+            unsafe {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+            }
+            if let Some(gen) = self.current.as_ref() {
+                self.close_in_child(gen);
+            }
+            super::signals::reset();
+            crate::log::set_role(crate::log::FLEET_AGENT);
+            super::title::set("walnut: fleet agent");
+            let code = crate::fleet::agent::run(opts);
+            // SAFETY: leave without the master's destructors.
+            unsafe { libc::_exit(code) }
+        }
+        self.fleet.agent = Some(pid);
+        self.fleet.restart_at = None;
+        crate::log_notice!("fleet agent started, pid {pid}");
+    }
+
+    /// A child exited: if it was the fleet agent, restart it in a second.
+    pub(super) fn fleet_agent_exited(&mut self, pid: libc::pid_t) -> bool {
+        if self.fleet.agent != Some(pid) {
+            return false;
+        }
+        self.fleet.agent = None;
+        if !self.stopping {
+            crate::log_error!("fleet agent (pid {pid}) ended; restarting it in 1 s");
+            self.fleet.restart_at = Some(Instant::now() + Duration::from_secs(1));
+        }
+        true
+    }
+
+    /// The revision named by the configuration file just applied.
+    pub(super) fn fleet_applied(&mut self, text: &str) {
+        if self.opts.fleet.is_some() {
+            self.fleet.revision = crate::fleet::revision_in(text);
+        }
+    }
+
+    /// Each pass: restart the agent when due, rewrite the state file when
+    /// what it says changed.
+    pub(super) fn fleet_due(&mut self) {
+        let Some(opts) = self.fleet_opts().cloned() else {
+            return;
+        };
+        if matches!(self.fleet.restart_at, Some(t) if t <= Instant::now()) && !self.stopping {
+            self.spawn_fleet_agent();
+        }
+        let state = self.fleet_state().to_string();
+        if state != self.fleet.state {
+            if let Err(e) = crate::fleet::write_atomic(&opts.state_path(), state.as_bytes()) {
+                crate::log_error!("fleet: cannot write {}: {e}", opts.state_path().display());
+                return;
+            }
+            self.fleet.state = state;
+        }
+    }
+
+    /// What this instance runs, as its member record carries it.
+    fn fleet_state(&self) -> Value {
+        let mut pools = serde_json::Map::new();
+        let mut listen = Vec::new();
+        if let Some(g) = &self.current {
+            for p in &g.config.pools {
+                listen.push(json!(p.listen.to_string()));
+                let phase = match self.migrations.iter().find(|m| m.pool == p.name) {
+                    Some(m) => m.progress.state().name(),
+                    None if self.pending_migrations && !self.lineage.of(&p.name).is_empty() => {
+                        "switching"
+                    }
+                    None => "steady",
+                };
+                pools.insert(p.name.clone(), json!(phase));
+            }
+        }
+        json!({
+            "revision": self.fleet.revision,
+            "version": env!("CARGO_PKG_VERSION"),
+            "pid": std::process::id(),
+            "generation": self.current.as_ref().map_or(0, |g| g.id),
+            "listen": listen,
+            "admin": self.admin.as_ref().map(|a| a.local_addr()),
+            "stats": self.stats.as_ref().and_then(|s| s.local_addr().ok()).map(|a| a.to_string()),
+            "pools": pools,
+        })
+    }
+
+    fn fleet_members(&self) -> Vec<Value> {
+        self.fleet_opts()
+            .and_then(|o| std::fs::read(o.members_path()).ok())
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default()
+    }
+
+    /// The admin port's `fleet` reply.
+    pub(super) fn fleet_lines(&self) -> Option<Vec<String>> {
+        let opts = self.fleet_opts()?;
+        let members = self.fleet_members();
+        let mut out = vec![format!(
+            "fleet {} member {} applied revision {}, {} members",
+            opts.name,
+            opts.id,
+            self.fleet.revision,
+            members.len()
+        )];
+        out.extend(crate::fleet::cmd::member_lines(&members));
+        Some(out)
+    }
+
+    /// `/metrics` families of the fleet.
+    pub(super) fn fleet_metrics(&self) -> String {
+        let Some(opts) = self.fleet_opts() else {
+            return String::new();
+        };
+        let name = &opts.name;
+        format!(
+            "# HELP walnut_fleet_config_revision The fleet configuration's etcd revision this instance runs.\n\
+             # TYPE walnut_fleet_config_revision gauge\n\
+             walnut_fleet_config_revision{{fleet=\"{name}\",member=\"{}\"}} {}\n\
+             # HELP walnut_fleet_members Members of the fleet registered in etcd, as last listed.\n\
+             # TYPE walnut_fleet_members gauge\n\
+             walnut_fleet_members{{fleet=\"{name}\"}} {}\n",
+            opts.id,
+            self.fleet.revision,
+            self.fleet_members().len()
+        )
+    }
+
+    /// Stop the agent (the master is stopping); its lease runs out.
+    pub(super) fn stop_fleet_agent(&mut self) {
+        if let Some(pid) = self.fleet.agent.take() {
+            // SAFETY: signalling and reaping our own child.
+            unsafe {
+                libc::kill(pid, libc::SIGTERM);
+                let mut status = 0;
+                libc::waitpid(pid, &mut status, 0);
+            }
+        }
+    }
+}
