@@ -56,6 +56,12 @@ pub enum Param {
         /// The pool's name.
         pool: String,
     },
+    /// The fleet passed the barrier of a change (`fleet/agent.rs`): the
+    /// pool's moved keys are pulled from now on, no longer refused.
+    FleetGo {
+        /// The pool's name.
+        pool: String,
+    },
 }
 
 fn parse_bool(value: &str) -> Result<bool, String> {
@@ -124,6 +130,7 @@ impl Param {
         match self {
             Param::PoolTimeout { pool, .. } => format!("pool.{pool}.timeout"),
             Param::MigrationDone { pool } => format!("pool.{pool}.migration"),
+            Param::FleetGo { pool } => format!("pool.{pool}.fleet"),
             _ => self.kind().to_string(),
         }
     }
@@ -140,6 +147,7 @@ impl Param {
             Param::ReplyHold(_) => "reply_hold",
             Param::PoolTimeout { .. } => "pool_timeout",
             Param::MigrationDone { .. } => "migration_done",
+            Param::FleetGo { .. } => "fleet_go",
         }
     }
 
@@ -156,7 +164,7 @@ impl Param {
             Param::ClientOutputLimit(n) => format!("{kind} {n}"),
             Param::ClientMaxInflight(n) => format!("{kind} {n}"),
             Param::PoolTimeout { pool, ms } => format!("{kind} {ms} {pool}"),
-            Param::MigrationDone { pool } => format!("{kind} {pool}"),
+            Param::MigrationDone { pool } | Param::FleetGo { pool } => format!("{kind} {pool}"),
         }
     }
 
@@ -200,6 +208,7 @@ impl Param {
                 }
             }
             "migration_done" => Param::MigrationDone { pool: named(rest)? },
+            "fleet_go" => Param::FleetGo { pool: named(rest)? },
             _ => return None,
         })
     }
@@ -240,6 +249,9 @@ mod tests {
             },
             Param::MigrationDone {
                 pool: "a.b c".into(),
+            },
+            Param::FleetGo {
+                pool: "beta".into(),
             },
         ];
         for p in all {

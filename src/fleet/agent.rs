@@ -11,14 +11,25 @@
 //! checked (`Config::from_str`) before it is written to the last-good file
 //! and the master is sent SIGHUP; an invalid one (only a writer that
 //! skipped `walnut fleet apply` can store one) is logged and left.
+//!
+//! The barrier of a change (revision R): once this master prepared R (it
+//! runs R and no generation routes by an older configuration), the agent
+//! lists the members every pass until each one's record says it prepared
+//! R or later; then it writes R to the go file and the master lets its
+//! workers pull moved keys and starts the migrators. A member that died
+//! or froze leaves the list when its lease ends, at most the TTL after
+//! its last renewal; by then its own workers refuse `migration: true`
+//! pools (`page.rs`), so it cannot write a key to its old owner after
+//! another member pulled it.
 
-use super::etcd::{Etcd, Kv, WatchEvent};
+use super::etcd::{num, Etcd, Kv, WatchEvent};
+use super::page::{mono_ms, FleetPage};
 use super::FleetOpts;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
 /// How long a watch read waits before the agent's other duties.
-const TICK: Duration = Duration::from_millis(200);
+const TICK: Duration = Duration::from_millis(50);
 /// How often the member list is read for the admin port.
 const LIST_EVERY: Duration = Duration::from_secs(1);
 /// Pause after a failed round with etcd.
@@ -29,10 +40,23 @@ struct Agent {
     etcd: Etcd,
     /// The revision last written to the last-good file.
     written: i64,
+    /// The revision last looked at (written, or refused as invalid).
+    seen: i64,
     lease: i64,
     /// The master's state as last published.
     published: String,
     host: String,
+    page: FleetPage,
+    /// When the lease is sure to last until (`mono_ms`): the send time of
+    /// the last keepalive or grant etcd answered, plus the TTL.
+    lease_until: u64,
+    /// The master's applied and prepared revisions (its state file).
+    applied: i64,
+    prepared: i64,
+    /// The latest revision whose barrier passed (the go file).
+    go: i64,
+    /// When this master was seen to prepare a revision still waiting.
+    prepared_at: Option<Instant>,
 }
 
 fn master_alive() -> bool {
@@ -41,7 +65,7 @@ fn master_alive() -> bool {
 }
 
 /// Runs until the master goes away.
-pub fn run(opts: FleetOpts) -> i32 {
+pub fn run(opts: FleetOpts, page: FleetPage) -> i32 {
     let etcd = match Etcd::new(&opts.etcd) {
         Ok(e) => e,
         Err(e) => {
@@ -52,13 +76,24 @@ pub fn run(opts: FleetOpts) -> i32 {
     let written = std::fs::read_to_string(opts.cache_path())
         .map(|t| super::revision_in(&t))
         .unwrap_or(0);
+    let go = std::fs::read_to_string(opts.go_path())
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(0);
     let mut a = Agent {
         opts,
         etcd,
         written,
+        seen: written,
         lease: 0,
         published: String::new(),
         host: crate::stats::json::hostname(),
+        page,
+        lease_until: 0,
+        applied: 0,
+        prepared: 0,
+        go,
+        prepared_at: None,
     };
     let mut failing = false;
     while master_alive() {
@@ -85,17 +120,19 @@ impl Agent {
     /// One connection's worth: returns when etcd must be read afresh.
     fn session(&mut self) -> std::io::Result<()> {
         // A lease that ended while etcd could not be reached is replaced.
-        if self.lease != 0 && self.etcd.keepalive(self.lease)? <= 0 {
+        if self.lease != 0 && !self.renew()? {
             self.lease = 0;
         }
         if self.lease == 0 {
+            let sent = mono_ms();
             self.lease = self.etcd.grant(self.opts.ttl)?;
+            self.lease_until = sent + self.opts.ttl * 1000;
             self.published.clear();
         }
         let key = super::config_key(&self.opts.name);
         let (kv, store_rev) = self.etcd.get(&key)?;
         if let Some(kv) = kv {
-            if kv.mod_revision != self.written {
+            if kv.mod_revision != self.seen {
                 self.apply(&kv);
             }
         }
@@ -122,7 +159,7 @@ impl Agent {
                 }
             }
             if renewed.elapsed() >= renew_every {
-                if self.etcd.keepalive(self.lease)? <= 0 {
+                if !self.renew()? {
                     crate::log_warn!(
                         "fleet agent: lease {:x} ended; registering again",
                         self.lease
@@ -132,12 +169,67 @@ impl Agent {
                 }
                 renewed = Instant::now();
             }
-            if self.publish(false)? || listed.elapsed() >= LIST_EVERY {
-                self.list_members()?;
-                listed = Instant::now();
+            let waiting = self.prepared > self.go && self.prepared == self.applied;
+            if waiting && self.prepared_at.is_none() {
+                self.prepared_at = Some(Instant::now());
             }
+            if self.publish(false)? || waiting || listed.elapsed() >= LIST_EVERY {
+                let members = self.list_members()?;
+                listed = Instant::now();
+                if waiting {
+                    self.barrier(&members);
+                }
+            }
+            self.mark_in_step();
         }
         Ok(())
+    }
+
+    /// Renews the lease: false once it has ended.
+    fn renew(&mut self) -> std::io::Result<bool> {
+        let sent = mono_ms();
+        if self.etcd.keepalive(self.lease)? <= 0 {
+            return Ok(false);
+        }
+        self.lease_until = sent + self.opts.ttl * 1000;
+        Ok(true)
+    }
+
+    /// Tells the workers until when they may route `migration: true`
+    /// pools: while the lease surely lasts, once the master runs the
+    /// configuration last received from etcd.
+    fn mark_in_step(&self) {
+        if self.lease != 0 && self.applied == self.written {
+            self.page.set_in_step_until(self.lease_until);
+        }
+    }
+
+    /// Passes the barrier of the prepared revision when every member
+    /// prepared it.
+    fn barrier(&mut self, members: &[Value]) {
+        let r = self.prepared;
+        let me = members
+            .iter()
+            .any(|m| m["id"].as_str() == Some(self.opts.id.as_str()));
+        if !me || members.iter().any(|m| num(&m["prepared"]) < r) {
+            return;
+        }
+        if let Err(e) = super::write_atomic(&self.opts.go_path(), format!("{r}\n").as_bytes()) {
+            crate::log_error!(
+                "fleet agent: cannot write {}: {e}",
+                self.opts.go_path().display()
+            );
+            return;
+        }
+        self.go = r;
+        crate::log_notice!(
+            "fleet '{}': all {} members prepared revision {r} ({} ms after this one)",
+            self.opts.name,
+            members.len(),
+            self.prepared_at
+                .take()
+                .map_or(0, |t| t.elapsed().as_millis())
+        );
     }
 
     /// A new configuration text: checked, kept, and the master told.
@@ -148,7 +240,7 @@ impl Agent {
                 "fleet '{name}': configuration key deleted (revision {}); keeping the running one",
                 kv.mod_revision
             );
-            self.written = kv.mod_revision;
+            self.seen = kv.mod_revision;
             return;
         }
         let path = self.opts.cache_path();
@@ -162,7 +254,7 @@ impl Agent {
                     .collect::<Vec<_>>()
                     .join("; ")
             );
-            self.written = kv.mod_revision;
+            self.seen = kv.mod_revision;
             return;
         }
         let text = super::cache_text(name, kv.mod_revision, &yaml);
@@ -171,6 +263,7 @@ impl Agent {
             return;
         }
         self.written = kv.mod_revision;
+        self.seen = kv.mod_revision;
         crate::log_notice!(
             "fleet '{name}': configuration revision {} received; reloading",
             kv.mod_revision
@@ -198,6 +291,10 @@ impl Agent {
         if !force && state == self.published {
             return Ok(false);
         }
+        if let Ok(v) = serde_json::from_str::<Value>(&state) {
+            self.applied = num(&v["revision"]);
+            self.prepared = num(&v["prepared"]);
+        }
         let key = [
             super::members_prefix(&self.opts.name),
             self.opts.id.as_bytes().to_vec(),
@@ -209,7 +306,7 @@ impl Agent {
         Ok(true)
     }
 
-    fn list_members(&mut self) -> std::io::Result<()> {
+    fn list_members(&mut self) -> std::io::Result<Vec<Value>> {
         let members = self.etcd.list(&super::members_prefix(&self.opts.name))?;
         let list: Vec<Value> = members
             .iter()
@@ -217,8 +314,8 @@ impl Agent {
             .collect();
         let _ = super::write_atomic(
             &self.opts.members_path(),
-            Value::Array(list).to_string().as_bytes(),
+            Value::Array(list.clone()).to_string().as_bytes(),
         );
-        Ok(())
+        Ok(list)
     }
 }

@@ -20,6 +20,7 @@
 pub mod agent;
 pub mod cmd;
 pub mod etcd;
+pub mod page;
 
 use std::path::{Path, PathBuf};
 
@@ -75,6 +76,12 @@ impl FleetOpts {
     /// The members the agent saw last (written by the agent).
     pub fn members_path(&self) -> PathBuf {
         self.dir.join(format!("{}-{}.members", self.name, self.id))
+    }
+
+    /// The latest revision whose barrier the fleet passed (written by the
+    /// agent, read by the master).
+    pub fn go_path(&self) -> PathBuf {
+        self.dir.join(format!("{}-{}.go", self.name, self.id))
     }
 }
 

@@ -1,9 +1,13 @@
 //! The master's side of a fleet (`--etcd`, see `src/fleet/`): the fleet
 //! agent forked and restarted, the state file it publishes (revision
-//! applied, addresses, each pool's migration phase) rewritten when it
-//! changes, and the admin port's `fleet` and `/metrics` lines.
+//! applied, revision prepared, addresses, each pool's migration phase)
+//! rewritten when it changes, the fleet's barrier awaited before a
+//! reload's migrations start and its workers pull moved keys, and the
+//! admin port's `fleet` and `/metrics` lines.
 
+use super::channel::Message;
 use super::Master;
+use crate::config::runtime::Param;
 use crate::fleet::FleetOpts;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -15,6 +19,9 @@ pub(super) struct FleetHost {
     pub(super) restart_at: Option<Instant>,
     /// The configuration revision the running generation was started from.
     pub(super) revision: i64,
+    /// The revision whose placement switch is done here: no generation
+    /// routes by an older configuration.
+    pub(super) prepared: i64,
     /// The state file's text as last written.
     state: String,
 }
@@ -51,7 +58,11 @@ impl Master {
             super::signals::reset();
             crate::log::set_role(crate::log::FLEET_AGENT);
             super::title::set("walnut: fleet agent");
-            let code = crate::fleet::agent::run(opts);
+            let Some(page) = self.fleet_page else {
+                // SAFETY: leave without the master's destructors.
+                unsafe { libc::_exit(1) }
+            };
+            let code = crate::fleet::agent::run(opts, page);
             // SAFETY: leave without the master's destructors.
             unsafe { libc::_exit(code) }
         }
@@ -89,6 +100,9 @@ impl Master {
         if matches!(self.fleet.restart_at, Some(t) if t <= Instant::now()) && !self.stopping {
             self.spawn_fleet_agent();
         }
+        if self.placement_switched() {
+            self.fleet.prepared = self.fleet.revision;
+        }
         let state = self.fleet_state().to_string();
         if state != self.fleet.state {
             if let Err(e) = crate::fleet::write_atomic(&opts.state_path(), state.as_bytes()) {
@@ -118,6 +132,7 @@ impl Master {
         }
         json!({
             "revision": self.fleet.revision,
+            "prepared": self.fleet.prepared,
             "version": env!("CARGO_PKG_VERSION"),
             "pid": std::process::id(),
             "generation": self.current.as_ref().map_or(0, |g| g.id),
@@ -168,6 +183,50 @@ impl Master {
             self.fleet.revision,
             self.fleet_members().len()
         )
+    }
+
+    /// Whether a reload's migrations may start: outside a fleet at once;
+    /// in one, once the fleet passed the barrier of the revision running
+    /// (every member prepared it, `fleet/agent.rs`).
+    pub(super) fn fleet_go(&self) -> bool {
+        let Some(opts) = self.fleet_opts() else {
+            return true;
+        };
+        std::fs::read_to_string(opts.go_path())
+            .ok()
+            .and_then(|t| t.trim().parse::<i64>().ok())
+            .is_some_and(|go| go >= self.fleet.revision)
+    }
+
+    /// The barrier passed: workers pull moved keys instead of refusing
+    /// them (respawned ones are told again).
+    pub(super) fn fleet_release(&mut self) {
+        if self.opts.fleet.is_none() {
+            return;
+        }
+        let Some(gen) = self.current.as_mut() else {
+            return;
+        };
+        let pools: Vec<String> = gen
+            .config
+            .pools
+            .iter()
+            .filter(|p| p.migration)
+            .map(|p| p.name.clone())
+            .collect();
+        for pool in pools {
+            let param = Param::FleetGo { pool };
+            let msg = Message::Set(param.clone());
+            for w in gen.workers.iter_mut().filter(|w| w.alive) {
+                let _ = w.channel.send(&msg);
+            }
+            self.runtime.retain(|(p, _)| p != &param);
+            self.runtime.push((param, "go".into()));
+        }
+        crate::log_notice!(
+            "fleet: every member prepared revision {}; moved keys are pulled",
+            self.fleet.revision
+        );
     }
 
     /// Stop the agent (the master is stopping); its lease runs out.

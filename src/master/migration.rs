@@ -240,17 +240,22 @@ impl Master {
     /// Start the migrations of a reload once its placement switch has
     /// happened (no older worker routes by the old placement any more),
     /// and restart migrators whose time has come.
+    /// No older generation, and no previous binary, routes requests.
+    pub(super) fn placement_switched(&self) -> bool {
+        self.old
+            .iter()
+            .all(|g| g.switched || !g.workers.iter().any(|w| w.alive))
+            && self.prev.is_none()
+    }
+
     pub(super) fn migrations_due(&mut self) {
         // A previous binary (hot upgrade) routes by the placement it had
         // until it stops.
-        let switched = self
-            .old
-            .iter()
-            .all(|g| g.switched || !g.workers.iter().any(|w| w.alive))
-            && self.prev.is_none();
-        if switched && self.pending_migrations && !self.stopping {
+        let switched = self.placement_switched();
+        if switched && self.pending_migrations && !self.stopping && self.fleet_go() {
             self.pending_migrations = false;
             self.start_migrations();
+            self.fleet_release();
         }
         let now = Instant::now();
         let mut ms = std::mem::take(&mut self.migrations);

@@ -144,6 +144,8 @@ pub struct Master {
     lineage: crate::migrate::Lineage,
     /// The fleet agent and what this instance publishes (`fleet.rs`).
     fleet: fleet::FleetHost,
+    /// A fleet member's page, shared with its agent and workers.
+    fleet_page: Option<crate::fleet::page::FleetPage>,
 }
 
 /// A stats client that reads nothing of its document for this long is
@@ -175,6 +177,10 @@ impl Master {
             std::io::Error::new(e.kind(), format!("handover socket @{handin_name}: {e}"))
         })?;
         let prev = counters::PrevBinary::inherit();
+        let fleet_page = match opts.fleet {
+            Some(_) => Some(crate::fleet::page::FleetPage::new()?),
+            None => None,
+        };
         let ready_pipe = upgrade::inherit_ready_pipe();
         Ok(Master {
             opts,
@@ -204,6 +210,7 @@ impl Master {
             inherited_lineage: migration::inherit_lineage(),
             lineage: crate::migrate::Lineage::default(),
             fleet: fleet::FleetHost::default(),
+            fleet_page,
         })
     }
 

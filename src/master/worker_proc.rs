@@ -120,6 +120,10 @@ pub fn apply_param(ctl: &mut WorkerCtl, param: &Param) -> Result<(), String> {
             let idx = pool_index(pool)?;
             ctl.migration_done.push(idx);
         }
+        Param::FleetGo { pool } => {
+            let idx = pool_index(pool)?;
+            ctl.fleet_go.push(idx);
+        }
     }
     Ok(())
 }
@@ -144,6 +148,9 @@ pub struct WorkerStart<'a> {
     pub handin: Option<std::os::fd::OwnedFd>,
     /// Earlier configurations of the pools that migrate.
     pub lineage: &'a crate::migrate::Lineage,
+    /// A fleet member's page (`fleet/page.rs`), and whether its migrating
+    /// pools start fenced (a reload: until the fleet's barrier passes).
+    pub fleet: Option<(crate::fleet::page::FleetPage, bool)>,
 }
 
 /// Body of a worker process; never returns.
@@ -171,6 +178,7 @@ pub fn worker_main(start: WorkerStart<'_>) -> ! {
         mutex: start.mutex,
         handin: start.handin,
         lineage: start.lineage,
+        fleet: start.fleet,
     };
     let worker = Worker::new(start.config, setup);
     if worker.is_ok() {

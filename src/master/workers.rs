@@ -69,6 +69,7 @@ impl Master {
                 cpu: cpu_for(&gen.config, index),
                 handin: Some(handin),
                 lineage: &gen.lineage,
+                fleet: self.fleet_page.map(|p| (p, gen.id > 1)),
             });
         }
         drop(worker_end);

@@ -446,6 +446,12 @@ impl Worker<'_> {
                 close
             }
             Route::Single | Route::Multi => {
+                if let Some(e) = self.fleet_refusal(pool, &req, bytes, now) {
+                    let mut out = Vec::new();
+                    self.pools[pool].proto.server_error(req.op, e, &mut out);
+                    self.push_ready(token, out, false);
+                    return false;
+                }
                 if self.pools[pool].migration.is_some()
                     && self.hold_for_moved_keys(token, &req, bytes, AfterPull::Route, now)
                 {

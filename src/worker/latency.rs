@@ -102,6 +102,16 @@ impl Worker<'_> {
 
     /// Apply parameters the controller changed that live in the pools.
     pub(super) fn apply_ctl(&mut self) {
+        for pool in std::mem::take(&mut self.ctl.fleet_go) {
+            if let Some(p) = self.pools.get_mut(pool) {
+                if std::mem::take(&mut p.fleet_fenced) {
+                    crate::log_notice!(
+                        "pool '{}': the fleet passed its barrier, moved keys are pulled",
+                        p.cfg.name
+                    );
+                }
+            }
+        }
         for pool in std::mem::take(&mut self.ctl.migration_done) {
             if let Some(p) = self.pools.get_mut(pool) {
                 if p.migration.take().is_some() {

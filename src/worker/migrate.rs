@@ -170,7 +170,43 @@ pub(super) fn meta_value(reply: &[u8]) -> Option<(u32, i64, &[u8])> {
     Some((flags, ttl, reply.get(nl + 1..nl + 1 + len)?))
 }
 
+/// What a fleet member answers a request it must not route (see
+/// `fleet_refusal`).
+pub const FLEET_LAPSED: &str =
+    "fleet membership lapsed: this walnut is catching up with the fleet, retry";
+/// ... and a request for a key that moves while the fleet's barrier has
+/// not passed.
+pub const FLEET_MOVING: &str = "key moving: a fleet change is in progress, retry";
+
 impl Worker<'_> {
+    /// A fleet member's request of a `migration: true` pool that must not
+    /// be routed now: every one while the member is not known in step
+    /// with the fleet (its lease may have ended and the others gone on
+    /// without it, `fleet/page.rs`), and one naming a moved key while the
+    /// fleet's barrier has not passed (another member may still write the
+    /// key to its old owner). The error to answer it with.
+    pub(super) fn fleet_refusal(
+        &mut self,
+        pool: usize,
+        req: &Request,
+        bytes: &[u8],
+        now: Instant,
+    ) -> Option<&'static str> {
+        let page = self.fleet.as_ref()?;
+        let p = &self.pools[pool];
+        if !p.cfg.migration {
+            return None;
+        }
+        if !page.in_step() {
+            return Some(FLEET_LAPSED);
+        }
+        let fenced = p.fleet_fenced && p.migration.is_some();
+        if fenced && !self.moved_pulls(pool, req, bytes, now).is_empty() {
+            return Some(FLEET_MOVING);
+        }
+        None
+    }
+
     /// A request of a migrating pool: if any of its keys changed owner,
     /// hold it and pull those keys over first. Returns true when held.
     pub(super) fn hold_for_moved_keys(
@@ -184,7 +220,29 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
             return false;
         };
-        let pool = c.pool();
+        let pulls = self.moved_pulls(c.pool(), req, bytes, now);
+        if pulls.is_empty() {
+            return false;
+        }
+        let n = pulls.len();
+        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+            c.set_gate(Box::new(Gate {
+                req: req.clone(),
+                bytes: bytes.to_vec(),
+                pulls,
+                left: n,
+                then,
+            }));
+        }
+        for idx in 0..n {
+            self.pull_start(token, idx, now);
+        }
+        true
+    }
+
+    /// The pulls a request of a migrating pool needs: one per key it
+    /// names that an earlier placement put elsewhere.
+    fn moved_pulls(&mut self, pool: usize, req: &Request, bytes: &[u8], now: Instant) -> Vec<Pull> {
         let keys: Vec<std::borrow::Cow<[u8]>> = match (req.op, &req.route) {
             // Every key the command names, not only the one it is routed
             // by: each moved one must be on its new owner before the
@@ -203,7 +261,7 @@ impl Worker<'_> {
                 .iter()
                 .map(|r| std::borrow::Cow::Borrowed(&bytes[r.clone()]))
                 .collect(),
-            _ => return false,
+            _ => return Vec::new(),
         };
         let mut pulls = Vec::new();
         for key in &keys {
@@ -217,7 +275,7 @@ impl Worker<'_> {
                 self.pools[pool].placement.replicas_for(key, r, &mut news);
             }
             let Some(m) = self.pools[pool].migration.as_ref() else {
-                return false;
+                return Vec::new();
             };
             let olds = m.old_owners(key, &news);
             if !olds.is_empty() && !pulls.iter().any(|p: &Pull| p.key == key) {
@@ -233,23 +291,7 @@ impl Worker<'_> {
                 });
             }
         }
-        if pulls.is_empty() {
-            return false;
-        }
-        let n = pulls.len();
-        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
-            c.set_gate(Box::new(Gate {
-                req: req.clone(),
-                bytes: bytes.to_vec(),
-                pulls,
-                left: n,
-                then,
-            }));
-        }
-        for idx in 0..n {
-            self.pull_start(token, idx, now);
-        }
-        true
+        pulls
     }
 
     /// Queue one of the proxy's own requests of a pull.

@@ -160,6 +160,9 @@ pub struct WorkerSetup<'a> {
     pub handin: Option<OwnedFd>,
     /// Earlier configurations of the pools that migrate (see `migrate.rs`).
     pub lineage: &'a crate::migrate::Lineage,
+    /// A fleet member's page, and whether its migrating pools start
+    /// fenced (see `migrate.rs`, `fleet/page.rs`).
+    pub fleet: Option<(crate::fleet::page::FleetPage, bool)>,
 }
 
 /// Runtime knobs a controller can change without restarting the loop.
@@ -185,6 +188,8 @@ pub struct WorkerCtl {
     pub handover_to: Option<String>,
     /// Pools whose migration ended: keys are no longer pulled.
     pub migration_done: Vec<usize>,
+    /// Pools whose fleet barrier passed (`Param::FleetGo`).
+    pub fleet_go: Vec<usize>,
     /// `_walnut: reply_hold` or its run-time value (None: off), see
     /// `reply_hold.rs`.
     pub reply_hold: Option<Duration>,
@@ -236,6 +241,9 @@ pub struct Worker<'a> {
     counting: Vec<Token>,
     /// Replies of one latency not yet in the histograms.
     latency_run: latency::LatencyRun,
+    /// A fleet member's page: whether `migration: true` pools may be
+    /// routed (`fleet/page.rs`).
+    fleet: Option<crate::fleet::page::FleetPage>,
     /// The socket clients are handed to this worker on.
     handin: Option<OwnedFd>,
     /// Handover connections waiting for their message.
@@ -296,6 +304,11 @@ impl<'a> Worker<'a> {
             .into_iter()
             .map(|l| (Listener::from_fd(l.fd, l.tcp), l.pool))
             .collect();
+        if let Some((_, fenced)) = setup.fleet {
+            for p in pools.iter_mut().filter(|p| p.migration.is_some()) {
+                p.fleet_fenced = fenced;
+            }
+        }
         let mode = config.process.listener;
         let sentinels = sentinel::watches(&pools);
         let mut w = Worker {
@@ -324,6 +337,7 @@ impl<'a> Worker<'a> {
                 client_max_inflight: None,
                 handover_to: None,
                 migration_done: Vec::new(),
+                fleet_go: Vec::new(),
                 reply_hold: reply_hold::bound(config.process.reply_hold_us),
             },
             accepting: true,
@@ -339,6 +353,7 @@ impl<'a> Worker<'a> {
             trim: heap::HeapTrim::default(),
             slow_lines: latency::SlowLines::default(),
             latency_run: latency::LatencyRun::default(),
+            fleet: setup.fleet.map(|(page, _)| page),
             counting: Vec::new(),
             handin: setup.handin,
             handin_conns: Slab::new(),

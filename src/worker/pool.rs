@@ -48,6 +48,9 @@ pub struct PoolRt {
     /// A reload changed the servers of this pool (`migration: true`):
     /// where keys were before, until the migration is done.
     pub migration: Option<Box<super::migrate::MigrationRt>>,
+    /// A fleet member's migrating pool before the fleet's barrier passed:
+    /// requests for moved keys are refused, not pulled (`migrate.rs`).
+    pub fleet_fenced: bool,
     /// Sentinel pools (`read_from` other than master): the replicas of each
     /// configured server that are up, as server indices past the
     /// configured ones (see `worker/sentinel.rs`).
@@ -103,6 +106,7 @@ impl PoolRt {
             warm: cfg.routing.zones.as_ref().is_some_and(|z| z.warm),
             strips: cfg.routing.strips(),
             migration,
+            fleet_fenced: false,
             replicas_of: vec![Vec::new(); cfg.servers.len()],
         }
     }

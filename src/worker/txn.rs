@@ -92,6 +92,19 @@ impl Worker<'_> {
         // so nothing brings them back under it). A pull that writes a
         // key another client watches fails that client's EXEC, as any
         // write would.
+        // A fleet member that must not route the pool now refuses the
+        // command (inside MULTI: EXEC runs the others, as after a command
+        // that fails when run).
+        if !req.keys.is_empty() {
+            if let Some(e) = self.fleet_refusal(pool, req, bytes, now) {
+                let keep = t.multi || t.conn.is_some();
+                self.put_txn(token, keep.then_some(t));
+                let mut out = Vec::new();
+                self.pools[pool].proto.server_error(req.op, e, &mut out);
+                self.push_ready(token, out, false);
+                return TxnStep::Done;
+            }
+        }
         if self.pools[pool].migration.is_some() && !req.keys.is_empty() {
             self.put_txn(token, Some(t));
             if self.hold_for_moved_keys(token, req, bytes, AfterPull::Txn, now) {
