@@ -7,7 +7,10 @@ one, see ARCHITECTURE.md, "A fleet's placement change")."""
 
 from __future__ import annotations
 
+import os
 import random
+import signal
+import subprocess
 import threading
 import time
 
@@ -125,44 +128,190 @@ def redis_or_mc_ok(kind: str, port: int) -> bool:
         return False
 
 
+class Fleet:
+    """etcd, three servers (two in the pool, one to add) and three members."""
+
+    def __init__(self, procs, kind: str, ttl: int = 2):
+        self.procs, self.kind = procs, kind
+        self.etcd = start(procs, Etcd(procs.workdir))
+        if kind == "redis":
+            self.servers = [procs.redis() for _ in range(3)]
+            self.make = redis_pool
+        else:
+            self.servers = [procs.memcached() for _ in range(3)]
+            self.make = memcache_pool
+        base = free_port()
+        self.pools = {"p": self.make(self.servers[:2], listen=f"{HOST}:{base}", migration=True, migration_rate=20000)}
+        assert apply(self.etcd, FLEET, procs.workdir, self.pools).returncode == 0
+        self.members = [
+            start(procs, Member(procs.workdir, self.etcd.url, FLEET, name, [base], offset=off, ttl=ttl))
+            for name, off in (("a", 0), ("b", port_offset(base)), ("c", port_offset(base)))
+        ]
+        self.ports = [m.ports[0] for m in self.members]
+        # A member routes a `migration: true` pool once its agent holds a
+        # lease and its master runs what etcd holds.
+        for p in self.ports:
+            wait_for(lambda p=p: redis_or_mc_ok(kind, p), 10, f"member on {p} in step", step=0.05)
+        if kind == "memcache":
+            c = McClient((HOST, self.ports[0]), timeout=5)
+            for i in range(COUNTERS):
+                assert c.set(f"c:{i}", "0", noreply=False)
+
+    def add_server(self, wait: float | None = 10) -> subprocess.CompletedProcess:
+        self.pools["p"]["servers"] = self.make(self.servers)["servers"]
+        return apply(self.etcd, FLEET, self.procs.workdir, self.pools, wait=wait)
+
+    def migration_started(self, m: Member) -> bool:
+        out = m.admin("migration")
+        return "state=running" in out or "state=done" in out
+
+    def wait_done(self, members) -> None:
+        wait_for(lambda: all("state=done" in m.admin("migration") for m in members), 60, "migration done", step=0.2)
+
+
+def report(what: str, load: Load, lost: tuple[int, int], extra: str = "") -> None:
+    print(f"{what}: acknowledged {load.acked} writes, refused {load.refused}, "
+          f"lost {lost[0]} increments and {lost[1]} pushes{extra}; errors seen: {sorted(set(load.errors))[:3]}")
+
+
 @pytest.mark.parametrize("kind", ["redis", "memcache"])
 def test_a_server_added_across_the_fleet_loses_no_acknowledged_write(procs, kind):
-    etcd = start(procs, Etcd(procs.workdir))
-    if kind == "redis":
-        s1, s2, s3 = procs.redis(), procs.redis(), procs.redis()
-        make = redis_pool
-    else:
-        s1, s2, s3 = procs.memcached(), procs.memcached(), procs.memcached()
-        make = memcache_pool
-    base = free_port()
-    pools = {"p": make([s1, s2], listen=f"{HOST}:{base}", migration=True, migration_rate=20000)}
-    assert apply(etcd, FLEET, procs.workdir, pools).returncode == 0
-    members = [
-        start(procs, Member(procs.workdir, etcd.url, FLEET, name, [base], offset=off, ttl=2))
-        for name, off in (("a", 0), ("b", port_offset(base)), ("c", port_offset(base)))
-    ]
-    ports = [m.ports[0] for m in members]
-    # A member routes a `migration: true` pool once its agent holds a
-    # lease and its master runs what etcd holds.
-    for p in ports:
-        wait_for(lambda p=p: redis_or_mc_ok(kind, p), 10, f"member on {p} in step", step=0.05)
-    if kind == "memcache":
-        c = McClient((HOST, ports[0]), timeout=5)
-        for i in range(COUNTERS):
-            assert c.set(f"c:{i}", "0", noreply=False)
-    with Load(kind, ports) as load:
+    f = Fleet(procs, kind)
+    with Load(kind, f.ports) as load:
         wait_for(lambda: load.acked > 2000, 20, "load running")
-        pools["p"]["servers"] = make([s1, s2, s3])["servers"]
         t0 = time.monotonic()
-        r = apply(etcd, FLEET, procs.workdir, pools, wait=10)
+        r = f.add_server()
         applied = time.monotonic() - t0
         assert r.returncode == 0, r.stdout + r.stderr
         at_apply = load.acked
         wait_for(lambda: load.acked > at_apply + 3000, 30, "load after the change")
-    wait_for(lambda: all("state=done" in m.admin("migration") for m in members), 60, "migration done", step=0.2)
-    lost_incr, lost_push = lost_writes(kind, ports[1], load)
-    print(f"{kind}: acknowledged {load.acked} writes, refused {load.refused}, "
-          f"lost {lost_incr} increments and {lost_push} pushes; applied by all in {applied:.2f} s; "
-          f"errors seen: {load.errors[:3]}")
-    assert status(etcd, FLEET)["members"] and all(m.alive() for m in members)
-    assert (lost_incr, lost_push) == (0, 0)
+    f.wait_done(f.members)
+    lost = lost_writes(kind, f.ports[1], load)
+    report(kind, load, lost, f"; applied by all in {applied:.2f} s")
+    assert all(m.alive() for m in f.members)
+    assert lost == (0, 0)
+
+
+def test_a_member_killed_before_it_prepared_holds_the_others_no_longer_than_its_lease(procs):
+    f = Fleet(procs, "redis", ttl=2)
+    a, b, c = f.members
+    with Load("redis", f.ports[:2]) as load:
+        wait_for(lambda: load.acked > 1000, 20, "load running")
+        os.kill(c.pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        assert f.add_server(wait=None).returncode == 0
+        wait_for(lambda: f.migration_started(a) and f.migration_started(b), 10, "barrier passed", step=0.05)
+        waited = time.monotonic() - t0
+        at = load.acked
+        wait_for(lambda: load.acked > at + 2000, 30, "load after the change")
+    # The barrier waited for c's lease (2 s after its last renewal), no
+    # longer.
+    assert 0.5 < waited < 2 + 1.5, waited
+    f.wait_done([a, b])
+    lost = lost_writes("redis", f.ports[0], load)
+    report("redis, member killed", load, lost, f"; barrier passed {waited:.2f} s after the kill")
+    assert lost == (0, 0)
+
+
+def test_a_member_frozen_past_its_lease_fences_itself_until_it_caught_up(procs):
+    f = Fleet(procs, "redis", ttl=2)
+    a, b, c = f.members
+    queued: list = []
+    with Load("redis", f.ports[:2]) as load:
+        wait_for(lambda: load.acked > 1000, 20, "load running")
+        os.killpg(c.pid, signal.SIGSTOP)
+        try:
+            assert f.add_server(wait=None).returncode == 0
+            wait_for(lambda: f.migration_started(a) and f.migration_started(b), 10, "barrier passed without c", step=0.05)
+            at = load.acked
+            wait_for(lambda: load.acked > at + 1000, 30, "load while c is frozen")
+            # Requests that reach c while it is frozen: it reads them first
+            # thing when it runs again, under its stale view.
+            rc = redis.Redis(host=HOST, port=c.ports[0], socket_timeout=10)
+            keys = [f"c:{i}" for i in random.Random(7).sample(range(COUNTERS), 200)]
+
+            def send():
+                pipe = rc.pipeline(transaction=False)
+                for k in keys:
+                    pipe.incr(k)
+                queued.extend(pipe.execute(raise_on_error=False))
+
+            t = threading.Thread(target=send)
+            t.start()
+            time.sleep(0.3)
+        finally:
+            os.killpg(c.pid, signal.SIGCONT)
+        t.join(timeout=15)
+        assert len(queued) == len(keys)
+        for k, v in zip(keys, queued):
+            if not isinstance(v, Exception):
+                load.incr_acked[int(k[2:])] += 1
+        lapsed = [v for v in queued if isinstance(v, Exception) and "fleet membership lapsed" in str(v)]
+        assert len(lapsed) == len(keys), queued[:5]
+        rev = status(f.etcd, FLEET)["revision"]
+        wait_for(lambda: c.revision() >= rev and redis_or_mc_ok("redis", c.ports[0]), 15, "c caught up", step=0.05)
+        # Caught up, it serves by the new placement (pulling moved keys).
+        for k in keys[:50]:
+            rc.incr(k)
+            load.incr_acked[int(k[2:])] += 1
+    f.wait_done(f.members)
+    lost = lost_writes("redis", f.ports[0], load)
+    report("redis, member frozen", load, lost, f"; {len(lapsed)} requests queued at the frozen member refused")
+    assert lost == (0, 0)
+
+
+def test_etcd_stopped_in_the_middle_of_a_change(procs):
+    f = Fleet(procs, "redis", ttl=2)
+    with Load("redis", f.ports) as load:
+        wait_for(lambda: load.acked > 1000, 20, "load running")
+        assert f.add_server(wait=None).returncode == 0
+        f.etcd.stop()
+        # Without etcd: requests for moved keys are refused, and once the
+        # members' leases cannot be known alive, every request of the pool;
+        # none is answered wrongly.
+        at = load.refused
+        wait_for(lambda: load.refused > at + 100, 10, "refusals while etcd is down")
+        time.sleep(1)
+        f.etcd.start()
+        wait_for(lambda: all(f.migration_started(m) for m in f.members), 20, "change completes", step=0.1)
+        at = load.acked
+        wait_for(lambda: load.acked > at + 2000, 30, "load after etcd is back")
+    f.wait_done(f.members)
+    lost = lost_writes("redis", f.ports[0], load)
+    report("redis, etcd stopped mid-change", load, lost)
+    assert lost == (0, 0)
+
+
+def test_etcd_stopped_in_steady_state(procs):
+    """Pools without `migration: true` serve on; a `migration: true` pool
+    is refused with a clear error once the lease cannot be known alive
+    (another member could have gone on without this one), and serves again
+    when etcd is back."""
+    etcd = start(procs, Etcd(procs.workdir))
+    r1 = procs.redis()
+    base, base2 = free_port(), free_port()
+    pools = {
+        "plain": redis_pool([r1], listen=f"{HOST}:{base}"),
+        "mig": redis_pool([r1], listen=f"{HOST}:{base2}", migration=True),
+    }
+    assert apply(etcd, FLEET, procs.workdir, pools).returncode == 0
+    m = start(procs, Member(procs.workdir, etcd.url, FLEET, "a", [base, base2], ttl=2))
+    plain = redis.Redis(host=HOST, port=m.ports[0], socket_timeout=5)
+    mig = redis.Redis(host=HOST, port=m.ports[1], socket_timeout=5)
+    wait_for(lambda: redis_or_mc_ok("redis", m.ports[1]), 10, "in step")
+    etcd.stop()
+    t0 = time.monotonic()
+
+    def refused() -> bool:
+        try:
+            mig.set("k", "v")
+            return False
+        except redis.ResponseError as e:
+            assert "fleet membership lapsed" in str(e)
+            return True
+
+    wait_for(refused, 5, "mig refused")
+    assert time.monotonic() - t0 <= 2 + 0.5
+    assert plain.set("k", "v") and plain.get("k") == b"v"
+    etcd.start()
+    wait_for(lambda: redis_or_mc_ok("redis", m.ports[1]), 15, "mig serves again", step=0.05)
