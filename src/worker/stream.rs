@@ -106,10 +106,13 @@ impl Worker<'_> {
         // (cluster_stream.rs); any other is buffered whole.
         let cluster = self.pools[pool].cluster.is_some();
         // A migrating pool: buffered whole, so that the keys it names are
-        // pulled to their new owners before it goes (see `migrate.rs`).
+        // pulled to their new owners before it goes (see `migrate.rs`); a
+        // fleet member's `migration: true` pool too, so that it passes the
+        // fleet's checks (`fleet_refusal`).
         if self.pools[pool].cfg.replicas > 1
             || (cluster && req.keys.is_empty())
             || self.pools[pool].migration.is_some()
+            || (self.fleet.is_some() && self.pools[pool].cfg.migration)
         {
             return StreamStart::No;
         }

@@ -192,24 +192,31 @@ def test_a_server_added_across_the_fleet_loses_no_acknowledged_write(procs, kind
     assert lost == (0, 0)
 
 
-def test_a_member_killed_before_it_prepared_holds_the_others_no_longer_than_its_lease(procs):
+@pytest.mark.parametrize("when", ["before_prepare", "after_go"])
+def test_a_member_killed_mid_change_holds_the_others_no_longer_than_its_lease(procs, when):
     f = Fleet(procs, "redis", ttl=2)
     a, b, c = f.members
     with Load("redis", f.ports[:2]) as load:
         wait_for(lambda: load.acked > 1000, 20, "load running")
-        os.kill(c.pid, signal.SIGKILL)
+        if when == "before_prepare":
+            os.kill(c.pid, signal.SIGKILL)
         t0 = time.monotonic()
         assert f.add_server(wait=None).returncode == 0
         wait_for(lambda: f.migration_started(a) and f.migration_started(b), 10, "barrier passed", step=0.05)
         waited = time.monotonic() - t0
+        if when == "after_go":
+            os.kill(c.pid, signal.SIGKILL)
         at = load.acked
         wait_for(lambda: load.acked > at + 2000, 30, "load after the change")
-    # The barrier waited for c's lease (2 s after its last renewal), no
-    # longer.
-    assert 0.5 < waited < 2 + 1.5, waited
+    if when == "before_prepare":
+        # The barrier waited for c's lease (2 s after its last renewal),
+        # no longer.
+        assert 0.5 < waited < 2 + 1.5, waited
+    else:
+        assert waited < 1.5, waited
     f.wait_done([a, b])
     lost = lost_writes("redis", f.ports[0], load)
-    report("redis, member killed", load, lost, f"; barrier passed {waited:.2f} s after the kill")
+    report(f"redis, member killed {when}", load, lost, f"; barrier passed {waited:.2f} s after the apply")
     assert lost == (0, 0)
 
 
@@ -246,17 +253,23 @@ def test_a_member_frozen_past_its_lease_fences_itself_until_it_caught_up(procs):
         for k, v in zip(keys, queued):
             if not isinstance(v, Exception):
                 load.incr_acked[int(k[2:])] += 1
-        lapsed = [v for v in queued if isinstance(v, Exception) and "fleet membership lapsed" in str(v)]
-        assert len(lapsed) == len(keys), queued[:5]
+        # Refused while it is not in step (or, if its agent caught up
+        # first, refused for moved keys while the barrier holds); a key
+        # served is one that does not move. Without the fence all would be
+        # served under the stale placement.
+        refused = [v for v in queued if isinstance(v, Exception)]
+        assert all("fleet" in str(v) for v in refused), refused[:3]
+        lapsed = [v for v in refused if "fleet membership lapsed" in str(v)]
+        assert len(refused) >= len(keys) // 5, queued[:10]
         rev = status(f.etcd, FLEET)["revision"]
-        wait_for(lambda: c.revision() >= rev and redis_or_mc_ok("redis", c.ports[0]), 15, "c caught up", step=0.05)
+        wait_for(lambda: c.revision() >= rev and f.migration_started(c), 15, "c caught up", step=0.05)
         # Caught up, it serves by the new placement (pulling moved keys).
         for k in keys[:50]:
             rc.incr(k)
             load.incr_acked[int(k[2:])] += 1
     f.wait_done(f.members)
     lost = lost_writes("redis", f.ports[0], load)
-    report("redis, member frozen", load, lost, f"; {len(lapsed)} requests queued at the frozen member refused")
+    report("redis, member frozen", load, lost, f"; of 200 requests queued at the frozen member {len(refused)} refused, {len(lapsed)} as lapsed")
     assert lost == (0, 0)
 
 
