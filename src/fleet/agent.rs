@@ -26,6 +26,7 @@ use super::etcd::{num, Etcd, Kv, WatchEvent};
 use super::page::{mono_ms, FleetPage};
 use super::FleetOpts;
 use serde_json::{json, Value};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long a watch read waits before the agent's other duties.
@@ -59,13 +60,25 @@ struct Agent {
     prepared_at: Option<Instant>,
 }
 
+/// Set by SIGTERM (the master stops): the agent revokes its lease, so the
+/// member leaves the list at once rather than when the lease ends.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_term(_: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
 fn master_alive() -> bool {
     // SAFETY: getppid has no preconditions.
-    unsafe { libc::getppid() != 1 }
+    !STOP.load(Ordering::Relaxed) && unsafe { libc::getppid() != 1 }
 }
 
 /// Runs until the master goes away.
 pub fn run(opts: FleetOpts, page: FleetPage) -> i32 {
+    // SAFETY: a handler that only stores an atomic flag.
+    unsafe {
+        libc::signal(libc::SIGTERM, on_term as *const () as libc::sighandler_t);
+    }
     let etcd = match Etcd::new(&opts.etcd) {
         Ok(e) => e,
         Err(e) => {
@@ -100,6 +113,9 @@ pub fn run(opts: FleetOpts, page: FleetPage) -> i32 {
         match a.session() {
             Ok(()) => {}
             Err(e) => {
+                if !master_alive() {
+                    break;
+                }
                 if !failing {
                     crate::log_error!("fleet agent: {e}; retrying");
                 }

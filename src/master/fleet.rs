@@ -229,14 +229,24 @@ impl Master {
         );
     }
 
-    /// Stop the agent (the master is stopping); its lease runs out.
+    /// Stop the agent (the master is stopping): it revokes its lease,
+    /// given up to 3 s (an etcd call's timeout is 2 s).
     pub(super) fn stop_fleet_agent(&mut self) {
-        if let Some(pid) = self.fleet.agent.take() {
-            // SAFETY: signalling and reaping our own child.
-            unsafe {
-                libc::kill(pid, libc::SIGTERM);
-                let mut status = 0;
-                libc::waitpid(pid, &mut status, 0);
+        let Some(pid) = self.fleet.agent.take() else {
+            return;
+        };
+        let deadline = Instant::now() + Duration::from_secs(3);
+        // SAFETY: signalling and reaping our own child.
+        unsafe {
+            libc::kill(pid, libc::SIGTERM);
+            let mut status = 0;
+            while libc::waitpid(pid, &mut status, libc::WNOHANG) == 0 {
+                if Instant::now() > deadline {
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, &mut status, 0);
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
             }
         }
     }

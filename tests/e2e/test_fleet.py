@@ -140,3 +140,18 @@ def test_a_killed_member_leaves_when_its_lease_ends(procs):
     gone = time.monotonic() - t0
     assert gone <= 2 + 1.5, gone
     wait_for(lambda: "walnut_fleet_members{fleet=\"e2e\"} 1" in a.metrics(), 3, "a sees one member")
+
+
+def test_a_stopped_member_leaves_at_once(procs):
+    etcd = start(procs, Etcd(procs.workdir))
+    r1 = procs.redis()
+    base = free_port()
+    assert apply(etcd, FLEET, procs.workdir, {"alpha": redis_pool([r1], listen=f"{HOST}:{base}")}).returncode == 0
+    start(procs, Member(procs.workdir, etcd.url, FLEET, "a", [base], ttl=10))
+    b = start(procs, Member(procs.workdir, etcd.url, FLEET, "b", [base], offset=port_offset(base), ttl=10))
+    wait_for(lambda: len(status(etcd, FLEET)["members"]) == 2, 5, "two members")
+    t0 = time.monotonic()
+    b.stop()
+    # Its agent revoked its lease: gone long before the 10 s TTL.
+    wait_for(lambda: [m["id"] for m in status(etcd, FLEET)["members"]] == ["a"], 3, "b gone", step=0.05)
+    assert time.monotonic() - t0 < 3

@@ -220,6 +220,31 @@ def test_a_member_killed_mid_change_holds_the_others_no_longer_than_its_lease(pr
     assert lost == (0, 0)
 
 
+def test_a_second_change_while_the_first_migrates(procs):
+    """A server removed while the keys of the one just added still move:
+    the second barrier fences keys that moved under either earlier
+    placement; members pull from both."""
+    f = Fleet(procs, "redis")
+    s1, s2, s3 = f.servers
+    with Load("redis", f.ports) as load:
+        wait_for(lambda: load.acked > 1500, 20, "load running")
+        f.pools["p"]["migration_rate"] = 50
+        assert f.add_server().returncode == 0
+        at = load.acked
+        wait_for(lambda: load.acked > at + 1000, 30, "load after the first change")
+        wait_for(lambda: all("state=running" in m.admin("migration") for m in f.members), 10, "first migration running", step=0.05)
+        f.pools["p"]["servers"] = f.make([s1, s3])["servers"]
+        f.pools["p"]["migration_rate"] = 20000
+        r = apply(f.etcd, FLEET, procs.workdir, f.pools, wait=10)
+        assert r.returncode == 0, r.stdout + r.stderr
+        at = load.acked
+        wait_for(lambda: load.acked > at + 2000, 30, "load after the second change")
+    f.wait_done(f.members)
+    lost = lost_writes("redis", f.ports[2], load)
+    report("redis, second change in flight", load, lost)
+    assert lost == (0, 0)
+
+
 def test_a_member_frozen_past_its_lease_fences_itself_until_it_caught_up(procs):
     f = Fleet(procs, "redis", ttl=2)
     a, b, c = f.members
