@@ -7,6 +7,9 @@ change costs clients.
              toggled): per member, the time from the start of `walnut
              fleet apply` to its `/metrics` showing the new revision
              (polled every 5 ms); median and max over members and rounds
+  files      the same change the way a fleet configured by files makes
+             it: three walnuts with `-c`, each file rewritten and each
+             master sent SIGHUP back to back (no barrier), same load
   barrier    a server added to a `migration: true` Redis pool while six
              clients INCR and RPUSH through all three members (the e2e
              test's load): writes acknowledged, refused while keys moved,
@@ -32,8 +35,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "e2e"))
 
+import signal  # noqa: E402
+
 from conftest import Processes  # noqa: E402
 from fleetkit import apply, wait_for  # noqa: E402
+from procs import redis_pool, to_yaml  # noqa: E402
 from test_fleet_migration import COUNTERS, Fleet, Load, lost_writes  # noqa: E402
 
 
@@ -74,6 +80,7 @@ def run(procs, rounds: int) -> int:
         elapsed = time.monotonic() - t0
     f.wait_done(f.members)
     lost = lost_writes("redis", f.ports[0], load)
+    files = by_files(procs)
     # The last barrier each member's agent logged is the placement change's.
     barrier = []
     for m in f.members:
@@ -89,12 +96,34 @@ def run(procs, rounds: int) -> int:
         f"- a server added under load ({elapsed:.1f} s of it): {load.acked} writes acknowledged, "
         f"{load.refused} refused, lost {lost[0]} increments and {lost[1]} pushes ({COUNTERS} counters, 300 lists)",
         f"- barrier per member, its prepare to the go, as its agent logged it (ms): {barrier}",
+        f"- the same change by files (3 x `-c`, SIGHUP back to back, no barrier): {files}",
         "",
     ]
     out = HERE / "results" / "fleet.md"
     out.write_text("\n".join(lines))
     print("\n".join(lines))
     return 0
+
+
+def by_files(procs) -> str:
+    servers = [procs.redis() for _ in range(3)]
+    pool = redis_pool(servers[:2], migration=True, migration_rate=20000)
+    proxies = [procs.proxy("walnut", {"p": dict(pool)}) for _ in range(3)]
+    ports = [p.port("p") for p in proxies]
+    with Load("redis", ports) as load:
+        wait_for(lambda: load.acked > 2000, 20, "load")
+        for p in proxies:
+            cfg = dict(p.pools["p"])
+            cfg["servers"] = redis_pool(servers)["servers"]
+            p.conf_path.write_text(to_yaml({"p": cfg}))
+        for p in proxies:
+            p.signal(signal.SIGHUP)
+        at = load.acked
+        wait_for(lambda: load.acked > at + 3000, 30, "load after")
+    wait_for(lambda: all("migration of pool 'p' done" in p.log_path.read_text() for p in proxies), 60, "done")
+    lost = lost_writes("redis", ports[0], load)
+    return (f"{load.acked} acknowledged, {load.refused} refused, "
+            f"lost {lost[0]} increments and {lost[1]} pushes")
 
 
 if __name__ == "__main__":
