@@ -162,7 +162,8 @@ def test_held_replies_count_against_client_output_limit(procs):
     direct[1].set(big_key, pattern(30 * MB))
     c = Conn(proxy.port())
     try:
-        c.send_command(b"EVAL", SLOW_SCRIPT, b"1", slow_key)
+        # 2 s of script: time for 60 MB to arrive on a busy machine.
+        c.send_command(b"EVAL", SLOW_SCRIPT.replace(b"300000", b"2000000"), b"1", slow_key)
         for _ in range(3):
             c.send_command(b"GET", big_key)
         # Closed without a reply (the EVAL's was still awaited).
