@@ -14,16 +14,25 @@ CPU 0). K keys of 100 bytes are loaded through walnut on 2 servers; then:
 Per phase: medians over rounds of client p50/p99 (ms) and requests per
 second, and the redis-servers' CPU per 1000 client requests (utime+stime
 from /proc, which includes the migrator's DUMP/RESTORE/DEL). Also: time from
-the reload to the migration's end, keys moved, keys per second. Writes
-results/migration.md.
+the reload to the migration's end, keys moved, keys per second.
 
-    python3 bench/migration.py [--keys 1000000] [--rate 1000] [--round 100000]
+--anchor first runs Redis Cluster's own resharding on the same keys in the
+same run: 2 cluster-enabled redis-servers (CPU 1), the keys on one that
+serves every slot, then `redis-cli --cluster reshard` (pipeline 100) moves
+half the slots to the other; keys moved per second, next to walnut's.
+--memcached runs walnut's migration over 3 memcacheds instead (with
+--no-load only); the keys are loaded through walnut by a pipelined writer,
+whose keys/s are reported as memcached's write rate here.
+
+    python3 bench/migration.py [--keys 1000000] [--rate 100000] [--round 100000]
+                               [--no-load] [--anchor] [--memcached]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import socket
 import statistics
@@ -36,7 +45,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from loads import redis_benchmark  # noqa: E402
-from procs import HOST, WALNUT, Proc, cpu_seconds, free_port, redis_server  # noqa: E402
+from procs import HOST, WALNUT, Proc, cpu_seconds, free_port, memcached, redis_server  # noqa: E402
 
 SERVER_CPU = "1"
 
@@ -58,10 +67,10 @@ def migration_state(port: int) -> dict[str, str]:
     return {}
 
 
-def conf(listen: int, servers: list[int], rate: int) -> str:
+def conf(listen: int, servers: list[int], rate: int, redis: bool = True) -> str:
     lines = ["rd:", f"  listen: {HOST}:{listen}", "  hash: fnv1a_64", "  distribution: ketama",
-             "  redis: true", "  timeout: 5000", "  migration: true", f"  migration_rate: {rate}",
-             "  servers:"]
+             f"  redis: {'true' if redis else 'false'}", "  timeout: 5000", "  migration: true",
+             f"  migration_rate: {rate}", "  servers:"]
     lines += [f"    - {HOST}:{p}:1" for p in servers]
     return "\n".join(lines) + "\n"
 
@@ -81,6 +90,77 @@ def load_keys(port: int, keys: int) -> None:
         raise RuntimeError(out.stdout.decode()[-500:])
 
 
+def load_memcache(port: int, keys: int) -> float:
+    """`set key:%012d` with 100-byte values through walnut, pipelined (a
+    writer thread, the replies read as they come); keys per second."""
+    import threading
+    val = b"v" * 100
+    t = time.monotonic()
+    with socket.create_connection((HOST, port), timeout=60) as s:
+        def write() -> None:
+            for base in range(0, keys, 10000):
+                s.sendall(b"".join(b"set key:%012d 0 0 100\r\n%s\r\n" % (i, val)
+                                   for i in range(base, min(keys, base + 10000))))
+        w = threading.Thread(target=write, daemon=True)
+        w.start()
+        want, got = keys * len(b"STORED\r\n"), 0
+        while got < want:
+            chunk = s.recv(1 << 20)
+            if not chunk or b"ERROR" in chunk:
+                raise RuntimeError(chunk[:200])
+            got += len(chunk)
+        w.join()
+    return keys / (time.monotonic() - t)
+
+
+def cli(port: int, *args: str) -> str:
+    return subprocess.run(["redis-cli", "-h", HOST, "-p", str(port), *args], capture_output=True,
+                          text=True, timeout=900, check=True).stdout
+
+
+def reshard_anchor(work: Path, keys: int) -> dict:
+    """Redis Cluster's own resharding of the same keys: 2 nodes, the keys
+    on one that serves every slot, half the slots moved to the other by
+    `redis-cli --cluster reshard` (pipeline 100)."""
+    ports = [free_port() for _ in range(2)]
+    nodes = []
+    try:
+        for p in ports:
+            d = work / f"cluster-{p}"
+            d.mkdir(parents=True, exist_ok=True)
+            nodes.append(Proc(["redis-server", "--port", str(p), "--bind", HOST, "--save", "",
+                               "--appendonly", "no", "--dir", str(d), "--cluster-enabled", "yes",
+                               "--cluster-config-file", str(d / "nodes.conf"),
+                               "--logfile", str(d / "redis.log")], SERVER_CPU, d / "stdout")
+                         .start([p]))
+        cli(ports[0], "cluster", "addslotsrange", "0", "16383")
+        cli(ports[1], "cluster", "meet", HOST, str(ports[0]))
+        ids = [cli(p, "cluster", "myid").strip() for p in ports]
+        deadline = time.monotonic() + 30
+        while not all("cluster_state:ok" in cli(p, "cluster", "info")
+                      and "cluster_known_nodes:2" in cli(p, "cluster", "info") for p in ports):
+            if time.monotonic() > deadline:
+                raise RuntimeError("cluster did not form")
+            time.sleep(0.1)
+        load_keys(ports[0], keys)
+        t = time.monotonic()
+        # On the servers' CPU, as walnut's migrator is (a child of walnut).
+        out = subprocess.run(["taskset", "-c", SERVER_CPU, "redis-cli", "--cluster", "reshard", f"{HOST}:{ports[0]}",
+                              "--cluster-from", ids[0], "--cluster-to", ids[1],
+                              "--cluster-slots", "8192", "--cluster-yes",
+                              "--cluster-pipeline", "100"],
+                             capture_output=True, text=True, timeout=1800)
+        secs = time.monotonic() - t
+        if out.returncode != 0:
+            raise RuntimeError(out.stdout[-500:] + out.stderr[-500:])
+        moved = int(cli(ports[1], "dbsize"))
+        return {"seconds": secs, "moved": moved, "keys_per_second": moved / secs,
+                "left": int(cli(ports[0], "dbsize"))}
+    finally:
+        for n in nodes:
+            n.stop()
+
+
 def phase(walnut_port: int, servers: list[Proc], keys: int, round_n: int,
           until) -> list[dict]:
     """Rounds of load until `until()` says stop; per round the client's
@@ -97,6 +177,15 @@ def phase(walnut_port: int, servers: list[Proc], keys: int, round_n: int,
             return rows
 
 
+def curr_items(port: int) -> int:
+    with socket.create_connection((HOST, port), timeout=10) as s:
+        s.sendall(b"stats\r\n")
+        buf = b""
+        while not buf.endswith(b"END\r\n"):
+            buf += s.recv(65536)
+    return int(re.search(rb"STAT curr_items (\d+)", buf).group(1))
+
+
 def med(rows: list[dict], k: str) -> float:
     vals = [r[k] for r in rows if r.get(k) is not None]
     return statistics.median(vals) if vals else float("nan")
@@ -105,35 +194,52 @@ def med(rows: list[dict], k: str) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--keys", type=int, default=1_000_000)
-    ap.add_argument("--rate", type=int, default=1000, help="migration_rate (walnut's default 1000)")
+    ap.add_argument("--rate", type=int, default=100000,
+                    help="migration_rate, the pace's ceiling (walnut's default 100000)")
     ap.add_argument("--round", type=int, default=100_000, help="requests per load round")
     ap.add_argument("--steady-rounds", type=int, default=5)
     ap.add_argument("--no-load", action="store_true",
                     help="no client load during the migration: the migrator alone moves every key")
-    ap.add_argument("--out", default=str(HERE / "results" / "migration.md"))
+    ap.add_argument("--anchor", action="store_true",
+                    help="first, redis-cli --cluster reshard of the same keys (Redis only)")
+    ap.add_argument("--memcached", action="store_true",
+                    help="3 memcacheds instead of redis-servers (with --no-load)")
+    ap.add_argument("--out", default=str(HERE / "results" / "migration-run.md"))
     args = ap.parse_args()
+    if args.memcached:
+        args.no_load = True
 
     work = Path(tempfile.mkdtemp(prefix="walnut-bench-mig-"))
+    anchor = reshard_anchor(work, args.keys) if args.anchor else None
+    if anchor:
+        print(f"anchor: redis-cli --cluster reshard {anchor}", flush=True)
     ports = [free_port() for _ in range(3)]
     servers: list[Proc] = []
     walnut = None
     try:
-        servers = [redis_server(p, work, SERVER_CPU) for p in ports]
+        start = memcached if args.memcached else redis_server
+        servers = [start(p, work, SERVER_CPU) for p in ports]
         listen, stats, adm = free_port(), free_port(), free_port()
         cfg = work / "walnut.yml"
-        cfg.write_text(conf(listen, ports[:2], args.rate))
+        redis = not args.memcached
+        cfg.write_text(conf(listen, ports[:2], args.rate, redis))
         walnut = Proc([WALNUT, "-c", str(cfg), "-s", str(stats), "-o", str(work / "walnut.log"),
                        "--workers", "2", "--cpu-affinity", "none", "--admin", f"{HOST}:{adm}"],
                       SERVER_CPU, work / "walnut.stdout").start([listen, adm])
         t = time.monotonic()
-        load_keys(listen, args.keys)
+        load_rate = None
+        if redis:
+            load_keys(listen, args.keys)
+        else:
+            load_rate = load_memcache(listen, args.keys)
         print(f"loaded {args.keys} keys in {time.monotonic() - t:.1f} s", flush=True)
 
-        steady = phase(listen, servers, args.keys, args.round,
-                       lambda n: n >= args.steady_rounds)
-        print(f"steady: p50 {med(steady, 'p50')} p99 {med(steady, 'p99')} ms", flush=True)
+        steady = [] if args.no_load else phase(listen, servers, args.keys, args.round,
+                                               lambda n: n >= args.steady_rounds)
+        if steady:
+            print(f"steady: p50 {med(steady, 'p50')} p99 {med(steady, 'p99')} ms", flush=True)
 
-        cfg.write_text(conf(listen, ports, args.rate))
+        cfg.write_text(conf(listen, ports, args.rate, redis))
         t0 = time.monotonic()
         os.kill(walnut.pid, signal.SIGHUP)
         done_at: list[float] = []
@@ -154,18 +260,18 @@ def main() -> None:
         st = migration_state(adm)
         secs = done_at[0] - t0 if done_at else float("nan")
         print(f"migration: {st}", flush=True)
-        dbsizes = [int(subprocess.run(["redis-cli", "-h", HOST, "-p", str(p), "dbsize"],
-                                      capture_output=True, check=True).stdout) for p in ports]
+        dbsizes = [int(cli(p, "dbsize")) if redis else curr_items(p) for p in ports]
     finally:
         if walnut:
             walnut.stop()
         for s in servers:
             s.stop()
 
+    backend = "memcacheds" if args.memcached else "redis-servers"
     lines = [
         "# Online scale-out under load (bench/migration.py)",
         "",
-        f"{args.keys} keys of 100 B on 2 redis-servers behind walnut (2 workers); a reload adds a",
+        f"{args.keys} keys of 100 B on 2 {backend} behind walnut (2 workers); a reload adds a",
         f"third server; `migration_rate: {args.rate}`. Load: redis-benchmark GET, 50 clients,",
         f"{args.round} requests per round, uniformly over the key space (CPU 0; servers and",
         "walnut on CPU 1). Medians over rounds.",
@@ -187,6 +293,16 @@ def main() -> None:
         f"Keys per server afterwards: {dbsizes} (sum {sum(dbsizes)}).",
         "",
     ]
+    moved = int(st.get("moved") or 0)
+    lines.insert(-1, f"walnut: {moved} moved in {secs:.1f} s from the reload: "
+                     f"{moved / secs:.0f} keys/s (reload to done).")
+    if load_rate:
+        lines.insert(-1, f"Loading the keys through walnut (pipelined sets): {load_rate:.0f} keys/s.")
+    if anchor:
+        lines.insert(-1, f"Anchor, same run: `redis-cli --cluster reshard` (pipeline 100) moved "
+                         f"{anchor['moved']} keys in {anchor['seconds']:.1f} s: "
+                         f"{anchor['keys_per_second']:.0f} keys/s ({anchor['left']} left on the "
+                         f"first node).")
     Path(args.out).write_text("\n".join(lines))
     print("\n".join(lines))
 

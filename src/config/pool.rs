@@ -140,7 +140,8 @@ pub struct PoolConfig {
     /// plain rehash).
     pub migration: bool,
     /// walnut `migration_rate:` most keys moved per second by the
-    /// background migrator (default 1000).
+    /// background migrator, the ceiling of a pace that follows the
+    /// servers' headroom (`migrate/pace.rs`; default 100000).
     pub migration_rate: u32,
     /// walnut `server_health_check:` probe an ejected server (memcached
     /// `version`, Redis `PING`) before taking it back (default false:
@@ -220,7 +221,7 @@ impl PoolConfig {
             client_idle_timeout_ms: 0,
             eject_fail_fast: false,
             migration: false,
-            migration_rate: 1000,
+            migration_rate: 100_000,
             server_health_check: false,
             slowlog_threshold_us: None,
             redis_cluster: false,

@@ -2,13 +2,16 @@
 //! memcached (text and meta) to list keys and move one, with timeouts so
 //! a server that stops answering ends the attempt instead of hanging it.
 
-use super::commands::{mc_delete, mc_get, mc_store, resp_command, restore};
+use super::commands::{mc_delete, mc_get, mc_store, migrate, resp_command, restore, Target};
 use crate::config::{PoolConfig, ServerAddr};
 use std::io::{self, Read, Write};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a `MIGRATE` may wait on the new owner (connect, each write
+/// and read), under [`IO_TIMEOUT`].
+const MIGRATE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Largest line or value read (a corrupt length must not allocate wildly).
 const MAX_READ: usize = 1 << 30;
 
@@ -22,6 +25,17 @@ enum Resp {
     Int(i64),
     Bulk(Option<Vec<u8>>),
     Array(Option<Vec<Resp>>),
+}
+
+/// What became of one key of a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Copied (this many bytes) and, if asked, deleted here.
+    Moved(usize),
+    /// Gone here, or a newer value was on every new owner.
+    Skipped,
+    /// A new owner refused it: left here.
+    Failed,
 }
 
 /// One blocking connection.
@@ -222,14 +236,17 @@ impl Conn {
         }
     }
 
-    /// Every key of a Redis server (`SCAN`), each handed to `f`.
+    /// Every key of a Redis server (`SCAN`), handed to `f` as each step
+    /// lists them; `f` says how many the next step should ask for.
     pub fn scan_redis(
         &mut self,
-        f: &mut dyn FnMut(&[u8], &mut Conn) -> io::Result<()>,
+        f: &mut dyn FnMut(&[&[u8]], &mut Conn) -> io::Result<usize>,
     ) -> io::Result<()> {
         let mut cursor = b"0".to_vec();
+        let mut count = 100;
         loop {
-            self.send(&resp_command(&[b"SCAN", &cursor, b"COUNT", b"100"]))?;
+            let n = count.to_string();
+            self.send(&resp_command(&[b"SCAN", &cursor, b"COUNT", n.as_bytes()]))?;
             let Resp::Array(Some(mut parts)) = self.resp()? else {
                 return Err(err("SCAN: unexpected reply"));
             };
@@ -238,11 +255,14 @@ impl Conn {
             else {
                 return Err(err("SCAN: unexpected reply"));
             };
-            for k in keys {
-                if let Resp::Bulk(Some(k)) = k {
-                    f(&k, self)?;
-                }
-            }
+            let keys: Vec<&[u8]> = keys
+                .iter()
+                .filter_map(|k| match k {
+                    Resp::Bulk(Some(k)) => Some(k.as_slice()),
+                    _ => None,
+                })
+                .collect();
+            count = f(&keys, self)?;
             if next == b"0" {
                 return Ok(());
             }
@@ -250,11 +270,12 @@ impl Conn {
         }
     }
 
-    /// Every key of a memcached server (`lru_crawler metadump all`), each
-    /// handed to `f` once the dump is read.
+    /// Every key of a memcached server (`lru_crawler metadump all`), handed
+    /// to `f` once the dump is read, as many at a time as `f` last asked
+    /// for.
     pub fn scan_memcache(
         &mut self,
-        f: &mut dyn FnMut(&[u8], &mut Conn) -> io::Result<()>,
+        f: &mut dyn FnMut(&[&[u8]], &mut Conn) -> io::Result<usize>,
     ) -> io::Result<()> {
         let mut keys = Vec::new();
         let mut tries = 0;
@@ -285,65 +306,156 @@ impl Conn {
             }
             break;
         }
-        for k in keys {
-            f(&k, self)?;
+        let mut at = 0;
+        let mut count = 100;
+        while at < keys.len() {
+            let end = keys.len().min(at + count.max(1));
+            let chunk: Vec<&[u8]> = keys[at..end].iter().map(Vec::as_slice).collect();
+            count = f(&chunk, self)?;
+            at = end;
         }
         Ok(())
     }
 
-    /// Copy `key` with its TTL (and flags) to each of `dsts` where it is
-    /// absent (a newer value there wins), then, when `delete`, delete it
-    /// here, only once every copy succeeded. The bytes copied, or `None`
-    /// when the key was gone or every `dst` had a newer value.
-    pub fn move_key(
+    /// Copy each of `keys` with its TTL (and flags) to each of `dsts`
+    /// where it is absent (a newer value there wins), then, when
+    /// `delete`, delete it here, only once every copy succeeded. Each step
+    /// is one pipelined batch: the reads here, the writes to each new
+    /// owner, the deletes here. What became of each key, in order.
+    pub fn move_batch(
         &mut self,
-        key: &[u8],
+        keys: &[&[u8]],
         dsts: &mut [&mut Conn],
         delete: bool,
-    ) -> io::Result<Option<usize>> {
-        let read = if self.redis {
-            self.read_redis(key)?
-        } else {
-            self.read_memcache(key)?
-        };
-        let Some((store, len)) = read else {
-            return Ok(None);
-        };
-        let mut stored = false;
-        for dst in dsts.iter_mut() {
-            dst.send(&store)?;
-            stored |= if self.redis {
-                match dst.resp()? {
-                    Resp::Simple(_) => true,
-                    Resp::Error(e) if e.starts_with(b"BUSYKEY") => false,
-                    Resp::Error(e) => return Err(err(String::from_utf8_lossy(&e).into_owned())),
-                    _ => return Err(err("RESTORE: unexpected reply")),
-                }
-            } else {
-                match dst.line()?.as_slice() {
-                    b"HD" => true,
-                    b"NS" | b"EX" => false,
-                    other => return Err(err(format!("ms: {}", String::from_utf8_lossy(other)))),
-                }
-            };
-        }
-        if delete {
+    ) -> io::Result<Vec<Outcome>> {
+        let mut req = Vec::with_capacity(keys.iter().map(|k| k.len() * 2 + 40).sum());
+        for key in keys {
             if self.redis {
-                self.send(&resp_command(&[b"DEL", key]))?;
-                self.resp()?;
+                req.extend_from_slice(&resp_command(&[b"DUMP", key]));
+                req.extend_from_slice(&resp_command(&[b"PTTL", key]));
             } else {
-                self.send(&mc_delete(key))?;
-                self.line()?;
+                req.extend_from_slice(&mc_get(key));
             }
         }
-        Ok(stored.then_some(len))
+        self.send(&req)?;
+        let mut read = Vec::with_capacity(keys.len());
+        for key in keys {
+            read.push(if self.redis {
+                self.read_redis(key)?
+            } else {
+                self.read_memcache(key)?
+            });
+        }
+        let mut out: Vec<Outcome> = read
+            .iter()
+            .map(|r| match r {
+                Some((_, len)) => Outcome::Moved(*len),
+                None => Outcome::Skipped,
+            })
+            .collect();
+        let mut stored = vec![false; keys.len()];
+        for dst in dsts.iter_mut() {
+            let mut req = Vec::new();
+            for (store, _) in read.iter().flatten() {
+                req.extend_from_slice(store);
+            }
+            dst.send(&req)?;
+            for (i, r) in read.iter().enumerate() {
+                if r.is_none() {
+                    continue;
+                }
+                match dst.stored(self.redis)? {
+                    Ok(s) => stored[i] |= s,
+                    Err(e) => {
+                        crate::log_info!("migration: key not moved: {e}");
+                        out[i] = Outcome::Failed;
+                    }
+                }
+            }
+        }
+        let gone: Vec<&[u8]> = keys
+            .iter()
+            .zip(&out)
+            .filter(|(_, o)| !matches!(o, Outcome::Skipped | Outcome::Failed))
+            .map(|(k, _)| *k)
+            .collect();
+        if delete && !gone.is_empty() {
+            if self.redis {
+                let mut args: Vec<&[u8]> = vec![b"DEL"];
+                args.extend(&gone);
+                self.send(&resp_command(&args))?;
+                self.resp()?;
+            } else {
+                let mut req = Vec::new();
+                for key in &gone {
+                    req.extend_from_slice(&mc_delete(key));
+                }
+                self.send(&req)?;
+                for _ in &gone {
+                    self.line()?;
+                }
+            }
+        }
+        for (o, s) in out.iter_mut().zip(stored) {
+            if matches!(o, Outcome::Moved(_)) && !s {
+                // Every new owner had a newer value.
+                *o = Outcome::Skipped;
+            }
+        }
+        Ok(out)
     }
 
-    /// `DUMP` + `PTTL`: the `RESTORE` that recreates the key, and its size.
+    /// The reply to one `RESTORE` or `ms ... ME`: whether it stored the
+    /// key (false: a newer value was there), or the server's refusal.
+    fn stored(&mut self, redis: bool) -> io::Result<Result<bool, String>> {
+        Ok(if redis {
+            match self.resp()? {
+                Resp::Simple(_) => Ok(true),
+                Resp::Error(e) if e.starts_with(b"BUSYKEY") => Ok(false),
+                Resp::Error(e) => Err(String::from_utf8_lossy(&e).into_owned()),
+                _ => return Err(err("RESTORE: unexpected reply")),
+            }
+        } else {
+            match self.line()?.as_slice() {
+                b"HD" => Ok(true),
+                b"NS" | b"EX" => Ok(false),
+                other => Err(format!("ms: {}", String::from_utf8_lossy(other))),
+            }
+        })
+    }
+
+    /// Redis `MIGRATE` of `keys` to `to` (no `REPLACE`: a key the new
+    /// owner has is left here, and the server answers `BUSYKEY`): the
+    /// server sends them itself, in one round trip, and deletes each one
+    /// the new owner stored. `Ok(true)` when the server moved them (or
+    /// found none), else the server's error: some keys may have moved,
+    /// the rest are still here.
+    pub fn migrate(&mut self, to: &Target, keys: &[&[u8]]) -> io::Result<Result<(), String>> {
+        self.send(&migrate(to, MIGRATE_TIMEOUT.as_millis() as u64, keys))?;
+        Ok(match self.resp()? {
+            Resp::Simple(_) => Ok(()),
+            Resp::Error(e) => Err(String::from_utf8_lossy(&e).into_owned()),
+            _ => return Err(err("MIGRATE: unexpected reply")),
+        })
+    }
+
+    /// The time a no-op takes to come back (Redis `PING`, memcached `mn`):
+    /// how long the server's queue is.
+    pub fn ping(&mut self) -> io::Result<Duration> {
+        let at = Instant::now();
+        if self.redis {
+            self.send(&resp_command(&[b"PING"]))?;
+            self.resp()?;
+        } else {
+            self.send(b"mn\r\n")?;
+            self.line()?;
+        }
+        Ok(at.elapsed())
+    }
+
+    /// The replies to `DUMP` + `PTTL`: the `RESTORE` that recreates the
+    /// key, and its size.
     fn read_redis(&mut self, key: &[u8]) -> io::Result<Option<(Vec<u8>, usize)>> {
-        let mut req = resp_command(&[b"DUMP", key]);
-        req.extend_from_slice(&resp_command(&[b"PTTL", key]));
-        self.send(&req)?;
         let dump = self.resp()?;
         let ttl = self.resp()?;
         let (Resp::Bulk(Some(payload)), Resp::Int(ttl)) = (dump, ttl) else {
@@ -356,10 +468,9 @@ impl Conn {
         Ok(Some((restore(key, ttl, &payload), len)))
     }
 
-    /// `mg k v f t`: the `ms ... ME` (add) that recreates the item, and its
-    /// size.
+    /// The reply to `mg k v f t`: the `ms ... ME` (add) that recreates the
+    /// item, and its size.
     fn read_memcache(&mut self, key: &[u8]) -> io::Result<Option<(Vec<u8>, usize)>> {
-        self.send(&mc_get(key))?;
         let head = self.line()?;
         if head == b"ERROR" {
             // Not a miss (`EN`): a server without the meta commands.

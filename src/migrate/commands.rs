@@ -2,9 +2,9 @@
 //! by the migrator (`client.rs`), a worker pulling a key on demand
 //! (`worker/migrate.rs`) and a pool warming from another
 //! (`worker/warm.rs`). Redis: `DUMP` + `PTTL` read the key, `RESTORE`
-//! without `REPLACE` writes it, `DEL` removes it. memcached (meta
-//! commands): `mg k v f t` reads it, `ms ... ME` (add) writes it, `md`
-//! removes it.
+//! without `REPLACE` writes it, `DEL` removes it; or the old owner sends
+//! it itself, `MIGRATE` without `REPLACE`. memcached (meta commands):
+//! `mg k v f t` reads it, `ms ... ME` (add) writes it, `md` removes it.
 
 use crate::proto::redis::reply;
 
@@ -13,6 +13,68 @@ pub fn resp_command(args: &[&[u8]]) -> Vec<u8> {
     let mut out = Vec::with_capacity(16 + args.iter().map(|a| a.len() + 16).sum::<usize>());
     reply::command(args, &mut out);
     out
+}
+
+/// Where a Redis `MIGRATE` sends keys: the new owner as its old owner
+/// reaches it (the address walnut has for it), with the pool's database
+/// and credentials.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub host: String,
+    pub port: u16,
+    pub db: u32,
+    pub user: Option<String>,
+    pub password: Option<String>,
+}
+
+impl Target {
+    /// New server `addr` of `pool` as a `MIGRATE` names it, when the old
+    /// owners can send to it themselves: a Redis pool without TLS to its
+    /// servers (`MIGRATE` would connect in plain text), reached over TCP.
+    pub fn of(
+        pool: &crate::config::PoolConfig,
+        addr: &crate::config::ServerAddr,
+    ) -> Option<Target> {
+        if !pool.redis || pool.security.server_tls.is_some() {
+            return None;
+        }
+        match addr {
+            crate::config::ServerAddr::Tcp { host, port } => Some(Target {
+                host: host.clone(),
+                port: *port,
+                db: pool.redis_db,
+                user: pool.security.redis_auth_user.clone(),
+                password: pool.redis_auth.clone(),
+            }),
+            crate::config::ServerAddr::Unix { .. } => None,
+        }
+    }
+}
+
+/// `MIGRATE host port "" db timeout [AUTH pw | AUTH2 user pw] KEYS k...`
+/// without `REPLACE` (a key the new owner has is left where it is, and
+/// the server answers `BUSYKEY`); `timeout_ms` bounds each of the old
+/// owner's waits on the new one.
+pub fn migrate(to: &Target, timeout_ms: u64, keys: &[&[u8]]) -> Vec<u8> {
+    let port = to.port.to_string();
+    let db = to.db.to_string();
+    let timeout = timeout_ms.to_string();
+    let mut args: Vec<&[u8]> = vec![
+        b"MIGRATE",
+        to.host.as_bytes(),
+        port.as_bytes(),
+        b"",
+        db.as_bytes(),
+        timeout.as_bytes(),
+    ];
+    match (&to.user, &to.password) {
+        (Some(u), Some(p)) => args.extend([&b"AUTH2"[..], u.as_bytes(), p.as_bytes()]),
+        (None, Some(p)) => args.extend([&b"AUTH"[..], p.as_bytes()]),
+        _ => {}
+    }
+    args.push(b"KEYS");
+    args.extend(keys);
+    resp_command(&args)
 }
 
 /// The `RESTORE` that recreates `key` from its `DUMP` payload and `PTTL`.
@@ -133,6 +195,36 @@ mod tests {
             restore(b"k", 0, b"P"),
             b"*4\r\n$7\r\nRESTORE\r\n$1\r\nk\r\n$1\r\n1\r\n$1\r\nP\r\n"
         );
+        let to = Target {
+            host: "127.0.0.1".into(),
+            port: 6380,
+            db: 2,
+            user: None,
+            password: Some("pw".into()),
+        };
+        assert_eq!(
+            migrate(&to, 500, &[b"a", b"b"]),
+            resp_command(&[
+                b"MIGRATE",
+                b"127.0.0.1",
+                b"6380",
+                b"",
+                b"2",
+                b"500",
+                b"AUTH",
+                b"pw",
+                b"KEYS",
+                b"a",
+                b"b"
+            ])
+        );
+        let to = Target {
+            user: Some("mover".into()),
+            password: Some("pw".into()),
+            ..to
+        };
+        assert!(migrate(&to, 500, &[b"a"])
+            .ends_with(b"$5\r\nAUTH2\r\n$5\r\nmover\r\n$2\r\npw\r\n$4\r\nKEYS\r\n$1\r\na\r\n"));
         assert_eq!(mc_get(b"k"), b"mg k v f t\r\n");
         assert_eq!(mc_get(b"a b"), b"mg YSBi b v f t\r\n");
         assert_eq!(mc_delete(b"k"), b"md k\r\n");

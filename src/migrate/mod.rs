@@ -4,25 +4,31 @@
 //! its new owner, rate-limited, then tells the master it is done (exit 0)
 //! so workers stop pulling keys on demand (`worker/migrate.rs`).
 //!
-//! A key moves exactly as a worker pulls one: read with its TTL from the
-//! old owner, written to the new owner only if absent there (a newer value
-//! written meanwhile wins), deleted from the old owner. Redis: `SCAN` +
+//! A key moves with the rules of a worker's pull: read with its TTL from
+//! the old owner, written to the new owner only if absent there (a newer
+//! value written meanwhile wins), deleted from the old owner. Keys go in
+//! batches: Redis old owners send a batch themselves (`MIGRATE ... KEYS`,
+//! no `REPLACE`) where they can; otherwise `SCAN` + pipelined
 //! `DUMP`/`PTTL` → `RESTORE` (no `REPLACE`) + `DEL`, any data type;
-//! memcached: `lru_crawler metadump all` (memcached ≥ 1.4.31) + `mg k v f t`
-//! → `ms ... ME` + `md`. Repeating any of it is harmless, so a migrator
+//! memcached: `lru_crawler metadump all` (memcached ≥ 1.4.31) + pipelined
+//! `mg k v f t` → `ms ... ME` + `md`. The pace follows the servers'
+//! headroom (`pace.rs`). Repeating any of it is harmless, so a migrator
 //! that dies is simply started again, and it ends after a full pass that
-//! moved nothing. It is a plain blocking program: it is not a worker and
-//! has no event loop to keep responsive.
+//! left nothing behind. It is a plain blocking program: it is not a worker
+//! and has no event loop to keep responsive.
 
 mod client;
 pub mod commands;
+mod pace;
 mod progress;
 
 pub use progress::{Progress, State};
 
 use crate::config::{PoolConfig, ServerAddr};
 use crate::hash::{Placement, RingServer};
-use client::Conn;
+use client::{Conn, Outcome};
+use commands::Target;
+use pace::Pace;
 use std::time::{Duration, Instant};
 
 /// What one migrator moves.
@@ -117,6 +123,14 @@ impl Mover {
     /// not the pool's); else the new owners other than `from` (a copy
     /// where it is absent) and whether `from` must drop it.
     pub fn plan(&self, from: &ServerAddr, key: &[u8]) -> Option<Move> {
+        if self.new_replicas == 1 && self.olds.iter().all(|(_, _, r)| *r == 1) {
+            return self.plan_single(from, key);
+        }
+        self.plan_replicas(from, key)
+    }
+
+    /// [`Mover::plan`] in general: each placement's owners as a list.
+    fn plan_replicas(&self, from: &ServerAddr, key: &[u8]) -> Option<Move> {
         let mut set = Vec::new();
         self.new.replicas_for(key, self.new_replicas, &mut set);
         let news: Vec<&ServerAddr> = set.iter().map(|&i| &self.new_addrs[i]).collect();
@@ -143,6 +157,29 @@ impl Mover {
     }
 }
 
+impl Mover {
+    /// [`Mover::plan`] of a pool without replicas, where every placement
+    /// gives a key one owner (no list built: the migrator asks this of
+    /// every key it finds).
+    fn plan_single(&self, from: &ServerAddr, key: &[u8]) -> Option<Move> {
+        let to = self.new.server_for(key)?;
+        let new = &self.new_addrs[to];
+        let (mut owned, mut moved) = (false, false);
+        for (p, addrs, _) in &self.olds {
+            let Some(o) = p.server_for(key) else {
+                moved = true;
+                continue;
+            };
+            owned |= addrs[o] == *from;
+            moved |= addrs[o] != *new;
+        }
+        (owned && moved && new != from).then(|| Move {
+            to: vec![to],
+            delete: true,
+        })
+    }
+}
+
 /// Run the migration of `plan` to its end; returns true when every key
 /// that had to move did (or could not: an unreachable old owner's keys
 /// are counted as failed, as twemproxy loses them).
@@ -151,7 +188,7 @@ pub fn run(plan: &Plan<'_>, progress: &Progress) -> bool {
     let rate = u64::from(plan.new.migration_rate.max(1));
     progress.set_state(State::Running);
     crate::log_notice!(
-        "migration of pool '{}': {} old servers, {} new; keys whose owner changed move at most {} per second",
+        "migration of pool '{}': {} old servers, {} new; keys whose owner changed move at the servers' pace, at most {} per second",
         plan.new.name,
         sources.len(),
         plan.new.servers.len(),
@@ -166,13 +203,12 @@ pub fn run(plan: &Plan<'_>, progress: &Progress) -> bool {
         plan,
         progress,
         mover: Mover::new(plan),
-        limiter: Limiter::new(rate),
+        pace: Pace::new(rate),
+        server_move: false,
         last_log: Instant::now(),
-        moved: 0,
         unplaced: 0,
     };
     loop {
-        walk.moved = 0;
         walk.unplaced = 0;
         for (si, &(from, old)) in sources.iter().enumerate() {
             if walk.source(si, from, old).is_err() {
@@ -181,16 +217,19 @@ pub fn run(plan: &Plan<'_>, progress: &Progress) -> bool {
                 return false;
             }
         }
-        if walk.moved == 0 && walk.unplaced == 0 {
+        // One pass is enough: nothing writes a key to a server that no
+        // longer owns it once the migrator runs (it starts at the
+        // placement switch), and a scan lists every key that was there
+        // from its start to its end.
+        if walk.unplaced == 0 {
             break;
         }
-        if walk.moved == 0 {
-            // Only keys whose new owner is down are left: wait for it.
-            std::thread::sleep(Duration::from_secs(1));
-            if progress.aborted() {
-                progress.set_state(State::Aborted);
-                return false;
-            }
+        // Keys whose new owner is down or refused them are left: try
+        // them again a second later.
+        std::thread::sleep(Duration::from_secs(1));
+        if progress.aborted() {
+            progress.set_state(State::Aborted);
+            return false;
         }
     }
     progress.set_state(State::Done);
@@ -207,10 +246,12 @@ struct Walk<'a> {
     plan: &'a Plan<'a>,
     progress: &'a Progress,
     mover: Mover,
-    limiter: Limiter,
+    pace: Pace,
+    /// Whether the server walked now moves keys itself (Redis `MIGRATE`):
+    /// tried first on every server, given up for the rest of the server's
+    /// walk once it refuses for another reason than a newer value.
+    server_move: bool,
     last_log: Instant,
-    /// Keys moved in this pass.
-    moved: u64,
     /// Keys that could not be written to their new owner in this pass:
     /// they stay where they are and are tried again on the next pass, so
     /// the migration does not end leaving them behind (a new owner that
@@ -235,12 +276,20 @@ impl Walk<'_> {
                 return Ok(());
             }
         };
+        // The old owner sends keys to the new one itself where it can
+        // (`Target::of`), until it refuses.
+        self.server_move = true;
         let mut dests: Vec<Option<Conn>> = plan.new.servers.iter().map(|_| None).collect();
-        let mut on_key = |key: &[u8], src: &mut Conn| self.key(si, from, key, src, &mut dests);
+        let mut on_keys = |keys: &[&[u8]], src: &mut Conn| {
+            self.keys(si, from, keys, src, &mut dests)?;
+            // About three batches' worth: a third of the keys moves when
+            // a pool grows from two servers to three.
+            Ok((self.pace.batch() * 3).clamp(100, 1500))
+        };
         let res = if plan.new.redis {
-            src.scan_redis(&mut on_key)
+            src.scan_redis(&mut on_keys)
         } else {
-            src.scan_memcache(&mut on_key)
+            src.scan_memcache(&mut on_keys)
         };
         if let Err(e) = res {
             if progress.aborted() {
@@ -256,39 +305,102 @@ impl Walk<'_> {
         Ok(())
     }
 
-    /// One key found on `from`: moved when its owner changed, to the new
-    /// owners' connections in `dests` (opened on first use, dropped after
-    /// a failure). An error ends the walk (the operator aborted).
-    fn key(
+    /// Keys listed by one step of the walk of `from`: those whose owner
+    /// changed moved, in batches of keys bound for the same new owners.
+    /// An error ends the walk (the operator aborted).
+    fn keys(
         &mut self,
         si: usize,
         from: &ServerAddr,
-        key: &[u8],
+        keys: &[&[u8]],
+        src: &mut Conn,
+        dests: &mut [Option<Conn>],
+    ) -> std::io::Result<()> {
+        let progress = self.progress;
+        let mut groups: Vec<(Move, Vec<&[u8]>)> = Vec::new();
+        let mut counted = 0;
+        for (i, &key) in keys.iter().enumerate() {
+            let Some(mv) = self.mover.plan(from, key) else {
+                progress.add_skipped(1);
+                continue;
+            };
+            let g = match groups.iter().position(|(m, _)| *m == mv) {
+                Some(g) => g,
+                None => {
+                    groups.push((mv, Vec::new()));
+                    groups.len() - 1
+                }
+            };
+            groups[g].1.push(key);
+            if groups[g].1.len() >= self.pace.batch() {
+                progress.add_scanned(si, (i + 1 - counted) as u64);
+                counted = i + 1;
+                let batch = std::mem::take(&mut groups[g].1);
+                let mv = groups[g].0.clone();
+                self.batch(si, &mv, &batch, src, dests)?;
+            }
+        }
+        progress.add_scanned(si, (keys.len() - counted) as u64);
+        for (mv, batch) in &groups {
+            if !batch.is_empty() {
+                self.batch(si, mv, batch, src, dests)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One batch of keys found on `from` that go to the same new owners:
+    /// moved, to the new owners' connections in `dests` (opened on first
+    /// use, dropped after a failure), at the pace.
+    fn batch(
+        &mut self,
+        si: usize,
+        mv: &Move,
+        keys: &[&[u8]],
         src: &mut Conn,
         dests: &mut [Option<Conn>],
     ) -> std::io::Result<()> {
         let (plan, progress) = (self.plan, self.progress);
-        progress.add_scanned(si, 1);
+        let n = keys.len() as u64;
         while progress.paused() {
             std::thread::sleep(Duration::from_millis(50));
         }
         if progress.aborted() {
             return Err(std::io::Error::other("aborted"));
         }
-        let Some(mv) = self.mover.plan(from, key) else {
-            progress.add_skipped(1);
-            return Ok(());
-        };
-        self.limiter.take();
+        self.pace.take(keys.len());
         for &to in &mv.to {
             if dests[to].is_none() {
                 match Conn::open(&plan.new.servers[to].addr, plan.new) {
                     Ok(c) => dests[to] = Some(c),
                     Err(e) => {
-                        progress.add_failed(1);
-                        self.unplaced += 1;
-                        crate::log_info!("migration: new owner unreachable, key left: {e}");
+                        progress.add_failed(n);
+                        self.unplaced += n;
+                        crate::log_info!("migration: new owner unreachable, keys left: {e}");
                         return Ok(());
+                    }
+                }
+            }
+        }
+        if self.server_move && mv.delete && mv.to.len() == 1 {
+            if let Some(target) = Target::of(plan.new, &plan.new.servers[mv.to[0]].addr) {
+                match src.migrate(&target, keys)? {
+                    Ok(()) => {
+                        // The keys a client's pull took meanwhile are
+                        // counted too; their bytes are the server's.
+                        progress.add_moved(si, n, 0);
+                        self.probe(src, dests);
+                        return Ok(());
+                    }
+                    // Some had a newer value on the new owner: the rest
+                    // moved, those are dropped below.
+                    Err(e) if e.contains("BUSYKEY") => {}
+                    Err(e) => {
+                        self.server_move = false;
+                        crate::log_notice!(
+                            "migration of pool '{}': MIGRATE refused ({e}): keys are copied by the migrator (DUMP/RESTORE) instead",
+                            plan.new.name
+                        );
                     }
                 }
             }
@@ -299,58 +411,50 @@ impl Walk<'_> {
             .filter(|(i, _)| mv.to.contains(i))
             .filter_map(|(_, d)| d.as_mut())
             .collect();
-        match src.move_key(key, &mut picked, mv.delete) {
-            Ok(Some(bytes)) => {
-                progress.add_moved(si, 1, bytes as u64);
-                self.moved += 1;
+        match src.move_batch(keys, &mut picked, mv.delete) {
+            Ok(outcomes) => {
+                for o in outcomes {
+                    match o {
+                        Outcome::Moved(bytes) => progress.add_moved(si, 1, bytes as u64),
+                        Outcome::Skipped => progress.add_skipped(1),
+                        Outcome::Failed => {
+                            progress.add_failed(1);
+                            self.unplaced += 1;
+                        }
+                    }
+                }
             }
-            Ok(None) => progress.add_skipped(1),
             Err(e) => {
-                progress.add_failed(1);
-                self.unplaced += 1;
+                progress.add_failed(n);
+                self.unplaced += n;
                 for &to in &mv.to {
                     dests[to] = None;
                 }
-                crate::log_info!("migration: key not moved: {e}");
+                crate::log_info!("migration: keys not moved: {e}");
             }
+        }
+        self.probe(src, dests);
+        Ok(())
+    }
+
+    /// When due, the servers timed for the pace (the old owner and the
+    /// new ones in use; the slowest counts), and the progress logged.
+    fn probe(&mut self, src: &mut Conn, dests: &mut [Option<Conn>]) {
+        if self.pace.probe_due() {
+            let mut rtt = src.ping().unwrap_or_default();
+            for d in dests.iter_mut().flatten() {
+                rtt = rtt.max(d.ping().unwrap_or_default());
+            }
+            self.pace.sample(rtt);
         }
         if self.last_log.elapsed() >= Duration::from_secs(5) {
             self.last_log = Instant::now();
-            progress.log(&plan.new.name);
-        }
-        Ok(())
-    }
-}
-
-/// At most `rate` keys a second (a token bucket of one second's worth).
-struct Limiter {
-    rate: u64,
-    tokens: f64,
-    at: Instant,
-}
-
-impl Limiter {
-    fn new(rate: u64) -> Limiter {
-        Limiter {
-            rate,
-            tokens: rate as f64,
-            at: Instant::now(),
-        }
-    }
-
-    fn take(&mut self) {
-        loop {
-            let now = Instant::now();
-            let add = now.duration_since(self.at).as_secs_f64() * self.rate as f64;
-            self.tokens = (self.tokens + add).min(self.rate as f64);
-            self.at = now;
-            if self.tokens >= 1.0 {
-                self.tokens -= 1.0;
-                return;
-            }
-            std::thread::sleep(Duration::from_secs_f64(
-                ((1.0 - self.tokens) / self.rate as f64).max(0.0005),
-            ));
+            self.progress.log(&self.plan.new.name);
+            crate::log_info!(
+                "migration of pool '{}': pace {} keys/s",
+                self.plan.new.name,
+                self.pace.rate()
+            );
         }
     }
 }
@@ -530,6 +634,29 @@ mod tests {
             moved > 600 && stayed > 1200,
             "{moved} moved, {stayed} stayed"
         );
+    }
+
+    #[test]
+    fn one_owner_per_key_is_planned_as_owner_lists_are() {
+        let a = pool(&["127.0.0.1:30001", "127.0.0.1:30002"]);
+        let b = pool(&["127.0.0.1:30001", "127.0.0.1:30002", "127.0.0.1:30003"]);
+        let c = pool(&["127.0.0.1:30002", "127.0.0.1:30003", "127.0.0.1:30004"]);
+        let olds = [b.clone(), a.clone()];
+        let m = Mover::new(&Plan {
+            olds: &olds,
+            new: &c,
+        });
+        for i in 0..3000 {
+            let key = format!("key:{i}");
+            for s in a.servers.iter().chain(&b.servers).chain(&c.servers) {
+                let k = key.as_bytes();
+                assert_eq!(
+                    m.plan_single(&s.addr, k),
+                    m.plan_replicas(&s.addr, k),
+                    "{key}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -115,4 +115,7 @@ pub enum PullPart {
     Store,
     /// The delete on the old owner (its reply is dropped).
     Delete,
+    /// Redis `MIGRATE` on the old owner: it sends the key to the new
+    /// owner itself (no `REPLACE`) and drops it.
+    Migrate,
 }

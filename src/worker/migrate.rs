@@ -15,6 +15,14 @@
 //! whatever its type. Keys that did not move, and everything once the
 //! migration is done, take the ordinary path untouched.
 //!
+//! A Redis key with one new owner costs one round trip instead where the
+//! servers can reach each other (`Target::of`): the old owner is told to
+//! `MIGRATE` it (no `REPLACE`, so a newer value on the new owner stays and
+//! the answer is `BUSYKEY`, after which the old copy is deleted as above).
+//! A server that refuses `MIGRATE` otherwise (renamed, denied, the new
+//! owner unreachable from it) turns it off for the pool in this worker,
+//! and the key is pulled as above.
+//!
 //! An old owner that cannot be reached loses its keys (as in twemproxy);
 //! the request then goes on to the new owner.
 
@@ -24,7 +32,9 @@ use super::server_rt::{server_rt, ServerRt};
 use super::Worker;
 use crate::config::PoolConfig;
 use crate::hash::{Placement, RingServer};
-use crate::migrate::commands::{mc_delete, mc_get, mc_store, resp_command, restore};
+use crate::migrate::commands::{
+    mc_delete, mc_get, mc_store, migrate, resp_command, restore, Target,
+};
 use crate::proto::{Op, Parse, Protocol, Request, Route};
 use mio::Token;
 use std::time::Instant;
@@ -37,6 +47,11 @@ pub struct MigrationRt {
     /// (servers the pool no longer has are appended there, off the ring),
     /// and its number of replicas.
     olds: Vec<(Placement, Vec<usize>, usize)>,
+    /// Per server of the pool (its index), where an old owner's `MIGRATE`
+    /// sends a key to it; none for every server once one refused.
+    targets: Vec<Option<Target>>,
+    /// `MIGRATE`'s own timeout on the new owner (ms).
+    migrate_timeout: u64,
 }
 
 impl MigrationRt {
@@ -91,7 +106,32 @@ impl MigrationRt {
             "pool '{}': servers changed; keys whose owner changed are pulled from their old owner until the migration is done",
             cfg.name
         );
-        Some(Box::new(MigrationRt { olds: out }))
+        Some(Box::new(MigrationRt {
+            olds: out,
+            targets: cfg
+                .servers
+                .iter()
+                .map(|s| Target::of(cfg, &s.addr))
+                .collect(),
+            migrate_timeout: cfg.timeout_ms.unwrap_or(1000).clamp(100, 5000),
+        }))
+    }
+
+    /// The `MIGRATE` with which old owner `from` sends `key` to its one
+    /// new owner `news`, when it can.
+    fn migrate_command(&self, from: usize, key: &[u8], news: &[usize]) -> Option<Vec<u8>> {
+        let [to] = news else { return None };
+        if *to == from {
+            return None;
+        }
+        let target = self.targets.get(*to)?.as_ref()?;
+        Some(migrate(target, self.migrate_timeout, &[key]))
+    }
+
+    /// An old owner refused `MIGRATE` (not for a newer value): keys are
+    /// pulled through the worker from now on.
+    fn no_server_move(&mut self) {
+        self.targets.iter_mut().for_each(|t| *t = None);
     }
 
     /// Where `key` may still be, when an earlier placement put it on other
@@ -304,6 +344,23 @@ impl Worker<'_> {
         bytes: &[u8],
         now: Instant,
     ) -> bool {
+        self.pull_send_as(token, server, idx, part, bytes, bytes, now)
+    }
+
+    /// Queue `bytes` as one of a pull's requests, counted and routed to a
+    /// connection as `op_of` would be (a `MIGRATE`, which clients are
+    /// refused, goes as the `DUMP` of its key).
+    #[allow(clippy::too_many_arguments)]
+    fn pull_send_as(
+        &mut self,
+        token: Token,
+        server: usize,
+        idx: usize,
+        part: PullPart,
+        bytes: &[u8],
+        op_of: &[u8],
+        now: Instant,
+    ) -> bool {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
             return false;
         };
@@ -314,7 +371,7 @@ impl Worker<'_> {
             max_keys: usize::MAX,
             pre_auth: false,
         };
-        let Ok(Parse::Done(r)) = proto.parse_request(bytes, &limits) else {
+        let Ok(Parse::Done(r)) = proto.parse_request(op_of, &limits) else {
             return false;
         };
         let slot = self.conn_slot(token, pool, server, id, r.op);
@@ -342,7 +399,13 @@ impl Worker<'_> {
         let Some((key, old, proto)) = self.pull_of(token, idx) else {
             return;
         };
+        let server_move = self.pull_migrate(token, idx, &key, old);
         let sent = match proto {
+            Protocol::Redis if server_move.is_some() => {
+                let cmd = server_move.unwrap_or_default();
+                let dump = resp_command(&[b"DUMP", &key]);
+                self.pull_send_as(token, old, idx, PullPart::Migrate, &cmd, &dump, now)
+            }
             Protocol::Redis => {
                 self.pull_send(
                     token,
@@ -367,6 +430,19 @@ impl Worker<'_> {
         if !sent {
             self.pull_done(token, idx, now);
         }
+    }
+
+    /// The `MIGRATE` that moves pull `idx`'s key from `old`, when the
+    /// pool's servers can send it themselves.
+    fn pull_migrate(&self, token: Token, idx: usize, key: &[u8], old: usize) -> Option<Vec<u8>> {
+        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+            return None;
+        };
+        let news = &c.gate()?.pulls.get(idx)?.news;
+        self.pools[c.pool()]
+            .migration
+            .as_ref()?
+            .migrate_command(old, key, news)
     }
 
     fn pull_of(&self, token: Token, idx: usize) -> Option<(Vec<u8>, usize, Protocol)> {
@@ -458,7 +534,36 @@ impl Worker<'_> {
                 self.pull_copy(token, idx, &store, now);
             }
             PullPart::Store => self.pull_stored(token, idx, stored(reply), now),
+            PullPart::Migrate => self.pull_migrated(token, idx, reply, now),
             PullPart::Delete => {}
+        }
+    }
+
+    /// The old owner answered its `MIGRATE`: moved (older copies on
+    /// earlier owners are deleted), not there (the next old owner is
+    /// asked), or the new owner had a newer value (this copy is deleted);
+    /// any other refusal turns `MIGRATE` off and pulls the key through.
+    fn pull_migrated(&mut self, token: Token, idx: usize, reply: &[u8], now: Instant) {
+        if reply.starts_with(b"+NOKEY") {
+            self.pull_next(token, idx, now);
+        } else if reply.starts_with(b"+") {
+            self.pull_finish_except_source(token, idx, now);
+        } else if memchr::memmem::find(reply, b"BUSYKEY").is_some() {
+            self.pull_finish(token, idx, now);
+        } else {
+            let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+                return;
+            };
+            let pool = &mut self.pools[c.pool()];
+            crate::log_notice!(
+                "pool '{}': MIGRATE refused ({}): keys are pulled with DUMP/RESTORE instead",
+                pool.cfg.name,
+                String::from_utf8_lossy(reply).trim_end()
+            );
+            if let Some(m) = pool.migration.as_mut() {
+                m.no_server_move();
+            }
+            self.pull_start(token, idx, now);
         }
     }
 
@@ -513,6 +618,18 @@ impl Worker<'_> {
     /// servers that no longer own it): a new owner that is down must not
     /// cost the key.
     fn pull_finish(&mut self, token: Token, idx: usize, now: Instant) {
+        self.pull_delete(token, idx, false, now);
+    }
+
+    /// The old owner moved the key itself: the copies on other old owners
+    /// go, then the request.
+    fn pull_finish_except_source(&mut self, token: Token, idx: usize, now: Instant) {
+        self.pull_delete(token, idx, true, now);
+    }
+
+    /// The old copies deleted (not the one on the server the key came
+    /// from, when `moved` says it dropped it itself), and the pull done.
+    fn pull_delete(&mut self, token: Token, idx: usize, moved: bool, now: Instant) {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
             return;
         };
@@ -525,7 +642,7 @@ impl Worker<'_> {
                 .olds
                 .iter()
                 .copied()
-                .filter(|o| !p.news.contains(o))
+                .filter(|o| !p.news.contains(o) && !(moved && *o == p.olds[p.at]))
                 .collect();
             let del = match proto {
                 Protocol::Redis => resp_command(&[b"DEL", &p.key]),
