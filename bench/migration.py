@@ -45,7 +45,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from loads import redis_benchmark  # noqa: E402
-from procs import HOST, WALNUT, Proc, cpu_seconds, free_port, memcached, redis_server  # noqa: E402
+from procs import (HOST, WALNUT, Proc, children_of, cpu_seconds, free_port, memcached,  # noqa: E402
+                   redis_server)
 
 SERVER_CPU = "1"
 
@@ -118,11 +119,24 @@ def cli(port: int, *args: str) -> str:
                           text=True, timeout=900, check=True).stdout
 
 
+def cluster_port() -> int:
+    """A free port whose cluster bus port (+10000) is a port too."""
+    while True:
+        p = free_port()
+        if p + 10000 < 65536:
+            try:
+                with socket.socket() as s:
+                    s.bind((HOST, p + 10000))
+                return p
+            except OSError:
+                pass
+
+
 def reshard_anchor(work: Path, keys: int) -> dict:
     """Redis Cluster's own resharding of the same keys: 2 nodes, the keys
     on one that serves every slot, half the slots moved to the other by
     `redis-cli --cluster reshard` (pipeline 100)."""
-    ports = [free_port() for _ in range(2)]
+    ports = [cluster_port() for _ in range(2)]
     nodes = []
     try:
         for p in ports:
@@ -251,9 +265,22 @@ def main() -> None:
                 return True
             return False
 
+        cpu: dict[str, float] = {}
         if args.no_load:
+            # CPU seconds of the migrator (its last reading before it
+            # exits) and of the servers over the migration.
+            pids = [s.pid for s in servers]
+            c0 = sum(cpu_seconds(pids).values())
             while not finished(0):
-                time.sleep(0.5)
+                for pid in children_of(walnut.pid):
+                    try:
+                        title = Path(f"/proc/{pid}/cmdline").read_bytes()
+                    except OSError:
+                        continue
+                    if title.startswith(b"walnut: migrator"):
+                        cpu["migrator"] = cpu_seconds([pid]).get(pid, cpu.get("migrator", 0.0))
+                time.sleep(0.2)
+            cpu["servers"] = sum(cpu_seconds(pids).values()) - c0
             migrating = []
         else:
             migrating = phase(listen, servers, args.keys, args.round, finished)
@@ -296,6 +323,10 @@ def main() -> None:
     moved = int(st.get("moved") or 0)
     lines.insert(-1, f"walnut: {moved} moved in {secs:.1f} s from the reload: "
                      f"{moved / secs:.0f} keys/s (reload to done).")
+    if cpu:
+        lines.insert(-1, f"CPU over the migration: servers {cpu['servers']:.1f} s, walnut's migrator "
+                         f"{cpu.get('migrator', float('nan')):.1f} s (last reading, up to 0.2 s "
+                         "before it ended).")
     if load_rate:
         lines.insert(-1, f"Loading the keys through walnut (pipelined sets): {load_rate:.0f} keys/s.")
     if anchor:

@@ -14,7 +14,7 @@
 //! `mg k v f t` → `ms ... ME` + `md`. The pace follows the servers'
 //! headroom (`pace.rs`). Repeating any of it is harmless, so a migrator
 //! that dies is simply started again, and it ends after a full pass that
-//! left nothing behind. It is a plain blocking program: it is not a worker
+//! left nothing behind (memcached: that also moved nothing). It is a plain blocking program: it is not a worker
 //! and has no event loop to keep responsive.
 
 mod client;
@@ -206,9 +206,11 @@ pub fn run(plan: &Plan<'_>, progress: &Progress) -> bool {
         pace: Pace::new(rate),
         server_move: false,
         last_log: Instant::now(),
+        moved: 0,
         unplaced: 0,
     };
     loop {
+        walk.moved = 0;
         walk.unplaced = 0;
         for (si, &(from, old)) in sources.iter().enumerate() {
             if walk.source(si, from, old).is_err() {
@@ -217,19 +219,24 @@ pub fn run(plan: &Plan<'_>, progress: &Progress) -> bool {
                 return false;
             }
         }
-        // One pass is enough: nothing writes a key to a server that no
-        // longer owns it once the migrator runs (it starts at the
-        // placement switch), and a scan lists every key that was there
-        // from its start to its end.
-        if walk.unplaced == 0 {
+        // One Redis pass is enough: nothing writes a key to a server
+        // that no longer owns it once the migrator runs (it starts at the
+        // placement switch), and `SCAN` lists every key that was there
+        // from its start to its end. memcached's `lru_crawler metadump`
+        // does not: it misses items its LRU maintainer moves between
+        // lists meanwhile (a few in 10,000 just after a load), so a
+        // memcached migration ends after a pass that moved nothing.
+        if walk.unplaced == 0 && (plan.new.redis || walk.moved == 0) {
             break;
         }
-        // Keys whose new owner is down or refused them are left: try
-        // them again a second later.
-        std::thread::sleep(Duration::from_secs(1));
-        if progress.aborted() {
-            progress.set_state(State::Aborted);
-            return false;
+        if walk.moved == 0 {
+            // Only keys whose new owner is down or refused them are left:
+            // try them again a second later.
+            std::thread::sleep(Duration::from_secs(1));
+            if progress.aborted() {
+                progress.set_state(State::Aborted);
+                return false;
+            }
         }
     }
     progress.set_state(State::Done);
@@ -252,6 +259,8 @@ struct Walk<'a> {
     /// walk once it refuses for another reason than a newer value.
     server_move: bool,
     last_log: Instant,
+    /// Keys moved in this pass.
+    moved: u64,
     /// Keys that could not be written to their new owner in this pass:
     /// they stay where they are and are tried again on the next pass, so
     /// the migration does not end leaving them behind (a new owner that
@@ -389,6 +398,7 @@ impl Walk<'_> {
                         // The keys a client's pull took meanwhile are
                         // counted too; their bytes are the server's.
                         progress.add_moved(si, n, 0);
+                        self.moved += n;
                         self.probe(src, dests);
                         return Ok(());
                     }
@@ -415,7 +425,10 @@ impl Walk<'_> {
             Ok(outcomes) => {
                 for o in outcomes {
                     match o {
-                        Outcome::Moved(bytes) => progress.add_moved(si, 1, bytes as u64),
+                        Outcome::Moved(bytes) => {
+                            progress.add_moved(si, 1, bytes as u64);
+                            self.moved += 1;
+                        }
                         Outcome::Skipped => progress.add_skipped(1),
                         Outcome::Failed => {
                             progress.add_failed(1);
