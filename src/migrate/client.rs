@@ -38,6 +38,10 @@ pub enum Outcome {
     Failed,
 }
 
+/// What a walk of a server's keys hands each step's keys to (with the
+/// connection, to move them on): how many keys the next step should list.
+pub type OnKeys<'a> = dyn FnMut(&[&[u8]], &mut Conn) -> io::Result<usize> + 'a;
+
 /// One blocking connection.
 pub struct Conn {
     stream: Box<dyn Stream>,
@@ -238,10 +242,7 @@ impl Conn {
 
     /// Every key of a Redis server (`SCAN`), handed to `f` as each step
     /// lists them; `f` says how many the next step should ask for.
-    pub fn scan_redis(
-        &mut self,
-        f: &mut dyn FnMut(&[&[u8]], &mut Conn) -> io::Result<usize>,
-    ) -> io::Result<()> {
+    pub fn scan_redis(&mut self, f: &mut OnKeys<'_>) -> io::Result<()> {
         let mut cursor = b"0".to_vec();
         let mut count = 100;
         loop {
@@ -273,10 +274,7 @@ impl Conn {
     /// Every key of a memcached server (`lru_crawler metadump all`), handed
     /// to `f` once the dump is read, as many at a time as `f` last asked
     /// for.
-    pub fn scan_memcache(
-        &mut self,
-        f: &mut dyn FnMut(&[&[u8]], &mut Conn) -> io::Result<usize>,
-    ) -> io::Result<()> {
+    pub fn scan_memcache(&mut self, f: &mut OnKeys<'_>) -> io::Result<()> {
         let mut keys = Vec::new();
         let mut tries = 0;
         loop {

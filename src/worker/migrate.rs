@@ -400,13 +400,12 @@ impl Worker<'_> {
             return;
         };
         let server_move = self.pull_migrate(token, idx, &key, old);
-        let sent = match proto {
-            Protocol::Redis if server_move.is_some() => {
-                let cmd = server_move.unwrap_or_default();
+        let sent = match (proto, server_move) {
+            (Protocol::Redis, Some(cmd)) => {
                 let dump = resp_command(&[b"DUMP", &key]);
                 self.pull_send_as(token, old, idx, PullPart::Migrate, &cmd, &dump, now)
             }
-            Protocol::Redis => {
+            (Protocol::Redis, None) => {
                 self.pull_send(
                     token,
                     old,
@@ -423,7 +422,7 @@ impl Worker<'_> {
                     now,
                 )
             }
-            Protocol::Memcache => {
+            (Protocol::Memcache, _) => {
                 self.pull_send(token, old, idx, PullPart::Get, &mc_get(&key), now)
             }
         };
@@ -642,7 +641,7 @@ impl Worker<'_> {
                 .olds
                 .iter()
                 .copied()
-                .filter(|o| !p.news.contains(o) && !(moved && *o == p.olds[p.at]))
+                .filter(|o| !(p.news.contains(o) || moved && *o == p.olds[p.at]))
                 .collect();
             let del = match proto {
                 Protocol::Redis => resp_command(&[b"DEL", &p.key]),
