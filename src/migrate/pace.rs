@@ -35,7 +35,8 @@ pub struct Pace {
     base: [f64; 2],
     window_at: Instant,
     probed_at: Instant,
-    /// No back-off before this (one halving per rise).
+    /// Samples are not judged before this (one halving per rise, and the
+    /// smoothed time starts afresh at the new pace).
     hold_until: Instant,
     tokens: f64,
     at: Instant,
@@ -107,6 +108,10 @@ impl Pace {
         }
         self.base[0] = self.base[0].min(t);
         let base = self.base[0].min(self.base[1]);
+        if now < self.hold_until {
+            // Just backed off: the times of the pace before do not count.
+            return;
+        }
         let srtt = match self.srtt {
             Some(s) => s * 0.75 + t * 0.25,
             None => t,
@@ -115,11 +120,12 @@ impl Pace {
         // Busy: the queue ahead of a no-op grew by half again and by more
         // than scheduling noise.
         if srtt > base * 1.5 + 0.000_2 {
-            if now >= self.hold_until {
-                self.rate = (self.rate / 2.0).max(FLOOR).min(self.cap);
-                self.slow_start = false;
-                self.hold_until = now + PROBE_EVERY * 4;
-            }
+            self.rate = (self.rate / 2.0).max(FLOOR).min(self.cap);
+            self.slow_start = false;
+            self.hold_until = now + PROBE_EVERY * 4;
+            // Judged afresh at the new pace: the rise that caused this
+            // must not, smoothed, cause the next halving too.
+            self.srtt = None;
         } else if self.slow_start {
             self.rate = (self.rate * 2.0).min(self.cap);
         } else {
@@ -163,11 +169,19 @@ mod tests {
         }
         // One halving per rise, however many samples see it.
         assert_eq!(p.rate(), 16_000);
+        // Calm again: the pace grows by steps, not by doubling.
+        let mut least = p.rate();
         for _ in 0..20 {
             now += PROBE_EVERY;
             p.sample_at(ms(0.1), now);
+            least = least.min(p.rate());
         }
-        assert!(p.rate() > 16_000 && p.rate() < 32_000, "{}", p.rate());
+        assert_eq!(least, 16_000);
+        assert!(
+            p.rate() > least && p.rate() <= least + 20 * STEP as u64,
+            "{}",
+            p.rate()
+        );
     }
 
     #[test]
