@@ -15,7 +15,7 @@ import signal
 import pytest
 import redis
 
-from procmodel import wait_workers
+from procmodel import wait_log, wait_workers
 from procs import HOST, Proxy, free_port, redis_pool, to_yaml, wait_until
 from test_migration_bg import key, state
 
@@ -57,6 +57,10 @@ def test_a_newer_value_on_the_new_owner_stays(procs, server_move):
     p.conf_path.write_text(to_yaml(conf(3)))
     p.signal(signal.SIGHUP)
     wait_workers(p.pid, 2, exclude=gen.values())
+    # From the placement switch on, every request is routed by the new
+    # configuration (before it, the old generation may still read a key
+    # on its old owner).
+    wait_log(p.log_path, "placement switch: generation 1")
     # Reads while the migration runs: what a pull finds.
     oracle_port = free_port()
     procs.proxy("nutcracker", conf(3, oracle_port, migration=False))
