@@ -287,13 +287,14 @@ def test_a_member_frozen_past_its_lease_fences_itself_until_it_caught_up(procs):
             if not isinstance(v, Exception):
                 load.incr_acked[int(k[2:])] += 1
         # Refused while it is not in step (or, if its agent caught up
-        # first, refused for moved keys while the barrier holds); a key
-        # served is one that does not move. Without the fence all would be
-        # served under the stale placement.
+        # first, refused for moved keys while the barrier holds, or served
+        # by the new placement once it passed: how many of each depends on
+        # which comes first on waking). Without the fence they would be
+        # served under the stale placement, writing moved keys to their
+        # old owner: the lost-write count below is what tells.
         refused = [v for v in queued if isinstance(v, Exception)]
         assert all("fleet" in str(v) for v in refused), refused[:3]
         lapsed = [v for v in refused if "fleet membership lapsed" in str(v)]
-        assert len(refused) >= len(keys) // 5, queued[:10]
         rev = status(f.etcd, FLEET)["revision"]
         wait_for(lambda: c.revision() >= rev and f.migration_started(c), 15, "c caught up", step=0.05)
         # Caught up, it serves by the new placement (pulling moved keys).
