@@ -32,3 +32,24 @@ pub fn mark_start() {
 pub fn uptime_secs() -> u64 {
     START.get().map_or(0, |s| s.elapsed().as_secs())
 }
+
+/// One page of anonymous memory shared with every process forked after
+/// this (zeroed, read and write, never unmapped): the accept mutex and the
+/// fleet page live in one each.
+pub fn shared_page() -> std::io::Result<*mut u8> {
+    // SAFETY: an anonymous shared mapping of one page; checked below.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(p as *mut u8)
+}

@@ -39,20 +39,7 @@ const IN_STEP_UNTIL: usize = 0;
 impl FleetPage {
     /// Maps a new page, shared with every process forked after this.
     pub fn new() -> std::io::Result<FleetPage> {
-        // SAFETY: an anonymous shared mapping of one page; never unmapped.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                4096,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
+        let p = crate::util::shared_page()?;
         Ok(FleetPage {
             words: p as *const AtomicU64,
         })

@@ -48,16 +48,7 @@ impl Master {
             return;
         }
         if pid == 0 {
-            // SAFETY: prctl with a valid signal: die with the master.
-            unsafe {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-            }
-            if let Some(gen) = self.current.as_ref() {
-                self.close_in_child(gen);
-            }
-            super::signals::reset();
-            crate::log::set_role(crate::log::FLEET_AGENT);
-            super::title::set("walnut: fleet agent");
+            self.become_helper(crate::log::FLEET_AGENT, "walnut: fleet agent");
             let Some(page) = self.fleet_page else {
                 // SAFETY: leave without the master's destructors.
                 unsafe { libc::_exit(1) }

@@ -174,16 +174,10 @@ impl Master {
             return;
         }
         if pid == 0 {
-            // SAFETY: prctl with a valid signal: die with the master.
-            unsafe {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-            }
-            if let Some(gen) = self.current.as_ref() {
-                self.close_in_child(gen);
-            }
-            super::signals::reset();
-            crate::log::set_role(crate::log::MIGRATOR);
-            super::title::set(&format!("walnut: migrator {}", m.pool));
+            self.become_helper(
+                crate::log::MIGRATOR,
+                &format!("walnut: migrator {}", m.pool),
+            );
             let plan = crate::migrate::Plan {
                 olds: &m.olds,
                 new: &m.new,

@@ -87,6 +87,22 @@ impl Master {
         })
     }
 
+    /// In a freshly forked helper process (a migrator, the fleet agent):
+    /// die with the master, drop the master's descriptors and signal
+    /// handlers, and take the log role and title given.
+    pub(super) fn become_helper(&self, role: i32, title: &str) {
+        // SAFETY: prctl with a valid signal: die with the master.
+        unsafe {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+        }
+        if let Some(gen) = self.current.as_ref() {
+            self.close_in_child(gen);
+        }
+        super::signals::reset();
+        crate::log::set_role(role);
+        super::title::set(title);
+    }
+
     /// In a new worker: close descriptors that belong to the master only,
     /// and every listening socket but the worker's own copies (a worker
     /// must not keep another slot's reuseport socket open).

@@ -26,20 +26,7 @@ unsafe impl Sync for AcceptMutex {}
 impl AcceptMutex {
     /// Map a fresh unlocked mutex shared with children forked later.
     pub fn new() -> std::io::Result<AcceptMutex> {
-        // SAFETY: anonymous shared mapping of one page, checked below.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                4096,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
+        let ptr = crate::util::shared_page()?;
         Ok(AcceptMutex {
             ptr: ptr as *mut AtomicU64,
         })

@@ -25,6 +25,7 @@ import time
 import pytest
 
 from procmodel import wait_workers
+from test_migration_bg import state as migration_state
 from procs import HOST, Proxy, RawConn, free_port, memcache_pool, redis_pool, to_yaml, wait_until
 
 # A minute and a half of pipelines: left out of `make quick`.
@@ -236,23 +237,6 @@ def test_memcache_binary_quiet_mass_insertion(procs, workers):
     read_back_memcache(p.port(), range(0, N, 99_991))
 
 
-def admin(port: int, line: str) -> str:
-    with socket.create_connection((HOST, port), timeout=10) as s:
-        s.sendall(line.encode() + b"\r\nquit\r\n")
-        buf = b""
-        while chunk := s.recv(65536):
-            buf += chunk
-    return buf.decode()
-
-
-def migration_state(port: int, pool: str) -> str:
-    for line in admin(port, "migration").splitlines():
-        kv = dict(w.split("=", 1) for w in line.split() if "=" in w)
-        if kv.get("pool") == pool and "source" not in kv:
-            return kv.get("state", "")
-    return ""
-
-
 @pytest.mark.parametrize("kind", ["redis", "memcache"])
 def test_mass_insertion_during_a_migration(procs, kind):
     """Keys written first on two servers; a reload adds a third with a
@@ -283,7 +267,7 @@ def test_mass_insertion_during_a_migration(procs, kind):
     p.conf_path.write_text(conf(3))
     p.signal(signal.SIGHUP)
     wait_workers(p.pid, 2, exclude=gen1.values())
-    wait_until(lambda: migration_state(p.admin_port, "pool") == "running", 10, what="migration running")
+    wait_until(lambda: migration_state(p.admin_port, "pool").get("state") == "running", 10, what="migration running")
     # The same keys again, new values: "w" in place of "v".
     stream = sets(n, b"m:", b"w")
     prog = pipeline(port, stream, n, count_lines(ok))
