@@ -81,6 +81,36 @@ def free_cluster_port() -> int:
     raise RuntimeError("could not find a free TCP port pair for a cluster node")
 
 
+def free_port_run(n: int) -> list[int]:
+    """``n`` consecutive TCP ports, all free a moment ago, below the
+    ephemeral range (32768-60999).
+
+    Consecutive ports cannot come from the kernel's port-0 choice: a port
+    next to one it handed out is soon handed out again (to another test's
+    listener, or to a proxy's own port-0 admin socket). Below 32768 only
+    fixed choices like this one land.
+    """
+    import random
+    rng = random.Random(os.getpid() ^ time.monotonic_ns())
+    for _ in range(1000):
+        base = rng.randrange(24000, 32768 - n)
+        run = list(range(base, base + n))
+        if any(p in _ALLOCATED_PORTS for p in run):
+            continue
+        ok = True
+        for p in run:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind((HOST, p))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            _ALLOCATED_PORTS.update(run)
+            return run
+    raise RuntimeError(f"could not find {n} consecutive free TCP ports")
+
+
 def log_tail(path: Path | None, limit: int = 4000) -> str:
     """The last ``limit`` characters of a log file, or a note that it is absent."""
     if path is None:

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from procs import (
-    HOST, NUTCRACKER_BIN, REPO_ROOT, ManagedProcess, can_connect, free_port, to_yaml,
+    HOST, NUTCRACKER_BIN, REPO_ROOT, ManagedProcess, free_port, free_port_run, to_yaml,
     wait_until, walnut_bin,
 )
 from test_admin_port import admin
@@ -92,10 +92,7 @@ def test_second_instance_starts_with_nutcracker_flags(procs, tmp_path, started):
     own, found in its log; an admin address given explicitly and taken is
     still refused."""
     r = procs.redis()
-    base = free_port()
-    stats = [base, base + 1, base + 2]
-    if not all(not can_connect(p) for p in stats):
-        pytest.skip("no three consecutive free ports")
+    stats = free_port_run(3)
     ps = []
     for i, s in enumerate(stats):
         p = start(f"w{i}", walnut_bin(), tmp_path, {"p": rpool([r], free_port())}, s)
