@@ -14,6 +14,7 @@ pub mod master;
 pub mod migrate;
 pub mod net;
 pub mod proto;
+pub mod route;
 pub mod stats;
 pub mod util;
 pub mod worker;

@@ -80,6 +80,28 @@ pub enum Op {
     Redis(redis::RedisOp),
 }
 
+impl Op {
+    /// Whether the operation only reads.
+    pub fn reads_only(self) -> bool {
+        match self {
+            Op::Mc(op) => op.is_read(),
+            Op::Redis(r) => redis::commands::is_read_command(r.cmd.name()),
+        }
+    }
+
+    /// Whether the operation deletes its keys (memcached `delete`, meta
+    /// `md`, Redis DEL and UNLINK).
+    pub fn deletes(self) -> bool {
+        use memcache::{McOp, MetaCmd};
+        match self {
+            Op::Mc(McOp::Delete) => true,
+            Op::Mc(McOp::Meta { cmd, .. }) => cmd == MetaCmd::Delete,
+            Op::Mc(_) => false,
+            Op::Redis(r) => r.cmd.is("DEL") || r.cmd.is("UNLINK"),
+        }
+    }
+}
+
 /// A reply parsed from a server's input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Response {

@@ -4,6 +4,7 @@
 use super::conn::{Client, ClientRef, Conn, ReplySlot, Server, Waiter};
 use super::conn_state::AfterPull;
 use super::fault::ServerFault;
+use super::forward::At;
 use super::server_conn::Queued;
 use super::stream::StreamStart;
 use super::txn::TxnStep;
@@ -452,7 +453,7 @@ impl Worker<'_> {
                     self.push_ready(token, out, false);
                     return false;
                 }
-                if self.pools[pool].migration.is_some()
+                if self.pools[pool].route.is_migrating()
                     && self.hold_for_moved_keys(token, &req, bytes, AfterPull::Route, now)
                 {
                     return true;
@@ -479,24 +480,29 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
             return;
         };
-        let (pool, client_id) = (c.pool(), c.id());
+        let at = At {
+            token,
+            client_id: c.id(),
+            pool: c.pool(),
+        };
         self.note_key(
-            pool,
+            at.pool,
             req.keys.first().map_or(&b""[..], |r| &bytes[r.clone()]),
         );
-        if self.pools[pool].cfg.routing.is_route_pool() {
-            self.count_routes(pool, &req, bytes);
+        let plan = self.pools[at.pool].route.plan(&req);
+        if plan.count_routes {
+            self.count_routes(at.pool, &req, bytes);
         }
-        if self.pools[pool].shadow.is_some() {
-            self.shadow_copy(pool, &req, bytes, now);
+        if let Some(shadow) = plan.shadow {
+            self.shadow_copy(shadow, &req, bytes, now);
         }
-        if self.pools[pool].zoned {
-            self.zone_copy(pool, &req, bytes, now);
+        if plan.zone_copies {
+            self.zone_copy(at.pool, &req, bytes, now);
         }
         if req.route == Route::Single {
-            self.forward_single(token, client_id, pool, &req, bytes, now);
+            self.forward_single(at, &plan, &req, bytes, now);
         } else {
-            self.forward_multi(token, client_id, pool, req, bytes, now);
+            self.forward_multi(at, &plan, req, bytes, now);
         }
     }
 

@@ -7,6 +7,7 @@ use super::fault::ServerFault;
 use super::zones::{owners_slot, zone_tag};
 use super::{Worker, WRITE_THROUGH_MIN};
 use crate::proto::{Op, Request};
+use crate::route::{Plan, Target};
 use crate::stats::PoolField;
 use mio::Token;
 use smallvec::SmallVec;
@@ -37,12 +38,12 @@ pub(super) fn routing_key<'a>(req: &Request, bytes: &'a [u8]) -> Cow<'a, [u8]> {
     Cow::Borrowed(&bytes[range.clone()])
 }
 
-/// Whether a memcached or Redis operation only reads.
-pub(super) fn reads_only(op: Op) -> bool {
-    match op {
-        Op::Mc(op) => op.is_read(),
-        Op::Redis(r) => crate::proto::redis::commands::is_read_command(r.cmd.name()),
-    }
+/// Who a request is for: the client's connection and id, and its pool.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct At {
+    pub token: Token,
+    pub client_id: u64,
+    pub pool: usize,
 }
 
 /// Whether a memcached operation only reads (served by one replica).
@@ -84,7 +85,7 @@ impl Worker<'_> {
         now: Instant,
     ) -> Result<(), ServerFault> {
         let st = self.conn_for(to, pool, server, op, now)?;
-        if self.pools[pool].strips {
+        if self.pools[pool].route.strips() {
             // A route pool that strips key prefixes (`strip` routes).
             let routing = self.pools[pool].cfg.routing.clone();
             self.enqueue(
@@ -144,82 +145,85 @@ impl Worker<'_> {
         self.push_ready(token, out, false);
     }
 
-    /// A request for the server that owns its key.
+    /// A key-routed request, sent where its route's plan says: the
+    /// server that owns its key, its slot owner, a replica, its zones.
     pub(super) fn forward_single(
         &mut self,
-        token: Token,
-        client_id: u64,
-        pool: usize,
+        at: At,
+        plan: &Plan,
         req: &Request,
         bytes: &[u8],
         now: Instant,
     ) {
+        let At {
+            token,
+            client_id,
+            pool,
+        } = at;
         if req.route == crate::proto::Route::Single {
             // (A split request that found one server is counted once, in forward_multi.)
             self.count_mc_request(req);
         }
-        match req.op {
-            Op::Redis(r) if r.class == crate::proto::redis::CmdClass::Blocking => {
-                self.forward_blocking(token, client_id, pool, req, bytes, now);
-                return;
+        let target = plan.target;
+        match target {
+            Target::Blocking => {
+                return self.forward_blocking(token, client_id, pool, req, bytes, now)
             }
-            Op::Redis(r) if r.class == crate::proto::redis::CmdClass::Scan => {
-                self.forward_scan(token, client_id, pool, req, bytes, now);
-                return;
+            Target::Scan => return self.forward_scan(token, client_id, pool, req, bytes, now),
+            _ if plan.replica_first
+                && self.forward_to_replica(token, client_id, pool, req, bytes, now) =>
+            {
+                return
             }
             _ => {}
         }
-        if self.pools[pool].cfg.failover.read_from != crate::config::ReadFrom::Master
-            && self.forward_to_replica(token, client_id, pool, req, bytes, now)
-        {
-            return;
-        }
-        if self.pools[pool].cfg.replicas > 1 {
-            self.forward_replicated(token, client_id, pool, req, bytes, now);
-            return;
-        }
-        if self.pools[pool].zoned && self.forward_zoned(token, client_id, pool, req, bytes, now) {
-            return;
-        }
-        let key = routing_key(req, bytes);
-        let (server, slot) = if self.pools[pool].cluster.is_some() {
-            // Kept until the reply, to follow MOVED and ASK.
-            let server = self.cluster_server(pool, key.as_ref(), req.op, client_id);
-            let slot = ReplySlot {
-                redirect: Some(Box::new(Redirect {
-                    req: req.clone(),
-                    bytes: bytes.to_vec(),
-                    hops: 0,
-                    tries: 0,
-                    spool: None,
-                    feeding: None,
-                })),
-                ..ReplySlot::default()
-            };
-            (server, slot)
-        } else {
-            if let Op::Redis(r) = req.op {
-                if crate::proto::redis::names_more_keys(r.cmd)
-                    && self.keys_apart(pool, r.cmd, req, bytes, now)
-                {
-                    let mut out = Vec::new();
-                    crate::proto::redis::error_reply(
-                        &format!("{} keys must all map to one server (use a hash tag, e.g. {{user1}}.a {{user1}}.b)", r.cmd.name()),
-                        &mut out,
-                    );
-                    self.push_ready(token, out, false);
-                    return;
-                }
+        let (server, slot) = match target {
+            Target::Replicas => return self.forward_replicated(at, req, bytes, now),
+            Target::Zones(step) => return self.forward_zoned(at, step, req, bytes, now),
+            Target::Slot => {
+                // Kept until the reply, to follow MOVED and ASK.
+                let key = routing_key(req, bytes);
+                let server = self.cluster_server(pool, key.as_ref(), req.op, client_id);
+                let slot = ReplySlot {
+                    redirect: Some(Box::new(Redirect {
+                        req: req.clone(),
+                        bytes: bytes.to_vec(),
+                        hops: 0,
+                        tries: 0,
+                        spool: None,
+                        feeding: None,
+                    })),
+                    ..ReplySlot::default()
+                };
+                (server, slot)
             }
-            let server = match req.op {
-                Op::Redis(_) if req.keys.is_empty() => self.keyless_server(pool, client_id, now),
-                _ => self.pools[pool].server_for(key.as_ref(), now),
-            };
-            let Some(server) = server else {
-                self.reply_no_server(token, pool, req);
-                return;
-            };
-            (server, ReplySlot::default())
+            // Key, Keyless (Blocking and Scan went above).
+            _ => {
+                if let Op::Redis(r) = req.op {
+                    if crate::proto::redis::names_more_keys(r.cmd)
+                        && self.keys_apart(pool, r.cmd, req, bytes, now)
+                    {
+                        let mut out = Vec::new();
+                        crate::proto::redis::error_reply(
+                            &format!("{} keys must all map to one server (use a hash tag, e.g. {{user1}}.a {{user1}}.b)", r.cmd.name()),
+                            &mut out,
+                        );
+                        self.push_ready(token, out, false);
+                        return;
+                    }
+                }
+                let server = if target == Target::Keyless {
+                    self.keyless_server(pool, client_id, now)
+                } else {
+                    let key = routing_key(req, bytes);
+                    self.pools[pool].server_for(key.as_ref(), now)
+                };
+                let Some(server) = server else {
+                    self.reply_no_server(token, pool, req);
+                    return;
+                };
+                (server, ReplySlot::default())
+            }
         };
         let seq = self.push_slot(token, req.noreply, slot);
         let proto = self.pools[pool].proto;
@@ -253,7 +257,7 @@ impl Worker<'_> {
         op: Op,
         now: Instant,
     ) {
-        if self.pools[pool].strips {
+        if self.pools[pool].route.strips() {
             let write = |out: &mut Vec<u8>| out.extend_from_slice(bytes);
             self.send_or_fail(to, pool, server, write, op, now);
             return;
@@ -343,15 +347,12 @@ impl Worker<'_> {
 
     /// Replicated pool: reads go to one replica (the rest kept for
     /// failover), writes to every replica.
-    fn forward_replicated(
-        &mut self,
-        token: Token,
-        client_id: u64,
-        pool: usize,
-        req: &Request,
-        bytes: &[u8],
-        now: Instant,
-    ) {
+    fn forward_replicated(&mut self, at: At, req: &Request, bytes: &[u8], now: Instant) {
+        let At {
+            token,
+            client_id,
+            pool,
+        } = at;
         let key = routing_key(req, bytes);
         let key = key.as_ref();
         let _ = self.pools[pool].server_for(key, now);
@@ -485,13 +486,17 @@ impl Worker<'_> {
     /// Split a multi-key request per server.
     pub(super) fn forward_multi(
         &mut self,
-        token: Token,
-        client_id: u64,
-        pool: usize,
+        at: At,
+        plan: &Plan,
         req: Request,
         bytes: &[u8],
         now: Instant,
     ) {
+        let At {
+            token,
+            client_id,
+            pool,
+        } = at;
         self.count_mc_request(&req);
         let groups = if self.pools[pool].cluster.is_some() {
             self.slot_groups(pool, client_id, &req, bytes)
@@ -510,12 +515,10 @@ impl Worker<'_> {
             self.refuse_cross_server(token, pool, req.op);
             return;
         }
-        let replicated = self.pools[pool].cfg.replicas > 1;
-        // A zone pool's multi-key read stays split even on one server: its
-        // misses fall over per key (zones.rs).
-        let zone_read = self.pools[pool].zoned && reads_only(req.op);
-        if groups.len() <= 1 && !replicated && !zone_read {
-            self.forward_single(token, client_id, pool, &req, bytes, now);
+        // A replicated pool's split request, and a zone pool's multi-key
+        // read, stay split even on one server: they fall over per key.
+        if groups.len() <= 1 && !self.pools[pool].route.keeps_split(req.op) {
+            self.forward_single(at, plan, &req, bytes, now);
             return;
         }
         let to = ReplyTo::client(token, client_id);
@@ -698,7 +701,7 @@ impl Worker<'_> {
         frag: usize,
         pool: usize,
     ) -> bool {
-        if self.pools[pool].zoned {
+        if self.pools[pool].route.zones().is_some() {
             return self.zone_retry_fragment(
                 super::handle::FragOf {
                     token,

@@ -115,6 +115,8 @@ impl Worker<'_> {
         for pool in std::mem::take(&mut self.ctl.migration_done) {
             if let Some(p) = self.pools.get_mut(pool) {
                 if p.migration.take().is_some() {
+                    p.route = std::mem::replace(&mut p.route, crate::route::PoolRoute::Hash)
+                        .without_migration();
                     crate::log_notice!(
                         "pool '{}': migration done, keys are no longer pulled from old owners",
                         p.cfg.name

@@ -294,9 +294,12 @@ impl<'a> Worker<'a> {
             .iter()
             .map(|p| PoolRt::new(p, setup.lineage.of(&p.name)))
             .collect();
+        // A shadow names another pool: its index is known once all are.
         for i in 0..pools.len() {
             if let Some(sh) = &pools[i].cfg.routing.shadow {
-                pools[i].shadow = pools.iter().position(|p| p.cfg.name == sh.pool);
+                let to = pools.iter().position(|p| p.cfg.name == sh.pool);
+                let migrating = pools[i].migration.is_some();
+                pools[i].route = crate::route::PoolRoute::build(&pools[i].cfg, to, migrating);
             }
         }
         let ls = setup

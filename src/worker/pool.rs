@@ -35,16 +35,9 @@ pub struct PoolRt {
     pub tls: crate::net::tls::PoolTls,
     /// A route pool (`routes:`): placement per routed pool.
     pub routes: Option<Box<super::routes::RouteRt>>,
-    /// The pool requests are copied to (`shadow:`), by index.
-    pub shadow: Option<usize>,
-    /// A zone pool (`zones:`).
-    pub zoned: bool,
-    /// A zone pool whose reads fail over on a miss too.
-    pub zone_miss: bool,
-    /// A warm-up pool (`warm_up:`): a hit in the warm pool is copied over.
-    pub warm: bool,
-    /// A route pool with `strip` routes: keys lose their prefix on the way.
-    pub strips: bool,
+    /// How the pool routes (`route/`): which of the run-time state here
+    /// a request's placement reads, and what rides along with it.
+    pub route: crate::route::PoolRoute,
     /// A reload changed the servers of this pool (`migration: true`):
     /// where keys were before, until the migration is done.
     pub migration: Option<Box<super::migrate::MigrationRt>>,
@@ -96,15 +89,7 @@ impl PoolRt {
                 .then(|| Box::new(super::cluster::ClusterRt::new(cfg.servers.len()))),
             tls: cfg.security.tls(),
             routes,
-            shadow: None,
-            zoned: cfg.routing.zones.is_some(),
-            zone_miss: cfg
-                .routing
-                .zones
-                .as_ref()
-                .is_some_and(|z| z.failover_on_miss),
-            warm: cfg.routing.zones.as_ref().is_some_and(|z| z.warm),
-            strips: cfg.routing.strips(),
+            route: crate::route::PoolRoute::build(cfg, None, migration.is_some()),
             migration,
             fleet_fenced: false,
             replicas_of: vec![Vec::new(); cfg.servers.len()],

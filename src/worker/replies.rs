@@ -60,7 +60,7 @@ impl Worker<'_> {
             frag,
             pool: c.pool(),
         };
-        let zone_miss = frag.is_none() && self.pools[at.pool].zone_miss;
+        let zone_miss = frag.is_none() && self.pools[at.pool].route.zone_fails_over_on_miss();
         let has_retry =
             (unreachable || zone_miss) && c.slot_mut(seq).is_some_and(|s| s.retry.is_some());
         let mut answer = Answer {
@@ -76,7 +76,9 @@ impl Worker<'_> {
         if sent_on {
             return;
         }
-        if let Some(fi) = frag.filter(|_| self.pools[at.pool].zoned && (unreachable || is_error)) {
+        if let Some(fi) =
+            frag.filter(|_| self.pools[at.pool].route.is_zoned() && (unreachable || is_error))
+        {
             if self.zone_fallback_failed(token, seq, fi as usize) {
                 // Keys another zone missed, not found here either.
                 answer = Answer {
@@ -124,13 +126,13 @@ impl Worker<'_> {
             if miss && self.retry_read(at.token, at.id, at.seq, pool) {
                 return true;
             }
-            if !miss && !answer.is_error && self.pools[pool].warm {
+            if !miss && !answer.is_error && self.pools[pool].route.warms() {
                 if let Some((key, warm, cold)) = self.warm_hit(at.token, at.seq) {
                     self.warm_copy(pool, &key, warm, cold);
                 }
             }
         }
-        let zoned = self.pools[pool].zoned;
+        let zoned = self.pools[pool].route.is_zoned();
         if let Some(fi) = at.frag.filter(|_| zoned && !answer.is_error) {
             let frag = super::handle::FragOf {
                 token: at.token,
@@ -157,7 +159,7 @@ impl Worker<'_> {
         } = answer;
         let (pool, seq) = (at.pool, at.seq);
         let proto = self.pools[pool].proto;
-        let zones = self.pools[pool].zoned && !self.pools[pool].warm;
+        let zones = self.pools[pool].route.is_zoned() && !self.pools[pool].route.warms();
         let Some(Conn::Client(c)) = self.conns.get_mut(at.token.0) else {
             return;
         };

@@ -10,6 +10,7 @@ use super::conn::{Conn, Waiter};
 use super::forward::routing_key;
 use super::Worker;
 use crate::proto::{Op, Request, Route};
+use crate::route::ShadowRoute;
 use crate::stats::WorkerField;
 use smallvec::SmallVec;
 use std::time::Instant;
@@ -20,24 +21,22 @@ const SHADOW_MAX_INFLIGHT: usize = 1024;
 const SHADOW_MAX_BYTES: usize = 4 << 20;
 
 impl Worker<'_> {
-    /// Copy a request of `pool` to its shadow pool, if it has one and the
-    /// request is one it copies (mode, sample).
-    pub(super) fn shadow_copy(&mut self, pool: usize, req: &Request, bytes: &[u8], now: Instant) {
-        let Some(sp) = self.pools[pool].shadow else {
-            return;
-        };
-        let Some(sh) = self.pools[pool].cfg.routing.shadow.as_ref() else {
-            return;
-        };
-        if req.keys.is_empty() || (sh.writes_only && super::forward::reads_only(req.op)) {
-            return;
-        }
-        if sh.sample_pct < 100 {
+    /// Copy a request to the shadow pool its plan names, if the sample
+    /// takes it.
+    pub(super) fn shadow_copy(
+        &mut self,
+        shadow: ShadowRoute,
+        req: &Request,
+        bytes: &[u8],
+        now: Instant,
+    ) {
+        if shadow.sample_pct < 100 {
             self.shadow_tick = self.shadow_tick.wrapping_add(1);
-            if self.shadow_tick % 100 >= u64::from(sh.sample_pct) {
+            if !shadow.sampled(self.shadow_tick) {
                 return;
             }
         }
+        let sp = shadow.to;
         let proto = self.pools[sp].proto;
         if req.route == Route::Single || req.keys.len() == 1 {
             let key = routing_key(req, bytes);

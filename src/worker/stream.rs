@@ -109,9 +109,10 @@ impl Worker<'_> {
         // pulled to their new owners before it goes (see `migrate.rs`); a
         // fleet member's `migration: true` pool too, so that it passes the
         // fleet's checks (`fleet_refusal`).
-        if self.pools[pool].cfg.replicas > 1
+        let route = &self.pools[pool].route;
+        if route.copies() > 1
             || (cluster && req.keys.is_empty())
-            || self.pools[pool].migration.is_some()
+            || route.is_migrating()
             || (self.fleet.is_some() && self.pools[pool].cfg.migration)
         {
             return StreamStart::No;

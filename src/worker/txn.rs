@@ -105,7 +105,7 @@ impl Worker<'_> {
                 return TxnStep::Done;
             }
         }
-        if self.pools[pool].migration.is_some() && !req.keys.is_empty() {
+        if self.pools[pool].route.is_migrating() && !req.keys.is_empty() {
             self.put_txn(token, Some(t));
             if self.hold_for_moved_keys(token, req, bytes, AfterPull::Txn, now) {
                 return TxnStep::Held;

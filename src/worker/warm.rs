@@ -11,7 +11,7 @@ use super::conn::{Conn, Waiter};
 use super::migrate::{bulk_payload, integer, meta_value};
 use super::Worker;
 use crate::migrate::commands::{mc_get, mc_store, resp_command, restore};
-use crate::proto::{Op, Parse, Protocol};
+use crate::proto::{Parse, Protocol};
 use std::time::Instant;
 
 /// One key being copied from the warm pool to the cold one.
@@ -27,18 +27,6 @@ pub struct WarmCopy {
     key: Vec<u8>,
     /// Redis: the `DUMP` payload, once read.
     dump: Option<Vec<u8>>,
-}
-
-/// Whether `op` deletes (the only writes a warm-up pool copies to its
-/// warm pool, so that no older value comes back from there).
-pub(super) fn deletes(op: Op) -> bool {
-    use crate::proto::memcache::{McOp, MetaCmd};
-    match op {
-        Op::Mc(McOp::Delete) => true,
-        Op::Mc(McOp::Meta { cmd, .. }) => cmd == MetaCmd::Delete,
-        Op::Mc(_) => false,
-        Op::Redis(r) => r.cmd.is("DEL") || r.cmd.is("UNLINK"),
-    }
 }
 
 impl Worker<'_> {

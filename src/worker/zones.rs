@@ -32,11 +32,12 @@
 
 use super::conn::{Conn, Fragment, Multi, MultiMode, ReplySlot, ReplyTo};
 use super::fault::ServerFault;
-use super::forward::{reads_only, routing_key};
+use super::forward::{routing_key, At};
 use super::handle::FragOf;
 use super::Worker;
 use crate::config::Routing;
 use crate::proto::{Protocol, Request};
+use crate::route::ZoneStep;
 use crate::stats::WorkerField;
 use mio::Token;
 use smallvec::SmallVec;
@@ -63,55 +64,29 @@ pub(super) fn empty_read(proto: Protocol) -> Vec<u8> {
     }
 }
 
-/// Whether `req`, a write, is sent to every zone by `forward_zoned` (a
-/// single-key one, outside warm-up) rather than to the local zone with
-/// copies to the others. (Blocking and SCAN commands take their own path
-/// and are copied.)
-fn whole_write(z: &crate::config::Zones, req: &Request) -> bool {
-    let own_path = matches!(req.op, crate::proto::Op::Redis(r) if matches!(
-        r.class,
-        crate::proto::redis::CmdClass::Blocking | crate::proto::redis::CmdClass::Scan
-    ));
-    req.keys.len() == 1 && !z.warm && !own_path
-}
-
 impl Worker<'_> {
-    /// A single-key request of a zone pool: reads and writes (not the
-    /// writes of a warm-up pool). Returns false when the normal path sends
-    /// it (a multi-key write: to the local zone; `zone_copy` sends the
-    /// copies).
+    /// A single-key request of a zone pool that goes to several zones
+    /// itself (`ZoneRoute::single`): a read, or a write outside warm-up.
     pub(super) fn forward_zoned(
         &mut self,
-        token: Token,
-        client_id: u64,
-        pool: usize,
+        at: At,
+        step: ZoneStep,
         req: &Request,
         bytes: &[u8],
         now: Instant,
-    ) -> bool {
-        let Some(z) = self.pools[pool].cfg.routing.zones.as_ref() else {
-            return false;
-        };
-        let read = reads_only(req.op);
-        let (sync, whole) = (z.sync_writes, whole_write(z, req));
-        if !(read || whole) {
-            return false;
-        }
+    ) {
         let key = routing_key(req, bytes);
-        let _ = self.pools[pool].server_for(key.as_ref(), now);
+        let _ = self.pools[at.pool].server_for(key.as_ref(), now);
         let mut owners = Vec::with_capacity(4);
-        if let Some(r) = &self.pools[pool].routes {
+        if let Some(r) = &self.pools[at.pool].routes {
             r.owners(key.as_ref(), &mut owners);
         }
-        let to = ReplyTo::client(token, client_id);
-        if read {
-            self.send_replicated_read(to, pool, req, bytes, owners, now);
-        } else if sync {
-            self.send_replicated_write(to, pool, req, bytes, owners, now);
-        } else {
-            self.send_zone_write(to, pool, req, bytes, owners, now);
+        let (to, pool) = (ReplyTo::client(at.token, at.client_id), at.pool);
+        match step {
+            ZoneStep::Read => self.send_replicated_read(to, pool, req, bytes, owners, now),
+            ZoneStep::SyncWrite => self.send_replicated_write(to, pool, req, bytes, owners, now),
+            ZoneStep::AsyncWrite => self.send_zone_write(to, pool, req, bytes, owners, now),
         }
-        true
     }
 
     /// An async single-key write: one fragment per zone that has a live
@@ -205,14 +180,14 @@ impl Worker<'_> {
     ) -> Option<Vec<u8>> {
         let FragOf { token, id, seq, fi } = at;
         let p = &self.pools[pool];
-        let (proto, miss, warm) = (p.proto, p.zone_miss, p.warm);
+        let (proto, miss, warm) = (p.proto, p.route.zone_fails_over_on_miss(), p.route.warms());
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return None;
         };
         let m = c.slot_mut(seq).and_then(|s| s.multi.as_ref())?;
         let f = m.frags.get(fi)?;
         let copies = warm && f.attempt != 0;
-        if m.mode != MultiMode::Split || !reads_only(m.req.op) || !(miss || copies) {
+        if m.mode != MultiMode::Split || !m.req.op.reads_only() || !(miss || copies) {
             return None;
         }
         let missed = proto.missed_keys(&m.bytes, &m.req, &f.keys, reply)?;
@@ -274,7 +249,7 @@ impl Worker<'_> {
         let Some(f) = m.frags.get(fi) else {
             return false;
         };
-        if m.mode != MultiMode::Split || !reads_only(m.req.op) {
+        if m.mode != MultiMode::Split || !m.req.op.reads_only() {
             return false;
         }
         let (keys, zone) = (f.keys.clone(), f.attempt);
@@ -387,18 +362,9 @@ impl Worker<'_> {
     }
 
     /// The other zones' copies of a write, fire and forget (the local
-    /// zone's reply is the client's).
+    /// zone's reply is the client's), for a write whose plan says so
+    /// (`ZoneRoute::copies`).
     pub(super) fn zone_copy(&mut self, pool: usize, req: &Request, bytes: &[u8], now: Instant) {
-        let Some(z) = self.pools[pool].cfg.routing.zones.as_ref() else {
-            return;
-        };
-        if req.keys.is_empty() || reads_only(req.op) || whole_write(z, req) {
-            return;
-        }
-        if z.warm && !super::warm::deletes(req.op) {
-            // Warm-up: only deletes reach the warm pool.
-            return;
-        }
         let proto = self.pools[pool].proto;
         let mut owners = Vec::with_capacity(4);
         // Per remote zone, the keys grouped by their owner there.
