@@ -137,6 +137,7 @@ impl PoolRoute {
     }
 
     /// The route a wrapper adds to; `None` for a leaf.
+    #[inline]
     fn inner(&self) -> Option<&PoolRoute> {
         match self {
             PoolRoute::ReplicaReads { inner, .. }
@@ -147,6 +148,7 @@ impl PoolRoute {
     }
 
     /// The leaf: the route that places keys.
+    #[inline]
     pub fn leaf(&self) -> &PoolRoute {
         let mut r = self;
         while let Some(inner) = r.inner() {
@@ -155,19 +157,8 @@ impl PoolRoute {
         r
     }
 
-    /// Whether some node of the route satisfies `f`.
-    fn any(&self, f: impl Fn(&PoolRoute) -> bool) -> bool {
-        let mut r = Some(self);
-        while let Some(node) = r {
-            if f(node) {
-                return true;
-            }
-            r = node.inner();
-        }
-        false
-    }
-
     /// The zone route, when the pool is made of zones.
+    #[inline]
     pub fn zones(&self) -> Option<&ZoneRoute> {
         match self.leaf() {
             PoolRoute::Zones(z) => Some(z),
@@ -221,8 +212,15 @@ impl PoolRoute {
     }
 
     /// Whether moved keys are pulled before requests for them are sent.
+    #[inline]
     pub fn is_migrating(&self) -> bool {
-        self.any(|r| matches!(r, PoolRoute::Migrating { .. }))
+        match self {
+            PoolRoute::Migrating { .. } => true,
+            PoolRoute::Shadow { inner, .. } | PoolRoute::ReplicaReads { inner, .. } => {
+                inner.is_migrating()
+            }
+            _ => false,
+        }
     }
 
     /// The same route without its migration (once it has ended).
@@ -252,16 +250,20 @@ impl PoolRoute {
     }
 
     /// What happens to `req`, a key-routed request (`proto::Route::Single`
-    /// or `Multi`).
+    /// or `Multi`). A plain pool's plan is made inline: it is every
+    /// request's cost there.
+    #[inline]
     pub fn plan(&self, req: &Request) -> Plan {
-        let mut plan = Plan {
-            pull: false,
-            shadow: None,
-            zone_copies: false,
-            count_routes: false,
-            replica_first: false,
-            target: Target::Key,
-        };
+        match self {
+            PoolRoute::Hash => Plan::to(key_target(req)),
+            _ => self.composed_plan(req),
+        }
+    }
+
+    /// The plan of any other route: each wrapper adds its part on the way
+    /// down to the leaf.
+    fn composed_plan(&self, req: &Request) -> Plan {
+        let mut plan = Plan::to(Target::Key);
         let mut node = self;
         loop {
             match node {
@@ -292,30 +294,46 @@ impl PoolRoute {
             PoolRoute::Prefix { .. } => plan.count_routes = true,
             _ => {}
         }
-        // Blocking and SCAN commands take their own paths whatever the
-        // placement (they hold a connection, or walk every server).
-        if let Op::Redis(r) = req.op {
-            match r.class {
-                CmdClass::Blocking => return Target::Blocking,
-                CmdClass::Scan => return Target::Scan,
-                _ => {}
-            }
-        }
-        match self {
-            PoolRoute::Cluster => Target::Slot,
-            PoolRoute::Replicated { .. } => Target::Replicas,
-            PoolRoute::Zones(z) => z.single(req).map_or(Target::Key, Target::Zones),
-            _ => key_or_keyless(req),
+        match (self, key_target(req)) {
+            // Blocking and SCAN commands take their own paths whatever
+            // the placement (they hold a connection, or walk every server).
+            (_, t @ (Target::Blocking | Target::Scan)) => t,
+            (PoolRoute::Cluster, _) => Target::Slot,
+            (PoolRoute::Replicated { .. }, _) => Target::Replicas,
+            (PoolRoute::Zones(z), t) => z.single(req).map_or(t, Target::Zones),
+            (_, t) => t,
         }
     }
 }
 
-/// A Redis command without a key goes to any one server.
-fn key_or_keyless(req: &Request) -> Target {
-    match req.op {
-        Op::Redis(_) if req.keys.is_empty() => Target::Keyless,
-        _ => Target::Key,
+impl Plan {
+    /// A plan that sends the request to `target` and nothing more.
+    #[inline]
+    const fn to(target: Target) -> Plan {
+        Plan {
+            pull: false,
+            shadow: None,
+            zone_copies: false,
+            count_routes: false,
+            replica_first: false,
+            target,
+        }
     }
+}
+
+/// Where a request goes on a ring: its key's server; a Redis command
+/// without a key to any one; blocking and SCAN commands their own ways.
+#[inline]
+fn key_target(req: &Request) -> Target {
+    if let Op::Redis(r) = req.op {
+        match r.class {
+            CmdClass::Blocking => return Target::Blocking,
+            CmdClass::Scan => return Target::Scan,
+            _ if req.keys.is_empty() => return Target::Keyless,
+            _ => {}
+        }
+    }
+    Target::Key
 }
 
 #[cfg(test)]

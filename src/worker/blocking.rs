@@ -4,25 +4,21 @@
 //! reply or its client.
 
 use super::conn::{Conn, ReplySlot, ReplyTo, ServerRef};
-use super::forward::routing_key;
+use super::forward::{routing_key, At};
 use super::Worker;
 use crate::proto::Request;
-use mio::Token;
 use std::time::Instant;
 
 impl Worker<'_> {
     /// A blocking command (BLPOP, BLMOVE, XREAD ... BLOCK, ...) on a server
     /// connection of its own: nothing queued behind it waits, no pool
     /// `timeout` cuts it, and it closes with its reply or its client.
-    pub(super) fn forward_blocking(
-        &mut self,
-        token: Token,
-        client_id: u64,
-        pool: usize,
-        req: &Request,
-        bytes: &[u8],
-        now: Instant,
-    ) {
+    pub(super) fn forward_blocking(&mut self, at: At, req: &Request, bytes: &[u8], now: Instant) {
+        let At {
+            token,
+            client_id,
+            pool,
+        } = at;
         let key = routing_key(req, bytes);
         let server = if self.pools[pool].cluster.is_some() {
             Some(self.cluster_server(pool, key.as_ref(), req.op, client_id))

@@ -462,7 +462,16 @@ impl Worker<'_> {
                 false
             }
             Route::Broadcast => {
-                self.forward_broadcast(token, client_id, pool, req, bytes, now);
+                self.forward_broadcast(
+                    At {
+                        token,
+                        client_id,
+                        pool,
+                    },
+                    req,
+                    bytes,
+                    now,
+                );
                 false
             }
         }

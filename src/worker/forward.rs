@@ -166,15 +166,9 @@ impl Worker<'_> {
         }
         let target = plan.target;
         match target {
-            Target::Blocking => {
-                return self.forward_blocking(token, client_id, pool, req, bytes, now)
-            }
-            Target::Scan => return self.forward_scan(token, client_id, pool, req, bytes, now),
-            _ if plan.replica_first
-                && self.forward_to_replica(token, client_id, pool, req, bytes, now) =>
-            {
-                return
-            }
+            Target::Blocking => return self.forward_blocking(at, req, bytes, now),
+            Target::Scan => return self.forward_scan(at, req, bytes, now),
+            _ if plan.replica_first && self.forward_to_replica(at, req, bytes, now) => return,
             _ => {}
         }
         let (server, slot) = match target {
@@ -373,15 +367,12 @@ impl Worker<'_> {
     /// A sentinel pool's single-key read, to a replica of its shard by
     /// `read_from` (the master kept to fail over to when the replica
     /// cannot be reached). False when the master serves it.
-    fn forward_to_replica(
-        &mut self,
-        token: Token,
-        client_id: u64,
-        pool: usize,
-        req: &Request,
-        bytes: &[u8],
-        now: Instant,
-    ) -> bool {
+    fn forward_to_replica(&mut self, at: At, req: &Request, bytes: &[u8], now: Instant) -> bool {
+        let At {
+            token,
+            client_id,
+            pool,
+        } = at;
         let Op::Redis(op) = req.op else {
             return false;
         };

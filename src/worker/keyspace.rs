@@ -4,24 +4,21 @@
 //! server by server (SCAN), and memcached's `flush_all`.
 
 use super::conn::{Fragment, Multi, MultiMode, ReplySlot, ReplyTo};
+use super::forward::At;
 use super::Worker;
 use crate::proto::{Op, Request};
 use crate::stats::PoolField;
-use mio::Token;
 use std::time::Instant;
 
 impl Worker<'_> {
     /// Send a request to every server of the pool (memcached flush_all when
     /// the pool has `allow_flush`, Redis SCRIPT LOAD/FLUSH).
-    pub(super) fn forward_broadcast(
-        &mut self,
-        token: Token,
-        client_id: u64,
-        pool: usize,
-        req: Request,
-        bytes: &[u8],
-        now: Instant,
-    ) {
+    pub(super) fn forward_broadcast(&mut self, at: At, req: Request, bytes: &[u8], now: Instant) {
+        let At {
+            token,
+            client_id,
+            pool,
+        } = at;
         if let Op::Mc(op) = req.op {
             // memcached's only broadcast is flush_all: opt-in per pool.
             if !self.pools[pool].cfg.allow_flush {
@@ -116,15 +113,12 @@ impl Worker<'_> {
     /// SCAN over every server in turn: the client's cursor names the
     /// server and its cursor there (`proto::redis::keyspace`); the reply's
     /// cursor is rewritten on its way back (`process_replies`).
-    pub(super) fn forward_scan(
-        &mut self,
-        token: Token,
-        client_id: u64,
-        pool: usize,
-        req: &Request,
-        bytes: &[u8],
-        now: Instant,
-    ) {
+    pub(super) fn forward_scan(&mut self, at: At, req: &Request, bytes: &[u8], now: Instant) {
+        let At {
+            token,
+            client_id,
+            pool,
+        } = at;
         use crate::proto::redis::keyspace;
         let Some(cursor) = keyspace::scan_cursor(bytes) else {
             self.push_ready(token, b"-ERR invalid cursor\r\n".to_vec(), false);
