@@ -58,6 +58,10 @@ struct Agent {
     go: i64,
     /// When this master was seen to prepare a revision still waiting.
     prepared_at: Option<Instant>,
+    /// The lease ended: the others may have passed a barrier without this
+    /// member, so it is in step again only once no generation of its own
+    /// routes by an older configuration than etcd's (`mark_in_step`).
+    catching_up: bool,
 }
 
 /// Set by SIGTERM (the master stops): the agent revokes its lease, so the
@@ -107,6 +111,7 @@ pub fn run(opts: FleetOpts, page: FleetPage) -> i32 {
         prepared: 0,
         go,
         prepared_at: None,
+        catching_up: false,
     };
     let mut failing = false;
     while master_alive() {
@@ -138,6 +143,7 @@ impl Agent {
         // A lease that ended while etcd could not be reached is replaced.
         if self.lease != 0 && !self.renew()? {
             self.lease = 0;
+            self.catching_up = true;
         }
         if self.lease == 0 {
             let sent = mono_ms();
@@ -181,6 +187,7 @@ impl Agent {
                         self.lease
                     );
                     self.lease = 0;
+                    self.catching_up = true;
                     return Ok(());
                 }
                 renewed = Instant::now();
@@ -213,11 +220,26 @@ impl Agent {
 
     /// Tells the workers until when they may route `migration: true`
     /// pools: while the lease surely lasts, once the master runs the
-    /// configuration last received from etcd.
-    fn mark_in_step(&self) {
-        if self.lease != 0 && self.applied == self.written {
-            self.page.set_in_step_until(self.lease_until);
+    /// configuration last received from etcd. After the lease ended, also
+    /// only once the master prepared that configuration (no generation of
+    /// its own routes by an older placement): the others may have passed
+    /// its barrier and be moving keys, and an older generation still
+    /// draining would write moved keys to their old owners.
+    fn mark_in_step(&mut self) {
+        if self.lease == 0 || self.applied != self.written {
+            return;
         }
+        if self.catching_up {
+            if self.prepared < self.written {
+                return;
+            }
+            self.catching_up = false;
+            crate::log_notice!(
+                "fleet agent: caught up with revision {}: in step again",
+                self.written
+            );
+        }
+        self.page.set_in_step_until(self.lease_until);
     }
 
     /// Passes the barrier of the prepared revision when every member

