@@ -81,7 +81,8 @@ pub enum Op {
 }
 
 impl Op {
-    /// Whether the operation only reads.
+    /// Whether the operation only reads (a memcached retrieval, a Redis
+    /// read-only command).
     pub fn reads_only(self) -> bool {
         match self {
             Op::Mc(op) => op.is_read(),
@@ -113,6 +114,38 @@ pub struct Response {
     /// `VALUE` entries of a memcached text retrieval reply (its hits, so
     /// they are not counted by a second walk over the reply); 0 otherwise.
     pub values: u32,
+}
+
+impl Request {
+    /// The bytes a single-key request (its bytes `bytes`) is placed by:
+    /// its first key, or for a meta request with the `b` flag the key it
+    /// encodes (base64); empty for a request without keys.
+    #[inline]
+    pub fn routing_key<'a>(&self, bytes: &'a [u8]) -> std::borrow::Cow<'a, [u8]> {
+        use memcache::{meta, refused::Refused, McOp};
+        use std::borrow::Cow;
+        let Some(range) = self.keys.first() else {
+            return Cow::Borrowed(b"");
+        };
+        let meta_cmd = match self.op {
+            Op::Mc(McOp::Meta { cmd, .. }) => Some(cmd),
+            Op::Mc(McOp::TooLarge(Refused::Meta)) => Some(meta::MetaCmd::Set),
+            _ => None,
+        };
+        if let Some(cmd) = meta_cmd {
+            if let Some(k) = meta::binary_key(cmd, bytes, range.clone()) {
+                return Cow::Owned(k);
+            }
+        }
+        Cow::Borrowed(&bytes[range.clone()])
+    }
+}
+
+/// Whether the new owner of a key has it after a copy that does not
+/// overwrite (Redis `RESTORE` without `REPLACE`, memcached `ms ... ME`):
+/// stored, or not stored because it already had a (newer) value.
+pub fn copied(reply: &[u8]) -> bool {
+    redis::moving::copied(reply) || memcache::moving::copied(reply)
 }
 
 /// Outcome of an incremental parse.
@@ -186,6 +219,40 @@ impl Protocol {
         match self {
             Protocol::Memcache => memcache::parse_request(buf, limits),
             Protocol::Redis => redis::parse_request(buf, limits),
+        }
+    }
+
+    /// Whether `reply`, to a single-key read, says the key is not there
+    /// (memcached `END`, meta `EN`; Redis a null or an empty collection).
+    pub fn is_miss(self, reply: &[u8]) -> bool {
+        match self {
+            Protocol::Memcache => memcache::replies::is_miss(reply),
+            Protocol::Redis => redis::reply::is_miss(reply),
+        }
+    }
+
+    /// The reply of a multi-key read's fragment that carries no key
+    /// (memcached `END`, Redis an empty array).
+    pub fn empty_read(self) -> &'static [u8] {
+        match self {
+            Protocol::Memcache => memcache::replies::END,
+            Protocol::Redis => redis::reply::EMPTY_ARRAY,
+        }
+    }
+
+    /// The request that probes a server's health (memcached `version`,
+    /// Redis `PING`) and its operation.
+    pub fn probe(self) -> (Op, &'static [u8]) {
+        match self {
+            Protocol::Memcache => (
+                Op::Mc(memcache::McOp::Version),
+                memcache::replies::VERSION_PROBE,
+            ),
+            Protocol::Redis => {
+                let cmd = redis::Cmd::lookup(b"PING").expect("PING is in the command table");
+                let class = cmd.class();
+                (Op::Redis(redis::RedisOp { cmd, class }), redis::reply::PING)
+            }
         }
     }
 
@@ -344,5 +411,54 @@ impl Protocol {
             (Protocol::Memcache, _) => memcache::server_error(msg, out),
             (Protocol::Redis, _) => redis::error_reply(msg, out),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(proto: Protocol, bytes: &[u8]) -> Request {
+        match proto.parse_request(bytes, &Limits::default()) {
+            Ok(Parse::Done(r)) => r,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn routing_keys() {
+        let b = b"get user:1\r\n";
+        assert_eq!(&*parse(Protocol::Memcache, b).routing_key(b), b"user:1");
+        // A meta request with the `b` flag is placed by the key it encodes.
+        let b = b"mg dXNlcjox b v\r\n";
+        assert_eq!(&*parse(Protocol::Memcache, b).routing_key(b), b"user:1");
+        let b = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
+        assert_eq!(&*parse(Protocol::Redis, b).routing_key(b), b"k");
+        let b = b"*1\r\n$4\r\nPING\r\n";
+        let ping = parse(Protocol::Redis, b);
+        assert!(matches!(ping.route, Route::Local(_)) || ping.keys.is_empty());
+        assert_eq!(&*ping.routing_key(b), b"");
+    }
+
+    #[test]
+    fn reads() {
+        let read = |p, b: &[u8]| parse(p, b).op.reads_only();
+        assert!(read(Protocol::Memcache, b"get a\r\n"));
+        assert!(!read(Protocol::Memcache, b"set a 0 0 1\r\nx\r\n"));
+        assert!(read(Protocol::Redis, b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"));
+        assert!(!read(
+            Protocol::Redis,
+            b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n"
+        ));
+    }
+
+    #[test]
+    fn misses_and_probes() {
+        assert!(Protocol::Memcache.is_miss(Protocol::Memcache.empty_read()));
+        assert!(Protocol::Redis.is_miss(Protocol::Redis.empty_read()));
+        assert_eq!(Protocol::Memcache.probe().1, b"version\r\n");
+        let (op, ping) = Protocol::Redis.probe();
+        assert_eq!(parse(Protocol::Redis, ping).op, op);
+        assert!(copied(b"+OK\r\n") && copied(b"NS\r\n") && !copied(b"-ERR x\r\n"));
     }
 }

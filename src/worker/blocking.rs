@@ -4,7 +4,7 @@
 //! reply or its client.
 
 use super::conn::{Conn, ReplySlot, ReplyTo, ServerRef};
-use super::forward::{routing_key, At};
+use super::forward::At;
 use super::Worker;
 use crate::proto::Request;
 use std::time::Instant;
@@ -19,7 +19,7 @@ impl Worker<'_> {
             client_id,
             pool,
         } = at;
-        let key = routing_key(req, bytes);
+        let key = req.routing_key(bytes);
         let server = if self.pools[pool].cluster.is_some() {
             Some(self.cluster_server(pool, key.as_ref(), req.op, client_id))
         } else {

@@ -391,20 +391,10 @@ impl Worker<'_> {
         };
         let pool = c.pool();
         let client_id = c.id();
-        if self.pools[pool].proto == crate::proto::Protocol::Redis
-            && !c.session().authenticated
-            && crate::proto::redis::local::needs_auth(&req)
-        {
-            self.push_ready(token, crate::proto::redis::local::NOAUTH.to_vec(), false);
+        let users = &self.pools[pool].cfg.security.users;
+        if let Some(out) = crate::proto::redis::local::refusal(c.session(), users, &req, bytes) {
+            self.push_ready(token, out, false);
             return false;
-        }
-        if let Some(u) = c.session().user {
-            // An ACL user (`users`): read-only, or limited to key prefixes.
-            let user = &self.pools[pool].cfg.security.users[u as usize];
-            if let Some(out) = crate::proto::redis::acl::refusal(user, &req, bytes) {
-                self.push_ready(token, out, false);
-                return false;
-            }
         }
         // Pub/sub and transactions: their commands, and whatever a client
         // in one of those states sends (checked here first: the common

@@ -47,7 +47,7 @@ const NONE: u16 = u16::MAX;
 /// The slot map of one cluster pool in one worker.
 #[derive(Debug)]
 pub struct ClusterRt {
-    /// ReplySlot → index of the master serving it (`NONE`: unknown).
+    /// Key slot → index of the master serving it (`NONE`: unknown).
     slots: Vec<u16>,
     /// Server index → its replicas' server indices.
     replicas: Vec<Vec<usize>>,
@@ -139,11 +139,6 @@ impl ClusterRt {
     }
 }
 
-/// The ASKING command.
-pub(super) const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
-/// The CLUSTER SLOTS command.
-const CLUSTER_SLOTS: &[u8] = b"*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n";
-
 /// An operation to parse the reply of a command of the proxy's own.
 pub(super) fn internal_op() -> Option<Op> {
     let cmd = crate::proto::redis::Cmd::lookup(b"PING")?;
@@ -153,13 +148,6 @@ pub(super) fn internal_op() -> Option<Op> {
     }))
 }
 
-fn op_is_read(op: Op) -> bool {
-    match op {
-        Op::Redis(r) => crate::proto::redis::commands::is_read_command(r.cmd.name()),
-        Op::Mc(_) => false,
-    }
-}
-
 impl Worker<'_> {
     /// The server of a cluster pool for a request `op` on `key`.
     pub(super) fn cluster_server(&self, pool: usize, key: &[u8], op: Op, client_id: u64) -> usize {
@@ -167,7 +155,7 @@ impl Worker<'_> {
         let Some(c) = p.cluster.as_ref() else {
             return 0;
         };
-        let read = p.cfg.cluster_read_replicas && op_is_read(op);
+        let read = p.cfg.cluster_read_replicas && matches!(op, Op::Redis(_)) && op.reads_only();
         c.server_for(cluster::key_slot(key), read, client_id)
     }
 
@@ -208,7 +196,7 @@ impl Worker<'_> {
                     st,
                     Some(Waiter::SlotMap),
                     op,
-                    |out| out.extend_from_slice(CLUSTER_SLOTS),
+                    |out| out.extend_from_slice(cluster::CLUSTER_SLOTS),
                     now,
                 );
                 if let Some(c) = self.pools[pool].cluster.as_mut() {
@@ -363,7 +351,7 @@ impl Worker<'_> {
         crate::log_debug!(
             "pool '{}': {} slot {} to {}",
             self.pools[pool].cfg.name,
-            if r.ask { "ASK" } else { "MOVED" },
+            r.name(),
             r.slot,
             self.pools[pool].servers[target].name
         );
@@ -520,7 +508,7 @@ impl Worker<'_> {
                 st,
                 Some(Waiter::Internal),
                 iop,
-                |out| out.extend_from_slice(ASKING),
+                |out| out.extend_from_slice(cluster::ASKING),
                 now,
             );
         }

@@ -11,32 +11,11 @@ use crate::route::{Plan, Target};
 use crate::stats::PoolField;
 use mio::Token;
 use smallvec::SmallVec;
-use std::borrow::Cow;
 use std::time::Instant;
 
 /// A split request's key indices per server: (server, indices in client
 /// order), in the order the servers first appear.
 type KeyGroups = SmallVec<[(usize, Vec<usize>); 4]>;
-
-/// The bytes a single-key request is placed by: its key, or for a meta
-/// request with the `b` flag the key it encodes.
-pub(super) fn routing_key<'a>(req: &Request, bytes: &'a [u8]) -> Cow<'a, [u8]> {
-    let Some(range) = req.keys.first() else {
-        return Cow::Borrowed(b"");
-    };
-    use crate::proto::memcache::{meta, refused::Refused, McOp};
-    let meta_cmd = match req.op {
-        Op::Mc(McOp::Meta { cmd, .. }) => Some(cmd),
-        Op::Mc(McOp::TooLarge(Refused::Meta)) => Some(meta::MetaCmd::Set),
-        _ => None,
-    };
-    if let Some(cmd) = meta_cmd {
-        if let Some(k) = meta::binary_key(cmd, bytes, range.clone()) {
-            return Cow::Owned(k);
-        }
-    }
-    Cow::Borrowed(&bytes[range.clone()])
-}
 
 /// Who a request is for: the client's connection and id, and its pool.
 #[derive(Debug, Clone, Copy)]
@@ -44,14 +23,6 @@ pub(super) struct At {
     pub token: Token,
     pub client_id: u64,
     pub pool: usize,
-}
-
-/// Whether a memcached operation only reads (served by one replica).
-fn is_read(op: Op) -> bool {
-    match op {
-        Op::Mc(op) => op.is_read(),
-        Op::Redis(_) => false,
-    }
 }
 
 impl Worker<'_> {
@@ -176,7 +147,7 @@ impl Worker<'_> {
             Target::Zones(step) => return self.forward_zoned(at, step, req, bytes, now),
             Target::Slot => {
                 // Kept until the reply, to follow MOVED and ASK.
-                let key = routing_key(req, bytes);
+                let key = req.routing_key(bytes);
                 let server = self.cluster_server(pool, key.as_ref(), req.op, client_id);
                 let slot = ReplySlot {
                     redirect: Some(Box::new(Redirect {
@@ -209,7 +180,7 @@ impl Worker<'_> {
                 let server = if target == Target::Keyless {
                     self.keyless_server(pool, client_id, now)
                 } else {
-                    let key = routing_key(req, bytes);
+                    let key = req.routing_key(bytes);
                     self.pools[pool].server_for(key.as_ref(), now)
                 };
                 let Some(server) = server else {
@@ -347,7 +318,7 @@ impl Worker<'_> {
             client_id,
             pool,
         } = at;
-        let key = routing_key(req, bytes);
+        let key = req.routing_key(bytes);
         let key = key.as_ref();
         let _ = self.pools[pool].server_for(key, now);
         let r = self.pools[pool].cfg.replicas as usize;
@@ -355,7 +326,7 @@ impl Worker<'_> {
         self.pools[pool]
             .placement
             .replicas_for(key, r, &mut replicas);
-        let read = is_read(req.op);
+        let read = matches!(req.op, Op::Mc(op) if op.is_read());
         let to = ReplyTo::client(token, client_id);
         if read {
             self.send_replicated_read(to, pool, req, bytes, replicas, now);
@@ -379,7 +350,7 @@ impl Worker<'_> {
         if req.keys.is_empty() || !crate::proto::redis::commands::is_read_command(op.cmd.name()) {
             return false;
         }
-        let key = routing_key(req, bytes);
+        let key = req.routing_key(bytes);
         let Some(master) = self.pools[pool].server_for(key.as_ref(), now) else {
             return false;
         };
@@ -570,7 +541,7 @@ impl Worker<'_> {
         let mut out = Vec::new();
         if self.pools[pool].cluster.is_some() {
             // What a cluster node itself answers.
-            out.extend_from_slice(b"-CROSSSLOT Keys in request don't hash to the same slot\r\n");
+            out.extend_from_slice(crate::proto::redis::cluster::CROSSSLOT);
             self.push_ready(token, out, false);
             return;
         }

@@ -70,7 +70,7 @@ impl Worker<'_> {
         };
         let seq = self.push_slot(token, req.noreply, slot);
         let bytes = if info {
-            &b"*1\r\n$4\r\nINFO\r\n"[..]
+            crate::proto::redis::info::INFO
         } else {
             bytes
         };
@@ -121,7 +121,7 @@ impl Worker<'_> {
         } = at;
         use crate::proto::redis::keyspace;
         let Some(cursor) = keyspace::scan_cursor(bytes) else {
-            self.push_ready(token, b"-ERR invalid cursor\r\n".to_vec(), false);
+            self.push_ready(token, keyspace::INVALID_CURSOR.to_vec(), false);
             return;
         };
         let walk = self.scan_walk(pool);

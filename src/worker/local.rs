@@ -3,10 +3,10 @@
 
 use super::conn::Conn;
 use super::Worker;
+use crate::proto::memcache::stats::{self, StatsGroup};
 use crate::proto::{Op, Request};
 use crate::stats::{PoolField, WorkerField};
 use mio::Token;
-use std::fmt::Write as _;
 
 impl Worker<'_> {
     /// Count a memcached request in `cmd_get` / `cmd_set`.
@@ -50,40 +50,23 @@ impl Worker<'_> {
     ///   `CLIENT_ERROR` naming the group, a complete reply either way.
     /// - anything else: `ERROR`, as memcached answers a group it does not know.
     pub(super) fn local_stats(&self, pool: usize, req: &[u8]) -> Vec<u8> {
-        let line = req
-            .strip_suffix(b"\r\n")
-            .or_else(|| req.strip_suffix(b"\n"))
-            .unwrap_or(req);
-        let mut args = line.split(|&b| b == b' ').filter(|t| !t.is_empty()).skip(1);
-        let mut s = String::new();
-        match args.next() {
-            None => self.stats_general(pool, &mut s),
-            Some(b"reset") => return b"RESET\r\n".to_vec(),
-            Some(b"settings") => self.stats_settings(pool, &mut s),
-            Some(
-                group @ (b"slabs" | b"items" | b"sizes" | b"conns" | b"extstore" | b"detail"
-                | b"cachedump"),
-            ) => {
-                return format!(
-                    "CLIENT_ERROR stats {} is kept by each memcached server, not by the proxy: ask the servers directly\r\n",
-                    String::from_utf8_lossy(group)
-                )
-                .into_bytes();
-            }
-            Some(_) => return b"ERROR\r\n".to_vec(),
+        match stats::group(req) {
+            StatsGroup::General => stats::listing(self.stats_general(pool)),
+            StatsGroup::Settings => stats::listing(self.stats_settings(pool)),
+            StatsGroup::Reset => stats::RESET.to_vec(),
+            StatsGroup::ServerOnly(group) => stats::server_only(group),
+            StatsGroup::Unknown => stats::UNKNOWN.to_vec(),
         }
-        s.push_str("END\r\n");
-        s.into_bytes()
     }
 
-    fn stats_general(&self, pool: usize, s: &mut String) {
+    fn stats_general(&self, pool: usize) -> [(&'static str, String); 15] {
         let total = |f| self.stats.worker_total(f);
         let p = &self.pools[pool];
         // The pid of the process serving the connection (a worker), as in
         // memcached; tests and operators use it to tell workers apart.
         let pid = std::process::id();
         let (gets, hits) = (total(WorkerField::CmdGet), total(WorkerField::GetHits));
-        let rows: [(&str, String); 15] = [
+        [
             ("pid", pid.to_string()),
             ("uptime", crate::util::uptime_secs().to_string()),
             ("time", (crate::util::epoch_us() / 1_000_000).to_string()),
@@ -115,15 +98,12 @@ impl Worker<'_> {
                 "fragments",
                 self.stats.get_pool(pool, PoolField::Fragments).to_string(),
             ),
-        ];
-        for (k, v) in rows {
-            let _ = write!(s, "STAT {k} {v}\r\n");
-        }
+        ]
     }
 
-    fn stats_settings(&self, pool: usize, s: &mut String) {
+    fn stats_settings(&self, pool: usize) -> [(&'static str, String); 4] {
         let c = &self.pools[pool].cfg;
-        let rows: [(&str, String); 4] = [
+        [
             ("item_size_max", c.max_value_size.to_string()),
             ("maxconns", c.client_connections.to_string()),
             (
@@ -131,10 +111,7 @@ impl Worker<'_> {
                 if c.allow_flush { "yes" } else { "no" }.to_string(),
             ),
             ("tcp_backlog", c.backlog.to_string()),
-        ];
-        for (k, v) in rows {
-            let _ = write!(s, "STAT {k} {v}\r\n");
-        }
+        ]
     }
 
     /// Answer a Redis session command; returns the reply and whether to close.

@@ -35,6 +35,7 @@ use crate::hash::{Placement, RingServer};
 use crate::migrate::commands::{
     mc_delete, mc_get, mc_store, migrate, resp_command, restore, Target,
 };
+use crate::proto::redis::moving::{self as redis_moving, Migrated};
 use crate::proto::{Op, Parse, Protocol, Request, Route};
 use mio::Token;
 use std::time::Instant;
@@ -161,55 +162,6 @@ impl MigrationRt {
     }
 }
 
-/// A Redis bulk reply's payload (`None` for a null).
-pub(super) fn bulk_payload(reply: &[u8]) -> Option<&[u8]> {
-    let rest = reply.strip_prefix(b"$")?;
-    let nl = memchr::memchr(b'\n', rest)?;
-    let len: usize = std::str::from_utf8(&rest[..nl])
-        .ok()?
-        .trim_end()
-        .parse()
-        .ok()?;
-    rest.get(nl + 1..nl + 1 + len)
-}
-
-/// A Redis integer reply.
-pub(super) fn integer(reply: &[u8]) -> Option<i64> {
-    std::str::from_utf8(reply.strip_prefix(b":")?)
-        .ok()?
-        .trim_end()
-        .parse()
-        .ok()
-}
-
-/// Whether the new owner has the key after a copy: stored, or not
-/// stored because it already had a (newer) value.
-fn stored(reply: &[u8]) -> bool {
-    [&b"+OK"[..], b"-BUSYKEY", b"HD", b"NS"]
-        .iter()
-        .any(|p| reply.starts_with(p))
-}
-
-/// memcached `mg ... v f t` hit: (flags, ttl seconds or -1, value).
-pub(super) fn meta_value(reply: &[u8]) -> Option<(u32, i64, &[u8])> {
-    let nl = memchr::memchr(b'\n', reply)?;
-    let head = std::str::from_utf8(&reply[..nl]).ok()?.trim_end();
-    let mut words = head.split(' ');
-    if words.next()? != "VA" {
-        return None;
-    }
-    let len: usize = words.next()?.parse().ok()?;
-    let (mut flags, mut ttl) = (0u32, -1i64);
-    for w in words {
-        if let Some(f) = w.strip_prefix('f') {
-            flags = f.parse().ok()?;
-        } else if let Some(t) = w.strip_prefix('t') {
-            ttl = t.parse().ok()?;
-        }
-    }
-    Some((flags, ttl, reply.get(nl + 1..nl + 1 + len)?))
-}
-
 /// What a fleet member answers a request it must not route (see
 /// `fleet_refusal`).
 pub const FLEET_LAPSED: &str =
@@ -295,7 +247,7 @@ impl Worker<'_> {
                     .collect()
             }
             // The key placement uses (a meta request's `b` key decoded).
-            (_, Route::Single) => vec![super::forward::routing_key(req, bytes)],
+            (_, Route::Single) => vec![req.routing_key(bytes)],
             (_, Route::Multi) => req
                 .keys
                 .iter()
@@ -514,10 +466,10 @@ impl Worker<'_> {
         };
         match part {
             PullPart::Dump => {
-                pull.dump = bulk_payload(reply).map(<[u8]>::to_vec);
+                pull.dump = redis_moving::bulk_payload(reply).map(<[u8]>::to_vec);
             }
             PullPart::Ttl => {
-                let ttl = integer(reply).unwrap_or(-2);
+                let ttl = redis_moving::integer(reply).unwrap_or(-2);
                 let Some(payload) = pull.dump.take().filter(|_| ttl != -2) else {
                     self.pull_next(token, idx, now);
                     return;
@@ -525,14 +477,14 @@ impl Worker<'_> {
                 self.pull_copy(token, idx, &restore(&key, ttl, &payload), now);
             }
             PullPart::Get => {
-                let Some((flags, ttl, value)) = meta_value(reply) else {
+                let Some(v) = crate::proto::memcache::moving::meta_value(reply) else {
                     self.pull_next(token, idx, now);
                     return;
                 };
-                let store = mc_store(&key, flags, ttl, value);
+                let store = mc_store(&key, v.flags, v.ttl, v.value);
                 self.pull_copy(token, idx, &store, now);
             }
-            PullPart::Store => self.pull_stored(token, idx, stored(reply), now),
+            PullPart::Store => self.pull_stored(token, idx, crate::proto::copied(reply), now),
             PullPart::Migrate => self.pull_migrated(token, idx, reply, now),
             PullPart::Delete => {}
         }
@@ -543,26 +495,25 @@ impl Worker<'_> {
     /// asked), or the new owner had a newer value (this copy is deleted);
     /// any other refusal turns `MIGRATE` off and pulls the key through.
     fn pull_migrated(&mut self, token: Token, idx: usize, reply: &[u8], now: Instant) {
-        if reply.starts_with(b"+NOKEY") {
-            self.pull_next(token, idx, now);
-        } else if reply.starts_with(b"+") {
-            self.pull_finish_except_source(token, idx, now);
-        } else if memchr::memmem::find(reply, b"BUSYKEY").is_some() {
-            self.pull_finish(token, idx, now);
-        } else {
-            let Some(Conn::Client(c)) = self.conns.get(token.0) else {
-                return;
-            };
-            let pool = &mut self.pools[c.pool()];
-            crate::log_notice!(
-                "pool '{}': MIGRATE refused ({}): keys are pulled with DUMP/RESTORE instead",
-                pool.cfg.name,
-                String::from_utf8_lossy(reply).trim_end()
-            );
-            if let Some(m) = pool.migration.as_mut() {
-                m.no_server_move();
+        match redis_moving::migrated(reply) {
+            Migrated::NoKey => self.pull_next(token, idx, now),
+            Migrated::Moved => self.pull_finish_except_source(token, idx, now),
+            Migrated::Busy => self.pull_finish(token, idx, now),
+            Migrated::Refused => {
+                let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+                    return;
+                };
+                let pool = &mut self.pools[c.pool()];
+                crate::log_notice!(
+                    "pool '{}': MIGRATE refused ({}): keys are pulled with DUMP/RESTORE instead",
+                    pool.cfg.name,
+                    String::from_utf8_lossy(reply).trim_end()
+                );
+                if let Some(m) = pool.migration.as_mut() {
+                    m.no_server_move();
+                }
+                self.pull_start(token, idx, now);
             }
-            self.pull_start(token, idx, now);
         }
     }
 
@@ -686,31 +637,5 @@ impl Worker<'_> {
         }
         // Parse what the client sent meanwhile.
         self.resume.push(token);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn replies_of_a_pull() {
-        assert_eq!(bulk_payload(b"$3\r\nabc\r\n"), Some(&b"abc"[..]));
-        assert_eq!(bulk_payload(b"$-1\r\n"), None);
-        assert_eq!(bulk_payload(b"_\r\n"), None);
-        assert_eq!(integer(b":-1\r\n"), Some(-1));
-        assert_eq!(integer(b":1500\r\n"), Some(1500));
-        assert_eq!(
-            meta_value(b"VA 2 f7 t-1\r\nhi\r\n"),
-            Some((7, -1, &b"hi"[..]))
-        );
-        assert_eq!(meta_value(b"VA 0 t30 f0\r\n\r\n"), Some((0, 30, &b""[..])));
-        assert_eq!(meta_value(b"EN\r\n"), None);
-        assert!(stored(b"+OK\r\n") && stored(b"-BUSYKEY Target key name already exists.\r\n"));
-        assert!(stored(b"HD\r\n") && stored(b"NS\r\n"));
-        assert!(!stored(
-            b"-ERR DUMP payload version or checksum are wrong\r\n"
-        ));
-        assert!(!stored(b"SERVER_ERROR out of memory\r\n"));
     }
 }

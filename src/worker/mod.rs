@@ -23,7 +23,6 @@ mod forward;
 mod handle;
 mod handover;
 mod heap;
-mod held;
 mod keyspace;
 mod latency;
 mod listen;

@@ -24,7 +24,7 @@
 use super::conn::{ClientRef, Conn, ServerRef};
 use super::conn_state::Subs;
 use super::Worker;
-use crate::proto::redis::{reply, Args};
+use crate::proto::redis::pubsub;
 use crate::proto::{Op, Parse, Request};
 use mio::Token;
 use std::time::Instant;
@@ -32,53 +32,10 @@ use std::time::Instant;
 /// A server, and a cluster slot (0 when slots do not matter).
 type ServerSlot = (usize, u16);
 
-/// The command `name` with `args` (channels or patterns).
-fn resp_command(name: &str, args: &[Vec<u8>]) -> Vec<u8> {
-    let words: Vec<&[u8]> = std::iter::once(name.as_bytes())
-        .chain(args.iter().map(Vec::as_slice))
-        .collect();
-    let mut out = Vec::new();
-    reply::command(&words, &mut out);
-    out
-}
-
-/// The kind of a push frame (`subscribe`, `message`, ...), lower case, and
-/// where its last element (the count of a confirmation) starts.
-fn frame_kind(frame: &[u8]) -> Option<(String, usize)> {
-    let rest = frame
-        .strip_prefix(b"*")
-        .or_else(|| frame.strip_prefix(b">"))?;
-    let nl = memchr::memchr(b'\n', rest)?;
-    let body = &rest[nl + 1..];
-    let body = body.strip_prefix(b"$")?;
-    let nl2 = memchr::memchr(b'\n', body)?;
-    let len: usize = std::str::from_utf8(&body[..nl2])
-        .ok()?
-        .trim_end()
-        .parse()
-        .ok()?;
-    let kind = std::str::from_utf8(body.get(nl2 + 1..nl2 + 1 + len)?)
-        .ok()?
-        .to_ascii_lowercase();
-    // A confirmation ends in `:<count>\r\n`.
-    let end = frame.len().checked_sub(2)?;
-    let colon = memchr::memrchr(b':', &frame[..end])?;
-    Some((kind, colon))
-}
-
-/// A (un)subscription's confirmation: its count is the client's, not the
-/// server's.
-fn is_confirmation(kind: &str) -> bool {
-    matches!(
-        kind,
-        "subscribe" | "unsubscribe" | "psubscribe" | "punsubscribe" | "ssubscribe" | "sunsubscribe"
-    )
-}
-
 /// A confirmation frame from one of a subscriber's servers.
 struct Confirmation<'a> {
     frame: &'a [u8],
-    /// Its kind (`subscribe`, ...), as [`frame_kind`] reads it.
+    /// Its kind (`subscribe`, ...), as [`pubsub::frame_kind`] reads it.
     kind: &'a str,
     /// Where its count's `:` is.
     colon: usize,
@@ -101,9 +58,7 @@ fn recount(subs: &mut Subs, from: Confirmation<'_>) -> Option<Vec<u8>> {
     } = from;
     let sharded = matches!(kind, "ssubscribe" | "sunsubscribe");
     // How far this server's own count moved.
-    let reported = frame
-        .get(colon + 1..frame.len() - 2)
-        .and_then(|t| std::str::from_utf8(t).ok()?.parse::<i64>().ok());
+    let reported = pubsub::confirmation_count(frame, colon);
     let at = match subs.server_counts.iter().position(|e| e.0 == server) {
         Some(i) => i,
         None => {
@@ -131,9 +86,7 @@ fn recount(subs: &mut Subs, from: Confirmation<'_>) -> Option<Vec<u8>> {
         &mut subs.count
     };
     *count = (*count + delta).max(0);
-    let mut out = frame[..colon].to_vec();
-    out.extend_from_slice(format!(":{}\r\n", *count).as_bytes());
-    Some(out)
+    Some(pubsub::with_count(frame, colon, *count))
 }
 
 /// The names an UNSUBSCRIBE lists, split into those the client holds and
@@ -185,28 +138,9 @@ impl Worker<'_> {
                 return false;
             }
             let out = if name == "PING" {
-                // redis-server's subscribed-mode PING: ["pong", message].
-                let mut it = Args::new(bytes);
-                it.next();
-                let mut msg = Vec::new();
-                if let Some(a) = it.next() {
-                    it.value(&a, &mut msg);
-                }
-                let mut out = b"*2\r\n$4\r\npong\r\n".to_vec();
-                reply::bulk(&msg, &mut out);
-                out
+                pubsub::subscribed_pong(bytes)
             } else {
-                let mut out = Vec::new();
-                // redis-server 7's text, less RESET: walnut refuses RESET
-                // (commands.rs), so it lists only what it allows here.
-                reply::error_reply(
-                    &format!(
-                        "Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT are allowed in this context",
-                        name.to_ascii_lowercase()
-                    ),
-                    &mut out,
-                );
-                out
+                pubsub::not_allowed_subscribed(name)
             };
             self.push_ready(token, out, false);
             return true;
@@ -226,14 +160,7 @@ impl Worker<'_> {
         bytes: &[u8],
         now: Instant,
     ) {
-        let mut args: Vec<Vec<u8>> = Vec::new();
-        let mut it = Args::new(bytes);
-        it.next();
-        while let Some(a) = it.next() {
-            let mut v = Vec::new();
-            it.value(&a, &mut v);
-            args.push(v);
-        }
+        let args = pubsub::arguments(bytes);
         let mut subs = match self.conns.get_mut(token.0) {
             Some(Conn::Client(c)) => c.take_subs().map(|b| *b).unwrap_or_default(),
             _ => return,
@@ -241,15 +168,7 @@ impl Worker<'_> {
         match name {
             "SUBSCRIBE" | "PSUBSCRIBE" | "SSUBSCRIBE" if args.is_empty() => {
                 self.put_subs(token, subs);
-                let mut out = Vec::new();
-                reply::error_reply(
-                    &format!(
-                        "wrong number of arguments for '{}' command",
-                        name.to_ascii_lowercase()
-                    ),
-                    &mut out,
-                );
-                self.push_ready(token, out, false);
+                self.push_ready(token, crate::proto::redis::reply::wrong_args(name), false);
                 return;
             }
             "SUBSCRIBE" => {
@@ -351,14 +270,7 @@ impl Worker<'_> {
         };
         let mut out = Vec::new();
         for name in names {
-            if resp3 {
-                out.extend_from_slice(b">3\r\n");
-            } else {
-                reply::array(3, &mut out);
-            }
-            reply::bulk(kind.as_bytes(), &mut out);
-            reply::bulk(name, &mut out);
-            reply::integer(count, &mut out);
+            pubsub::confirmation(kind, Some(name), count, resp3, &mut out);
         }
         if !out.is_empty() {
             self.push_ready(token, out, false);
@@ -367,20 +279,13 @@ impl Worker<'_> {
 
     /// redis-server's answer to an UNSUBSCRIBE with nothing subscribed.
     fn pubsub_nothing(&mut self, token: Token, subs: &Subs, kind: &str, resp3: bool) {
-        let mut out = Vec::new();
-        if resp3 {
-            out.extend_from_slice(b">3\r\n");
-        } else {
-            reply::array(3, &mut out);
-        }
-        reply::bulk(kind.as_bytes(), &mut out);
-        reply::null(resp3, &mut out);
         let count = if kind == "sunsubscribe" {
             subs.shard_count
         } else {
             subs.count
         };
-        reply::integer(count, &mut out);
+        let mut out = Vec::new();
+        pubsub::confirmation(kind, None, count, resp3, &mut out);
         self.push_ready(token, out, false);
     }
 
@@ -421,7 +326,7 @@ impl Worker<'_> {
         }
         for ((server, _), chs) in by_server {
             if let Some(st) = self.pubsub_conn(token, pool, subs, server, now) {
-                self.pubsub_send(st, &resp_command(cmd, &chs), now);
+                self.pubsub_send(st, &pubsub::command(cmd, &chs), now);
             }
         }
     }
@@ -444,7 +349,7 @@ impl Worker<'_> {
         };
         for server in servers {
             if let Some(st) = self.pubsub_conn(token, pool, subs, server, now) {
-                self.pubsub_send(st, &resp_command(cmd, patterns), now);
+                self.pubsub_send(st, &pubsub::command(cmd, patterns), now);
             }
         }
     }
@@ -554,8 +459,8 @@ impl Worker<'_> {
             let Some(subs) = c.subs_mut() else {
                 continue;
             };
-            let out = match frame_kind(frame) {
-                Some((kind, colon)) if is_confirmation(&kind) => {
+            let out = match pubsub::frame_kind(frame) {
+                Some((kind, colon)) if pubsub::is_confirmation(&kind) => {
                     let from = Confirmation {
                         frame,
                         kind: &kind,
@@ -612,24 +517,5 @@ impl Worker<'_> {
         if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
             c.set_subs(keep.then(|| Box::new(subs)));
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn frames() {
-        let (k, colon) = frame_kind(b"*3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n").unwrap();
-        assert_eq!(k, "subscribe");
-        assert_eq!(colon, 27);
-        // A message is passed as it is (it carries no count).
-        let m = frame_kind(b">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$2\r\nhi\r\n");
-        assert!(m.is_none_or(|(k, _)| k == "message"));
-        assert_eq!(
-            resp_command("SUBSCRIBE", &[b"a".to_vec()]),
-            b"*2\r\n$9\r\nSUBSCRIBE\r\n$1\r\na\r\n".to_vec()
-        );
     }
 }

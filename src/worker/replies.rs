@@ -82,7 +82,7 @@ impl Worker<'_> {
             if self.zone_fallback_failed(token, seq, fi as usize) {
                 // Keys another zone missed, not found here either.
                 answer = Answer {
-                    reply: super::zones::empty_read(self.pools[at.pool].proto),
+                    reply: self.pools[at.pool].proto.empty_read().to_vec(),
                     is_error: false,
                     unreachable: false,
                 };
@@ -122,7 +122,7 @@ impl Worker<'_> {
     fn zone_answer(&mut self, at: At, missed_retry: bool, answer: &mut Answer) -> bool {
         let pool = at.pool;
         if missed_retry {
-            let miss = super::zones::is_miss(self.pools[pool].proto, &answer.reply);
+            let miss = self.pools[pool].proto.is_miss(&answer.reply);
             if miss && self.retry_read(at.token, at.id, at.seq, pool) {
                 return true;
             }
@@ -379,7 +379,10 @@ fn merge_held(m: &mut Multi) -> Box<Spool> {
         .collect();
     let mut out = Box::<Spool>::default();
     let is_mget = matches!(m.req.op, crate::proto::Op::Redis(op) if op.class == crate::proto::redis::CmdClass::MGet);
-    if !is_mget || super::held::merge_mget(m.req.keys.len(), &mut frags, &mut out).is_err() {
+    if !is_mget
+        || crate::proto::redis::merge_held::merge_mget(m.req.keys.len(), &mut frags, &mut out)
+            .is_err()
+    {
         // Only MGET replies carry values; anything else large is not a
         // reply a split command can have.
         out = Box::default();
@@ -406,15 +409,7 @@ fn merge(proto: crate::proto::Protocol, m: &Multi) -> Vec<u8> {
         }
         MultiMode::Info(figures) => {
             let replies: Vec<&[u8]> = m.frags.iter().map(|f| f.reply.as_slice()).collect();
-            match replies.iter().find(|r| r.first() == Some(&b'-')) {
-                Some(err) => out.extend_from_slice(err),
-                None => match crate::proto::redis::info::merge(&replies, figures) {
-                    Some(merged) => out = merged,
-                    None => {
-                        out.extend_from_slice(replies.first().copied().unwrap_or(b"$0\r\n\r\n"))
-                    }
-                },
-            }
+            crate::proto::redis::info::merge_replies(&replies, figures, &mut out);
         }
         // (Zones: answered by `finish_zones`; this is its fallback.)
         MultiMode::Replicate | MultiMode::Zones => {

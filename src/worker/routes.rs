@@ -85,49 +85,7 @@ impl super::Worker<'_> {
 /// Remove the routes' prefixes from the keys of the Redis request written
 /// at `out[start..]` (routes with `strip`), fixing each bulk length.
 pub fn strip_keys(routing: &Routing, out: &mut Vec<u8>, start: usize) {
-    let limits = crate::proto::Limits {
-        max_value: usize::MAX,
-        max_keys: usize::MAX,
-        pre_auth: false,
-    };
-    let Ok(crate::proto::Parse::Done(req)) =
-        crate::proto::Protocol::Redis.parse_request(&out[start..], &limits)
-    else {
-        return;
-    };
-    let cuts: Vec<(std::ops::Range<usize>, usize)> = req
-        .keys
-        .iter()
-        .map(|r| {
-            let range = r.start + start..r.end + start;
-            let n = routing.strip_len(&out[range.clone()]);
-            (range, n)
-        })
-        .filter(|(_, n)| *n > 0)
-        .collect();
-    if cuts.is_empty() {
-        return;
-    }
-    let mut rebuilt = Vec::with_capacity(out.len() - start);
-    let mut at = start;
-    for (range, n) in cuts {
-        // RESP: `$<len>\r\n` right before the key; inline: a bare word.
-        let header = out[at..range.start]
-            .strip_suffix(b"\r\n")
-            .and_then(|h| memchr::memrchr(b'$', h).map(|d| at + d));
-        match header {
-            Some(h) => {
-                rebuilt.extend_from_slice(&out[at..h]);
-                rebuilt.extend_from_slice(format!("${}\r\n", range.len() - n).as_bytes());
-            }
-            None => rebuilt.extend_from_slice(&out[at..range.start]),
-        }
-        rebuilt.extend_from_slice(&out[range.start + n..range.end]);
-        at = range.end;
-    }
-    rebuilt.extend_from_slice(&out[at..]);
-    out.truncate(start);
-    out.extend_from_slice(&rebuilt);
+    crate::proto::redis::rewrite::cut_key_heads(out, start, |key| routing.strip_len(key));
 }
 
 #[cfg(test)]

@@ -6,7 +6,6 @@ use super::conn::{Conn, Waiter};
 use super::fault::ServerFault;
 use super::server_rt::FAIL_LOG_EVERY;
 use super::Worker;
-use crate::proto::Op;
 use crate::stats::{PoolField, ServerField};
 use mio::Token;
 use std::time::{Duration, Instant};
@@ -83,23 +82,7 @@ impl Worker<'_> {
                 let Ok(token) = self.server_conn_for(pool, server, 0, now, true, false) else {
                     continue;
                 };
-                let (op, probe): (Op, &[u8]) = if self.pools[pool].cfg.redis {
-                    let Some(cmd) = crate::proto::redis::Cmd::lookup(b"PING") else {
-                        continue;
-                    };
-                    (
-                        Op::Redis(crate::proto::redis::RedisOp {
-                            cmd,
-                            class: cmd.class(),
-                        }),
-                        b"*1\r\n$4\r\nPING\r\n",
-                    )
-                } else {
-                    (
-                        Op::Mc(crate::proto::memcache::McOp::Version),
-                        b"version\r\n",
-                    )
-                };
+                let (op, probe) = self.pools[pool].proto.probe();
                 self.enqueue(
                     token,
                     Some(Waiter::Internal),

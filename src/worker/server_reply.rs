@@ -182,17 +182,20 @@ impl Worker<'_> {
         };
         if let Some(to) = front.waiter.reply_to() {
             let cluster = is_error && self.pools[pool].cluster.is_some();
+            use crate::proto::redis::cluster::{cluster_error, ClusterError};
             let redirected = cluster
-                && if bytes.starts_with(b"-TRYAGAIN") {
-                    self.cluster_tryagain(pool, to, front.op, now)
-                } else if bytes.starts_with(b"-CLUSTERDOWN") {
-                    // Not run: the node's view of the cluster is changing
-                    // (a failover). Ask for a new map, and send it again.
-                    self.cluster_node_failed(pool);
-                    self.cluster_tryagain(pool, to, front.op, now)
-                } else {
-                    crate::proto::redis::cluster::parse_redirect(bytes)
-                        .is_some_and(|r| self.cluster_redirect(pool, server, to, front.op, &r, now))
+                && match cluster_error(bytes) {
+                    Some(ClusterError::TryAgain) => self.cluster_tryagain(pool, to, front.op, now),
+                    Some(ClusterError::Down) => {
+                        // Not run: the node's view of the cluster is changing
+                        // (a failover). Ask for a new map, and send it again.
+                        self.cluster_node_failed(pool);
+                        self.cluster_tryagain(pool, to, front.op, now)
+                    }
+                    Some(ClusterError::Redirect(r)) => {
+                        self.cluster_redirect(pool, server, to, front.op, &r, now)
+                    }
+                    None => false,
                 };
             if !redirected {
                 self.record_reply(pool, server, front, now);

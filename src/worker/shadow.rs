@@ -7,7 +7,6 @@
 //! and counted (`shadow_dropped`).
 
 use super::conn::{Conn, Waiter};
-use super::forward::routing_key;
 use super::Worker;
 use crate::proto::{Op, Request, Route};
 use crate::route::ShadowRoute;
@@ -39,7 +38,7 @@ impl Worker<'_> {
         let sp = shadow.to;
         let proto = self.pools[sp].proto;
         if req.route == Route::Single || req.keys.len() == 1 {
-            let key = routing_key(req, bytes);
+            let key = req.routing_key(bytes);
             let server = self.pools[sp].server_for(key.as_ref(), now);
             self.shadow_send(sp, server, req.op, now, |out| {
                 proto.write_request(req, bytes, out)

@@ -89,10 +89,7 @@ impl Worker<'_> {
     ) -> Option<RepStream> {
         // Error replies stay whole (a cluster pool reads redirections in
         // them); a one-line reply has nothing to pass before its end.
-        if !matches!(
-            input.first(),
-            Some(b'$' | b'*' | b'%' | b'~' | b'>' | b'|' | b'=')
-        ) {
+        if !crate::proto::redis::reply::may_stream(input.first()) {
             return None;
         }
         if hint <= STREAM_THRESHOLD && input.len() < STREAM_THRESHOLD {

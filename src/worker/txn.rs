@@ -17,9 +17,9 @@
 
 use super::conn::{Conn, ReplySlot, ReplyTo, ServerRef};
 use super::conn_state::{AfterPull, Txn};
-use super::forward::routing_key;
 use super::Worker;
 use crate::proto::redis::reply;
+use crate::proto::redis::txn::{self, TxnAnswer};
 use crate::proto::{Op, Request};
 use mio::Token;
 use std::time::Instant;
@@ -29,12 +29,6 @@ fn name_of(req: &Request) -> &'static str {
         Op::Redis(op) => op.cmd.name(),
         Op::Mc(_) => "",
     }
-}
-
-fn error(msg: &str) -> Vec<u8> {
-    let mut out = Vec::new();
-    reply::error_reply(msg, &mut out);
-    out
 }
 
 /// What became of a request offered to the transaction path.
@@ -131,46 +125,30 @@ impl Worker<'_> {
         t: &mut Txn,
         now: Instant,
     ) -> Option<Vec<u8>> {
-        match name {
-            "MULTI" if t.multi => Some(error("MULTI calls can not be nested")),
-            "MULTI" => {
+        match txn::answer(name, t.multi, t.dirty, t.conn.is_some()) {
+            TxnAnswer::Forward => None,
+            TxnAnswer::Begin => {
                 t.multi = true;
                 if t.conn.is_some() {
                     None // sent to the pinned connection
                 } else {
                     t.multi_unsent = true;
-                    Some(b"+OK\r\n".to_vec())
+                    Some(reply::OK.to_vec())
                 }
             }
-            "EXEC" | "DISCARD" if !t.multi => Some(error(&format!("{name} without MULTI"))),
-            "WATCH" if t.multi => Some(error("WATCH inside MULTI is not allowed")),
-            "EXEC" if t.dirty => {
+            TxnAnswer::Refuse(out) => Some(out),
+            TxnAnswer::Abort => {
                 if t.conn.is_some() {
                     // The server forgets the queued commands.
-                    self.txn_send_internal(token, t, b"*1\r\n$7\r\nDISCARD\r\n", now);
+                    self.txn_send_internal(token, t, txn::DISCARD, now);
                 }
                 self.txn_unpin(token, t);
-                Some(b"-EXECABORT Transaction discarded because of previous errors.\r\n".to_vec())
+                Some(txn::EXECABORT.to_vec())
             }
-            "EXEC" | "DISCARD" if t.conn.is_none() => {
+            TxnAnswer::End(out) => {
                 *t = Txn::default();
-                Some(if name == "EXEC" {
-                    b"*0\r\n".to_vec()
-                } else {
-                    b"+OK\r\n".to_vec()
-                })
+                Some(out.to_vec())
             }
-            "UNWATCH" if t.conn.is_none() || t.multi => {
-                if t.conn.is_none() && !t.multi {
-                    *t = Txn::default();
-                }
-                if t.multi {
-                    None // queued like any command
-                } else {
-                    Some(b"+OK\r\n".to_vec())
-                }
-            }
-            _ => None,
         }
     }
 
@@ -182,7 +160,7 @@ impl Worker<'_> {
             Some(Conn::Client(c)) => (c.pool(), c.id()),
             _ => return,
         };
-        let key = routing_key(req, bytes);
+        let key = req.routing_key(bytes);
         let target = if req.keys.is_empty() {
             None
         } else {
@@ -202,13 +180,7 @@ impl Worker<'_> {
             }
             let keep = t.multi || t.conn.is_some();
             self.put_txn(token, keep.then_some(t));
-            self.push_ready(
-                token,
-                error(&format!(
-                    "{name} in a transaction: its keys must map to the transaction's one server (use a hash tag, e.g. {{user1}}.a {{user1}}.b)"
-                )),
-                false,
-            );
+            self.push_ready(token, txn::keys_elsewhere(name), false);
             return;
         }
         if t.conn.is_none() {
@@ -239,7 +211,7 @@ impl Worker<'_> {
             }
             if t.multi_unsent {
                 t.multi_unsent = false;
-                self.txn_send_internal(token, &t, b"*1\r\n$5\r\nMULTI\r\n", now);
+                self.txn_send_internal(token, &t, txn::MULTI, now);
             }
         }
         if matches!(name, "EXEC" | "DISCARD") || (name == "UNWATCH" && !t.multi) {

@@ -8,9 +8,10 @@
 //! go to the cold pool only; deletes to both.
 
 use super::conn::{Conn, Waiter};
-use super::migrate::{bulk_payload, integer, meta_value};
 use super::Worker;
 use crate::migrate::commands::{mc_get, mc_store, resp_command, restore};
+use crate::proto::memcache::moving::meta_value;
+use crate::proto::redis::moving::{bulk_payload, integer};
 use crate::proto::{Parse, Protocol};
 use std::time::Instant;
 
@@ -116,7 +117,7 @@ impl Worker<'_> {
                 }
             }
             Protocol::Memcache => {
-                meta_value(reply).map(|(flags, ttl, value)| mc_store(&key, flags, ttl, value))
+                meta_value(reply).map(|v| mc_store(&key, v.flags, v.ttl, v.value))
             }
         };
         self.warms.remove(idx);
@@ -137,7 +138,7 @@ impl Worker<'_> {
         if r.next < 2 {
             return None;
         }
-        let key = super::forward::routing_key(&r.req, &r.bytes).into_owned();
+        let key = r.req.routing_key(&r.bytes).into_owned();
         Some((key, r.replicas[r.next - 1], r.replicas[0]))
     }
 }

@@ -32,37 +32,16 @@
 
 use super::conn::{Conn, Fragment, Multi, MultiMode, ReplySlot, ReplyTo};
 use super::fault::ServerFault;
-use super::forward::{routing_key, At};
+use super::forward::At;
 use super::handle::FragOf;
 use super::Worker;
 use crate::config::Routing;
-use crate::proto::{Protocol, Request};
+use crate::proto::Request;
 use crate::route::ZoneStep;
 use crate::stats::WorkerField;
 use mio::Token;
 use smallvec::SmallVec;
 use std::time::Instant;
-
-/// Whether `reply` says the key is not there (a single-key read). Redis:
-/// a null, or an empty collection (LRANGE, SMEMBERS, HGETALL of a missing
-/// key; an existing key's empty range is asked of the next zone too).
-pub(super) fn is_miss(proto: Protocol, reply: &[u8]) -> bool {
-    match proto {
-        Protocol::Memcache => reply == b"END\r\n" || reply.starts_with(b"EN\r\n"),
-        Protocol::Redis => matches!(
-            reply,
-            b"$-1\r\n" | b"_\r\n" | b"*-1\r\n" | b"*0\r\n" | b"%0\r\n" | b"~0\r\n"
-        ),
-    }
-}
-
-/// The reply of a multi-key read's fragment that carries no key.
-pub(super) fn empty_read(proto: Protocol) -> Vec<u8> {
-    match proto {
-        Protocol::Memcache => b"END\r\n".to_vec(),
-        Protocol::Redis => b"*0\r\n".to_vec(),
-    }
-}
 
 impl Worker<'_> {
     /// A single-key request of a zone pool that goes to several zones
@@ -75,7 +54,7 @@ impl Worker<'_> {
         bytes: &[u8],
         now: Instant,
     ) {
-        let key = routing_key(req, bytes);
+        let key = req.routing_key(bytes);
         let _ = self.pools[at.pool].server_for(key.as_ref(), now);
         let mut owners = Vec::with_capacity(4);
         if let Some(r) = &self.pools[at.pool].routes {
@@ -329,7 +308,7 @@ impl Worker<'_> {
         if replace {
             if let Some(f) = m.frags.get_mut(fi) {
                 f.keys.clear();
-                f.reply = empty_read(proto);
+                f.reply = proto.empty_read().to_vec();
             }
         }
         let base = m.frags.len();
@@ -418,20 +397,5 @@ pub(super) fn owners_slot(req: &Request, zones: &[u8], mode: MultiMode) -> Reply
             mode,
         })),
         ..ReplySlot::default()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn misses() {
-        assert!(is_miss(Protocol::Memcache, b"END\r\n"));
-        assert!(is_miss(Protocol::Memcache, b"EN\r\n"));
-        assert!(!is_miss(Protocol::Memcache, b"VALUE k 0 1\r\nx\r\nEND\r\n"));
-        assert!(is_miss(Protocol::Redis, b"$-1\r\n") && is_miss(Protocol::Redis, b"_\r\n"));
-        assert!(is_miss(Protocol::Redis, b"*0\r\n"));
-        assert!(!is_miss(Protocol::Redis, b"$1\r\nx\r\n") && !is_miss(Protocol::Redis, b":0\r\n"));
     }
 }

@@ -9,8 +9,11 @@
 pub mod binary;
 pub mod binary_response;
 pub mod meta;
+pub mod moving;
 mod num;
 pub mod refused;
+pub mod replies;
+pub mod stats;
 mod text_merge;
 mod text_request;
 mod text_response;

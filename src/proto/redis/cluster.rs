@@ -56,6 +56,49 @@ pub struct Redirect {
     pub to: NodeAddr,
 }
 
+impl Redirect {
+    /// `ASK` or `MOVED`.
+    pub fn name(&self) -> &'static str {
+        if self.ask {
+            "ASK"
+        } else {
+            "MOVED"
+        }
+    }
+}
+
+/// `ASKING`, sent before a request redirected to a node.
+pub const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
+/// `CLUSTER SLOTS`, asked for the slot map.
+pub const CLUSTER_SLOTS: &[u8] = b"*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n";
+/// What a cluster node answers a request whose keys are on several slots.
+pub const CROSSSLOT: &[u8] = b"-CROSSSLOT Keys in request don't hash to the same slot\r\n";
+
+/// What a cluster node's error reply asks of the proxy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterError {
+    /// `-TRYAGAIN`: a multi-key request on a slot half migrated; send it
+    /// again a little later.
+    TryAgain,
+    /// `-CLUSTERDOWN`: the node's view of the cluster is changing (a
+    /// failover): ask for a new map and send it again.
+    Down,
+    /// `-MOVED` / `-ASK`: send it to another node.
+    Redirect(Redirect),
+}
+
+/// Reads an error reply of a cluster node; `None` for an error that is
+/// the request's own (passed on to the client).
+pub fn cluster_error(reply: &[u8]) -> Option<ClusterError> {
+    if reply.starts_with(b"-TRYAGAIN") {
+        Some(ClusterError::TryAgain)
+    } else if reply.starts_with(b"-CLUSTERDOWN") {
+        Some(ClusterError::Down)
+    } else {
+        parse_redirect(reply).map(ClusterError::Redirect)
+    }
+}
+
 /// `-MOVED <slot> <host>:<port>` or `-ASK <slot> <host>:<port>`, if `reply` is one.
 pub fn parse_redirect(reply: &[u8]) -> Option<Redirect> {
     let (ask, rest) = if let Some(r) = reply.strip_prefix(b"-MOVED ") {
@@ -136,6 +179,39 @@ pub fn parse_slots(reply: &[u8]) -> Option<Vec<SlotRange>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cluster_errors() {
+        assert_eq!(
+            cluster_error(b"-TRYAGAIN Multiple keys request during rehashing of slot\r\n"),
+            Some(ClusterError::TryAgain)
+        );
+        assert_eq!(
+            cluster_error(b"-CLUSTERDOWN The cluster is down\r\n"),
+            Some(ClusterError::Down)
+        );
+        match cluster_error(b"-ASK 3999 127.0.0.1:6381\r\n") {
+            Some(ClusterError::Redirect(r)) => assert_eq!((r.name(), r.slot), ("ASK", 3999)),
+            other => panic!("{other:?}"),
+        }
+        match cluster_error(b"-MOVED 1 [::1]:7000\r\n") {
+            Some(ClusterError::Redirect(r)) => assert_eq!((r.name(), r.to.port), ("MOVED", 7000)),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(cluster_error(b"-ERR wrong kind\r\n"), None);
+        assert_eq!(cluster_error(b"-WRONGTYPE Operation\r\n"), None);
+    }
+
+    #[test]
+    fn commands_sent() {
+        let mut o = Vec::new();
+        crate::proto::redis::reply::command(&[b"ASKING"], &mut o);
+        assert_eq!(o, ASKING);
+        o.clear();
+        crate::proto::redis::reply::command(&[b"CLUSTER", b"SLOTS"], &mut o);
+        assert_eq!(o, CLUSTER_SLOTS);
+        assert!(CROSSSLOT.starts_with(b"-CROSSSLOT ") && CROSSSLOT.ends_with(b"\r\n"));
+    }
 
     #[test]
     fn slots_as_redis_computes_them() {

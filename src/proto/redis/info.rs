@@ -53,6 +53,23 @@ fn version_key(v: &str) -> Vec<u64> {
     v.split('.').map(|p| p.parse().unwrap_or(0)).collect()
 }
 
+/// `INFO` as each server of a pool is asked it (its default sections,
+/// whatever the client asked: the merge picks its own).
+pub const INFO: &[u8] = b"*1\r\n$4\r\nINFO\r\n";
+
+/// The client's reply to `INFO` from every server's reply: the first
+/// error if any server failed it, else the merge, else (a reply that is
+/// not a bulk string) the first server's reply as it is.
+pub fn merge_replies(replies: &[&[u8]], proxy: ProxyFigures, out: &mut Vec<u8>) {
+    match replies.iter().find(|r| r.first() == Some(&b'-')) {
+        Some(err) => out.extend_from_slice(err),
+        None => match merge(replies, proxy) {
+            Some(merged) => *out = merged,
+            None => out.extend_from_slice(replies.first().copied().unwrap_or(b"$0\r\n\r\n")),
+        },
+    }
+}
+
 /// The one reply to `INFO` for a pool, from every server's reply; `None`
 /// when a reply is not a bulk string (the caller passes the first on).
 pub fn merge(replies: &[&[u8]], proxy: ProxyFigures) -> Option<Vec<u8>> {
@@ -128,6 +145,26 @@ pub fn merge(replies: &[&[u8]], proxy: ProxyFigures) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn merged_replies_errors_and_odd_ones() {
+        let mut o = Vec::new();
+        crate::proto::redis::reply::command(&[b"INFO"], &mut o);
+        assert_eq!(o, INFO);
+        let mut out = Vec::new();
+        merge_replies(
+            &[b"$0\r\n\r\n", b"-ERR down\r\n"],
+            ProxyFigures::default(),
+            &mut out,
+        );
+        assert_eq!(out, b"-ERR down\r\n");
+        out.clear();
+        merge_replies(&[b":1\r\n", b":2\r\n"], ProxyFigures::default(), &mut out);
+        assert_eq!(out, b":1\r\n");
+        out.clear();
+        merge_replies(&[b"$0\r\n\r\n"], ProxyFigures::default(), &mut out);
+        assert!(out.starts_with(b"$") && out.windows(7).any(|w| w == b"# Proxy"));
+    }
 
     fn bulk(s: &str) -> Vec<u8> {
         let mut out = Vec::new();

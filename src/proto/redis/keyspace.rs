@@ -15,6 +15,9 @@ use super::args::Args;
 use super::reply;
 use super::resp::parse_int;
 
+/// The reply to a `SCAN` whose cursor is not a number.
+pub const INVALID_CURSOR: &[u8] = b"-ERR invalid cursor\r\n";
+
 /// The client's `SCAN` cursor (argument 1), if it is a number.
 pub fn scan_cursor(req: &[u8]) -> Option<u64> {
     let mut args = Args::new(req);

@@ -54,6 +54,25 @@ pub fn needs_auth(req: &Request) -> bool {
     }
 }
 
+/// Whether `req` (its bytes `bytes`) is refused before it is routed, and
+/// with what: [`NOAUTH`] on a connection that has not authenticated, an
+/// ACL user's refusal (`users`: the pool's; see [`super::acl::refusal`]).
+/// `None`: it goes on. A memcached request is never refused here.
+#[inline]
+pub fn refusal(
+    session: &Session,
+    users: &[crate::config::AclUser],
+    req: &Request,
+    bytes: &[u8],
+) -> Option<Vec<u8>> {
+    if !session.authenticated && needs_auth(req) {
+        return Some(NOAUTH.to_vec());
+    }
+    // An ACL user (`users`): read-only, or limited to key prefixes.
+    let user = &users[session.user? as usize];
+    super::acl::refusal(user, req, bytes)
+}
+
 /// The arguments of a request as values (quotes and escapes of inline
 /// commands interpreted). Used on the rare local path only.
 fn values(req_bytes: &[u8]) -> Vec<Vec<u8>> {
@@ -446,6 +465,45 @@ mod tests {
         assert!(h.authenticated && h.name.is_some());
         assert_eq!(run(b"SELECT 0\r\n", &mut s, pw), b"+OK\r\n");
         assert!(run(b"SELECT 3\r\n", &mut s, pw).starts_with(b"-ERR DB index"));
+    }
+
+    #[test]
+    fn refused_before_routing() {
+        let parse = |b: &[u8]| match crate::proto::redis::parse_request(b, &Default::default()) {
+            Ok(crate::proto::Parse::Done(r)) => r,
+            other => panic!("{other:?}"),
+        };
+        let users = [crate::config::AclUser {
+            name: "app".into(),
+            password: "apppw".into(),
+            readonly: true,
+            prefixes: Vec::new(),
+        }];
+        let get = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
+        let set = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n";
+        let auth = b"*2\r\n$4\r\nAUTH\r\n$2\r\npw\r\n";
+        let mut s = Session::new(1, Some(b"pw"), true);
+        assert_eq!(
+            refusal(&s, &users, &parse(get), get).as_deref(),
+            Some(NOAUTH)
+        );
+        assert_eq!(refusal(&s, &users, &parse(auth), auth), None);
+        s.authenticated = true;
+        assert_eq!(refusal(&s, &users, &parse(set), set), None);
+        s.user = Some(0);
+        assert_eq!(refusal(&s, &users, &parse(get), get), None);
+        let no = refusal(&s, &users, &parse(set), set).unwrap();
+        assert!(no.starts_with(b"-NOPERM "), "{no:?}");
+        // memcached requests are never refused here.
+        let mc = crate::proto::Protocol::Memcache;
+        let Ok(crate::proto::Parse::Done(g)) = mc.parse_request(b"get k\r\n", &Default::default())
+        else {
+            panic!()
+        };
+        assert_eq!(
+            refusal(&Session::new(2, Some(b"pw"), false), &[], &g, b"get k\r\n"),
+            None
+        );
     }
 
     #[test]

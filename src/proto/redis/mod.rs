@@ -25,13 +25,18 @@ mod inline;
 pub mod keyspace;
 pub mod local;
 mod merge;
+pub mod merge_held;
+pub mod moving;
+pub mod pubsub;
 pub mod reply;
 mod request;
 pub mod resp;
+pub mod rewrite;
 pub mod sentinel;
 mod stream;
 #[doc(hidden)]
 pub mod stream_check;
+pub mod txn;
 
 pub use args::{Arg, Args};
 pub use commands::{Cmd, CmdClass, KeySpec};

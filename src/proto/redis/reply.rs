@@ -1,4 +1,32 @@
-//! Reply composers: append RESP replies to an output buffer.
+//! Reply composers: append RESP replies to an output buffer; the fixed
+//! replies and commands the proxy sends itself; what a reply says of a key.
+
+/// `+OK`.
+pub const OK: &[u8] = b"+OK\r\n";
+/// An empty array: an `EXEC` of an empty transaction, the reply of a
+/// multi-key read's fragment that carries no key.
+pub const EMPTY_ARRAY: &[u8] = b"*0\r\n";
+/// A RESP2 null bulk string (a missing key's value).
+pub const NIL: &[u8] = b"$-1\r\n";
+/// `PING`, the health probe of a Redis server.
+pub const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
+
+/// Whether `reply` (to a single-key read) says the key is not there: a
+/// null, or an empty collection (LRANGE, SMEMBERS, HGETALL of a missing
+/// key; an existing key's empty range reads the same).
+pub fn is_miss(reply: &[u8]) -> bool {
+    matches!(
+        reply,
+        b"$-1\r\n" | b"_\r\n" | b"*-1\r\n" | b"*0\r\n" | b"%0\r\n" | b"~0\r\n"
+    )
+}
+
+/// Whether a reply beginning with `first` can be long (a bulk string or
+/// an aggregate, RESP2 or RESP3), so that it may be passed on in parts:
+/// an error or another one-line reply is read whole.
+pub fn may_stream(first: Option<&u8>) -> bool {
+    matches!(first, Some(b'$' | b'*' | b'%' | b'~' | b'>' | b'|' | b'='))
+}
 
 /// Appends a command as clients send one: an array of bulk strings (the
 /// proxy's own AUTH, SELECT, sentinel and pub/sub commands, and the
@@ -134,5 +162,48 @@ mod tests {
             o,
             b"-ERR bad  thing\r\n:-5\r\n$2\r\nab\r\n*2\r\n_\r\n$-1\r\n*4\r\n%2\r\n+OK\r\n".to_vec()
         );
+    }
+
+    #[test]
+    fn fixed_replies() {
+        let mut o = Vec::new();
+        simple("OK", &mut o);
+        assert_eq!(o, OK);
+        o.clear();
+        array(0, &mut o);
+        assert_eq!(o, EMPTY_ARRAY);
+        o.clear();
+        null(false, &mut o);
+        assert_eq!(o, NIL);
+        o.clear();
+        command(&[b"PING"], &mut o);
+        assert_eq!(o, PING);
+    }
+
+    #[test]
+    fn misses() {
+        for r in [
+            &b"$-1\r\n"[..],
+            b"_\r\n",
+            b"*-1\r\n",
+            b"*0\r\n",
+            b"%0\r\n",
+            b"~0\r\n",
+        ] {
+            assert!(is_miss(r), "{r:?}");
+        }
+        assert!(!is_miss(b"$1\r\nx\r\n") && !is_miss(b":0\r\n") && !is_miss(b"$0\r\n\r\n"));
+        assert!(!is_miss(b"-ERR x\r\n") && !is_miss(b"*1\r\n$1\r\nx\r\n"));
+    }
+
+    #[test]
+    fn streamable() {
+        for b in b"$*%~>|=" {
+            assert!(may_stream(Some(b)));
+        }
+        for b in b"-+:_#,(!" {
+            assert!(!may_stream(Some(b)));
+        }
+        assert!(!may_stream(None));
     }
 }
