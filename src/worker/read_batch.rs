@@ -38,9 +38,7 @@
 //!   is answered at once.
 
 use super::conn::Conn;
-use super::server_conn::Server;
 use super::Worker;
-use crate::proto::Protocol;
 use mio::Token;
 use std::time::{Duration, Instant};
 
@@ -142,16 +140,6 @@ impl ReplyFloor {
     }
 }
 
-/// Whether replies on this connection may be read in batches (see the
-/// module's doc).
-fn batches(s: &Server, proto: Protocol) -> bool {
-    proto == Protocol::Memcache
-        && s.plain_tcp()
-        && !s.is_dedicated()
-        && s.rstream().is_none()
-        && s.push_to().is_none()
-}
-
 impl Worker<'_> {
     /// After a read of server connection `token` (`got`: it brought
     /// bytes): the mark for the replies it still owes, and the time by
@@ -165,7 +153,7 @@ impl Worker<'_> {
         // Whether a mark is set at all follows from the fewest bytes any
         // reply has (so clients that do not pipeline never get one); how
         // high, from the replies seen lately.
-        let mark = if got && batches(s, proto) && mark_for(owed, REPLY_MIN) >= MARK_MIN {
+        let mark = if got && s.reads_in_batches(proto) && mark_for(owed, REPLY_MIN) >= MARK_MIN {
             next_mark(s.read_mark().0, mark_for(owed, s.reply_floor.per_reply()))
         } else {
             1

@@ -179,6 +179,19 @@ impl Server {
         self.state == ServerState::Connected && self.sock.is_tcp() && !self.sock.is_tls()
     }
 
+    /// Whether replies on this connection may be read in batches (see
+    /// `read_batch.rs`): a memcached pool's plain TCP connection shared by
+    /// requests (not one of its own, nor passing a streamed reply or a
+    /// subscriber's frames).
+    #[inline]
+    pub fn reads_in_batches(&self, proto: crate::proto::Protocol) -> bool {
+        proto == crate::proto::Protocol::Memcache
+            && self.plain_tcp()
+            && !self.is_dedicated()
+            && self.rstream().is_none()
+            && self.push_to().is_none()
+    }
+
     /// Unique id.
     #[inline]
     pub fn id(&self) -> u64 {
