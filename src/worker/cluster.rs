@@ -32,8 +32,6 @@ pub const MAX_HOPS: u8 = 5;
 pub const MAX_TRYAGAIN: u8 = 50;
 /// Wait before a request answered TRYAGAIN is sent again.
 const TRYAGAIN_DELAY: Duration = Duration::from_millis(20);
-/// Timer token that wakes the loop for TRYAGAIN retries (no connection has it).
-const RETRY_TIMER: usize = (1 << 40) - 2;
 /// Least time between two `CLUSTER SLOTS` of one pool in one worker.
 const REFRESH_INTERVAL: Duration = Duration::from_millis(100);
 /// A map older than this is asked for again on the next request (picks up
@@ -397,7 +395,7 @@ impl Worker<'_> {
             frag,
             op,
         });
-        self.arm_timer(at, Token(RETRY_TIMER), 0);
+        self.arm_timer(at, super::tokens::RETRY_TIMER, 0);
         true
     }
 

@@ -6,10 +6,8 @@
 //! to stop: at once, gracefully, or by handing clients to a successor.
 
 use super::conn::Conn;
-use super::{
-    relay, sentinel, Control, Stop, Worker, CONTROL, FLUSH_ROUNDS, HANDIN, HANDIN_CONN_BASE,
-    LISTENER_BASE,
-};
+use super::tokens::{self, TokenKind};
+use super::{Control, Stop, Worker, FLUSH_ROUNDS};
 use crate::config::ListenerMode;
 use crate::stats::WorkerField;
 use mio::{Events, Interest, Token};
@@ -35,7 +33,7 @@ impl Worker<'_> {
         if let Some(fd) = control.fd() {
             self.poll.registry().register(
                 &mut mio::unix::SourceFd(&fd),
-                Token(CONTROL),
+                tokens::CONTROL,
                 Interest::READABLE,
             )?;
         }
@@ -125,9 +123,8 @@ impl Worker<'_> {
         // Accept events first (nginx's posted accept events), then
         // release the accept mutex, then everything else.
         for ev in events.iter() {
-            let t = ev.token().0;
-            if t >= LISTENER_BASE {
-                self.accept(t - LISTENER_BASE, now);
+            if let TokenKind::Listener(i) = tokens::kind(ev.token()) {
+                self.accept(i, now);
             }
         }
         if self.accept.held {
@@ -140,21 +137,18 @@ impl Worker<'_> {
             self.handin_ready(now);
         }
         for ev in events.iter() {
-            let t = ev.token().0;
-            if t == CONTROL {
-                control_ready = true;
-            } else if t == HANDIN {
-                self.handin_ready(now);
-            } else if (HANDIN_CONN_BASE..HANDIN).contains(&t) {
-                self.handin_conn_ready(t - HANDIN_CONN_BASE, now);
-            } else if (relay::RELAY_BASE..HANDIN_CONN_BASE).contains(&t) {
-                self.relay_event(t);
-            } else if (sentinel::SENTINEL_BASE..relay::RELAY_BASE).contains(&t) {
-                self.sentinel_event(t - sentinel::SENTINEL_BASE, now);
-            } else if t < LISTENER_BASE {
-                let hup = ev.is_read_closed() || ev.is_error();
-                let readable = ev.is_readable() || hup;
-                self.on_event(Token(t), readable, hup, ev.is_writable(), now);
+            match tokens::kind(ev.token()) {
+                TokenKind::Conn(t) => {
+                    let hup = ev.is_read_closed() || ev.is_error();
+                    let readable = ev.is_readable() || hup;
+                    self.on_event(Token(t), readable, hup, ev.is_writable(), now);
+                }
+                TokenKind::Control => control_ready = true,
+                TokenKind::Handin => self.handin_ready(now),
+                TokenKind::HandinConn(key) => self.handin_conn_ready(key, now),
+                TokenKind::Relay(i) => self.relay_event(i),
+                TokenKind::Sentinel(i) => self.sentinel_event(i, now),
+                TokenKind::Listener(_) => {}
             }
         }
         control_ready

@@ -15,7 +15,7 @@
 //! closed there (its listener is gone too).
 
 use super::conn::Conn;
-use super::{Worker, HANDIN_CONN_BASE};
+use super::{tokens, Worker};
 use crate::net::handover::{self, Received, MAX_MESSAGE};
 use crate::proto::redis::local::Session;
 use crate::stats::{PoolField, WorkerField};
@@ -313,7 +313,7 @@ impl Worker<'_> {
             Ok(Received::Client(msg, fd)) => self.adopt(&msg, fd, now),
             Ok(Received::Pending) => {
                 let entry = self.handin_conns.vacant_entry();
-                let token = Token(HANDIN_CONN_BASE + entry.key());
+                let token = tokens::handin_conn(entry.key());
                 let raw = conn.as_raw_fd();
                 if self
                     .poll

@@ -3,7 +3,7 @@
 
 use super::conn::{self, Conn};
 use super::Worker;
-use super::{accept, LISTENER_BASE};
+use super::{accept, tokens};
 use crate::config::ListenerMode;
 use crate::stats::WorkerField;
 use mio::{Interest, Token};
@@ -25,7 +25,7 @@ impl Worker<'_> {
             return Ok(());
         }
         for (i, (l, _)) in self.listeners.iter_mut().enumerate() {
-            let token = Token(LISTENER_BASE + i);
+            let token = tokens::listener(i);
             if self.accept.mode == ListenerMode::EpollExclusive {
                 accept::add_exclusive(self.poll.as_raw_fd(), l.as_raw_fd(), token.0 as u64)?;
             } else {
@@ -102,7 +102,7 @@ impl Worker<'_> {
                         self.stats.worker_add(WorkerField::AcceptEagain, 1);
                     } else if self.accept.mode == ListenerMode::EpollExclusive {
                         let fd = listener.as_raw_fd();
-                        let token = (LISTENER_BASE + idx) as u64;
+                        let token = tokens::listener(idx).0 as u64;
                         let _ = accept::requeue_exclusive(self.poll.as_raw_fd(), fd, token);
                     }
                     return;

@@ -45,6 +45,7 @@ mod shadow;
 mod spool;
 mod stream;
 mod stream_reply;
+mod tokens;
 mod txn;
 mod warm;
 mod zones;
@@ -72,15 +73,6 @@ use std::collections::BinaryHeap;
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
-/// Tokens at or above this are listeners.
-const LISTENER_BASE: usize = 1 << 40;
-/// Token of the master channel.
-const CONTROL: usize = (1 << 40) - 1;
-/// Token of the socket clients are handed to this worker on.
-const HANDIN: usize = (1 << 40) - 2;
-/// Tokens from here up to [`HANDIN`] are handover connections whose
-/// message has not arrived yet.
-const HANDIN_CONN_BASE: usize = 1 << 39;
 /// Most bytes read from one connection per event before what arrived is
 /// processed.
 const READ_BUDGET: usize = 256 * 1024;
@@ -383,7 +375,7 @@ impl<'a> Worker<'a> {
         if let Some(fd) = self.handin.as_ref().map(|l| l.as_raw_fd()) {
             self.poll.registry().register(
                 &mut mio::unix::SourceFd(&fd),
-                Token(HANDIN),
+                tokens::HANDIN,
                 Interest::READABLE,
             )?;
         }

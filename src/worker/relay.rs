@@ -12,12 +12,9 @@
 
 use super::Worker;
 use crate::net::Stream;
-use mio::{Interest, Token};
+use mio::Interest;
 use std::io::{ErrorKind, Read, Write};
 
-/// Tokens from here are relays: `RELAY_BASE + 2 * i` its TLS side,
-/// `+ 1` its unix side.
-pub(super) const RELAY_BASE: usize = 1 << 38;
 /// Most bytes held for one direction before reading that side pauses.
 const RELAY_HELD: usize = 256 * 1024;
 
@@ -128,14 +125,11 @@ impl Worker<'_> {
     ) {
         let entry = self.relays.vacant_entry();
         let i = entry.key();
+        let (tls_token, unix_token) = super::tokens::relay(i);
         let reg = self.poll.registry();
         let both = Interest::READABLE | Interest::WRITABLE;
-        if reg
-            .register(&mut tls, Token(RELAY_BASE + 2 * i), both)
-            .is_err()
-            || reg
-                .register(&mut plain, Token(RELAY_BASE + 2 * i + 1), both)
-                .is_err()
+        if reg.register(&mut tls, tls_token, both).is_err()
+            || reg.register(&mut plain, unix_token, both).is_err()
         {
             return;
         }
@@ -147,12 +141,11 @@ impl Worker<'_> {
             tls_eof: false,
             plain_eof: false,
         });
-        self.relay_event(RELAY_BASE + 2 * i);
+        self.relay_event(i);
     }
 
     /// An event on either side of a relay.
-    pub(super) fn relay_event(&mut self, token: usize) {
-        let i = (token - RELAY_BASE) / 2;
+    pub(super) fn relay_event(&mut self, i: usize) {
         let Some(r) = self.relays.get_mut(i) else {
             return;
         };

@@ -29,8 +29,6 @@ use mio::{Interest, Token};
 use std::io::{ErrorKind, Read, Write};
 use std::time::{Duration, Instant};
 
-/// Tokens from here are sentinel conversations, one per watching pool.
-pub(super) const SENTINEL_BASE: usize = 1 << 37;
 /// How long after losing a sentinel the next one is tried.
 const RETRY: Duration = Duration::from_millis(200);
 /// With replicas serving reads: how often everything is asked again (a
@@ -137,7 +135,7 @@ impl Worker<'_> {
                 return;
             }
         };
-        let token = Token(SENTINEL_BASE + i);
+        let token = super::tokens::sentinel(i);
         if let Err(e) =
             self.poll
                 .registry()
