@@ -8,7 +8,7 @@ use super::forward::At;
 use super::server_conn::Queued;
 use super::stream::StreamStart;
 use super::txn::TxnStep;
-use super::{Worker, READ_BUDGET, READ_CHUNK, STREAM_LOW, STREAM_THRESHOLD};
+use super::{over_output_limit, Worker, READ_BUDGET, READ_CHUNK, STREAM_LOW, STREAM_THRESHOLD};
 use crate::proto::{Local, Parse, Request, Route};
 use crate::stats::{PoolField, WorkerField};
 use mio::Token;
@@ -610,8 +610,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
             return;
         };
-        let limit = self.output_limit(c.pool());
-        if limit > 0 && c.out_len() > limit {
+        if over_output_limit(self.output_limit(c.pool()), c.out_len()) {
             self.flush_client(token);
         }
     }
@@ -649,7 +648,7 @@ impl Worker<'_> {
             }
         }
         c.return_idle_output(&mut self.bufs);
-        if limit > 0 && c.out_len() > limit {
+        if over_output_limit(limit, c.out_len()) {
             let (pool, len) = (c.pool(), c.out_len());
             self.close_over_limit(token, pool, len, "buffered");
             return false;
@@ -666,9 +665,7 @@ impl Worker<'_> {
 
     /// `client_output_limit` of `pool` (the run-time override first).
     pub(super) fn output_limit(&self, pool: usize) -> usize {
-        self.ctl
-            .client_output_limit
-            .unwrap_or(self.pools[pool].cfg.client_output_limit)
+        self.ctl.output_limit(&self.pools[pool])
     }
 
     /// Close a client whose replies (`bytes`, `how` kept) passed its

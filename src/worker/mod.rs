@@ -186,6 +186,23 @@ pub struct WorkerCtl {
     pub reply_hold: Option<Duration>,
 }
 
+impl WorkerCtl {
+    /// The output limit of a client of `pool`: `client_output_limit`,
+    /// the run-time override first (0: none).
+    #[inline]
+    fn output_limit(&self, pool: &pool::PoolRt) -> usize {
+        self.client_output_limit
+            .unwrap_or(pool.cfg.client_output_limit)
+    }
+}
+
+/// Whether a client keeping `bytes` of replies (written out or held) is
+/// over its output `limit` (0: none).
+#[inline]
+fn over_output_limit(limit: usize, bytes: usize) -> bool {
+    limit > 0 && bytes > limit
+}
+
 /// A worker's data path.
 pub struct Worker<'a> {
     poll: Poll,

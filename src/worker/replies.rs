@@ -275,7 +275,7 @@ impl Worker<'_> {
             })
             .sum();
         let total = held + c.out_len();
-        if limit > 0 && total > limit {
+        if super::over_output_limit(limit, total) {
             let pool = c.pool();
             self.close_over_limit(token, pool, total, "held");
         }

@@ -299,12 +299,9 @@ impl Worker<'_> {
                     };
                     c.queue_output(rest, &mut self.bufs);
                     let added = rest.len() + c.drain_ready(&mut self.bufs);
-                    // `check_output_limit`, inline with the client at hand.
-                    let limit = self
-                        .ctl
-                        .client_output_limit
-                        .unwrap_or(self.pools[c.pool()].cfg.client_output_limit);
-                    let over = limit > 0 && c.out_len() > limit;
+                    // `check_output_limit`, with the client at hand.
+                    let limit = self.ctl.output_limit(&self.pools[c.pool()]);
+                    let over = super::over_output_limit(limit, c.out_len());
                     self.mark_client_dirty(ct);
                     self.add_out(added);
                     if over {

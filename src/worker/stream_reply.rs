@@ -183,15 +183,12 @@ impl Worker<'_> {
                 // within its output limit.
                 match self.conns.get2_mut(st.0, ct.0) {
                     Some((Conn::Server(s), Conn::Client(c))) if c.id() == cid => {
-                        let limit = self
-                            .ctl
-                            .client_output_limit
-                            .unwrap_or(self.pools[c.pool()].cfg.client_output_limit);
+                        let limit = self.ctl.output_limit(&self.pools[c.pool()]);
                         if let Some((r, input)) = s.rstream_and_input() {
                             if let Some(h) = r.hold.as_mut() {
                                 h.spool.push(&input.bytes()[..n]);
                                 let kept = h.spool.len() + c.out_len();
-                                if limit > 0 && kept > limit {
+                                if super::over_output_limit(limit, kept) {
                                     // The rest of the reply is read and
                                     // dropped; the client goes.
                                     r.hold = None;
