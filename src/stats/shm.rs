@@ -210,12 +210,11 @@ impl Region {
     /// and its carry slot, in `layout`.
     pub fn open(fd: OwnedFd, layout: Layout, slots: usize) -> std::io::Result<Region> {
         let words = layout.slot_words * (slots.max(1) + 1);
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: fstat into a valid stat buffer.
-        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        if (st.st_size as usize) < words * std::mem::size_of::<AtomicU64>() {
+        // Its size, through a `File` of the same descriptor (no copy of it).
+        let file = std::fs::File::from(fd);
+        let size = file.metadata()?.len();
+        let fd = OwnedFd::from(file);
+        if size < (words * std::mem::size_of::<AtomicU64>()) as u64 {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
                 "inherited stats region is smaller than its layout",

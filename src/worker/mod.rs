@@ -143,7 +143,7 @@ pub struct WorkerSetup<'a> {
     pub listeners: Vec<ListenerFd>,
     /// The counters region and this worker's slot in it.
     pub region: &'a Region,
-    /// ReplySlot index.
+    /// This worker's slot in the counters region (its index there).
     pub slot: usize,
     /// The accept mutex (accept_mutex mode).
     pub mutex: Option<&'a AcceptMutex>,
