@@ -2,7 +2,9 @@
 //! memcached (text and meta) to list keys and move one, with timeouts so
 //! a server that stops answering ends the attempt instead of hanging it.
 
-use super::commands::{mc_delete, mc_get, mc_store, migrate, resp_command, restore, Target};
+use super::commands::{
+    dump, mc_delete, mc_get, mc_store, migrate, pttl, resp_command, restore, Target,
+};
 use crate::config::{PoolConfig, ServerAddr};
 use std::io::{self, Read, Write};
 use std::time::{Duration, Instant};
@@ -329,8 +331,8 @@ impl Conn {
         let mut req = Vec::with_capacity(keys.iter().map(|k| k.len() * 2 + 40).sum());
         for key in keys {
             if self.redis {
-                req.extend_from_slice(&resp_command(&[b"DUMP", key]));
-                req.extend_from_slice(&resp_command(&[b"PTTL", key]));
+                req.extend_from_slice(&dump(key));
+                req.extend_from_slice(&pttl(key));
             } else {
                 req.extend_from_slice(&mc_get(key));
             }

@@ -77,6 +77,21 @@ pub fn migrate(to: &Target, timeout_ms: u64, keys: &[&[u8]]) -> Vec<u8> {
     resp_command(&args)
 }
 
+/// `DUMP key`: the key's value, serialized.
+pub fn dump(key: &[u8]) -> Vec<u8> {
+    resp_command(&[b"DUMP", key])
+}
+
+/// `PTTL key`: its time to live in ms (-1: none, -2: no key).
+pub fn pttl(key: &[u8]) -> Vec<u8> {
+    resp_command(&[b"PTTL", key])
+}
+
+/// `DEL key`.
+pub fn del(key: &[u8]) -> Vec<u8> {
+    resp_command(&[b"DEL", key])
+}
+
 /// The `RESTORE` that recreates `key` from its `DUMP` payload and `PTTL`.
 pub fn restore(key: &[u8], pttl: i64, payload: &[u8]) -> Vec<u8> {
     let ttl = restore_ttl(pttl);
@@ -176,6 +191,13 @@ mod tests {
         assert_eq!(restore_ttl(-1), "0");
         assert_eq!(restore_ttl(0), "1");
         assert_eq!(restore_ttl(1500), "1500");
+    }
+
+    #[test]
+    fn reads_and_deletes() {
+        assert_eq!(dump(b"k"), b"*2\r\n$4\r\nDUMP\r\n$1\r\nk\r\n");
+        assert_eq!(pttl(b"k"), b"*2\r\n$4\r\nPTTL\r\n$1\r\nk\r\n");
+        assert_eq!(del(b"k"), b"*2\r\n$3\r\nDEL\r\n$1\r\nk\r\n");
     }
 
     #[test]

@@ -33,7 +33,7 @@ use super::Worker;
 use crate::config::PoolConfig;
 use crate::hash::{Placement, RingServer};
 use crate::migrate::commands::{
-    mc_delete, mc_get, mc_store, migrate, resp_command, restore, Target,
+    del, dump, mc_delete, mc_get, mc_store, migrate, pttl, restore, Target,
 };
 use crate::proto::redis::moving::{self as redis_moving, Migrated};
 use crate::proto::{Op, Parse, Protocol, Request, Route};
@@ -354,25 +354,12 @@ impl Worker<'_> {
         let server_move = self.pull_migrate(token, idx, &key, old);
         let sent = match (proto, server_move) {
             (Protocol::Redis, Some(cmd)) => {
-                let dump = resp_command(&[b"DUMP", &key]);
+                let dump = dump(&key);
                 self.pull_send_as(token, old, idx, PullPart::Migrate, &cmd, &dump, now)
             }
             (Protocol::Redis, None) => {
-                self.pull_send(
-                    token,
-                    old,
-                    idx,
-                    PullPart::Dump,
-                    &resp_command(&[b"DUMP", &key]),
-                    now,
-                ) && self.pull_send(
-                    token,
-                    old,
-                    idx,
-                    PullPart::Ttl,
-                    &resp_command(&[b"PTTL", &key]),
-                    now,
-                )
+                self.pull_send(token, old, idx, PullPart::Dump, &dump(&key), now)
+                    && self.pull_send(token, old, idx, PullPart::Ttl, &pttl(&key), now)
             }
             (Protocol::Memcache, _) => {
                 self.pull_send(token, old, idx, PullPart::Get, &mc_get(&key), now)
@@ -595,7 +582,7 @@ impl Worker<'_> {
                 .filter(|o| !(p.news.contains(o) || moved && *o == p.olds[p.at]))
                 .collect();
             let del = match proto {
-                Protocol::Redis => resp_command(&[b"DEL", &p.key]),
+                Protocol::Redis => del(&p.key),
                 Protocol::Memcache => mc_delete(&p.key),
             };
             for server in stale {

@@ -5,8 +5,6 @@
 use super::conn::{Conn, Server, ServerRef, Waiter};
 use super::fault::{Ending, IoFault, ServerFault};
 use super::{Worker, READ_BUDGET, READ_CHUNK};
-use crate::proto::redis::reply::command;
-use crate::proto::Op;
 use crate::stats::{PoolField, ServerField, WorkerField};
 use mio::{Interest, Token};
 use std::io::{ErrorKind, Write};
@@ -195,57 +193,24 @@ impl Worker<'_> {
         if !self.pools[pool].cfg.redis {
             return;
         }
-        let op = |name: &[u8]| {
-            crate::proto::redis::Cmd::lookup(name).map(|cmd| {
-                Op::Redis(crate::proto::redis::RedisOp {
-                    cmd,
-                    class: cmd.class(),
-                })
-            })
-        };
-        if let (Some(pw), Some(op)) = (self.pools[pool].cfg.redis_auth.clone(), op(b"AUTH")) {
-            let user = self.pools[pool].cfg.security.redis_auth_user.clone();
-            self.enqueue(
-                token,
-                Some(Waiter::Internal),
-                op,
-                |out| match &user {
-                    // A Redis 6 ACL user (`redis_auth_user`).
-                    Some(u) => command(&[b"AUTH", u.as_bytes(), pw.as_bytes()], out),
-                    None => command(&[b"AUTH", pw.as_bytes()], out),
+        let steps = {
+            let p = &self.pools[pool];
+            crate::proto::redis::handshake::handshake(
+                &crate::proto::redis::handshake::ServerSetup {
+                    password: p.cfg.redis_auth.as_deref(),
+                    user: p.cfg.security.redis_auth_user.as_deref(),
+                    db: p.cfg.redis_db,
+                    read_replicas: p.cfg.cluster_read_replicas,
+                    resp3: p.servers[server].slot_is_resp3(slot),
                 },
-                now,
-            );
-        }
-        let db = self.pools[pool].cfg.redis_db;
-        if let (true, Some(op)) = (db != 0, op(b"SELECT")) {
+            )
+        };
+        for (op, bytes) in steps {
             self.enqueue(
                 token,
                 Some(Waiter::Internal),
                 op,
-                |out| command(&[b"SELECT", db.to_string().as_bytes()], out),
-                now,
-            );
-        }
-        if let (true, Some(op)) = (self.pools[pool].cfg.cluster_read_replicas, op(b"PING")) {
-            // Lets a cluster replica serve reads of its master's slots.
-            self.enqueue(
-                token,
-                Some(Waiter::Internal),
-                op,
-                |out| command(&[b"READONLY"], out),
-                now,
-            );
-        }
-        if let (true, Some(op)) = (
-            self.pools[pool].servers[server].slot_is_resp3(slot),
-            op(b"HELLO"),
-        ) {
-            self.enqueue(
-                token,
-                Some(Waiter::Internal),
-                op,
-                |out| command(&[b"HELLO", b"3"], out),
+                |out| out.extend_from_slice(&bytes),
                 now,
             );
         }

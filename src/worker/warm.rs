@@ -9,7 +9,7 @@
 
 use super::conn::{Conn, Waiter};
 use super::Worker;
-use crate::migrate::commands::{mc_get, mc_store, resp_command, restore};
+use crate::migrate::commands::{dump, mc_get, mc_store, pttl, restore};
 use crate::proto::memcache::moving::meta_value;
 use crate::proto::redis::moving::{bulk_payload, integer};
 use crate::proto::{Parse, Protocol};
@@ -42,7 +42,7 @@ impl Worker<'_> {
             dump: None,
         });
         let first = match self.pools[pool].proto {
-            Protocol::Redis => resp_command(&[b"DUMP", key]),
+            Protocol::Redis => dump(key),
             Protocol::Memcache => mc_get(key),
         };
         if !self.warm_send(pool, warm, Some(idx), &first) {
@@ -102,7 +102,7 @@ impl Worker<'_> {
                         return;
                     }
                 }
-                if !self.warm_send(pool, warm, Some(idx), &resp_command(&[b"PTTL", &key])) {
+                if !self.warm_send(pool, warm, Some(idx), &pttl(&key)) {
                     self.warms.remove(idx);
                 }
                 return;

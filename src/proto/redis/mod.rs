@@ -20,6 +20,7 @@ mod args;
 pub mod cluster;
 pub mod commands;
 mod fast;
+pub mod handshake;
 pub mod info;
 mod inline;
 pub mod keyspace;
