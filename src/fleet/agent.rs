@@ -272,7 +272,7 @@ impl Agent {
 
     /// A new configuration text: checked, kept, and the master told.
     fn apply(&mut self, kv: &Kv) {
-        let name = &self.opts.name;
+        let name = &self.opts.name.clone();
         if kv.value.is_empty() {
             crate::log_warn!(
                 "fleet '{name}': configuration key deleted (revision {}); keeping the running one",
@@ -295,6 +295,7 @@ impl Agent {
             self.seen = kv.mod_revision;
             return;
         }
+        self.keep_lineage(kv.mod_revision);
         let text = super::cache_text(name, kv.mod_revision, &yaml);
         if let Err(e) = super::write_atomic(&path, text.as_bytes()) {
             crate::log_error!("fleet '{name}': cannot write {}: {e}", path.display());
@@ -309,6 +310,27 @@ impl Agent {
         // SAFETY: kill with the parent's pid and a valid signal.
         unsafe {
             libc::kill(libc::getppid(), libc::SIGHUP);
+        }
+    }
+
+    /// Writes the lineage of `revision` beside the last-good file, for a
+    /// restart of this instance while etcd is down (the running master
+    /// keeps its lineage in memory across reloads). Unreadable: the file
+    /// is removed, and such a restart starts without earlier placements.
+    fn keep_lineage(&mut self, revision: i64) {
+        let name = self.opts.name.clone();
+        let read = self
+            .etcd
+            .list_at(&super::config_key(&name), revision)
+            .and_then(|kvs| Ok((kvs, self.etcd.list(&super::members_prefix(&name))?)));
+        match read {
+            Ok((kvs, members)) => {
+                super::write_joined(&self.opts, &super::Joined::from_etcd(&name, &kvs, &members))
+            }
+            Err(e) => {
+                crate::log_warn!("fleet '{name}': lineage of revision {revision} not read: {e}");
+                let _ = std::fs::remove_file(self.opts.lineage_path());
+            }
         }
     }
 

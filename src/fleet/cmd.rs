@@ -93,7 +93,7 @@ fn apply(etcd: &mut Etcd, fleet: &str, file: &std::path::Path, wait: Option<f64>
             return 1;
         }
     };
-    let rev = match etcd.put(&super::config_key(fleet), &text, 0) {
+    let rev = match publish(etcd, fleet, &text) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("walnut fleet: {e}");
@@ -136,6 +136,47 @@ fn apply(etcd: &mut Etcd, fleet: &str, file: &std::path::Path, wait: Option<f64>
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Writes `text` as the fleet's configuration and, in the same
+/// transaction, its lineage: the configuration it replaces, then the
+/// earlier ones unless every `migration: true` pool of the one it replaces
+/// is known to have ended its migration (`super::settled_pools`). A
+/// configuration written meanwhile by another `apply` makes it start over.
+fn publish(etcd: &mut Etcd, fleet: &str, text: &[u8]) -> std::io::Result<i64> {
+    let key = super::config_key(fleet);
+    for _ in 0..10 {
+        let kvs = etcd.list(&key)?;
+        let (current, earlier) = super::split_config(fleet, &kvs);
+        let mut lineage = Vec::new();
+        let at = current.as_ref().map_or(0, |c| c.mod_revision);
+        if let Some(cur) = current.filter(|c| !c.value.is_empty()) {
+            let yaml = String::from_utf8_lossy(&cur.value).into_owned();
+            let path = std::path::Path::new("(the fleet's configuration)");
+            if let Ok(cfg) = crate::config::Config::from_str(&yaml, path) {
+                let members: Vec<Value> = members(etcd, fleet)?;
+                let settled = super::settled_pools(&members, cur.mod_revision);
+                let ended = cfg
+                    .pools
+                    .iter()
+                    .filter(|p| p.migration)
+                    .all(|p| settled.contains(&p.name));
+                lineage.push((cur.mod_revision, yaml));
+                if !ended {
+                    lineage.extend(earlier);
+                }
+            }
+        }
+        let value = super::lineage_text(&lineage);
+        let puts: [(&[u8], &[u8]); 2] =
+            [(&key, text), (&super::lineage_key(fleet), value.as_bytes())];
+        if let Some(rev) = etcd.put_all_if(&key, at, &puts)? {
+            return Ok(rev);
+        }
+    }
+    Err(std::io::Error::other(
+        "the configuration kept changing while it was written; apply again",
+    ))
 }
 
 fn members(etcd: &mut Etcd, fleet: &str) -> std::io::Result<Vec<Value>> {

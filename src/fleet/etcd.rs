@@ -1,12 +1,12 @@
 //! A blocking client of etcd's v3 JSON gateway (HTTP/1.1 on the client
-//! port: `/v3/kv/range`, `/v3/kv/put`, `/v3/watch`, `/v3/lease/grant`,
-//! `/v3/lease/keepalive`; keys and values base64, 64-bit numbers as JSON
-//! strings).
+//! port: `/v3/kv/range`, `/v3/kv/put`, `/v3/kv/txn`, `/v3/watch`,
+//! `/v3/lease/grant`, `/v3/lease/keepalive`; keys and values base64,
+//! 64-bit numbers as JSON strings).
 //!
 //! Written here rather than taken from a crate: the maintained etcd
 //! clients (etcd-client, etcd-rs) are gRPC over tonic and bring tokio, a
 //! runtime with threads, and some hundred crates; what walnut needs is
-//! five calls a few times a second, and the gateway is part of every etcd
+//! a few calls a few times a second, and the gateway is part of every etcd
 //! 3.4 and later. Plain `http://` only (no TLS to etcd). The calls block
 //! with timeouts; they run in the fleet agent (`agent.rs`), a process of
 //! its own, and in `walnut fleet`, never in the master or a worker.
@@ -169,6 +169,52 @@ impl Etcd {
             .as_array()
             .map(|a| a.iter().map(kv_of).collect())
             .unwrap_or_default())
+    }
+
+    /// Every key under `prefix` as the store was at `revision` (an error
+    /// once that revision was compacted away).
+    pub fn list_at(&mut self, prefix: &[u8], revision: i64) -> io::Result<Vec<Kv>> {
+        let v = self.call(
+            "/v3/kv/range",
+            &json!({
+                "key": b64(prefix),
+                "range_end": b64(&prefix_end(prefix)),
+                "revision": revision.to_string(),
+            }),
+        )?;
+        Ok(v["kvs"]
+            .as_array()
+            .map(|a| a.iter().map(kv_of).collect())
+            .unwrap_or_default())
+    }
+
+    /// Writes every `(key, value)` of `puts` in one transaction, if `key`
+    /// was last written at `mod_revision` (0: it does not exist): the
+    /// revision written, or `None` when `key` changed meanwhile.
+    pub fn put_all_if(
+        &mut self,
+        key: &[u8],
+        mod_revision: i64,
+        puts: &[(&[u8], &[u8])],
+    ) -> io::Result<Option<i64>> {
+        let success: Vec<Value> = puts
+            .iter()
+            .map(|(k, v)| json!({ "request_put": { "key": b64(k), "value": b64(v) } }))
+            .collect();
+        let body = json!({
+            "compare": [{
+                "key": b64(key),
+                "target": "MOD",
+                "result": "EQUAL",
+                "mod_revision": mod_revision.to_string(),
+            }],
+            "success": success,
+        });
+        let v = self.call("/v3/kv/txn", &body)?;
+        Ok(v["succeeded"]
+            .as_bool()
+            .unwrap_or(false)
+            .then(|| num(&v["header"]["revision"])))
     }
 
     /// Writes `key`, bound to `lease` when not 0; the revision written.

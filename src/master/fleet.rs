@@ -8,7 +8,9 @@
 use super::channel::Message;
 use super::Master;
 use crate::config::runtime::Param;
+use crate::config::Config;
 use crate::fleet::FleetOpts;
+use crate::migrate::Lineage;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -82,6 +84,48 @@ impl Master {
         }
     }
 
+    /// The lineage a member starts with: the earlier configurations etcd
+    /// lists with the revision of its configuration file
+    /// (`fleet::Joined`), so that it fences, waits for the fleet's
+    /// barrier and then pulls moved keys as the members that reloaded do.
+    pub(super) fn fleet_lineage(&mut self, config: &Config) -> Lineage {
+        let Some(opts) = self.fleet_opts().cloned() else {
+            return Lineage::default();
+        };
+        let revision = std::fs::read_to_string(&self.opts.conf_path)
+            .map(|t| crate::fleet::revision_in(&t))
+            .unwrap_or(0);
+        let joined = std::fs::read_to_string(opts.lineage_path())
+            .ok()
+            .and_then(|t| crate::fleet::Joined::from_text(&t));
+        let Some(joined) = joined.filter(|j| j.revision == revision && revision != 0) else {
+            crate::log_warn!(
+                "fleet '{}': no lineage for revision {revision}; starting without earlier placements",
+                opts.name
+            );
+            return Lineage::default();
+        };
+        match joined.lineage(config) {
+            Ok(l) => {
+                if !l.is_empty() {
+                    crate::log_notice!(
+                        "fleet '{}': revision {revision} migrates; this member joins: moved keys are refused until the fleet's barrier, then pulled",
+                        opts.name
+                    );
+                    self.pending_migrations = true;
+                }
+                l
+            }
+            Err(e) => {
+                crate::log_error!(
+                    "fleet '{}': the earlier configurations of revision {revision} cannot be read: {e}",
+                    opts.name
+                );
+                Lineage::default()
+            }
+        }
+    }
+
     /// Each pass: restart the agent when due, rewrite the state file when
     /// what it says changed.
     pub(super) fn fleet_due(&mut self) {
@@ -111,11 +155,14 @@ impl Master {
         if let Some(g) = &self.current {
             for p in &g.config.pools {
                 listen.push(json!(p.listen.to_string()));
+                // `done` and `steady` tell a member that starts that the
+                // pool's migration to this revision ended
+                // (`fleet::settled_pools`): a migration of an earlier
+                // change, done, does not say it while a new one waits.
+                let switching = self.pending_migrations && !self.lineage.of(&p.name).is_empty();
                 let phase = match self.migrations.iter().find(|m| m.pool == p.name) {
+                    _ if switching => "switching",
                     Some(m) => m.progress.state().name(),
-                    None if self.pending_migrations && !self.lineage.of(&p.name).is_empty() => {
-                        "switching"
-                    }
                     None => "steady",
                 };
                 pools.insert(p.name.clone(), json!(phase));

@@ -121,11 +121,13 @@ impl Master {
     }
 
     /// The lineage of the first generation: none, or what a previous
-    /// binary handed down, applied to `config`.
+    /// binary handed down, applied to `config`; in a fleet, else, the
+    /// earlier configurations etcd lists with the revision it starts from
+    /// (a migration in progress when this member started).
     pub(super) fn inherit_migrations(&mut self, config: &Config) -> Lineage {
         let texts = std::mem::take(&mut self.inherited_lineage);
         if texts.is_empty() {
-            return Lineage::default();
+            return self.fleet_lineage(config);
         }
         match Lineage::import(&texts, config) {
             Ok(l) => {

@@ -149,7 +149,8 @@ pub struct WorkerStart<'a> {
     /// Earlier configurations of the pools that migrate.
     pub lineage: &'a crate::migrate::Lineage,
     /// A fleet member's page (`fleet/page.rs`), and whether its migrating
-    /// pools start fenced (a reload: until the fleet's barrier passes).
+    /// pools start fenced (a reload, or a start while a migration runs:
+    /// until the fleet's barrier passes).
     pub fleet: Option<(crate::fleet::page::FleetPage, bool)>,
 }
 

@@ -69,7 +69,9 @@ impl Master {
                 cpu: cpu_for(&gen.config, index),
                 handin: Some(handin),
                 lineage: &gen.lineage,
-                fleet: self.fleet_page.map(|p| (p, gen.id > 1)),
+                fleet: self
+                    .fleet_page
+                    .map(|p| (p, gen.id > 1 || !gen.lineage.is_empty())),
             });
         }
         drop(worker_end);

@@ -362,3 +362,128 @@ def test_etcd_stopped_in_steady_state(procs):
     assert plain.set("k", "v") and plain.get("k") == b"v"
     etcd.start()
     wait_for(lambda: redis_or_mc_ok("redis", m.ports[1]), 15, "mig serves again", step=0.05)
+
+
+JOIN_COUNTERS = 2000
+#: What every counter holds before the change: an increment sent to a
+#: moved counter's new owner before its value came over (a member without
+#: the earlier placement) loses this much.
+JOIN_BASE = 1000
+
+
+class CounterLoad:
+    """Clients INCRing shared counters through every member in ``ports``
+    (a list the test may extend), in turn, without retries; a failed
+    client is replaced by a new connection."""
+
+    def __init__(self, ports: list[int]):
+        self.ports = ports
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.incr_acked = [0] * JOIN_COUNTERS
+        self.acked = 0
+        self.refused = 0
+        self.errors: list[str] = []
+        self.threads = [threading.Thread(target=self.run, args=(i,), daemon=True) for i in range(CLIENTS)]
+
+    def run(self, n: int) -> None:
+        rnd = random.Random(100 + n)
+        clients: dict[int, redis.Redis] = {}
+        seq = 0
+        while not self.stop.is_set():
+            port = self.ports[seq % len(self.ports)]
+            seq += 1
+            c = clients.get(port)
+            if c is None:
+                c = clients[port] = redis.Redis(host=HOST, port=port, socket_timeout=5, retry=Retry(NoBackoff(), 0))
+            i = rnd.randrange(JOIN_COUNTERS)
+            try:
+                c.incr(f"j:{i}")
+                with self.lock:
+                    self.incr_acked[i] += 1
+                    self.acked += 1
+            except Exception as e:  # noqa: BLE001 - a failed write is not acknowledged
+                with self.lock:
+                    self.refused += 1
+                    if len(self.errors) < 5:
+                        self.errors.append(str(e) if isinstance(e, redis.ResponseError) else repr(e))
+                if not isinstance(e, redis.ResponseError):
+                    clients.pop(port, None)
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=15)
+
+    def lost(self, port: int) -> tuple[int, int]:
+        """(increments lost, counters that lost some), read through one
+        member."""
+        r = redis.Redis(host=HOST, port=port, socket_timeout=10)
+        lost = counters = 0
+        for start in range(0, JOIN_COUNTERS, 500):
+            keys = [f"j:{i}" for i in range(start, min(start + 500, JOIN_COUNTERS))]
+            for i, v in zip(range(start, start + len(keys)), r.mget(keys)):
+                short = JOIN_BASE + self.incr_acked[i] - int(v or 0)
+                if short > 0:
+                    lost += short
+                    counters += 1
+        return lost, counters
+
+
+@pytest.mark.parametrize("how", ["restarted_after_go", "restarted_in_barrier", "started_after_go"])
+def test_a_member_started_mid_migration_joins_it(procs, how):
+    """A member SIGKILLed and started again while the fleet migrates (after
+    the barrier passed, or while it waits for that member), or a fourth
+    member started after the barrier: it takes the earlier configuration
+    from etcd, fences moved keys until the barrier passed for it, then
+    pulls them as the others do. Without the earlier placement its INCR of
+    a moved counter would land on the new owner before the value came
+    over, and the pull would then drop the old value."""
+    f = Fleet(procs, "redis", ttl=2)
+    a, b, c = f.members
+    r0 = redis.Redis(host=HOST, port=f.ports[0], socket_timeout=10)
+    pipe = r0.pipeline(transaction=False)
+    for i in range(JOIN_COUNTERS):
+        pipe.set(f"j:{i}", JOIN_BASE)
+    pipe.execute()
+    # Slow enough that the migration still runs when the member comes back.
+    f.pools["p"]["migration_rate"] = 100
+    ports = list(f.ports)
+    joined = c
+    with CounterLoad(ports) as load:
+        wait_for(lambda: load.acked > 1000, 20, "load running")
+        t0 = time.monotonic()
+        if how == "restarted_in_barrier":
+            # The others wait for c's lease (2 s); c is back before it ends.
+            c.kill()
+            assert f.add_server(wait=None).returncode == 0
+            c.start()
+        else:
+            assert f.add_server(wait=None).returncode == 0
+        wait_for(lambda: f.migration_started(a) and f.migration_started(b), 10, "barrier passed", step=0.05)
+        barrier = time.monotonic() - t0
+        if how == "restarted_after_go":
+            c.kill()
+            c.start()
+        elif how == "started_after_go":
+            joined = start(procs, Member(procs.workdir, f.etcd.url, FLEET, "d", [f.ports[0]], offset=port_offset(f.ports[0]), ttl=2))
+            ports.append(joined.ports[0])
+        wait_for(lambda: redis_or_mc_ok("redis", joined.ports[0]), 15, "the member serves", step=0.05)
+        # Still migrating when it joined: the others' migrators have not
+        # ended.
+        running = not all("state=done" in m.admin("migration") for m in (a, b))
+        at = load.acked
+        wait_for(lambda: load.acked > at + 3000, 60, "load after the member joined")
+    f.wait_done([a, b])
+    lost = load.lost(f.ports[0])
+    print(f"redis, member {how}: acknowledged {load.acked} increments, refused {load.refused}, "
+          f"lost {lost[0]} increments on {lost[1]} counters; barrier passed {barrier:.2f} s after the apply; "
+          f"migration still running when it served: {running}; errors seen: {sorted(set(load.errors))[:3]}")
+    assert lost == (0, 0)
+    # It took part: its own migrator ran and ended.
+    wait_for(lambda: "state=done" in joined.admin("migration"), 60, "the joined member's migration done", step=0.2)
