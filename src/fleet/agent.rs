@@ -58,10 +58,6 @@ struct Agent {
     go: i64,
     /// When this master was seen to prepare a revision still waiting.
     prepared_at: Option<Instant>,
-    /// The lease ended: the others may have passed a barrier without this
-    /// member, so it is in step again only once no generation of its own
-    /// routes by an older configuration than etcd's (`mark_in_step`).
-    catching_up: bool,
 }
 
 /// Set by SIGTERM (the master stops): the agent revokes its lease, so the
@@ -111,7 +107,6 @@ pub fn run(opts: FleetOpts, page: FleetPage) -> i32 {
         prepared: 0,
         go,
         prepared_at: None,
-        catching_up: false,
     };
     let mut failing = false;
     while master_alive() {
@@ -143,7 +138,6 @@ impl Agent {
         // A lease that ended while etcd could not be reached is replaced.
         if self.lease != 0 && !self.renew()? {
             self.lease = 0;
-            self.catching_up = true;
         }
         if self.lease == 0 {
             let sent = mono_ms();
@@ -187,7 +181,6 @@ impl Agent {
                         self.lease
                     );
                     self.lease = 0;
-                    self.catching_up = true;
                     return Ok(());
                 }
                 renewed = Instant::now();
@@ -220,26 +213,19 @@ impl Agent {
 
     /// Tells the workers until when they may route `migration: true`
     /// pools: while the lease surely lasts, once the master runs the
-    /// configuration last received from etcd. After the lease ended, also
-    /// only once the master prepared that configuration (no generation of
-    /// its own routes by an older placement): the others may have passed
-    /// its barrier and be moving keys, and an older generation still
-    /// draining would write moved keys to their old owners.
-    fn mark_in_step(&mut self) {
+    /// configuration last received from etcd. A member that lapsed (the
+    /// others may have passed a barrier without it) routes again only once
+    /// its placement switch to that configuration is done as well: until
+    /// then its older generation still reads requests and routes them by
+    /// the older placement, which would write a moved key to its old
+    /// owner after another member pulled it.
+    fn mark_in_step(&self) {
         if self.lease == 0 || self.applied != self.written {
             return;
         }
-        if self.catching_up {
-            if self.prepared < self.written {
-                return;
-            }
-            self.catching_up = false;
-            crate::log_notice!(
-                "fleet agent: caught up with revision {}: in step again",
-                self.written
-            );
+        if self.prepared == self.written || self.page.in_step() {
+            self.page.set_in_step_until(self.lease_until);
         }
-        self.page.set_in_step_until(self.lease_until);
     }
 
     /// Passes the barrier of the prepared revision when every member

@@ -10,7 +10,8 @@
 //! pools. A frozen instance (SIGSTOP), or one cut off from etcd, finds the
 //! moment passed when it runs again and refuses their requests until its
 //! agent has renewed the lease or registered again and the master has
-//! applied the configuration etcd holds.
+//! applied the configuration etcd holds, with its placement switch done
+//! (no older generation of its own still routes requests).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
