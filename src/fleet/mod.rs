@@ -21,7 +21,9 @@
 //! the master SIGHUP; the master reloads that file as it would `-c`. The
 //! master reports what it applied in `DIR/NAME-ID.state` (JSON, rewritten
 //! when it changes), which the agent publishes; the agent writes the
-//! members it sees to `DIR/NAME-ID.members` for the admin port's `fleet`.
+//! members it sees to `DIR/NAME-ID.members` for the admin port's `fleet`,
+//! and the lineage of each revision it receives to `DIR/NAME-ID.lineage`
+//! (read by the master when it starts, [`Joined`]).
 
 pub mod agent;
 pub mod cmd;
