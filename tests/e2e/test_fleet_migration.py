@@ -487,3 +487,13 @@ def test_a_member_started_mid_migration_joins_it(procs, how):
     assert lost == (0, 0)
     # It took part: its own migrator ran and ended.
     wait_for(lambda: "state=done" in joined.admin("migration"), 60, "the joined member's migration done", step=0.2)
+    if how == "started_after_go":
+        # After `done`: members report the pool done at this revision, so a
+        # member starting now has no earlier placement for it (nothing to
+        # fence, pull or walk) and serves at once.
+        late = start(procs, Member(procs.workdir, f.etcd.url, FLEET, "e", [f.ports[0]], offset=port_offset(f.ports[0]), ttl=2))
+        wait_for(lambda: redis_or_mc_ok("redis", late.ports[0]), 15, "the late member serves", step=0.05)
+        assert "state=" not in late.admin("migration")
+        assert status(f.etcd, FLEET)["members"] and any(
+            m["id"] == "e" and m["pools"] == {"p": "steady"} for m in status(f.etcd, FLEET)["members"])
+        assert int(redis.Redis(host=HOST, port=late.ports[0], socket_timeout=5).get("j:0")) == JOIN_BASE + load.incr_acked[0]
