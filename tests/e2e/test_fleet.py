@@ -118,8 +118,11 @@ def test_last_good_configuration_serves_while_etcd_is_down(procs):
     assert client(a2.ports[0]).get("x") == b"1"
     assert a2.revision() == applied
     assert "etcd" in a2.output_tail()
-    # etcd back: the next change reaches it.
+    # etcd back: the next change reaches it. `apply --wait` waits for the
+    # members listed, so a2 must have registered again first (its agent
+    # retries every 0.5 s; with no member listed the wait ends at once).
     etcd.start()
+    wait_for(lambda: [m["id"] for m in status(etcd, FLEET)["members"]] == ["a"], 10, "a2 registered", step=0.05)
     pools["alpha"]["timeout"] = 1500
     r = apply(etcd, FLEET, procs.workdir, pools, wait=10)
     assert r.returncode == 0, r.stdout + r.stderr
