@@ -3,8 +3,8 @@
 //! waits and no pool `timeout` cuts it; the connection closes with its
 //! reply or its client.
 
+use super::conn::Origin;
 use super::conn::{Conn, ReplySlot, ReplyTo, ServerRef};
-use super::forward::At;
 use super::Worker;
 use crate::proto::Request;
 use std::time::Instant;
@@ -13,8 +13,14 @@ impl Worker<'_> {
     /// A blocking command (BLPOP, BLMOVE, XREAD ... BLOCK, ...) on a server
     /// connection of its own: nothing queued behind it waits, no pool
     /// `timeout` cuts it, and it closes with its reply or its client.
-    pub(super) fn forward_blocking(&mut self, at: At, req: &Request, bytes: &[u8], now: Instant) {
-        let At {
+    pub(super) fn forward_blocking(
+        &mut self,
+        at: Origin,
+        req: &Request,
+        bytes: &[u8],
+        now: Instant,
+    ) {
+        let Origin {
             token,
             client_id,
             pool,

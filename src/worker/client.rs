@@ -1,10 +1,10 @@
 //! Client side of the data path: read, parse, route, queue replies in
 //! order, write.
 
+use super::conn::Origin;
 use super::conn::{Client, ClientRef, Conn, ReplySlot, Server, Waiter};
 use super::conn_state::AfterPull;
 use super::fault::ServerFault;
-use super::forward::At;
 use super::server_conn::Queued;
 use super::stream::StreamStart;
 use super::txn::TxnStep;
@@ -453,7 +453,7 @@ impl Worker<'_> {
             }
             Route::Broadcast => {
                 self.forward_broadcast(
-                    At {
+                    Origin {
                         token,
                         client_id,
                         pool,
@@ -479,7 +479,7 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get(token.0) else {
             return;
         };
-        let at = At {
+        let at = Origin {
             token,
             client_id: c.id(),
             pool: c.pool(),

@@ -343,6 +343,14 @@ pub struct Inflight {
     pub key: crate::stats::slowlog::KeyPrefix,
 }
 
+/// Where a request came from: its client's connection and id, and its pool.
+#[derive(Debug, Clone, Copy)]
+pub struct Origin {
+    pub token: Token,
+    pub client_id: u64,
+    pub pool: usize,
+}
+
 /// A connection of the worker.
 #[derive(Debug)]
 pub enum Conn {

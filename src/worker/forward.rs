@@ -2,7 +2,7 @@
 //! server, and for replicated memcached pools every replica (writes) or
 //! one replica with the next tried on failure (reads).
 
-use super::conn::{Conn, Fragment, Multi, MultiMode, Redirect, ReplySlot, ReplyTo, Retry};
+use super::conn::{Conn, Fragment, Multi, MultiMode, Origin, Redirect, ReplySlot, ReplyTo, Retry};
 use super::fault::ServerFault;
 use super::zones::{owners_slot, zone_tag};
 use super::{Worker, WRITE_THROUGH_MIN};
@@ -16,14 +16,6 @@ use std::time::Instant;
 /// A split request's key indices per server: (server, indices in client
 /// order), in the order the servers first appear.
 type KeyGroups = SmallVec<[(usize, Vec<usize>); 4]>;
-
-/// Who a request is for: the client's connection and id, and its pool.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct At {
-    pub token: Token,
-    pub client_id: u64,
-    pub pool: usize,
-}
 
 impl Worker<'_> {
     /// The server connection slot a client uses for a server: fixed per
@@ -120,13 +112,13 @@ impl Worker<'_> {
     /// server that owns its key, its slot owner, a replica, its zones.
     pub(super) fn forward_single(
         &mut self,
-        at: At,
+        at: Origin,
         plan: &Plan,
         req: &Request,
         bytes: &[u8],
         now: Instant,
     ) {
-        let At {
+        let Origin {
             token,
             client_id,
             pool,
@@ -312,8 +304,8 @@ impl Worker<'_> {
 
     /// Replicated pool: reads go to one replica (the rest kept for
     /// failover), writes to every replica.
-    fn forward_replicated(&mut self, at: At, req: &Request, bytes: &[u8], now: Instant) {
-        let At {
+    fn forward_replicated(&mut self, at: Origin, req: &Request, bytes: &[u8], now: Instant) {
+        let Origin {
             token,
             client_id,
             pool,
@@ -338,8 +330,14 @@ impl Worker<'_> {
     /// A sentinel pool's single-key read, to a replica of its shard by
     /// `read_from` (the master kept to fail over to when the replica
     /// cannot be reached). False when the master serves it.
-    fn forward_to_replica(&mut self, at: At, req: &Request, bytes: &[u8], now: Instant) -> bool {
-        let At {
+    fn forward_to_replica(
+        &mut self,
+        at: Origin,
+        req: &Request,
+        bytes: &[u8],
+        now: Instant,
+    ) -> bool {
+        let Origin {
             token,
             client_id,
             pool,
@@ -448,13 +446,13 @@ impl Worker<'_> {
     /// Split a multi-key request per server.
     pub(super) fn forward_multi(
         &mut self,
-        at: At,
+        at: Origin,
         plan: &Plan,
         req: Request,
         bytes: &[u8],
         now: Instant,
     ) {
-        let At {
+        let Origin {
             token,
             client_id,
             pool,

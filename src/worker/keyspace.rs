@@ -3,8 +3,7 @@
 //! PUBSUB, FLUSHALL/FLUSHDB behind `allow_flush`, SCRIPT), or walked
 //! server by server (SCAN), and memcached's `flush_all`.
 
-use super::conn::{Fragment, Multi, MultiMode, ReplySlot, ReplyTo};
-use super::forward::At;
+use super::conn::{Fragment, Multi, MultiMode, Origin, ReplySlot, ReplyTo};
 use super::Worker;
 use crate::proto::{Op, Request};
 use crate::stats::PoolField;
@@ -13,8 +12,14 @@ use std::time::Instant;
 impl Worker<'_> {
     /// Send a request to every server of the pool (memcached flush_all when
     /// the pool has `allow_flush`, Redis SCRIPT LOAD/FLUSH).
-    pub(super) fn forward_broadcast(&mut self, at: At, req: Request, bytes: &[u8], now: Instant) {
-        let At {
+    pub(super) fn forward_broadcast(
+        &mut self,
+        at: Origin,
+        req: Request,
+        bytes: &[u8],
+        now: Instant,
+    ) {
+        let Origin {
             token,
             client_id,
             pool,
@@ -113,8 +118,8 @@ impl Worker<'_> {
     /// SCAN over every server in turn: the client's cursor names the
     /// server and its cursor there (`proto::redis::keyspace`); the reply's
     /// cursor is rewritten on its way back (`process_replies`).
-    pub(super) fn forward_scan(&mut self, at: At, req: &Request, bytes: &[u8], now: Instant) {
-        let At {
+    pub(super) fn forward_scan(&mut self, at: Origin, req: &Request, bytes: &[u8], now: Instant) {
+        let Origin {
             token,
             client_id,
             pool,

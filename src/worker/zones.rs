@@ -30,9 +30,9 @@
 //! (A fragment reply large enough to be held in chunks is not looked at:
 //! its misses stay misses.)
 
+use super::conn::Origin;
 use super::conn::{Conn, Fragment, Multi, MultiMode, ReplySlot, ReplyTo};
 use super::fault::ServerFault;
-use super::forward::At;
 use super::handle::FragOf;
 use super::Worker;
 use crate::config::Routing;
@@ -48,7 +48,7 @@ impl Worker<'_> {
     /// itself (`ZoneRoute::single`): a read, or a write outside warm-up.
     pub(super) fn forward_zoned(
         &mut self,
-        at: At,
+        at: Origin,
         step: ZoneStep,
         req: &Request,
         bytes: &[u8],
