@@ -7,8 +7,11 @@
 //! zero-filling of memory the kernel is about to overwrite). Client
 //! connections borrow their buffers from the worker's pool (`BufPool`) and
 //! give them back when empty, so an idle connection holds no buffer and a
-//! busy one allocates nothing per request.
+//! busy one allocates nothing per request. The same pool lends the queues
+//! a client keeps its owed replies in, given back once nothing is owed.
 
+use super::conn::ReplySlot;
+use std::collections::VecDeque;
 use std::io;
 use std::os::fd::RawFd;
 
@@ -169,10 +172,12 @@ impl Buffer {
     }
 }
 
-/// Empty buffers a worker lends to its connections.
+/// Empty buffers a worker lends to its connections, and empty reply
+/// queues it lends to its clients.
 #[derive(Debug, Default)]
 pub struct BufPool {
     free: Vec<Buffer>,
+    replies: Vec<VecDeque<ReplySlot>>,
 }
 
 /// Buffers kept in the pool; more are freed.
@@ -181,6 +186,11 @@ const POOL_MAX: usize = 256;
 const POOL_MAX_CAPACITY: usize = 256 * 1024;
 /// Size of a new buffer.
 pub const BUF_SIZE: usize = 16 * 1024;
+/// Room of a new reply queue (a client with one request at a time needs
+/// one slot; a pipelining one grows its queue while it holds it).
+const REPLIES_SIZE: usize = 4;
+/// Largest reply queue kept (a long pipeline's is freed).
+const REPLIES_MAX_CAPACITY: usize = 64;
 
 impl BufPool {
     /// An empty buffer, reused when possible.
@@ -200,6 +210,26 @@ impl BufPool {
             && self.free.len() < POOL_MAX
         {
             self.free.push(b);
+        }
+    }
+
+    /// An empty reply queue, reused when possible.
+    #[inline]
+    pub fn take_replies(&mut self) -> VecDeque<ReplySlot> {
+        self.replies
+            .pop()
+            .unwrap_or_else(|| VecDeque::with_capacity(REPLIES_SIZE))
+    }
+
+    /// Give back a reply queue that is empty (anything else is dropped).
+    #[inline]
+    pub fn give_replies(&mut self, q: VecDeque<ReplySlot>) {
+        if q.is_empty()
+            && q.capacity() > 0
+            && q.capacity() <= REPLIES_MAX_CAPACITY
+            && self.replies.len() < POOL_MAX
+        {
+            self.replies.push(q);
         }
     }
 }
@@ -258,5 +288,23 @@ mod tests {
         let b = p.take();
         p.give(b);
         assert_eq!(p.free.len(), 1);
+    }
+
+    #[test]
+    fn pool_lends_and_keeps_empty_reply_queues() {
+        let mut p = BufPool::default();
+        let mut q = p.take_replies();
+        assert!(q.capacity() >= REPLIES_SIZE);
+        q.push_back(ReplySlot::default());
+        p.give_replies(q);
+        assert!(p.replies.is_empty(), "a queue with a slot is not pooled");
+        let q = p.take_replies();
+        p.give_replies(q);
+        assert_eq!(p.replies.len(), 1);
+        let big = VecDeque::with_capacity(REPLIES_MAX_CAPACITY + 1);
+        p.give_replies(big);
+        assert_eq!(p.replies.len(), 1, "a long pipeline's queue is freed");
+        let q = p.take_replies();
+        assert!(q.capacity() >= REPLIES_SIZE && p.replies.is_empty());
     }
 }

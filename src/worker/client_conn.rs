@@ -26,6 +26,12 @@ pub enum Hold {
 /// A client connection. Every field is private, changed through its
 /// methods, so what the data path does to a client (read, queue a reply,
 /// write, hold a request) is named in one place.
+///
+/// An idle client holds this struct and nothing else: its input and
+/// output buffers and its reply queue are lent back to the worker's
+/// [`BufPool`] once empty, and the state of the rarer features is boxed
+/// in [`Rare`], dropped once empty (see `idle_client_size` in the tests
+/// for the byte budget).
 #[derive(Debug)]
 pub struct Client {
     /// Socket.
@@ -43,7 +49,9 @@ pub struct Client {
     swallow: usize,
     /// Output not yet written.
     wbuf: Buffer,
-    /// Replies in request order; `pending[0]` has sequence number `head_seq`.
+    /// Replies in request order; `pending[0]` has sequence number
+    /// `head_seq`. Lent from the pool when input is read, given back once
+    /// empty with the output written (`return_idle_output`).
     pending: VecDeque<ReplySlot>,
     /// Sequence number of `pending[0]`.
     head_seq: u64,
@@ -75,6 +83,15 @@ pub struct Client {
     last_active: Instant,
     /// When it connected (TLS handshake timeout).
     opened: Instant,
+    /// The state of its rarer features; `None` when none is in use.
+    rare: Option<Box<Rare>>,
+}
+
+/// A client's state for the features few clients use at a time, boxed
+/// apart so that an ordinary client does not carry it, and dropped once
+/// it is empty again: every `Client` method that empties a field tidies.
+#[derive(Debug, Default)]
+struct Rare {
     /// A large request being passed to its server as it arrives.
     stream: Option<ReqStream>,
     /// A server whose reading is paused until this client's output drains
@@ -90,6 +107,18 @@ pub struct Client {
     txn: Option<Box<Txn>>,
     /// Pub/sub subscriptions (see `pubsub.rs`).
     subs: Option<Box<Subs>>,
+}
+
+impl Rare {
+    /// Nothing in it: the box can go.
+    fn is_empty(&self) -> bool {
+        self.stream.is_none()
+            && self.rstream_from.is_none()
+            && self.gate.is_none()
+            && self.blocked.is_empty()
+            && self.txn.is_none()
+            && self.subs.is_none()
+    }
 }
 
 impl Client {
@@ -115,12 +144,20 @@ impl Client {
             session,
             last_active: now,
             opened: now,
-            stream: None,
-            rstream_from: None,
-            gate: None,
-            blocked: Vec::new(),
-            txn: None,
-            subs: None,
+            rare: None,
+        }
+    }
+
+    /// Its rarer state, boxed on first use.
+    fn rare(&mut self) -> &mut Rare {
+        self.rare.get_or_insert_with(Box::default)
+    }
+
+    /// Drop the rarer state's box once nothing is left in it.
+    #[inline]
+    fn tidy(&mut self) {
+        if self.rare.as_ref().is_some_and(|r| r.is_empty()) {
+            self.rare = None;
         }
     }
 
@@ -154,6 +191,10 @@ impl Client {
     pub fn read_input(&mut self, bufs: &mut BufPool, chunk: usize) -> io::Result<(usize, bool)> {
         if self.rbuf.capacity() == 0 {
             self.rbuf = bufs.take();
+        }
+        if self.pending.capacity() == 0 {
+            // What it reads may be requests: their replies need a queue.
+            self.pending = bufs.take_replies();
         }
         self.rbuf.read_stream(&mut self.sock, chunk)
     }
@@ -266,16 +307,9 @@ impl Client {
             && self.pending.front().is_some_and(|s| !s.ready)
             && !self.wbuf.is_empty()
             && self.wbuf.len() < max;
-        if !owed_in_batch
-            || self.closing
-            || self.eof
-            || self.solo
-            || self.stream.is_some()
-            || self.rstream_from.is_some()
-            || self.gate.is_some()
-            || !self.blocked.is_empty()
-            || self.is_stateful()
-        {
+        // `rare`: a streamed, gated, blocking, subscribed or transaction
+        // request, or a streamed reply (its box is dropped once empty).
+        if !owed_in_batch || self.closing || self.eof || self.solo || self.rare.is_some() {
             self.held_since = None;
             return Hold::Write;
         }
@@ -292,11 +326,15 @@ impl Client {
         }
     }
 
-    /// Lend an empty output buffer back to `bufs`.
+    /// Lend an empty output buffer back to `bufs`, and the reply queue
+    /// too once no reply is owed: an idle client holds neither.
     #[inline]
     pub fn return_idle_output(&mut self, bufs: &mut BufPool) {
         if self.wbuf.is_empty() && self.wbuf.capacity() > 0 {
             bufs.give(std::mem::take(&mut self.wbuf));
+        }
+        if self.pending.is_empty() && self.pending.capacity() > 0 {
+            bufs.give_replies(std::mem::take(&mut self.pending));
         }
     }
 
@@ -316,25 +354,27 @@ impl Client {
     /// of its own carries, so it cannot move to another worker.
     #[inline]
     pub fn is_stateful(&self) -> bool {
-        self.subs.is_some() || self.txn.is_some()
+        self.rare
+            .as_ref()
+            .is_some_and(|r| r.subs.is_some() || r.txn.is_some())
     }
 
     /// The large request being passed to its server as it arrives.
     #[inline]
     pub fn stream(&self) -> Option<&ReqStream> {
-        self.stream.as_ref()
+        self.rare.as_ref()?.stream.as_ref()
     }
 
     /// [`Client::stream`], to change it.
     #[inline]
     pub fn stream_mut(&mut self) -> Option<&mut ReqStream> {
-        self.stream.as_mut()
+        self.rare.as_mut()?.stream.as_mut()
     }
 
     /// The streamed request with the input it passes on, lent together.
     #[inline]
     pub fn stream_and_input(&mut self) -> Option<(&mut ReqStream, &mut Buffer)> {
-        Some((self.stream.as_mut()?, &mut self.rbuf))
+        Some((self.rare.as_mut()?.stream.as_mut()?, &mut self.rbuf))
     }
 
     /// Replace its session state (carried over from a predecessor worker).
@@ -346,85 +386,103 @@ impl Client {
     /// A large request starts passing to its server.
     #[inline]
     pub fn start_stream(&mut self, rs: ReqStream) {
-        self.stream = Some(rs);
+        self.rare().stream = Some(rs);
     }
 
     /// The streamed request ended (or the client goes): its state, taken.
     #[inline]
     pub fn take_stream(&mut self) -> Option<ReqStream> {
-        self.stream.take()
+        let rs = self.rare.as_mut()?.stream.take();
+        self.tidy();
+        rs
     }
 
     /// The request held while its moved keys are pulled.
     #[inline]
     pub fn gate(&self) -> Option<&Gate> {
-        self.gate.as_deref()
+        self.rare.as_ref()?.gate.as_deref()
     }
 
     /// [`Client::gate`], to change it.
     #[inline]
     pub fn gate_mut(&mut self) -> Option<&mut Gate> {
-        self.gate.as_deref_mut()
+        self.rare.as_mut()?.gate.as_deref_mut()
     }
 
     /// Hold a request until its moved keys are pulled.
     #[inline]
     pub fn set_gate(&mut self, gate: Box<Gate>) {
-        self.gate = Some(gate);
+        self.rare().gate = Some(gate);
     }
 
     /// The held request goes on (or the client goes): the gate, taken.
     #[inline]
     pub fn take_gate(&mut self) -> Option<Box<Gate>> {
-        self.gate.take()
+        let gate = self.rare.as_mut()?.gate.take();
+        self.tidy();
+        gate
     }
 
     /// The transaction under way.
     #[inline]
     pub fn txn(&self) -> Option<&Txn> {
-        self.txn.as_deref()
+        self.rare.as_ref()?.txn.as_deref()
     }
 
     /// [`Client::txn`], to change it.
     #[inline]
     pub fn txn_mut(&mut self) -> Option<&mut Txn> {
-        self.txn.as_deref_mut()
+        self.rare.as_mut()?.txn.as_deref_mut()
     }
 
     /// The transaction, taken (it ends, or is worked on outside the client).
     #[inline]
     pub fn take_txn(&mut self) -> Option<Box<Txn>> {
-        self.txn.take()
+        let txn = self.rare.as_mut()?.txn.take();
+        self.tidy();
+        txn
     }
 
     /// Put back (or start, or end with `None`) its transaction.
     #[inline]
     pub fn set_txn(&mut self, txn: Option<Box<Txn>>) {
-        self.txn = txn;
+        if txn.is_some() {
+            self.rare().txn = txn;
+        } else if let Some(r) = self.rare.as_mut() {
+            r.txn = None;
+            self.tidy();
+        }
     }
 
     /// Its subscriptions.
     #[inline]
     pub fn subs(&self) -> Option<&Subs> {
-        self.subs.as_deref()
+        self.rare.as_ref()?.subs.as_deref()
     }
 
     /// [`Client::subs`], to change them.
     #[inline]
     pub fn subs_mut(&mut self) -> Option<&mut Subs> {
-        self.subs.as_deref_mut()
+        self.rare.as_mut()?.subs.as_deref_mut()
     }
 
     /// Its subscriptions, taken (they change outside the client, or it goes).
     #[inline]
     pub fn take_subs(&mut self) -> Option<Box<Subs>> {
-        self.subs.take()
+        let subs = self.rare.as_mut()?.subs.take();
+        self.tidy();
+        subs
     }
 
     /// Put back (or drop, with `None`) its subscriptions.
     #[inline]
     pub fn set_subs(&mut self, subs: Option<Box<Subs>>) {
-        self.subs = subs;
+        if subs.is_some() {
+            self.rare().subs = subs;
+        } else if let Some(r) = self.rare.as_mut() {
+            r.subs = None;
+            self.tidy();
+        }
     }
 
     /// Unique id.
@@ -581,8 +639,10 @@ impl Client {
         self.unread
             && !self.paused
             && !self.closing
-            && self.gate.is_none()
-            && !self.stream.as_ref().is_some_and(|s| s.blocked)
+            && !self
+                .rare
+                .as_ref()
+                .is_some_and(|r| r.gate.is_some() || r.stream.as_ref().is_some_and(|s| s.blocked))
     }
 
     /// Resume reading a paused client once its replies drained below
@@ -605,23 +665,23 @@ impl Client {
     /// drain.
     #[inline]
     pub fn rstream_from(&self) -> Option<ServerRef> {
-        self.rstream_from
+        self.rare.as_ref()?.rstream_from
     }
 
     /// A streamed reply from `server` waits until the output drains.
     #[inline]
     pub fn wait_on_reply(&mut self, server: ServerRef) {
-        self.rstream_from = Some(server);
+        self.rare().rstream_from = Some(server);
     }
 
     /// The output drained some: the server whose streamed reply waits for
     /// it, and whether it is below `low` (the server is then let go).
     #[inline]
     pub fn drained_below(&mut self, low: usize) -> Option<(ServerRef, bool)> {
-        let from = self.rstream_from?;
+        let from = self.rare.as_ref()?.rstream_from?;
         let released = self.wbuf.len() < low;
         if released {
-            self.rstream_from = None;
+            self.release_reply_wait();
         }
         Some((from, released))
     }
@@ -630,25 +690,33 @@ impl Client {
     /// goes): the server it waited on, if one did.
     #[inline]
     pub fn release_reply_wait(&mut self) -> Option<ServerRef> {
-        self.rstream_from.take()
+        let from = self.rare.as_mut()?.rstream_from.take();
+        self.tidy();
+        from
     }
 
     /// Server connections of its blocking requests.
     #[inline]
     pub fn blocked(&self) -> &[ServerRef] {
-        &self.blocked
+        self.rare.as_ref().map_or(&[], |r| &r.blocked)
     }
 
     /// A blocking request went on `conn`: its connections are now `live`
     /// (those of earlier ones still open) and `conn`.
     pub fn block_on(&mut self, live: Vec<ServerRef>, conn: ServerRef) {
-        self.blocked = live;
-        self.blocked.push(conn);
+        let rare = self.rare();
+        rare.blocked = live;
+        rare.blocked.push(conn);
     }
 
     /// The connections of its blocking requests, taken (it closes).
     pub fn take_blocked(&mut self) -> Vec<ServerRef> {
-        std::mem::take(&mut self.blocked)
+        let Some(r) = self.rare.as_mut() else {
+            return Vec::new();
+        };
+        let blocked = std::mem::take(&mut r.blocked);
+        self.tidy();
+        blocked
     }
 
     /// Sequence number the next request gets.

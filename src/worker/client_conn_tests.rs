@@ -91,10 +91,7 @@ fn no_wait_past_the_size_or_for_what_may_never_come() {
     let mut c = client();
     batch(&mut c, 2);
     answer_head(&mut c, b"a");
-    c.blocked.push(ServerRef {
-        token: mio::Token(7),
-        id: 7,
-    });
+    c.block_on(Vec::new(), ServerRef::new(mio::Token(7), 7));
     assert_eq!(c.hold_output(t, BOUND, 1024), Hold::Write, "blocking");
     let mut c = client();
     batch(&mut c, 2);
@@ -133,4 +130,77 @@ fn input_left_in_the_socket_is_read_once_nothing_stops_it() {
     // A read began: nothing is owed any more.
     c.set_unread(false);
     assert!(!c.must_read_again());
+}
+
+/// What an idle client costs the worker: its `Client` (boxed in the
+/// worker's slab) and nothing else. Its buffers and reply queue are lent
+/// back once empty, and the rarer state is boxed apart (`Rare`), so the
+/// struct is the whole budget.
+#[test]
+fn idle_client_size() {
+    use std::mem::size_of;
+    assert!(
+        size_of::<Client>() <= 248,
+        "Client grew to {} bytes",
+        size_of::<Client>()
+    );
+    assert!(
+        size_of::<Session>() <= 24,
+        "Session: {}",
+        size_of::<Session>()
+    );
+    let mut bufs = BufPool::default();
+    let (mut c, mut peer) = client_and_peer();
+    std::io::Write::write_all(&mut peer, b"GET k\r\n").unwrap();
+    c.read_input(&mut bufs, 4096).unwrap();
+    assert!(c.input().capacity() > 0 && c.pending.capacity() > 0);
+    c.push_reply(ReplySlot::default());
+    let mut rbuf = c.take_input();
+    rbuf.consume(rbuf.len());
+    bufs.give(rbuf);
+    c.slot_mut(0).unwrap().ready = true;
+    c.slot_mut(0).unwrap().out = b"$-1\r\n".to_vec();
+    c.drain_ready(&mut bufs);
+    while c.has_output() {
+        c.write_output().unwrap();
+    }
+    c.return_idle_output(&mut bufs);
+    assert_eq!(
+        (
+            c.input().capacity(),
+            c.output().capacity(),
+            c.pending.capacity()
+        ),
+        (0, 0, 0),
+        "an idle client holds no buffer and no reply queue"
+    );
+    assert!(c.rare.is_none());
+}
+
+#[test]
+fn rare_state_boxed_only_while_in_use() {
+    let mut c = client();
+    assert!(c.rare.is_none() && c.blocked().is_empty() && !c.is_stateful());
+    c.set_txn(Some(Box::default()));
+    assert!(c.is_stateful() && c.rare.is_some());
+    let t = c.take_txn();
+    assert!(t.is_some() && c.rare.is_none(), "emptied: the box goes");
+    c.set_subs(Some(Box::default()));
+    c.set_txn(None);
+    assert!(
+        c.subs().is_some(),
+        "ending no transaction keeps the subscriptions"
+    );
+    c.set_subs(None);
+    assert!(c.rare.is_none());
+    let r = ServerRef::new(mio::Token(3), 9);
+    c.wait_on_reply(r);
+    assert_eq!(c.rstream_from(), Some(r));
+    assert_eq!(c.drained_below(0), Some((r, false)));
+    assert_eq!(c.drained_below(1), Some((r, true)));
+    assert!(c.rstream_from().is_none() && c.rare.is_none());
+    c.block_on(Vec::new(), r);
+    assert_eq!(c.blocked(), &[r]);
+    assert_eq!(c.take_blocked(), vec![r]);
+    assert!(c.rare.is_none());
 }

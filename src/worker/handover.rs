@@ -17,7 +17,7 @@
 use super::conn::Conn;
 use super::{tokens, Worker};
 use crate::net::handover::{self, Received, MAX_MESSAGE};
-use crate::proto::redis::local::Session;
+use crate::proto::redis::local::{Names, Session};
 use crate::stats::{PoolField, WorkerField};
 use mio::{Interest, Token};
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
@@ -229,9 +229,9 @@ impl Worker<'_> {
                 redis: self.pools[c.pool()].proto == crate::proto::Protocol::Redis,
                 resp3: s.resp3,
                 authenticated: s.authenticated,
-                name: s.name.clone(),
-                lib_name: s.lib_name.clone(),
-                lib_ver: s.lib_ver.clone(),
+                name: s.names().name.clone(),
+                lib_name: s.names().lib_name.clone(),
+                lib_ver: s.names().lib_ver.clone(),
                 user: s
                     .user
                     .and_then(|u| self.pools[c.pool()].cfg.security.users.get(u as usize))
@@ -397,17 +397,17 @@ impl Worker<'_> {
         let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
             return;
         };
-        let session = Session {
-            id: c.session().id,
-            resp3: h.resp3,
-            // A password set by this reload does not log out a client
-            // that was in (as redis-server's CONFIG SET requirepass).
-            authenticated: (h.authenticated && user != Some(None)) || open,
-            user: user.flatten().map(|u| u as u16),
+        let mut session = Session::new(c.session().id, None, false);
+        session.resp3 = h.resp3;
+        // A password set by this reload does not log out a client that
+        // was in (as redis-server's CONFIG SET requirepass).
+        session.authenticated = (h.authenticated && user != Some(None)) || open;
+        session.user = user.flatten().map(|u| u as u16);
+        session.set_names(Names {
             name: h.name,
             lib_name: h.lib_name,
             lib_ver: h.lib_ver,
-        };
+        });
         c.set_session(session);
         c.swallow_next(h.swallow as usize);
         if !h.input.is_empty() {

@@ -25,6 +25,14 @@ pub struct Session {
     /// The ACL user logged in as (index into the pool's `users`);
     /// `None`: the default user.
     pub user: Option<u16>,
+    /// The names the client gave itself, boxed (most clients give none,
+    /// and every connection carries a `Session`): see [`Session::names`].
+    names: Option<Box<Names>>,
+}
+
+/// The names a client gives itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Names {
     /// CLIENT SETNAME / HELLO SETNAME.
     pub name: Option<Vec<u8>>,
     /// CLIENT SETINFO LIB-NAME.
@@ -33,7 +41,29 @@ pub struct Session {
     pub lib_ver: Option<Vec<u8>>,
 }
 
+/// A session's names before it gives any.
+static NO_NAMES: Names = Names {
+    name: None,
+    lib_name: None,
+    lib_ver: None,
+};
+
 impl Session {
+    /// The names the client gave itself.
+    pub fn names(&self) -> &Names {
+        self.names.as_deref().unwrap_or(&NO_NAMES)
+    }
+
+    /// [`Session::names`], to change them.
+    pub fn names_mut(&mut self) -> &mut Names {
+        self.names.get_or_insert_with(Box::default)
+    }
+
+    /// Set every name at once (carried over from a predecessor worker).
+    pub fn set_names(&mut self, names: Names) {
+        self.names = (names != NO_NAMES).then(|| Box::new(names));
+    }
+
     /// A new connection: authenticated unless the pool has a password
     /// or ACL users.
     pub fn new(id: u64, password: Option<&[u8]>, has_users: bool) -> Session {
@@ -241,7 +271,7 @@ pub fn answer_hello(args: &[Vec<u8>], session: &mut Session, pool: &PoolSide, ou
         if let Err(e) = check_name(name) {
             return out.extend_from_slice(&e);
         }
-        session.name = (!name.is_empty()).then(|| name.clone());
+        session.names_mut().name = (!name.is_empty()).then(|| name.clone());
     }
     session.resp3 = resp3;
     reply::map(7, resp3, out);
@@ -281,8 +311,8 @@ pub fn answer_client(args: &[Vec<u8>], session: &mut Session, out: &mut Vec<u8>)
         (b"SETINFO", [attr, value]) => {
             let attr = attr.to_ascii_uppercase();
             let slot = match attr.as_slice() {
-                b"LIB-NAME" => &mut session.lib_name,
-                b"LIB-VER" => &mut session.lib_ver,
+                b"LIB-NAME" => &mut session.names_mut().lib_name,
+                b"LIB-VER" => &mut session.names_mut().lib_ver,
                 _ => {
                     return reply::error_reply(
                         &format!("Unrecognized option '{}'", String::from_utf8_lossy(&attr)),
@@ -295,12 +325,12 @@ pub fn answer_client(args: &[Vec<u8>], session: &mut Session, out: &mut Vec<u8>)
         }
         (b"SETNAME", [name]) => match check_name(name) {
             Ok(()) => {
-                session.name = (!name.is_empty()).then(|| name.clone());
+                session.names_mut().name = (!name.is_empty()).then(|| name.clone());
                 out.extend_from_slice(b"+OK\r\n");
             }
             Err(e) => out.extend_from_slice(&e),
         },
-        (b"GETNAME", []) => match &session.name {
+        (b"GETNAME", []) => match &session.names().name {
             Some(n) => reply::bulk(n, out),
             None => reply::null(session.resp3, out),
         },
@@ -309,10 +339,10 @@ pub fn answer_client(args: &[Vec<u8>], session: &mut Session, out: &mut Vec<u8>)
             let line = format!(
                 "id={} name={} resp={} lib-name={} lib-ver={}\n",
                 session.id,
-                String::from_utf8_lossy(session.name.as_deref().unwrap_or_default()),
+                String::from_utf8_lossy(session.names().name.as_deref().unwrap_or_default()),
                 if session.resp3 { 3 } else { 2 },
-                String::from_utf8_lossy(session.lib_name.as_deref().unwrap_or_default()),
-                String::from_utf8_lossy(session.lib_ver.as_deref().unwrap_or_default()),
+                String::from_utf8_lossy(session.names().lib_name.as_deref().unwrap_or_default()),
+                String::from_utf8_lossy(session.names().lib_ver.as_deref().unwrap_or_default()),
             );
             reply::bulk(line.as_bytes(), out);
         }
@@ -426,7 +456,7 @@ mod tests {
             run(b"CLIENT SETINFO LIB-VER 8.0.0\r\n", &mut s, None),
             b"+OK\r\n"
         );
-        assert_eq!(s.lib_name.as_deref(), Some(&b"redis-py"[..]));
+        assert_eq!(s.names().lib_name.as_deref(), Some(&b"redis-py"[..]));
         assert_eq!(run(b"CLIENT GETNAME\r\n", &mut s, None), b"_\r\n");
         assert_eq!(run(b"CLIENT ID\r\n", &mut s, None), b":7\r\n");
         assert_eq!(run(b"HELLO 4\r\n", &mut s, None), NOPROTO);
@@ -462,7 +492,7 @@ mod tests {
         );
         let mut h = Session::new(3, pw, false);
         assert!(run(b"HELLO 3 AUTH default secret SETNAME app\r\n", &mut h, pw).starts_with(b"%7"));
-        assert!(h.authenticated && h.name.is_some());
+        assert!(h.authenticated && h.names().name.is_some());
         assert_eq!(run(b"SELECT 0\r\n", &mut s, pw), b"+OK\r\n");
         assert!(run(b"SELECT 3\r\n", &mut s, pw).starts_with(b"-ERR DB index"));
     }
