@@ -79,10 +79,10 @@ pub struct Client {
     solo: bool,
     /// Redis session state (AUTH done, protocol version, name).
     session: Session,
-    /// Last activity (idle timeout).
+    /// Last activity (idle timeout). Until a TLS client's handshake ends
+    /// it is when the client connected (the handshake's timeout counts
+    /// from there): nothing touches a client before it has read plaintext.
     last_active: Instant,
-    /// When it connected (TLS handshake timeout).
-    opened: Instant,
     /// The state of its rarer features; `None` when none is in use.
     rare: Option<Box<Rare>>,
 }
@@ -143,7 +143,6 @@ impl Client {
             solo: false,
             session,
             last_active: now,
-            opened: now,
             rare: None,
         }
     }
@@ -498,10 +497,12 @@ impl Client {
         self.pool
     }
 
-    /// When it connected.
+    /// When it connected, while its TLS handshake goes on (see
+    /// `last_active`).
     #[inline]
     pub fn opened(&self) -> Instant {
-        self.opened
+        debug_assert!(self.sock.is_handshaking());
+        self.last_active
     }
 
     /// Last activity.
@@ -513,6 +514,7 @@ impl Client {
     /// It was active (read from, or busy) at `now`.
     #[inline]
     pub fn touch(&mut self, now: Instant) {
+        debug_assert!(!self.sock.is_handshaking(), "touched in its TLS handshake");
         self.last_active = now;
     }
 
