@@ -4,7 +4,7 @@
 //! reply or its client.
 
 use super::conn::Origin;
-use super::conn::{Conn, ReplySlot, ReplyTo, ServerRef};
+use super::conn::{Conn, ConnTable, ReplySlot, ReplyTo, ServerRef};
 use super::Worker;
 use crate::proto::Request;
 use std::time::Instant;
@@ -45,7 +45,7 @@ impl Worker<'_> {
                 return;
             }
         };
-        let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
+        let Some(s) = self.conns.server_mut(st.0) else {
             return;
         };
         s.set_blocking();
@@ -60,7 +60,7 @@ impl Worker<'_> {
                 .collect(),
             _ => Vec::new(),
         };
-        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+        if let Some(c) = self.conns.client_mut(token.0) {
             c.block_on(live, ServerRef::new(st, sid));
         }
         let proto = self.pools[pool].proto;

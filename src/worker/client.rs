@@ -2,7 +2,7 @@
 //! order, write.
 
 use super::conn::Origin;
-use super::conn::{Client, ClientRef, Conn, ReplySlot, Server, Waiter};
+use super::conn::{Client, ClientRef, Conn, ConnTable, ReplySlot, Server, Waiter};
 use super::conn_state::AfterPull;
 use super::fault::ServerFault;
 use super::server_conn::Queued;
@@ -43,7 +43,7 @@ impl Worker<'_> {
         let mut total = 0;
         let handing = self.handover.is_some();
         loop {
-            let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+            let Some(c) = self.conns.client_mut(token.0) else {
                 return;
             };
             if c.is_closing()
@@ -105,7 +105,7 @@ impl Worker<'_> {
             }
         }
         self.process_input(token, now);
-        if let Some(Conn::Client(c)) = self.conns.get(token.0) {
+        if let Some(c) = self.conns.client(token.0) {
             if c.sock().is_tls() && c.has_output() {
                 // Replies queued while the TLS handshake ran go out once
                 // a read has finished it (no EPOLLOUT edge comes for that).
@@ -129,7 +129,7 @@ impl Worker<'_> {
         // of Nagle meeting a delayed ACK). A complete request is answered, and the reply
         // carries the ACK: no extra system call per request then.
         if self.ctl.quickack {
-            if let Some(Conn::Client(c)) = self.conns.get(token.0) {
+            if let Some(c) = self.conns.client(token.0) {
                 if c.sock().is_tcp() && !c.input().is_empty() {
                     crate::net::set_quickack(c.sock());
                 }
@@ -143,7 +143,7 @@ impl Worker<'_> {
         if !self.input_parseable(token, now) {
             return;
         }
-        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+        let Some(c) = self.conns.client_mut(token.0) else {
             return;
         };
         let mut rbuf = c.take_input();
@@ -152,7 +152,7 @@ impl Worker<'_> {
         let pass = self.parse_input(token, pool, rbuf.bytes(), now);
         self.stats.worker_add(WorkerField::Requests, pass.requests);
         rbuf.consume(pass.off);
-        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+        if let Some(c) = self.conns.client_mut(token.0) {
             c.end_pass(pass.need, pass.swallow, pass.paused);
             if c.must_read_again() {
                 // Paused by an earlier pass, the socket left unread, and
@@ -183,7 +183,7 @@ impl Worker<'_> {
     /// waits for its keys, is handed over, is swallowed or streamed, or
     /// until `need` bytes are there.
     fn input_parseable(&mut self, token: Token, now: Instant) -> bool {
-        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+        let Some(c) = self.conns.client_mut(token.0) else {
             return false;
         };
         if c.gate().is_some() {
@@ -203,7 +203,7 @@ impl Worker<'_> {
         }
         if c.stream().is_some() {
             let done = self.pass_stream(token, now);
-            let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+            let Some(c) = self.conns.client_mut(token.0) else {
                 return false;
             };
             if !done {
@@ -211,7 +211,7 @@ impl Worker<'_> {
                 return false;
             }
         }
-        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+        let Some(c) = self.conns.client(token.0) else {
             return false;
         };
         c.ready_to_parse()
@@ -236,7 +236,7 @@ impl Worker<'_> {
             let mut limits = limits;
             // Backpressure: a client with too many requests in flight is
             // not read until its replies drain (resumed in write_client).
-            if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+            if let Some(c) = self.conns.client_mut(token.0) {
                 limits.pre_auth = !c.session().authenticated;
                 if c.pending_len() >= max_inflight {
                     pass.paused = true;
@@ -331,7 +331,7 @@ impl Worker<'_> {
         } else {
             // Refused while queueing: the transaction aborts at
             // EXEC, as redis-server's does.
-            if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+            if let Some(c) = self.conns.client_mut(token.0) {
                 if let Some(t) = c.txn_mut().filter(|t| t.multi) {
                     t.dirty = true;
                 }
@@ -359,7 +359,7 @@ impl Worker<'_> {
             std::borrow::Cow::Borrowed(b) => b,
             std::borrow::Cow::Owned(v) => return self.push_ready(token, v, false),
         };
-        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+        let Some(c) = self.conns.client_mut(token.0) else {
             return;
         };
         if c.has_pending() {
@@ -371,7 +371,7 @@ impl Worker<'_> {
 
     /// Queue a reply the proxy composed itself.
     pub(super) fn push_ready(&mut self, token: Token, out: Vec<u8>, close_after: bool) {
-        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+        if let Some(c) = self.conns.client_mut(token.0) {
             c.push_reply(ReplySlot {
                 ready: true,
                 out,
@@ -386,7 +386,7 @@ impl Worker<'_> {
 
     /// Route one request. Returns true when the client must not be read further.
     fn dispatch(&mut self, token: Token, req: Request, bytes: &[u8], now: Instant) -> bool {
-        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+        let Some(c) = self.conns.client(token.0) else {
             return true;
         };
         let pool = c.pool();
@@ -476,7 +476,7 @@ impl Worker<'_> {
         bytes: &[u8],
         now: Instant,
     ) {
-        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+        let Some(c) = self.conns.client(token.0) else {
             return;
         };
         let at = Origin {
@@ -545,7 +545,7 @@ impl Worker<'_> {
         now: Instant,
         queue: impl FnOnce(&mut Server, crate::stats::slowlog::KeyPrefix) -> Queued,
     ) {
-        let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
+        let Some(s) = self.conns.server_mut(st.0) else {
             return;
         };
         let q = queue(s, self.slow_key);
@@ -571,7 +571,7 @@ impl Worker<'_> {
         }
         self.client_drained(token);
         self.drain_held(token);
-        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+        let Some(c) = self.conns.client_mut(token.0) else {
             return;
         };
         let max_inflight = self
@@ -588,7 +588,7 @@ impl Worker<'_> {
     /// The client's output drained: pass it more of the held reply at the
     /// head of its replies (it is written on the loop's next flush round).
     fn drain_held(&mut self, token: Token) {
-        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+        let Some(c) = self.conns.client_mut(token.0) else {
             return;
         };
         let held_at_head = c.head().is_some_and(|s| s.ready && s.held.is_some());
@@ -607,7 +607,7 @@ impl Worker<'_> {
     /// client if it is still over (so one burst of replies cannot grow the
     /// buffer far past the limit before the end of the loop iteration).
     pub(super) fn check_output_limit(&mut self, token: Token) {
-        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+        let Some(c) = self.conns.client(token.0) else {
             return;
         };
         if over_output_limit(self.output_limit(c.pool()), c.out_len()) {
@@ -623,7 +623,7 @@ impl Worker<'_> {
             return false;
         };
         let limit = self.output_limit(pool);
-        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+        let Some(c) = self.conns.client_mut(token.0) else {
             return false;
         };
         if c.sock().is_tls() && c.sock_mut().flush().is_err() {
@@ -684,7 +684,7 @@ impl Worker<'_> {
     /// Close a client that has nothing more to do (quit sent, or peer gone
     /// and every reply written).
     pub(super) fn maybe_finish_client(&mut self, token: Token) {
-        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+        let Some(c) = self.conns.client(token.0) else {
             return;
         };
         let done_writing = !c.has_output();
@@ -700,7 +700,7 @@ impl Worker<'_> {
         if crate::log::level() < crate::log::level::PVERB {
             return;
         }
-        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+        let Some(c) = self.conns.client(token.0) else {
             return;
         };
         let head = &input[..input.len().min(64)];
@@ -714,7 +714,7 @@ impl Worker<'_> {
     }
 
     pub(super) fn close_client(&mut self, token: Token, error: bool) {
-        let Some(Conn::Client(_)) = self.conns.get(token.0) else {
+        let Some(_) = self.conns.client(token.0) else {
             return;
         };
         let Conn::Client(mut c) = self.conns.remove(token.0) else {

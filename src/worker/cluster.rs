@@ -18,7 +18,7 @@
 //! also asks for a new map. After `MAX_TRYAGAIN` (1 s in all) the last
 //! reply goes to the client.
 
-use super::conn::{Conn, ReplyTo, Waiter};
+use super::conn::{ConnTable, ReplyTo, Waiter};
 use super::Worker;
 use crate::net::Endpoint;
 use crate::proto::redis::cluster::{self, NodeAddr, Redirect, SLOTS};
@@ -437,7 +437,7 @@ impl Worker<'_> {
         frag: Option<u32>,
         tryagain: bool,
     ) -> bool {
-        let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) else {
+        let Some(c) = self.conns.client_mut(ct.0) else {
             return false;
         };
         if c.id() != id {
@@ -474,7 +474,7 @@ impl Worker<'_> {
 
     /// The first key of a kept request or fragment (routes a retry).
     fn kept_first_key(&self, ct: Token, id: u64, seq: u64, frag: Option<u32>) -> Option<Vec<u8>> {
-        let Some(Conn::Client(c)) = self.conns.get(ct.0) else {
+        let Some(c) = self.conns.client(ct.0) else {
             return None;
         };
         if c.id() != id {
@@ -536,7 +536,7 @@ impl Worker<'_> {
             self.send_again_spooled(pool, target, to, op, asking, now);
             return;
         }
-        let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) else {
+        let Some(c) = self.conns.client_mut(ct.0) else {
             return;
         };
         if c.id() != id {

@@ -18,7 +18,7 @@
 //! queued on it. A client that goes away while its request is being sent
 //! again leaves that connection with half a command: it is closed.
 
-use super::conn::{Client, Conn, Feed, Redirect, ReplySlot, ReplyTo, ServerRef};
+use super::conn::{Client, Conn, ConnTable, Feed, Redirect, ReplySlot, ReplyTo, ServerRef};
 use super::fault::ServerFault;
 use super::spool::{Spool, SpoolReader};
 use super::{Worker, STREAM_HIGH, STREAM_LOW};
@@ -80,7 +80,7 @@ impl Worker<'_> {
 
     /// Whether the kept request of slot `seq` is a streamed one.
     pub(super) fn kept_is_spooled(&self, ct: Token, id: u64, seq: u64) -> bool {
-        matches!(self.conns.get(ct.0), Some(Conn::Client(c)) if c.id() == id && kept_spool(c, seq).is_some())
+        matches!(self.conns.client(ct.0), Some(c) if c.id() == id && kept_spool(c, seq).is_some())
     }
 
     /// Send a streamed request kept in its spool again, to server `target`
@@ -104,7 +104,7 @@ impl Worker<'_> {
         else {
             return;
         };
-        let Some(Conn::Client(c)) = self.conns.get(ct.0) else {
+        let Some(c) = self.conns.client(ct.0) else {
             return;
         };
         if c.id() != id {
@@ -165,7 +165,7 @@ impl Worker<'_> {
             at,
         }));
         let sid = s.id();
-        if let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) {
+        if let Some(c) = self.conns.client_mut(ct.0) {
             if let Some(rd) = c.slot_mut(seq).and_then(|s| s.redirect.as_mut()) {
                 rd.feeding = Some(ServerRef::new(st, sid));
             }
@@ -177,7 +177,7 @@ impl Worker<'_> {
     /// `STREAM_HIGH` bytes, once its output is below `STREAM_LOW`. Returns
     /// whether bytes were queued.
     fn feed_spool(&mut self, st: Token, now: Instant) -> bool {
-        let Some(Conn::Server(s)) = self.conns.get(st.0) else {
+        let Some(s) = self.conns.server(st.0) else {
             return false;
         };
         let Some(f) = s.feed() else {
@@ -205,7 +205,7 @@ impl Worker<'_> {
             self.dirty_servers.push(st);
         }
         if done {
-            if let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) {
+            if let Some(c) = self.conns.client_mut(ct.0) {
                 if let Some(rd) = c.slot_mut(seq).and_then(|s| s.redirect.as_mut()) {
                     rd.feeding = None;
                 }
@@ -218,7 +218,7 @@ impl Worker<'_> {
     /// once it drained below `STREAM_LOW`. True when it should be written
     /// again at once (all of it was written and more was queued).
     pub(super) fn refill_feed(&mut self, st: Token, now: Instant) -> bool {
-        let Some(Conn::Server(s)) = self.conns.get(st.0) else {
+        let Some(s) = self.conns.server(st.0) else {
             return false;
         };
         if s.feed().is_none() || s.is_connecting() {

@@ -359,3 +359,51 @@ pub enum Conn {
     /// Server side.
     Server(Box<Server>),
 }
+
+/// The worker's connections by token index, looked up by the kind wanted:
+/// `None` when the slot is free or holds the other kind (a token outlives
+/// its connection: a reply may come for a client that has gone).
+pub trait ConnTable {
+    /// The client at `i`.
+    fn client(&self, i: usize) -> Option<&Client>;
+    /// The client at `i`, to change.
+    fn client_mut(&mut self, i: usize) -> Option<&mut Client>;
+    /// The server connection at `i`.
+    fn server(&self, i: usize) -> Option<&Server>;
+    /// The server connection at `i`, to change.
+    fn server_mut(&mut self, i: usize) -> Option<&mut Server>;
+}
+
+impl ConnTable for slab::Slab<Conn> {
+    #[inline]
+    fn client(&self, i: usize) -> Option<&Client> {
+        match self.get(i) {
+            Some(Conn::Client(c)) => Some(c),
+            _ => None,
+        }
+    }
+
+    #[inline]
+    fn client_mut(&mut self, i: usize) -> Option<&mut Client> {
+        match self.get_mut(i) {
+            Some(Conn::Client(c)) => Some(c),
+            _ => None,
+        }
+    }
+
+    #[inline]
+    fn server(&self, i: usize) -> Option<&Server> {
+        match self.get(i) {
+            Some(Conn::Server(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    #[inline]
+    fn server_mut(&mut self, i: usize) -> Option<&mut Server> {
+        match self.get_mut(i) {
+            Some(Conn::Server(s)) => Some(s),
+            _ => None,
+        }
+    }
+}

@@ -2,7 +2,9 @@
 //! server, and for replicated memcached pools every replica (writes) or
 //! one replica with the next tried on failure (reads).
 
-use super::conn::{Conn, Fragment, Multi, MultiMode, Origin, Redirect, ReplySlot, ReplyTo, Retry};
+use super::conn::{
+    ConnTable, Fragment, Multi, MultiMode, Origin, Redirect, ReplySlot, ReplyTo, Retry,
+};
 use super::fault::ServerFault;
 use super::zones::{owners_slot, zone_tag};
 use super::{Worker, WRITE_THROUGH_MIN};
@@ -31,7 +33,7 @@ impl Worker<'_> {
         client_id: u64,
         op: Op,
     ) -> usize {
-        let resp3 = matches!(self.conns.get(token.0), Some(Conn::Client(c)) if c.session().resp3);
+        let resp3 = matches!(self.conns.client(token.0), Some(c) if c.session().resp3);
         let second = resp3 || self.pools[pool].proto.conn_class(op) == 1;
         self.pools[pool].servers[server].slot_for(client_id, second)
     }
@@ -280,7 +282,7 @@ impl Worker<'_> {
         if noreply {
             return None;
         }
-        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+        let Some(c) = self.conns.client_mut(token.0) else {
             return None;
         };
         let seq = c.next_seq();
@@ -610,7 +612,7 @@ impl Worker<'_> {
         seq: u64,
         pool: usize,
     ) -> bool {
-        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+        let Some(c) = self.conns.client_mut(token.0) else {
             return false;
         };
         let Some(slot) = c.slot_mut(seq) else {
@@ -634,7 +636,7 @@ impl Worker<'_> {
             req.op,
             now,
         );
-        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+        if let Some(c) = self.conns.client_mut(token.0) {
             if let Some(r) = c.slot_mut(seq).and_then(|s| s.retry.as_mut()) {
                 r.bytes = bytes;
             }
@@ -673,7 +675,7 @@ impl Worker<'_> {
             );
         }
         let r = self.pools[pool].cfg.replicas as usize;
-        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+        let Some(c) = self.conns.client_mut(token.0) else {
             return false;
         };
         let Some(m) = c.slot_mut(seq).and_then(|s| s.multi.as_mut()) else {
@@ -711,7 +713,7 @@ impl Worker<'_> {
                 }
             }
         }
-        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+        let Some(c) = self.conns.client_mut(token.0) else {
             return false;
         };
         let Some(m) = c.slot_mut(seq).and_then(|s| s.multi.as_mut()) else {

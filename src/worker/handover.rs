@@ -14,7 +14,7 @@
 //! A client whose pool is gone from the successor's configuration is
 //! closed there (its listener is gone too).
 
-use super::conn::Conn;
+use super::conn::{Conn, ConnTable};
 use super::{tokens, Worker};
 use crate::net::handover::{self, Received, MAX_MESSAGE};
 use crate::proto::redis::local::{Names, Session};
@@ -207,7 +207,7 @@ impl Worker<'_> {
             })
             .collect();
         for k in ready {
-            let Some(Conn::Client(c)) = self.conns.get(k) else {
+            let Some(c) = self.conns.client(k) else {
                 continue;
             };
             // A TLS client crosses as a unix socket this worker relays
@@ -394,7 +394,7 @@ impl Worker<'_> {
                 .iter()
                 .position(|u| u.name.as_bytes() == name.as_slice())
         });
-        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+        let Some(c) = self.conns.client_mut(token.0) else {
             return;
         };
         let mut session = Session::new(c.session().id, None, false);

@@ -1,7 +1,7 @@
 //! Requests the proxy answers itself: memcached `stats`, and the Redis
 //! session commands (AUTH, SELECT, HELLO, CLIENT, COMMAND).
 
-use super::conn::Conn;
+use super::conn::ConnTable;
 use super::Worker;
 use crate::proto::memcache::stats::{self, StatsGroup};
 use crate::proto::{Op, Request};
@@ -121,7 +121,7 @@ impl Worker<'_> {
         _req: &Request,
         bytes: &[u8],
     ) -> (Vec<u8>, bool) {
-        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+        let Some(c) = self.conns.client_mut(token.0) else {
             return (Vec::new(), true);
         };
         let pool = &self.pools[c.pool()];

@@ -26,7 +26,7 @@
 //! An old owner that cannot be reached loses its keys (as in twemproxy);
 //! the request then goes on to the new owner.
 
-use super::conn::{Conn, Waiter};
+use super::conn::{Conn, ConnTable, Waiter};
 use super::conn_state::{AfterPull, Gate, Pull, PullPart};
 use super::server_rt::{server_rt, ServerRt};
 use super::Worker;
@@ -209,7 +209,7 @@ impl Worker<'_> {
         then: AfterPull,
         now: Instant,
     ) -> bool {
-        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+        let Some(c) = self.conns.client(token.0) else {
             return false;
         };
         let pulls = self.moved_pulls(c.pool(), req, bytes, now);
@@ -217,7 +217,7 @@ impl Worker<'_> {
             return false;
         }
         let n = pulls.len();
-        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+        if let Some(c) = self.conns.client_mut(token.0) {
             c.set_gate(Box::new(Gate {
                 req: req.clone(),
                 bytes: bytes.to_vec(),
@@ -313,7 +313,7 @@ impl Worker<'_> {
         op_of: &[u8],
         now: Instant,
     ) -> bool {
-        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+        let Some(c) = self.conns.client(token.0) else {
             return false;
         };
         let (pool, id) = (c.pool(), c.id());
@@ -373,7 +373,7 @@ impl Worker<'_> {
     /// The `MIGRATE` that moves pull `idx`'s key from `old`, when the
     /// pool's servers can send it themselves.
     fn pull_migrate(&self, token: Token, idx: usize, key: &[u8], old: usize) -> Option<Vec<u8>> {
-        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+        let Some(c) = self.conns.client(token.0) else {
             return None;
         };
         let news = &c.gate()?.pulls.get(idx)?.news;
@@ -384,7 +384,7 @@ impl Worker<'_> {
     }
 
     fn pull_of(&self, token: Token, idx: usize) -> Option<(Vec<u8>, usize, Protocol)> {
-        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+        let Some(c) = self.conns.client(token.0) else {
             return None;
         };
         let p = c.gate()?.pulls.get(idx)?;
@@ -428,7 +428,7 @@ impl Worker<'_> {
         now: Instant,
     ) {
         let idx = idx as usize;
-        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+        let Some(c) = self.conns.client_mut(token.0) else {
             return;
         };
         if c.id() != id || part == PullPart::Delete {
@@ -487,7 +487,7 @@ impl Worker<'_> {
             Migrated::Moved => self.pull_finish_except_source(token, idx, now),
             Migrated::Busy => self.pull_finish(token, idx, now),
             Migrated::Refused => {
-                let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+                let Some(c) = self.conns.client(token.0) else {
                     return;
                 };
                 let pool = &mut self.pools[c.pool()];
@@ -507,7 +507,7 @@ impl Worker<'_> {
     /// The key was found on one of its old owners: copy it (`store`) to
     /// every new owner that is not that server.
     fn pull_copy(&mut self, token: Token, idx: usize, store: &[u8], now: Instant) {
-        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+        let Some(c) = self.conns.client(token.0) else {
             return;
         };
         let Some(p) = c.gate().and_then(|g| g.pulls.get(idx)) else {
@@ -524,7 +524,7 @@ impl Worker<'_> {
                 failed = true;
             }
         }
-        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+        if let Some(c) = self.conns.client_mut(token.0) {
             if let Some(p) = c.gate_mut().and_then(|g| g.pulls.get_mut(idx)) {
                 p.stores = sent;
                 p.store_failed |= failed;
@@ -538,7 +538,7 @@ impl Worker<'_> {
     /// A new owner answered a copy (`ok`: it has the key now, copied or
     /// newer); once all have, the pull finishes.
     fn pull_stored(&mut self, token: Token, idx: usize, ok: bool, now: Instant) {
-        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+        let Some(c) = self.conns.client_mut(token.0) else {
             return;
         };
         let Some(p) = c.gate_mut().and_then(|g| g.pulls.get_mut(idx)) else {
@@ -567,7 +567,7 @@ impl Worker<'_> {
     /// The old copies deleted (not the one on the server the key came
     /// from, when `moved` says it dropped it itself), and the pull done.
     fn pull_delete(&mut self, token: Token, idx: usize, moved: bool, now: Instant) {
-        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+        let Some(c) = self.conns.client(token.0) else {
             return;
         };
         let proto = self.pools[c.pool()].proto;
@@ -595,7 +595,7 @@ impl Worker<'_> {
     /// One key is where it belongs (or lost): once every key of the held
     /// request is, the request goes on, and the client is read again.
     fn pull_done(&mut self, token: Token, idx: usize, now: Instant) {
-        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+        let Some(c) = self.conns.client_mut(token.0) else {
             return;
         };
         let Some(gate) = c.gate_mut() else {

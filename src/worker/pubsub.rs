@@ -21,7 +21,7 @@
 //! a subscriber closes the subscriber (its subscriptions there are gone,
 //! as with a Redis of its own that went away).
 
-use super::conn::{ClientRef, Conn, ServerRef};
+use super::conn::{ClientRef, Conn, ConnTable, ServerRef};
 use super::conn_state::Subs;
 use super::Worker;
 use crate::proto::redis::pubsub;
@@ -119,7 +119,7 @@ impl Worker<'_> {
         let Op::Redis(op) = req.op else {
             return false;
         };
-        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+        let Some(c) = self.conns.client(token.0) else {
             return false;
         };
         let is_pubsub = op.class == crate::proto::redis::CmdClass::PubSub;
@@ -393,7 +393,7 @@ impl Worker<'_> {
         });
         let slot = self.conn_slot(token, pool, server, client_id, op);
         let st = self.server_conn_dedicated(pool, server, slot, now).ok()?;
-        let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
+        let Some(s) = self.conns.server_mut(st.0) else {
             return None;
         };
         s.subscribe_for(token, client_id);
@@ -420,7 +420,7 @@ impl Worker<'_> {
     /// Bytes from a push connection: every whole frame goes to its client
     /// (confirmations with the client's own count). Returns the bytes used.
     pub(super) fn pubsub_frames(&mut self, st: Token, input: &[u8]) -> usize {
-        let Some(Conn::Server(s)) = self.conns.get(st.0) else {
+        let Some(s) = self.conns.server(st.0) else {
             return 0;
         };
         let Some(ClientRef { token: ct, id: cid }) = s.push_to() else {
@@ -445,12 +445,12 @@ impl Worker<'_> {
             off += rsp.len;
             // The connection's own handshake (AUTH, SELECT, HELLO 3) is
             // answered first: those replies are not the client's.
-            if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
+            if let Some(s) = self.conns.server_mut(st.0) {
                 if s.pop_answered().is_some() {
                     continue;
                 }
             }
-            let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) else {
+            let Some(c) = self.conns.client_mut(ct.0) else {
                 continue;
             };
             if c.id() != cid {
@@ -486,7 +486,7 @@ impl Worker<'_> {
 
     fn pubsub_out(&mut self, ct: Token, out: Vec<u8>) {
         self.push_ready(ct, out, false);
-        if let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) {
+        if let Some(c) = self.conns.client_mut(ct.0) {
             let added = c.drain_ready(&mut self.bufs);
             self.dirty_clients.push(ct);
             self.add_out(added);
@@ -514,7 +514,7 @@ impl Worker<'_> {
 
     fn put_subs(&mut self, token: Token, subs: Subs) {
         let keep = !subs.conns.is_empty() || !subs.is_idle();
-        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+        if let Some(c) = self.conns.client_mut(token.0) {
             c.set_subs(keep.then(|| Box::new(subs)));
         }
     }

@@ -37,7 +37,7 @@
 //!   streamed reply), and only for memcached pools, whose every command
 //!   is answered at once.
 
-use super::conn::Conn;
+use super::conn::ConnTable;
 use super::Worker;
 use mio::Token;
 use std::time::{Duration, Instant};
@@ -145,7 +145,7 @@ impl Worker<'_> {
     /// bytes): the mark for the replies it still owes, and the time by
     /// which they are read anyway.
     pub(super) fn set_read_mark(&mut self, token: Token, got: bool, now: Instant) {
-        let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
+        let Some(s) = self.conns.server_mut(token.0) else {
             return;
         };
         let proto = self.pools[s.pool()].proto;
@@ -174,7 +174,7 @@ impl Worker<'_> {
     /// since: read now, what is there (their next mark follows from it).
     pub(super) fn read_late(&mut self, now: Instant) {
         while let Some((token, id)) = self.read_deadlines.pop_due(now) {
-            let Some(Conn::Server(s)) = self.conns.get(token.0) else {
+            let Some(s) = self.conns.server(token.0) else {
                 continue;
             };
             let (mark, since) = s.read_mark();

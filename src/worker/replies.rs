@@ -1,7 +1,7 @@
 //! Replies coming back: filling a client's slot, joining the fragments of
 //! split requests, and retrying failed reads on other replicas.
 
-use super::conn::{Conn, Multi, MultiMode, ReplySlot, ReplyTo};
+use super::conn::{ConnTable, Multi, MultiMode, ReplySlot, ReplyTo};
 use super::spool::Spool;
 use super::Worker;
 use crate::stats::PoolField;
@@ -47,7 +47,7 @@ impl Worker<'_> {
         else {
             return;
         };
-        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+        let Some(c) = self.conns.client_mut(token.0) else {
             return;
         };
         if c.id() != id {
@@ -160,7 +160,7 @@ impl Worker<'_> {
         let (pool, seq) = (at.pool, at.seq);
         let proto = self.pools[pool].proto;
         let zones = self.pools[pool].route.is_zoned() && !self.pools[pool].route.warms();
-        let Some(Conn::Client(c)) = self.conns.get_mut(at.token.0) else {
+        let Some(c) = self.conns.client_mut(at.token.0) else {
             return;
         };
         let Some(slot) = c.slot_mut(seq) else {
@@ -219,7 +219,7 @@ impl Worker<'_> {
         frag: Option<u32>,
         held: Box<Spool>,
     ) {
-        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+        let Some(c) = self.conns.client_mut(token.0) else {
             return;
         };
         if c.id() != id {
@@ -257,7 +257,7 @@ impl Worker<'_> {
     /// ones: a client that pipelines large reads and reads nothing is
     /// closed, as it would be if they sat in its output buffer.
     fn check_held_limit(&mut self, token: Token) {
-        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+        let Some(c) = self.conns.client(token.0) else {
             return;
         };
         let limit = self.output_limit(c.pool());
@@ -283,7 +283,7 @@ impl Worker<'_> {
 
     /// The client's head slot may be ready: move what is ready to its output.
     fn drain_head(&mut self, token: Token) {
-        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+        let Some(c) = self.conns.client_mut(token.0) else {
             return;
         };
         let added = c.drain_ready(&mut self.bufs);
@@ -295,7 +295,7 @@ impl Worker<'_> {
 
     /// A fragment was replaced by retries: count it as answered.
     fn fragment_settled(&mut self, token: Token, seq: u64) {
-        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+        if let Some(c) = self.conns.client_mut(token.0) {
             if let Some(m) = c.slot_mut(seq).and_then(|s| s.multi.as_mut()) {
                 m.remaining = m.remaining.saturating_sub(1);
             }

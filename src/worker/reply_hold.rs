@@ -25,7 +25,7 @@
 //! millisecond timeout rounds it up when nothing else wakes the loop).
 
 use super::client_conn::Hold;
-use super::conn::Conn;
+use super::conn::ConnTable;
 use super::Worker;
 use mio::Token;
 use std::time::{Duration, Instant};
@@ -45,7 +45,7 @@ impl Worker<'_> {
         if !self.accepting || self.handover.is_some() {
             return false;
         }
-        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+        let Some(c) = self.conns.client_mut(token.0) else {
             return false;
         };
         match c.hold_output(now, bound, HOLD_MAX) {

@@ -2,7 +2,7 @@
 //! batched writes, reads, failures and ejection (replies are matched to
 //! their requests in `server_reply.rs`).
 
-use super::conn::{Conn, Server, ServerRef, Waiter};
+use super::conn::{Conn, ConnTable, Server, ServerRef, Waiter};
 use super::fault::{Ending, IoFault, ServerFault};
 use super::{Worker, READ_BUDGET, READ_CHUNK};
 use crate::stats::{PoolField, ServerField, WorkerField};
@@ -58,7 +58,7 @@ impl Worker<'_> {
     /// Close a dedicated connection whose request was answered (or whose
     /// client left).
     pub(super) fn retire_server(&mut self, token: Token) {
-        let Some(Conn::Server(_)) = self.conns.get(token.0) else {
+        let Some(_) = self.conns.server(token.0) else {
             return;
         };
         let Conn::Server(mut s) = self.conns.remove(token.0) else {
@@ -71,7 +71,7 @@ impl Worker<'_> {
     /// A shared connection to an address the server left: it takes no new
     /// request and closes once what it was sent is answered.
     pub(super) fn retire_when_answered(&mut self, token: Token) {
-        let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
+        let Some(s) = self.conns.server_mut(token.0) else {
             return;
         };
         s.retire_when_answered();
@@ -116,7 +116,7 @@ impl Worker<'_> {
         // The open connection, nearly every request's: looked up here,
         // inline, without the call to the opener's much larger frame.
         if let (false, Some(t)) = (dedicated, self.pools[pool].servers[server].conns[slot]) {
-            if matches!(self.conns.get(t.0), Some(Conn::Server(_))) {
+            if matches!(self.conns.server(t.0), Some(_)) {
                 return Ok(t);
             }
         }
@@ -217,7 +217,7 @@ impl Worker<'_> {
     }
 
     pub(super) fn server_writable(&mut self, token: Token, now: Instant) {
-        let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
+        let Some(s) = self.conns.server_mut(token.0) else {
             return;
         };
         if s.is_connecting() {
@@ -243,8 +243,7 @@ impl Worker<'_> {
 
     /// Write queued requests (one write for everything queued this iteration).
     pub(super) fn write_server(&mut self, token: Token, now: Instant) {
-        if matches!(self.conns.get(token.0), Some(Conn::Server(s)) if s.rstream().is_some_and(|r| r.blocked))
-        {
+        if matches!(self.conns.server(token.0), Some(s) if s.rstream().is_some_and(|r| r.blocked)) {
             // Requests may now wait behind a reply paused for its
             // lagging client: if they are someone else's, read on.
             self.spool_rest(token);
@@ -263,14 +262,14 @@ impl Worker<'_> {
     /// (still connecting, or their socket full).
     pub(super) fn count_queued_all(&mut self) {
         for t in std::mem::take(&mut self.counting) {
-            if let Some(Conn::Server(s)) = self.conns.get_mut(t.0) {
+            if let Some(s) = self.conns.server_mut(t.0) {
                 count_queued(&self.stats, s);
             }
         }
     }
 
     fn write_server_once(&mut self, token: Token, now: Instant) {
-        let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
+        let Some(s) = self.conns.server_mut(token.0) else {
             return;
         };
         if s.is_connecting() {
@@ -307,7 +306,7 @@ impl Worker<'_> {
         let mut total = 0;
         let mut got = false;
         loop {
-            let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
+            let Some(s) = self.conns.server_mut(token.0) else {
                 return;
             };
             if s.rstream().is_some_and(|r| r.blocked) {
@@ -342,7 +341,7 @@ impl Worker<'_> {
                 }
             }
         }
-        if let Some(Conn::Server(s)) = self.conns.get(token.0) {
+        if let Some(s) = self.conns.server(token.0) {
             if s.sock().is_tls() && !s.wbuf().is_empty() {
                 // Requests written during the TLS handshake wait inside
                 // rustls up to its limit; the rest waits here until the
@@ -358,7 +357,7 @@ impl Worker<'_> {
     /// gets its error reply. Only a fault of the server's counts towards
     /// its backoff and ejection (not a connection this side gave up on).
     pub(super) fn close_server(&mut self, token: Token, fault: ServerFault, now: Instant) {
-        let Some(Conn::Server(_)) = self.conns.get(token.0) else {
+        let Some(_) = self.conns.server(token.0) else {
             return;
         };
         let Conn::Server(mut s) = self.conns.remove(token.0) else {
@@ -427,7 +426,7 @@ impl Worker<'_> {
     /// rest of the request is dropped as it arrives (its reply is the
     /// connection's error), and a client paused for it reads again.
     fn stream_lost(&mut self, token: Token, sid: u64, ct: Token, cid: u64) {
-        let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) else {
+        let Some(c) = self.conns.client_mut(ct.0) else {
             return;
         };
         if c.id() != cid {

@@ -2,7 +2,7 @@
 //! eject a server (`auto_eject_hosts`), and the probes that take an
 //! ejected one back (`server_health_check`).
 
-use super::conn::{Conn, Waiter};
+use super::conn::{Conn, ConnTable, Waiter};
 use super::fault::ServerFault;
 use super::server_rt::FAIL_LOG_EVERY;
 use super::Worker;
@@ -96,7 +96,7 @@ impl Worker<'_> {
 
     /// A server connection's timer fired.
     pub(super) fn server_timer(&mut self, token: Token, id: u64, now: Instant) {
-        let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
+        let Some(s) = self.conns.server_mut(token.0) else {
             return;
         };
         if s.id() != id {

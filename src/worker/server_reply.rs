@@ -4,7 +4,7 @@
 //! map, the proxy's own connection setup), with the server's counters
 //! added once per pass.
 
-use super::conn::{Conn, Inflight, ReplyTo, Waiter};
+use super::conn::{ConnTable, Inflight, ReplyTo, Waiter};
 use super::fault::ServerFault;
 use super::{Worker, WRITE_THROUGH_MIN};
 use crate::proto::{Op, Parse, Response};
@@ -15,13 +15,13 @@ use std::time::Instant;
 impl Worker<'_> {
     /// Match every complete reply to the request at the head of the queue.
     pub(super) fn process_replies(&mut self, token: Token, now: Instant) {
-        let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
+        let Some(s) = self.conns.server_mut(token.0) else {
             return;
         };
         if s.rstream().is_some() && !self.pass_reply_stream(token, now) {
             return;
         }
-        let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
+        let Some(s) = self.conns.server_mut(token.0) else {
             return;
         };
         if s.needs_more() {
@@ -32,7 +32,7 @@ impl Worker<'_> {
             let mut rbuf = s.take_rbuf();
             let used = self.pubsub_frames(token, rbuf.bytes());
             rbuf.consume(used);
-            if let Some(Conn::Server(s)) = self.conns.get_mut(token.0) {
+            if let Some(s) = self.conns.server_mut(token.0) {
                 s.put_rbuf(rbuf, 0);
             }
             return;
@@ -48,7 +48,7 @@ impl Worker<'_> {
         if batch.replies > 0 && self.pools[pool].record_success(server, now) {
             self.server_back(pool, server);
         }
-        if let Some(Conn::Server(s)) = self.conns.get_mut(token.0) {
+        if let Some(s) = self.conns.server_mut(token.0) {
             s.put_rbuf(rbuf, batch.need);
             s.reply_floor.note(batch.replies, batch.least);
         }
@@ -66,7 +66,7 @@ impl Worker<'_> {
             self.process_replies(token, now);
             return;
         }
-        if let Some(Conn::Server(s)) = self.conns.get(token.0) {
+        if let Some(s) = self.conns.server(token.0) {
             if let Some(ct) = s.pinned() {
                 self.txn_replied(token, ct);
             } else if s.is_dedicated()
@@ -94,7 +94,7 @@ impl Worker<'_> {
         let proto = self.pools[pool].proto;
         let mut batch = ReplyBatch::default();
         loop {
-            let Some(Conn::Server(s)) = self.conns.get_mut(token.0) else {
+            let Some(s) = self.conns.server_mut(token.0) else {
                 batch.gone = true;
                 return batch;
             };
@@ -134,7 +134,7 @@ impl Worker<'_> {
                         if let Some(rs) =
                             front.and_then(|f| self.reply_stream_start(input, hint, &f))
                         {
-                            if let Some(Conn::Server(s)) = self.conns.get_mut(token.0) {
+                            if let Some(s) = self.conns.server_mut(token.0) {
                                 s.set_rstream(Some(rs));
                                 batch.streamed = true;
                                 batch.need = 0;
@@ -277,7 +277,7 @@ impl Worker<'_> {
         else {
             return;
         };
-        let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) else {
+        let Some(c) = self.conns.client_mut(ct.0) else {
             return;
         };
         if c.id() != id {

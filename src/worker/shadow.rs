@@ -6,7 +6,7 @@
 //! connection; a copy that finds it full, or its server down, is dropped
 //! and counted (`shadow_dropped`).
 
-use super::conn::{Conn, Waiter};
+use super::conn::{ConnTable, Waiter};
 use super::Worker;
 use crate::proto::{Op, Request, Route};
 use crate::route::ShadowRoute;
@@ -78,7 +78,7 @@ impl Worker<'_> {
 
     /// Whether the server connection `st` may take one more copy.
     pub(super) fn has_copy_room(&self, st: mio::Token) -> bool {
-        matches!(self.conns.get(st.0), Some(Conn::Server(s))
+        matches!(self.conns.server(st.0), Some(s)
             if s.inflight().len() < SHADOW_MAX_INFLIGHT && s.wbuf().len() < SHADOW_MAX_BYTES)
     }
 }

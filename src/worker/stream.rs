@@ -48,8 +48,8 @@
 //! So does a reply the cursor finds malformed.
 
 use super::conn::{
-    Conn, Fragment, Multi, MultiMode, PairStream, ReplySlot, ReplyTo, ReqStream, ServerRef,
-    SrvStream, Waiter,
+    Conn, ConnTable, Fragment, Multi, MultiMode, PairStream, ReplySlot, ReplyTo, ReqStream,
+    ServerRef, SrvStream, Waiter,
 };
 use super::fault::ServerFault;
 use super::spool::Spool;
@@ -90,7 +90,7 @@ impl Worker<'_> {
         bytes: &[u8],
         now: Instant,
     ) -> StreamStart {
-        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+        let Some(c) = self.conns.client_mut(token.0) else {
             return StreamStart::No;
         };
         let pool = c.pool();
@@ -149,7 +149,7 @@ impl Worker<'_> {
             }
             StreamKind::Single => rs.server = self.start_single(token, &head, bytes, now),
         }
-        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+        if let Some(c) = self.conns.client_mut(token.0) {
             c.start_stream(rs);
         }
         self.stats.worker_add(WorkerField::Requests, 1);
@@ -166,7 +166,7 @@ impl Worker<'_> {
         bytes: &[u8],
         now: Instant,
     ) -> Option<ServerRef> {
-        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+        let Some(c) = self.conns.client(token.0) else {
             return None;
         };
         let (pool, client_id) = (c.pool(), c.id());
@@ -186,7 +186,7 @@ impl Worker<'_> {
                 return None;
             }
         };
-        let Some(Conn::Server(s)) = self.conns.get(st.0) else {
+        let Some(s) = self.conns.server(st.0) else {
             return None;
         };
         let sid = s.id();
@@ -195,7 +195,7 @@ impl Worker<'_> {
         let seq = self.push_slot(token, false, kept);
         let waiter = ReplyTo::new(token, client_id, seq, None).waiter();
         self.enqueue(st, waiter, req.op, |out| out.extend_from_slice(bytes), now);
-        if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
+        if let Some(s) = self.conns.server_mut(st.0) {
             s.set_stream(Some(SrvStream {
                 client: token,
                 client_id,
@@ -208,7 +208,7 @@ impl Worker<'_> {
     /// pair; the pairs go out as they arrive (`pass_stream`). Its sequence
     /// number.
     fn pairs_slot(&mut self, token: Token, head: &StreamHead) -> Option<u64> {
-        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+        let Some(c) = self.conns.client(token.0) else {
             return None;
         };
         let pool = c.pool();
@@ -239,7 +239,7 @@ impl Worker<'_> {
     /// on the connection its MSET uses for the key's server; a large value
     /// is then passed as it arrives.
     fn send_pair(&mut self, token: Token, pair: PairOut, now: Instant) {
-        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+        let Some(c) = self.conns.client_mut(token.0) else {
             return;
         };
         let (pool, client_id) = (c.pool(), c.id());
@@ -270,7 +270,7 @@ impl Worker<'_> {
         if !pair.large {
             return;
         }
-        let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
+        let Some(s) = self.conns.server_mut(st.0) else {
             return;
         };
         s.set_stream(Some(SrvStream {
@@ -278,7 +278,7 @@ impl Worker<'_> {
             client_id,
         }));
         let sid = s.id();
-        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+        if let Some(c) = self.conns.client_mut(token.0) {
             if let Some(rs) = c.stream_mut() {
                 rs.server = Some(ServerRef::new(st, sid));
             }
@@ -316,7 +316,7 @@ impl Worker<'_> {
             Some(Conn::Server(s)) => s.id(),
             _ => return Err(ServerFault::NoServer),
         };
-        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+        if let Some(c) = self.conns.client_mut(token.0) {
             if let Some(ps) = c.stream_mut().and_then(|rs| rs.pairs.as_mut()) {
                 ps.conns.retain(|e| e.0 != server);
                 ps.conns.push((server, ServerRef::new(st, sid)));
@@ -328,7 +328,7 @@ impl Worker<'_> {
     /// A pair-by-pair MSET ends before its last pair: the pairs not sent
     /// fail with `fault`, so its reply completes.
     fn fail_unsent_pairs(&mut self, token: Token, fault: ServerFault) {
-        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+        let Some(c) = self.conns.client_mut(token.0) else {
             return;
         };
         let (pool, client_id) = (c.pool(), c.id());
@@ -360,7 +360,7 @@ impl Worker<'_> {
     /// input is needed or the client is paused or closing.
     pub(super) fn pass_stream(&mut self, token: Token, now: Instant) -> bool {
         loop {
-            let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+            let Some(c) = self.conns.client_mut(token.0) else {
                 return false;
             };
             let Some((rs, rbuf)) = c.stream_and_input() else {
@@ -460,7 +460,7 @@ impl Worker<'_> {
             Some(ServerRef { token: st, id: sid }) => self.stream_out(token, st, sid, n, false),
             None => false,
         };
-        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+        let Some(c) = self.conns.client_mut(token.0) else {
             return false;
         };
         c.consume_input(n);
@@ -469,10 +469,9 @@ impl Worker<'_> {
         };
         // Write now; pause the client only if the server lags.
         self.write_server(st, now);
-        let lagging =
-            matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.wbuf().len() > STREAM_HIGH);
+        let lagging = matches!(self.conns.server(st.0), Some(s) if s.wbuf().len() > STREAM_HIGH);
         if lagging {
-            if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+            if let Some(c) = self.conns.client_mut(token.0) {
                 if let Some(rs) = c.stream_mut() {
                     if rs.server.is_some() {
                         rs.blocked = true;
@@ -495,7 +494,7 @@ impl Worker<'_> {
         if pairs {
             self.fail_unsent_pairs(token, ServerFault::UnsentAfterBadPair);
         }
-        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+        let Some(c) = self.conns.client_mut(token.0) else {
             return;
         };
         if let Some(ServerRef { token: st, id: sid }) = c.take_stream().and_then(|rs| rs.server) {
@@ -507,7 +506,7 @@ impl Worker<'_> {
     /// The key of a request held in a spool was read: route it, then the
     /// held bytes drain to its server.
     fn route_spool(&mut self, token: Token, key: &[u8], now: Instant) {
-        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+        let Some(c) = self.conns.client(token.0) else {
             return;
         };
         let (pool, client_id) = (c.pool(), c.id());
@@ -530,7 +529,7 @@ impl Worker<'_> {
                         self.note_key(pool, key);
                         let waiter = ReplyTo::new(token, client_id, seq, None).waiter();
                         self.enqueue(st, waiter, op, |_| {}, now);
-                        if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
+                        if let Some(s) = self.conns.server_mut(st.0) {
                             s.set_stream(Some(SrvStream {
                                 client: token,
                                 client_id,
@@ -547,7 +546,7 @@ impl Worker<'_> {
                 }
             }
         }
-        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+        if let Some(c) = self.conns.client_mut(token.0) {
             if let Some(rs) = c.stream_mut() {
                 rs.server = target;
                 if target.is_none() {
@@ -580,9 +579,9 @@ impl Worker<'_> {
             }
             // The server has enough queued: write it, and wait if it lags.
             self.write_server(st, now);
-            let lagging = matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id() == sid && s.wbuf().len() >= STREAM_HIGH);
+            let lagging = matches!(self.conns.server(st.0), Some(s) if s.id() == sid && s.wbuf().len() >= STREAM_HIGH);
             if lagging {
-                if let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) {
+                if let Some(c) = self.conns.client_mut(ct.0) {
                     if let Some(rs) = c.stream_mut() {
                         rs.blocked = true;
                     }
@@ -629,7 +628,7 @@ impl Worker<'_> {
 
     /// A streamed request was queued whole: its timeout counts from now.
     fn end_server_stream(&mut self, st: Token, sid: u64, now: Instant) {
-        let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
+        let Some(s) = self.conns.server_mut(st.0) else {
             return;
         };
         if s.id() != sid {
@@ -645,7 +644,7 @@ impl Worker<'_> {
     /// half a command and is closed (`why` is the client's doing, so the
     /// server is not counted as failing).
     pub(super) fn abort_server_stream(&mut self, st: Token, sid: u64, why: ServerFault) {
-        if matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.id() == sid) {
+        if matches!(self.conns.server(st.0), Some(s) if s.id() == sid) {
             crate::log_info!("closing a server connection holding half a request: {why}");
             self.close_server(st, why, Instant::now());
         }
@@ -654,7 +653,7 @@ impl Worker<'_> {
     /// The server's output drained below the low mark: read the client
     /// streaming to it again.
     pub(super) fn server_drained(&mut self, st: Token) {
-        let Some(Conn::Server(s)) = self.conns.get(st.0) else {
+        let Some(s) = self.conns.server(st.0) else {
             return;
         };
         let Some(ss) = s.stream() else {
@@ -664,7 +663,7 @@ impl Worker<'_> {
             return;
         }
         let (ct, cid) = (ss.client, ss.client_id);
-        if let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) {
+        if let Some(c) = self.conns.client_mut(ct.0) {
             if c.id() == cid {
                 if let Some(rs) = c.stream_mut() {
                     if rs.blocked {

@@ -29,7 +29,7 @@
 //! chunk (`held.rs`). Error replies are buffered whole.
 //!
 
-use super::conn::{ClientRef, Conn, Hold, MultiMode, RepStream, ServerRef, Waiter};
+use super::conn::{ClientRef, Conn, ConnTable, Hold, MultiMode, RepStream, ServerRef, Waiter};
 use super::fault::ServerFault;
 use super::{Worker, STREAM_HIGH, STREAM_LOW, STREAM_STALL, STREAM_THRESHOLD};
 use crate::proto::redis;
@@ -41,7 +41,7 @@ impl Worker<'_> {
     /// The client's output drained below the low mark: read the server
     /// streaming a reply to it again.
     pub(super) fn client_drained(&mut self, ct: Token) {
-        let Some(Conn::Client(c)) = self.conns.get_mut(ct.0) else {
+        let Some(c) = self.conns.client_mut(ct.0) else {
             return;
         };
         let Some((from, low)) = c.drained_below(STREAM_LOW) else {
@@ -59,7 +59,7 @@ impl Worker<'_> {
     /// Let a server paused by a streamed reply read again (`drop_client`:
     /// the client went away, the rest of the reply is dropped).
     pub(super) fn unblock_reply(&mut self, st: Token, sid: u64, drop_client: bool) {
-        if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
+        if let Some(s) = self.conns.server_mut(st.0) {
             if s.id() == sid {
                 if let Some(r) = s.rstream_mut() {
                     if drop_client {
@@ -104,7 +104,7 @@ impl Worker<'_> {
         else {
             return None;
         };
-        let Some(Conn::Client(c)) = self.conns.get(ct.0) else {
+        let Some(c) = self.conns.client(ct.0) else {
             return None;
         };
         let f = c.slot(seq)?;
@@ -145,7 +145,7 @@ impl Worker<'_> {
     /// the reply is complete (parse the next one).
     pub(super) fn pass_reply_stream(&mut self, st: Token, now: Instant) -> bool {
         loop {
-            let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
+            let Some(s) = self.conns.server_mut(st.0) else {
                 return false;
             };
             let sid = s.id();
@@ -228,7 +228,7 @@ impl Worker<'_> {
                     _ => {}
                 }
             }
-            if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
+            if let Some(s) = self.conns.server_mut(st.0) {
                 s.consume_input(n);
             }
             self.add_out(added);
@@ -255,7 +255,7 @@ impl Worker<'_> {
     /// out of the way, into a spool its client drains as it reads (held to
     /// its output limit), and read the connection on.
     pub(super) fn spool_rest(&mut self, st: Token) {
-        let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
+        let Some(s) = self.conns.server_mut(st.0) else {
             return;
         };
         let paused_for = match s.rstream() {
@@ -292,7 +292,7 @@ impl Worker<'_> {
 
     /// The last byte of a streamed reply passed: account it like any reply.
     fn finish_reply_stream(&mut self, st: Token, now: Instant) {
-        let Some(Conn::Server(s)) = self.conns.get_mut(st.0) else {
+        let Some(s) = self.conns.server_mut(st.0) else {
             return;
         };
         let Some(rs) = s.set_rstream(None) else {

@@ -15,7 +15,7 @@
 //! In a Redis Cluster pool the server is the master of the first key's
 //! slot, and the keys must live on that node.
 
-use super::conn::{Conn, ReplySlot, ReplyTo, ServerRef};
+use super::conn::{Conn, ConnTable, ReplySlot, ReplyTo, ServerRef};
 use super::conn_state::{AfterPull, Txn};
 use super::Worker;
 use crate::proto::redis::reply;
@@ -56,7 +56,7 @@ impl Worker<'_> {
         let Op::Redis(op) = req.op else {
             return TxnStep::NotTxn;
         };
-        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+        let Some(c) = self.conns.client(token.0) else {
             return TxnStep::NotTxn;
         };
         let pool = c.pool();
@@ -196,7 +196,7 @@ impl Worker<'_> {
             let slot = self.conn_slot(token, pool, server, client_id, req.op);
             match self.server_conn_dedicated(pool, server, slot, now) {
                 Ok(st) => {
-                    if let Some(Conn::Server(s)) = self.conns.get_mut(st.0) {
+                    if let Some(s) = self.conns.server_mut(st.0) {
                         s.pin(Some(token));
                         t.conn = Some((ServerRef::new(st, s.id()), server));
                     }
@@ -230,9 +230,9 @@ impl Worker<'_> {
     /// the one that ends the transaction, the connection is closed and the
     /// client unpinned.
     pub(super) fn txn_replied(&mut self, st: Token, ct: Token) {
-        let ending = matches!(self.conns.get(ct.0), Some(Conn::Client(c))
+        let ending = matches!(self.conns.client(ct.0), Some(c)
             if c.txn().is_some_and(|t| t.ending && t.conn.is_some_and(|(r, _)| r.token == st)));
-        let idle = matches!(self.conns.get(st.0), Some(Conn::Server(s)) if s.inflight().is_empty());
+        let idle = matches!(self.conns.server(st.0), Some(s) if s.inflight().is_empty());
         if ending && idle {
             let mut t = self.take_txn(ct);
             self.txn_unpin(ct, &mut t);
@@ -246,7 +246,7 @@ impl Worker<'_> {
     /// commands outside the transaction it believes it is in, or send
     /// them to a connection that no longer exists (no reply, ever).
     pub(super) fn txn_lost(&mut self, ct: Token, st: Token, sid: u64) {
-        let lost = matches!(self.conns.get(ct.0), Some(Conn::Client(c))
+        let lost = matches!(self.conns.client(ct.0), Some(c)
             if c.txn().is_some_and(|t| t.conn.is_some_and(|(r, _)| r == ServerRef::new(st, sid))));
         if !lost {
             return;
@@ -340,7 +340,7 @@ impl Worker<'_> {
     }
 
     fn put_txn(&mut self, token: Token, t: Option<Txn>) {
-        if let Some(Conn::Client(c)) = self.conns.get_mut(token.0) {
+        if let Some(c) = self.conns.client_mut(token.0) {
             c.set_txn(t.map(Box::new));
         }
     }

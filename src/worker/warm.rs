@@ -7,7 +7,7 @@
 //! (add), Redis `DUMP` + `PTTL` then `RESTORE` without `REPLACE`. Writes
 //! go to the cold pool only; deletes to both.
 
-use super::conn::{Conn, Waiter};
+use super::conn::{ConnTable, Waiter};
 use super::Worker;
 use crate::migrate::commands::{dump, mc_get, mc_store, pttl, restore};
 use crate::proto::memcache::moving::meta_value;
@@ -131,7 +131,7 @@ impl Worker<'_> {
     /// Whether the slot `seq` of client `token` is a warm-up read that
     /// the warm pool answered: (key, warm owner, cold owner).
     pub(super) fn warm_hit(&self, token: mio::Token, seq: u64) -> Option<(Vec<u8>, usize, usize)> {
-        let Some(Conn::Client(c)) = self.conns.get(token.0) else {
+        let Some(c) = self.conns.client(token.0) else {
             return None;
         };
         let r = c.slot(seq)?.retry.as_ref()?;

@@ -31,7 +31,7 @@
 //! its misses stay misses.)
 
 use super::conn::Origin;
-use super::conn::{Conn, Fragment, Multi, MultiMode, ReplySlot, ReplyTo};
+use super::conn::{ConnTable, Fragment, Multi, MultiMode, ReplySlot, ReplyTo};
 use super::fault::ServerFault;
 use super::handle::FragOf;
 use super::Worker;
@@ -160,7 +160,7 @@ impl Worker<'_> {
         let FragOf { token, id, seq, fi } = at;
         let p = &self.pools[pool];
         let (proto, miss, warm) = (p.proto, p.route.zone_fails_over_on_miss(), p.route.warms());
-        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+        let Some(c) = self.conns.client_mut(token.0) else {
             return None;
         };
         let m = c.slot_mut(seq).and_then(|s| s.multi.as_ref())?;
@@ -202,7 +202,7 @@ impl Worker<'_> {
         }
         // The missed keys are the new fragments' now: each key is answered
         // by one fragment, which both merges (whole and held) expect.
-        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+        let Some(c) = self.conns.client_mut(token.0) else {
             return None;
         };
         let f = c
@@ -219,7 +219,7 @@ impl Worker<'_> {
     /// next zone (or it is not such a read).
     pub(super) fn zone_retry_fragment(&mut self, at: FragOf, pool: usize) -> bool {
         let FragOf { token, id, seq, fi } = at;
-        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+        let Some(c) = self.conns.client_mut(token.0) else {
             return false;
         };
         let Some(m) = c.slot_mut(seq).and_then(|s| s.multi.as_ref()) else {
@@ -241,7 +241,7 @@ impl Worker<'_> {
     /// then dropped, so the reply to store is an empty one
     /// ([`empty_read`]).
     pub(super) fn zone_fallback_failed(&mut self, token: Token, seq: u64, fi: usize) -> bool {
-        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+        let Some(c) = self.conns.client_mut(token.0) else {
             return false;
         };
         let Some(f) = c
@@ -273,7 +273,7 @@ impl Worker<'_> {
         replace: bool,
     ) -> bool {
         let FragOf { token, id, seq, fi } = at;
-        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+        let Some(c) = self.conns.client_mut(token.0) else {
             return false;
         };
         let Some(m) = c.slot_mut(seq).and_then(|s| s.multi.as_ref()) else {
@@ -299,7 +299,7 @@ impl Worker<'_> {
             return false;
         }
         let proto = self.pools[pool].proto;
-        let Some(Conn::Client(c)) = self.conns.get_mut(token.0) else {
+        let Some(c) = self.conns.client_mut(token.0) else {
             return false;
         };
         let Some(m) = c.slot_mut(seq).and_then(|s| s.multi.as_mut()) else {
