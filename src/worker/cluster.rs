@@ -474,9 +474,7 @@ impl Worker<'_> {
 
     /// The first key of a kept request or fragment (routes a retry).
     fn kept_first_key(&self, ct: Token, id: u64, seq: u64, frag: Option<u32>) -> Option<Vec<u8>> {
-        let Some(c) = self.conns.client(ct.0) else {
-            return None;
-        };
+        let c = self.conns.client(ct.0)?;
         if c.id() != id {
             return None;
         }

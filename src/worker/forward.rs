@@ -282,9 +282,7 @@ impl Worker<'_> {
         if noreply {
             return None;
         }
-        let Some(c) = self.conns.client_mut(token.0) else {
-            return None;
-        };
+        let c = self.conns.client_mut(token.0)?;
         let seq = c.next_seq();
         c.push_reply(slot);
         Some(seq)

@@ -373,9 +373,7 @@ impl Worker<'_> {
     /// The `MIGRATE` that moves pull `idx`'s key from `old`, when the
     /// pool's servers can send it themselves.
     fn pull_migrate(&self, token: Token, idx: usize, key: &[u8], old: usize) -> Option<Vec<u8>> {
-        let Some(c) = self.conns.client(token.0) else {
-            return None;
-        };
+        let c = self.conns.client(token.0)?;
         let news = &c.gate()?.pulls.get(idx)?.news;
         self.pools[c.pool()]
             .migration
@@ -384,9 +382,7 @@ impl Worker<'_> {
     }
 
     fn pull_of(&self, token: Token, idx: usize) -> Option<(Vec<u8>, usize, Protocol)> {
-        let Some(c) = self.conns.client(token.0) else {
-            return None;
-        };
+        let c = self.conns.client(token.0)?;
         let p = c.gate()?.pulls.get(idx)?;
         Some((
             p.key.clone(),

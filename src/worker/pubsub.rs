@@ -393,9 +393,7 @@ impl Worker<'_> {
         });
         let slot = self.conn_slot(token, pool, server, client_id, op);
         let st = self.server_conn_dedicated(pool, server, slot, now).ok()?;
-        let Some(s) = self.conns.server_mut(st.0) else {
-            return None;
-        };
+        let s = self.conns.server_mut(st.0)?;
         s.subscribe_for(token, client_id);
         subs.conns.retain(|(s, _)| *s != server);
         subs.conns.push((server, ServerRef::new(st, s.id())));

@@ -116,7 +116,7 @@ impl Worker<'_> {
         // The open connection, nearly every request's: looked up here,
         // inline, without the call to the opener's much larger frame.
         if let (false, Some(t)) = (dedicated, self.pools[pool].servers[server].conns[slot]) {
-            if matches!(self.conns.server(t.0), Some(_)) {
+            if self.conns.server(t.0).is_some() {
                 return Ok(t);
             }
         }

@@ -166,9 +166,7 @@ impl Worker<'_> {
         bytes: &[u8],
         now: Instant,
     ) -> Option<ServerRef> {
-        let Some(c) = self.conns.client(token.0) else {
-            return None;
-        };
+        let c = self.conns.client(token.0)?;
         let (pool, client_id) = (c.pool(), c.id());
         let req = &head.req;
         let key = &bytes[req.keys.first()?.clone()];
@@ -186,9 +184,7 @@ impl Worker<'_> {
                 return None;
             }
         };
-        let Some(s) = self.conns.server(st.0) else {
-            return None;
-        };
+        let s = self.conns.server(st.0)?;
         let sid = s.id();
         self.note_key(pool, key);
         let kept = self.stream_slot(pool, req, bytes);
@@ -208,9 +204,7 @@ impl Worker<'_> {
     /// pair; the pairs go out as they arrive (`pass_stream`). Its sequence
     /// number.
     fn pairs_slot(&mut self, token: Token, head: &StreamHead) -> Option<u64> {
-        let Some(c) = self.conns.client(token.0) else {
-            return None;
-        };
+        let c = self.conns.client(token.0)?;
         let pool = c.pool();
         let pairs = head.args_left / 2;
         let slot = ReplySlot {

@@ -104,9 +104,7 @@ impl Worker<'_> {
         else {
             return None;
         };
-        let Some(c) = self.conns.client(ct.0) else {
-            return None;
-        };
+        let c = self.conns.client(ct.0)?;
         let f = c.slot(seq)?;
         if c.id() != id || f.ready || f.retry.is_some() {
             return None;

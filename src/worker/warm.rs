@@ -131,9 +131,7 @@ impl Worker<'_> {
     /// Whether the slot `seq` of client `token` is a warm-up read that
     /// the warm pool answered: (key, warm owner, cold owner).
     pub(super) fn warm_hit(&self, token: mio::Token, seq: u64) -> Option<(Vec<u8>, usize, usize)> {
-        let Some(c) = self.conns.client(token.0) else {
-            return None;
-        };
+        let c = self.conns.client(token.0)?;
         let r = c.slot(seq)?.retry.as_ref()?;
         if r.next < 2 {
             return None;

@@ -160,9 +160,7 @@ impl Worker<'_> {
         let FragOf { token, id, seq, fi } = at;
         let p = &self.pools[pool];
         let (proto, miss, warm) = (p.proto, p.route.zone_fails_over_on_miss(), p.route.warms());
-        let Some(c) = self.conns.client_mut(token.0) else {
-            return None;
-        };
+        let c = self.conns.client_mut(token.0)?;
         let m = c.slot_mut(seq).and_then(|s| s.multi.as_ref())?;
         let f = m.frags.get(fi)?;
         let copies = warm && f.attempt != 0;
@@ -202,9 +200,7 @@ impl Worker<'_> {
         }
         // The missed keys are the new fragments' now: each key is answered
         // by one fragment, which both merges (whole and held) expect.
-        let Some(c) = self.conns.client_mut(token.0) else {
-            return None;
-        };
+        let c = self.conns.client_mut(token.0)?;
         let f = c
             .slot_mut(seq)
             .and_then(|s| s.multi.as_mut())
