@@ -15,13 +15,12 @@
 //! whatever its type. Keys that did not move, and everything once the
 //! migration is done, take the ordinary path untouched.
 //!
-//! A Redis key with one new owner costs one round trip instead where the
-//! servers can reach each other (`Target::of`): the old owner is told to
-//! `MIGRATE` it (no `REPLACE`, so a newer value on the new owner stays and
-//! the answer is `BUSYKEY`, after which the old copy is deleted as above).
-//! A server that refuses `MIGRATE` otherwise (renamed, denied, the new
-//! owner unreachable from it) turns it off for the pool in this worker,
-//! and the key is pulled as above.
+//! A pull could cost one round trip with `MIGRATE` (the old owner sends
+//! the key itself; `migrate_command`), but it is not used: `MIGRATE`
+//! blocks its source until the target answers, and pulls in opposite
+//! directions between two servers (a weight change moves keys both ways)
+//! block both until its timeout (see `MigrationRt::new`). The migrator,
+//! one old server at a time, still uses it.
 //!
 //! An old owner that cannot be reached loses its keys (as in twemproxy);
 //! the request then goes on to the new owner.
@@ -109,11 +108,14 @@ impl MigrationRt {
         );
         Some(Box::new(MigrationRt {
             olds: out,
-            targets: cfg
-                .servers
-                .iter()
-                .map(|s| Target::of(cfg, &s.addr))
-                .collect(),
+            // A pull never asks an old owner to MIGRATE: MIGRATE blocks its
+            // source until the target answers, so two pulls (or a pull and
+            // the migrator) moving keys in opposite directions between
+            // two servers, as a weight change does, block both servers
+            // until MIGRATE's timeout (a loaded full run saw both time out
+            // at once). Pulls go through the worker (DUMP, RESTORE, DEL),
+            // which never makes a server wait on another.
+            targets: vec![None; cfg.servers.len()],
             migrate_timeout: cfg.timeout_ms.unwrap_or(1000).clamp(100, 5000),
         }))
     }
