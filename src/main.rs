@@ -52,6 +52,63 @@ fn daemonize() -> std::io::Result<()> {
     Ok(())
 }
 
+/// Print `walnut: MSG` on stderr and exit with status 1: the one way
+/// start-up fails before the master runs.
+fn fail(msg: impl std::fmt::Display) -> ! {
+    eprintln!("walnut: {msg}");
+    std::process::exit(1);
+}
+
+/// The modes that answer and exit without a configuration: `--describe-stats`,
+/// `--top` and `--man`. Their exit status, or None to go on.
+fn answer_and_exit(cli: &Cli) -> Option<i32> {
+    if cli.describe_stats {
+        // nutcracker prints the version and the descriptions on stderr.
+        eprint!("{}", walnut::stats::describe());
+        return Some(0);
+    }
+    if let Some(addr) = &cli.top {
+        return Some(walnut::admin::top::run(addr, None));
+    }
+    if cli.man {
+        print!("{}", walnut::manpage::render());
+        return Some(0);
+    }
+    None
+}
+
+/// The configuration at `path`, or every error found in it and exit.
+fn load_or_exit(path: &Path) -> Config {
+    match Config::load(path) {
+        Ok(c) => c,
+        Err(errs) => {
+            for e in errs.iter() {
+                eprintln!("walnut: {e}");
+            }
+            fail(format_args!(
+                "configuration file '{}' syntax is invalid",
+                path.display()
+            ));
+        }
+    }
+}
+
+/// The running binary's absolute path, for an upgrade (USR2) to exec
+/// again: `argv[0]` made absolute when it names a path, else the kernel's
+/// idea of the executable.
+fn own_exe(args: &[String]) -> PathBuf {
+    args.first()
+        .map(|a| {
+            let p = Path::new(a);
+            if a.contains('/') {
+                absolute(p)
+            } else {
+                std::env::current_exe().unwrap_or_else(|_| p.to_path_buf())
+            }
+        })
+        .unwrap_or_default()
+}
+
 fn main() {
     // `walnut fleet ...` publishes and lists a fleet's configuration.
     let argv: Vec<String> = std::env::args().collect();
@@ -59,33 +116,20 @@ fn main() {
         std::process::exit(walnut::fleet::cmd::main(&argv[2..]));
     }
     let cli = Cli::parse_args();
-    if cli.describe_stats {
-        // nutcracker prints the version and the descriptions on stderr.
-        eprint!("{}", walnut::stats::describe());
-        return;
-    }
-    if let Some(addr) = &cli.top {
-        std::process::exit(walnut::admin::top::run(addr, None));
-    }
-    if cli.man {
-        print!("{}", walnut::manpage::render());
-        return;
+    if let Some(status) = answer_and_exit(&cli) {
+        std::process::exit(status);
     }
     let fleet = match cli.fleet_opts() {
         Ok(f) => f.map(|mut f| {
             f.dir = absolute(&f.dir);
             f
         }),
-        Err(e) => {
-            eprintln!("walnut: {e}");
-            std::process::exit(1);
-        }
+        Err(e) => fail(e),
     };
     let conf_file = cli.conf_file();
     if fleet.is_none() {
         if let Some(hint) = cli.missing_conf_hint() {
-            eprintln!("walnut: {hint}");
-            std::process::exit(1);
+            fail(hint);
         }
     }
     if cli.test_conf && fleet.is_none() {
@@ -96,36 +140,17 @@ fn main() {
     // log reopen (USR1) and a new binary (USR2) find the same files.
     let start_dir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     if let Err(e) = walnut::log::init(cli.output.as_deref().map(absolute).as_deref()) {
-        eprintln!("walnut: cannot open log file: {e}");
-        std::process::exit(1);
+        fail(format_args!("cannot open log file: {e}"));
     }
     let conf_path = match &fleet {
         // The fleet's configuration from etcd, or the last good one.
-        Some(f) => match walnut::fleet::fetch_initial(f) {
-            Ok(p) => p,
-            Err(e) => {
-                eprintln!("walnut: {e}");
-                std::process::exit(1);
-            }
-        },
+        Some(f) => walnut::fleet::fetch_initial(f).unwrap_or_else(|e| fail(e)),
         None => absolute(&conf_file),
     };
     if cli.test_conf {
         std::process::exit(cli::run_test_conf(&conf_path));
     }
-    let config = match Config::load(&conf_path) {
-        Ok(c) => c,
-        Err(errs) => {
-            for e in errs.iter() {
-                eprintln!("walnut: {e}");
-            }
-            eprintln!(
-                "walnut: configuration file '{}' syntax is invalid",
-                conf_path.display()
-            );
-            std::process::exit(1);
-        }
-    };
+    let config = load_or_exit(&conf_path);
     for w in &config.warnings {
         walnut::log_warn!("{w}");
     }
@@ -145,22 +170,10 @@ fn main() {
     let pid_file = cli.pid_file.as_ref().map(|p| absolute(p));
     if cli.daemonize {
         if let Err(e) = daemonize() {
-            eprintln!("walnut: cannot daemonize: {e}");
-            std::process::exit(1);
+            fail(format_args!("cannot daemonize: {e}"));
         }
     }
     let args: Vec<String> = std::env::args().collect();
-    let exe = args
-        .first()
-        .map(|a| {
-            let p = Path::new(a);
-            if a.contains('/') {
-                absolute(p)
-            } else {
-                std::env::current_exe().unwrap_or_else(|_| p.to_path_buf())
-            }
-        })
-        .unwrap_or_default();
     let opts = MasterOpts {
         conf_path,
         stats_addr: cli.stats_listen(&walnut::config::ProcessConfig::default()),
@@ -169,7 +182,7 @@ fn main() {
         stats_reuseport: config.pools.iter().any(|p| p.reuseport),
         pid_file,
         start_dir,
-        exe,
+        exe: own_exe(&args),
         args,
         overrides: Box::new(apply),
         fleet,
@@ -183,8 +196,7 @@ fn main() {
         Ok(m) => m,
         Err(e) => {
             walnut::log_error!("{e}");
-            eprintln!("walnut: {e}");
-            std::process::exit(1);
+            fail(e);
         }
     };
     std::process::exit(master.run(config));
