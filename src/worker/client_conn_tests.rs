@@ -144,9 +144,12 @@ fn idle_client_size() {
         size_of::<Client>(),
         size_of::<Session>()
     );
+    // mio's socket carries its selector's id in debug builds only (to
+    // check a socket is registered with one poll): 8 bytes more there.
+    let budget = if cfg!(debug_assertions) { 240 } else { 232 };
     assert!(
-        size_of::<Client>() <= 232,
-        "Client grew to {} bytes",
+        size_of::<Client>() <= budget,
+        "Client grew to {} bytes (budget {budget})",
         size_of::<Client>()
     );
     assert!(
