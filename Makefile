@@ -64,11 +64,19 @@ uninstall:
 		$(DESTDIR)$(SYSTEMDDIR)/walnut.service
 
 # Debian package (cargo-deb; metadata in Cargo.toml) in target/debian/.
+# Its Maintainer field names whoever builds and ships the package:
+# `make deb MAINTAINER="Name <mail>"`, else DEBFULLNAME and DEBEMAIL from the
+# environment (as dch reads them), else Cargo.toml's placeholder, an address
+# under .invalid, with a warning. Passed to the recipe through the
+# environment, so a quote in the name needs no escaping.
+MAINTAINER ?= $(if $(and $(DEBFULLNAME),$(DEBEMAIL)),$(DEBFULLNAME) <$(DEBEMAIL)>)
+export MAINTAINER
 # The binary is stripped there (--strip): the release profile keeps line
 # tables for profiling, 23 MB of them, which an installed binary needs not.
 deb:
 	$(MAKE) --no-print-directory man unit-file PREFIX=/usr SYSCONFDIR=/etc
-	$(CARGO) deb --no-build --strip
+	@[ -n "$$MAINTAINER" ] || echo 'warning: the package names no maintainer: make deb MAINTAINER="Name <mail>"' >&2
+	$(CARGO) deb --no-build --strip $${MAINTAINER:+--maintainer "$$MAINTAINER"}
 
 test: fmt-check clippy unit fuzz-smoke e2e
 

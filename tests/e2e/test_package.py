@@ -32,6 +32,10 @@ pytestmark = pytest.mark.slow
 
 CI = bool(os.environ.get("CI"))
 
+# The operator's name for the package's Maintainer field (a quote in it, as
+# in many names, must reach the field unchanged).
+MAINTAINER = "Package O'Builder <packages@walnut.invalid>"
+
 
 def _have(tool: str) -> bool:
     if tool == "cargo-deb":
@@ -47,7 +51,9 @@ def deb(tmp_path_factory: pytest.TempPathFactory) -> Path:
         if CI:
             pytest.fail(f"CI must build the Debian package but {missing} are missing (.ci/run installs them)")
         pytest.skip(f"{', '.join(missing)} not installed")
-    out = subprocess.run(["make", "deb"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
+    out = subprocess.run(
+        ["make", "deb", f"MAINTAINER={MAINTAINER}"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=900
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     # The path cargo-deb prints (under `make test`, make's own "Entering
     # directory" lines surround it).
@@ -84,6 +90,12 @@ def test_package_holds_binary_man_page_unit_and_config(deb: Path) -> None:
         ["dpkg-deb", "-f", str(deb), "Package", "Version", "Depends"], capture_output=True, text=True, check=True
     ).stdout
     assert "Package: walnut" in conffiles
+    # The Maintainer is the one `make deb MAINTAINER=...` was given, not
+    # Cargo.toml's placeholder.
+    maintainer = subprocess.run(
+        ["dpkg-deb", "-f", str(deb), "Maintainer"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert maintainer == MAINTAINER, maintainer
     # The configuration is a conffile: an upgrade keeps the operator's edits.
     ctl = subprocess.run(["dpkg-deb", "--ctrl-tarfile", str(deb)], capture_output=True, check=True).stdout
     assert b"/etc/walnut/nutcracker.yml" in ctl and b"/etc/logrotate.d/walnut" in ctl
