@@ -209,7 +209,7 @@ for pair in $PROXIES; do
         # A module set-up or tear-down that fails is reported as an ERROR of
         # its own ("ERROR: test suite for ...").
         suite_err=$(grep -acE '^ERROR: (test suite for|Failure:)' "$log")
-        failed_names["$label|$file"]="$(grep -aoE '^(FAIL|ERROR): .*' "$log" | sed 's/^[A-Z]*: //' | tr '\n' ' ')"
+        failed_names["$label|$file"]="$(grep -aoE '^(FAIL|ERROR): .*' "$log" | sed -e 's/^[A-Z]*: //' -e "s|$dir/tests/||g" | tr '\n' ' ')"
         flags=""
         [ "$suite_err" -gt 0 ] && flags+=" setup"
         [ "$rc" = 124 ] || [ "$rc" = 137 ] && flags+=" timeout"
