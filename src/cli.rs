@@ -150,6 +150,13 @@ pub struct Cli {
     #[arg(long = "fleet-ttl", value_name = "SECS", value_parser = parse_number)]
     pub fleet_ttl: Option<u64>,
 
+    /// Milliseconds a request of a `migration: true` pool may wait for
+    /// the fleet (a key moving while the barrier has not passed, or the
+    /// member catching up) before it is refused; 0 refuses at once
+    /// (default: the lease TTL plus one second).
+    #[arg(long = "fleet-hold", value_name = "MS", value_parser = parse_number)]
+    pub fleet_hold: Option<u64>,
+
     /// Add N to the port of every pool's TCP listen address (and `.N` to
     /// a unix socket's path): several instances of one configuration on
     /// one machine.
@@ -236,6 +243,7 @@ impl Cli {
                 ));
             }
         }
+        let ttl = self.fleet_ttl.unwrap_or(crate::fleet::DEFAULT_TTL).max(1);
         Ok(Some(crate::fleet::FleetOpts {
             etcd: etcd.clone(),
             name: name.clone(),
@@ -244,7 +252,10 @@ impl Cli {
                 .fleet_dir
                 .clone()
                 .unwrap_or_else(|| PathBuf::from(crate::fleet::DEFAULT_DIR)),
-            ttl: self.fleet_ttl.unwrap_or(crate::fleet::DEFAULT_TTL).max(1),
+            ttl,
+            hold_ms: self
+                .fleet_hold
+                .unwrap_or(ttl * 1000 + crate::fleet::HOLD_SLACK_MS),
         }))
     }
 

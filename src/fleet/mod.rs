@@ -37,6 +37,11 @@ pub const DEFAULT_DIR: &str = "/var/lib/walnut";
 /// Seconds a member's lease lasts without renewal (`--fleet-ttl`).
 pub const DEFAULT_TTL: u64 = 5;
 
+/// How long a request may wait for the fleet unless `--fleet-hold` says
+/// (ms): the lease TTL, the longest a barrier waits for a member that
+/// died, plus this (reloads and an agent pass).
+pub const HOLD_SLACK_MS: u64 = 1000;
+
 /// An instance's fleet settings (from the command line).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FleetOpts {
@@ -50,6 +55,10 @@ pub struct FleetOpts {
     pub dir: PathBuf,
     /// `--fleet-ttl`: its lease, in seconds.
     pub ttl: u64,
+    /// `--fleet-hold`: how long a request may wait for the fleet's
+    /// barrier or for the member to be in step again (ms; 0: refused at
+    /// once), see `worker/fleet_hold.rs`.
+    pub hold_ms: u64,
 }
 
 /// The key of a fleet's configuration.

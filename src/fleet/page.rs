@@ -36,6 +36,7 @@ pub struct FleetPage {
 }
 
 const IN_STEP_UNTIL: usize = 0;
+const HOLD_MS: usize = 1;
 
 impl FleetPage {
     /// Maps a new page, shared with every process forked after this.
@@ -60,6 +61,17 @@ impl FleetPage {
     /// The agent: in step until `ms`.
     pub fn set_in_step_until(&self, ms: u64) {
         self.word(IN_STEP_UNTIL).store(ms, Ordering::Release);
+    }
+
+    /// How long a request may wait for the fleet (`--fleet-hold`, ms; 0:
+    /// refused at once), see `worker/fleet_hold.rs`.
+    pub fn hold_ms(&self) -> u64 {
+        self.word(HOLD_MS).load(Ordering::Relaxed)
+    }
+
+    /// The master, before it forks: the bound of a wait for the fleet.
+    pub fn set_hold_ms(&self, ms: u64) {
+        self.word(HOLD_MS).store(ms, Ordering::Relaxed);
     }
 
     /// Whether a `migration: true` pool may be routed now.

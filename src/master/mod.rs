@@ -177,8 +177,12 @@ impl Master {
             std::io::Error::new(e.kind(), format!("handover socket @{handin_name}: {e}"))
         })?;
         let prev = counters::PrevBinary::inherit();
-        let fleet_page = match opts.fleet {
-            Some(_) => Some(crate::fleet::page::FleetPage::new()?),
+        let fleet_page = match &opts.fleet {
+            Some(f) => {
+                let page = crate::fleet::page::FleetPage::new()?;
+                page.set_hold_ms(f.hold_ms);
+                Some(page)
+            }
             None => None,
         };
         let ready_pipe = upgrade::inherit_ready_pipe();

@@ -93,6 +93,9 @@ fields!(
         CmdGet = ("cmd_get", Counter, "# keys asked for by memcached retrievals"),
         CmdSet = ("cmd_set", Counter, "# memcached storage requests"),
         GetHits = ("get_hits", Counter, "# keys memcached retrievals found"),
+        FleetHeld = ("fleet_held", Counter, "# requests held for the fleet (a key moving before its barrier passed, or the member catching up)"),
+        FleetHeldUs = ("fleet_held_us", Counter, "total usec requests were held for the fleet"),
+        FleetRefused = ("fleet_refused", Counter, "# requests refused for the fleet (key moving, membership lapsed), at once or after the hold bound"),
     }
 );
 

@@ -199,8 +199,29 @@ fn worker_family(f: WorkerField) -> Option<Family> {
             "walnut_worker_shadow_dropped_total",
             "requests not copied to a shadow pool: its queue was full or its server down",
         ),
+        WorkerField::FleetHeld => counter(
+            "walnut_worker_fleet_held_requests_total",
+            "requests held for the fleet: a key moving before its barrier passed, or the member catching up",
+        ),
+        WorkerField::FleetHeldUs => counter(
+            "walnut_worker_fleet_held_seconds_total",
+            "time requests were held for the fleet, summed",
+        ),
+        WorkerField::FleetRefused => counter(
+            "walnut_worker_fleet_refused_requests_total",
+            "requests refused for the fleet (key moving, membership lapsed), at once or after the hold bound",
+        ),
         WorkerField::Heartbeat => return None,
     })
+}
+
+/// A worker field's value as its family exposes it: the time held for
+/// the fleet in seconds, as the family's name says.
+fn worker_value(f: WorkerField, v: u64) -> String {
+    match f {
+        WorkerField::FleetHeldUs => format!("{}", v as f64 / 1e6),
+        _ => value(f.kind(), v),
+    }
 }
 
 /// A field's value as the family exposes it: timestamps in seconds.
@@ -497,7 +518,7 @@ fn worker_metrics(out: &mut String, region: &Region, info: &HostInfo) {
                     "{}{{worker=\"{}\"}} {}",
                     fam.name,
                     w.index,
-                    value(f.kind(), region.worker_get(w.index, *f))
+                    worker_value(*f, region.worker_get(w.index, *f))
                 );
             }
         }

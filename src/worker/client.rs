@@ -5,6 +5,7 @@ use super::conn::Origin;
 use super::conn::{Client, ClientRef, Conn, ConnTable, ReplySlot, Server, Waiter};
 use super::conn_state::AfterPull;
 use super::fault::ServerFault;
+use super::fleet_hold::FleetStep;
 use super::server_conn::Queued;
 use super::stream::StreamStart;
 use super::txn::TxnStep;
@@ -437,11 +438,10 @@ impl Worker<'_> {
                 close
             }
             Route::Single | Route::Multi => {
-                if let Some(e) = self.fleet_refusal(pool, &req, bytes, now) {
-                    let mut out = Vec::new();
-                    self.pools[pool].proto.server_error(req.op, e, &mut out);
-                    self.push_ready(token, out, false);
-                    return false;
+                match self.fleet_gate(token, pool, &req, bytes, AfterPull::Route, now) {
+                    FleetStep::Go => {}
+                    FleetStep::Held => return true,
+                    FleetStep::Refused => return false,
                 }
                 if self.pools[pool].route.is_migrating()
                     && self.hold_for_moved_keys(token, &req, bytes, AfterPull::Route, now)

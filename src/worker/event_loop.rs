@@ -67,6 +67,9 @@ impl Worker<'_> {
                 .worker_set(WorkerField::Heartbeat, crate::util::epoch_us());
             let stop = control.check(&mut self.ctl, control_ready);
             self.apply_ctl();
+            // After the controller's messages: a barrier's go releases
+            // the requests held for it in this pass.
+            self.fleet_holds_tick(now);
             if self.stopped(stop, &mut stopping, control, now) {
                 return Ok(());
             }
@@ -100,6 +103,10 @@ impl Worker<'_> {
         if self.handover.is_some() {
             // A full handover queue is tried again soon.
             timeout = timeout.map(|t| t.min(super::HANDOVER_RETRY));
+        }
+        if let Some(fleet) = self.fleet_hold_wait(now) {
+            // Requests held for the fleet: their deadline, the page.
+            timeout = timeout.map(|t| t.min(fleet));
         }
         if self.handin_again {
             timeout = Some(Duration::ZERO);
@@ -195,6 +202,8 @@ impl Worker<'_> {
             Stop::Fast => true,
             Stop::Handover if stopping.graceful_since.is_none() => {
                 if let Some(to) = self.ctl.handover_to.take() {
+                    // Nothing held is routed once it reports stopped.
+                    self.fleet_holds_close(now);
                     self.begin_handover(to);
                     stopping.handover_since.get_or_insert(now);
                     control.stopped_routing();
@@ -215,6 +224,7 @@ impl Worker<'_> {
                     && !pinned
             }
             Stop::Graceful | Stop::Handover => {
+                self.fleet_holds_close(now);
                 if self.accepting {
                     self.stop_accepting();
                 }

@@ -19,6 +19,7 @@ mod conn_state;
 mod deadlines;
 mod event_loop;
 mod fault;
+mod fleet_hold;
 mod forward;
 mod handle;
 mod handover;
@@ -252,6 +253,8 @@ pub struct Worker<'a> {
     /// A fleet member's page: whether `migration: true` pools may be
     /// routed (`fleet/page.rs`).
     fleet: Option<crate::fleet::page::FleetPage>,
+    /// Requests held until the fleet lets them through (`fleet_hold.rs`).
+    fleet_holds: fleet_hold::FleetHolds,
     /// The socket clients are handed to this worker on.
     handin: Option<OwnedFd>,
     /// Handover connections waiting for their message.
@@ -377,6 +380,7 @@ impl<'a> Worker<'a> {
             handover: None,
             hold_deadlines: deadlines::Deadlines::new(),
             read_deadlines: deadlines::Deadlines::new(),
+            fleet_holds: fleet_hold::FleetHolds::default(),
         };
         w.preconnect();
         w.cluster_maintain(Instant::now());

@@ -17,6 +17,7 @@
 
 use super::conn::{Conn, ConnTable, ReplySlot, ReplyTo, ServerRef};
 use super::conn_state::{AfterPull, Txn};
+use super::fleet_hold::FleetStep;
 use super::Worker;
 use crate::proto::redis::reply;
 use crate::proto::redis::txn::{self, TxnAnswer};
@@ -89,14 +90,16 @@ impl Worker<'_> {
         // A fleet member that must not route the pool now refuses the
         // command (inside MULTI: EXEC runs the others, as after a command
         // that fails when run).
+        // Or holds it until it may (`fleet_hold.rs`).
         if !req.keys.is_empty() {
-            if let Some(e) = self.fleet_refusal(pool, req, bytes, now) {
+            let step = self.fleet_gate(token, pool, req, bytes, AfterPull::Txn, now);
+            if step != FleetStep::Go {
                 let keep = t.multi || t.conn.is_some();
                 self.put_txn(token, keep.then_some(t));
-                let mut out = Vec::new();
-                self.pools[pool].proto.server_error(req.op, e, &mut out);
-                self.push_ready(token, out, false);
-                return TxnStep::Done;
+                return match step {
+                    FleetStep::Held => TxnStep::Held,
+                    _ => TxnStep::Done,
+                };
             }
         }
         if self.pools[pool].route.is_migrating() && !req.keys.is_empty() {

@@ -131,7 +131,7 @@ def redis_or_mc_ok(kind: str, port: int) -> bool:
 class Fleet:
     """etcd, three servers (two in the pool, one to add) and three members."""
 
-    def __init__(self, procs, kind: str, ttl: int = 2):
+    def __init__(self, procs, kind: str, ttl: int = 2, extra: tuple[str, ...] = ()):
         self.procs, self.kind = procs, kind
         self.etcd = start(procs, Etcd(procs.workdir))
         if kind == "redis":
@@ -144,7 +144,7 @@ class Fleet:
         self.pools = {"p": self.make(self.servers[:2], listen=f"{HOST}:{base}", migration=True, migration_rate=20000)}
         assert apply(self.etcd, FLEET, procs.workdir, self.pools).returncode == 0
         self.members = [
-            start(procs, Member(procs.workdir, self.etcd.url, FLEET, name, [base], offset=off, ttl=ttl))
+            start(procs, Member(procs.workdir, self.etcd.url, FLEET, name, [base], offset=off, ttl=ttl, extra=extra))
             for name, off in (("a", 0), ("b", port_offset(base)), ("c", port_offset(base)))
         ]
         self.ports = [m.ports[0] for m in self.members]
@@ -169,6 +169,16 @@ class Fleet:
         wait_for(lambda: all("state=done" in m.admin("migration") for m in members), 60, "migration done", step=0.2)
 
 
+def metric_sum(members, name: str) -> float:
+    """A worker metric summed over the workers of ``members``."""
+    total = 0.0
+    for m in members:
+        for line in m.metrics().splitlines():
+            if line.startswith(name + "{"):
+                total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
 def report(what: str, load: Load, lost: tuple[int, int], extra: str = "") -> None:
     print(f"{what}: acknowledged {load.acked} writes, refused {load.refused}, "
           f"lost {lost[0]} increments and {lost[1]} pushes{extra}; errors seen: {sorted(set(load.errors))[:3]}")
@@ -176,6 +186,9 @@ def report(what: str, load: Load, lost: tuple[int, int], extra: str = "") -> Non
 
 @pytest.mark.parametrize("kind", ["redis", "memcache"])
 def test_a_server_added_across_the_fleet_loses_no_acknowledged_write(procs, kind):
+    """... and, the barrier being short, no write is refused: a request
+    for a moving key waits for the barrier (held, within --fleet-hold)
+    instead of being refused."""
     f = Fleet(procs, kind)
     with Load(kind, f.ports) as load:
         wait_for(lambda: load.acked > 2000, 20, "load running")
@@ -184,12 +197,20 @@ def test_a_server_added_across_the_fleet_loses_no_acknowledged_write(procs, kind
         applied = time.monotonic() - t0
         assert r.returncode == 0, r.stdout + r.stderr
         at_apply = load.acked
+        wait_for(lambda: all(f.migration_started(m) for m in f.members), 10, "barrier passed", step=0.05)
         wait_for(lambda: load.acked > at_apply + 3000, 30, "load after the change")
     f.wait_done(f.members)
     lost = lost_writes(kind, f.ports[1], load)
-    report(kind, load, lost, f"; applied by all in {applied:.2f} s")
+    held = metric_sum(f.members, "walnut_worker_fleet_held_requests_total")
+    held_s = metric_sum(f.members, "walnut_worker_fleet_held_seconds_total")
+    refused = metric_sum(f.members, "walnut_worker_fleet_refused_requests_total")
+    report(kind, load, lost, f"; applied by all in {applied:.2f} s; {held:.0f} requests held by the barrier, "
+           f"{held_s / max(held, 1) * 1000:.1f} ms on average, {refused:.0f} refused")
     assert all(m.alive() for m in f.members)
     assert lost == (0, 0)
+    # Moving keys were asked for during the barrier and waited for it.
+    assert held > 0
+    assert refused == 0 and load.refused == 0, load.errors
 
 
 @pytest.mark.parametrize("when", ["before_prepare", "after_go"])
@@ -313,9 +334,10 @@ def test_etcd_stopped_in_the_middle_of_a_change(procs):
         wait_for(lambda: load.acked > 1000, 20, "load running")
         assert f.add_server(wait=None).returncode == 0
         f.etcd.stop()
-        # Without etcd: requests for moved keys are refused, and once the
-        # members' leases cannot be known alive, every request of the pool;
-        # none is answered wrongly.
+        # Without etcd: requests for moved keys are held, then refused once
+        # the hold's bound passed (--fleet-hold: the TTL plus 1 s), and
+        # once the members' leases cannot be known alive, every request of
+        # the pool, after the same bound; none is answered wrongly.
         at = load.refused
         wait_for(lambda: load.refused > at + 100, 10, "refusals while etcd is down")
         time.sleep(1)
@@ -327,6 +349,79 @@ def test_etcd_stopped_in_the_middle_of_a_change(procs):
     lost = lost_writes("redis", f.ports[0], load)
     report("redis, etcd stopped mid-change", load, lost)
     assert lost == (0, 0)
+
+
+def test_a_request_held_by_a_barrier_that_cannot_pass_is_refused_after_the_bound(procs):
+    """etcd stopped in the middle of a change, with the barrier still
+    waiting (a member frozen before it prepared): a request for a moving
+    key is held for --fleet-hold, then refused with the clear error; other
+    clients are answered meanwhile; the refused writes are not applied and
+    the change completes once etcd is back."""
+    hold = 1.5
+    f = Fleet(procs, "redis", ttl=6, extra=("--fleet-hold", str(int(hold * 1000))))
+    a, b, c = f.members
+    os.killpg(c.pid, signal.SIGSTOP)
+    try:
+        assert f.add_server(wait=None).returncode == 0
+        rev = status(f.etcd, FLEET)["revision"]
+        # a and b prepared (their placement switch done), c cannot: the
+        # barrier waits.
+        wait_for(lambda: all(int(m["prepared"]) >= rev for m in status(f.etcd, FLEET)["members"] if m["id"] in ("a", "b")),
+                 10, "a and b prepared", step=0.05)
+        f.etcd.stop()
+        # Keys unlike each other (the pool's FNV hash puts keys that differ
+        # only in their last characters close together on the ring).
+        keys = [f"{random.Random(i).getrandbits(64):016x}" for i in range(32)]
+        got: dict = {}
+
+        def incr(k: str) -> None:
+            r = redis.Redis(host=HOST, port=a.ports[0], socket_timeout=10, retry=Retry(NoBackoff(), 0))
+            t = time.monotonic()
+            try:
+                v = r.incr(k)
+            except redis.ResponseError as e:
+                v = e
+            got[k] = (v, t, time.monotonic())
+
+        threads = [threading.Thread(target=incr, args=(k,)) for k in keys]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=20)
+        assert len(got) == len(keys)
+        refused = [k for k in keys if isinstance(got[k][0], Exception)]
+        served = [k for k in keys if not isinstance(got[k][0], Exception)]
+        print(f"held then refused: {[(k, round(got[k][2] - got[k][1], 2)) for k in refused]}; "
+              f"served: {[(k, round(got[k][2] - got[k][1], 2)) for k in served]}")
+        # About a third of the keys move to the server added.
+        assert refused and served
+        first = min(got[k][1] for k in keys)
+        for k in refused:
+            v, t0, t1 = got[k]
+            assert "key moving: a fleet change is in progress" in str(v), v
+            # Held until the bound of the wait, which began with the first.
+            assert hold - 0.2 < t1 - first < hold + 1.0, (k, t1 - first)
+        # Keys that do not move are answered at once, while the others wait.
+        for k in served:
+            v, t0, t1 = got[k]
+            assert v == 1 and t1 - t0 < 0.5, (k, v, t1 - t0)
+        # The wait's bound spent, a moving key is refused at once.
+        r = redis.Redis(host=HOST, port=a.ports[0], socket_timeout=10, retry=Retry(NoBackoff(), 0))
+        t = time.monotonic()
+        with pytest.raises(redis.ResponseError, match="key moving"):
+            r.incr(refused[0])
+        assert time.monotonic() - t < 0.5
+        assert metric_sum([a], "walnut_worker_fleet_held_requests_total") >= len(refused)
+        assert metric_sum([a], "walnut_worker_fleet_refused_requests_total") >= len(refused) + 1
+        f.etcd.start()
+    finally:
+        os.killpg(c.pid, signal.SIGCONT)
+    wait_for(lambda: all(f.migration_started(m) for m in f.members), 20, "change completes", step=0.1)
+    f.wait_done(f.members)
+    # The refused increments were not applied; the served ones were.
+    r = redis.Redis(host=HOST, port=f.ports[1], socket_timeout=10)
+    for k in keys:
+        assert r.get(k) == (None if k in refused else b"1"), k
 
 
 def test_etcd_stopped_in_steady_state(procs):
@@ -344,7 +439,7 @@ def test_etcd_stopped_in_steady_state(procs):
     assert apply(etcd, FLEET, procs.workdir, pools).returncode == 0
     m = start(procs, Member(procs.workdir, etcd.url, FLEET, "a", [base, base2], ttl=2))
     plain = redis.Redis(host=HOST, port=m.ports[0], socket_timeout=5)
-    mig = redis.Redis(host=HOST, port=m.ports[1], socket_timeout=5)
+    mig = redis.Redis(host=HOST, port=m.ports[1], socket_timeout=10, retry=Retry(NoBackoff(), 0))
     wait_for(lambda: redis_or_mc_ok("redis", m.ports[1]), 10, "in step")
     etcd.stop()
     t0 = time.monotonic()
@@ -357,8 +452,15 @@ def test_etcd_stopped_in_steady_state(procs):
             assert "fleet membership lapsed" in str(e)
             return True
 
-    wait_for(refused, 5, "mig refused")
-    assert time.monotonic() - t0 <= 2 + 0.5
+    # The first request refused waited for the member to be in step again
+    # (--fleet-hold, by default the TTL plus 1 s), no longer; the wait's
+    # bound being spent, the next ones are refused at once.
+    hold = 2 + 1
+    wait_for(refused, 2 + hold + 2, "mig refused")
+    assert time.monotonic() - t0 <= 2 + hold + 0.5
+    t1 = time.monotonic()
+    assert refused()
+    assert time.monotonic() - t1 < 0.5
     assert plain.set("k", "v") and plain.get("k") == b"v"
     etcd.start()
     wait_for(lambda: redis_or_mc_ok("redis", m.ports[1]), 15, "mig serves again", step=0.05)
