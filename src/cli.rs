@@ -460,6 +460,19 @@ mod tests {
     }
 
     #[test]
+    fn fleet_hold_defaults_to_the_lease_plus_a_second() {
+        let base = ["--etcd", "http://127.0.0.1:2379", "--fleet", "f"];
+        let hold = |extra: &[&str]| {
+            let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+            parse(&args).unwrap().fleet_opts().unwrap().unwrap().hold_ms
+        };
+        assert_eq!(hold(&[]), 6000);
+        assert_eq!(hold(&["--fleet-ttl", "2"]), 3000);
+        assert_eq!(hold(&["--fleet-hold", "0"]), 0);
+        assert_eq!(hold(&["--fleet-ttl", "2", "--fleet-hold", "1500"]), 1500);
+    }
+
+    #[test]
     fn short_and_long_flags() {
         let c = parse(&[
             "-t",

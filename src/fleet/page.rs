@@ -91,6 +91,7 @@ mod tests {
         // SAFETY: the child only stores a word and leaves with _exit.
         let pid = unsafe { libc::fork() };
         if pid == 0 {
+            page.set_hold_ms(1500);
             page.set_in_step_until(mono_ms() + 60_000);
             unsafe { libc::_exit(0) };
         }
@@ -98,6 +99,7 @@ mod tests {
         // SAFETY: waiting for our own child.
         unsafe { libc::waitpid(pid, &mut status, 0) };
         assert!(page.in_step());
+        assert_eq!(page.hold_ms(), 1500);
         page.set_in_step_until(mono_ms().saturating_sub(1));
         assert!(!page.in_step());
     }
