@@ -329,17 +329,19 @@ def test_a_member_frozen_past_its_lease_fences_itself_until_it_caught_up(procs):
 
 
 def test_etcd_stopped_in_the_middle_of_a_change(procs):
-    f = Fleet(procs, "redis", ttl=2)
+    f = Fleet(procs, "redis", ttl=2, extra=("--fleet-hold", "1000"))
     with Load("redis", f.ports) as load:
         wait_for(lambda: load.acked > 1000, 20, "load running")
         assert f.add_server(wait=None).returncode == 0
         f.etcd.stop()
         # Without etcd: requests for moved keys are held, then refused once
-        # the hold's bound passed (--fleet-hold: the TTL plus 1 s), and
-        # once the members' leases cannot be known alive, every request of
-        # the pool, after the same bound; none is answered wrongly.
+        # the hold's bound passed (--fleet-hold), and once the members'
+        # leases cannot be known alive, every request of the pool, after
+        # the same bound; none is answered wrongly. A client going round
+        # the members waits out each member's waits in turn (the barrier's,
+        # then the lapse's: at most 1 s each) before refusals come at once.
         at = load.refused
-        wait_for(lambda: load.refused > at + 100, 10, "refusals while etcd is down")
+        wait_for(lambda: load.refused > at + 100, 2 + 3 * 2 * 1 + 6, "refusals while etcd is down")
         time.sleep(1)
         f.etcd.start()
         wait_for(lambda: all(f.migration_started(m) for m in f.members), 20, "change completes", step=0.1)
