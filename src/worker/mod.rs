@@ -476,9 +476,11 @@ impl<'a> Worker<'a> {
                         || c.has_output()
                         || c.stream().is_some()
                         || c.rstream_from().is_some()
+                        || c.gate().is_some()
                     {
-                        // Busy (a request in flight, a reply not yet
-                        // written): its idle time starts after that, so
+                        // Busy (a request in flight, held for its keys or
+                        // the fleet, a reply not yet written): its idle
+                        // time starts after that, so
                         // a reply arriving in this very loop pass is
                         // never lost to the sweep.
                         c.touch(now);
