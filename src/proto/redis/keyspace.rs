@@ -13,7 +13,7 @@
 
 use super::args::Args;
 use super::reply;
-use super::resp::parse_int;
+use super::resp::{self, parse_int};
 
 /// The reply to a `SCAN` whose cursor is not a number.
 pub const INVALID_CURSOR: &[u8] = b"-ERR invalid cursor\r\n";
@@ -60,16 +60,12 @@ pub fn scan_request(req: &[u8], server_cursor: u64) -> Vec<u8> {
 /// error passes as it is) or the cursor would not fit.
 pub fn scan_reply(reply: &[u8], server: usize, servers: usize) -> Option<Vec<u8>> {
     // *2\r\n$<len>\r\n<cursor>\r\n<the keys array>
-    let rest = reply.strip_prefix(b"*2\r\n$")?;
-    let nl = memchr::memchr(b'\n', rest)?;
-    let len: usize = std::str::from_utf8(rest.get(..nl)?)
-        .ok()?
-        .trim_end()
-        .parse()
-        .ok()?;
-    let body = rest.get(nl + 1..)?;
-    let cursor = parse_int(body.get(..len)?)?;
-    let keys = body.get(len + 2..)?;
+    let (2, body) = resp::header(reply, b'*')? else {
+        return None;
+    };
+    let (cursor, keys) = resp::bulk(body)?;
+    let cursor = parse_int(cursor)?;
+    let keys = keys.get(2..)?;
     let n = servers.max(1) as u64;
     let next = match cursor {
         0 if server + 1 < servers => (server + 1) as u64,
@@ -102,16 +98,9 @@ pub fn merge(name: &str, replies: &[&[u8]]) -> Option<Vec<u8>> {
             let mut count = 0usize;
             let mut body = Vec::new();
             for r in replies {
-                let r = r.strip_prefix(b"*")?;
-                let nl = memchr::memchr(b'\n', r)?;
-                count = count.checked_add(
-                    std::str::from_utf8(&r[..nl])
-                        .ok()?
-                        .trim_end()
-                        .parse::<usize>()
-                        .ok()?,
-                )?;
-                body.extend_from_slice(&r[nl + 1..]);
+                let (n, items) = resp::header(r, b'*')?;
+                count = count.checked_add(usize::try_from(n).ok()?)?;
+                body.extend_from_slice(items);
             }
             let mut out = Vec::with_capacity(body.len() + 16);
             reply::array(count, &mut out);
@@ -144,30 +133,16 @@ enum Elem<'a> {
 
 /// The elements of a flat array reply (`*n` of bulks and integers).
 fn flat_array(r: &[u8]) -> Option<Vec<Elem<'_>>> {
-    let rest = r.strip_prefix(b"*")?;
-    let nl = memchr::memchr(b'\n', rest)?;
-    let n: usize = std::str::from_utf8(&rest[..nl])
-        .ok()?
-        .trim_end()
-        .parse()
-        .ok()?;
-    let mut at = &rest[nl + 1..];
-    let mut out = Vec::with_capacity(n);
+    let (n, mut at) = resp::header(r, b'*')?;
+    let mut out = Vec::with_capacity(usize::try_from(n).ok()?.min(1024));
     for _ in 0..n {
-        let (kind, tail) = at.split_first()?;
-        let nl = memchr::memchr(b'\n', tail)?;
-        let head = std::str::from_utf8(&tail[..nl]).ok()?.trim_end();
-        match kind {
-            b'$' => {
-                let len: usize = head.parse().ok()?;
-                out.push(Elem::Bulk(tail.get(nl + 1..nl + 1 + len)?));
-                at = tail.get(nl + 1 + len + 2..)?;
-            }
-            b':' => {
-                out.push(Elem::Int(head.parse().ok()?));
-                at = &tail[nl + 1..];
-            }
-            _ => return None,
+        if let Some((s, rest)) = resp::bulk(at) {
+            out.push(Elem::Bulk(s));
+            at = rest.get(2..)?;
+        } else {
+            let (i, rest) = resp::header(at, b':')?;
+            out.push(Elem::Int(i));
+            at = rest;
         }
     }
     Some(out)
@@ -234,18 +209,13 @@ fn merge_pubsub(replies: &[&[u8]]) -> Option<Vec<u8>> {
 
 /// The text of a bulk (or RESP3 verbatim) string reply.
 pub(super) fn bulk_text(r: &[u8]) -> Option<&str> {
-    let (kind, rest) = r.split_first()?;
-    if *kind != b'$' && *kind != b'=' {
+    let kind = *r.first()?;
+    if kind != b'$' && kind != b'=' {
         return None;
     }
-    let nl = memchr::memchr(b'\n', rest)?;
-    let len: usize = std::str::from_utf8(&rest[..nl])
-        .ok()?
-        .trim_end()
-        .parse()
-        .ok()?;
-    let mut body = rest.get(nl + 1..nl + 1 + len)?;
-    if *kind == b'=' {
+    let (len, rest) = resp::header(r, kind)?;
+    let mut body = rest.get(..usize::try_from(len).ok()?)?;
+    if kind == b'=' {
         body = body.get(4..)?; // "txt:"
     }
     std::str::from_utf8(body).ok()

@@ -77,11 +77,10 @@ pub fn merge_mget<C: Chunks>(
 /// The count of a `<kind><n>\r\n` line; `None` for a negative count, a
 /// malformed line or another kind.
 fn count(line: &[u8], kind: u8) -> Option<usize> {
-    let digits = line.strip_prefix(&[kind])?.strip_suffix(b"\r\n")?;
-    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) || digits.len() > 19 {
-        return None;
+    match super::resp::header(line, kind)? {
+        (n, b"") => usize::try_from(n).ok(),
+        _ => None,
     }
-    std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
 #[cfg(test)]

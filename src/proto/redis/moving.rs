@@ -6,14 +6,7 @@
 /// A bulk reply's payload (a `DUMP`'s serialized value); `None` for a
 /// null (the key is not there) or another reply.
 pub fn bulk_payload(reply: &[u8]) -> Option<&[u8]> {
-    let rest = reply.strip_prefix(b"$")?;
-    let nl = memchr::memchr(b'\n', rest)?;
-    let len: usize = std::str::from_utf8(&rest[..nl])
-        .ok()?
-        .trim_end()
-        .parse()
-        .ok()?;
-    rest.get(nl + 1..nl + 1 + len)
+    super::resp::bulk(reply).map(|(payload, _)| payload)
 }
 
 /// An integer reply (a `PTTL`: -2 when the key is gone, -1 without TTL).

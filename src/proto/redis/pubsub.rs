@@ -5,6 +5,7 @@
 
 use super::args::Args;
 use super::reply;
+use super::resp;
 
 /// The command `name` with `args` (channels or patterns).
 pub fn command(name: &str, args: &[Vec<u8>]) -> Vec<u8> {
@@ -33,21 +34,9 @@ pub fn arguments(req: &[u8]) -> Vec<Vec<u8>> {
 /// The kind of a push frame (`subscribe`, `message`, ...), lower case, and
 /// where its last element (the count of a confirmation) starts.
 pub fn frame_kind(frame: &[u8]) -> Option<(String, usize)> {
-    let rest = frame
-        .strip_prefix(b"*")
-        .or_else(|| frame.strip_prefix(b">"))?;
-    let nl = memchr::memchr(b'\n', rest)?;
-    let body = &rest[nl + 1..];
-    let body = body.strip_prefix(b"$")?;
-    let nl2 = memchr::memchr(b'\n', body)?;
-    let len: usize = std::str::from_utf8(&body[..nl2])
-        .ok()?
-        .trim_end()
-        .parse()
-        .ok()?;
-    let kind = std::str::from_utf8(body.get(nl2 + 1..nl2 + 1 + len)?)
-        .ok()?
-        .to_ascii_lowercase();
+    let (_, body) = resp::header(frame, b'*').or_else(|| resp::header(frame, b'>'))?;
+    let (kind, _) = resp::bulk(body)?;
+    let kind = std::str::from_utf8(kind).ok()?.to_ascii_lowercase();
     // A confirmation ends in `:<count>\r\n`.
     let end = frame.len().checked_sub(2)?;
     let colon = memchr::memrchr(b':', &frame[..end])?;

@@ -38,6 +38,25 @@ pub fn parse_int(s: &[u8]) -> Option<i64> {
     }
 }
 
+/// The number of the header line `<kind><n>\r\n` at the front of `buf`
+/// (an array's `*n`, a push's `>n`, a bulk's `$n`, an integer's `:n`) and
+/// what follows that line; `None` for another kind or a malformed line.
+pub fn header(buf: &[u8], kind: u8) -> Option<(i64, &[u8])> {
+    let rest = buf.strip_prefix(&[kind])?;
+    let nl = memchr::memchr(b'\n', rest)?;
+    let n = parse_int(rest[..nl].strip_suffix(b"\r")?)?;
+    Some((n, &rest[nl + 1..]))
+}
+
+/// The bulk string at the front of `buf`: its payload and what follows the
+/// payload (its `\r\n` first); `None` for a null bulk, another kind, or a
+/// payload not all there.
+pub fn bulk(buf: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (n, rest) = header(buf, b'$')?;
+    let n = usize::try_from(n).ok()?;
+    Some((rest.get(..n)?, &rest[n..]))
+}
+
 fn err(msg: &str) -> ResponseError {
     ResponseError(msg.to_string())
 }
@@ -406,6 +425,33 @@ pub(crate) fn value<'a>(buf: &'a [u8], at: &mut usize, depth: u32) -> Option<Val
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn header_lines_and_bulks() {
+        assert_eq!(header(b"*2\r\nrest", b'*'), Some((2, &b"rest"[..])));
+        assert_eq!(header(b">3\r\n", b'>'), Some((3, &b""[..])));
+        assert_eq!(header(b":-7\r\n:1\r\n", b':'), Some((-7, &b":1\r\n"[..])));
+        assert_eq!(header(b"$-1\r\n", b'$'), Some((-1, &b""[..])));
+        for bad in [
+            &b"*2\r\n"[..],
+            b"$",
+            b"$2",
+            b"$2\n",
+            b"$x\r\n",
+            b"$02\r\n",
+            b"$ 2\r\n",
+        ] {
+            assert_eq!(header(bad, b'$'), None, "{bad:?}");
+        }
+        assert_eq!(
+            bulk(b"$3\r\nabc\r\n:1\r\n"),
+            Some((&b"abc"[..], &b"\r\n:1\r\n"[..]))
+        );
+        assert_eq!(bulk(b"$0\r\n\r\n"), Some((&b""[..], &b"\r\n"[..])));
+        assert_eq!(bulk(b"$-1\r\n"), None);
+        assert_eq!(bulk(b"$5\r\nab\r\n"), None);
+        assert_eq!(bulk(b"+OK\r\n"), None);
+    }
 
     #[test]
     fn ints_like_string2ll() {
