@@ -389,15 +389,7 @@ mod tests {
 #[cfg(test)]
 mod merge_tests {
     use super::Spool;
-    use crate::proto::redis::merge_held::merge_mget;
-    use crate::proto::redis::parse_request;
-    use crate::proto::{Limits, Parse};
-
-    fn spool(b: &[u8]) -> Spool {
-        let mut s = Spool::default();
-        s.push(b);
-        s
-    }
+    use crate::proto::redis::merge_held::check;
 
     fn drained(mut s: Spool) -> Vec<u8> {
         let mut v = Vec::new();
@@ -409,45 +401,13 @@ mod merge_tests {
         v
     }
 
-    /// The spooled merge gives exactly the whole-buffer merge's bytes.
     #[test]
     fn same_reply_as_the_buffered_merge() {
-        let big = vec![b'x'; 200_000];
-        let req_bytes = b"*5\r\n$4\r\nMGET\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n$1\r\nd\r\n";
-        let req = match parse_request(req_bytes, &Limits::default()) {
-            Ok(Parse::Done(r)) => r,
-            other => panic!("{other:?}"),
-        };
-        let mut f0 = b"*2\r\n$200000\r\n".to_vec();
-        f0.extend_from_slice(&big);
-        f0.extend_from_slice(b"\r\n$-1\r\n");
-        let f1: &[u8] = b"*2\r\n$3\r\nbee\r\n_\r\n";
-        let (k0, k1): (&[usize], &[usize]) = (&[0, 2], &[1, 3]);
-        let mut want = Vec::new();
-        crate::proto::redis::merge_responses(req_bytes, &req, &[(k0, &f0), (k1, f1)], &mut want);
-        let mut frags = [(k0, spool(&f0)), (k1, spool(f1))];
-        let mut out = Spool::default();
-        assert_eq!(merge_mget(4, &mut frags, &mut out), Ok(()));
-        assert_eq!(drained(out), want);
+        check::same_reply_as_the_buffered_merge::<Spool>(200_000, drained);
     }
 
     #[test]
     fn malformed_fragments_are_refused() {
-        let keys: &[usize] = &[0, 1];
-        for bad in [
-            &b"*3\r\n$1\r\na\r\n$1\r\nb\r\n"[..],
-            b"*2\r\n$1\r\na\r\n",
-            b"*2\r\n$5\r\na\r\n$1\r\nb\r\n",
-            b"*2\r\n*1\r\n$1\r\na\r\n$1\r\nb\r\n",
-            b"$1\r\na\r\n",
-        ] {
-            let mut frags = [(keys, spool(bad))];
-            let mut out = Spool::default();
-            assert_eq!(
-                merge_mget(2, &mut frags, &mut out),
-                Err(crate::proto::redis::merge_held::Malformed),
-                "{bad:?}"
-            );
-        }
+        check::malformed_fragments_are_refused::<Spool>();
     }
 }

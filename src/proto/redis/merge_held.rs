@@ -83,11 +83,68 @@ fn count(line: &[u8], kind: u8) -> Option<usize> {
     }
 }
 
+/// The checks every [`Chunks`] holder's merge must pass: run by the tests
+/// below over small chunks and by the worker's spool tests over its own.
+#[cfg(test)]
+pub(crate) mod check {
+    use super::{merge_mget, Chunks, Malformed};
+    use crate::proto::redis::parse_request;
+    use crate::proto::{Limits, Parse};
+
+    fn held<C: Chunks + Default>(b: &[u8]) -> C {
+        let mut c = C::default();
+        c.push(b);
+        c
+    }
+
+    /// The chunked merge gives exactly the whole-buffer merge's bytes, with
+    /// a value of `big` bytes; `bytes` reads a holder's bytes back.
+    pub fn same_reply_as_the_buffered_merge<C: Chunks + Default>(
+        big: usize,
+        bytes: impl Fn(C) -> Vec<u8>,
+    ) {
+        let req_bytes = b"*5\r\n$4\r\nMGET\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n$1\r\nd\r\n";
+        let Ok(Parse::Done(req)) = parse_request(req_bytes, &Limits::default()) else {
+            panic!()
+        };
+        let mut f0 = format!("*2\r\n${big}\r\n").into_bytes();
+        f0.extend(std::iter::repeat_n(b'x', big));
+        f0.extend_from_slice(b"\r\n$-1\r\n");
+        let f1: &[u8] = b"*2\r\n$3\r\nbee\r\n_\r\n";
+        let (k0, k1): (&[usize], &[usize]) = (&[0, 2], &[1, 3]);
+        let mut want = Vec::new();
+        crate::proto::redis::merge_responses(req_bytes, &req, &[(k0, &f0), (k1, f1)], &mut want);
+        let mut frags = [(k0, held::<C>(&f0)), (k1, held(f1))];
+        let mut out = C::default();
+        assert_eq!(merge_mget(4, &mut frags, &mut out), Ok(()));
+        assert_eq!(bytes(out), want);
+    }
+
+    /// A fragment reply that is not an array of one value per key is refused.
+    pub fn malformed_fragments_are_refused<C: Chunks + Default>() {
+        let keys: &[usize] = &[0, 1];
+        for bad in [
+            &b"*3\r\n$1\r\na\r\n$1\r\nb\r\n"[..],
+            b"*2\r\n$1\r\na\r\n",
+            b"*2\r\n$5\r\na\r\n$1\r\nb\r\n",
+            b"*2\r\n*1\r\n$1\r\na\r\n$1\r\nb\r\n",
+            b"$1\r\na\r\n",
+            b"*-1\r\n",
+        ] {
+            let mut frags = [(keys, held::<C>(bad))];
+            let mut out = C::default();
+            assert_eq!(
+                merge_mget(2, &mut frags, &mut out),
+                Err(Malformed),
+                "{bad:?}"
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::redis::parse_request;
-    use crate::proto::{Limits, Parse};
 
     /// Bytes in chunks of at most 7 (so lines and values cross them).
     #[derive(Default)]
@@ -131,54 +188,19 @@ mod tests {
         }
     }
 
-    fn small(b: &[u8]) -> Small {
-        let mut s = Small::default();
-        s.push(b);
-        s
-    }
-
     #[test]
     fn same_reply_as_the_buffered_merge() {
-        let big = vec![b'x'; 1000];
-        let req_bytes = b"*5\r\n$4\r\nMGET\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n$1\r\nd\r\n";
-        let Ok(Parse::Done(req)) = parse_request(req_bytes, &Limits::default()) else {
-            panic!()
-        };
-        let mut f0 = b"*2\r\n$1000\r\n".to_vec();
-        f0.extend_from_slice(&big);
-        f0.extend_from_slice(b"\r\n$-1\r\n");
-        let f1: &[u8] = b"*2\r\n$3\r\nbee\r\n_\r\n";
-        let (k0, k1): (&[usize], &[usize]) = (&[0, 2], &[1, 3]);
-        let mut want = Vec::new();
-        crate::proto::redis::merge_responses(req_bytes, &req, &[(k0, &f0), (k1, f1)], &mut want);
-        let mut frags = [(k0, small(&f0)), (k1, small(f1))];
-        let mut out = Small::default();
-        assert_eq!(merge_mget(4, &mut frags, &mut out), Ok(()));
-        let got: Vec<u8> = out.0.into_iter().flatten().collect();
-        assert_eq!(got, want);
+        check::same_reply_as_the_buffered_merge::<Small>(1000, |s| {
+            s.0.into_iter().flatten().collect()
+        });
     }
 
     #[test]
     fn malformed_fragments_are_refused() {
-        let keys: &[usize] = &[0, 1];
-        for bad in [
-            &b"*3\r\n$1\r\na\r\n$1\r\nb\r\n"[..],
-            b"*2\r\n$1\r\na\r\n",
-            b"*2\r\n$5\r\na\r\n$1\r\nb\r\n",
-            b"*2\r\n*1\r\n$1\r\na\r\n$1\r\nb\r\n",
-            b"$1\r\na\r\n",
-            b"*-1\r\n",
-        ] {
-            let mut frags = [(keys, small(bad))];
-            let mut out = Small::default();
-            assert_eq!(
-                merge_mget(2, &mut frags, &mut out),
-                Err(Malformed),
-                "{bad:?}"
-            );
-        }
+        check::malformed_fragments_are_refused::<Small>();
         assert_eq!(count(b"*12\r\n", b'*'), Some(12));
         assert_eq!(count(b"$-1\r\n", b'$'), None);
         assert_eq!(count(b"$12\r\n", b'*'), None);
+        assert_eq!(count(b"*12\r\nx", b'*'), None);
     }
 }
