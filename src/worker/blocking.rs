@@ -20,28 +20,23 @@ impl Worker<'_> {
         bytes: &[u8],
         now: Instant,
     ) {
-        let Origin {
-            token,
-            client_id,
-            pool,
-        } = at;
         let key = req.routing_key(bytes);
-        let server = if self.pools[pool].cluster.is_some() {
-            Some(self.cluster_server(pool, key.as_ref(), req.op, client_id))
+        let server = if self.pools[at.pool].cluster.is_some() {
+            Some(self.cluster_server(at.pool, key.as_ref(), req.op, at.client_id))
         } else {
-            self.pools[pool].server_for(key.as_ref(), now)
+            self.pools[at.pool].server_for(key.as_ref(), now)
         };
         let Some(server) = server else {
-            self.reply_no_server(token, pool, req);
+            self.reply_no_server(at.token, at.pool, req);
             return;
         };
-        let seq = self.push_slot(token, req.noreply, ReplySlot::default());
-        let to = ReplyTo::new(token, client_id, seq, None);
-        let slot = self.conn_slot(token, pool, server, client_id, req.op);
-        let st = match self.server_conn_dedicated(pool, server, slot, now) {
+        let seq = self.push_slot(at.token, req.noreply, ReplySlot::default());
+        let to = ReplyTo::new(at.token, at.client_id, seq, None);
+        let slot = self.conn_slot(at.token, at.pool, server, at.client_id, req.op);
+        let st = match self.server_conn_dedicated(at.pool, server, slot, now) {
             Ok(st) => st,
             Err(fault) => {
-                self.fail_unsent(to, pool, req.op, &fault);
+                self.fail_unsent(to, at.pool, req.op, &fault);
                 return;
             }
         };
@@ -51,7 +46,7 @@ impl Worker<'_> {
         s.set_blocking();
         let sid = s.id();
         // Forget connections of earlier blocking requests already answered.
-        let live: Vec<ServerRef> = match self.conns.get(token.0) {
+        let live: Vec<ServerRef> = match self.conns.get(at.token.0) {
             Some(Conn::Client(c)) => c
                 .blocked()
                 .iter()
@@ -60,10 +55,10 @@ impl Worker<'_> {
                 .collect(),
             _ => Vec::new(),
         };
-        if let Some(c) = self.conns.client_mut(token.0) {
+        if let Some(c) = self.conns.client_mut(at.token.0) {
             c.block_on(live, ServerRef::new(st, sid));
         }
-        let proto = self.pools[pool].proto;
+        let proto = self.pools[at.pool].proto;
         self.enqueue(
             st,
             to.waiter(),

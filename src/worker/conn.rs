@@ -351,6 +351,13 @@ pub struct Origin {
     pub pool: usize,
 }
 
+impl Origin {
+    /// Where the request's one reply goes: its client, in order.
+    pub fn reply_to(self) -> ReplyTo {
+        ReplyTo::client(self.token, self.client_id)
+    }
+}
+
 /// A connection of the worker.
 #[derive(Debug)]
 pub enum Conn {

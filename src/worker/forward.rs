@@ -120,11 +120,6 @@ impl Worker<'_> {
         bytes: &[u8],
         now: Instant,
     ) {
-        let Origin {
-            token,
-            client_id,
-            pool,
-        } = at;
         if req.route == crate::proto::Route::Single {
             // (A split request that found one server is counted once, in forward_multi.)
             self.count_mc_request(req);
@@ -142,7 +137,7 @@ impl Worker<'_> {
             Target::Slot => {
                 // Kept until the reply, to follow MOVED and ASK.
                 let key = req.routing_key(bytes);
-                let server = self.cluster_server(pool, key.as_ref(), req.op, client_id);
+                let server = self.cluster_server(at.pool, key.as_ref(), req.op, at.client_id);
                 let slot = ReplySlot {
                     redirect: Some(Box::new(Redirect {
                         req: req.clone(),
@@ -160,42 +155,42 @@ impl Worker<'_> {
             _ => {
                 if let Op::Redis(r) = req.op {
                     if crate::proto::redis::names_more_keys(r.cmd)
-                        && self.keys_apart(pool, r.cmd, req, bytes, now)
+                        && self.keys_apart(at.pool, r.cmd, req, bytes, now)
                     {
                         let mut out = Vec::new();
                         crate::proto::redis::error_reply(
                             &format!("{} keys must all map to one server (use a hash tag, e.g. {{user1}}.a {{user1}}.b)", r.cmd.name()),
                             &mut out,
                         );
-                        self.push_ready(token, out, false);
+                        self.push_ready(at.token, out, false);
                         return;
                     }
                 }
                 let server = if target == Target::Keyless {
-                    self.keyless_server(pool, client_id, now)
+                    self.keyless_server(at.pool, at.client_id, now)
                 } else {
                     let key = req.routing_key(bytes);
-                    self.pools[pool].server_for(key.as_ref(), now)
+                    self.pools[at.pool].server_for(key.as_ref(), now)
                 };
                 let Some(server) = server else {
-                    self.reply_no_server(token, pool, req);
+                    self.reply_no_server(at.token, at.pool, req);
                     return;
                 };
                 (server, ReplySlot::default())
             }
         };
-        let seq = self.push_slot(token, req.noreply, slot);
-        let proto = self.pools[pool].proto;
-        let to = ReplyTo::new(token, client_id, seq, None);
+        let seq = self.push_slot(at.token, req.noreply, slot);
+        let proto = self.pools[at.pool].proto;
+        let to = ReplyTo::new(at.token, at.client_id, seq, None);
         // Written at once only when it is the client's last request: a
         // pipeline's requests share one write (cheaper than a write each).
         if self.ends_input && bytes.len() >= WRITE_THROUGH_MIN && !proto.rewrites(req.op) {
-            self.send_through_or_fail(to, pool, server, bytes, req.op, now);
+            self.send_through_or_fail(to, at.pool, server, bytes, req.op, now);
             return;
         }
         self.send_or_fail(
             to,
-            pool,
+            at.pool,
             server,
             |out| proto.write_request(req, bytes, out),
             req.op,
@@ -305,25 +300,20 @@ impl Worker<'_> {
     /// Replicated pool: reads go to one replica (the rest kept for
     /// failover), writes to every replica.
     fn forward_replicated(&mut self, at: Origin, req: &Request, bytes: &[u8], now: Instant) {
-        let Origin {
-            token,
-            client_id,
-            pool,
-        } = at;
         let key = req.routing_key(bytes);
         let key = key.as_ref();
-        let _ = self.pools[pool].server_for(key, now);
-        let r = self.pools[pool].cfg.replicas as usize;
+        let _ = self.pools[at.pool].server_for(key, now);
+        let r = self.pools[at.pool].cfg.replicas as usize;
         let mut replicas = Vec::with_capacity(r);
-        self.pools[pool]
+        self.pools[at.pool]
             .placement
             .replicas_for(key, r, &mut replicas);
         let read = matches!(req.op, Op::Mc(op) if op.is_read());
-        let to = ReplyTo::client(token, client_id);
+        let to = at.reply_to();
         if read {
-            self.send_replicated_read(to, pool, req, bytes, replicas, now);
+            self.send_replicated_read(to, at.pool, req, bytes, replicas, now);
         } else {
-            self.send_replicated_write(to, pool, req, bytes, replicas, now);
+            self.send_replicated_write(to, at.pool, req, bytes, replicas, now);
         }
     }
 
@@ -337,11 +327,6 @@ impl Worker<'_> {
         bytes: &[u8],
         now: Instant,
     ) -> bool {
-        let Origin {
-            token,
-            client_id,
-            pool,
-        } = at;
         let Op::Redis(op) = req.op else {
             return false;
         };
@@ -349,20 +334,13 @@ impl Worker<'_> {
             return false;
         }
         let key = req.routing_key(bytes);
-        let Some(master) = self.pools[pool].server_for(key.as_ref(), now) else {
+        let Some(master) = self.pools[at.pool].server_for(key.as_ref(), now) else {
             return false;
         };
-        let Some(order) = self.pools[pool].read_order(master, client_id, now) else {
+        let Some(order) = self.pools[at.pool].read_order(master, at.client_id, now) else {
             return false;
         };
-        self.send_replicated_read(
-            ReplyTo::client(token, client_id),
-            pool,
-            req,
-            bytes,
-            order,
-            now,
-        );
+        self.send_replicated_read(at.reply_to(), at.pool, req, bytes, order, now);
         true
     }
 
@@ -452,17 +430,12 @@ impl Worker<'_> {
         bytes: &[u8],
         now: Instant,
     ) {
-        let Origin {
-            token,
-            client_id,
-            pool,
-        } = at;
         self.count_mc_request(&req);
-        let groups = if self.pools[pool].cluster.is_some() {
-            self.slot_groups(pool, client_id, &req, bytes)
+        let groups = if self.pools[at.pool].cluster.is_some() {
+            self.slot_groups(at.pool, at.client_id, &req, bytes)
         } else {
-            let Some(groups) = self.server_groups(pool, &req, bytes, now) else {
-                self.reply_no_server(token, pool, &req);
+            let Some(groups) = self.server_groups(at.pool, &req, bytes, now) else {
+                self.reply_no_server(at.token, at.pool, &req);
                 return;
             };
             groups
@@ -472,17 +445,17 @@ impl Worker<'_> {
             crate::proto::redis::CmdClass::OneServer | crate::proto::redis::CmdClass::Blocking
         ));
         if one_server && groups.len() > 1 {
-            self.refuse_cross_server(token, pool, req.op);
+            self.refuse_cross_server(at.token, at.pool, req.op);
             return;
         }
         // A replicated pool's split request, and a zone pool's multi-key
         // read, stay split even on one server: they fall over per key.
-        if groups.len() <= 1 && !self.pools[pool].route.keeps_split(req.op) {
+        if groups.len() <= 1 && !self.pools[at.pool].route.keeps_split(req.op) {
             self.forward_single(at, plan, &req, bytes, now);
             return;
         }
-        let to = ReplyTo::client(token, client_id);
-        self.send_split(to, pool, req, bytes, &groups, now);
+        let to = at.reply_to();
+        self.send_split(to, at.pool, req, bytes, &groups, now);
     }
 
     /// Key indices grouped by server, in client order; `None` when a key

@@ -19,31 +19,26 @@ impl Worker<'_> {
         bytes: &[u8],
         now: Instant,
     ) {
-        let Origin {
-            token,
-            client_id,
-            pool,
-        } = at;
         if let Op::Mc(op) = req.op {
             // memcached's only broadcast is flush_all: opt-in per pool.
-            if !self.pools[pool].cfg.allow_flush {
+            if !self.pools[at.pool].cfg.allow_flush {
                 let out = crate::proto::memcache::flush_refused(op, req.noreply);
                 if !out.is_empty() {
-                    self.push_ready(token, out, false);
+                    self.push_ready(at.token, out, false);
                 }
                 return;
             }
         }
-        if let Some(refused) = self.broadcast_refused(pool, req.op) {
+        if let Some(refused) = self.broadcast_refused(at.pool, req.op) {
             let mut out = Vec::new();
             crate::proto::redis::error_reply(&refused, &mut out);
-            self.push_ready(token, out, false);
+            self.push_ready(at.token, out, false);
             return;
         }
         // A cluster pool: every master (its keyspace), every node for
         // SCRIPT; others: the configured servers (not those a migration
         // keeps for pulls).
-        let p = &self.pools[pool];
+        let p = &self.pools[at.pool];
         let targets: Vec<usize> = match &p.cluster {
             Some(_) if matches!(req.op, Op::Redis(op) if op.cmd.is("SCRIPT")) => {
                 (0..p.servers.len()).collect()
@@ -57,7 +52,7 @@ impl Worker<'_> {
         let info = matches!(req.op, Op::Redis(op) if op.cmd.is("INFO"));
         let mode = if info {
             MultiMode::Info(crate::proto::redis::info::ProxyFigures {
-                connected_clients: self.stats.pool_total(pool, PoolField::ClientConnections),
+                connected_clients: self.stats.pool_total(at.pool, PoolField::ClientConnections),
             })
         } else {
             MultiMode::Broadcast
@@ -73,7 +68,7 @@ impl Worker<'_> {
             })),
             ..ReplySlot::default()
         };
-        let seq = self.push_slot(token, req.noreply, slot);
+        let seq = self.push_slot(at.token, req.noreply, slot);
         let bytes = if info {
             crate::proto::redis::info::INFO
         } else {
@@ -82,8 +77,8 @@ impl Worker<'_> {
         for (fi, s) in targets.into_iter().enumerate() {
             let frag = Some(fi as u32);
             self.send_or_fail(
-                ReplyTo::new(token, client_id, seq, frag),
-                pool,
+                ReplyTo::new(at.token, at.client_id, seq, frag),
+                at.pool,
                 s,
                 |out| out.extend_from_slice(bytes),
                 req.op,
@@ -119,25 +114,20 @@ impl Worker<'_> {
     /// server and its cursor there (`proto::redis::keyspace`); the reply's
     /// cursor is rewritten on its way back (`process_replies`).
     pub(super) fn forward_scan(&mut self, at: Origin, req: &Request, bytes: &[u8], now: Instant) {
-        let Origin {
-            token,
-            client_id,
-            pool,
-        } = at;
         use crate::proto::redis::keyspace;
         let Some(cursor) = keyspace::scan_cursor(bytes) else {
-            self.push_ready(token, keyspace::INVALID_CURSOR.to_vec(), false);
+            self.push_ready(at.token, keyspace::INVALID_CURSOR.to_vec(), false);
             return;
         };
-        let walk = self.scan_walk(pool);
+        let walk = self.scan_walk(at.pool);
         let n = walk.len();
-        let (nth, at) = keyspace::scan_split(cursor, n);
+        let (nth, there) = keyspace::scan_split(cursor, n);
         let server = walk.get(nth).copied().unwrap_or(0);
-        let seq = self.push_slot(token, req.noreply, ReplySlot::default());
-        let out = keyspace::scan_request(bytes, at);
+        let seq = self.push_slot(at.token, req.noreply, ReplySlot::default());
+        let out = keyspace::scan_request(bytes, there);
         self.send_or_fail(
-            ReplyTo::new(token, client_id, seq, None),
-            pool,
+            ReplyTo::new(at.token, at.client_id, seq, None),
+            at.pool,
             server,
             |o| o.extend_from_slice(&out),
             req.op,

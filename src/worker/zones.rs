@@ -60,7 +60,7 @@ impl Worker<'_> {
         if let Some(r) = &self.pools[at.pool].routes {
             r.owners(key.as_ref(), &mut owners);
         }
-        let (to, pool) = (ReplyTo::client(at.token, at.client_id), at.pool);
+        let (to, pool) = (at.reply_to(), at.pool);
         match step {
             ZoneStep::Read => self.send_replicated_read(to, pool, req, bytes, owners, now),
             ZoneStep::SyncWrite => self.send_replicated_write(to, pool, req, bytes, owners, now),
