@@ -21,11 +21,13 @@
 //! Each worker keeps its own conversation: nothing is shared between
 //! processes, and a worker restarted after a crash asks again.
 
+use super::pool::PoolRt;
 use super::Worker;
 use crate::net::{Endpoint, Stream};
+use crate::proto::redis::cluster::NodeAddr;
 use crate::proto::redis::sentinel::{self, Said};
 use crate::proto::Parse;
-use mio::{Interest, Token};
+use mio::{Interest, Registry, Token};
 use std::io::{ErrorKind, Read, Write};
 use std::time::{Duration, Instant};
 
@@ -41,7 +43,9 @@ pub(super) const GATE: Duration = Duration::from_millis(1000);
 /// Largest reply taken from a sentinel (its answers are a few dozen bytes).
 const MAX_REPLY: usize = 64 * 1024;
 
-/// One pool's sentinels and the conversation with one of them.
+/// One pool's sentinels and the conversation with one of them: all the
+/// state of following them, acted on with the pool it follows and the
+/// poll registry passed in.
 #[derive(Debug)]
 pub(super) struct Watch {
     /// The pool.
@@ -54,8 +58,10 @@ pub(super) struct Watch {
     names: Vec<String>,
     /// The sentinel talked to (or tried next).
     at: usize,
-    /// The conversation, when one is open.
+    /// The conversation's socket and buffers, when one is open.
     talk: Option<Talk>,
+    /// Replies the open conversation still owes.
+    due: Due,
     /// No conversation is opened before this instant.
     retry_at: Option<Instant>,
     /// Every master name got an answer once.
@@ -72,157 +78,278 @@ struct Talk {
     sock: Stream,
     rbuf: Vec<u8>,
     wbuf: Vec<u8>,
-    /// Replies still due to `AUTH` (0 or 1), then to the master
-    /// questions, then to the replica questions.
-    auth_due: bool,
-    masters_due: usize,
-    replicas_due: usize,
+}
+
+/// Replies still due: to `AUTH` (0 or 1), then to the master questions,
+/// then to the replica questions; after them, events.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Due {
+    auth: bool,
+    masters: usize,
+    replicas: usize,
+}
+
+/// What a reply leads to, besides what it changed in the pool.
+#[derive(Debug, PartialEq, Eq)]
+enum Next {
+    /// The conversation goes on.
+    Listen,
+    /// Ask the same sentinel everything again (replicas changed).
+    AskAgain,
 }
 
 /// The watches of a worker's pools that list sentinels.
-pub(super) fn watches(pools: &[super::pool::PoolRt]) -> Vec<Watch> {
+pub(super) fn watches(pools: &[PoolRt]) -> Vec<Watch> {
     pools
         .iter()
         .enumerate()
         .filter(|(_, p)| p.cfg.failover.on())
-        .map(|(i, p)| Watch {
-            pool: i,
+        .map(|(i, p)| Watch::new(i, p))
+        .collect()
+}
+
+impl Watch {
+    /// The watch of pool `pool` (whose configuration lists sentinels).
+    fn new(pool: usize, p: &PoolRt) -> Watch {
+        Watch {
+            pool,
             sentinels: p.cfg.failover.sentinels.clone(),
             auth: p.cfg.failover.sentinel_auth.clone(),
             names: p.cfg.servers.iter().map(|s| s.stats_name()).collect(),
             at: 0,
             talk: None,
+            due: Due::default(),
             retry_at: None,
             answered: false,
             replicas: p.cfg.failover.read_from != crate::config::ReadFrom::Master,
             opened_at: None,
-        })
-        .collect()
-}
-
-impl Worker<'_> {
-    /// Whether every watching pool's masters were answered for.
-    pub(super) fn sentinels_answered(&self) -> bool {
-        self.sentinels.iter().all(|w| w.answered)
-    }
-
-    /// Open a conversation for every watch without one whose retry time
-    /// has come (called on every loop turn: cheap when there is none).
-    pub(super) fn sentinel_maintain(&mut self, now: Instant) {
-        for i in 0..self.sentinels.len() {
-            let w = &self.sentinels[i];
-            if w.replicas && w.talk.is_some() && w.opened_at.is_some_and(|t| now >= t + REFRESH) {
-                self.sentinel_again(i);
-            }
-            let w = &self.sentinels[i];
-            if w.talk.is_none() && w.retry_at.is_none_or(|t| t <= now) {
-                self.sentinel_open(i, now);
-            }
         }
     }
 
-    fn sentinel_open(&mut self, i: usize, now: Instant) {
-        let w = &self.sentinels[i];
-        let (host, port) = w.sentinels[w.at].clone();
+    /// The pool it follows.
+    pub fn pool(&self) -> usize {
+        self.pool
+    }
+
+    /// Every master name got an answer once.
+    pub fn answered(&self) -> bool {
+        self.answered
+    }
+
+    /// Open a conversation (as `token`) if none is open and the retry time
+    /// has come; with replicas, ask again every [`REFRESH`].
+    pub fn maintain(&mut self, token: Token, pool: &PoolRt, registry: &Registry, now: Instant) {
+        if self.replicas
+            && self.talk.is_some()
+            && self.opened_at.is_some_and(|t| now >= t + REFRESH)
+        {
+            self.again(registry);
+        }
+        if self.talk.is_none() && self.retry_at.is_none_or(|t| t <= now) {
+            self.open(token, pool, registry, now);
+        }
+    }
+
+    fn open(&mut self, token: Token, pool: &PoolRt, registry: &Registry, now: Instant) {
+        let (host, port) = self.sentinels[self.at].clone();
         // A blocking lookup, as for servers at load: sentinels are written
         // as IP literals in practice, which resolve without a query.
         let opened = crate::net::resolve(&host, port)
-            .and_then(|a| crate::net::connect(&Endpoint::Tcp(a), true));
-        let mut sock = match opened {
+            .and_then(|a| crate::net::connect(&Endpoint::Tcp(a), true))
+            .and_then(|mut sock| {
+                registry
+                    .register(&mut sock, token, Interest::READABLE | Interest::WRITABLE)
+                    .map(|()| sock)
+            });
+        let sock = match opened {
             Ok(s) => s,
-            Err(e) => {
-                self.sentinel_lost(i, &crate::util::strerror(&e), now);
-                return;
-            }
+            Err(e) => return self.lost(&crate::util::strerror(&e), pool, registry, now),
         };
-        let token = super::tokens::sentinel(i);
-        if let Err(e) =
-            self.poll
-                .registry()
-                .register(&mut sock, token, Interest::READABLE | Interest::WRITABLE)
-        {
-            self.sentinel_lost(i, &crate::util::strerror(&e), now);
-            return;
-        }
-        let w = &mut self.sentinels[i];
         let mut wbuf = Vec::new();
-        sentinel::opening(&w.names, w.auth.as_deref(), w.replicas, &mut wbuf);
-        w.opened_at = Some(now);
-        w.talk = Some(Talk {
+        sentinel::opening(&self.names, self.auth.as_deref(), self.replicas, &mut wbuf);
+        self.opened_at = Some(now);
+        self.talk = Some(Talk {
             sock,
             rbuf: Vec::new(),
             wbuf,
-            auth_due: w.auth.is_some(),
-            masters_due: w.names.len(),
-            replicas_due: if w.replicas { w.names.len() } else { 0 },
         });
+        self.due = self.questions();
         crate::log_info!(
             "pool '{}': asking sentinel {} for its masters",
-            self.pools[w.pool].cfg.name,
+            pool.cfg.name,
             sentinel_text(&host, port)
         );
     }
 
-    /// Ask the same sentinel everything again (replicas changed): the
-    /// conversation is opened anew on the next loop turn.
-    fn sentinel_again(&mut self, i: usize) {
-        let w = &mut self.sentinels[i];
-        if let Some(mut t) = w.talk.take() {
-            let _ = self.poll.registry().deregister(&mut t.sock);
+    /// The replies a new conversation's questions are owed.
+    fn questions(&self) -> Due {
+        Due {
+            auth: self.auth.is_some(),
+            masters: self.names.len(),
+            replicas: if self.replicas { self.names.len() } else { 0 },
         }
-        w.retry_at = None;
+    }
+
+    /// Close the conversation; it is opened anew on the next loop turn.
+    fn again(&mut self, registry: &Registry) {
+        if let Some(mut t) = self.talk.take() {
+            let _ = registry.deregister(&mut t.sock);
+        }
+        self.retry_at = None;
     }
 
     /// The conversation ended (`why`): the next sentinel is tried soon.
-    fn sentinel_lost(&mut self, i: usize, why: &str, now: Instant) {
-        let w = &mut self.sentinels[i];
-        if let Some(mut t) = w.talk.take() {
-            let _ = self.poll.registry().deregister(&mut t.sock);
+    fn lost(&mut self, why: &str, pool: &PoolRt, registry: &Registry, now: Instant) {
+        if let Some(mut t) = self.talk.take() {
+            let _ = registry.deregister(&mut t.sock);
         }
-        let (host, port) = &w.sentinels[w.at];
+        let (host, port) = &self.sentinels[self.at];
         let was = sentinel_text(host, *port);
-        w.at = (w.at + 1) % w.sentinels.len();
-        w.retry_at = Some(now + RETRY);
-        let (host, port) = &w.sentinels[w.at];
+        self.at = (self.at + 1) % self.sentinels.len();
+        self.retry_at = Some(now + RETRY);
+        let (host, port) = &self.sentinels[self.at];
         crate::log_warn!(
             "pool '{}': sentinel {} lost ({}); trying {} next",
-            self.pools[w.pool].cfg.name,
+            pool.cfg.name,
             was,
             why,
             sentinel_text(host, *port)
         );
     }
 
-    /// Readiness on conversation `i`.
-    pub(super) fn sentinel_event(&mut self, i: usize, now: Instant) {
-        let Some(t) = self.sentinels.get_mut(i).and_then(|w| w.talk.as_mut()) else {
+    /// Readiness on the conversation: write what is left of the questions,
+    /// read and act on every whole reply. The server connections of a
+    /// master that moved are added to `retire`.
+    pub fn event(
+        &mut self,
+        pool: &mut PoolRt,
+        registry: &Registry,
+        now: Instant,
+        retire: &mut Vec<Token>,
+    ) {
+        let Some(t) = self.talk.as_mut() else {
             return;
         };
-        // Write what is left of the questions.
-        while !t.wbuf.is_empty() {
-            match t.sock.write(&t.wbuf) {
+        let (replies, closed) = match t.exchange() {
+            Ok(r) => r,
+            Err(why) => return self.lost(&why, pool, registry, now),
+        };
+        for r in replies {
+            if self.talk.is_none() {
+                break; // asked again: the rest is of the closed conversation
+            }
+            match self.said(&r, pool, now, retire) {
+                Ok(Next::Listen) => {}
+                Ok(Next::AskAgain) => self.again(registry),
+                Err(why) => return self.lost(&why, pool, registry, now),
+            }
+        }
+        if let Some(why) = closed {
+            self.lost(&why, pool, registry, now);
+        }
+    }
+
+    /// Act on one reply; an `Err` ends the conversation.
+    fn said(
+        &mut self,
+        reply: &[u8],
+        pool: &mut PoolRt,
+        now: Instant,
+        retire: &mut Vec<Token>,
+    ) -> Result<Next, String> {
+        let said = sentinel::read(reply);
+        let due = &mut self.due;
+        if std::mem::take(&mut due.auth) {
+            return match said {
+                Said::Error(e) => Err(format!("AUTH refused: {e}")),
+                _ => Ok(Next::Listen),
+            };
+        }
+        let names = self.names.len();
+        if due.masters > 0 {
+            let server = names - due.masters;
+            due.masters -= 1;
+            if due.masters == 0 {
+                self.answered = true;
+            }
+            let name = &self.names[server];
+            match said {
+                Said::Master(at) => retire.extend(move_master(pool, server, &at, now)),
+                Said::Unknown => crate::log_warn!(
+                    "pool '{}': the sentinel monitors no master named '{}'",
+                    pool.cfg.name,
+                    name
+                ),
+                Said::Error(e) => return Err(format!("asking for '{name}': {e}")),
+                _ => {}
+            }
+            return Ok(Next::Listen);
+        }
+        if due.replicas > 0 {
+            let server = names - due.replicas;
+            due.replicas -= 1;
+            match sentinel::read_replicas(reply) {
+                Some(up) => set_replicas(pool, server, &up),
+                None => crate::log_warn!(
+                    "pool '{}': no replicas of '{}': {}",
+                    pool.cfg.name,
+                    self.names[server],
+                    String::from_utf8_lossy(reply).trim_end()
+                ),
+            }
+            return Ok(Next::Listen);
+        }
+        match said {
+            Said::ReplicasChanged if self.replicas => Ok(Next::AskAgain),
+            Said::Switch { name, to } => {
+                let Some(server) = self.names.iter().position(|n| *n == name) else {
+                    return Ok(Next::Listen);
+                };
+                crate::log_notice!(
+                    "pool '{}': sentinel announces a failover of '{}' to {}",
+                    pool.cfg.name,
+                    name,
+                    sentinel_text(&to.host, to.port)
+                );
+                retire.extend(move_master(pool, server, &to, now));
+                // The promoted replica left the replicas.
+                Ok(if self.replicas {
+                    Next::AskAgain
+                } else {
+                    Next::Listen
+                })
+            }
+            Said::Error(e) => Err(e),
+            _ => Ok(Next::Listen),
+        }
+    }
+}
+
+impl Talk {
+    /// Write what is left of the questions and read what came: the whole
+    /// replies, in order, and why the conversation ended if it did
+    /// (`Err`: it cannot go on, nothing read counts).
+    fn exchange(&mut self) -> Result<(Vec<Vec<u8>>, Option<String>), String> {
+        while !self.wbuf.is_empty() {
+            match self.sock.write(&self.wbuf) {
                 Ok(0) => break,
                 Ok(n) => {
-                    t.wbuf.drain(..n);
+                    self.wbuf.drain(..n);
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => {
-                    let why = crate::util::strerror(&e);
-                    self.sentinel_lost(i, &why, now);
-                    return;
-                }
+                Err(e) => return Err(crate::util::strerror(&e)),
             }
         }
         let mut chunk = [0u8; 4096];
         let mut closed = None;
         loop {
-            match t.sock.read(&mut chunk) {
+            match self.sock.read(&mut chunk) {
                 Ok(0) => {
                     closed = Some("closed by the sentinel".to_string());
                     break;
                 }
-                Ok(n) => t.rbuf.extend_from_slice(&chunk[..n]),
+                Ok(n) => self.rbuf.extend_from_slice(&chunk[..n]),
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => {
@@ -231,189 +358,142 @@ impl Worker<'_> {
                 }
             }
         }
-        // Every whole reply, in order.
-        let mut replies = Vec::new();
-        let mut used = 0;
-        loop {
-            match crate::proto::redis::parse_response(&t.rbuf[used..]) {
-                Ok(Parse::Done(r)) => {
-                    replies.push(t.rbuf[used..used + r.len].to_vec());
-                    used += r.len;
-                }
-                Ok(Parse::Incomplete { .. }) if t.rbuf.len() - used <= MAX_REPLY => break,
-                _ => {
-                    closed = Some("a reply that is not RESP".into());
-                    break;
-                }
+        let (replies, bad) = whole_replies(&mut self.rbuf);
+        Ok((replies, bad.or(closed)))
+    }
+}
+
+/// The whole replies at the front of `rbuf`, taken out of it in order, and
+/// why the conversation cannot go on if what follows is not RESP or is
+/// longer than [`MAX_REPLY`] without ending.
+fn whole_replies(rbuf: &mut Vec<u8>) -> (Vec<Vec<u8>>, Option<String>) {
+    let mut replies = Vec::new();
+    let mut used = 0;
+    let mut bad = None;
+    loop {
+        match crate::proto::redis::parse_response(&rbuf[used..]) {
+            Ok(Parse::Done(r)) => {
+                replies.push(rbuf[used..used + r.len].to_vec());
+                used += r.len;
             }
-        }
-        t.rbuf.drain(..used);
-        for r in replies {
-            if let Err(why) = self.sentinel_said(i, &r, now) {
-                self.sentinel_lost(i, &why, now);
-                return;
+            Ok(Parse::Incomplete { .. }) if rbuf.len() - used <= MAX_REPLY => break,
+            _ => {
+                bad = Some("a reply that is not RESP".into());
+                break;
             }
-        }
-        if let Some(why) = closed {
-            self.sentinel_lost(i, &why, now);
         }
     }
+    rbuf.drain(..used);
+    (replies, bad)
+}
 
-    /// Act on one reply of conversation `i`; an `Err` ends it.
-    fn sentinel_said(&mut self, i: usize, reply: &[u8], now: Instant) -> Result<(), String> {
-        let said = sentinel::read(reply);
-        let w = &mut self.sentinels[i];
-        let (pool, replicas) = (w.pool, w.replicas);
-        let Some(t) = w.talk.as_mut() else {
-            return Ok(());
+/// The replicas of server `server` of `pool` that are up now: found among
+/// the pool's servers past the configured ones, or added.
+fn set_replicas(p: &mut PoolRt, server: usize, up: &[NodeAddr]) {
+    let configured = p.cfg.servers.len();
+    let mut idx = Vec::with_capacity(up.len());
+    for n in up {
+        let Ok(addr) = crate::net::resolve(&n.host, n.port) else {
+            continue;
         };
-        if std::mem::take(&mut t.auth_due) {
-            return match said {
-                Said::Error(e) => Err(format!("AUTH refused: {e}")),
-                _ => Ok(()),
-            };
+        let at = Endpoint::Tcp(addr);
+        if p.servers[server].endpoint.as_ref() == Some(&at) {
+            continue; // the master itself, mid-failover
         }
-        let names = w.names.len();
-        if t.masters_due > 0 {
-            let server = names - t.masters_due;
-            t.masters_due -= 1;
-            if t.masters_due == 0 {
-                w.answered = true;
-            }
-            let name = w.names[server].clone();
-            match said {
-                Said::Master(at) => self.move_master(pool, server, &at.host, at.port, now),
-                Said::Unknown => crate::log_warn!(
-                    "pool '{}': the sentinel monitors no master named '{}'",
-                    self.pools[pool].cfg.name,
-                    name
-                ),
-                Said::Error(e) => return Err(format!("asking for '{name}': {e}")),
-                _ => {}
-            }
-            return Ok(());
-        }
-        if t.replicas_due > 0 {
-            let server = names - t.replicas_due;
-            t.replicas_due -= 1;
-            match sentinel::read_replicas(reply) {
-                Some(up) => self.set_replicas(pool, server, &up),
-                None => crate::log_warn!(
-                    "pool '{}': no replicas of '{}': {}",
-                    self.pools[pool].cfg.name,
-                    w.names[server],
-                    String::from_utf8_lossy(reply).trim_end()
-                ),
-            }
-            return Ok(());
-        }
-        match said {
-            Said::ReplicasChanged if replicas => {
-                self.sentinel_again(i);
-                Ok(())
-            }
-            Said::Switch { name, to } => {
-                if let Some(server) = w.names.iter().position(|n| *n == name) {
-                    crate::log_notice!(
-                        "pool '{}': sentinel announces a failover of '{}' to {}",
-                        self.pools[pool].cfg.name,
-                        name,
-                        sentinel_text(&to.host, to.port)
-                    );
-                    self.move_master(pool, server, &to.host, to.port, now);
-                    if replicas {
-                        // The promoted replica left the replicas.
-                        self.sentinel_again(i);
-                    }
-                }
-                Ok(())
-            }
-            Said::Error(e) => Err(e),
-            _ => Ok(()),
-        }
-    }
-
-    /// The replicas of server `server` of `pool` that are up now: found
-    /// among the pool's servers past the configured ones, or added.
-    fn set_replicas(
-        &mut self,
-        pool: usize,
-        server: usize,
-        up: &[crate::proto::redis::cluster::NodeAddr],
-    ) {
-        let p = &mut self.pools[pool];
-        let configured = p.cfg.servers.len();
-        let mut idx = Vec::with_capacity(up.len());
-        for n in up {
-            let Ok(addr) = crate::net::resolve(&n.host, n.port) else {
-                continue;
-            };
-            let at = Endpoint::Tcp(addr);
-            if p.servers[server].endpoint.as_ref() == Some(&at) {
-                continue; // the master itself, mid-failover
-            }
-            let i = match (configured..p.servers.len())
-                .find(|&i| p.servers[i].endpoint.as_ref() == Some(&at))
-            {
-                Some(i) => i,
-                None => {
-                    crate::log_notice!(
-                        "pool '{}': replica {} of '{}' serves reads",
-                        p.cfg.name,
-                        addr,
-                        p.servers[server].name
-                    );
-                    p.add_server(addr.to_string(), at)
-                }
-            };
-            idx.push(i);
-        }
-        if let Some(r) = p.replicas_of.get_mut(server) {
-            *r = idx;
-        }
-    }
-
-    /// Server `server` of `pool` is at `host:port` from now on.
-    fn move_master(&mut self, pool: usize, server: usize, host: &str, port: u16, now: Instant) {
-        let addr = match crate::net::resolve(host, port) {
-            Ok(a) => a,
-            Err(e) => {
-                crate::log_warn!(
-                    "pool '{}': master of '{}' at {}: {}",
-                    self.pools[pool].cfg.name,
-                    self.pools[pool].servers[server].name,
-                    sentinel_text(host, port),
-                    e
+        let i = match (configured..p.servers.len())
+            .find(|&i| p.servers[i].endpoint.as_ref() == Some(&at))
+        {
+            Some(i) => i,
+            None => {
+                crate::log_notice!(
+                    "pool '{}': replica {} of '{}' serves reads",
+                    p.cfg.name,
+                    addr,
+                    p.servers[server].name
                 );
-                return;
+                p.add_server(addr.to_string(), at)
             }
         };
-        let p = &mut self.pools[pool];
-        let s = &mut p.servers[server];
-        let to = Endpoint::Tcp(addr);
-        if s.endpoint.as_ref() == Some(&to) {
+        idx.push(i);
+    }
+    if let Some(r) = p.replicas_of.get_mut(server) {
+        *r = idx;
+    }
+}
+
+/// Server `server` of `p` is at `to` from now on: what its old address
+/// earned (failures, backoff, ejection) is dropped, and its shared
+/// connections are returned, to close once their replies are in.
+fn move_master(p: &mut PoolRt, server: usize, to: &NodeAddr, now: Instant) -> Vec<Token> {
+    let (host, port) = (to.host.as_str(), to.port);
+    let addr = match crate::net::resolve(host, port) {
+        Ok(a) => a,
+        Err(e) => {
+            crate::log_warn!(
+                "pool '{}': master of '{}' at {}: {}",
+                p.cfg.name,
+                p.servers[server].name,
+                sentinel_text(host, port),
+                e
+            );
+            return Vec::new();
+        }
+    };
+    let s = &mut p.servers[server];
+    let to = Endpoint::Tcp(addr);
+    if s.endpoint.as_ref() == Some(&to) {
+        return Vec::new();
+    }
+    crate::log_notice!(
+        "pool '{}': server '{}' is now served by the master at {}",
+        p.cfg.name,
+        s.name,
+        sentinel_text(host, port)
+    );
+    s.endpoint = Some(to);
+    s.tls_host = host.to_string();
+    // What the old address earned is not the new one's.
+    s.failures = 0;
+    s.retry_at = None;
+    s.backoff = Duration::ZERO;
+    s.last_fault = None;
+    s.probing = false;
+    let was_ejected = s.ejected_until.take().is_some();
+    let old: Vec<Token> = s.conns.iter_mut().filter_map(Option::take).collect();
+    if was_ejected {
+        p.rebuild(now);
+    }
+    old
+}
+
+impl Worker<'_> {
+    /// Whether every watching pool's masters were answered for.
+    pub(super) fn sentinels_answered(&self) -> bool {
+        self.sentinels.iter().all(Watch::answered)
+    }
+
+    /// Open a conversation for every watch without one whose retry time
+    /// has come (called on every loop turn: cheap when there is none).
+    pub(super) fn sentinel_maintain(&mut self, now: Instant) {
+        for (i, w) in self.sentinels.iter_mut().enumerate() {
+            let token = super::tokens::sentinel(i);
+            w.maintain(token, &self.pools[w.pool()], self.poll.registry(), now);
+        }
+    }
+
+    /// Readiness on conversation `i`.
+    pub(super) fn sentinel_event(&mut self, i: usize, now: Instant) {
+        let Some(w) = self.sentinels.get_mut(i) else {
             return;
-        }
-        crate::log_notice!(
-            "pool '{}': server '{}' is now served by the master at {}",
-            p.cfg.name,
-            s.name,
-            sentinel_text(host, port)
+        };
+        let mut retire = Vec::new();
+        w.event(
+            &mut self.pools[w.pool()],
+            self.poll.registry(),
+            now,
+            &mut retire,
         );
-        s.endpoint = Some(to);
-        s.tls_host = host.to_string();
-        // What the old address earned is not the new one's.
-        s.failures = 0;
-        s.retry_at = None;
-        s.backoff = Duration::ZERO;
-        s.last_fault = None;
-        s.probing = false;
-        let was_ejected = s.ejected_until.take().is_some();
-        let old: Vec<Token> = s.conns.iter_mut().filter_map(Option::take).collect();
-        if was_ejected {
-            p.rebuild(now);
-        }
-        for t in old {
+        for t in retire {
             self.retire_when_answered(t);
         }
     }
@@ -427,3 +507,7 @@ fn sentinel_text(host: &str, port: u16) -> String {
         format!("{host}:{port}")
     }
 }
+
+#[cfg(test)]
+#[path = "sentinel_tests.rs"]
+mod tests;
