@@ -199,78 +199,6 @@ impl PoolRt {
         }
     }
 
-    /// Record a failure of server `idx` (`fault` is what clients are told
-    /// while reconnection backs off); returns true if it was ejected.
-    pub fn record_failure(&mut self, idx: usize, now: Instant, fault: &ServerFault) -> bool {
-        let retry = Duration::from_millis(self.cfg.server_retry_timeout_ms.max(1));
-        let s = &mut self.servers[idx];
-        s.failures += 1;
-        // Reconnect backoff: 10 ms doubling to at most 1 s (and at most the
-        // retry timeout), with ±25% jitter so workers and servers that
-        // failed together do not all reconnect in the same instant.
-        s.backoff = if s.backoff.is_zero() {
-            Duration::from_millis(10)
-        } else {
-            (s.backoff * 2).min(Duration::from_secs(1)).min(retry)
-        };
-        let jitter = jitter_factor();
-        s.retry_at = Some(now + s.backoff.mul_f64(jitter));
-        s.last_fault = Some(fault.clone());
-        if s.probing {
-            // A failed health probe: stay out for another retry period.
-            crate::log_warn!(
-                "pool '{}': server '{}' failed its health check ({fault}): ejected for another {} ms",
-                self.cfg.name,
-                s.name,
-                retry.as_millis()
-            );
-            s.probing = false;
-            s.ejected_until = Some(now + retry);
-            self.next_rebuild = Some(
-                self.next_rebuild
-                    .map_or(now + retry, |t| t.min(now + retry)),
-            );
-            return false;
-        }
-        if !self.cfg.auto_eject_hosts || s.failures < self.cfg.server_failure_limit {
-            return false;
-        }
-        s.failures = 0;
-        s.ejected_until = Some(now + retry);
-        if self.cfg.eject_fail_fast {
-            // The server keeps its place on the ring: its keys fail fast
-            // instead of moving to another server.
-            let until = now + retry;
-            self.next_rebuild = Some(self.next_rebuild.map_or(until, |t| t.min(until)));
-        } else {
-            self.rebuild(now);
-        }
-        true
-    }
-
-    /// Record a successful exchange with server `idx`; a probed server
-    /// returns to the ring. True when the server was down (its last
-    /// attempt had failed): the caller reports it back.
-    #[must_use]
-    pub fn record_success(&mut self, idx: usize, now: Instant) -> bool {
-        let s = &mut self.servers[idx];
-        let was_down = std::mem::take(&mut s.down);
-        s.failures = 0;
-        s.backoff = Duration::ZERO;
-        s.retry_at = None;
-        if s.probing {
-            s.probing = false;
-            s.ejected_until = None;
-            crate::log_notice!(
-                "pool '{}': server '{}' answered its health check: back in the ring",
-                self.cfg.name,
-                s.name
-            );
-            self.rebuild(now);
-        }
-        was_down
-    }
-
     /// Before a new connection to a server written by host name: look
     /// the name up again (not more than once per [`RESOLVE_EVERY`]). The
     /// lookup blocks this worker for as long as the resolver takes: only
@@ -296,15 +224,6 @@ impl PoolRt {
             _ => None,
         }
     }
-}
-
-/// A factor in [0.75, 1.25) from the clock's low bits (no shared RNG state).
-fn jitter_factor() -> f64 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let x = nanos.wrapping_mul(2_654_435_761) >> 16;
-    0.75 + (x % 1000) as f64 / 2000.0
 }
 
 fn build_placement(cfg: &PoolConfig, servers: &[ServerRt]) -> Placement {

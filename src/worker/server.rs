@@ -149,7 +149,7 @@ impl Worker<'_> {
                 let fault = ServerFault::Connect(IoFault::from(&e));
                 self.stats
                     .server_add(pool, server, ServerField::ServerErr, 1);
-                self.note_failure(pool, server, now, &fault);
+                self.pools[pool].note_failure(pool, server, now, &fault, &self.stats);
                 return Err(fault);
             }
         };
@@ -478,7 +478,7 @@ impl Worker<'_> {
             ),
         );
         if fault.is_fault() {
-            self.note_failure(pool, server, now, fault);
+            self.pools[pool].note_failure(pool, server, now, fault, &self.stats);
         }
         if self.pools[pool].cluster.is_some() {
             self.cluster_node_failed(pool);

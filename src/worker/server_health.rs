@@ -4,66 +4,15 @@
 
 use super::conn::{Conn, ConnTable, Waiter};
 use super::fault::ServerFault;
+use super::pool::PoolRt;
 use super::server_rt::FAIL_LOG_EVERY;
 use super::Worker;
+use crate::stats::shm::StatsSlot;
 use crate::stats::{PoolField, ServerField};
 use mio::Token;
 use std::time::{Duration, Instant};
 
 impl Worker<'_> {
-    /// A failure of a server, seen at the default log level: a dead
-    /// backend must not be found only through its clients' errors. The
-    /// first failure of a run is logged at once with the server's address,
-    /// then at most one line per [`FAIL_LOG_EVERY`] with how many failed
-    /// since; the `server_down` gauge says it is down until it answers.
-    fn server_failed(&mut self, pool: usize, server: usize, now: Instant, fault: &ServerFault) {
-        let p = &mut self.pools[pool];
-        let s = &mut p.servers[server];
-        if !s.down {
-            s.down = true;
-            self.stats
-                .server_set(pool, server, ServerField::ServerDown, 1);
-        }
-        s.fail_log.0 += 1;
-        if s.fail_log.1.is_some_and(|t| now < t + FAIL_LOG_EVERY) {
-            return;
-        }
-        let n = std::mem::take(&mut s.fail_log.0);
-        s.fail_log.1 = Some(now);
-        crate::log_warn!(
-            "pool '{}': server '{}' at {}: {}{}{}",
-            p.cfg.name,
-            s.name,
-            s.address(),
-            if matches!(fault, ServerFault::Connect(_)) {
-                "cannot connect: "
-            } else {
-                ""
-            },
-            fault.detail(),
-            if n > 1 {
-                format!(" ({n} failures in the last {} s)", FAIL_LOG_EVERY.as_secs())
-            } else {
-                String::new()
-            }
-        );
-    }
-
-    /// A server that was down answered: said once, gauge cleared.
-    pub(super) fn server_back(&mut self, pool: usize, server: usize) {
-        self.stats
-            .server_set(pool, server, ServerField::ServerDown, 0);
-        let p = &mut self.pools[pool];
-        let s = &mut p.servers[server];
-        s.fail_log = (0, None);
-        crate::log_notice!(
-            "pool '{}': server '{}' at {} answers again",
-            p.cfg.name,
-            s.name,
-            s.address()
-        );
-    }
-
     /// Health checks: connect to every server whose retry time came and
     /// that waits for a probe, and ask it something cheap (memcached
     /// `version`, Redis `PING`); its first reply takes it back.
@@ -157,39 +106,185 @@ impl Worker<'_> {
             self.close_server(Token(k), ServerFault::TlsHandshakeTimeout { ms }, now);
         }
     }
+}
+
+/// A server's failures and recovery, kept by its pool: `at` is the pool's
+/// index in the stats, `stats` where its gauges and counters go.
+impl PoolRt {
+    /// Record a failure of server `idx` (`fault` is what clients are told
+    /// while reconnection backs off); returns true if it was ejected.
+    pub fn record_failure(&mut self, idx: usize, now: Instant, fault: &ServerFault) -> bool {
+        let retry = Duration::from_millis(self.cfg.server_retry_timeout_ms.max(1));
+        let s = &mut self.servers[idx];
+        s.failures += 1;
+        // Reconnect backoff: 10 ms doubling to at most 1 s (and at most the
+        // retry timeout), with ±25% jitter so workers and servers that
+        // failed together do not all reconnect in the same instant.
+        s.backoff = if s.backoff.is_zero() {
+            Duration::from_millis(10)
+        } else {
+            (s.backoff * 2).min(Duration::from_secs(1)).min(retry)
+        };
+        let jitter = jitter_factor();
+        s.retry_at = Some(now + s.backoff.mul_f64(jitter));
+        s.last_fault = Some(fault.clone());
+        if s.probing {
+            // A failed health probe: stay out for another retry period.
+            crate::log_warn!(
+                "pool '{}': server '{}' failed its health check ({fault}): ejected for another {} ms",
+                self.cfg.name,
+                s.name,
+                retry.as_millis()
+            );
+            s.probing = false;
+            s.ejected_until = Some(now + retry);
+            self.next_rebuild = Some(
+                self.next_rebuild
+                    .map_or(now + retry, |t| t.min(now + retry)),
+            );
+            return false;
+        }
+        if !self.cfg.auto_eject_hosts || s.failures < self.cfg.server_failure_limit {
+            return false;
+        }
+        s.failures = 0;
+        s.ejected_until = Some(now + retry);
+        if self.cfg.eject_fail_fast {
+            // The server keeps its place on the ring: its keys fail fast
+            // instead of moving to another server.
+            let until = now + retry;
+            self.next_rebuild = Some(self.next_rebuild.map_or(until, |t| t.min(until)));
+        } else {
+            self.rebuild(now);
+        }
+        true
+    }
+
+    /// Record a successful exchange with server `idx`; a probed server
+    /// returns to the ring. True when the server was down (its last
+    /// attempt had failed): the caller reports it back.
+    #[must_use]
+    pub fn record_success(&mut self, idx: usize, now: Instant) -> bool {
+        let s = &mut self.servers[idx];
+        let was_down = std::mem::take(&mut s.down);
+        s.failures = 0;
+        s.backoff = Duration::ZERO;
+        s.retry_at = None;
+        if s.probing {
+            s.probing = false;
+            s.ejected_until = None;
+            crate::log_notice!(
+                "pool '{}': server '{}' answered its health check: back in the ring",
+                self.cfg.name,
+                s.name
+            );
+            self.rebuild(now);
+        }
+        was_down
+    }
 
     /// A failure of the server's ([`ServerFault::is_fault`]): it backs
     /// off, and is ejected after `server_failure_limit` in a row.
     pub(super) fn note_failure(
         &mut self,
-        pool: usize,
+        at: usize,
         server: usize,
         now: Instant,
         fault: &ServerFault,
+        stats: &StatsSlot<'_>,
     ) {
-        self.server_failed(pool, server, now, fault);
-        if self.pools[pool].record_failure(server, now, fault) {
-            self.stats.pool_add(pool, PoolField::ServerEjects, 1);
-            self.stats.server_set(
-                pool,
-                server,
-                ServerField::ServerEjectedAt,
-                crate::util::epoch_us(),
-            );
-            let p = &self.pools[pool];
-            crate::log_warn!(
-                "pool '{}': server '{}' ejected for {} ms after {} failures in a row ({}){}",
-                p.cfg.name,
-                p.servers[server].name,
-                p.cfg.server_retry_timeout_ms,
-                p.cfg.server_failure_limit,
-                fault,
-                if p.cfg.eject_fail_fast {
-                    "; its keys fail fast meanwhile"
-                } else {
-                    "; its keys go to the other servers meanwhile"
-                }
-            );
+        self.server_failed(at, server, now, fault, stats);
+        if !self.record_failure(server, now, fault) {
+            return;
         }
+        stats.pool_add(at, PoolField::ServerEjects, 1);
+        stats.server_set(
+            at,
+            server,
+            ServerField::ServerEjectedAt,
+            crate::util::epoch_us(),
+        );
+        crate::log_warn!(
+            "pool '{}': server '{}' ejected for {} ms after {} failures in a row ({}){}",
+            self.cfg.name,
+            self.servers[server].name,
+            self.cfg.server_retry_timeout_ms,
+            self.cfg.server_failure_limit,
+            fault,
+            if self.cfg.eject_fail_fast {
+                "; its keys fail fast meanwhile"
+            } else {
+                "; its keys go to the other servers meanwhile"
+            }
+        );
+    }
+
+    /// A failure of a server, seen at the default log level: a dead
+    /// backend must not be found only through its clients' errors. The
+    /// first failure of a run is logged at once with the server's address,
+    /// then at most one line per [`FAIL_LOG_EVERY`] with how many failed
+    /// since; the `server_down` gauge says it is down until it answers.
+    fn server_failed(
+        &mut self,
+        at: usize,
+        server: usize,
+        now: Instant,
+        fault: &ServerFault,
+        stats: &StatsSlot<'_>,
+    ) {
+        let s = &mut self.servers[server];
+        if !s.down {
+            s.down = true;
+            stats.server_set(at, server, ServerField::ServerDown, 1);
+        }
+        s.fail_log.0 += 1;
+        if s.fail_log.1.is_some_and(|t| now < t + FAIL_LOG_EVERY) {
+            return;
+        }
+        let n = std::mem::take(&mut s.fail_log.0);
+        s.fail_log.1 = Some(now);
+        crate::log_warn!(
+            "pool '{}': server '{}' at {}: {}{}{}",
+            self.cfg.name,
+            s.name,
+            s.address(),
+            if matches!(fault, ServerFault::Connect(_)) {
+                "cannot connect: "
+            } else {
+                ""
+            },
+            fault.detail(),
+            if n > 1 {
+                format!(" ({n} failures in the last {} s)", FAIL_LOG_EVERY.as_secs())
+            } else {
+                String::new()
+            }
+        );
+    }
+
+    /// A server that was down answered: said once, gauge cleared.
+    pub(super) fn server_back(&mut self, at: usize, server: usize, stats: &StatsSlot<'_>) {
+        stats.server_set(at, server, ServerField::ServerDown, 0);
+        let s = &mut self.servers[server];
+        s.fail_log = (0, None);
+        crate::log_notice!(
+            "pool '{}': server '{}' at {} answers again",
+            self.cfg.name,
+            s.name,
+            s.address()
+        );
     }
 }
+
+/// A factor in [0.75, 1.25) from the clock's low bits (no shared RNG state).
+fn jitter_factor() -> f64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let x = nanos.wrapping_mul(2_654_435_761) >> 16;
+    0.75 + (x % 1000) as f64 / 2000.0
+}
+
+#[cfg(test)]
+#[path = "server_health_tests.rs"]
+mod tests;

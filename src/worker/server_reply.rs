@@ -46,7 +46,7 @@ impl Worker<'_> {
         }
         rbuf.consume(batch.off);
         if batch.replies > 0 && self.pools[pool].record_success(server, now) {
-            self.server_back(pool, server);
+            self.pools[pool].server_back(pool, server, &self.stats);
         }
         if let Some(s) = self.conns.server_mut(token.0) {
             s.put_rbuf(rbuf, batch.need);

@@ -309,7 +309,7 @@ impl Worker<'_> {
         self.stats
             .server_add(pool, server, ServerField::ResponseBytes, rs.passed as u64);
         if self.pools[pool].record_success(server, now) {
-            self.server_back(pool, server);
+            self.pools[pool].server_back(pool, server, &self.stats);
         }
         self.record_reply(pool, server, &front, now);
         let Some(client) = rs.client else {

@@ -1,0 +1,72 @@
+//! A pool's servers failing, ejected and taken back, without sockets: the
+//! pool built from configuration text, its gauges and counters in a stats
+//! region of its own.
+
+use super::*;
+use crate::config::Config;
+use crate::stats::shm::{Layout, Region};
+use std::path::Path;
+
+fn pool(extra: &str) -> PoolRt {
+    let yaml = format!(
+        "mc:\n  listen: 127.0.0.1:22999\n{extra}  servers:\n    - 127.0.0.1:11211:1 a\n    - 127.0.0.1:11212:1 b\n"
+    );
+    let c = Config::from_str(&yaml, Path::new("t.yml")).expect("config parses");
+    PoolRt::new(&c.pools[0], &[])
+}
+
+fn stats() -> Region {
+    Region::new(Layout::new(vec![2], vec![0]), 1).expect("stats region")
+}
+
+#[test]
+fn failures_in_a_row_eject_and_an_answer_takes_back() {
+    let mut p =
+        pool("  auto_eject_hosts: true\n  server_failure_limit: 2\n  server_retry_timeout: 500\n");
+    let region = stats();
+    let st = region.slot(0);
+    let now = Instant::now();
+    p.note_failure(0, 1, now, &ServerFault::TimedOut, &st);
+    assert!(p.servers[1].down && p.servers[1].ejected_until.is_none());
+    assert_eq!(region.server_sum(0, 1, ServerField::ServerDown), 1);
+    assert!(p.servers[1].retry_at.is_some(), "reconnection backs off");
+    p.note_failure(0, 1, now, &ServerFault::TimedOut, &st);
+    assert_eq!(
+        p.servers[1].ejected_until,
+        Some(now + Duration::from_millis(500))
+    );
+    assert_eq!(region.pool_sum(0, PoolField::ServerEjects), 1);
+    assert!(region.server_sum(0, 1, ServerField::ServerEjectedAt) > 0);
+    assert_eq!(p.servers[1].last_fault, Some(ServerFault::TimedOut));
+    // The other server is untouched.
+    assert!(!p.servers[0].down && p.servers[0].failures == 0);
+    // It answers: it was down, so the worker says it is back.
+    assert!(p.record_success(1, now));
+    p.server_back(0, 1, &st);
+    assert_eq!(region.server_sum(0, 1, ServerField::ServerDown), 0);
+    assert!(!p.record_success(1, now), "said once");
+}
+
+#[test]
+fn without_auto_eject_a_server_only_backs_off() {
+    let mut p = pool("  server_failure_limit: 1\n");
+    let region = stats();
+    let now = Instant::now();
+    let mut last = Duration::ZERO;
+    for _ in 0..12 {
+        p.note_failure(0, 0, now, &ServerFault::TimedOut, &region.slot(0));
+        assert!(p.servers[0].ejected_until.is_none());
+        assert!(p.servers[0].backoff >= last && p.servers[0].backoff <= Duration::from_secs(1));
+        last = p.servers[0].backoff;
+    }
+    assert_eq!(last, Duration::from_secs(1), "doubling, capped at a second");
+    assert_eq!(region.pool_sum(0, PoolField::ServerEjects), 0);
+}
+
+#[test]
+fn jitter_stays_within_a_quarter() {
+    for _ in 0..100 {
+        let j = jitter_factor();
+        assert!((0.75..1.25).contains(&j), "{j}");
+    }
+}
