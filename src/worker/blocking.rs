@@ -22,7 +22,7 @@ impl Worker<'_> {
     ) {
         let key = req.routing_key(bytes);
         let server = if self.pools[at.pool].cluster.is_some() {
-            Some(self.cluster_server(at.pool, key.as_ref(), req.op, at.client_id))
+            Some(self.pools[at.pool].cluster_server(key.as_ref(), req.op, at.client_id))
         } else {
             self.pools[at.pool].server_for(key.as_ref(), now)
         };

@@ -19,6 +19,7 @@
 //! reply goes to the client.
 
 use super::conn::{ConnTable, ReplyTo, Waiter};
+use super::pool::PoolRt;
 use super::Worker;
 use crate::net::Endpoint;
 use crate::proto::redis::cluster::{self, NodeAddr, Redirect, SLOTS};
@@ -130,6 +131,33 @@ impl ClusterRt {
         m
     }
 
+    /// Whether to ask for a new map now: one is wanted (or the map is
+    /// older than [`MAP_MAX_AGE`]), none is in flight and none was asked
+    /// for within [`REFRESH_INTERVAL`]. `Some`: the server to ask first.
+    pub fn map_due(&mut self, now: Instant) -> Option<usize> {
+        if self
+            .last_refresh
+            .is_some_and(|t| now.duration_since(t) >= MAP_MAX_AGE)
+        {
+            self.refresh_wanted = true;
+        }
+        let recent = self
+            .last_refresh
+            .is_some_and(|t| now.duration_since(t) < REFRESH_INTERVAL);
+        (self.refresh_wanted && !self.refreshing && !recent).then_some(self.next_ask)
+    }
+
+    /// A map was asked of `server` (`None`: no server could be asked; it
+    /// stays wanted).
+    pub fn map_asked(&mut self, server: Option<usize>, now: Instant) {
+        if let Some(s) = server {
+            self.next_ask = s + 1;
+        }
+        self.last_refresh = Some(now);
+        self.refreshing = server.is_some();
+        self.refresh_wanted = server.is_none();
+    }
+
     fn set(&mut self, slot: u16, server: usize) {
         if let (Some(e), Ok(s)) = (self.slots.get_mut(usize::from(slot)), u16::try_from(server)) {
             *e = s;
@@ -146,17 +174,117 @@ pub(super) fn internal_op() -> Option<Op> {
     }))
 }
 
-impl Worker<'_> {
-    /// The server of a cluster pool for a request `op` on `key`.
-    pub(super) fn cluster_server(&self, pool: usize, key: &[u8], op: Op, client_id: u64) -> usize {
-        let p = &self.pools[pool];
-        let Some(c) = p.cluster.as_ref() else {
+/// A cluster pool's slot map and its refresh, kept by the pool: the key's
+/// node, the map taken from a `CLUSTER SLOTS` reply (nodes new to the pool
+/// added as servers), and what asks for a new one.
+impl PoolRt {
+    /// The server for a request `op` on `key` (0 in a pool that is not a
+    /// cluster's).
+    pub(super) fn cluster_server(&self, key: &[u8], op: Op, client_id: u64) -> usize {
+        let Some(c) = self.cluster.as_ref() else {
             return 0;
         };
-        let read = p.cfg.cluster_read_replicas && matches!(op, Op::Redis(_)) && op.reads_only();
+        let read = self.cfg.cluster_read_replicas && matches!(op, Op::Redis(_)) && op.reads_only();
         c.server_for(cluster::key_slot(key), read, client_id)
     }
 
+    /// A slot-map request failed (connection closed): ask again later.
+    pub(super) fn cluster_map_failed(&mut self) {
+        if let Some(c) = self.cluster.as_mut() {
+            c.refreshing = false;
+            c.refresh_wanted = true;
+        }
+    }
+
+    /// A cluster node failed: its slots may have moved.
+    pub(super) fn cluster_node_failed(&mut self) {
+        if let Some(c) = self.cluster.as_mut() {
+            c.refresh_wanted = true;
+        }
+    }
+
+    /// The reply to `CLUSTER SLOTS` from server `asked`: the new map.
+    pub(super) fn cluster_slots_reply(&mut self, asked: usize, reply: &[u8]) {
+        let Some(c) = self.cluster.as_mut() else {
+            return;
+        };
+        c.refreshing = false;
+        let Some(ranges) = cluster::parse_slots(reply) else {
+            c.refresh_wanted = true;
+            crate::log_warn!(
+                "pool '{}': CLUSTER SLOTS from '{}' failed: {}",
+                self.cfg.name,
+                self.servers[asked].name,
+                String::from_utf8_lossy(&reply[..reply.len().min(200)]).trim_end()
+            );
+            return;
+        };
+        let mut slots = vec![NONE; SLOTS];
+        let mut replicas: Vec<Vec<usize>> = Vec::new();
+        for r in &ranges {
+            let Some(m) = self.node_index(&r.master, asked) else {
+                continue;
+            };
+            let Ok(m16) = u16::try_from(m) else {
+                continue;
+            };
+            slots[usize::from(r.start)..=usize::from(r.end)].fill(m16);
+            let reps: Vec<usize> = r
+                .replicas
+                .iter()
+                .filter_map(|a| self.node_index(a, asked))
+                .collect();
+            if replicas.len() <= m {
+                replicas.resize(m + 1, Vec::new());
+            }
+            replicas[m] = reps;
+        }
+        let n = self.servers.len();
+        if let Some(c) = self.cluster.as_mut() {
+            c.slots = slots;
+            c.replicas = replicas;
+            c.maps += 1;
+            crate::log_info!(
+                "pool '{}': cluster map {}: {} slot ranges, {} nodes known",
+                self.cfg.name,
+                c.maps,
+                ranges.len(),
+                n
+            );
+        }
+    }
+
+    /// The server index of a cluster node, added to the pool if new. An
+    /// empty host is the host of server `asked`.
+    pub(super) fn node_index(&mut self, node: &NodeAddr, asked: usize) -> Option<usize> {
+        let addr = if node.host.is_empty() {
+            match self.servers.get(asked)?.endpoint.as_ref()? {
+                Endpoint::Tcp(a) => std::net::SocketAddr::new(a.ip(), node.port),
+                Endpoint::Unix(_) => return None,
+            }
+        } else {
+            match node.host.parse::<std::net::IpAddr>() {
+                Ok(ip) => std::net::SocketAddr::new(ip, node.port),
+                Err(_) => crate::net::resolve(&node.host, node.port).ok()?,
+            }
+        };
+        if let Some(i) = self
+            .servers
+            .iter()
+            .position(|s| s.endpoint == Some(Endpoint::Tcp(addr)))
+        {
+            return Some(i);
+        }
+        if self.servers.len() >= MAX_NODES {
+            return None;
+        }
+        let i = self.add_server(addr.to_string(), Endpoint::Tcp(addr));
+        crate::log_info!("pool '{}': cluster node {} added", self.cfg.name, addr);
+        Some(i)
+    }
+}
+
+impl Worker<'_> {
     /// Ask for a new slot map where one is wanted and none is in flight.
     pub(super) fn cluster_maintain(&mut self, now: Instant) {
         for pool in 0..self.pools.len() {
@@ -164,27 +292,18 @@ impl Worker<'_> {
                 continue;
             }
             self.cluster_retry_due(pool, now);
-            let Some(c) = self.pools[pool].cluster.as_mut() else {
+            let Some(start) = self.pools[pool]
+                .cluster
+                .as_mut()
+                .and_then(|c| c.map_due(now))
+            else {
                 continue;
             };
-            if c.last_refresh
-                .is_some_and(|t| now.duration_since(t) >= MAP_MAX_AGE)
-            {
-                c.refresh_wanted = true;
-            }
-            if !c.refresh_wanted
-                || c.refreshing
-                || c.last_refresh
-                    .is_some_and(|t| now.duration_since(t) < REFRESH_INTERVAL)
-            {
-                continue;
-            }
-            let start = c.next_ask;
             let n = self.pools[pool].servers.len();
             let Some(op) = internal_op() else {
                 return;
             };
-            let mut asked = false;
+            let mut asked = None;
             for i in 0..n {
                 let server = (start + i) % n;
                 let Ok(st) = self.server_conn(pool, server, 0, now) else {
@@ -197,119 +316,13 @@ impl Worker<'_> {
                     |out| out.extend_from_slice(cluster::CLUSTER_SLOTS),
                     now,
                 );
-                if let Some(c) = self.pools[pool].cluster.as_mut() {
-                    c.next_ask = server + 1;
-                }
-                asked = true;
+                asked = Some(server);
                 break;
             }
             if let Some(c) = self.pools[pool].cluster.as_mut() {
-                c.last_refresh = Some(now);
-                c.refreshing = asked;
-                c.refresh_wanted = !asked;
+                c.map_asked(asked, now);
             }
         }
-    }
-
-    /// A slot-map request failed (connection closed): ask again later.
-    pub(super) fn cluster_map_failed(&mut self, pool: usize) {
-        if let Some(c) = self.pools[pool].cluster.as_mut() {
-            c.refreshing = false;
-            c.refresh_wanted = true;
-        }
-    }
-
-    /// A cluster node failed: its slots may have moved.
-    pub(super) fn cluster_node_failed(&mut self, pool: usize) {
-        if let Some(c) = self.pools[pool].cluster.as_mut() {
-            c.refresh_wanted = true;
-        }
-    }
-
-    /// The reply to `CLUSTER SLOTS` from server `asked`: the new map.
-    pub(super) fn cluster_slots_reply(&mut self, pool: usize, asked: usize, reply: &[u8]) {
-        let Some(c) = self.pools[pool].cluster.as_mut() else {
-            return;
-        };
-        c.refreshing = false;
-        let Some(ranges) = cluster::parse_slots(reply) else {
-            c.refresh_wanted = true;
-            crate::log_warn!(
-                "pool '{}': CLUSTER SLOTS from '{}' failed: {}",
-                self.pools[pool].cfg.name,
-                self.pools[pool].servers[asked].name,
-                String::from_utf8_lossy(&reply[..reply.len().min(200)]).trim_end()
-            );
-            return;
-        };
-        let mut slots = vec![NONE; SLOTS];
-        let mut replicas: Vec<Vec<usize>> = Vec::new();
-        for r in &ranges {
-            let Some(m) = self.node_index(pool, &r.master, asked) else {
-                continue;
-            };
-            let Ok(m16) = u16::try_from(m) else {
-                continue;
-            };
-            slots[usize::from(r.start)..=usize::from(r.end)].fill(m16);
-            let reps: Vec<usize> = r
-                .replicas
-                .iter()
-                .filter_map(|a| self.node_index(pool, a, asked))
-                .collect();
-            if replicas.len() <= m {
-                replicas.resize(m + 1, Vec::new());
-            }
-            replicas[m] = reps;
-        }
-        let name = self.pools[pool].cfg.name.clone();
-        let n = self.pools[pool].servers.len();
-        if let Some(c) = self.pools[pool].cluster.as_mut() {
-            c.slots = slots;
-            c.replicas = replicas;
-            c.maps += 1;
-            crate::log_info!(
-                "pool '{}': cluster map {}: {} slot ranges, {} nodes known",
-                name,
-                c.maps,
-                ranges.len(),
-                n
-            );
-        }
-    }
-
-    /// The server index of a cluster node, added to the pool if new. An
-    /// empty host is the host of server `asked`.
-    fn node_index(&mut self, pool: usize, node: &NodeAddr, asked: usize) -> Option<usize> {
-        let p = &self.pools[pool];
-        let addr = if node.host.is_empty() {
-            match p.servers.get(asked)?.endpoint.as_ref()? {
-                Endpoint::Tcp(a) => std::net::SocketAddr::new(a.ip(), node.port),
-                Endpoint::Unix(_) => return None,
-            }
-        } else {
-            match node.host.parse::<std::net::IpAddr>() {
-                Ok(ip) => std::net::SocketAddr::new(ip, node.port),
-                Err(_) => crate::net::resolve(&node.host, node.port).ok()?,
-            }
-        };
-        if let Some(i) = p
-            .servers
-            .iter()
-            .position(|s| s.endpoint == Some(Endpoint::Tcp(addr)))
-        {
-            return Some(i);
-        }
-        if p.servers.len() >= MAX_NODES {
-            return None;
-        }
-        let i = self.pools[pool].add_server(addr.to_string(), Endpoint::Tcp(addr));
-        crate::log_info!(
-            "pool '{}': cluster node {} added",
-            self.pools[pool].cfg.name,
-            addr
-        );
-        Some(i)
     }
 
     /// A `-MOVED` or `-ASK` reply from server `from` for a client's request
@@ -334,7 +347,7 @@ impl Worker<'_> {
         else {
             return false;
         };
-        let Some(target) = self.node_index(pool, &r.to, from) else {
+        let Some(target) = self.pools[pool].node_index(&r.to, from) else {
             return false;
         };
         if !r.ask {
@@ -416,7 +429,7 @@ impl Worker<'_> {
             let Some(key) = self.kept_first_key(r.token, r.id, r.seq, r.frag) else {
                 continue;
             };
-            let server = self.cluster_server(pool, &key, r.op, r.id);
+            let server = self.pools[pool].cluster_server(&key, r.op, r.id);
             let to = ReplyTo {
                 token: r.token,
                 id: r.id,
@@ -613,6 +626,76 @@ mod tests {
         assert_eq!(c.server_for(4, false, 1), 7);
         assert_eq!(c.server_for(4, true, 1), 9);
         assert_eq!(c.server_for(4, true, 2), 8);
+    }
+
+    /// A cluster pool of two seeds, built from configuration text.
+    fn pool() -> PoolRt {
+        let yaml = "rc:\n  listen: 127.0.0.1:22999\n  redis: true\n  redis_cluster: true\n  servers:\n    - 127.0.0.1:30001:1\n    - 127.0.0.1:30002:1\n";
+        let c = crate::config::Config::from_str(yaml, std::path::Path::new("t.yml"))
+            .expect("config parses");
+        PoolRt::new(&c.pools[0], &[])
+    }
+
+    #[test]
+    fn a_slot_map_routes_keys_and_adds_the_nodes_it_names() {
+        let mut p = pool();
+        assert_eq!(p.servers.len(), 2);
+        // Node 30001 serves 0-5460 with replica 30004; the node asked (30002,
+        // written with an empty host) serves the rest.
+        let reply = b"*2\r\n\
+*4\r\n:0\r\n:5460\r\n*3\r\n$9\r\n127.0.0.1\r\n:30001\r\n$4\r\nid01\r\n\
+*3\r\n$9\r\n127.0.0.1\r\n:30004\r\n$4\r\nid04\r\n\
+*3\r\n:5461\r\n:16383\r\n*3\r\n$0\r\n\r\n:30002\r\n$4\r\nid02\r\n";
+        p.cluster
+            .as_mut()
+            .unwrap()
+            .map_asked(Some(1), Instant::now());
+        p.cluster_slots_reply(1, reply);
+        let c = p.cluster.as_ref().unwrap();
+        assert!(!c.refreshing && !c.refresh_wanted && c.maps == 1);
+        assert_eq!(p.servers.len(), 3, "the replica is added as a server");
+        let get = internal_op().unwrap();
+        let bar = b"bar"; // slot 5061
+        let foo = b"foo"; // slot 12182
+        assert_eq!(p.cluster_server(bar, get, 0), 0);
+        assert_eq!(p.cluster_server(foo, get, 0), 1);
+        assert_eq!(c.masters(), vec![0, 1]);
+        assert_eq!(c.replicas[0], vec![2]);
+        // A reply that is not a map leaves the map and asks again.
+        p.cluster_slots_reply(0, b"-ERR This instance has cluster support disabled\r\n");
+        let c = p.cluster.as_ref().unwrap();
+        assert!(c.refresh_wanted && c.maps == 1);
+        assert_eq!(p.cluster_server(foo, get, 0), 1);
+    }
+
+    #[test]
+    fn a_new_map_is_asked_for_once_at_a_time_and_not_too_often() {
+        let mut c = ClusterRt::new(2);
+        let t0 = Instant::now();
+        assert_eq!(c.map_due(t0), Some(0), "wanted from the start");
+        c.map_asked(Some(0), t0);
+        assert_eq!(c.map_due(t0 + MAP_MAX_AGE / 2), None, "one in flight");
+        c.refreshing = false; // answered
+        assert_eq!(c.map_due(t0 + REFRESH_INTERVAL), None, "not wanted");
+        c.refresh_wanted = true; // a MOVED, a node failed
+        assert_eq!(c.map_due(t0 + REFRESH_INTERVAL / 2), None, "too soon");
+        assert_eq!(
+            c.map_due(t0 + REFRESH_INTERVAL),
+            Some(1),
+            "the next server first"
+        );
+        c.map_asked(None, t0 + REFRESH_INTERVAL);
+        assert!(
+            c.refresh_wanted && !c.refreshing,
+            "nobody could be asked: still wanted"
+        );
+        c.map_asked(Some(1), t0 + REFRESH_INTERVAL * 2);
+        c.refreshing = false;
+        assert_eq!(
+            c.map_due(t0 + REFRESH_INTERVAL * 2 + MAP_MAX_AGE),
+            Some(2),
+            "an old map"
+        );
     }
 
     #[test]

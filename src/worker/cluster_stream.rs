@@ -51,7 +51,7 @@ impl Worker<'_> {
         now: Instant,
     ) -> Option<usize> {
         if self.pools[pool].cluster.is_some() {
-            return Some(self.cluster_server(pool, key, op, client_id));
+            return Some(self.pools[pool].cluster_server(key, op, client_id));
         }
         self.pools[pool].server_for(key, now)
     }

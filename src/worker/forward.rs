@@ -137,7 +137,7 @@ impl Worker<'_> {
             Target::Slot => {
                 // Kept until the reply, to follow MOVED and ASK.
                 let key = req.routing_key(bytes);
-                let server = self.cluster_server(at.pool, key.as_ref(), req.op, at.client_id);
+                let server = self.pools[at.pool].cluster_server(key.as_ref(), req.op, at.client_id);
                 let slot = ReplySlot {
                     redirect: Some(Box::new(Redirect {
                         req: req.clone(),
@@ -288,7 +288,7 @@ impl Worker<'_> {
     pub(super) fn fail_unsent(&mut self, to: ReplyTo, pool: usize, op: Op, fault: &ServerFault) {
         self.stats.pool_add(pool, PoolField::ForwardError, 1);
         // A cluster node that cannot be reached may have failed over.
-        self.cluster_node_failed(pool);
+        self.pools[pool].cluster_node_failed();
         if to.seq.is_some() {
             let proto = self.pools[pool].proto;
             let mut out = Vec::new();
@@ -496,7 +496,7 @@ impl Worker<'_> {
             let slot = crate::proto::redis::cluster::key_slot(key);
             let g = *by_slot.entry(slot).or_insert_with(|| {
                 groups.push((
-                    self.cluster_server(pool, key, req.op, client_id),
+                    self.pools[pool].cluster_server(key, req.op, client_id),
                     Vec::with_capacity(req.keys.len() - i),
                 ));
                 groups.len() - 1

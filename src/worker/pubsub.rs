@@ -366,7 +366,7 @@ impl Worker<'_> {
             cmd,
             class: cmd.class(),
         });
-        Some(self.cluster_server(pool, channel, op, client_id))
+        Some(self.pools[pool].cluster_server(channel, op, client_id))
     }
 
     /// The client's push connection to `server`, opened if needed.

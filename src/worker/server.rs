@@ -391,7 +391,7 @@ impl Worker<'_> {
         let proto = self.pools[pool].proto;
         for f in s.take_inflight() {
             if matches!(f.waiter, Waiter::SlotMap) {
-                self.cluster_map_failed(pool);
+                self.pools[pool].cluster_map_failed();
             }
             if let Waiter::Pull {
                 token: ct,
@@ -481,7 +481,7 @@ impl Worker<'_> {
             self.pools[pool].note_failure(pool, server, now, fault, &self.stats);
         }
         if self.pools[pool].cluster.is_some() {
-            self.cluster_node_failed(pool);
+            self.pools[pool].cluster_node_failed();
         }
     }
 }

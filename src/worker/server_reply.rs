@@ -189,7 +189,7 @@ impl Worker<'_> {
                     Some(ClusterError::Down) => {
                         // Not run: the node's view of the cluster is changing
                         // (a failover). Ask for a new map, and send it again.
-                        self.cluster_node_failed(pool);
+                        self.pools[pool].cluster_node_failed();
                         self.cluster_tryagain(pool, to, front.op, now)
                     }
                     Some(ClusterError::Redirect(r)) => {
@@ -217,7 +217,7 @@ impl Worker<'_> {
                 let reply = bytes.to_vec();
                 self.warm_reply(idx, Some(&reply));
             }
-            Waiter::SlotMap => self.cluster_slots_reply(pool, server, bytes),
+            Waiter::SlotMap => self.pools[pool].cluster_slots_reply(server, bytes),
             _ if is_error => return self.setup_refused(pool, server, front, bytes),
             _ => {}
         }
