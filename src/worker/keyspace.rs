@@ -4,6 +4,7 @@
 //! server by server (SCAN), and memcached's `flush_all`.
 
 use super::conn::{Fragment, Multi, MultiMode, Origin, ReplySlot, ReplyTo};
+use super::pool::PoolRt;
 use super::Worker;
 use crate::proto::{Op, Request};
 use crate::stats::PoolField;
@@ -29,7 +30,7 @@ impl Worker<'_> {
                 return;
             }
         }
-        if let Some(refused) = self.broadcast_refused(at.pool, req.op) {
+        if let Some(refused) = self.pools[at.pool].broadcast_refused(req.op) {
             let mut out = Vec::new();
             crate::proto::redis::error_reply(&refused, &mut out);
             self.push_ready(at.token, out, false);
@@ -87,12 +88,40 @@ impl Worker<'_> {
         }
     }
 
-    /// Why a Redis command for every server is refused in `pool`, if it is.
-    fn broadcast_refused(&self, pool: usize, op: Op) -> Option<String> {
+    /// SCAN over every server in turn: the client's cursor names the
+    /// server and its cursor there (`proto::redis::keyspace`); the reply's
+    /// cursor is rewritten on its way back (`process_replies`).
+    pub(super) fn forward_scan(&mut self, at: Origin, req: &Request, bytes: &[u8], now: Instant) {
+        use crate::proto::redis::keyspace;
+        let Some(cursor) = keyspace::scan_cursor(bytes) else {
+            self.push_ready(at.token, keyspace::INVALID_CURSOR.to_vec(), false);
+            return;
+        };
+        let walk = self.pools[at.pool].scan_walk();
+        let n = walk.len();
+        let (nth, there) = keyspace::scan_split(cursor, n);
+        let server = walk.get(nth).copied().unwrap_or(0);
+        let seq = self.push_slot(at.token, req.noreply, ReplySlot::default());
+        let out = keyspace::scan_request(bytes, there);
+        self.send_or_fail(
+            ReplyTo::new(at.token, at.client_id, seq, None),
+            at.pool,
+            server,
+            |o| o.extend_from_slice(&out),
+            req.op,
+            now,
+        );
+    }
+}
+
+/// What a pool lets go to every server, and the servers a SCAN walks.
+impl PoolRt {
+    /// Why a Redis command for every server is refused in this pool, if it is.
+    fn broadcast_refused(&self, op: Op) -> Option<String> {
         let Op::Redis(op) = op else {
             return None;
         };
-        let cfg = &self.pools[pool].cfg;
+        let cfg = &self.cfg;
         let name = op.cmd.name();
         if name == "SCRIPT" {
             return None;
@@ -110,38 +139,13 @@ impl Worker<'_> {
         }
     }
 
-    /// SCAN over every server in turn: the client's cursor names the
-    /// server and its cursor there (`proto::redis::keyspace`); the reply's
-    /// cursor is rewritten on its way back (`process_replies`).
-    pub(super) fn forward_scan(&mut self, at: Origin, req: &Request, bytes: &[u8], now: Instant) {
-        use crate::proto::redis::keyspace;
-        let Some(cursor) = keyspace::scan_cursor(bytes) else {
-            self.push_ready(at.token, keyspace::INVALID_CURSOR.to_vec(), false);
-            return;
-        };
-        let walk = self.scan_walk(at.pool);
-        let n = walk.len();
-        let (nth, there) = keyspace::scan_split(cursor, n);
-        let server = walk.get(nth).copied().unwrap_or(0);
-        let seq = self.push_slot(at.token, req.noreply, ReplySlot::default());
-        let out = keyspace::scan_request(bytes, there);
-        self.send_or_fail(
-            ReplyTo::new(at.token, at.client_id, seq, None),
-            at.pool,
-            server,
-            |o| o.extend_from_slice(&out),
-            req.op,
-            now,
-        );
-    }
-
     /// The servers a SCAN walks, in turn: the configured ones (not those a
     /// migration keeps for pulls); a cluster pool's masters, in server
     /// order (a failover during the walk can repeat or skip a node's keys).
-    pub(super) fn scan_walk(&self, pool: usize) -> Vec<usize> {
-        match &self.pools[pool].cluster {
+    pub(super) fn scan_walk(&self) -> Vec<usize> {
+        match &self.cluster {
             Some(c) => c.masters(),
-            None => (0..self.pools[pool].cfg.servers.len()).collect(),
+            None => (0..self.cfg.servers.len()).collect(),
         }
     }
 }

@@ -254,7 +254,7 @@ impl Worker<'_> {
     fn scan_reply(&self, pool: usize, server: usize, op: Op, bytes: &[u8]) -> Option<Vec<u8>> {
         match op {
             Op::Redis(op) if op.class == crate::proto::redis::CmdClass::Scan => {
-                let walk = self.scan_walk(pool);
+                let walk = self.pools[pool].scan_walk();
                 let nth = walk.iter().position(|&s| s == server)?;
                 crate::proto::redis::keyspace::scan_reply(bytes, nth, walk.len())
             }
