@@ -18,11 +18,12 @@
 //! also asks for a new map. After `MAX_TRYAGAIN` (1 s in all) the last
 //! reply goes to the client.
 
+use super::cluster_map::TryAgain;
 use super::conn::{ConnTable, ReplyTo, Waiter};
 use super::pool::PoolRt;
 use super::Worker;
 use crate::net::Endpoint;
-use crate::proto::redis::cluster::{self, NodeAddr, Redirect, SLOTS};
+use crate::proto::redis::cluster::{self, NodeAddr, Redirect};
 use crate::proto::{Op, Request};
 use mio::Token;
 use std::time::{Duration, Instant};
@@ -33,138 +34,8 @@ pub const MAX_HOPS: u8 = 5;
 pub const MAX_TRYAGAIN: u8 = 50;
 /// Wait before a request answered TRYAGAIN is sent again.
 const TRYAGAIN_DELAY: Duration = Duration::from_millis(20);
-/// Least time between two `CLUSTER SLOTS` of one pool in one worker.
-const REFRESH_INTERVAL: Duration = Duration::from_millis(100);
-/// A map older than this is asked for again on the next request (picks up
-/// replicas and nodes that joined without any slot moving).
-const MAP_MAX_AGE: Duration = Duration::from_secs(10);
 /// Most servers (seeds and discovered nodes) of one cluster pool.
 const MAX_NODES: usize = 4096;
-/// A slot no map covers.
-const NONE: u16 = u16::MAX;
-
-/// The slot map of one cluster pool in one worker.
-#[derive(Debug)]
-pub struct ClusterRt {
-    /// Key slot → index of the master serving it (`NONE`: unknown).
-    slots: Vec<u16>,
-    /// Server index → its replicas' server indices.
-    replicas: Vec<Vec<usize>>,
-    /// Configured seed nodes (the first servers of the pool).
-    seeds: usize,
-    /// A new map is wanted.
-    pub refresh_wanted: bool,
-    /// A `CLUSTER SLOTS` is in flight.
-    pub refreshing: bool,
-    /// When the last one was sent.
-    last_refresh: Option<Instant>,
-    /// The next server to ask (rotates over every known node).
-    next_ask: usize,
-    /// Maps applied so far.
-    pub maps: u64,
-    /// Requests waiting out a TRYAGAIN.
-    retries: Vec<TryAgain>,
-}
-
-/// A request answered `-TRYAGAIN`, to be sent again at `at`.
-#[derive(Debug)]
-struct TryAgain {
-    at: Instant,
-    token: Token,
-    id: u64,
-    seq: u64,
-    frag: Option<u32>,
-    op: Op,
-}
-
-impl ClusterRt {
-    /// An empty map over `seeds` configured servers; a map is wanted at once.
-    pub fn new(seeds: usize) -> ClusterRt {
-        ClusterRt {
-            slots: vec![NONE; SLOTS],
-            replicas: Vec::new(),
-            seeds: seeds.max(1),
-            refresh_wanted: true,
-            refreshing: false,
-            last_refresh: None,
-            next_ask: 0,
-            maps: 0,
-            retries: Vec::new(),
-        }
-    }
-
-    /// The master serving `slot`, or a seed while the slot is unknown.
-    pub fn master(&self, slot: u16) -> usize {
-        match self.slots[usize::from(slot) % SLOTS] {
-            NONE => usize::from(slot) % self.seeds,
-            s => usize::from(s),
-        }
-    }
-
-    /// Every master serving a slot, in server order, each once (the seed
-    /// nodes while no map is known): the nodes a keyspace-wide command
-    /// (DBSIZE, SCAN, KEYS, FLUSHALL, ...) asks.
-    pub fn masters(&self) -> Vec<usize> {
-        let mut m: Vec<usize> = self
-            .slots
-            .iter()
-            .filter(|&&s| s != NONE)
-            .map(|&s| usize::from(s))
-            .collect();
-        m.sort_unstable();
-        m.dedup();
-        if m.is_empty() {
-            m = (0..self.seeds).collect();
-        }
-        m
-    }
-
-    /// The server a request for `slot` goes to: its master, or with
-    /// `replica_read` one of the master's replicas (spread by client id).
-    pub fn server_for(&self, slot: u16, replica_read: bool, client_id: u64) -> usize {
-        let m = self.master(slot);
-        if replica_read {
-            if let Some(r) = self.replicas.get(m).filter(|r| !r.is_empty()) {
-                return r[(client_id % r.len() as u64) as usize];
-            }
-        }
-        m
-    }
-
-    /// Whether to ask for a new map now: one is wanted (or the map is
-    /// older than [`MAP_MAX_AGE`]), none is in flight and none was asked
-    /// for within [`REFRESH_INTERVAL`]. `Some`: the server to ask first.
-    pub fn map_due(&mut self, now: Instant) -> Option<usize> {
-        if self
-            .last_refresh
-            .is_some_and(|t| now.duration_since(t) >= MAP_MAX_AGE)
-        {
-            self.refresh_wanted = true;
-        }
-        let recent = self
-            .last_refresh
-            .is_some_and(|t| now.duration_since(t) < REFRESH_INTERVAL);
-        (self.refresh_wanted && !self.refreshing && !recent).then_some(self.next_ask)
-    }
-
-    /// A map was asked of `server` (`None`: no server could be asked; it
-    /// stays wanted).
-    pub fn map_asked(&mut self, server: Option<usize>, now: Instant) {
-        if let Some(s) = server {
-            self.next_ask = s + 1;
-        }
-        self.last_refresh = Some(now);
-        self.refreshing = server.is_some();
-        self.refresh_wanted = server.is_none();
-    }
-
-    fn set(&mut self, slot: u16, server: usize) {
-        if let (Some(e), Ok(s)) = (self.slots.get_mut(usize::from(slot)), u16::try_from(server)) {
-            *e = s;
-        }
-    }
-}
-
 /// An operation to parse the reply of a command of the proxy's own.
 pub(super) fn internal_op() -> Option<Op> {
     let cmd = crate::proto::redis::Cmd::lookup(b"PING")?;
@@ -219,31 +90,21 @@ impl PoolRt {
             );
             return;
         };
-        let mut slots = vec![NONE; SLOTS];
-        let mut replicas: Vec<Vec<usize>> = Vec::new();
+        let mut map = Vec::with_capacity(ranges.len());
         for r in &ranges {
             let Some(m) = self.node_index(&r.master, asked) else {
                 continue;
             };
-            let Ok(m16) = u16::try_from(m) else {
-                continue;
-            };
-            slots[usize::from(r.start)..=usize::from(r.end)].fill(m16);
             let reps: Vec<usize> = r
                 .replicas
                 .iter()
                 .filter_map(|a| self.node_index(a, asked))
                 .collect();
-            if replicas.len() <= m {
-                replicas.resize(m + 1, Vec::new());
-            }
-            replicas[m] = reps;
+            map.push((r.start..=r.end, m, reps));
         }
         let n = self.servers.len();
         if let Some(c) = self.cluster.as_mut() {
-            c.slots = slots;
-            c.replicas = replicas;
-            c.maps += 1;
+            c.set_map(map);
             crate::log_info!(
                 "pool '{}': cluster map {}: {} slot ranges, {} nodes known",
                 self.cfg.name,
@@ -612,22 +473,6 @@ impl Worker<'_> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn unknown_slots_go_to_seeds_known_ones_to_their_master() {
-        let mut c = ClusterRt::new(3);
-        assert_eq!(c.master(0), 0);
-        assert_eq!(c.master(4), 1);
-        assert_eq!(c.master(16383), 16383 % 3);
-        c.set(4, 7);
-        assert_eq!(c.master(4), 7);
-        assert_eq!(c.server_for(4, true, 1), 7);
-        c.replicas = vec![Vec::new(); 8];
-        c.replicas[7] = vec![8, 9];
-        assert_eq!(c.server_for(4, false, 1), 7);
-        assert_eq!(c.server_for(4, true, 1), 9);
-        assert_eq!(c.server_for(4, true, 2), 8);
-    }
-
     /// A cluster pool of two seeds, built from configuration text.
     fn pool() -> PoolRt {
         let yaml = "rc:\n  listen: 127.0.0.1:22999\n  redis: true\n  redis_cluster: true\n  servers:\n    - 127.0.0.1:30001:1\n    - 127.0.0.1:30002:1\n";
@@ -660,42 +505,16 @@ mod tests {
         assert_eq!(p.cluster_server(bar, get, 0), 0);
         assert_eq!(p.cluster_server(foo, get, 0), 1);
         assert_eq!(c.masters(), vec![0, 1]);
-        assert_eq!(c.replicas[0], vec![2]);
+        assert_eq!(
+            c.server_for(cluster::key_slot(bar), true, 0),
+            2,
+            "its replica"
+        );
         // A reply that is not a map leaves the map and asks again.
         p.cluster_slots_reply(0, b"-ERR This instance has cluster support disabled\r\n");
         let c = p.cluster.as_ref().unwrap();
         assert!(c.refresh_wanted && c.maps == 1);
         assert_eq!(p.cluster_server(foo, get, 0), 1);
-    }
-
-    #[test]
-    fn a_new_map_is_asked_for_once_at_a_time_and_not_too_often() {
-        let mut c = ClusterRt::new(2);
-        let t0 = Instant::now();
-        assert_eq!(c.map_due(t0), Some(0), "wanted from the start");
-        c.map_asked(Some(0), t0);
-        assert_eq!(c.map_due(t0 + MAP_MAX_AGE / 2), None, "one in flight");
-        c.refreshing = false; // answered
-        assert_eq!(c.map_due(t0 + REFRESH_INTERVAL), None, "not wanted");
-        c.refresh_wanted = true; // a MOVED, a node failed
-        assert_eq!(c.map_due(t0 + REFRESH_INTERVAL / 2), None, "too soon");
-        assert_eq!(
-            c.map_due(t0 + REFRESH_INTERVAL),
-            Some(1),
-            "the next server first"
-        );
-        c.map_asked(None, t0 + REFRESH_INTERVAL);
-        assert!(
-            c.refresh_wanted && !c.refreshing,
-            "nobody could be asked: still wanted"
-        );
-        c.map_asked(Some(1), t0 + REFRESH_INTERVAL * 2);
-        c.refreshing = false;
-        assert_eq!(
-            c.map_due(t0 + REFRESH_INTERVAL * 2 + MAP_MAX_AGE),
-            Some(2),
-            "an old map"
-        );
     }
 
     #[test]

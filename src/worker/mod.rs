@@ -13,6 +13,7 @@ mod buffer;
 mod client;
 mod client_conn;
 mod cluster;
+mod cluster_map;
 mod cluster_stream;
 mod conn;
 mod conn_state;

@@ -30,7 +30,7 @@ pub struct PoolRt {
     /// and clients asking for RESP3 get `-NOPROTO` from now on.
     pub resp3_refused: bool,
     /// Redis Cluster pools: the slot map (`redis_cluster: true`).
-    pub cluster: Option<Box<super::cluster::ClusterRt>>,
+    pub cluster: Option<Box<super::cluster_map::ClusterRt>>,
     /// TLS on the listener and to the servers.
     pub tls: crate::net::tls::PoolTls,
     /// A route pool (`routes:`): placement per routed pool.
@@ -86,7 +86,7 @@ impl PoolRt {
             resp3_refused: false,
             cluster: cfg
                 .redis_cluster
-                .then(|| Box::new(super::cluster::ClusterRt::new(cfg.servers.len()))),
+                .then(|| Box::new(super::cluster_map::ClusterRt::new(cfg.servers.len()))),
             tls: cfg.security.tls(),
             routes,
             route: crate::route::PoolRoute::build(cfg, None, migration.is_some()),
