@@ -184,7 +184,12 @@ impl PoolRt {
     }
 
     /// A failure of the server's ([`ServerFault::is_fault`]): it backs
-    /// off, and is ejected after `server_failure_limit` in a row.
+    /// off, and is ejected after `server_failure_limit` in a row. It is
+    /// seen at the default log level (a dead backend must not be found
+    /// only through its clients' errors): the first failure of a run at
+    /// once with the server's address, then at most one line per
+    /// [`FAIL_LOG_EVERY`] with how many failed since; the `server_down`
+    /// gauge says it is down until it answers.
     pub(super) fn note_failure(
         &mut self,
         at: usize,
@@ -193,7 +198,33 @@ impl PoolRt {
         fault: &ServerFault,
         stats: &StatsSlot<'_>,
     ) {
-        self.server_failed(at, server, now, fault, stats);
+        let s = &mut self.servers[server];
+        if !s.down {
+            s.down = true;
+            stats.server_set(at, server, ServerField::ServerDown, 1);
+        }
+        s.fail_log.0 += 1;
+        if s.fail_log.1.is_none_or(|t| now >= t + FAIL_LOG_EVERY) {
+            let n = std::mem::take(&mut s.fail_log.0);
+            s.fail_log.1 = Some(now);
+            crate::log_warn!(
+                "pool '{}': server '{}' at {}: {}{}{}",
+                self.cfg.name,
+                s.name,
+                s.address(),
+                if matches!(fault, ServerFault::Connect(_)) {
+                    "cannot connect: "
+                } else {
+                    ""
+                },
+                fault.detail(),
+                if n > 1 {
+                    format!(" ({n} failures in the last {} s)", FAIL_LOG_EVERY.as_secs())
+                } else {
+                    String::new()
+                }
+            );
+        }
         if !self.record_failure(server, now, fault) {
             return;
         }
@@ -215,49 +246,6 @@ impl PoolRt {
                 "; its keys fail fast meanwhile"
             } else {
                 "; its keys go to the other servers meanwhile"
-            }
-        );
-    }
-
-    /// A failure of a server, seen at the default log level: a dead
-    /// backend must not be found only through its clients' errors. The
-    /// first failure of a run is logged at once with the server's address,
-    /// then at most one line per [`FAIL_LOG_EVERY`] with how many failed
-    /// since; the `server_down` gauge says it is down until it answers.
-    fn server_failed(
-        &mut self,
-        at: usize,
-        server: usize,
-        now: Instant,
-        fault: &ServerFault,
-        stats: &StatsSlot<'_>,
-    ) {
-        let s = &mut self.servers[server];
-        if !s.down {
-            s.down = true;
-            stats.server_set(at, server, ServerField::ServerDown, 1);
-        }
-        s.fail_log.0 += 1;
-        if s.fail_log.1.is_some_and(|t| now < t + FAIL_LOG_EVERY) {
-            return;
-        }
-        let n = std::mem::take(&mut s.fail_log.0);
-        s.fail_log.1 = Some(now);
-        crate::log_warn!(
-            "pool '{}': server '{}' at {}: {}{}{}",
-            self.cfg.name,
-            s.name,
-            s.address(),
-            if matches!(fault, ServerFault::Connect(_)) {
-                "cannot connect: "
-            } else {
-                ""
-            },
-            fault.detail(),
-            if n > 1 {
-                format!(" ({n} failures in the last {} s)", FAIL_LOG_EVERY.as_secs())
-            } else {
-                String::new()
             }
         );
     }
