@@ -6,6 +6,7 @@ use super::conn::{
     ConnTable, Fragment, Multi, MultiMode, Origin, Redirect, ReplySlot, ReplyTo, Retry,
 };
 use super::fault::ServerFault;
+use super::key_groups::KeyGroups;
 use super::zones::{owners_slot, zone_tag};
 use super::{Worker, WRITE_THROUGH_MIN};
 use crate::proto::{Op, Request};
@@ -14,10 +15,6 @@ use crate::stats::PoolField;
 use mio::Token;
 use smallvec::SmallVec;
 use std::time::Instant;
-
-/// A split request's key indices per server: (server, indices in client
-/// order), in the order the servers first appear.
-type KeyGroups = SmallVec<[(usize, Vec<usize>); 4]>;
 
 impl Worker<'_> {
     /// The server connection slot a client uses for a server: fixed per
@@ -155,7 +152,7 @@ impl Worker<'_> {
             _ => {
                 if let Op::Redis(r) = req.op {
                     if crate::proto::redis::names_more_keys(r.cmd)
-                        && self.keys_apart(at.pool, r.cmd, req, bytes, now)
+                        && self.pools[at.pool].keys_apart(r.cmd, req, bytes, now)
                     {
                         let mut out = Vec::new();
                         crate::proto::redis::error_reply(
@@ -167,7 +164,7 @@ impl Worker<'_> {
                     }
                 }
                 let server = if target == Target::Keyless {
-                    self.keyless_server(at.pool, at.client_id, now)
+                    self.pools[at.pool].keyless_server(at.client_id, now)
                 } else {
                     let key = req.routing_key(bytes);
                     self.pools[at.pool].server_for(key.as_ref(), now)
@@ -220,51 +217,6 @@ impl Worker<'_> {
             Ok(st) => self.enqueue_through(st, to.waiter(), op, bytes, now),
             Err(fault) => self.fail_unsent(to, pool, op, &fault),
         }
-    }
-
-    /// Whether the keys of a command that names several (RENAME, SMOVE,
-    /// SUNIONSTORE, BITOP, EVAL, ...) live on different servers. Such a
-    /// command runs on one server, which sees only its own keys: routed
-    /// by its first key it would answer wrongly without an error (a COPY
-    /// to a key of another server, a BITOP over keys it does not hold), so
-    /// it is refused, as a Redis Cluster node answers CROSSSLOT.
-    fn keys_apart(
-        &mut self,
-        pool: usize,
-        cmd: crate::proto::redis::Cmd,
-        req: &Request,
-        bytes: &[u8],
-        now: Instant,
-    ) -> bool {
-        let keys = crate::proto::redis::command_keys(cmd, req, bytes);
-        let mut first = None;
-        for k in &keys {
-            let s = self.pools[pool].server_for(k, now);
-            match first {
-                None => first = Some(s),
-                Some(f) if f != s => return true,
-                Some(_) => {}
-            }
-        }
-        false
-    }
-
-    /// The server a Redis command without a key goes to (TIME, EVAL with
-    /// numkeys 0): `keyless_server: first` takes the first server of the
-    /// list that is not ejected, `random` any of them, per request.
-    fn keyless_server(&mut self, pool: usize, client_id: u64, now: Instant) -> Option<usize> {
-        let p = &mut self.pools[pool];
-        // Brings back ejected servers whose retry time came, as for a key.
-        p.server_for(b"", now)?;
-        // The configured servers only (not replicas found at run time).
-        let live: SmallVec<[usize; 8]> = (0..p.cfg.servers.len().min(p.servers.len()))
-            .filter(|&i| p.servers[i].ejected_until.is_none_or(|t| t <= now))
-            .collect();
-        if p.cfg.keyless_random && !live.is_empty() {
-            let n = (crate::util::epoch_us() ^ client_id.rotate_left(17)) as usize;
-            return live.get(n % live.len()).copied();
-        }
-        live.first().copied()
     }
 
     /// Reserve the next reply slot (none for noreply); returns its sequence.
@@ -432,9 +384,9 @@ impl Worker<'_> {
     ) {
         self.count_mc_request(&req);
         let groups = if self.pools[at.pool].cluster.is_some() {
-            self.slot_groups(at.pool, at.client_id, &req, bytes)
+            self.pools[at.pool].slot_groups(at.client_id, &req, bytes)
         } else {
-            let Some(groups) = self.server_groups(at.pool, &req, bytes, now) else {
+            let Some(groups) = self.pools[at.pool].server_groups(&req, bytes, now) else {
                 self.reply_no_server(at.token, at.pool, &req);
                 return;
             };
@@ -456,54 +408,6 @@ impl Worker<'_> {
         }
         let to = at.reply_to();
         self.send_split(to, at.pool, req, bytes, &groups, now);
-    }
-
-    /// Key indices grouped by server, in client order; `None` when a key
-    /// has no server to go to.
-    #[inline]
-    fn server_groups(
-        &mut self,
-        pool: usize,
-        req: &Request,
-        bytes: &[u8],
-        now: Instant,
-    ) -> Option<KeyGroups> {
-        let mut groups = KeyGroups::new();
-        for (i, r) in req.keys.iter().enumerate() {
-            let s = self.pools[pool].server_for(&bytes[r.clone()], now)?;
-            match groups.iter_mut().find(|(gs, _)| *gs == s) {
-                Some((_, v)) => v.push(i),
-                None => {
-                    // Room for every key left: one allocation per group,
-                    // not a growth per few keys.
-                    let mut v = Vec::with_capacity(req.keys.len() - i);
-                    v.push(i);
-                    groups.push((s, v));
-                }
-            }
-        }
-        Some(groups)
-    }
-
-    /// A cluster pool's key indices grouped by hash slot (a cluster node
-    /// refuses keys of different slots), in client order, each group with
-    /// its slot's node.
-    fn slot_groups(&self, pool: usize, client_id: u64, req: &Request, bytes: &[u8]) -> KeyGroups {
-        let mut groups = KeyGroups::new();
-        let mut by_slot: std::collections::HashMap<u16, usize> = Default::default();
-        for (i, r) in req.keys.iter().enumerate() {
-            let key = &bytes[r.clone()];
-            let slot = crate::proto::redis::cluster::key_slot(key);
-            let g = *by_slot.entry(slot).or_insert_with(|| {
-                groups.push((
-                    self.pools[pool].cluster_server(key, req.op, client_id),
-                    Vec::with_capacity(req.keys.len() - i),
-                ));
-                groups.len() - 1
-            });
-            groups[g].1.push(i);
-        }
-        groups
     }
 
     /// MSETNX sets all its keys or none, BLPOP waits on all of them: only
@@ -662,7 +566,7 @@ impl Worker<'_> {
         let keys = f.keys.clone();
         let (req, bytes) = (m.req.clone(), m.bytes.clone());
         let mut replicas = Vec::with_capacity(r);
-        let mut groups: SmallVec<[(usize, Vec<usize>); 4]> = SmallVec::new();
+        let mut groups = KeyGroups::new();
         for &i in &keys {
             let Some(range) = req.keys.get(i) else {
                 continue;

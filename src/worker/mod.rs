@@ -25,6 +25,7 @@ mod forward;
 mod handle;
 mod handover;
 mod heap;
+mod key_groups;
 mod keyspace;
 mod latency;
 mod listen;
