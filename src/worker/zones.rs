@@ -34,6 +34,7 @@ use super::conn::Origin;
 use super::conn::{ConnTable, Fragment, Multi, MultiMode, ReplySlot, ReplyTo};
 use super::fault::ServerFault;
 use super::handle::FragOf;
+use super::pool::PoolRt;
 use super::Worker;
 use crate::config::Routing;
 use crate::proto::Request;
@@ -121,29 +122,6 @@ impl Worker<'_> {
         }
     }
 
-    /// The owner of `key` in the first zone after `zone` that has one, with
-    /// that zone.
-    fn next_zone_owner(&self, pool: usize, key: &[u8], zone: u8) -> Option<(usize, u8)> {
-        let p = &self.pools[pool];
-        let mut owners = Vec::with_capacity(4);
-        p.routes.as_ref()?.owners(key, &mut owners);
-        owners
-            .into_iter()
-            .map(|s| (s, zone_tag(&p.cfg.routing, s)))
-            .filter(|&(_, z)| z > zone)
-            .min_by_key(|&(_, z)| z)
-    }
-
-    /// The owner of `key` in zone `zone`.
-    fn zone_owner(&self, pool: usize, key: &[u8], zone: u8) -> Option<usize> {
-        let p = &self.pools[pool];
-        let mut owners = Vec::with_capacity(4);
-        p.routes.as_ref()?.owners(key, &mut owners);
-        owners
-            .into_iter()
-            .find(|&s| p.cfg.routing.zone_of(s) == zone as usize)
-    }
-
     /// The reply of fragment `fi` of a zone pool's multi-key read came
     /// (not yet stored in it): with `zone_failover: miss` (and in
     /// warm-up) the keys it has no value for move to new fragments of the
@@ -185,8 +163,8 @@ impl Worker<'_> {
         };
         for k in hits {
             let owners = (
-                self.zone_owner(pool, &k, zone),
-                self.zone_owner(pool, &k, 0),
+                self.pools[pool].zone_owner(&k, zone),
+                self.pools[pool].zone_owner(&k, 0),
             );
             if let (Some(w), Some(c)) = owners {
                 self.warm_copy(pool, &k, w, c);
@@ -283,7 +261,7 @@ impl Worker<'_> {
             let Some(key) = req.keys.get(i).and_then(|r| bytes.get(r.clone())) else {
                 continue;
             };
-            let Some((server, z)) = self.next_zone_owner(pool, key, zone) else {
+            let Some((server, z)) = self.pools[pool].next_zone_owner(key, zone) else {
                 continue;
             };
             match groups.iter_mut().find(|(s, _, _)| *s == server) {
@@ -393,5 +371,29 @@ pub(super) fn owners_slot(req: &Request, zones: &[u8], mode: MultiMode) -> Reply
             mode,
         })),
         ..ReplySlot::default()
+    }
+}
+
+/// A zone pool's owners of a key, zone by zone.
+impl PoolRt {
+    /// The owner of `key` in the first zone after `zone` that has one, with
+    /// that zone.
+    fn next_zone_owner(&self, key: &[u8], zone: u8) -> Option<(usize, u8)> {
+        let mut owners = Vec::with_capacity(4);
+        self.routes.as_ref()?.owners(key, &mut owners);
+        owners
+            .into_iter()
+            .map(|s| (s, zone_tag(&self.cfg.routing, s)))
+            .filter(|&(_, z)| z > zone)
+            .min_by_key(|&(_, z)| z)
+    }
+
+    /// The owner of `key` in zone `zone`.
+    fn zone_owner(&self, key: &[u8], zone: u8) -> Option<usize> {
+        let mut owners = Vec::with_capacity(4);
+        self.routes.as_ref()?.owners(key, &mut owners);
+        owners
+            .into_iter()
+            .find(|&s| self.cfg.routing.zone_of(s) == zone as usize)
     }
 }
