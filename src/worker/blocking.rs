@@ -21,11 +21,7 @@ impl Worker<'_> {
         now: Instant,
     ) {
         let key = req.routing_key(bytes);
-        let server = if self.pools[at.pool].cluster.is_some() {
-            Some(self.pools[at.pool].cluster_server(key.as_ref(), req.op, at.client_id))
-        } else {
-            self.pools[at.pool].server_for(key.as_ref(), now)
-        };
+        let server = self.pools[at.pool].key_server(key.as_ref(), req.op, at.client_id, now);
         let Some(server) = server else {
             self.reply_no_server(at.token, at.pool, req);
             return;

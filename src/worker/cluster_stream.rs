@@ -40,22 +40,6 @@ pub(super) fn spool_passing(c: &mut Client, n: usize) {
 }
 
 impl Worker<'_> {
-    /// The server a streamed request on `key` goes to: in a cluster pool
-    /// the node of its slot, else the pool's placement (`None`: no server).
-    pub(super) fn stream_server(
-        &mut self,
-        pool: usize,
-        key: &[u8],
-        op: Op,
-        client_id: u64,
-        now: Instant,
-    ) -> Option<usize> {
-        if self.pools[pool].cluster.is_some() {
-            return Some(self.pools[pool].cluster_server(key, op, client_id));
-        }
-        self.pools[pool].server_for(key, now)
-    }
-
     /// The reply slot of a streamed request whose head is `head`: in a
     /// cluster pool it keeps the request (the head now, the rest as it
     /// passes) to follow MOVED and ASK.

@@ -1,8 +1,9 @@
 //! Where a request's keys go in a pool: grouped by server (or, in a
 //! Redis Cluster pool, by slot) for a split, whether the keys of a command
-//! that runs on one server live apart, and the server of a command
-//! without a key. Questions of the pool's placement, asked by the
-//! executors in `forward.rs`.
+//! that runs on one server live apart, the server of a command without a
+//! key, and of a request sent on a connection of its own. Questions of
+//! the pool's placement, asked by the executors (`forward.rs`,
+//! `blocking.rs`, `stream.rs`).
 
 use super::pool::PoolRt;
 use crate::proto::Request;
@@ -14,6 +15,23 @@ use std::time::Instant;
 pub(super) type KeyGroups = SmallVec<[(usize, Vec<usize>); 4]>;
 
 impl PoolRt {
+    /// The server a request `op` on `key` goes to when it is sent on a
+    /// connection of its own (a blocking command, a streamed request): in
+    /// a cluster pool the node of its slot, else the pool's placement
+    /// (`None`: no server).
+    pub(super) fn key_server(
+        &mut self,
+        key: &[u8],
+        op: crate::proto::Op,
+        client_id: u64,
+        now: Instant,
+    ) -> Option<usize> {
+        if self.cluster.is_some() {
+            return Some(self.cluster_server(key, op, client_id));
+        }
+        self.server_for(key, now)
+    }
+
     /// Whether the keys of a command that names several (RENAME, SMOVE,
     /// SUNIONSTORE, BITOP, EVAL, ...) live on different servers. Such a
     /// command runs on one server, which sees only its own keys: routed

@@ -170,7 +170,7 @@ impl Worker<'_> {
         let (pool, client_id) = (c.pool(), c.id());
         let req = &head.req;
         let key = &bytes[req.keys.first()?.clone()];
-        let Some(server) = self.stream_server(pool, key, req.op, client_id, now) else {
+        let Some(server) = self.pools[pool].key_server(key, req.op, client_id, now) else {
             self.reply_no_server(token, pool, req);
             return None;
         };
