@@ -6,7 +6,7 @@ use super::conn::{
     ConnTable, Fragment, Multi, MultiMode, Origin, Redirect, ReplySlot, ReplyTo, Retry,
 };
 use super::fault::ServerFault;
-use super::key_groups::KeyGroups;
+use super::key_groups::{add_key, KeyGroups};
 use super::zones::{owners_slot, zone_tag};
 use super::{Worker, WRITE_THROUGH_MIN};
 use crate::proto::{Op, Request};
@@ -577,16 +577,7 @@ impl Worker<'_> {
             let Some(&s) = replicas.get(attempt) else {
                 return false;
             };
-            match groups.iter_mut().find(|(gs, _)| *gs == s) {
-                Some((_, v)) => v.push(i),
-                None => {
-                    // Room for every key left: one allocation per group,
-                    // not a growth per few keys.
-                    let mut v = Vec::with_capacity(req.keys.len() - i);
-                    v.push(i);
-                    groups.push((s, v));
-                }
-            }
+            add_key(&mut groups, s, i, req.keys.len() - i);
         }
         let Some(c) = self.conns.client_mut(token.0) else {
             return false;

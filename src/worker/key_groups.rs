@@ -14,6 +14,21 @@ use std::time::Instant;
 /// order), in the order the servers first appear.
 pub(super) type KeyGroups = SmallVec<[(usize, Vec<usize>); 4]>;
 
+/// Key `i` goes to server `s`: into its group, or a new group with room
+/// for the `left` keys from `i` on (one allocation per group, not a
+/// growth per few keys).
+#[inline]
+pub(super) fn add_key(groups: &mut KeyGroups, s: usize, i: usize, left: usize) {
+    match groups.iter_mut().find(|(gs, _)| *gs == s) {
+        Some((_, v)) => v.push(i),
+        None => {
+            let mut v = Vec::with_capacity(left);
+            v.push(i);
+            groups.push((s, v));
+        }
+    }
+}
+
 impl PoolRt {
     /// The server a request `op` on `key` goes to when it is sent on a
     /// connection of its own (a blocking command, a streamed request): in
@@ -87,16 +102,7 @@ impl PoolRt {
         let mut groups = KeyGroups::new();
         for (i, r) in req.keys.iter().enumerate() {
             let s = self.server_for(&bytes[r.clone()], now)?;
-            match groups.iter_mut().find(|(gs, _)| *gs == s) {
-                Some((_, v)) => v.push(i),
-                None => {
-                    // Room for every key left: one allocation per group,
-                    // not a growth per few keys.
-                    let mut v = Vec::with_capacity(req.keys.len() - i);
-                    v.push(i);
-                    groups.push((s, v));
-                }
-            }
+            add_key(&mut groups, s, i, req.keys.len() - i);
         }
         Some(groups)
     }
