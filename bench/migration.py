@@ -187,6 +187,9 @@ def phase(walnut_port: int, servers: list[Proc], keys: int, round_n: int,
         c1 = sum(cpu_seconds(pids).values())
         r["server_cpu_ms_per_1k"] = (c1 - c0) * 1000 / round_n * 1000
         rows.append(r)
+        print(f"  round {len(rows)}: {r['rps']:.0f} rps, p50 {r['p50']}, p99 {r['p99']} ms, "
+              f"servers {r['server_cpu_ms_per_1k']:.1f} ms/1k, load {os.getloadavg()[0]:.1f}",
+              flush=True)
         if until(len(rows)):
             return rows
 
@@ -317,7 +320,10 @@ def main() -> None:
         f"Migration: {secs:.1f} s from the reload to `state=done` (the last round ends after it);",
         f"scanned {st.get('scanned')}, moved {st.get('moved')}, skipped {st.get('skipped')}, "
         f"failed {st.get('failed')}, {st.get('keys_per_second')} keys/s moved.",
-        f"Keys per server afterwards: {dbsizes} (sum {sum(dbsizes)}).",
+        f"Keys per server afterwards: {dbsizes} (sum {sum(dbsizes)}); of the "
+        f"{dbsizes[2]} on the new server, {dbsizes[2] - int(st.get('moved') or 0)} were pulled by "
+        "clients' requests (the rest by the migrator).",
+        f"Load average at the end: {os.getloadavg()[0]:.1f}.",
         "",
     ]
     moved = int(st.get("moved") or 0)

@@ -69,6 +69,10 @@ pub struct Gate {
     pub left: usize,
     /// Where the request goes once its keys are pulled.
     pub then: AfterPull,
+    /// Already sent, queued behind its keys' copies on the same server
+    /// connections (`Worker::send_behind_copies`): the gate now only
+    /// keeps the client's next requests back until the old copies go.
+    pub sent: bool,
 }
 
 /// Where a held request goes once its keys are on their new owners.

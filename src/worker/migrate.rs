@@ -226,6 +226,7 @@ impl Worker<'_> {
                 pulls,
                 left: n,
                 then,
+                sent: false,
             }));
         }
         for idx in 0..n {
@@ -530,7 +531,51 @@ impl Worker<'_> {
         }
         if sent == 0 {
             self.pull_finish(token, idx, now);
+        } else {
+            self.send_behind_copies(token, now);
         }
+    }
+
+    /// Once every key of a held request is either done or has its copies
+    /// queued on its new owners, the request can follow those copies on
+    /// the same connections without waiting for their answers: a server
+    /// runs one connection's commands in order, so the request finds the
+    /// key copied (or the newer value that refused the copy). That saves
+    /// the request a round trip. The old copies still go only once the
+    /// copies are answered (`pull_stored`), and the gate keeps the
+    /// client's next requests back until then, as before.
+    ///
+    /// Only for a request that goes to its key's owner on the client's
+    /// usual connection (not a transaction's, a blocking command's, a
+    /// replica read's, a memcached binary request's).
+    fn send_behind_copies(&mut self, token: Token, now: Instant) {
+        let Some(c) = self.conns.client(token.0) else {
+            return;
+        };
+        let pool = c.pool();
+        let Some(gate) = c.gate() else {
+            return;
+        };
+        if gate.sent
+            || gate.then != AfterPull::Route
+            || gate.req.route != Route::Single
+            || !gate.pulls.iter().all(|p| p.done || p.stores > 0)
+        {
+            return;
+        }
+        let p = &self.pools[pool];
+        if p.proto.conn_class(gate.req.op) != 0 {
+            return;
+        }
+        let plan = p.route.plan(&gate.req);
+        if plan.target != crate::route::Target::Key || plan.replica_first {
+            return;
+        }
+        let (req, bytes) = (gate.req.clone(), gate.bytes.clone());
+        if let Some(g) = self.conns.client_mut(token.0).and_then(|c| c.gate_mut()) {
+            g.sent = true;
+        }
+        self.dispatch_routed(token, req, &bytes, now);
     }
 
     /// A new owner answered a copy (`ok`: it has the key now, copied or
@@ -608,15 +653,21 @@ impl Worker<'_> {
         p.done = true;
         gate.left -= 1;
         if gate.left > 0 {
+            self.send_behind_copies(token, now);
             return;
         }
         let Some(gate) = c.take_gate() else {
             return;
         };
         let Gate {
-            req, bytes, then, ..
+            req,
+            bytes,
+            then,
+            sent,
+            ..
         } = *gate;
         match then {
+            _ if sent => {}
             AfterPull::Route => self.dispatch_routed(token, req, &bytes, now),
             AfterPull::Txn => self.txn_pulled(token, &req, &bytes, now),
         }
