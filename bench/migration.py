@@ -176,20 +176,27 @@ def reshard_anchor(work: Path, keys: int) -> dict:
 
 
 def phase(walnut_port: int, servers: list[Proc], keys: int, round_n: int,
-          until) -> list[dict]:
+          until, walnut_pid: int) -> list[dict]:
     """Rounds of load until `until()` says stop; per round the client's
-    figures and the servers' CPU per 1000 requests."""
+    figures, and the servers' and walnut's (master, workers, migrator)
+    CPU per 1000 requests."""
     rows = []
     while True:
         pids = [s.pid for s in servers]
+        ours = [walnut_pid] + children_of(walnut_pid)
         c0 = sum(cpu_seconds(pids).values())
+        w0 = cpu_seconds(ours)
         r = redis_benchmark(walnut_port, round_n, clients=50, test="get", keyspace=keys)
         c1 = sum(cpu_seconds(pids).values())
+        # A migrator that ended during the round counts up to its last
+        # reading before: it is gone from /proc.
+        w1 = cpu_seconds(ours)
         r["server_cpu_ms_per_1k"] = (c1 - c0) * 1000 / round_n * 1000
+        r["walnut_cpu_ms_per_1k"] = sum(w1.get(p, w0[p]) - w0[p] for p in w0) * 1e6 / round_n
         rows.append(r)
         print(f"  round {len(rows)}: {r['rps']:.0f} rps, p50 {r['p50']}, p99 {r['p99']} ms, "
-              f"servers {r['server_cpu_ms_per_1k']:.1f} ms/1k, load {os.getloadavg()[0]:.1f}",
-              flush=True)
+              f"servers {r['server_cpu_ms_per_1k']:.1f}, walnut {r['walnut_cpu_ms_per_1k']:.1f} "
+              f"ms/1k, load {os.getloadavg()[0]:.1f}", flush=True)
         if until(len(rows)):
             return rows
 
@@ -252,7 +259,7 @@ def main() -> None:
         print(f"loaded {args.keys} keys in {time.monotonic() - t:.1f} s", flush=True)
 
         steady = [] if args.no_load else phase(listen, servers, args.keys, args.round,
-                                               lambda n: n >= args.steady_rounds)
+                                               lambda n: n >= args.steady_rounds, walnut.pid)
         if steady:
             print(f"steady: p50 {med(steady, 'p50')} p99 {med(steady, 'p99')} ms", flush=True)
 
@@ -286,7 +293,7 @@ def main() -> None:
             cpu["servers"] = sum(cpu_seconds(pids).values()) - c0
             migrating = []
         else:
-            migrating = phase(listen, servers, args.keys, args.round, finished)
+            migrating = phase(listen, servers, args.keys, args.round, finished, walnut.pid)
         st = migration_state(adm)
         secs = done_at[0] - t0 if done_at else float("nan")
         print(f"migration: {st}", flush=True)
@@ -306,15 +313,16 @@ def main() -> None:
         f"{args.round} requests per round, uniformly over the key space (CPU 0; servers and",
         "walnut on CPU 1). Medians over rounds.",
         "",
-        "| phase | rounds | rps | p50 ms | p99 ms | servers' CPU ms / 1k requests |",
-        "|---|---|---|---|---|---|",
+        "| phase | rounds | rps | p50 ms | p99 ms | servers' CPU ms / 1k requests | walnut's CPU ms / 1k requests |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, rows in (("steady", steady), ("migrating", migrating)):
         if not rows:
-            lines.append(f"| {name} | no load (--no-load) | | | | |")
+            lines.append(f"| {name} | no load (--no-load) | | | | | |")
             continue
         lines.append(f"| {name} | {len(rows)} | {med(rows, 'rps'):.0f} | {med(rows, 'p50'):.3f} | "
-                     f"{med(rows, 'p99'):.3f} | {med(rows, 'server_cpu_ms_per_1k'):.3f} |")
+                     f"{med(rows, 'p99'):.3f} | {med(rows, 'server_cpu_ms_per_1k'):.3f} | "
+                     f"{med(rows, 'walnut_cpu_ms_per_1k'):.3f} |")
     lines += [
         "",
         f"Migration: {secs:.1f} s from the reload to `state=done` (the last round ends after it);",

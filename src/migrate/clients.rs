@@ -29,6 +29,12 @@ impl<'a> ClientLatency<'a> {
         }
     }
 
+    /// The next window starts now.
+    pub fn restart(&mut self) {
+        let s = self.region.latency_pool(self.pool, false);
+        self.last = Some((s.count, s.sum));
+    }
+
     /// The mean latency of the requests answered since the last window,
     /// once there are enough of them (none at the first look, which only
     /// marks the start).

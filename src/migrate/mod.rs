@@ -384,6 +384,11 @@ impl Walk<'_> {
         if progress.aborted() {
             return Err(std::io::Error::other("aborted"));
         }
+        if let Some(c) = self.clients.as_mut().filter(|_| self.pace.quiet_due()) {
+            // The clients without the migrator, for the pace.
+            c.restart();
+            self.pace.quiet(|| c.window());
+        }
         self.pace.take(keys.len());
         for &to in &mv.to {
             if dests[to].is_none() {

@@ -1,12 +1,22 @@
 //! The migrator's pace: keys per second that follow the servers' headroom,
 //! as TCP's congestion window follows a path's. Between batches the
 //! migrator times a no-op on the servers it works with (`Conn::ping`); a
-//! server busy with clients answers it late. It also looks at what the
-//! pool's clients see: the mean time of the workers' requests since the
-//! last look (`clients.rs`). While both stay near the least seen lately
-//! the pace grows (doubling at first, then by a fixed step), and when
-//! either rises the pace is halved: the no-op's time by half again, the
-//! clients' by 30 % (the rise in p99 the clients are promised at most).
+//! server busy with clients answers it late. While it stays near the
+//! least seen lately the pace grows (doubling at first, then by a fixed
+//! step), and when it rises by half again the pace is halved.
+//!
+//! It also follows what the pool's clients see: the mean time of the
+//! workers' requests (`clients.rs`). What they see without the migrator
+//! is measured as BBR measures a path's bare round trip: every few
+//! seconds the migrator stops for a quiet spell (`quiet`) and takes the
+//! least mean over it; while it moves keys, a smoothed mean 30 % over
+//! that (the rise in p99 the clients are promised at most) halves the
+//! pace too. The quiet level includes what the migrator does not cause,
+//! clients' own pulls of moved keys above all (each a few commands on
+//! two servers: a busy time at a migration's start that slowing the
+//! migrator would only prolong), so only the migrator's own cost to the
+//! clients slows it.
+//!
 //! `migration_rate` is the ceiling, and a batch holds about 10 ms of keys
 //! at the pace, so a slow pace also blocks a server for less at a time.
 
@@ -28,9 +38,13 @@ const MAX_BATCH: usize = 500;
 /// A rise of the servers' no-op time that backs off: half again its
 /// least, and more than scheduling noise (seconds).
 const SERVERS_RISE: (f64, f64) = (1.5, 0.000_2);
-/// A rise of the clients' mean latency that backs off: 30 % over its
-/// least, and more than scheduling noise.
+/// A rise of the clients' mean latency that backs off: 30 % over the
+/// quiet level, and more than scheduling noise.
 const CLIENTS_RISE: (f64, f64) = (1.3, 0.000_1);
+/// How often the migrator stops to see the clients without it...
+const QUIET_EVERY: Duration = Duration::from_secs(5);
+/// ... and for how many probe intervals.
+const QUIET_SAMPLES: u32 = 4;
 
 /// One time the pace follows: smoothed, against the least seen in this
 /// window and the one before.
@@ -77,8 +91,12 @@ pub struct Pace {
     slow_start: bool,
     /// The servers' no-op time, seconds.
     servers: Signal,
-    /// The clients' mean latency, seconds.
-    clients: Signal,
+    /// The clients' mean latency while keys move, smoothed (seconds).
+    clients: Option<f64>,
+    /// The clients' least mean latency over the last quiet spell.
+    quiet_level: Option<f64>,
+    /// When the next quiet spell is due.
+    quiet_at: Instant,
     window_at: Instant,
     probed_at: Instant,
     /// Samples are not judged before this (one halving per rise, and the
@@ -98,7 +116,10 @@ impl Pace {
             rate: START.min(cap),
             slow_start: true,
             servers: Signal::NONE,
-            clients: Signal::NONE,
+            clients: None,
+            quiet_level: None,
+            // One before the first batch.
+            quiet_at: now,
             window_at: now,
             probed_at: now,
             hold_until: now,
@@ -140,6 +161,36 @@ impl Pace {
         self.probed_at.elapsed() >= PROBE_EVERY
     }
 
+    /// Whether a quiet spell is due.
+    pub fn quiet_due(&self) -> bool {
+        Instant::now() >= self.quiet_at
+    }
+
+    /// A quiet spell: no keys move for a few probe intervals, each
+    /// ending with `window`, the clients' mean latency over it (none when
+    /// too few requests came); their least is the quiet level.
+    pub fn quiet(&mut self, mut window: impl FnMut() -> Option<Duration>) {
+        let mut least: Option<Duration> = None;
+        for _ in 0..QUIET_SAMPLES {
+            std::thread::sleep(PROBE_EVERY);
+            if let Some(w) = window() {
+                least = Some(least.map_or(w, |l| l.min(w)));
+            }
+        }
+        self.quiet_end(least, Instant::now());
+    }
+
+    fn quiet_end(&mut self, least: Option<Duration>, now: Instant) {
+        if let Some(l) = least {
+            self.quiet_level = Some(l.as_secs_f64());
+        }
+        self.clients = None;
+        self.quiet_at = now + QUIET_EVERY;
+        // No burst for the time stood still.
+        self.tokens = 0.0;
+        self.at = now;
+    }
+
     /// The servers answered a no-op in `rtt`, and the clients' requests
     /// took `clients` on average since the last sample (none when too
     /// few came, or nothing tells): the pace follows.
@@ -151,15 +202,17 @@ impl Pace {
         self.probed_at = now;
         if now.duration_since(self.window_at) >= BASE_WINDOW {
             self.servers.rotate();
-            self.clients.rotate();
             self.window_at = now;
         }
         // Just backed off: the times of the pace before join the least
         // times but are not judged.
         let judge = now >= self.hold_until;
         let mut busy = self.servers.sample(rtt.as_secs_f64(), judge, SERVERS_RISE);
-        if let Some(c) = clients {
-            busy |= self.clients.sample(c.as_secs_f64(), judge, CLIENTS_RISE);
+        if let (Some(c), Some(level), true) = (clients, self.quiet_level, judge) {
+            let c = c.as_secs_f64();
+            let smooth = self.clients.map_or(c, |s| s * 0.75 + c * 0.25);
+            self.clients = Some(smooth);
+            busy |= smooth > level * CLIENTS_RISE.0 + CLIENTS_RISE.1;
         }
         if !judge {
             return;
@@ -171,7 +224,7 @@ impl Pace {
             // Judged afresh at the new pace: the rise that caused this
             // must not, smoothed, cause the next halving too.
             self.servers.srtt = None;
-            self.clients.srtt = None;
+            self.clients = None;
         } else if self.slow_start {
             self.rate = (self.rate * 2.0).min(self.cap);
         } else {
@@ -246,20 +299,22 @@ mod tests {
     }
 
     #[test]
-    fn clients_whose_latency_rises_halve_the_pace_though_the_servers_are_calm() {
+    fn clients_slower_than_without_the_migrator_halve_the_pace() {
         let mut p = Pace::new(100_000);
         let mut now = Instant::now();
+        // Not judged before a quiet spell has said what they see alone.
         for _ in 0..5 {
             now += PROBE_EVERY;
-            p.sample_at(ms(0.1), Some(ms(1.0)), now);
+            p.sample_at(ms(0.1), Some(ms(9.0)), now);
         }
         assert_eq!(p.rate(), 32_000);
-        // 20 % over their least: within what they are promised.
+        p.quiet_end(Some(ms(1.0)), now);
+        // 20 % over the quiet level: within what they are promised.
         now += PROBE_EVERY;
         p.sample_at(ms(0.1), Some(ms(1.2)), now);
         assert_eq!(p.rate(), 64_000);
         // The servers answer the no-op as fast as ever, but the clients
-        // wait 60 % longer: once the smoothed time shows it (the fourth
+        // wait 60 % longer: once the smoothed time shows it (the third
         // sample), back off, once for the rise.
         let mut rates = Vec::new();
         for _ in 0..6 {
@@ -267,7 +322,7 @@ mod tests {
             p.sample_at(ms(0.1), Some(ms(1.6)), now);
             rates.push(p.rate());
         }
-        assert_eq!(rates, [100_000, 100_000, 100_000, 50_000, 50_000, 50_000]);
+        assert_eq!(rates, [100_000, 100_000, 50_000, 50_000, 50_000, 50_000]);
         // No clients' figure (too few requests): the servers alone judge.
         for _ in 0..4 {
             now += PROBE_EVERY;
@@ -277,27 +332,23 @@ mod tests {
     }
 
     #[test]
-    fn the_clients_least_latency_follows_their_load_down_and_up() {
+    fn what_the_clients_see_without_the_migrator_is_not_held_against_it() {
         let mut p = Pace::new(1_000_000);
         let mut now = Instant::now();
-        // Clients' latency falling (pulls of moved keys subside): never
-        // a rise, the pace keeps growing.
+        assert!(p.quiet_due());
+        // Clients slow without the migrator too (their own pulls of
+        // moved keys): 3 ms is the level, not a rise.
+        p.quiet_end(Some(ms(3.0)), now);
+        assert!(!p.quiet_due());
         for i in 0..20 {
             now += PROBE_EVERY;
-            p.sample_at(ms(0.1), Some(ms(3.0 - i as f64 * 0.1)), now);
+            p.sample_at(ms(0.1), Some(ms(3.5 - i as f64 * 0.1)), now);
         }
-        assert!(p.slow_start);
-        // A higher level that stays: the pace backs off while the lower
-        // one is remembered (this window and the one before), then the
-        // higher level is the least and the pace grows again.
-        let mut rates = Vec::new();
-        for _ in 0..(2 * BASE_WINDOW.as_millis() / PROBE_EVERY.as_millis() + 40) {
-            now += PROBE_EVERY;
-            p.sample_at(ms(0.1), Some(ms(2.0)), now);
-            rates.push(p.rate());
-        }
-        assert!(rates.iter().min().copied() < Some(100_000), "{rates:?}");
-        let tail = &rates[rates.len() - 20..];
-        assert!(tail.windows(2).all(|w| w[1] > w[0]), "{tail:?}");
+        assert!(p.slow_start, "{}", p.rate());
+        // A quiet spell without enough requests keeps the level it had.
+        p.quiet_end(None, now);
+        now += PROBE_EVERY;
+        p.sample_at(ms(0.1), Some(ms(4.5)), now);
+        assert!(!p.slow_start);
     }
 }
