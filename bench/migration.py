@@ -222,6 +222,9 @@ def main() -> None:
                     help="migration_rate, the pace's ceiling (walnut's default 100000)")
     ap.add_argument("--round", type=int, default=100_000, help="requests per load round")
     ap.add_argument("--steady-rounds", type=int, default=5)
+    ap.add_argument("--max-rounds", type=int, default=0,
+                    help="stop the migrating phase after this many rounds (0: at `done`); with a "
+                         "low --rate, clients' pulls move nearly every key: their cost alone")
     ap.add_argument("--no-load", action="store_true",
                     help="no client load during the migration: the migrator alone moves every key")
     ap.add_argument("--anchor", action="store_true",
@@ -268,7 +271,9 @@ def main() -> None:
         os.kill(walnut.pid, signal.SIGHUP)
         done_at: list[float] = []
 
-        def finished(_n: int) -> bool:
+        def finished(n: int) -> bool:
+            if args.max_rounds and n >= args.max_rounds:
+                return True
             st = migration_state(adm)
             if st.get("state") == "done":
                 done_at.append(time.monotonic())

@@ -184,13 +184,7 @@ impl Master {
                 olds: &m.olds,
                 new: &m.new,
             };
-            // The pool's clients' latency, from the counters its
-            // workers write, for the pace.
-            let clients = self.current.as_ref().and_then(|g| {
-                let pool = g.config.pools.iter().position(|p| p.name == m.pool)?;
-                Some(crate::migrate::ClientLatency::new(&g.region, pool))
-            });
-            let done = crate::migrate::run(&plan, &m.progress, clients);
+            let done = crate::migrate::run(&plan, &m.progress);
             let code = if done {
                 0
             } else if m.progress.aborted() {

@@ -18,12 +18,10 @@
 //! and has no event loop to keep responsive.
 
 mod client;
-mod clients;
 pub mod commands;
 mod pace;
 mod progress;
 
-pub use clients::ClientLatency;
 pub use progress::{Progress, State};
 
 use crate::config::{PoolConfig, ServerAddr};
@@ -184,10 +182,8 @@ impl Mover {
 
 /// Run the migration of `plan` to its end; returns true when every key
 /// that had to move did (or could not: an unreachable old owner's keys
-/// are counted as failed, as twemproxy loses them). `clients`: what the
-/// pool's clients see, for the pace, when the workers' counters can be
-/// read.
-pub fn run(plan: &Plan<'_>, progress: &Progress, clients: Option<ClientLatency<'_>>) -> bool {
+/// are counted as failed, as twemproxy loses them).
+pub fn run(plan: &Plan<'_>, progress: &Progress) -> bool {
     let sources = plan.sources();
     let rate = u64::from(plan.new.migration_rate.max(1));
     progress.set_state(State::Running);
@@ -208,7 +204,6 @@ pub fn run(plan: &Plan<'_>, progress: &Progress, clients: Option<ClientLatency<'
         progress,
         mover: Mover::new(plan),
         pace: Pace::new(rate),
-        clients,
         server_move: false,
         last_log: Instant::now(),
         moved: 0,
@@ -259,8 +254,6 @@ struct Walk<'a> {
     progress: &'a Progress,
     mover: Mover,
     pace: Pace,
-    /// The pool's clients' latency, when known.
-    clients: Option<ClientLatency<'a>>,
     /// Whether the server walked now moves keys itself (Redis `MIGRATE`):
     /// tried first on every server, given up for the rest of the server's
     /// walk once it refuses for another reason than a newer value.
@@ -384,11 +377,6 @@ impl Walk<'_> {
         if progress.aborted() {
             return Err(std::io::Error::other("aborted"));
         }
-        if let Some(c) = self.clients.as_mut().filter(|_| self.pace.quiet_due()) {
-            // The clients without the migrator, for the pace.
-            c.restart();
-            self.pace.quiet(|| c.window());
-        }
         self.pace.take(keys.len());
         for &to in &mv.to {
             if dests[to].is_none() {
@@ -463,16 +451,14 @@ impl Walk<'_> {
     }
 
     /// When due, the servers timed for the pace (the old owner and the
-    /// new ones in use; the slowest counts) and the clients' latency
-    /// since the last time read, and the progress logged.
+    /// new ones in use; the slowest counts), and the progress logged.
     fn probe(&mut self, src: &mut Conn, dests: &mut [Option<Conn>]) {
         if self.pace.probe_due() {
             let mut rtt = src.ping().unwrap_or_default();
             for d in dests.iter_mut().flatten() {
                 rtt = rtt.max(d.ping().unwrap_or_default());
             }
-            let clients = self.clients.as_mut().and_then(ClientLatency::window);
-            self.pace.sample(rtt, clients);
+            self.pace.sample(rtt);
         }
         if self.last_log.elapsed() >= Duration::from_secs(5) {
             self.last_log = Instant::now();
