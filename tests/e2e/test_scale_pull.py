@@ -444,3 +444,71 @@ def test_every_key_of_a_multi_key_command_is_pulled(procs):
             assert len(owners) == 1, (t, n, owners)
             on_new += owners[0] == 2
     assert on_new > 0, "no group moved to the new server"
+
+
+def test_a_pulled_keys_request_runs_behind_its_copy(procs):
+    """A request whose key is pulled goes to the new owner right behind
+    the key's copy (`RESTORE`), on the same connection, without waiting
+    for the copy's answer: it finds the value copied with its TTL, or,
+    when the new owner already had a newer value (the copy refused with
+    BUSYKEY), that value; the old copy is deleted in both cases, and a
+    pipeline's later requests wait for the pull and keep their order."""
+    rds = [procs.redis() for _ in range(3)]
+    port = free_port()
+
+    def config(n: int) -> str:
+        # The background migrator crawls (one key a second): the keys
+        # below are pulled by the requests themselves.
+        return to_yaml({"rd": redis_pool(rds[:n], listen=f"{HOST}:{port}", hash_tag="{}",
+                                         migration=True, migration_rate=1),
+                        "_walnut": {"workers": 1}})
+
+    p = Proxy("walnut", procs.workdir, {})
+    p.conf_path.write_text(config(2))
+    p.ports = {"rd": port}
+    procs.started.append(p)
+    p.start()
+    gen1 = wait_workers(p.pid, 1)
+    r = redis.Redis(host=HOST, port=port, protocol=2, socket_timeout=10, retry=Retry(NoBackoff(), 0))
+    tags = ["{" + tkey(i) + "}" for i in range(200)]
+    for i, t in enumerate(tags):
+        r.set(f"{t}k", f"old{i}", ex=500 if i % 2 else None)
+        r.set(f"{t}p", f"p{i}")
+    p.conf_path.write_text(config(3))
+    p.signal(signal.SIGHUP)
+    wait_workers(p.pid, 1, exclude=gen1.values())
+    for pid in gen1.values():
+        wait_gone(pid, timeout=10)
+    wait_log(p.log_path, "keys whose owner changed are pulled")
+    direct = [redis.Redis(host=HOST, port=x.port) for x in rds]
+    # A key never written before, in each tag, shows the tag's new owner
+    # (nothing to pull: it goes straight there).
+    moved = []
+    for t in tags:
+        assert r.set(f"{t}probe", "1") is True
+        owners = [i for i, d in enumerate(direct) if d.exists(f"{t}probe")]
+        assert len(owners) == 1, (t, owners)
+        if owners[0] == 2:
+            moved.append(t)
+    assert len(moved) >= 10, len(moved)
+    # Half of the moved keys get a newer value on their new owner, written
+    # there directly (as another client's write through another proxy).
+    newer = set(moved[::2])
+    for t in newer:
+        assert direct[2].set(f"{t}k", "newer", nx=True) is True, t
+    for t in moved:
+        i = tags.index(t)
+        pipe = r.pipeline(transaction=False)
+        pipe.get(f"{t}k").ttl(f"{t}k").get(f"{t}p").set(f"{t}p", "q").get(f"{t}p")
+        got = pipe.execute()
+        if t in newer:
+            assert got[:2] == [b"newer", -1], (t, got)
+        else:
+            assert got[0] == f"old{i}".encode(), (t, got)
+            assert (0 < got[1] <= 500) if i % 2 else got[1] == -1, (t, got)
+        assert got[2:] == [f"p{i}".encode(), True, b"q"], (t, got)
+    # Each key on one server only: the old copies went, newer or not.
+    for t in moved:
+        for n in ("k", "p"):
+            owners = [i for i, d in enumerate(direct) if d.exists(f"{t}{n}")]
+            assert owners == [2], (t, n, owners)
