@@ -158,6 +158,7 @@ impl Worker<'_> {
                         pulls: Vec::new(),
                         left: 0,
                         then,
+                        sent: false,
                     }));
                     self.fleet_holds.held.push(Held {
                         token,
