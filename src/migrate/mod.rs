@@ -42,6 +42,24 @@ pub struct Plan<'a> {
 }
 
 impl Plan<'_> {
+    /// Whether new server `to` is one no earlier placement had (a server
+    /// added). Only towards such a server does an old owner `MIGRATE`:
+    /// `MIGRATE` blocks its source until the target answers, and a
+    /// server that is never a source (nothing walks or pulls from it)
+    /// cannot wait on one that waits on it. Between servers both
+    /// placements have (a weight change moves keys both ways), two
+    /// fleet members' migrators walking opposite servers would block
+    /// both until `MIGRATE`'s timeout; those keys are copied instead.
+    pub fn fresh(&self, to: usize) -> bool {
+        let Some(s) = self.new.servers.get(to) else {
+            return false;
+        };
+        !self
+            .olds
+            .iter()
+            .any(|o| o.servers.iter().any(|x| x.addr == s.addr))
+    }
+
     /// The servers to walk: every server of the previous configurations,
     /// once each, with the configuration it is reached with.
     pub fn sources(&self) -> Vec<(&ServerAddr, &PoolConfig)> {
@@ -391,7 +409,7 @@ impl Walk<'_> {
                 }
             }
         }
-        if self.server_move && mv.delete && mv.to.len() == 1 {
+        if self.server_move && mv.delete && mv.to.len() == 1 && plan.fresh(mv.to[0]) {
             if let Some(target) = Target::of(plan.new, &plan.new.servers[mv.to[0]].addr) {
                 match src.migrate(&target, keys)? {
                     Ok(()) => {
@@ -606,6 +624,25 @@ mod tests {
         }
         std::fs::write(&path, text).unwrap();
         crate::config::Config::load(&path).unwrap().pools.remove(0)
+    }
+
+    #[test]
+    fn migrate_only_towards_a_server_no_earlier_placement_had() {
+        let olds = [pool(&["127.0.0.1:30001", "127.0.0.1:30002"])];
+        let added = pool(&["127.0.0.1:30001", "127.0.0.1:30002", "127.0.0.1:30003"]);
+        let plan = Plan {
+            olds: &olds,
+            new: &added,
+        };
+        assert!(!plan.fresh(0) && !plan.fresh(1) && plan.fresh(2));
+        assert!(!plan.fresh(3));
+        // One server replaced by another: only the new one is fresh.
+        let swapped = pool(&["127.0.0.1:30001", "127.0.0.1:30004"]);
+        let plan = Plan {
+            olds: &olds,
+            new: &swapped,
+        };
+        assert!(!plan.fresh(0) && plan.fresh(1));
     }
 
     #[test]

@@ -94,3 +94,63 @@ def test_a_newer_value_on_the_new_owner_stays(procs, server_move):
         assert olds_migrate > 0
     else:
         assert olds_migrate == 0 and calls(direct[2], "restore") > 0
+
+
+
+def test_migrate_only_towards_an_added_server(procs):
+    """A modula pool grown from 2 servers to 3 moves keys to the added
+    server and also both ways between the two it had. `MIGRATE` blocks
+    its source until the target answers, so two of them in opposite
+    directions (as two fleet members' migrators could send) would block
+    both servers: the old servers send keys themselves only to the added
+    one (no server ever sends to a server that sends), and keys moving
+    between the two old ones are copied (`DUMP`/`RESTORE`/`DEL`). Every
+    key ends on its owner with its value and TTL."""
+    rds = [procs.redis() for _ in range(3)]
+    port = free_port()
+
+    def conf(n: int, listen: int = port, migration: bool = True) -> dict:
+        pool = redis_pool(rds[:n], listen=f"{HOST}:{listen}", distribution="modula")
+        if migration:
+            pool.update(migration=True, migration_rate=400)
+        return {"rd": pool}
+
+    p = Proxy("walnut", procs.workdir, {}, extra_args=["--workers", "2"])
+    p.conf_path.write_text(to_yaml(conf(2)))
+    p.ports = {"rd": port}
+    procs.started.append(p)
+    p.start()
+    gen = wait_workers(p.pid, 2)
+    r = redis.Redis(host=HOST, port=port, protocol=2, socket_timeout=10)
+    pipe = r.pipeline(transaction=False)
+    for i in range(N):
+        pipe.set(key(i), f"v{i}", ex=500 if i % 2 else None)
+    pipe.execute()
+    direct = [redis.Redis(host=HOST, port=x.port) for x in rds]
+    keys = [key(i) for i in range(N)]
+    before = [{k for k in keys if d.exists(k)} for d in direct]
+    p.conf_path.write_text(to_yaml(conf(3)))
+    p.signal(signal.SIGHUP)
+    wait_workers(p.pid, 2, exclude=gen.values())
+    wait_until(lambda: state(p.admin_port, "rd").get("state") == "done", 60,
+               what="the migration to end")
+    st = state(p.admin_port, "rd")
+    assert st["failed"] == "0" and int(st["moved"]) > 0, dict(st)
+    oracle_port = free_port()
+    procs.proxy("nutcracker", conf(3, oracle_port, migration=False))
+    oracle = redis.Redis(host=HOST, port=oracle_port, protocol=2, lib_name=None, lib_version=None)
+    after = [{k for k in keys if d.exists(k)} for d in direct]
+    for i, k in enumerate(keys):
+        holders = [j for j in range(3) if k in after[j]]
+        assert len(holders) == 1, (k, holders)
+        assert oracle.get(k) == f"v{i}".encode(), k
+        if i % 2 and i < 100:
+            assert 0 < oracle.ttl(k) <= 500, (k, oracle.ttl(k))
+    # Keys went both ways between the old servers, and to the new one.
+    assert before[0] & after[1] and before[1] & after[0], "keys did not move both ways"
+    assert after[2]
+    # Sent by MIGRATE to the added server, and copied between the old
+    # ones (read with DUMP on each, written with RESTORE on each).
+    assert sum(calls(d, "migrate") for d in direct[:2]) > 0
+    assert calls(direct[0], "dump") > 0 and calls(direct[1], "dump") > 0
+    assert calls(direct[0], "restore") > 0 and calls(direct[1], "restore") > 0
