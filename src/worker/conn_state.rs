@@ -1,8 +1,8 @@
 //! State that a client connection carries for one feature, kept apart
 //! from the code that drives it: a transaction pinned to one server
-//! (`txn.rs`), subscriptions on server connections of its own
-//! (`pubsub.rs`), a request held while its moved keys are pulled from
-//! their old owners (`migrate.rs`).
+//! (`txn.rs`), a request held while its moved keys are pulled from their
+//! old owners (`migrate.rs`). A client's subscriptions (`Subs`) are in
+//! `subscriber.rs`, with what changes them.
 
 use super::handle::ServerRef;
 use crate::proto::Request;
@@ -20,40 +20,6 @@ pub struct Txn {
     pub dirty: bool,
     /// EXEC, DISCARD or UNWATCH was sent: unpin once it is answered.
     pub ending: bool,
-}
-
-/// A client's subscriptions.
-#[derive(Debug, Default)]
-pub struct Subs {
-    /// Per server listened on: (server, connection).
-    pub conns: Vec<(usize, ServerRef)>,
-    /// Channels subscribed.
-    pub channels: Vec<Vec<u8>>,
-    /// Patterns subscribed.
-    pub patterns: Vec<Vec<u8>>,
-    /// Sharded channels subscribed (SSUBSCRIBE).
-    pub shard_channels: Vec<Vec<u8>>,
-    /// The count in the confirmations passed so far.
-    pub count: i64,
-    /// The count of sharded channels, confirmed apart, as redis-server
-    /// counts them.
-    pub shard_count: i64,
-    /// Per server listened on: the last counts its connection confirmed
-    /// (classic, sharded). A confirmation adds what its server's count
-    /// moved by, so a channel subscribed twice counts once, as on one
-    /// redis-server, and a pattern held by every server counts once.
-    pub server_counts: Vec<(usize, i64, i64)>,
-}
-
-impl Subs {
-    /// Nothing subscribed or being confirmed.
-    pub fn is_idle(&self) -> bool {
-        self.count == 0
-            && self.shard_count == 0
-            && self.channels.is_empty()
-            && self.patterns.is_empty()
-            && self.shard_channels.is_empty()
-    }
 }
 
 /// A request held back while its moved keys are pulled over.

@@ -48,6 +48,7 @@ mod shadow;
 mod spool;
 mod stream;
 mod stream_reply;
+mod subscriber;
 mod tokens;
 mod txn;
 mod warm;
