@@ -308,7 +308,10 @@ def walnut_cpu(master: int) -> tuple[float, float]:
 
 
 def cpu_phase(procs, rounds: int, n: int) -> list[str]:
-    """CPU per request, `--etcd` member against `-c`, steady state."""
+    """CPU per request, `--etcd` member against `-c`, steady state
+    (`--cpu-rounds 0`: skipped)."""
+    if rounds == 0:
+        return []
     rs = procs.redis()
     etcd = procs._start(lambda: Etcd(procs.workdir), retry=False)
     base = free_port()

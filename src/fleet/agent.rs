@@ -6,7 +6,10 @@
 //!
 //! Each pass (at most `TICK` apart): a watch reply is read, the lease is
 //! renewed every third of its TTL, the master's state file is published
-//! when it changed, and the members are listed once a second. A lost
+//! when it changed, and the members are listed once a second. The watch
+//! covers the fleet's keys (configuration and member records), so a
+//! member's record written ends the wait at once; so does SIGURG, which
+//! the master sends when it rewrote its state file (`WAKE`). A lost
 //! connection starts over: lease, key read, record, watch. A new value is
 //! checked (`Config::from_str`) before it is written to the last-good file
 //! and the master is sent SIGHUP; an invalid one (only a writer that
@@ -15,8 +18,10 @@
 //! The barrier of a change (revision R): once this master prepared R (it
 //! runs R and no generation routes by an older configuration), the agent
 //! lists the members every pass until each one's record says it prepared
-//! R or later; then it writes R to the go file and the master lets its
-//! workers pull moved keys and starts the migrators. A member that died
+//! R or later; then it writes R to the go file, sends the master SIGURG
+//! (it reads the go file in the pass the signal ends, or in its next
+//! timed pass if the signal were lost) and the master lets its workers
+//! pull moved keys and starts the migrators. A member that died
 //! or froze leaves the list when its lease ends, at most the TTL after
 //! its last renewal; by then its own workers refuse `migration: true`
 //! pools (`page.rs`), so it cannot write a key to its old owner after
@@ -68,6 +73,17 @@ extern "C" fn on_term(_: libc::c_int) {
     STOP.store(true, Ordering::Relaxed);
 }
 
+/// Set by SIGURG: the master rewrote its state file. The signal also ends
+/// the watch read it interrupts (no `SA_RESTART`, and a read with a
+/// timeout is never restarted); one that arrives during a pass makes the
+/// next pass start without waiting. One that arrives between that check
+/// and the read is seen after `TICK`, as without the signal.
+static WAKE: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_wake(_: libc::c_int) {
+    WAKE.store(true, Ordering::Relaxed);
+}
+
 fn master_alive() -> bool {
     // SAFETY: getppid has no preconditions.
     !STOP.load(Ordering::Relaxed) && unsafe { libc::getppid() != 1 }
@@ -78,6 +94,11 @@ pub fn run(opts: FleetOpts, page: FleetPage) -> i32 {
     // SAFETY: a handler that only stores an atomic flag.
     unsafe {
         libc::signal(libc::SIGTERM, on_term as *const () as libc::sighandler_t);
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_wake as *const () as usize;
+        sa.sa_flags = 0;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(libc::SIGURG, &sa, std::ptr::null_mut());
     }
     let etcd = match Etcd::new(&opts.etcd) {
         Ok(e) => e,
@@ -153,7 +174,8 @@ impl Agent {
             }
         }
         self.publish(true)?;
-        let mut watch = self.etcd.watch(&key, store_rev + 1, TICK)?;
+        let prefix = super::fleet_prefix(&self.opts.name);
+        let mut watch = self.etcd.watch(&prefix, store_rev + 1, TICK)?;
         crate::log_info!(
             "fleet agent: member '{}' of fleet '{}' (lease {:x}), watching from revision {}",
             self.opts.id,
@@ -165,10 +187,18 @@ impl Agent {
         let mut renewed = Instant::now();
         let mut listed = Instant::now() - LIST_EVERY;
         while master_alive() {
-            if let Some(v) = watch.next_value()? {
+            // Woken during the last pass: no wait (a watch reply waiting
+            // is read in the next pass).
+            let woken = WAKE.swap(false, Ordering::Relaxed);
+            let reply = if woken { None } else { watch.next_value()? };
+            // The pass below reads what a signal during the wait was for.
+            WAKE.store(false, Ordering::Relaxed);
+            if let Some(v) = reply {
                 for ev in super::etcd::watch_events(&v) {
                     match ev {
-                        WatchEvent::Changed(kv) => self.apply(&kv),
+                        // Member records and the lineage only end the wait.
+                        WatchEvent::Changed(kv) if kv.key == key => self.apply(&kv),
+                        WatchEvent::Changed(_) => {}
                         WatchEvent::Compacted => return Ok(()),
                         WatchEvent::Created => {}
                     }
@@ -246,6 +276,11 @@ impl Agent {
             return;
         }
         self.go = r;
+        // SAFETY: kill with the parent's pid and a valid signal; the
+        // master takes SIGURG as "read the go file now".
+        unsafe {
+            libc::kill(libc::getppid(), libc::SIGURG);
+        }
         crate::log_notice!(
             "fleet '{}': all {} members prepared revision {r} ({} ms after this one)",
             self.opts.name,

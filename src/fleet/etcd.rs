@@ -248,15 +248,24 @@ impl Etcd {
             .map(|_| ())
     }
 
-    /// Watches `key` from `start_revision`; `next` on the returned stream
-    /// waits at most `tick` before it gives `None`.
-    pub fn watch(&mut self, key: &[u8], start_revision: i64, tick: Duration) -> io::Result<Stream> {
+    /// Watches every key that starts with `prefix` from `start_revision`;
+    /// `next` on the returned stream waits at most `tick` before it gives
+    /// `None`.
+    pub fn watch(
+        &mut self,
+        prefix: &[u8],
+        start_revision: i64,
+        tick: Duration,
+    ) -> io::Result<Stream> {
         let body = json!({ "create_request": {
-            "key": b64(key),
+            "key": b64(prefix),
+            "range_end": b64(&prefix_end(prefix)),
             "start_revision": start_revision.to_string(),
         }});
         let s = self.send("/v3/watch", &body, tick)?;
-        Ok(Stream::new(s))
+        let mut stream = Stream::new(s);
+        stream.interruptible = true;
+        Ok(stream)
     }
 }
 
@@ -305,6 +314,9 @@ pub struct Stream {
     chunk_left: usize,
     body: Vec<u8>,
     eof: bool,
+    /// A watch: a signal ends the wait (`next_value` gives `None`); a
+    /// unary call's read goes on.
+    interruptible: bool,
 }
 
 impl Stream {
@@ -317,11 +329,14 @@ impl Stream {
             chunk_left: 0,
             body: Vec::new(),
             eof: false,
+            interruptible: false,
         }
     }
 
-    /// The next JSON value; `None` when none came within the read timeout.
-    /// An error once the connection ended or the reply is not HTTP 200.
+    /// The next JSON value; `None` when none came within the read timeout,
+    /// or when a signal interrupted a watch's wait (the fleet agent's
+    /// wake-up: its caller has something else to do at once). An error once the
+    /// connection ended or the reply is not HTTP 200.
     pub fn next_value(&mut self) -> io::Result<Option<Value>> {
         loop {
             self.decode()?;
@@ -341,7 +356,11 @@ impl Stream {
                 {
                     return Ok(None)
                 }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                    if self.interruptible {
+                        return Ok(None);
+                    }
+                }
                 Err(e) => return Err(e),
             }
         }

@@ -61,6 +61,12 @@ pub struct FleetOpts {
     pub hold_ms: u64,
 }
 
+/// The prefix of every key of a fleet (its configuration, lineage and
+/// members: what the fleet agent watches).
+pub fn fleet_prefix(fleet: &str) -> Vec<u8> {
+    format!("/walnut/fleet/{fleet}/").into_bytes()
+}
+
 /// The key of a fleet's configuration.
 pub fn config_key(fleet: &str) -> Vec<u8> {
     format!("/walnut/fleet/{fleet}/config").into_bytes()

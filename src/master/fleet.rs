@@ -26,6 +26,8 @@ pub(super) struct FleetHost {
     pub(super) prepared: i64,
     /// The state file's text as last written.
     state: String,
+    /// This pass began with SIGURG: the agent wrote the go file.
+    pub(super) woken: bool,
 }
 
 impl Master {
@@ -145,6 +147,14 @@ impl Master {
                 return;
             }
             self.fleet.state = state;
+            // The agent reads the file at once rather than in its next
+            // pass (`fleet::agent`'s `WAKE`).
+            if let Some(pid) = self.fleet.agent {
+                // SAFETY: signalling our own child.
+                unsafe {
+                    libc::kill(pid, libc::SIGURG);
+                }
+            }
         }
     }
 
@@ -262,8 +272,13 @@ impl Master {
             self.runtime.push((param, "go".into()));
         }
         crate::log_notice!(
-            "fleet: every member prepared revision {}; moved keys are pulled",
-            self.fleet.revision
+            "fleet: every member prepared revision {}; moved keys are pulled (go read {})",
+            self.fleet.revision,
+            if self.fleet.woken {
+                "on the agent's wake-up"
+            } else {
+                "in a timed pass"
+            }
         );
     }
 

@@ -336,13 +336,14 @@ impl Master {
             self.serve_stats();
             let sigs = signals::take();
             for &s in signals::HANDLED {
-                if signals::has(sigs, s) && s != libc::SIGCHLD {
+                if signals::has(sigs, s) && s != libc::SIGCHLD && s != libc::SIGURG {
                     crate::log_notice!("master received {}", signals::name(s));
                 }
             }
             if signals::has(sigs, libc::SIGCHLD) {
                 self.reap();
             }
+            self.fleet.woken = signals::has(sigs, libc::SIGURG);
             if signals::has(sigs, libc::SIGTERM) || signals::has(sigs, libc::SIGINT) {
                 self.stop_all(Stopping::Fast);
                 return 0;
@@ -413,6 +414,18 @@ impl Master {
                 events: libc::POLLIN,
                 revents: 0,
             });
+        }
+        // A generation whose placement switch is awaited: its workers'
+        // "stopped" ends the wait, so a fleet member says `prepared` (and
+        // its agent hears of it) without waiting for the timeout.
+        for gen in self.old.iter().filter(|g| g.draining && !g.switched) {
+            for w in gen.workers.iter().filter(|w| w.alive) {
+                pfds.push(libc::pollfd {
+                    fd: w.channel.fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+            }
         }
         for (sock, ..) in &self.stats_out {
             pfds.push(libc::pollfd {

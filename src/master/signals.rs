@@ -23,6 +23,8 @@ pub const HANDLED: &[libc::c_int] = &[
     libc::SIGTTIN,
     libc::SIGTTOU,
     libc::SIGCHLD,
+    // From the fleet agent: it wrote the go file (`master/fleet.rs`).
+    libc::SIGURG,
 ];
 
 /// Signals that end the process with a core dump: logged by name (as
@@ -207,6 +209,15 @@ pub fn wait(pfds: &mut [libc::pollfd], timeout_ms: u64) -> bool {
             libc::sigdelset(&mut mask, sig);
         }
         let rc = libc::ppoll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, &ts, &mask);
+        if rc > 0 {
+            // ppoll that returns descriptors restores the mask before a
+            // pending signal is taken: take it now, or a descriptor that
+            // stays ready (a dead worker's channel until SIGCHLD reaps
+            // it) would keep it pending forever.
+            let set = handled_set();
+            libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        }
         rc > 0 && pfds.iter().any(|p| p.revents & libc::POLLIN != 0)
     }
 }
@@ -281,6 +292,7 @@ pub fn name(sig: libc::c_int) -> &'static str {
         libc::SIGTTIN => "SIGTTIN",
         libc::SIGTTOU => "SIGTTOU",
         libc::SIGCHLD => "SIGCHLD",
+        libc::SIGURG => "SIGURG",
         libc::SIGSEGV => "SIGSEGV",
         libc::SIGBUS => "SIGBUS",
         libc::SIGILL => "SIGILL",
