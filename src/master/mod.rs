@@ -415,10 +415,17 @@ impl Master {
                 revents: 0,
             });
         }
-        // A generation whose placement switch is awaited: its workers'
-        // "stopped" ends the wait, so a fleet member says `prepared` (and
-        // its agent hears of it) without waiting for the timeout.
-        for gen in self.old.iter().filter(|g| g.draining && !g.switched) {
+        // A fleet member's generation whose placement switch is awaited:
+        // its workers' "stopped" ends the wait, so the member says
+        // `prepared` (and its agent hears of it) without waiting for the
+        // timeout. Outside a fleet the switch is still seen in the next
+        // pass, as before.
+        let fleet = self.opts.fleet.is_some();
+        for gen in self
+            .old
+            .iter()
+            .filter(|g| fleet && g.draining && !g.switched)
+        {
             for w in gen.workers.iter().filter(|w| w.alive) {
                 pfds.push(libc::pollfd {
                     fd: w.channel.fd(),
