@@ -1,10 +1,10 @@
 //! A fleet member's requests that must wait for the fleet, held instead of
 //! refused at once, within a bound.
 //!
-//! `fleet_refusal` (`migrate.rs`) says when a request of a `migration:
-//! true` pool must not be routed now: a key it names moves while the
-//! fleet's barrier has not passed (`FLEET_MOVING`), or the member is not
-//! known in step with the fleet (`FLEET_LAPSED`, `fleet/page.rs`). Such a
+//! `fleet_wait` says when a request of a `migration: true` pool must not
+//! be routed now: a key it names moves while the fleet's barrier has not
+//! passed (`FLEET_MOVING`), or the member is not known in step with the
+//! fleet (`FLEET_LAPSED`, `fleet/page.rs`). Such a
 //! request is held: its client gets a [`Gate`] without pulls, so it is not
 //! parsed further and its later pipelined requests stay behind it (the
 //! same gate a pull holds a request with), while every other client goes
@@ -13,7 +13,7 @@
 //!
 //! - what it waited for has passed (the pool is no longer fenced, or the
 //!   page says in step again): the request goes on exactly as one arriving
-//!   now would, through `fleet_refusal` again (it may be held for the
+//!   now would, through `fleet_wait` again (it may be held for the
 //!   other reason, or refused), then pulls and routing;
 //! - the wait's deadline passed: it is refused with the error it would
 //!   have got at once;
@@ -37,7 +37,6 @@
 
 use super::conn::ConnTable;
 use super::conn_state::{AfterPull, Gate};
-use super::migrate::{FLEET_LAPSED, FLEET_MOVING};
 use super::Worker;
 use crate::proto::Request;
 use crate::stats::WorkerField;
@@ -47,6 +46,14 @@ use std::time::{Duration, Instant};
 /// How often the page is looked at while a request waits for the member
 /// to be in step again.
 const PAGE_POLL: Duration = Duration::from_millis(5);
+
+/// What a fleet member answers a request it must not route while the
+/// member is not known in step with the fleet.
+pub const FLEET_LAPSED: &str =
+    "fleet membership lapsed: this walnut is catching up with the fleet, retry";
+/// ... and a request for a key that moves while the fleet's barrier has
+/// not passed.
+pub const FLEET_MOVING: &str = "key moving: a fleet change is in progress, retry";
 
 /// What a held request waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,6 +108,34 @@ pub(super) struct FleetHolds {
 }
 
 impl Worker<'_> {
+    /// What a fleet member's request of a `migration: true` pool must
+    /// wait for before it is routed, if anything: the member in step with
+    /// the fleet (its lease may have ended and the others gone on without
+    /// it, `fleet/page.rs`), for every request; the fleet's barrier, for
+    /// one naming a moved key (another member may still write the key to
+    /// its old owner).
+    fn fleet_wait(
+        &mut self,
+        pool: usize,
+        req: &Request,
+        bytes: &[u8],
+        now: Instant,
+    ) -> Option<Wait> {
+        let page = self.fleet.as_ref()?;
+        let p = &self.pools[pool];
+        if !p.cfg.migration {
+            return None;
+        }
+        if !page.in_step() {
+            return Some(Wait::InStep);
+        }
+        let fenced = p.fleet_fenced && p.migration.is_some();
+        if fenced && !self.moved_pulls(pool, req, bytes, now).is_empty() {
+            return Some(Wait::Barrier);
+        }
+        None
+    }
+
     /// A request of `pool` about to be routed: go, or held, or refused
     /// (see the module's doc). `then`: where it goes once it may.
     #[inline]
@@ -128,13 +163,8 @@ impl Worker<'_> {
         then: AfterPull,
         now: Instant,
     ) -> FleetStep {
-        let Some(e) = self.fleet_refusal(pool, req, bytes, now) else {
+        let Some(why) = self.fleet_wait(pool, req, bytes, now) else {
             return FleetStep::Go;
-        };
-        let why = if e == FLEET_LAPSED {
-            Wait::InStep
-        } else {
-            Wait::Barrier
         };
         let bound = Duration::from_millis(self.fleet.map_or(0, |p| p.hold_ms()));
         let h = &mut self.fleet_holds;
@@ -177,7 +207,7 @@ impl Worker<'_> {
             self.stats.worker_add(WorkerField::FleetHeld, 1);
             return FleetStep::Held;
         }
-        self.fleet_refuse(token, req, e);
+        self.fleet_refuse(token, req, why.error());
         FleetStep::Refused
     }
 
@@ -253,10 +283,7 @@ impl Worker<'_> {
         } else if self.fleet_gate(token, held.pool, &req, &bytes, then, now) == FleetStep::Go {
             let migrating = self.pools[held.pool].route.is_migrating();
             if !(migrating && self.hold_for_moved_keys(token, &req, &bytes, then, now)) {
-                match then {
-                    AfterPull::Route => self.dispatch_routed(token, req, &bytes, now),
-                    AfterPull::Txn => self.txn_pulled(token, &req, &bytes, now),
-                }
+                self.go_on(token, req, &bytes, then, now);
             }
         }
         // Parse what the client sent meanwhile (nothing while it is held

@@ -164,43 +164,7 @@ impl MigrationRt {
     }
 }
 
-/// What a fleet member answers a request it must not route (see
-/// `fleet_refusal`).
-pub const FLEET_LAPSED: &str =
-    "fleet membership lapsed: this walnut is catching up with the fleet, retry";
-/// ... and a request for a key that moves while the fleet's barrier has
-/// not passed.
-pub const FLEET_MOVING: &str = "key moving: a fleet change is in progress, retry";
-
 impl Worker<'_> {
-    /// A fleet member's request of a `migration: true` pool that must not
-    /// be routed now: every one while the member is not known in step
-    /// with the fleet (its lease may have ended and the others gone on
-    /// without it, `fleet/page.rs`), and one naming a moved key while the
-    /// fleet's barrier has not passed (another member may still write the
-    /// key to its old owner). The error to answer it with.
-    pub(super) fn fleet_refusal(
-        &mut self,
-        pool: usize,
-        req: &Request,
-        bytes: &[u8],
-        now: Instant,
-    ) -> Option<&'static str> {
-        let page = self.fleet.as_ref()?;
-        let p = &self.pools[pool];
-        if !p.cfg.migration {
-            return None;
-        }
-        if !page.in_step() {
-            return Some(FLEET_LAPSED);
-        }
-        let fenced = p.fleet_fenced && p.migration.is_some();
-        if fenced && !self.moved_pulls(pool, req, bytes, now).is_empty() {
-            return Some(FLEET_MOVING);
-        }
-        None
-    }
-
     /// A request of a migrating pool: if any of its keys changed owner,
     /// hold it and pull those keys over first. Returns true when held.
     pub(super) fn hold_for_moved_keys(
@@ -237,7 +201,13 @@ impl Worker<'_> {
 
     /// The pulls a request of a migrating pool needs: one per key it
     /// names that an earlier placement put elsewhere.
-    fn moved_pulls(&mut self, pool: usize, req: &Request, bytes: &[u8], now: Instant) -> Vec<Pull> {
+    pub(super) fn moved_pulls(
+        &mut self,
+        pool: usize,
+        req: &Request,
+        bytes: &[u8],
+        now: Instant,
+    ) -> Vec<Pull> {
         let keys: Vec<std::borrow::Cow<[u8]>> = match (req.op, &req.route) {
             // Every key the command names, not only the one it is routed
             // by: each moved one must be on its new owner before the
@@ -666,12 +636,26 @@ impl Worker<'_> {
             sent,
             ..
         } = *gate;
-        match then {
-            _ if sent => {}
-            AfterPull::Route => self.dispatch_routed(token, req, &bytes, now),
-            AfterPull::Txn => self.txn_pulled(token, &req, &bytes, now),
+        if !sent {
+            self.go_on(token, req, &bytes, then, now);
         }
         // Parse what the client sent meanwhile.
         self.resume.push(token);
+    }
+
+    /// A request that waited (for its keys' pulls, or for the fleet) goes
+    /// where it was going: routed, or into its client's transaction.
+    pub(super) fn go_on(
+        &mut self,
+        token: Token,
+        req: Request,
+        bytes: &[u8],
+        then: AfterPull,
+        now: Instant,
+    ) {
+        match then {
+            AfterPull::Route => self.dispatch_routed(token, req, bytes, now),
+            AfterPull::Txn => self.txn_pulled(token, &req, bytes, now),
+        }
     }
 }
