@@ -34,21 +34,39 @@ def start(procs, proc):
     return proc.start()
 
 
-class Load:
+class Clients:
+    """CLIENTS threads running ``self.run(i)`` until ``self.stop`` is set:
+    started on entering a ``with`` block, stopped and joined on leaving it."""
+
+    def make_clients(self) -> None:
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self.run, args=(i,), daemon=True) for i in range(CLIENTS)]
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=15)
+
+
+class Load(Clients):
     """Clients writing through every member until stopped; what each write
     was answered is kept, per key."""
 
     def __init__(self, kind: str, ports: list[int]):
         self.kind = kind
         self.ports = ports
-        self.stop = threading.Event()
         self.lock = threading.Lock()
         self.incr_acked = [0] * COUNTERS
         self.pushed: list[list[int]] = [[] for _ in range(LISTS)]
         self.acked = 0
         self.refused = 0
         self.errors: list[str] = []
-        self.threads = [threading.Thread(target=self.run, args=(i,), daemon=True) for i in range(CLIENTS)]
+        self.make_clients()
 
     def client(self, port: int):
         if self.kind == "redis":
@@ -91,15 +109,6 @@ class Load:
                         self.errors.append(repr(e))
                 clients[(seq - 1) % len(clients)] = self.client(self.ports[(seq - 1) % len(self.ports)])
 
-    def __enter__(self):
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=15)
 
 
 def lost_writes(kind: str, port: int, load: Load) -> tuple[int, int]:
@@ -480,7 +489,7 @@ JOIN_COUNTERS = 2000
 JOIN_BASE = 1000
 
 
-class CounterLoad:
+class CounterLoad(Clients):
     """Clients INCRing shared counters through every member in ``ports``
     (a list the test may extend), in turn, without retries; a failed
     client is replaced by a new connection."""
@@ -488,13 +497,12 @@ class CounterLoad:
     def __init__(self, ports: list[int], kind: str = "redis"):
         self.ports = ports
         self.kind = kind
-        self.stop = threading.Event()
         self.lock = threading.Lock()
         self.incr_acked = [0] * JOIN_COUNTERS
         self.acked = 0
         self.refused = 0
         self.errors: list[str] = []
-        self.threads = [threading.Thread(target=self.run, args=(i,), daemon=True) for i in range(CLIENTS)]
+        self.make_clients()
 
     def run(self, n: int) -> None:
         rnd = random.Random(100 + n)
@@ -527,15 +535,6 @@ class CounterLoad:
                 if not isinstance(e, (redis.ResponseError, RuntimeError)):
                     clients.pop(port, None)
 
-    def __enter__(self):
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=15)
 
     def lost(self, port: int) -> tuple[int, int]:
         """(increments lost, counters that lost some), read through one

@@ -26,6 +26,25 @@ def calls(r: redis.Redis, cmd: str) -> int:
     return int(r.info("commandstats").get(f"cmdstat_{cmd}", {}).get("calls", 0))
 
 
+def loaded_walnut(procs, conf):
+    """walnut (2 workers) serving ``conf(2)`` (a pool ``rd`` over the
+    first 2 servers), with N keys written through it (every odd one with
+    a TTL of 500 s): the proxy, its first generation's workers, and a
+    client."""
+    p = Proxy("walnut", procs.workdir, {}, extra_args=["--workers", "2"])
+    p.conf_path.write_text(to_yaml(conf(2)))
+    p.ports = {"rd": int(conf(2)["rd"]["listen"].rsplit(":", 1)[1])}
+    procs.started.append(p)
+    p.start()
+    gen = wait_workers(p.pid, 2)
+    r = redis.Redis(host=HOST, port=p.ports["rd"], protocol=2, socket_timeout=10)
+    pipe = r.pipeline(transaction=False)
+    for i in range(N):
+        pipe.set(key(i), f"v{i}", ex=500 if i % 2 else None)
+    pipe.execute()
+    return p, gen, r
+
+
 @pytest.mark.parametrize("server_move", [True, False], ids=["migrate", "dump-restore"])
 def test_a_newer_value_on_the_new_owner_stays(procs, server_move):
     extra = [] if server_move else ["--rename-command", "MIGRATE", "walnut-test-migrate"]
@@ -38,17 +57,7 @@ def test_a_newer_value_on_the_new_owner_stays(procs, server_move):
             pool.update(migration=True, migration_rate=400)
         return {"rd": pool}
 
-    p = Proxy("walnut", procs.workdir, {}, extra_args=["--workers", "2"])
-    p.conf_path.write_text(to_yaml(conf(2)))
-    p.ports = {"rd": port}
-    procs.started.append(p)
-    p.start()
-    gen = wait_workers(p.pid, 2)
-    r = redis.Redis(host=HOST, port=port, protocol=2, socket_timeout=10)
-    pipe = r.pipeline(transaction=False)
-    for i in range(N):
-        pipe.set(key(i), f"v{i}", ex=500 if i % 2 else None)
-    pipe.execute()
+    p, gen, r = loaded_walnut(procs, conf)
     # Newer values on the new server, written before it joins the pool.
     direct = [redis.Redis(host=HOST, port=x.port) for x in rds]
     newer = {key(i) for i in range(0, N, 3)}
@@ -115,17 +124,7 @@ def test_migrate_only_towards_an_added_server(procs):
             pool.update(migration=True, migration_rate=400)
         return {"rd": pool}
 
-    p = Proxy("walnut", procs.workdir, {}, extra_args=["--workers", "2"])
-    p.conf_path.write_text(to_yaml(conf(2)))
-    p.ports = {"rd": port}
-    procs.started.append(p)
-    p.start()
-    gen = wait_workers(p.pid, 2)
-    r = redis.Redis(host=HOST, port=port, protocol=2, socket_timeout=10)
-    pipe = r.pipeline(transaction=False)
-    for i in range(N):
-        pipe.set(key(i), f"v{i}", ex=500 if i % 2 else None)
-    pipe.execute()
+    p, gen, _ = loaded_walnut(procs, conf)
     direct = [redis.Redis(host=HOST, port=x.port) for x in rds]
     keys = [key(i) for i in range(N)]
     before = [{k for k in keys if d.exists(k)} for d in direct]

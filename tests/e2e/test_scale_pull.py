@@ -370,6 +370,31 @@ def test_servers_change_under_load_without_a_miss(procs, change):
             assert on0[1] > on0[0], (name, on0)
 
 
+def crawling_pool(procs, workers: int):
+    """walnut over the first 2 of 3 redis-servers, hash tags on, with a
+    background migrator that crawls (`migration_rate: 1`, a key a second),
+    so that after the third server is added the keys a test names are
+    pulled by its own requests. The servers, ``config(n)`` (the YAML over
+    the first n), the proxy, its first generation and a client that never
+    retries."""
+    rds = [procs.redis() for _ in range(3)]
+    port = free_port()
+
+    def config(n: int) -> str:
+        return to_yaml({"rd": redis_pool(rds[:n], listen=f"{HOST}:{port}", hash_tag="{}",
+                                         migration=True, migration_rate=1),
+                        "_walnut": {"workers": workers}})
+
+    p = Proxy("walnut", procs.workdir, {})
+    p.conf_path.write_text(config(2))
+    p.ports = {"rd": port}
+    procs.started.append(p)
+    p.start()
+    gen1 = wait_workers(p.pid, workers)
+    r = redis.Redis(host=HOST, port=port, protocol=2, socket_timeout=10, retry=Retry(NoBackoff(), 0))
+    return rds, config, p, gen1, r
+
+
 def test_every_key_of_a_multi_key_command_is_pulled(procs):
     """SMOVE, RENAME(NX), LMOVE, SUNIONSTORE, EVAL with two keys and a
     WATCH / MULTI / EXEC, on hash-tagged keys whose owner changed: every key
@@ -377,23 +402,7 @@ def test_every_key_of_a_multi_key_command_is_pulled(procs):
     the first one pulled, the others would be written on the new owner
     while their old copies wait on the old one, then be lost (a later pull
     finds the key present and drops the old copy) or be read as missing."""
-    rds = [procs.redis() for _ in range(3)]
-    port = free_port()
-
-    def config(n: int) -> str:
-        # The background migrator crawls (one key a second): the keys
-        # below are pulled by the commands themselves.
-        return to_yaml({"rd": redis_pool(rds[:n], listen=f"{HOST}:{port}", hash_tag="{}",
-                                         migration=True, migration_rate=1),
-                        "_walnut": {"workers": 2}})
-
-    p = Proxy("walnut", procs.workdir, {})
-    p.conf_path.write_text(config(2))
-    p.ports = {"rd": port}
-    procs.started.append(p)
-    p.start()
-    gen1 = wait_workers(p.pid, 2)
-    r = redis.Redis(host=HOST, port=port, protocol=2, socket_timeout=10, retry=Retry(NoBackoff(), 0))
+    rds, config, p, gen1, r = crawling_pool(procs, workers=2)
     tags = ["{" + tkey(i) + "}" for i in range(60)]
     for t in tags:
         pipe = r.pipeline(transaction=False)
@@ -453,23 +462,7 @@ def test_a_pulled_keys_request_runs_behind_its_copy(procs):
     when the new owner already had a newer value (the copy refused with
     BUSYKEY), that value; the old copy is deleted in both cases, and a
     pipeline's later requests wait for the pull and keep their order."""
-    rds = [procs.redis() for _ in range(3)]
-    port = free_port()
-
-    def config(n: int) -> str:
-        # The background migrator crawls (one key a second): the keys
-        # below are pulled by the requests themselves.
-        return to_yaml({"rd": redis_pool(rds[:n], listen=f"{HOST}:{port}", hash_tag="{}",
-                                         migration=True, migration_rate=1),
-                        "_walnut": {"workers": 1}})
-
-    p = Proxy("walnut", procs.workdir, {})
-    p.conf_path.write_text(config(2))
-    p.ports = {"rd": port}
-    procs.started.append(p)
-    p.start()
-    gen1 = wait_workers(p.pid, 1)
-    r = redis.Redis(host=HOST, port=port, protocol=2, socket_timeout=10, retry=Retry(NoBackoff(), 0))
+    rds, config, p, gen1, r = crawling_pool(procs, workers=1)
     tags = ["{" + tkey(i) + "}" for i in range(200)]
     for i, t in enumerate(tags):
         r.set(f"{t}k", f"old{i}", ex=500 if i % 2 else None)
