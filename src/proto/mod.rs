@@ -117,6 +117,21 @@ pub struct Response {
 }
 
 impl Request {
+    /// Whether this is a read of one key's whole value whose miss is the
+    /// protocol's plain one (Redis `GET`: nil; memcached `get` of a single
+    /// key: `END`), so that asking another server after a miss changes
+    /// nothing but where it was read (a migrating Redis pool's moved key,
+    /// see `worker/migrate.rs`). Not `gets`/`gat`, whose cas unique or
+    /// touch belong to one server, nor meta requests, whose flags may
+    /// write.
+    pub fn reads_one_value(&self) -> bool {
+        match self.op {
+            Op::Redis(r) => r.cmd == redis::commands::GET,
+            Op::Mc(memcache::McOp::Get) => self.keys.len() == 1,
+            Op::Mc(_) => false,
+        }
+    }
+
     /// The bytes a single-key request (its bytes `bytes`) is placed by:
     /// its first key, or for a meta request with the `b` flag the key it
     /// encodes (base64); empty for a request without keys.
@@ -438,6 +453,34 @@ mod tests {
         let ping = parse(Protocol::Redis, b);
         assert!(matches!(ping.route, Route::Local(_)) || ping.keys.is_empty());
         assert_eq!(&*ping.routing_key(b), b"");
+    }
+
+    #[test]
+    fn reads_of_one_value() {
+        let one = |p, b: &[u8]| parse(p, b).reads_one_value();
+        assert!(one(Protocol::Redis, b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"));
+        assert!(one(Protocol::Redis, b"*2\r\n$3\r\nget\r\n$1\r\nk\r\n"));
+        assert!(one(Protocol::Redis, b"get k\r\n"));
+        // A miss of these is not a nil, or they write, or name more keys.
+        assert!(!one(
+            Protocol::Redis,
+            b"*4\r\n$8\r\nGETRANGE\r\n$1\r\nk\r\n$1\r\n0\r\n$2\r\n-1\r\n"
+        ));
+        assert!(!one(Protocol::Redis, b"*2\r\n$6\r\nGETDEL\r\n$1\r\nk\r\n"));
+        assert!(!one(
+            Protocol::Redis,
+            b"*3\r\n$4\r\nMGET\r\n$1\r\na\r\n$1\r\nb\r\n"
+        ));
+        assert!(!one(
+            Protocol::Redis,
+            b"*3\r\n$4\r\nHGET\r\n$1\r\nh\r\n$1\r\nf\r\n"
+        ));
+        assert!(one(Protocol::Memcache, b"get a\r\n"));
+        assert!(!one(Protocol::Memcache, b"get a b\r\n"));
+        assert!(!one(Protocol::Memcache, b"gets a\r\n"));
+        assert!(!one(Protocol::Memcache, b"gat 10 a\r\n"));
+        assert!(!one(Protocol::Memcache, b"mg a v\r\n"));
+        assert!(!one(Protocol::Memcache, b"set a 0 0 1\r\nx\r\n"));
     }
 
     #[test]

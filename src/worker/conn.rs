@@ -52,7 +52,8 @@ pub struct Redirect {
     pub feeding: Option<ServerRef>,
 }
 
-/// What a failed read of a replicated pool needs to be sent again.
+/// What a failed read of a replicated pool (or a missed read of a moved
+/// key) needs to be sent again.
 #[derive(Debug)]
 pub struct Retry {
     /// The request.
@@ -63,6 +64,9 @@ pub struct Retry {
     pub replicas: Vec<usize>,
     /// Index of the next replica to try.
     pub next: usize,
+    /// A miss is asked of the next server too: a migrating pool's read of
+    /// a moved key, asked where the key may be (`migrate.rs`).
+    pub on_miss: bool,
 }
 
 /// How a request split across servers is answered.

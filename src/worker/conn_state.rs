@@ -39,6 +39,10 @@ pub struct Gate {
     /// connections (`Worker::send_behind_copies`): the gate now only
     /// keeps the client's next requests back until the old copies go.
     pub sent: bool,
+    /// A read of a moved key asked where the key is instead of pulled
+    /// (`Worker::read_where_it_is`): the client's reply slot whose answer
+    /// lets the client's next requests go.
+    pub read: Option<u64>,
 }
 
 /// Where a held request goes once its keys are on their new owners.
@@ -64,6 +68,8 @@ pub struct Pull {
     pub news: Vec<usize>,
     /// Copies to the new owners not answered yet.
     pub stores: usize,
+    /// Deletes of the old copies not answered yet.
+    pub deletes: usize,
     /// A copy failed: the old copies are kept.
     pub store_failed: bool,
     /// Redis: the `DUMP` payload, once read.
@@ -83,7 +89,8 @@ pub enum PullPart {
     Get,
     /// The copy on the new owner (`RESTORE`, `ms ... ME`).
     Store,
-    /// The delete on the old owner (its reply is dropped).
+    /// The delete on the old owner (the pull is done once every old copy's
+    /// is answered).
     Delete,
     /// Redis `MIGRATE` on the old owner: it sends the key to the new
     /// owner itself (no `REPLACE`) and drops it.

@@ -189,6 +189,7 @@ impl Worker<'_> {
                         left: 0,
                         then,
                         sent: false,
+                        read: None,
                     }));
                     self.fleet_holds.held.push(Held {
                         token,
@@ -237,10 +238,11 @@ impl Worker<'_> {
         }
         let mut keep = Vec::new();
         for held in std::mem::take(&mut self.fleet_holds.held) {
-            let live = self
-                .conns
-                .client(held.token.0)
-                .is_some_and(|c| c.id() == held.id && c.gate().is_some_and(|g| g.pulls.is_empty()));
+            let live = self.conns.client(held.token.0).is_some_and(|c| {
+                c.id() == held.id
+                    && c.gate()
+                        .is_some_and(|g| g.pulls.is_empty() && g.read.is_none())
+            });
             if !live {
                 continue;
             }

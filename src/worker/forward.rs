@@ -323,6 +323,7 @@ impl Worker<'_> {
                 bytes: bytes.to_vec(),
                 replicas,
                 next: 1,
+                on_miss: false,
             })),
             ..ReplySlot::default()
         };

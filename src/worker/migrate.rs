@@ -25,7 +25,7 @@
 //! An old owner that cannot be reached loses its keys (as in twemproxy);
 //! the request then goes on to the new owner.
 
-use super::conn::{Conn, ConnTable, Waiter};
+use super::conn::{Conn, ConnTable, ReplySlot, ReplyTo, Retry, Waiter};
 use super::conn_state::{AfterPull, Gate, Pull, PullPart};
 use super::server_rt::{server_rt, ServerRt};
 use super::Worker;
@@ -52,6 +52,58 @@ pub struct MigrationRt {
     targets: Vec<Option<Target>>,
     /// `MIGRATE`'s own timeout on the new owner (ms).
     migrate_timeout: u64,
+    /// Where reads of moved keys found them lately: which server a read
+    /// asks first.
+    reads: ReadOrder,
+}
+
+/// Reads of moved keys (`Worker::read_where_it_is`) ask first where most
+/// were found lately: the old owners while few keys have moved, the new
+/// owner once most have. Either order is correct, the better one saves a
+/// round trip and a server's work per read.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ReadOrder {
+    on_new: u32,
+    on_old: u32,
+}
+
+impl ReadOrder {
+    /// How many reads the counts stand for before they are halved: the
+    /// order follows the migration's progress within a few hundred reads.
+    const WINDOW: u32 = 256;
+
+    /// Whether the new owner is asked first.
+    pub fn new_first(self) -> bool {
+        self.on_new > self.on_old
+    }
+
+    /// A read found its key on the new owner (`on_new`) or an old one.
+    pub fn found(&mut self, on_new: bool) {
+        if on_new {
+            self.on_new += 1;
+        } else {
+            self.on_old += 1;
+        }
+        if self.on_new + self.on_old >= Self::WINDOW {
+            self.on_new /= 2;
+            self.on_old /= 2;
+        }
+    }
+
+    /// The servers a read of a key asks in turn: its old owners (newest
+    /// placement first) then its new one, or, when the new owner is asked
+    /// first, the new owner, the old ones, and the new one again: a key
+    /// found on no old owner may have been copied over (and its old copy
+    /// deleted) after the first read.
+    pub fn servers(self, olds: &[usize], new: usize) -> Vec<usize> {
+        let mut out = Vec::with_capacity(olds.len() + 2);
+        if self.new_first() {
+            out.push(new);
+        }
+        out.extend_from_slice(olds);
+        out.push(new);
+        out
+    }
 }
 
 impl MigrationRt {
@@ -117,6 +169,7 @@ impl MigrationRt {
             // which never makes a server wait on another.
             targets: vec![None; cfg.servers.len()],
             migrate_timeout: cfg.timeout_ms.unwrap_or(1000).clamp(100, 5000),
+            reads: ReadOrder::default(),
         }))
     }
 
@@ -182,6 +235,9 @@ impl Worker<'_> {
         if pulls.is_empty() {
             return false;
         }
+        if then == AfterPull::Route && self.read_where_it_is(token, req, bytes, &pulls, now) {
+            return true;
+        }
         let n = pulls.len();
         if let Some(c) = self.conns.client_mut(token.0) {
             c.set_gate(Box::new(Gate {
@@ -191,12 +247,127 @@ impl Worker<'_> {
                 left: n,
                 then,
                 sent: false,
+                read: None,
             }));
         }
         for idx in 0..n {
             self.pull_start(token, idx, now);
         }
         true
+    }
+
+    /// A read of one moved key's value (`Request::reads_one_value`) is not
+    /// pulled: it is asked of the servers the key may be on, in turn,
+    /// until one has it (`ReadOrder::servers`, a `Retry` that goes on after
+    /// a miss), and the key is left where it is for the migrator. A read
+    /// then costs what it costs without a migration, plus a second read
+    /// when the first server asked no longer (or not yet) has the key,
+    /// against four more commands on two servers for a pull.
+    ///
+    /// What any of them has is the key's value, because an old owner and
+    /// the new one never hold different values of a key: the new owner
+    /// gets one only by a copy (never over a value it has), or by a write,
+    /// and a write of a moved key runs only once its pull has deleted the
+    /// old copies (`pull_delete`). And a key leaves an old owner only once
+    /// the new one has it, so a read that finds it on none of the old
+    /// owners finds it on the new one, asked last.
+    ///
+    /// The client's next requests wait for the answer, as for a pull, so
+    /// a write it sent after the read cannot run before the read.
+    fn read_where_it_is(
+        &mut self,
+        token: Token,
+        req: &Request,
+        bytes: &[u8],
+        pulls: &[Pull],
+        now: Instant,
+    ) -> bool {
+        let [pull] = pulls else {
+            return false;
+        };
+        let [new] = pull.news[..] else {
+            return false;
+        };
+        let Some(c) = self.conns.client(token.0) else {
+            return false;
+        };
+        let (pool, id) = (c.pool(), c.id());
+        let p = &self.pools[pool];
+        // Redis only: the migrator must find every key a read leaves
+        // behind, and `SCAN` returns every key that stays on a server
+        // through the scan; memcached's `lru_crawler metadump` misses
+        // items moved between LRU lists while it crawls, which are the
+        // ones clients read.
+        if p.proto != Protocol::Redis
+            || req.route != Route::Single
+            || !req.reads_one_value()
+            || p.proto.conn_class(req.op) != 0
+        {
+            return false;
+        }
+        let plan = p.route.plan(req);
+        if plan.target != crate::route::Target::Key || plan.replica_first {
+            return false;
+        }
+        let Some(m) = p.migration.as_ref() else {
+            return false;
+        };
+        let servers = m.reads.servers(&pull.olds, new);
+        let first = servers[0];
+        let proto = p.proto;
+        let slot = ReplySlot {
+            retry: Some(Box::new(Retry {
+                req: req.clone(),
+                bytes: bytes.to_vec(),
+                replicas: servers,
+                next: 1,
+                on_miss: true,
+            })),
+            ..ReplySlot::default()
+        };
+        let Some(seq) = self.push_slot(token, false, slot) else {
+            return false;
+        };
+        if let Some(c) = self.conns.client_mut(token.0) {
+            c.set_gate(Box::new(Gate {
+                req: req.clone(),
+                bytes: Vec::new(),
+                pulls: Vec::new(),
+                left: 0,
+                then: AfterPull::Route,
+                sent: true,
+                read: Some(seq),
+            }));
+        }
+        self.send_or_fail(
+            ReplyTo::new(token, id, Some(seq), None),
+            pool,
+            first,
+            |out| proto.write_request(req, bytes, out),
+            req.op,
+            now,
+        );
+        true
+    }
+
+    /// The read of a moved key in the client's slot `seq` has its answer
+    /// (`found`: a value, `Some(true)` from the new owner, `Some(false)`
+    /// from an old one; `None`: a miss everywhere, or an error): the
+    /// client goes on, and where the key was is counted for the next
+    /// reads' order.
+    pub(super) fn read_settled(&mut self, token: Token, seq: u64, found: Option<bool>) {
+        let Some(c) = self.conns.client_mut(token.0) else {
+            return;
+        };
+        if c.gate().is_none_or(|g| g.read != Some(seq)) {
+            return;
+        }
+        c.take_gate();
+        let pool = c.pool();
+        self.resume.push(token);
+        if let (Some(on_new), Some(m)) = (found, self.pools[pool].migration.as_mut()) {
+            m.reads.found(on_new);
+        }
     }
 
     /// The pulls a request of a migrating pool needs: one per key it
@@ -250,6 +421,7 @@ impl Worker<'_> {
                     at: 0,
                     news,
                     stores: 0,
+                    deletes: 0,
                     store_failed: false,
                     dump: None,
                     done: false,
@@ -400,13 +572,22 @@ impl Worker<'_> {
         let Some(c) = self.conns.client_mut(token.0) else {
             return;
         };
-        if c.id() != id || part == PullPart::Delete {
+        if c.id() != id {
             return;
         }
         let Some(pull) = c.gate_mut().and_then(|g| g.pulls.get_mut(idx)) else {
             return;
         };
         if pull.done {
+            return;
+        }
+        if part == PullPart::Delete {
+            // Answered or lost, the old copy is not waited for again (an
+            // old owner that cannot be reached loses its keys).
+            pull.deletes = pull.deletes.saturating_sub(1);
+            if pull.deletes == 0 {
+                self.pull_done(token, idx, now);
+            }
             return;
         }
         let key = pull.key.clone();
@@ -515,9 +696,10 @@ impl Worker<'_> {
     /// copies are answered (`pull_stored`), and the gate keeps the
     /// client's next requests back until then, as before.
     ///
-    /// Only for a request that goes to its key's owner on the client's
-    /// usual connection (not a transaction's, a blocking command's, a
-    /// replica read's, a memcached binary request's).
+    /// Only for a request that only reads, and goes to its key's owner on
+    /// the client's usual connection (not a transaction's, a blocking
+    /// command's, a replica read's, a memcached binary request's). A write
+    /// waits until the old copies are deleted (`pull_delete`).
     fn send_behind_copies(&mut self, token: Token, now: Instant) {
         let Some(c) = self.conns.client(token.0) else {
             return;
@@ -529,6 +711,7 @@ impl Worker<'_> {
         if gate.sent
             || gate.then != AfterPull::Route
             || gate.req.route != Route::Single
+            || !gate.req.op.reads_only()
             || !gate.pulls.iter().all(|p| p.done || p.stores > 0)
         {
             return;
@@ -578,7 +761,10 @@ impl Worker<'_> {
     }
 
     /// The old copies deleted (not the one on the server the key came
-    /// from, when `moved` says it dropped it itself), and the pull done.
+    /// from, when `moved` says it dropped it itself), and the pull done
+    /// once every delete is answered: a write of the key runs only then,
+    /// so an old owner never holds a value of the key other than the new
+    /// owner's (what `read_where_it_is` relies on).
     fn pull_delete(&mut self, token: Token, idx: usize, moved: bool, now: Instant) {
         let Some(c) = self.conns.client(token.0) else {
             return;
@@ -598,8 +784,22 @@ impl Worker<'_> {
                 Protocol::Redis => del(&p.key),
                 Protocol::Memcache => mc_delete(&p.key),
             };
+            let mut sent = 0;
             for server in stale {
-                self.pull_send(token, server, idx, PullPart::Delete, &del, now);
+                if self.pull_send(token, server, idx, PullPart::Delete, &del, now) {
+                    sent += 1;
+                }
+            }
+            if sent > 0 {
+                if let Some(p) = self
+                    .conns
+                    .client_mut(token.0)
+                    .and_then(|c| c.gate_mut())
+                    .and_then(|g| g.pulls.get_mut(idx))
+                {
+                    p.deletes = sent;
+                    return;
+                }
             }
         }
         self.pull_done(token, idx, now);
@@ -657,5 +857,48 @@ impl Worker<'_> {
             AfterPull::Route => self.dispatch_routed(token, req, bytes, now),
             AfterPull::Txn => self.txn_pulled(token, &req, bytes, now),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ReadOrder;
+
+    #[test]
+    fn reads_ask_the_old_owners_first_until_keys_are_found_on_the_new_one() {
+        let mut o = ReadOrder::default();
+        // Nothing known: the old owners (newest first), then the new one.
+        assert_eq!(o.servers(&[1, 0], 2), vec![1, 0, 2]);
+        o.found(false);
+        o.found(true);
+        assert!(!o.new_first(), "a tie keeps the old owners first");
+        o.found(true);
+        // Mostly found on the new owner: it is asked first, and last again
+        // (a key copied over between the first read and the old owners').
+        assert!(o.new_first());
+        assert_eq!(o.servers(&[1, 0], 2), vec![2, 1, 0, 2]);
+        assert_eq!(o.servers(&[0], 2), vec![2, 0, 2]);
+    }
+
+    #[test]
+    fn the_order_follows_where_keys_were_found_lately() {
+        let mut o = ReadOrder::default();
+        for _ in 0..10_000 {
+            o.found(false);
+        }
+        // Counts are halved as they fill a window: a migration that moved
+        // its keys turns the order within a window's reads, however long
+        // it read from the old owners before.
+        let mut n = 0;
+        while !o.new_first() {
+            o.found(true);
+            n += 1;
+        }
+        assert!(n <= ReadOrder::WINDOW as usize, "{n}");
+        assert!(o.on_new + o.on_old < ReadOrder::WINDOW);
+        for _ in 0..ReadOrder::WINDOW {
+            o.found(false);
+        }
+        assert!(!o.new_first());
     }
 }

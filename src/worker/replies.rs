@@ -60,7 +60,14 @@ impl Worker<'_> {
             frag,
             pool: c.pool(),
         };
-        let zone_miss = frag.is_none() && self.pools[at.pool].route.zone_fails_over_on_miss();
+        let route = &self.pools[at.pool].route;
+        // A migrating pool's read of a moved key, asked where it may be
+        // (looked at by its slot: the migration may have ended since).
+        let moved_read = frag.is_none()
+            && c.slot_mut(seq)
+                .and_then(|s| s.retry.as_ref())
+                .is_some_and(|r| r.on_miss);
+        let zone_miss = moved_read || frag.is_none() && route.zone_fails_over_on_miss();
         let has_retry =
             (unreachable || zone_miss) && c.slot_mut(seq).is_some_and(|s| s.retry.is_some());
         let mut answer = Answer {
@@ -75,6 +82,16 @@ impl Worker<'_> {
         };
         if sent_on {
             return;
+        }
+        if moved_read {
+            let found = !(answer.is_error || self.pools[at.pool].proto.is_miss(&answer.reply));
+            let on_new = self
+                .conns
+                .client_mut(token.0)
+                .and_then(|c| c.slot_mut(seq))
+                .and_then(|s| s.retry.as_ref())
+                .map(|r| r.replicas.get(r.next.wrapping_sub(1)) == r.replicas.last());
+            self.read_settled(token, seq, on_new.filter(|_| found));
         }
         if let Some(fi) =
             frag.filter(|_| self.pools[at.pool].route.is_zoned() && (unreachable || is_error))

@@ -289,7 +289,12 @@ impl Worker<'_> {
             if let Some(front) = c.head() {
                 // (A zone read is looked at: it may fail over on a miss, and
                 // its answer by another zone is counted.)
-                let zone_read = front.retry.is_some() && self.pools[c.pool()].route.is_zoned();
+                // (So is a migrating pool's read of a moved key: it goes on
+                // to the next server on a miss.)
+                let zone_read = front
+                    .retry
+                    .as_ref()
+                    .is_some_and(|r| r.on_miss || self.pools[c.pool()].route.is_zoned());
                 if !front.ready && front.multi.is_none() && !zone_read {
                     c.pop_head();
                     let rest = if bytes.len() >= WRITE_THROUGH_MIN {

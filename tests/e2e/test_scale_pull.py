@@ -461,7 +461,9 @@ def test_a_pulled_keys_request_runs_behind_its_copy(procs):
     for the copy's answer: it finds the value copied with its TTL, or,
     when the new owner already had a newer value (the copy refused with
     BUSYKEY), that value; the old copy is deleted in both cases, and a
-    pipeline's later requests wait for the pull and keep their order."""
+    pipeline's later requests wait for the pull and keep their order.
+    (GETRANGE, not GET: a GET of a moved key is read where the key is,
+    without a pull; see test_a_moved_keys_get_is_read_where_the_key_is.)"""
     rds, config, p, gen1, r = crawling_pool(procs, workers=1)
     tags = ["{" + tkey(i) + "}" for i in range(200)]
     for i, t in enumerate(tags):
@@ -492,7 +494,8 @@ def test_a_pulled_keys_request_runs_behind_its_copy(procs):
     for t in moved:
         i = tags.index(t)
         pipe = r.pipeline(transaction=False)
-        pipe.get(f"{t}k").ttl(f"{t}k").get(f"{t}p").set(f"{t}p", "q").get(f"{t}p")
+        pipe.getrange(f"{t}k", 0, -1).ttl(f"{t}k").getrange(f"{t}p", 0, -1).set(f"{t}p", "q")
+        pipe.get(f"{t}p")
         got = pipe.execute()
         if t in newer:
             assert got[:2] == [b"newer", -1], (t, got)
@@ -505,3 +508,68 @@ def test_a_pulled_keys_request_runs_behind_its_copy(procs):
         for n in ("k", "p"):
             owners = [i for i, d in enumerate(direct) if d.exists(f"{t}{n}")]
             assert owners == [2], (t, n, owners)
+
+
+def test_a_moved_keys_get_is_read_where_the_key_is(procs):
+    """A GET of a key whose owner changed is not pulled: it is answered
+    by whichever of the key's servers has it (the old owner before the
+    key moved, the new one after), and the key stays where it is. A key
+    on neither is a nil. A write of a moved key pulls it, and by the time
+    the write is answered the old copy is gone, so later GETs find the
+    written value (or, after a DEL, nothing), never the old copy. A
+    pipeline's GET, SET and GET of one moved key keep their order."""
+    rds, config, p, gen1, r = crawling_pool(procs, workers=1)
+    tags = ["{" + tkey(i) + "}" for i in range(200)]
+    for i, t in enumerate(tags):
+        r.set(f"{t}k", f"old{i}", ex=500 if i % 2 else None)
+        r.set(f"{t}w", f"w{i}")
+        r.set(f"{t}d", f"d{i}")
+        r.set(f"{t}q", f"q{i}")
+    p.conf_path.write_text(config(3))
+    p.signal(signal.SIGHUP)
+    wait_workers(p.pid, 1, exclude=gen1.values())
+    for pid in gen1.values():
+        wait_gone(pid, timeout=10)
+    wait_log(p.log_path, "keys whose owner changed are pulled")
+    direct = [redis.Redis(host=HOST, port=x.port) for x in rds]
+    moved = []
+    for t in tags:
+        assert r.set(f"{t}probe", "1") is True
+        if direct[2].exists(f"{t}probe"):
+            moved.append(t)
+    assert len(moved) >= 10, len(moved)
+
+    def owners(key: str) -> list[int]:
+        return [i for i, d in enumerate(direct) if d.exists(key)]
+
+    for t in moved:
+        i = tags.index(t)
+        old = owners(f"{t}k")
+        assert len(old) == 1 and old[0] != 2, (t, old)
+        # Read twice (the second read may ask the new owner first): the
+        # value each time, and the key left on its old owner.
+        assert r.get(f"{t}k") == f"old{i}".encode(), t
+        assert r.get(f"{t}k") == f"old{i}".encode(), t
+        assert owners(f"{t}k") == old, (t, owners(f"{t}k"))
+        assert r.get(f"{t}none") is None, t
+        # A write pulls the key; the old copy is gone once it is answered.
+        assert r.set(f"{t}w", "new") is True
+        assert owners(f"{t}w") == [2], (t, owners(f"{t}w"))
+        assert r.get(f"{t}w") == b"new", t
+        assert r.delete(f"{t}d") == 1, t
+        assert owners(f"{t}d") == [], (t, owners(f"{t}d"))
+        assert r.get(f"{t}d") is None, t
+        pipe = r.pipeline(transaction=False)
+        pipe.get(f"{t}q").set(f"{t}q", "z").get(f"{t}q")
+        assert pipe.execute() == [f"q{i}".encode(), True, b"z"], t
+    # A key the migrator (or an earlier copy) put on the new owner is
+    # read there: copy one over by hand as the migrator would, old copy
+    # deleted, and read it through walnut.
+    for t in moved[:5]:
+        src = owners(f"{t}k")[0]
+        dump = direct[src].dump(f"{t}k")
+        ttl = max(direct[src].pttl(f"{t}k"), 0)
+        direct[2].restore(f"{t}k", ttl, dump)
+        direct[src].delete(f"{t}k")
+        i = tags.index(t)
+        assert r.get(f"{t}k") == f"old{i}".encode(), t

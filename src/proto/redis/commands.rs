@@ -107,7 +107,7 @@ const fn find(name: &str) -> u16 {
     panic!("command not in the table")
 }
 
-pub(super) const GET: Cmd = Cmd(find("GET"));
+pub(crate) const GET: Cmd = Cmd(find("GET"));
 pub(super) const SET: Cmd = Cmd(find("SET"));
 
 impl Cmd {
