@@ -11,9 +11,14 @@
 //! owner only if absent there (`RESTORE` without `REPLACE`, `ms ... ME`:
 //! a newer value written since wins), and deleted from the old owner, so
 //! no older value can come back later. Then the request goes to the new
-//! owner as usual: reads find the value, writes and deletes act on it,
+//! owner as usual (a write only once the old copies' deletes are
+//! answered): reads find the value, writes and deletes act on it,
 //! whatever its type. Keys that did not move, and everything once the
 //! migration is done, take the ordinary path untouched.
+//!
+//! A Redis `GET` of a moved key is not pulled but read where the key is
+//! (`read_where_it_is`): the migrator moves it, and the read costs a
+//! `GET` or two rather than a pull's five commands on two servers.
 //!
 //! A pull could cost one round trip with `MIGRATE` (the old owner sends
 //! the key itself; `migrate_command`), but it is not used: `MIGRATE`
@@ -52,9 +57,12 @@ pub struct MigrationRt {
     targets: Vec<Option<Target>>,
     /// `MIGRATE`'s own timeout on the new owner (ms).
     migrate_timeout: u64,
-    /// Where reads of moved keys found them lately: which server a read
-    /// asks first.
-    reads: ReadOrder,
+    /// Per old owner (a server index of the pool): where reads of moved
+    /// keys from it found them lately, which says which server a read
+    /// asks first. Per old owner because the migrator empties one server
+    /// at a time: keys of a server it has not reached yet are all still
+    /// there, those of one it has walked all moved.
+    reads: Vec<ReadOrder>,
 }
 
 /// Reads of moved keys (`Worker::read_where_it_is`) ask first where most
@@ -169,7 +177,7 @@ impl MigrationRt {
             // which never makes a server wait on another.
             targets: vec![None; cfg.servers.len()],
             migrate_timeout: cfg.timeout_ms.unwrap_or(1000).clamp(100, 5000),
-            reads: ReadOrder::default(),
+            reads: vec![ReadOrder::default(); servers.len()],
         }))
     }
 
@@ -312,7 +320,8 @@ impl Worker<'_> {
         let Some(m) = p.migration.as_ref() else {
             return false;
         };
-        let servers = m.reads.servers(&pull.olds, new);
+        let order = m.reads.get(pull.olds[0]).copied().unwrap_or_default();
+        let servers = order.servers(&pull.olds, new);
         let first = servers[0];
         let proto = p.proto;
         let slot = ReplySlot {
@@ -351,11 +360,11 @@ impl Worker<'_> {
     }
 
     /// The read of a moved key in the client's slot `seq` has its answer
-    /// (`found`: a value, `Some(true)` from the new owner, `Some(false)`
-    /// from an old one; `None`: a miss everywhere, or an error): the
+    /// (`found`: a value, with the key's newest old owner and whether the
+    /// new owner had it; `None`: a miss everywhere, or an error): the
     /// client goes on, and where the key was is counted for the next
     /// reads' order.
-    pub(super) fn read_settled(&mut self, token: Token, seq: u64, found: Option<bool>) {
+    pub(super) fn read_settled(&mut self, token: Token, seq: u64, found: Option<(usize, bool)>) {
         let Some(c) = self.conns.client_mut(token.0) else {
             return;
         };
@@ -365,8 +374,10 @@ impl Worker<'_> {
         c.take_gate();
         let pool = c.pool();
         self.resume.push(token);
-        if let (Some(on_new), Some(m)) = (found, self.pools[pool].migration.as_mut()) {
-            m.reads.found(on_new);
+        if let (Some((old, on_new)), Some(m)) = (found, self.pools[pool].migration.as_mut()) {
+            if let Some(o) = m.reads.get_mut(old) {
+                o.found(on_new);
+            }
         }
     }
 

@@ -85,13 +85,19 @@ impl Worker<'_> {
         }
         if moved_read {
             let found = !(answer.is_error || self.pools[at.pool].proto.is_miss(&answer.reply));
-            let on_new = self
+            // The new owner is the last server asked; the newest old
+            // owner the first other one.
+            let at = self
                 .conns
                 .client_mut(token.0)
                 .and_then(|c| c.slot_mut(seq))
                 .and_then(|s| s.retry.as_ref())
-                .map(|r| r.replicas.get(r.next.wrapping_sub(1)) == r.replicas.last());
-            self.read_settled(token, seq, on_new.filter(|_| found));
+                .and_then(|r| {
+                    let new = *r.replicas.last()?;
+                    let old = r.replicas.iter().copied().find(|&s| s != new)?;
+                    Some((old, r.replicas.get(r.next.wrapping_sub(1)) == Some(&new)))
+                });
+            self.read_settled(token, seq, at.filter(|_| found));
         }
         if let Some(fi) =
             frag.filter(|_| self.pools[at.pool].route.is_zoned() && (unreachable || is_error))
