@@ -333,8 +333,8 @@ impl Worker<'_> {
             // Refused while queueing: the transaction aborts at
             // EXEC, as redis-server's does.
             if let Some(c) = self.conns.client_mut(token.0) {
-                if let Some(t) = c.txn_mut().filter(|t| t.multi) {
-                    t.dirty = true;
+                if let Some(t) = c.txn_mut() {
+                    t.refused();
                 }
             }
             self.push_ready(token, err.reply, close);

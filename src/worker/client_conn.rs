@@ -4,9 +4,9 @@
 
 use super::buffer::{BufPool, Buffer};
 use super::conn::{ReplySlot, ReqStream, HELD_HIGH};
-use super::conn_state::{Gate, Txn};
 use super::handle::ServerRef;
 use super::subscriber::Subs;
+use super::{conn_state::Gate, transaction::Txn};
 use crate::net::Stream;
 use crate::proto::redis::local::Session;
 use std::collections::VecDeque;

@@ -1,26 +1,10 @@
 //! State that a client connection carries for one feature, kept apart
-//! from the code that drives it: a transaction pinned to one server
-//! (`txn.rs`), a request held while its moved keys are pulled from their
-//! old owners (`migrate.rs`). A client's subscriptions (`Subs`) are in
-//! `subscriber.rs`, with what changes them.
+//! from the code that drives it: a request held while its moved keys are
+//! pulled from their old owners (`migrate.rs`). A client's transaction
+//! (`Txn`) is in `transaction.rs` and its subscriptions (`Subs`) in
+//! `subscriber.rs`, each with what changes it.
 
-use super::handle::ServerRef;
 use crate::proto::Request;
-
-/// A client's transaction state.
-#[derive(Debug, Default)]
-pub struct Txn {
-    /// The pinned connection and its server index.
-    pub conn: Option<(ServerRef, usize)>,
-    /// Inside MULTI.
-    pub multi: bool,
-    /// MULTI was answered here and not sent yet (no server chosen).
-    pub multi_unsent: bool,
-    /// A command was refused inside MULTI: EXEC answers EXECABORT.
-    pub dirty: bool,
-    /// EXEC, DISCARD or UNWATCH was sent: unpin once it is answered.
-    pub ending: bool,
-}
 
 /// A request held back while its moved keys are pulled over.
 #[derive(Debug)]

@@ -50,6 +50,7 @@ mod stream;
 mod stream_reply;
 mod subscriber;
 mod tokens;
+mod transaction;
 mod txn;
 mod warm;
 mod zones;

@@ -15,22 +15,16 @@
 //! In a Redis Cluster pool the server is the master of the first key's
 //! slot, and the keys must live on that node.
 
-use super::conn::{Conn, ConnTable, ReplySlot, ReplyTo, ServerRef};
-use super::conn_state::{AfterPull, Txn};
+use super::conn::{Conn, ConnTable, ReplySlot, ReplyTo, ServerRef, Waiter};
+use super::conn_state::AfterPull;
 use super::fleet_hold::FleetStep;
+use super::transaction::{self, Answer, Place, Txn};
 use super::Worker;
-use crate::proto::redis::reply;
-use crate::proto::redis::txn::{self, TxnAnswer};
-use crate::proto::{Op, Request};
+use crate::proto::redis::txn;
+use crate::proto::Request;
 use mio::Token;
+use slab::Slab;
 use std::time::Instant;
-
-fn name_of(req: &Request) -> &'static str {
-    match req.op {
-        Op::Redis(op) => op.cmd.name(),
-        Op::Mc(_) => "",
-    }
-}
 
 /// What became of a request offered to the transaction path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +38,27 @@ pub(super) enum TxnStep {
     Held,
 }
 
+/// Client `token`'s transaction, taken off it (a new one if none).
+fn take(conns: &mut Slab<Conn>, token: Token) -> Txn {
+    conns
+        .client_mut(token.0)
+        .and_then(|c| c.take_txn())
+        .map(|b| *b)
+        .unwrap_or_default()
+}
+
+/// Put back (or end, with `None`) client `token`'s transaction.
+fn put(conns: &mut Slab<Conn>, token: Token, t: Option<Txn>) {
+    if let Some(c) = conns.client_mut(token.0) {
+        c.set_txn(t.map(Box::new));
+    }
+}
+
+/// Put it back when there is anything to keep ([`Txn::keep`]).
+fn put_kept(conns: &mut Slab<Conn>, token: Token, t: Txn) {
+    put(conns, token, t.keep().then_some(t));
+}
+
 impl Worker<'_> {
     /// Whether the request belongs to a transaction (a transaction
     /// command, or any command of a client in one), and what became of it.
@@ -54,29 +69,22 @@ impl Worker<'_> {
         bytes: &[u8],
         now: Instant,
     ) -> TxnStep {
-        let Op::Redis(op) = req.op else {
-            return TxnStep::NotTxn;
-        };
         let Some(c) = self.conns.client(token.0) else {
             return TxnStep::NotTxn;
         };
-        let pool = c.pool();
-        let txn_cmd = op.class == crate::proto::redis::CmdClass::Transaction;
-        if (c.txn().is_none() && !txn_cmd)
-            || matches!(
-                req.route,
-                crate::proto::Route::Local(crate::proto::Local::Quit(_))
-            )
-        {
+        if !transaction::concerns(req, c.txn().is_some()) {
             return TxnStep::NotTxn;
         }
-        let name = name_of(req);
-        let mut t = self.take_txn(token);
-        let out = self.txn_answer(token, name, &mut t, now);
-        if let Some(out) = out {
-            let keep = t.multi || t.conn.is_some();
-            self.put_txn(token, keep.then_some(t));
-            self.push_ready(token, out, false);
+        let pool = c.pool();
+        let mut t = take(&mut self.conns, token);
+        if let Answer::Here { reply, discard } = t.answer(transaction::name_of(req)) {
+            if let Some(r) = discard {
+                // The server forgets the queued commands.
+                self.txn_send(r.token, txn::DISCARD, now);
+                self.txn_release(r);
+            }
+            put_kept(&mut self.conns, token, t);
+            self.push_ready(token, reply, false);
             return TxnStep::Done;
         }
         // A migrating pool: the keys a WATCH or a queued command names are
@@ -94,8 +102,7 @@ impl Worker<'_> {
         if !req.keys.is_empty() {
             let step = self.fleet_gate(token, pool, req, bytes, AfterPull::Txn, now);
             if step != FleetStep::Go {
-                let keep = t.multi || t.conn.is_some();
-                self.put_txn(token, keep.then_some(t));
+                put_kept(&mut self.conns, token, t);
                 return match step {
                     FleetStep::Held => TxnStep::Held,
                     _ => TxnStep::Done,
@@ -103,11 +110,11 @@ impl Worker<'_> {
             }
         }
         if self.pools[pool].route.is_migrating() && !req.keys.is_empty() {
-            self.put_txn(token, Some(t));
+            put(&mut self.conns, token, Some(t));
             if self.hold_for_moved_keys(token, req, bytes, AfterPull::Txn, now) {
                 return TxnStep::Held;
             }
-            t = self.take_txn(token);
+            t = take(&mut self.conns, token);
         }
         self.txn_forward(token, req, bytes, t, now);
         TxnStep::Done
@@ -115,115 +122,55 @@ impl Worker<'_> {
 
     /// A transaction's command whose keys were pulled over goes on.
     pub(super) fn txn_pulled(&mut self, token: Token, req: &Request, bytes: &[u8], now: Instant) {
-        let t = self.take_txn(token);
+        let t = take(&mut self.conns, token);
         self.txn_forward(token, req, bytes, t, now);
     }
 
-    /// What a transaction command is answered here (no server needed, or
-    /// refused); `None` when it goes to the pinned connection.
-    fn txn_answer(
-        &mut self,
-        token: Token,
-        name: &str,
-        t: &mut Txn,
-        now: Instant,
-    ) -> Option<Vec<u8>> {
-        match txn::answer(name, t.multi, t.dirty, t.conn.is_some()) {
-            TxnAnswer::Forward => None,
-            TxnAnswer::Begin => {
-                t.multi = true;
-                if t.conn.is_some() {
-                    None // sent to the pinned connection
-                } else {
-                    t.multi_unsent = true;
-                    Some(reply::OK.to_vec())
-                }
-            }
-            TxnAnswer::Refuse(out) => Some(out),
-            TxnAnswer::Abort => {
-                if t.conn.is_some() {
-                    // The server forgets the queued commands.
-                    self.txn_send_internal(token, t, txn::DISCARD, now);
-                }
-                self.txn_unpin(token, t);
-                Some(txn::EXECABORT.to_vec())
-            }
-            TxnAnswer::End(out) => {
-                *t = Txn::default();
-                Some(out.to_vec())
-            }
-        }
-    }
-
-    /// A command of a transaction to its pinned connection, choosing (and
-    /// opening) it first; refused when its keys are on another server.
+    /// A command of a transaction to its pinned connection, opening it
+    /// first when `Txn::place` says so; refused when its keys are on
+    /// another server.
     fn txn_forward(&mut self, token: Token, req: &Request, bytes: &[u8], mut t: Txn, now: Instant) {
-        let name = name_of(req);
         let (pool, client_id) = match self.conns.get(token.0) {
             Some(Conn::Client(c)) => (c.pool(), c.id()),
             _ => return,
         };
-        let key = req.routing_key(bytes);
-        let target = if req.keys.is_empty() {
-            None
-        } else {
-            self.txn_server(pool, key.as_ref(), now)
-        };
-        // Every key of the command on one server.
-        let others = req
-            .keys
-            .iter()
-            .skip(1)
-            .filter_map(|r| self.txn_server(pool, &bytes[r.clone()], now))
-            .any(|s| Some(s) != target);
-        let pinned = t.conn.map(|(_, s)| s);
-        if others || (target.is_some() && pinned.is_some() && target != pinned) {
-            if t.multi {
-                t.dirty = true;
+        let st = match t.place(req, bytes, &mut self.pools[pool], now) {
+            Place::Refuse(out) => {
+                put_kept(&mut self.conns, token, t);
+                self.push_ready(token, out, false);
+                return;
             }
-            let keep = t.multi || t.conn.is_some();
-            self.put_txn(token, keep.then_some(t));
-            self.push_ready(token, txn::keys_elsewhere(name), false);
-            return;
-        }
-        if t.conn.is_none() {
-            let server = match target {
-                Some(s) => Some(s),
-                None => self.txn_keyless(pool, client_id, now),
-            };
-            let Some(server) = server else {
-                self.put_txn(token, Some(t));
+            Place::NoServer => {
+                put(&mut self.conns, token, Some(t));
                 self.reply_no_server(token, pool, req);
                 return;
-            };
-            let slot = self.conn_slot(token, pool, server, client_id, req.op);
-            match self.server_conn_dedicated(pool, server, slot, now) {
-                Ok(st) => {
-                    if let Some(s) = self.conns.server_mut(st.0) {
+            }
+            Place::Send(st) => st,
+            Place::Open(server) => {
+                let slot = self.conn_slot(token, pool, server, client_id, req.op);
+                match self.server_conn_dedicated(pool, server, slot, now) {
+                    Ok(st) => {
+                        let Some(s) = self.conns.server_mut(st.0) else {
+                            return;
+                        };
                         s.pin(Some(token));
-                        t.conn = Some((ServerRef::new(st, s.id()), server));
+                        let r = ServerRef::new(st, s.id());
+                        if let Some(multi) = t.pinned(r, server, transaction::name_of(req)) {
+                            self.txn_send(st, multi, now);
+                        }
+                        st
+                    }
+                    Err(fault) => {
+                        put_kept(&mut self.conns, token, t);
+                        let mut out = Vec::new();
+                        fault.write_reply(self.pools[pool].proto, req.op, &mut out);
+                        self.push_ready(token, out, false);
+                        return;
                     }
                 }
-                Err(fault) => {
-                    self.put_txn(token, (t.multi).then_some(t));
-                    let mut out = Vec::new();
-                    fault.write_reply(self.pools[pool].proto, req.op, &mut out);
-                    self.push_ready(token, out, false);
-                    return;
-                }
             }
-            if t.multi_unsent {
-                t.multi_unsent = false;
-                self.txn_send_internal(token, &t, txn::MULTI, now);
-            }
-        }
-        if matches!(name, "EXEC" | "DISCARD") || (name == "UNWATCH" && !t.multi) {
-            t.ending = true;
-        }
-        let Some((ServerRef { token: st, .. }, _)) = t.conn else {
-            return;
         };
-        self.put_txn(token, Some(t));
+        put(&mut self.conns, token, Some(t));
         let seq = self.push_slot(token, req.noreply, ReplySlot::default());
         let to = ReplyTo::new(token, client_id, seq, None);
         self.enqueue(st, to.waiter(), req.op, |o| o.extend_from_slice(bytes), now);
@@ -234,11 +181,12 @@ impl Worker<'_> {
     /// client unpinned.
     pub(super) fn txn_replied(&mut self, st: Token, ct: Token) {
         let ending = matches!(self.conns.client(ct.0), Some(c)
-            if c.txn().is_some_and(|t| t.ending && t.conn.is_some_and(|(r, _)| r.token == st)));
+            if c.txn().is_some_and(|t| t.ends_on(st)));
         let idle = matches!(self.conns.server(st.0), Some(s) if s.inflight().is_empty());
         if ending && idle {
-            let mut t = self.take_txn(ct);
-            self.txn_unpin(ct, &mut t);
+            if let Some(r) = take(&mut self.conns, ct).end() {
+                self.txn_release(r);
+            }
         }
     }
 
@@ -250,7 +198,7 @@ impl Worker<'_> {
     /// them to a connection that no longer exists (no reply, ever).
     pub(super) fn txn_lost(&mut self, ct: Token, st: Token, sid: u64) {
         let lost = matches!(self.conns.client(ct.0), Some(c)
-            if c.txn().is_some_and(|t| t.conn.is_some_and(|(r, _)| r == ServerRef::new(st, sid))));
+            if c.txn().is_some_and(|t| t.conn() == Some(ServerRef::new(st, sid))));
         if !lost {
             return;
         }
@@ -271,80 +219,35 @@ impl Worker<'_> {
 
     /// The client leaves: its pinned connection goes.
     pub(super) fn txn_close(&mut self, t: Option<Box<Txn>>) {
-        if let Some((r, _)) = t.and_then(|t| t.conn) {
+        if let Some(r) = t.and_then(|t| t.conn()) {
             if self.server_ref(r).is_some() {
                 self.retire_server(r.token);
             }
         }
     }
 
-    fn txn_unpin(&mut self, _ct: Token, t: &mut Txn) {
-        if let Some((r, _)) = t.conn.take() {
-            let idle = self.server_ref(r).is_some_and(|s| s.inflight().is_empty());
-            if idle {
-                self.retire_server(r.token);
-            } else if let Some(s) = self.server_ref_mut(r) {
-                // Retired once its last reply is in. (Looked up with its id:
-                // a slot reused by another connection is not unpinned,
-                // though `txn_lost` already ends a transaction whose
-                // connection closed.)
-                s.pin(None);
-            }
+    /// A transaction's connection is let go: closed now if nothing is
+    /// in flight on it, else unpinned and retired once its last reply is
+    /// in.
+    fn txn_release(&mut self, r: ServerRef) {
+        let idle = self.server_ref(r).is_some_and(|s| s.inflight().is_empty());
+        if idle {
+            self.retire_server(r.token);
+        } else if let Some(s) = self.server_ref_mut(r) {
+            // Looked up with its id: a slot reused by another connection
+            // is not unpinned, though `txn_lost` already ends a
+            // transaction whose connection closed.
+            s.pin(None);
         }
-        *t = Txn::default();
     }
 
-    fn txn_send_internal(&mut self, _token: Token, t: &Txn, cmd: &[u8], now: Instant) {
-        let Some((ServerRef { token: st, .. }, _)) = t.conn else {
+    /// A command the transaction sends of its own accord (MULTI,
+    /// DISCARD) on connection `st`; its reply is dropped.
+    fn txn_send(&mut self, st: Token, cmd: &[u8], now: Instant) {
+        let Some(op) = transaction::internal_op() else {
             return;
         };
-        let Some(multi) = crate::proto::redis::Cmd::lookup(b"MULTI") else {
-            return;
-        };
-        let op = Op::Redis(crate::proto::redis::RedisOp {
-            cmd: multi,
-            class: multi.class(),
-        });
-        self.enqueue(
-            st,
-            Some(super::conn::Waiter::Internal),
-            op,
-            |o| o.extend_from_slice(cmd),
-            now,
-        );
-    }
-
-    /// The server a transaction's key lives on: its slot's master in a
-    /// cluster pool (a node serves every slot it holds in one
-    /// transaction; a MOVED reply mid-transaction reaches the client).
-    fn txn_server(&mut self, pool: usize, key: &[u8], now: Instant) -> Option<usize> {
-        match &self.pools[pool].cluster {
-            Some(c) => Some(c.master(crate::proto::redis::cluster::key_slot(key))),
-            None => self.pools[pool].server_for(key, now),
-        }
-    }
-
-    fn txn_keyless(&mut self, pool: usize, client_id: u64, now: Instant) -> Option<usize> {
-        if let Some(c) = &self.pools[pool].cluster {
-            return Some(c.master(0));
-        }
-        let p = &mut self.pools[pool];
-        p.server_for(b"", now)?;
-        let _ = client_id;
-        (0..p.cfg.servers.len().min(p.servers.len()))
-            .find(|&i| p.servers[i].ejected_until.is_none_or(|t| t <= now))
-    }
-
-    fn take_txn(&mut self, token: Token) -> Txn {
-        match self.conns.get_mut(token.0) {
-            Some(Conn::Client(c)) => c.take_txn().map(|b| *b).unwrap_or_default(),
-            _ => Txn::default(),
-        }
-    }
-
-    fn put_txn(&mut self, token: Token, t: Option<Txn>) {
-        if let Some(c) = self.conns.client_mut(token.0) {
-            c.set_txn(t.map(Box::new));
-        }
+        let to = Some(Waiter::Internal);
+        self.enqueue(st, to, op, |o| o.extend_from_slice(cmd), now);
     }
 }
