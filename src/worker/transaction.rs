@@ -10,7 +10,7 @@
 
 use super::handle::ServerRef;
 use super::pool::PoolRt;
-use crate::proto::redis::{cluster, reply, txn, Cmd, CmdClass, RedisOp};
+use crate::proto::redis::{cluster, reply, txn, CmdClass};
 use crate::proto::{Local, Op, Request, Route};
 use mio::Token;
 use std::time::Instant;
@@ -75,16 +75,6 @@ pub fn concerns(req: &Request, in_txn: bool) -> bool {
     };
     (in_txn || op.class == CmdClass::Transaction)
         && !matches!(req.route, Route::Local(Local::Quit(_)))
-}
-
-/// The operation the commands a transaction sends of its own accord
-/// (MULTI, DISCARD) carry: their replies are read as MULTI's.
-pub fn internal_op() -> Option<Op> {
-    let cmd = Cmd::lookup(b"MULTI")?;
-    Some(Op::Redis(RedisOp {
-        cmd,
-        class: cmd.class(),
-    }))
 }
 
 /// The server a transaction's key lives on: its slot's master in a
@@ -217,7 +207,7 @@ impl Txn {
     /// `name` goes to the pinned connection: EXEC, DISCARD, and UNWATCH
     /// outside MULTI end the transaction once answered.
     fn sending(&mut self, name: &str) {
-        if matches!(name, "EXEC" | "DISCARD") || (name == "UNWATCH" && !self.multi) {
+        if txn::ends(name, self.multi) {
             self.ending = true;
         }
     }

@@ -256,5 +256,4 @@ fn which_requests_a_transaction_takes() {
         panic!("memcached get parses");
     };
     assert!(!concerns(&mc, true));
-    assert!(matches!(internal_op(), Some(Op::Redis(op)) if op.cmd.name() == "MULTI"));
 }

@@ -244,7 +244,7 @@ impl Worker<'_> {
     /// A command the transaction sends of its own accord (MULTI,
     /// DISCARD) on connection `st`; its reply is dropped.
     fn txn_send(&mut self, st: Token, cmd: &[u8], now: Instant) {
-        let Some(op) = transaction::internal_op() else {
+        let Some(op) = txn::internal_op() else {
             return;
         };
         let to = Some(Waiter::Internal);

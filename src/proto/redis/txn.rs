@@ -3,7 +3,8 @@
 //! commands it answers itself, with redis-server's replies, and the
 //! commands it sends the pinned connection of its own accord.
 
-use super::reply;
+use super::{reply, Cmd, RedisOp};
+use crate::proto::Op;
 
 /// `EXEC` of a transaction a command was refused in while queueing.
 pub const EXECABORT: &[u8] = b"-EXECABORT Transaction discarded because of previous errors.\r\n";
@@ -50,6 +51,23 @@ pub fn answer(name: &str, multi: bool, dirty: bool, pinned: bool) -> TxnAnswer {
         "UNWATCH" if !pinned && !multi => TxnAnswer::End(reply::OK),
         _ => TxnAnswer::Forward,
     }
+}
+
+/// Whether `name` (upper case), sent on the pinned connection, ends the
+/// transaction once answered: EXEC, DISCARD, and UNWATCH outside MULTI
+/// (inside, it is queued).
+pub fn ends(name: &str, multi: bool) -> bool {
+    matches!(name, "EXEC" | "DISCARD") || (name == "UNWATCH" && !multi)
+}
+
+/// The operation the commands sent of the proxy's own accord ([`MULTI`],
+/// [`DISCARD`]) carry: their replies are read as MULTI's.
+pub fn internal_op() -> Option<Op> {
+    let cmd = Cmd::lookup(b"MULTI")?;
+    Some(Op::Redis(RedisOp {
+        cmd,
+        class: cmd.class(),
+    }))
 }
 
 /// The refusal of a command whose keys are not all on the transaction's
@@ -103,6 +121,14 @@ mod tests {
         assert_eq!(answer("UNWATCH", true, false, false), Forward);
         assert_eq!(answer("UNWATCH", false, false, true), Forward);
         assert_eq!(answer("GET", true, false, true), Forward);
+    }
+
+    #[test]
+    fn what_ends_it() {
+        assert!(ends("EXEC", true) && ends("DISCARD", true));
+        assert!(ends("UNWATCH", false) && !ends("UNWATCH", true));
+        assert!(!ends("WATCH", false) && !ends("MULTI", false) && !ends("GET", true));
+        assert!(matches!(internal_op(), Some(Op::Redis(op)) if op.cmd.name() == "MULTI"));
     }
 
     #[test]
