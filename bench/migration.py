@@ -10,6 +10,10 @@ CPU 0). K keys of 100 bytes are loaded through walnut on 2 servers; then:
   steady     rounds of the load on the 2 servers, no migration
   migrating  the same rounds from the reload that adds the third server
              until the migrator reports done
+  after      the same rounds on the 3 servers once the migration is done
+             (with every server on CPU 1, a third server adds no capacity,
+             only its own costs: this phase tells those apart from the
+             migration's)
 
 Per phase: medians over rounds of client p50/p99 (ms) and requests per
 second, and the redis-servers' CPU per 1000 client requests (utime+stime
@@ -300,6 +304,8 @@ def main() -> None:
         else:
             migrating = phase(listen, servers, args.keys, args.round, finished, walnut.pid)
         st = migration_state(adm)
+        after = [] if args.no_load or not done_at else phase(
+            listen, servers, args.keys, args.round, lambda n: n >= args.steady_rounds, walnut.pid)
         secs = done_at[0] - t0 if done_at else float("nan")
         print(f"migration: {st}", flush=True)
         dbsizes = [int(cli(p, "dbsize")) if redis else curr_items(p) for p in ports]
@@ -321,13 +327,22 @@ def main() -> None:
         "| phase | rounds | rps | p50 ms | p99 ms | servers' CPU ms / 1k requests | walnut's CPU ms / 1k requests |",
         "|---|---|---|---|---|---|---|",
     ]
-    for name, rows in (("steady", steady), ("migrating", migrating)):
+    for name, rows in (("steady", steady), ("migrating", migrating), ("after", after)):
         if not rows:
             lines.append(f"| {name} | no load (--no-load) | | | | | |")
             continue
         lines.append(f"| {name} | {len(rows)} | {med(rows, 'rps'):.0f} | {med(rows, 'p50'):.3f} | "
                      f"{med(rows, 'p99'):.3f} | {med(rows, 'server_cpu_ms_per_1k'):.3f} | "
                      f"{med(rows, 'walnut_cpu_ms_per_1k'):.3f} |")
+    if steady and migrating:
+        for name, rows in (("steady", steady), ("after", after)):
+            if rows:
+                lines.append("")
+                lines.append(
+                    f"Migrating against {name}: requests/s "
+                    f"{med(migrating, 'rps') / med(rows, 'rps') - 1:+.1%}, p50 "
+                    f"×{med(migrating, 'p50') / med(rows, 'p50'):.2f}, p99 "
+                    f"×{med(migrating, 'p99') / med(rows, 'p99'):.2f}.")
     lines += [
         "",
         f"Migration: {secs:.1f} s from the reload to `state=done` (the last round ends after it);",

@@ -1,7 +1,12 @@
 #!/usr/bin/env python3
-"""What one pull costs its request: a GET of a key whose owner changed
-(pulled from its old owner on first access) against a GET of a key that
-did not move, one request at a time on one connection, no other load.
+"""What one pull costs its request: a SET (`--op set`) of a key whose
+owner changed (pulled from its old owner on first access, the old copy
+deleted before the SET runs) against a SET of a key that did not move,
+one request at a time on one connection, no other load. With `--op get`
+(the default), GETs: a GET of a moved key is read where the key is (old
+owner first, then the new one) and moves nothing, so every key stays
+where it was and all GETs are counted together ("not moved"); compare
+them with a binary that pulls on a GET.
 
 K keys of 100 bytes on 2 redis-servers behind walnut (1 worker,
 `migration: true`, `migration_rate: 1`: the migrator moves about one key a
@@ -12,7 +17,7 @@ the migrator moved meanwhile are counted with them). Servers and walnut
 on CPU 1, the client on CPU 0. With several binaries (WALNUT_BINS, a
 comma-separated list of name=path), they alternate, `--repeats` each.
 
-    python3 bench/pull_latency.py [--keys 20000] [--repeats 3]
+    python3 bench/pull_latency.py [--keys 20000] [--repeats 3] [--op get|set]
 """
 
 from __future__ import annotations
@@ -35,30 +40,35 @@ from procs import HOST, WALNUT, Proc, free_port, redis_server  # noqa: E402
 SERVER_CPU = "1"
 
 
-def get_times(port: int, keys: int) -> list[float]:
-    """Each key read once, in order: seconds per GET."""
+def get_times(port: int, keys: int, op: str = "get") -> list[float]:
+    """Each key read (or written) once, in order: seconds per request."""
     out = []
+    value = b"w" * 100
+    want, head = (107, b"$100\r\n") if op == "get" else (5, b"+OK\r\n")
     with socket.create_connection((HOST, port), timeout=10) as s:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         for i in range(keys):
             k = b"key:%012d" % i
-            req = b"*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n" % (len(k), k)
+            if op == "get":
+                req = b"*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n" % (len(k), k)
+            else:
+                req = b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$100\r\n%s\r\n" % (len(k), k, value)
             t = time.perf_counter()
             s.sendall(req)
             buf = b""
-            # $100\r\n + 100 bytes + \r\n
-            while len(buf) < 107:
+            # $100\r\n + 100 bytes + \r\n, or +OK\r\n
+            while len(buf) < want:
                 chunk = s.recv(4096)
                 if not chunk:
                     raise RuntimeError("closed")
                 buf += chunk
             out.append(time.perf_counter() - t)
-            if not buf.startswith(b"$100\r\n"):
+            if not buf.startswith(head):
                 raise RuntimeError(f"{k!r}: {buf[:60]!r}")
     return out
 
 
-def one(binary: str, keys: int) -> dict:
+def one(binary: str, keys: int, op: str) -> dict:
     work = Path(tempfile.mkdtemp(prefix="walnut-bench-pull-"))
     ports = [free_port() for _ in range(3)]
     servers: list[Proc] = []
@@ -80,7 +90,7 @@ def one(binary: str, keys: int) -> dict:
                 raise RuntimeError(admin(adm, "migration"))
             time.sleep(0.05)
         os.sched_setaffinity(0, {0})
-        times = get_times(listen, keys)
+        times = get_times(listen, keys, op)
         on_new = set()
         for k in cli(ports[2], "--scan", "--pattern", "key:*").split():
             on_new.add(int(k.split(":")[1]))
@@ -91,7 +101,7 @@ def one(binary: str, keys: int) -> dict:
             s.stop()
     pulled = [t for i, t in enumerate(times) if i in on_new]
     stayed = [t for i, t in enumerate(times) if i not in on_new]
-    q = lambda v, p: sorted(v)[int(p * (len(v) - 1))] * 1e6  # noqa: E731
+    q = lambda v, p: sorted(v)[int(p * (len(v) - 1))] * 1e6 if v else float("nan")  # noqa: E731
     return {"pulled": len(pulled), "stayed": len(stayed),
             "pulled_p50": q(pulled, 0.5), "pulled_p99": q(pulled, 0.99),
             "stayed_p50": q(stayed, 0.5), "stayed_p99": q(stayed, 0.99)}
@@ -101,15 +111,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--keys", type=int, default=20_000)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--op", choices=["get", "set"], default="get")
     args = ap.parse_args()
     bins = [b.split("=", 1) for b in os.environ.get("WALNUT_BINS", f"walnut={WALNUT}").split(",")]
     got: dict[str, list[dict]] = {n: [] for n, _ in bins}
     for r in range(args.repeats):
         for name, path in bins:
-            res = one(path, args.keys)
+            res = one(path, args.keys, args.op)
             got[name].append(res)
             print(f"{name} {r + 1}: {res} load {os.getloadavg()[0]:.1f}", flush=True)
-    print("\n| binary | GETs that pulled | pulled p50 µs | pulled p99 µs | not moved p50 µs | "
+    print(f"\n{args.op.upper()}s, one at a time:\n")
+    print(f"| binary | {args.op.upper()}s that pulled | pulled p50 µs | pulled p99 µs | not moved p50 µs | "
           "not moved p99 µs | pulled p50 − not moved p50 |")
     print("|---|---|---|---|---|---|---|")
     for name, rs in got.items():

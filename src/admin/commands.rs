@@ -1,8 +1,9 @@
 //! The admin commands.
 
 use super::request::{Framing, Reply, Request};
-use super::{fnv1a64, AdminServer, Host};
+use super::{AdminServer, Host};
 use crate::config::show;
+use crate::hash::fnv::fnv1a64;
 use crate::stats::histogram::{Class, Snapshot};
 use crate::stats::{PoolField, ServerField};
 use std::fmt::Write as _;

@@ -135,7 +135,7 @@ impl Config {
             process: process.unwrap_or_default(),
             pools,
             warnings,
-            checksum: crate::admin::fnv1a64(text.as_bytes()),
+            checksum: crate::hash::fnv::fnv1a64(text.as_bytes()),
         })
     }
 

@@ -38,6 +38,15 @@ pub fn fnv1_32(key: &[u8]) -> u32 {
         .fold(FNV_32_INIT, |h, &b| h.wrapping_mul(FNV_32_PRIME) ^ sx32(b))
 }
 
+/// FNV-1a 64 as specified, over unsigned bytes and in 64 bits (not a
+/// placement hash: the configuration's checksum, `status` and `config
+/// show`).
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(FNV_64_INIT, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(FNV_64_PRIME)
+    })
+}
+
 /// FNV-1a, 32-bit.
 pub fn fnv1a_32(key: &[u8]) -> u32 {
     key.iter().fold(FNV_32_INIT, |h, &b| {
@@ -48,6 +57,12 @@ pub fn fnv1a_32(key: &[u8]) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fnv1a64_vectors() {
+        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
+    }
 
     #[test]
     fn known_values() {

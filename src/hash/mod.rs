@@ -6,7 +6,7 @@
 
 pub(crate) mod crc16;
 mod crc32;
-mod fnv;
+pub mod fnv;
 mod hsieh;
 mod jenkins;
 pub mod ketama;

@@ -96,6 +96,9 @@ fields!(
         FleetHeld = ("fleet_held", Counter, "# requests held for the fleet (a key moving before its barrier passed, or the member catching up)"),
         FleetHeldUs = ("fleet_held_us", Counter, "total usec requests were held for the fleet"),
         FleetRefused = ("fleet_refused", Counter, "# requests refused for the fleet (key moving, membership lapsed), at once or after the hold bound"),
+        Pulled = ("pulled", Counter, "# keys a request of a migrating pool pulled from an old owner before it ran"),
+        MovedReads = ("moved_reads", Counter, "# GETs of a moved key read where the key is instead of pulled"),
+        MovedRereads = ("moved_rereads", Counter, "# times such a GET went on to the next server (a nil, or the server not reached)"),
     }
 );
 

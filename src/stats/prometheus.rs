@@ -211,6 +211,18 @@ fn worker_family(f: WorkerField) -> Option<Family> {
             "walnut_worker_fleet_refused_requests_total",
             "requests refused for the fleet (key moving, membership lapsed), at once or after the hold bound",
         ),
+        WorkerField::Pulled => counter(
+            "walnut_worker_pulled_keys_total",
+            "keys a request of a migrating pool pulled from an old owner before it ran",
+        ),
+        WorkerField::MovedReads => counter(
+            "walnut_worker_moved_reads_total",
+            "GETs of a moved key read where the key is instead of pulled",
+        ),
+        WorkerField::MovedRereads => counter(
+            "walnut_worker_moved_rereads_total",
+            "times a GET of a moved key went on to the next server (a nil, or the server not reached)",
+        ),
         WorkerField::Heartbeat => return None,
     })
 }

@@ -5,12 +5,11 @@
 //!
 //! Reads go straight into the vector's spare capacity with `read(2)` (no
 //! zero-filling of memory the kernel is about to overwrite). Client
-//! connections borrow their buffers from the worker's pool (`BufPool`) and
+//! connections borrow their buffers from the worker's pool (`Pools`, `conn::BufPool`) and
 //! give them back when empty, so an idle connection holds no buffer and a
 //! busy one allocates nothing per request. The same pool lends the queues
 //! a client keeps its owed replies in, given back once nothing is owed.
 
-use super::conn::ReplySlot;
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::RawFd;
@@ -173,11 +172,21 @@ impl Buffer {
 }
 
 /// Empty buffers a worker lends to its connections, and empty reply
-/// queues it lends to its clients.
-#[derive(Debug, Default)]
-pub struct BufPool {
+/// queues (of `S`, a client's reply slot: `conn::BufPool`) it lends to
+/// its clients.
+#[derive(Debug)]
+pub struct Pools<S> {
     free: Vec<Buffer>,
-    replies: Vec<VecDeque<ReplySlot>>,
+    replies: Vec<VecDeque<S>>,
+}
+
+impl<S> Default for Pools<S> {
+    fn default() -> Self {
+        Pools {
+            free: Vec::new(),
+            replies: Vec::new(),
+        }
+    }
 }
 
 /// Buffers kept in the pool; more are freed.
@@ -192,7 +201,7 @@ const REPLIES_SIZE: usize = 4;
 /// Largest reply queue kept (a long pipeline's is freed).
 const REPLIES_MAX_CAPACITY: usize = 64;
 
-impl BufPool {
+impl<S> Pools<S> {
     /// An empty buffer, reused when possible.
     #[inline]
     pub fn take(&mut self) -> Buffer {
@@ -215,7 +224,7 @@ impl BufPool {
 
     /// An empty reply queue, reused when possible.
     #[inline]
-    pub fn take_replies(&mut self) -> VecDeque<ReplySlot> {
+    pub fn take_replies(&mut self) -> VecDeque<S> {
         self.replies
             .pop()
             .unwrap_or_else(|| VecDeque::with_capacity(REPLIES_SIZE))
@@ -223,7 +232,7 @@ impl BufPool {
 
     /// Give back a reply queue that is empty (anything else is dropped).
     #[inline]
-    pub fn give_replies(&mut self, q: VecDeque<ReplySlot>) {
+    pub fn give_replies(&mut self, q: VecDeque<S>) {
         if q.is_empty()
             && q.capacity() > 0
             && q.capacity() <= REPLIES_MAX_CAPACITY
@@ -280,7 +289,7 @@ mod tests {
 
     #[test]
     fn pool_lends_and_keeps_empty_buffers() {
-        let mut p = BufPool::default();
+        let mut p = Pools::<u64>::default();
         let mut b = p.take();
         b.extend(b"x");
         p.give(b);
@@ -292,10 +301,10 @@ mod tests {
 
     #[test]
     fn pool_lends_and_keeps_empty_reply_queues() {
-        let mut p = BufPool::default();
+        let mut p = Pools::<u64>::default();
         let mut q = p.take_replies();
         assert!(q.capacity() >= REPLIES_SIZE);
-        q.push_back(ReplySlot::default());
+        q.push_back(7);
         p.give_replies(q);
         assert!(p.replies.is_empty(), "a queue with a slot is not pooled");
         let q = p.take_replies();

@@ -2,7 +2,8 @@
 //! the per-feature state (a streamed request, a held request, a
 //! transaction, subscriptions), private and changed through its methods.
 
-use super::buffer::{BufPool, Buffer};
+use super::buffer::Buffer;
+use super::conn::BufPool;
 use super::conn::{ReplySlot, ReqStream, HELD_HIGH};
 use super::handle::ServerRef;
 use super::subscriber::Subs;

@@ -9,6 +9,9 @@ use crate::proto::{Op, Request};
 use mio::Token;
 use std::time::Instant;
 
+/// The worker's pool of buffers and of its clients' reply queues.
+pub type BufPool = super::buffer::Pools<ReplySlot>;
+
 /// A reply being assembled for one client request, in request order.
 #[derive(Debug, Default)]
 pub struct ReplySlot {

@@ -32,6 +32,7 @@
 
 use super::conn::{Conn, ConnTable, ReplySlot, ReplyTo, Retry, Waiter};
 use super::conn_state::{AfterPull, Gate, Pull, PullPart};
+use super::pool::PoolRt;
 use super::server_rt::{server_rt, ServerRt};
 use super::Worker;
 use crate::config::PoolConfig;
@@ -57,6 +58,9 @@ pub struct MigrationRt {
     targets: Vec<Option<Target>>,
     /// `MIGRATE`'s own timeout on the new owner (ms).
     migrate_timeout: u64,
+    /// Room for an old placement's owners of one key, reused
+    /// (`moved_single`).
+    scratch: Vec<usize>,
     /// Per old owner (a server index of the pool): where reads of moved
     /// keys from it found them lately, which says which server a read
     /// asks first. Per old owner because the migrator empties one server
@@ -177,6 +181,7 @@ impl MigrationRt {
             // which never makes a server wait on another.
             targets: vec![None; cfg.servers.len()],
             migrate_timeout: cfg.timeout_ms.unwrap_or(1000).clamp(100, 5000),
+            scratch: Vec::with_capacity(4),
             reads: vec![ReadOrder::default(); servers.len()],
         }))
     }
@@ -196,6 +201,19 @@ impl MigrationRt {
     /// pulled through the worker from now on.
     fn no_server_move(&mut self) {
         self.targets.iter_mut().for_each(|t| *t = None);
+    }
+
+    /// Whether an earlier placement put `key` elsewhere than on `new`, its
+    /// one owner now: `old_owners` for the common case, without
+    /// allocating (every request of a migrating pool asks).
+    pub fn moved_single(&mut self, key: &[u8], new: usize) -> bool {
+        let mut set = std::mem::take(&mut self.scratch);
+        let moved = self.olds.iter().any(|(p, index, r)| {
+            p.replicas_for(key, *r, &mut set);
+            set.len() != 1 || index.get(set[0]) != Some(&new)
+        });
+        self.scratch = set;
+        moved
     }
 
     /// Where `key` may still be, when an earlier placement put it on other
@@ -225,6 +243,28 @@ impl MigrationRt {
     }
 }
 
+impl PoolRt {
+    /// Whether a request names one key only, which every earlier placement
+    /// put where it is now (most requests: told apart from the rest
+    /// without allocating).
+    fn stays(&mut self, req: &Request, bytes: &[u8], now: Instant) -> bool {
+        let one = match req.op {
+            Op::Redis(op) => req.keys.len() == 1 && !crate::proto::redis::names_more_keys(op.cmd),
+            Op::Mc(_) => true,
+        };
+        if req.route != Route::Single || !one || self.cfg.replicas > 1 {
+            return false;
+        }
+        let key = req.routing_key(bytes);
+        let Some(new) = self.server_for(&key, now) else {
+            return false;
+        };
+        self.migration
+            .as_mut()
+            .is_some_and(|m| !m.moved_single(&key, new))
+    }
+}
+
 impl Worker<'_> {
     /// A request of a migrating pool: if any of its keys changed owner,
     /// hold it and pull those keys over first. Returns true when held.
@@ -239,7 +279,11 @@ impl Worker<'_> {
         let Some(c) = self.conns.client(token.0) else {
             return false;
         };
-        let pulls = self.moved_pulls(c.pool(), req, bytes, now);
+        let pool = c.pool();
+        if self.pools[pool].stays(req, bytes, now) {
+            return false;
+        }
+        let pulls = self.moved_pulls(pool, req, bytes, now);
         if pulls.is_empty() {
             return false;
         }
@@ -247,6 +291,8 @@ impl Worker<'_> {
             return true;
         }
         let n = pulls.len();
+        self.stats
+            .worker_add(crate::stats::WorkerField::Pulled, n as u64);
         if let Some(c) = self.conns.client_mut(token.0) {
             c.set_gate(Box::new(Gate {
                 req: req.clone(),
@@ -337,6 +383,8 @@ impl Worker<'_> {
         let Some(seq) = self.push_slot(token, false, slot) else {
             return false;
         };
+        self.stats
+            .worker_add(crate::stats::WorkerField::MovedReads, 1);
         if let Some(c) = self.conns.client_mut(token.0) {
             c.set_gate(Box::new(Gate {
                 req: req.clone(),
@@ -373,7 +421,12 @@ impl Worker<'_> {
         }
         c.take_gate();
         let pool = c.pool();
-        self.resume.push(token);
+        // Parse what the client sent meanwhile, if it did: a client that
+        // waits for each answer sent nothing, and reading its socket again
+        // would only find it empty.
+        if c.must_read_again() || !c.input().is_empty() {
+            self.resume.push(token);
+        }
         if let (Some((old, on_new)), Some(m)) = (found, self.pools[pool].migration.as_mut()) {
             if let Some(o) = m.reads.get_mut(old) {
                 o.found(on_new);

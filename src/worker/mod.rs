@@ -224,7 +224,7 @@ pub struct Worker<'a> {
     /// Connections paused by a stream's backpressure that may read again.
     resume: Vec<Token>,
     next_id: u64,
-    bufs: buffer::BufPool,
+    bufs: conn::BufPool,
     ctl: WorkerCtl,
     accepting: bool,
     /// Most clients this worker holds before it stops accepting (0 = no cap).
@@ -343,7 +343,7 @@ impl<'a> Worker<'a> {
             dirty_clients: Vec::new(),
             resume: Vec::new(),
             next_id: 1,
-            bufs: buffer::BufPool::default(),
+            bufs: conn::BufPool::default(),
             ctl: WorkerCtl {
                 quickack: config.process.tcp_quickack,
                 client_idle: None,

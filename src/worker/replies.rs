@@ -4,7 +4,7 @@
 use super::conn::{ConnTable, Multi, MultiMode, ReplySlot, ReplyTo};
 use super::spool::Spool;
 use super::Worker;
-use crate::stats::PoolField;
+use crate::stats::{PoolField, WorkerField};
 use mio::Token;
 
 /// Where a reply goes: client `id` at `token`, its slot `seq` (and
@@ -81,6 +81,9 @@ impl Worker<'_> {
             self.zone_answer(at, zone_miss && has_retry, &mut answer)
         };
         if sent_on {
+            if moved_read {
+                self.stats.worker_add(WorkerField::MovedRereads, 1);
+            }
             return;
         }
         if moved_read {

@@ -23,7 +23,7 @@ from redis.retry import Retry
 
 from procmodel import wait_gone, wait_log, wait_workers
 from procs import HOST, Proxy, RawConn, free_port, memcache_pool, redis_pool, to_yaml, wait_until
-from test_migration_bg import state
+from test_migration_bg import metrics, state
 
 # Minutes of work in all: left out of `make quick`.
 pytestmark = pytest.mark.slow
@@ -542,6 +542,11 @@ def test_a_moved_keys_get_is_read_where_the_key_is(procs):
     def owners(key: str) -> list[int]:
         return [i for i, d in enumerate(direct) if d.exists(key)]
 
+    def counted(name: str) -> float:
+        return sum(v for k, v in metrics(p.admin_port).items() if k.startswith(name + "{"))
+
+    reads0 = counted("walnut_worker_moved_reads_total")
+    pulled0 = counted("walnut_worker_pulled_keys_total")
     for t in moved:
         i = tags.index(t)
         old = owners(f"{t}k")
@@ -562,6 +567,13 @@ def test_a_moved_keys_get_is_read_where_the_key_is(procs):
         pipe = r.pipeline(transaction=False)
         pipe.get(f"{t}q").set(f"{t}q", "z").get(f"{t}q")
         assert pipe.execute() == [f"q{i}".encode(), True, b"z"], t
+    # Counted: per moved tag 7 GETs read where the key is (k twice, none,
+    # w, d, q twice: a key's owner changed, wherever the key is now), 3
+    # keys pulled (w, d, q by their writes), and some reads sent on (none
+    # at least: a nil on the old owner).
+    assert counted("walnut_worker_moved_reads_total") - reads0 == 7 * len(moved)
+    assert counted("walnut_worker_pulled_keys_total") - pulled0 == 3 * len(moved)
+    assert counted("walnut_worker_moved_rereads_total") > 0
     # A key the migrator (or an earlier copy) put on the new owner is
     # read there: copy one over by hand as the migrator would, old copy
     # deleted, and read it through walnut.
