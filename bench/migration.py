@@ -304,6 +304,11 @@ def main() -> None:
         else:
             migrating = phase(listen, servers, args.keys, args.round, finished, walnut.pid)
         st = migration_state(adm)
+        counts = {}
+        for line in admin(adm, "metrics").splitlines():
+            for name in ("pulled_keys", "moved_reads", "moved_rereads"):
+                if line.startswith(f"walnut_worker_{name}_total{{"):
+                    counts[name] = counts.get(name, 0) + float(line.rsplit(" ", 1)[1])
         after = [] if args.no_load or not done_at else phase(
             listen, servers, args.keys, args.round, lambda n: n >= args.steady_rounds, walnut.pid)
         secs = done_at[0] - t0 if done_at else float("nan")
@@ -351,6 +356,9 @@ def main() -> None:
         f"Keys per server afterwards: {dbsizes} (sum {sum(dbsizes)}); of the "
         f"{dbsizes[2]} on the new server, {dbsizes[2] - int(st.get('moved') or 0)} were pulled by "
         "clients' requests (the rest by the migrator).",
+        f"Workers' counts: {', '.join(f'{k} {v:.0f}' for k, v in counts.items()) or 'none'} "
+        "(keys pulled by requests; GETs of moved keys read where the key is, and how many "
+        "of them went on to a second server).",
         f"Load average at the end: {os.getloadavg()[0]:.1f}.",
         "",
     ]
