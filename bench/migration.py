@@ -24,9 +24,10 @@ the reload to the migration's end, keys moved, keys per second.
 same run: 2 cluster-enabled redis-servers (CPU 1), the keys on one that
 serves every slot, then `redis-cli --cluster reshard` (pipeline 100) moves
 half the slots to the other; keys moved per second, next to walnut's.
---memcached runs walnut's migration over 3 memcacheds instead (with
---no-load only); the keys are loaded through walnut by a pipelined writer,
-whose keys/s are reported as memcached's write rate here.
+--memcached runs walnut's migration over 3 memcacheds instead; the keys
+are loaded through walnut by a pipelined writer, whose keys/s are
+reported as memcached's write rate here, and the load is bench/loadgen's
+mcload (gets only, 50 persistent connections, rounds of --round-seconds).
 
     python3 bench/migration.py [--keys 1000000] [--rate 100000] [--round 100000]
                                [--no-load] [--anchor] [--memcached]
@@ -48,7 +49,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from loads import redis_benchmark  # noqa: E402
+from loads import mcload, redis_benchmark  # noqa: E402
 from procs import (HOST, WALNUT, Proc, children_of, cpu_seconds, free_port, memcached,  # noqa: E402
                    redis_server)
 
@@ -95,16 +96,17 @@ def load_keys(port: int, keys: int) -> None:
         raise RuntimeError(out.stdout.decode()[-500:])
 
 
-def load_memcache(port: int, keys: int) -> float:
-    """`set key:%012d` with 100-byte values through walnut, pipelined (a
-    writer thread, the replies read as they come); keys per second."""
+def load_memcache(port: int, keys: int, name: bytes = b"key:%012d") -> float:
+    """`set key:%012d` (or `name`) with 100-byte values through walnut,
+    pipelined (a writer thread, the replies read as they come); keys per
+    second."""
     import threading
     val = b"v" * 100
     t = time.monotonic()
     with socket.create_connection((HOST, port), timeout=60) as s:
         def write() -> None:
             for base in range(0, keys, 10000):
-                s.sendall(b"".join(b"set key:%012d 0 0 100\r\n%s\r\n" % (i, val)
+                s.sendall(b"".join(b"set %s 0 0 100\r\n%s\r\n" % (name % i, val)
                                    for i in range(base, min(keys, base + 10000))))
         w = threading.Thread(target=write, daemon=True)
         w.start()
@@ -180,7 +182,7 @@ def reshard_anchor(work: Path, keys: int) -> dict:
 
 
 def phase(walnut_port: int, servers: list[Proc], keys: int, round_n: int,
-          until, walnut_pid: int) -> list[dict]:
+          until, walnut_pid: int, mc_seconds: float = 0.0) -> list[dict]:
     """Rounds of load until `until()` says stop; per round the client's
     figures, and the servers' and walnut's (master, workers, migrator)
     CPU per 1000 requests."""
@@ -190,7 +192,11 @@ def phase(walnut_port: int, servers: list[Proc], keys: int, round_n: int,
         ours = [walnut_pid] + children_of(walnut_pid)
         c0 = sum(cpu_seconds(pids).values())
         w0 = cpu_seconds(ours)
-        r = redis_benchmark(walnut_port, round_n, clients=50, test="get", keyspace=keys)
+        if mc_seconds:
+            r = mcload(walnut_port, mc_seconds, conns=50, get_ratio=1.0, keyspace=keys)
+        else:
+            r = redis_benchmark(walnut_port, round_n, clients=50, test="get", keyspace=keys)
+        round_n = r.get("requests", round_n) if mc_seconds else round_n
         c1 = sum(cpu_seconds(pids).values())
         # A migrator that ended during the round counts up to its last
         # reading before: it is gone from /proc.
@@ -234,11 +240,11 @@ def main() -> None:
     ap.add_argument("--anchor", action="store_true",
                     help="first, redis-cli --cluster reshard of the same keys (Redis only)")
     ap.add_argument("--memcached", action="store_true",
-                    help="3 memcacheds instead of redis-servers (with --no-load)")
+                    help="3 memcacheds instead of redis-servers")
+    ap.add_argument("--round-seconds", type=float, default=2.0,
+                    help="with --memcached: seconds per load round")
     ap.add_argument("--out", default=str(HERE / "results" / "migration-run.md"))
     args = ap.parse_args()
-    if args.memcached:
-        args.no_load = True
 
     work = Path(tempfile.mkdtemp(prefix="walnut-bench-mig-"))
     anchor = reshard_anchor(work, args.keys) if args.anchor else None
@@ -262,11 +268,15 @@ def main() -> None:
         if redis:
             load_keys(listen, args.keys)
         else:
-            load_rate = load_memcache(listen, args.keys)
+            # mcload's key names when it reads them.
+            load_rate = load_memcache(listen, args.keys,
+                                      b"key:%012d" if args.no_load else b"key:%010d")
         print(f"loaded {args.keys} keys in {time.monotonic() - t:.1f} s", flush=True)
 
+        mc_seconds = args.round_seconds if args.memcached else 0.0
         steady = [] if args.no_load else phase(listen, servers, args.keys, args.round,
-                                               lambda n: n >= args.steady_rounds, walnut.pid)
+                                               lambda n: n >= args.steady_rounds, walnut.pid,
+                                               mc_seconds)
         if steady:
             print(f"steady: p50 {med(steady, 'p50')} p99 {med(steady, 'p99')} ms", flush=True)
 
@@ -302,7 +312,8 @@ def main() -> None:
             cpu["servers"] = sum(cpu_seconds(pids).values()) - c0
             migrating = []
         else:
-            migrating = phase(listen, servers, args.keys, args.round, finished, walnut.pid)
+            migrating = phase(listen, servers, args.keys, args.round, finished, walnut.pid,
+                              mc_seconds)
         st = migration_state(adm)
         counts = {}
         for line in admin(adm, "metrics").splitlines():
@@ -310,7 +321,8 @@ def main() -> None:
                 if line.startswith(f"walnut_worker_{name}_total{{"):
                     counts[name] = counts.get(name, 0) + float(line.rsplit(" ", 1)[1])
         after = [] if args.no_load or not done_at else phase(
-            listen, servers, args.keys, args.round, lambda n: n >= args.steady_rounds, walnut.pid)
+            listen, servers, args.keys, args.round, lambda n: n >= args.steady_rounds, walnut.pid,
+            mc_seconds)
         secs = done_at[0] - t0 if done_at else float("nan")
         print(f"migration: {st}", flush=True)
         dbsizes = [int(cli(p, "dbsize")) if redis else curr_items(p) for p in ports]
@@ -325,9 +337,10 @@ def main() -> None:
         "# Online scale-out under load (bench/migration.py)",
         "",
         f"{args.keys} keys of 100 B on 2 {backend} behind walnut (2 workers); a reload adds a",
-        f"third server; `migration_rate: {args.rate}`. Load: redis-benchmark GET, 50 clients,",
-        f"{args.round} requests per round, uniformly over the key space (CPU 0; servers and",
-        "walnut on CPU 1). Medians over rounds.",
+        f"third server; `migration_rate: {args.rate}`. Load: "
+        + (f"mcload gets, 50 connections, rounds of {args.round_seconds} s,"
+           if args.memcached else f"redis-benchmark GET, 50 clients, {args.round} requests per round,"),
+        "uniformly over the key space (CPU 0; servers and walnut on CPU 1). Medians over rounds.",
         "",
         "| phase | rounds | rps | p50 ms | p99 ms | servers' CPU ms / 1k requests | walnut's CPU ms / 1k requests |",
         "|---|---|---|---|---|---|---|",

@@ -36,14 +36,7 @@ pub const MAX_TRYAGAIN: u8 = 50;
 const TRYAGAIN_DELAY: Duration = Duration::from_millis(20);
 /// Most servers (seeds and discovered nodes) of one cluster pool.
 const MAX_NODES: usize = 4096;
-/// An operation to parse the reply of a command of the proxy's own.
-pub(super) fn internal_op() -> Option<Op> {
-    let cmd = crate::proto::redis::Cmd::lookup(b"PING")?;
-    Some(Op::Redis(crate::proto::redis::RedisOp {
-        cmd,
-        class: cmd.class(),
-    }))
-}
+use crate::proto::redis::cluster::internal_op;
 
 /// A cluster pool's slot map and its refresh, kept by the pool: the key's
 /// node, the map taken from a `CLUSTER SLOTS` reply (nodes new to the pool

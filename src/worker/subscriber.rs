@@ -8,8 +8,7 @@
 
 use super::handle::ServerRef;
 use super::pool::PoolRt;
-use crate::proto::redis::{cluster, pubsub, reply, Cmd, RedisOp};
-use crate::proto::Op;
+use crate::proto::redis::{cluster, pubsub, reply};
 use std::time::Instant;
 
 /// A client's subscriptions.
@@ -50,15 +49,7 @@ type ServerSlot = (usize, u16);
 /// Which of a client's lists an UNSUBSCRIBE names.
 type Held = fn(&mut Subs) -> &mut Vec<Vec<u8>>;
 
-/// The operation a subscriber's server connections carry (SUBSCRIBE):
-/// how their frames are read and what they count as.
-pub fn subscribe_op() -> Option<Op> {
-    let cmd = Cmd::lookup(b"SUBSCRIBE")?;
-    Some(Op::Redis(RedisOp {
-        cmd,
-        class: cmd.class(),
-    }))
-}
+pub use crate::proto::redis::pubsub::subscribe_op;
 
 impl Subs {
     /// Nothing subscribed or being confirmed.

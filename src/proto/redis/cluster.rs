@@ -2,6 +2,18 @@
 //! reply, and the `-MOVED` / `-ASK` redirections.
 
 use super::resp::{value, Value};
+use super::{Cmd, RedisOp};
+use crate::proto::Op;
+
+/// An operation to parse the reply of a command of the proxy's own on a
+/// cluster node (`CLUSTER SLOTS`, `ASKING`): read as a PING's.
+pub fn internal_op() -> Option<Op> {
+    let cmd = Cmd::lookup(b"PING")?;
+    Some(Op::Redis(RedisOp {
+        cmd,
+        class: cmd.class(),
+    }))
+}
 
 /// Number of hash slots of a Redis Cluster.
 pub const SLOTS: usize = 16384;

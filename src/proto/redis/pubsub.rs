@@ -6,6 +6,18 @@
 use super::args::Args;
 use super::reply;
 use super::resp;
+use super::{Cmd, RedisOp};
+use crate::proto::Op;
+
+/// The operation a subscriber's server connections carry (SUBSCRIBE):
+/// how their frames are read and what they count as.
+pub fn subscribe_op() -> Option<Op> {
+    let cmd = Cmd::lookup(b"SUBSCRIBE")?;
+    Some(Op::Redis(RedisOp {
+        cmd,
+        class: cmd.class(),
+    }))
+}
 
 /// The command `name` with `args` (channels or patterns).
 pub fn command(name: &str, args: &[Vec<u8>]) -> Vec<u8> {
