@@ -556,7 +556,7 @@ impl Worker<'_> {
             if let Some(t) = self.pools[s.pool()].timeout() {
                 s.set_timer_armed(true);
                 let id = s.id();
-                self.arm_timer(now + t, st, id);
+                self.timers.arm(now + t, st, id);
             }
         }
         if q.first_out {

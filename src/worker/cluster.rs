@@ -262,7 +262,7 @@ impl Worker<'_> {
             frag,
             op,
         });
-        self.arm_timer(at, super::tokens::RETRY_TIMER, 0);
+        self.timers.arm(at, super::tokens::RETRY_TIMER, 0);
         true
     }
 

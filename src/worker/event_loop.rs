@@ -11,7 +11,6 @@ use super::{Control, Stop, Worker, FLUSH_ROUNDS};
 use crate::config::ListenerMode;
 use crate::stats::WorkerField;
 use mio::{Events, Interest, Token};
-use std::cmp::Reverse;
 use std::time::{Duration, Instant};
 
 /// When a stop began: what the loop remembers between passes.
@@ -47,7 +46,9 @@ impl Worker<'_> {
             let now = Instant::now();
             self.stats.tick();
             let control_ready = self.handle_events(&events, now);
-            self.fire_timers(now);
+            while let Some((token, id)) = self.timers.due(now) {
+                self.server_timer(token, id, now);
+            }
             self.resume_streams(now);
             self.cluster_maintain(now);
             self.sentinel_maintain(now);
@@ -79,8 +80,8 @@ impl Worker<'_> {
     /// How long the next wait may last: until the nearest timer, at most a
     /// second; not at all when output or reads are left from this pass.
     fn poll_timeout(&mut self) -> Option<Duration> {
-        let mut timeout = self.next_timer_wait();
         let now = Instant::now();
+        let mut timeout = Some(self.timers.wait(now));
         if let Some(held) = self.hold_deadlines.wait(now) {
             // Replies held for the rest of their batch leave by then.
             timeout = timeout.map(|t| t.min(held));
@@ -231,32 +232,6 @@ impl Worker<'_> {
                 let since = *stopping.graceful_since.get_or_insert(now);
                 self.close_idle_clients(now) || now.duration_since(since) > self.graceful_timeout
             }
-        }
-    }
-
-    fn next_timer_wait(&self) -> Option<Duration> {
-        let now = Instant::now();
-        let t = self
-            .timers
-            .peek()
-            .map(|Reverse((at, _, _))| at.saturating_duration_since(now));
-        // Wake at least once a second: heartbeat, graceful stop, control.
-        Some(t.map_or(Duration::from_secs(1), |d| d.min(Duration::from_secs(1))))
-    }
-
-    pub(super) fn arm_timer(&mut self, at: Instant, token: Token, id: u64) {
-        self.timers.push(Reverse((at, token.0, id)));
-    }
-
-    fn fire_timers(&mut self, now: Instant) {
-        while let Some(Reverse((at, _, _))) = self.timers.peek() {
-            if *at > now {
-                break;
-            }
-            let Some(Reverse((_, token, id))) = self.timers.pop() else {
-                break;
-            };
-            self.server_timer(Token(token), id, now);
         }
     }
 

@@ -150,7 +150,7 @@ impl Worker<'_> {
                 }
             }
             for (at, token, id) in arm {
-                self.arm_timer(at, token, id);
+                self.timers.arm(at, token, id);
             }
         }
     }

@@ -49,6 +49,7 @@ mod spool;
 mod stream;
 mod stream_reply;
 mod subscriber;
+mod timers;
 mod tokens;
 mod transaction;
 mod txn;
@@ -73,8 +74,6 @@ use crate::stats::WorkerField;
 use conn::Conn;
 use mio::{Interest, Poll, Token};
 use slab::Slab;
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
@@ -218,7 +217,7 @@ pub struct Worker<'a> {
     region: &'a Region,
     slot: usize,
     accept: AcceptPolicy<'a>,
-    timers: BinaryHeap<Reverse<(Instant, usize, u64)>>,
+    timers: timers::Timers,
     dirty_servers: Vec<Token>,
     dirty_clients: Vec<Token>,
     /// Connections paused by a stream's backpressure that may read again.
@@ -338,7 +337,7 @@ impl<'a> Worker<'a> {
             region: setup.region,
             slot: setup.slot,
             accept: AcceptPolicy::new(mode, setup.mutex, config.process.accept_mutex_delay_ms),
-            timers: BinaryHeap::new(),
+            timers: timers::Timers::default(),
             dirty_servers: Vec::new(),
             dirty_clients: Vec::new(),
             resume: Vec::new(),

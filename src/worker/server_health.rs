@@ -62,7 +62,7 @@ impl Worker<'_> {
         if s.moving_large() {
             // A large value is moving: no timeout while it does.
             s.set_timer_armed(true);
-            self.arm_timer(now + timeout, token, id);
+            self.timers.arm(now + timeout, token, id);
             return;
         }
         let Some(front) = s.inflight().front() else {
@@ -73,7 +73,7 @@ impl Worker<'_> {
             self.close_server(token, ServerFault::TimedOut, now);
         } else {
             s.set_timer_armed(true);
-            self.arm_timer(deadline, token, id);
+            self.timers.arm(deadline, token, id);
         }
     }
 
