@@ -360,7 +360,11 @@ impl Worker<'_> {
             return false;
         }
         let plan = p.route.plan(req);
-        if plan.target != crate::route::Target::Key || plan.replica_first {
+        if plan.target != crate::route::Target::Key
+            || plan.replica_first
+            || p.route.is_zoned()
+            || p.route.is_cluster()
+        {
             return false;
         }
         let Some(m) = p.migration.as_ref() else {
@@ -385,6 +389,16 @@ impl Worker<'_> {
         };
         self.stats
             .worker_add(crate::stats::WorkerField::MovedReads, 1);
+        // What routing a request does besides sending it
+        // (`dispatch_routed`): its key noted for the hot keys, its prefix
+        // route counted, its copy to a shadow pool.
+        self.note_key(pool, &pull.key);
+        if plan.count_routes {
+            self.count_routes(pool, req, bytes);
+        }
+        if let Some(shadow) = plan.shadow {
+            self.shadow_copy(shadow, req, bytes, now);
+        }
         if let Some(c) = self.conns.client_mut(token.0) {
             c.set_gate(Box::new(Gate {
                 req: req.clone(),
