@@ -585,3 +585,49 @@ def test_a_moved_keys_get_is_read_where_the_key_is(procs):
         direct[src].delete(f"{t}k")
         i = tags.index(t)
         assert r.get(f"{t}k") == f"old{i}".encode(), t
+
+
+def test_a_moved_keys_get_is_copied_to_the_shadow_pool(procs):
+    """A GET of a moved key read where the key is still does what routing
+    does besides sending: the shadow pool gets its copy."""
+    rds = [procs.redis() for _ in range(3)]
+    shadow = procs.redis()
+    port, shadow_port = free_port(), free_port()
+
+    def config(n: int) -> str:
+        return to_yaml({
+            "rd": redis_pool(rds[:n], listen=f"{HOST}:{port}", hash_tag="{}", migration=True,
+                             migration_rate=1, shadow="copy"),
+            "copy": redis_pool([shadow], listen=f"{HOST}:{shadow_port}"),
+            "_walnut": {"workers": 1},
+        })
+
+    p = Proxy("walnut", procs.workdir, {})
+    p.conf_path.write_text(config(2))
+    p.ports = {"rd": port, "copy": shadow_port}
+    procs.started.append(p)
+    p.start()
+    gen1 = wait_workers(p.pid, 1)
+    r = redis.Redis(host=HOST, port=port, protocol=2, socket_timeout=10, retry=Retry(NoBackoff(), 0))
+    tags = ["{" + tkey(i) + "}" for i in range(100)]
+    for i, t in enumerate(tags):
+        r.set(f"{t}k", f"v{i}")
+    p.conf_path.write_text(config(3))
+    p.signal(signal.SIGHUP)
+    wait_workers(p.pid, 1, exclude=gen1.values())
+    for pid in gen1.values():
+        wait_gone(pid, timeout=10)
+    wait_log(p.log_path, "keys whose owner changed are pulled")
+    direct = [redis.Redis(host=HOST, port=x.port) for x in rds]
+    moved = [t for t in tags if r.set(f"{t}probe", "1") and direct[2].exists(f"{t}probe")]
+    assert len(moved) >= 5, len(moved)
+    sh = redis.Redis(host=HOST, port=shadow.port)
+
+    def shadow_gets() -> int:
+        return int(sh.info("commandstats").get("cmdstat_get", {}).get("calls", 0))
+
+    before = shadow_gets()
+    for t in moved:
+        assert r.get(f"{t}k") == f"v{tags.index(t)}".encode(), t
+        assert not direct[2].exists(f"{t}k"), "read where it is: not pulled"
+    wait_until(lambda: shadow_gets() >= before + len(moved), 10, what="the GETs copied to the shadow")
