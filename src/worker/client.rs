@@ -3,9 +3,9 @@
 
 use super::conn::Origin;
 use super::conn::{Client, ClientRef, Conn, ConnTable, ReplySlot, Server, Waiter};
-use super::conn_state::AfterPull;
 use super::fault::ServerFault;
 use super::fleet_hold::FleetStep;
+use super::pull::AfterPull;
 use super::server_conn::Queued;
 use super::stream::StreamStart;
 use super::txn::TxnStep;

@@ -263,7 +263,7 @@ pub enum Waiter {
         /// Index of the key in the client's gate.
         idx: u32,
         /// Which step.
-        part: super::conn_state::PullPart,
+        part: super::pull::PullPart,
     },
 }
 

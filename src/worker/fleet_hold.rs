@@ -36,7 +36,8 @@
 //! is dropped at the next look (its id no longer matches).
 
 use super::conn::ConnTable;
-use super::conn_state::{AfterPull, Gate};
+use super::conn_state::Gate;
+use super::pull::AfterPull;
 use super::Worker;
 use crate::proto::Request;
 use crate::stats::WorkerField;
@@ -182,15 +183,7 @@ impl Worker<'_> {
             let id = self.conns.client(token.0).map(|c| c.id());
             match (id, self.conns.client_mut(token.0)) {
                 (Some(id), Some(c)) => {
-                    c.set_gate(Box::new(Gate {
-                        req: req.clone(),
-                        bytes: bytes.to_vec(),
-                        pulls: Vec::new(),
-                        left: 0,
-                        then,
-                        sent: false,
-                        read: None,
-                    }));
+                    c.set_gate(Box::new(Gate::held(req, bytes, then)));
                     self.fleet_holds.held.push(Held {
                         token,
                         id,

@@ -20,27 +20,27 @@
 //! (`read_where_it_is`): the migrator moves it, and the read costs a
 //! `GET` or two rather than a pull's five commands on two servers.
 //!
-//! A pull could cost one round trip with `MIGRATE` (the old owner sends
-//! the key itself; `migrate_command`), but it is not used: `MIGRATE`
-//! blocks its source until the target answers, and pulls in opposite
-//! directions between two servers (a weight change moves keys both ways)
-//! block both until its timeout (see `MigrationRt::new`). The migrator,
-//! one old server at a time, still uses it.
+//! A pull's steps (what each reply leads to) are decided by `Pulls`
+//! (`pull.rs`), without sockets; the worker here queues the commands it
+//! asks for and lets the request go when it says so (`pull_run`).
+//!
+//! A pull does not ask an old owner to send the key itself (`MIGRATE`):
+//! `MIGRATE` blocks its source until the target answers, and pulls in
+//! opposite directions between two servers (a weight change moves keys
+//! both ways) would block both until its timeout. The migrator, one old
+//! server at a time, uses it.
 //!
 //! An old owner that cannot be reached loses its keys (as in twemproxy);
 //! the request then goes on to the new owner.
 
-use super::conn::{Conn, ConnTable, ReplySlot, ReplyTo, Retry, Waiter};
-use super::conn_state::{AfterPull, Gate, Pull, PullPart};
+use super::conn::{ConnTable, ReplySlot, ReplyTo, Retry, Waiter};
+use super::conn_state::Gate;
 use super::pool::PoolRt;
+use super::pull::{follows_copies, AfterPull, Pull, PullPart, Pulls, Sends, Step};
 use super::server_rt::{server_rt, ServerRt};
 use super::Worker;
 use crate::config::PoolConfig;
 use crate::hash::{Placement, RingServer};
-use crate::migrate::commands::{
-    del, dump, mc_delete, mc_get, mc_store, migrate, pttl, restore, Target,
-};
-use crate::proto::redis::moving::{self as redis_moving, Migrated};
 use crate::proto::{Op, Parse, Protocol, Request, Route};
 use mio::Token;
 use std::time::Instant;
@@ -53,11 +53,6 @@ pub struct MigrationRt {
     /// (servers the pool no longer has are appended there, off the ring),
     /// and its number of replicas.
     olds: Vec<(Placement, Vec<usize>, usize)>,
-    /// Per server of the pool (its index), where an old owner's `MIGRATE`
-    /// sends a key to it; none for every server once one refused.
-    targets: Vec<Option<Target>>,
-    /// `MIGRATE`'s own timeout on the new owner (ms).
-    migrate_timeout: u64,
     /// Room for an old placement's owners of one key, reused
     /// (`moved_single`).
     scratch: Vec<usize>,
@@ -172,35 +167,9 @@ impl MigrationRt {
         );
         Some(Box::new(MigrationRt {
             olds: out,
-            // A pull never asks an old owner to MIGRATE: MIGRATE blocks its
-            // source until the target answers, so two pulls (or a pull and
-            // the migrator) moving keys in opposite directions between
-            // two servers, as a weight change does, block both servers
-            // until MIGRATE's timeout (a loaded full run saw both time out
-            // at once). Pulls go through the worker (DUMP, RESTORE, DEL),
-            // which never makes a server wait on another.
-            targets: vec![None; cfg.servers.len()],
-            migrate_timeout: cfg.timeout_ms.unwrap_or(1000).clamp(100, 5000),
             scratch: Vec::with_capacity(4),
             reads: vec![ReadOrder::default(); servers.len()],
         }))
-    }
-
-    /// The `MIGRATE` with which old owner `from` sends `key` to its one
-    /// new owner `news`, when it can.
-    fn migrate_command(&self, from: usize, key: &[u8], news: &[usize]) -> Option<Vec<u8>> {
-        let [to] = news else { return None };
-        if *to == from {
-            return None;
-        }
-        let target = self.targets.get(*to)?.as_ref()?;
-        Some(migrate(target, self.migrate_timeout, &[key]))
-    }
-
-    /// An old owner refused `MIGRATE` (not for a newer value): keys are
-    /// pulled through the worker from now on.
-    fn no_server_move(&mut self) {
-        self.targets.iter_mut().for_each(|t| *t = None);
     }
 
     /// Whether an earlier placement put `key` elsewhere than on `new`, its
@@ -293,19 +262,18 @@ impl Worker<'_> {
         let n = pulls.len();
         self.stats
             .worker_add(crate::stats::WorkerField::Pulled, n as u64);
+        let p = &self.pools[pool];
+        let follows = follows_copies(req, then, p.proto, &p.route);
+        let pulls = Pulls::new(pulls, p.proto, follows);
         if let Some(c) = self.conns.client_mut(token.0) {
-            c.set_gate(Box::new(Gate {
-                req: req.clone(),
-                bytes: bytes.to_vec(),
-                pulls,
-                left: n,
-                then,
-                sent: false,
-                read: None,
-            }));
+            c.set_gate(Box::new(Gate::pulling(req, bytes, pulls, then)));
         }
         for idx in 0..n {
-            self.pull_start(token, idx, now);
+            let Some(g) = self.conns.client_mut(token.0).and_then(|c| c.gate_mut()) else {
+                continue;
+            };
+            let step = g.pulls.start(idx);
+            self.pull_run(token, step, now);
         }
         true
     }
@@ -322,7 +290,7 @@ impl Worker<'_> {
     /// the new one never hold different values of a key: the new owner
     /// gets one only by a copy (never over a value it has), or by a write,
     /// and a write of a moved key runs only once its pull has deleted the
-    /// old copies (`pull_delete`). And a key leaves an old owner only once
+    /// old copies (`Pulls`, `pull.rs`). And a key leaves an old owner only once
     /// the new one has it, so a read that finds it on none of the old
     /// owners finds it on the new one, asked last.
     ///
@@ -339,7 +307,7 @@ impl Worker<'_> {
         let [pull] = pulls else {
             return false;
         };
-        let [new] = pull.news[..] else {
+        let [new] = pull.news()[..] else {
             return false;
         };
         let Some(c) = self.conns.client(token.0) else {
@@ -370,8 +338,8 @@ impl Worker<'_> {
         let Some(m) = p.migration.as_ref() else {
             return false;
         };
-        let order = m.reads.get(pull.olds[0]).copied().unwrap_or_default();
-        let servers = order.servers(&pull.olds, new);
+        let order = m.reads.get(pull.olds()[0]).copied().unwrap_or_default();
+        let servers = order.servers(pull.olds(), new);
         let first = servers[0];
         let proto = p.proto;
         let slot = ReplySlot {
@@ -400,15 +368,7 @@ impl Worker<'_> {
             self.shadow_copy(shadow, req, bytes, now);
         }
         if let Some(c) = self.conns.client_mut(token.0) {
-            c.set_gate(Box::new(Gate {
-                req: req.clone(),
-                bytes: Vec::new(),
-                pulls: Vec::new(),
-                left: 0,
-                then: AfterPull::Route,
-                sent: true,
-                read: Some(seq),
-            }));
+            c.set_gate(Box::new(Gate::reading(req, seq)));
         }
         self.send_or_fail(
             ReplyTo::new(token, id, Some(seq), None),
@@ -492,21 +452,90 @@ impl Worker<'_> {
                 return Vec::new();
             };
             let olds = m.old_owners(key, &news);
-            if !olds.is_empty() && !pulls.iter().any(|p: &Pull| p.key == key) {
-                pulls.push(Pull {
-                    key: key.to_vec(),
-                    olds,
-                    at: 0,
-                    news,
-                    stores: 0,
-                    deletes: 0,
-                    store_failed: false,
-                    dump: None,
-                    done: false,
-                });
+            if !olds.is_empty() && !pulls.iter().any(|p: &Pull| p.key() == key) {
+                pulls.push(Pull::new(key.to_vec(), olds, news));
             }
         }
         pulls
+    }
+
+    /// A reply to one of a pull's requests (`None`: the server could not
+    /// be reached): the pull says what follows.
+    pub(super) fn pull_reply(
+        &mut self,
+        token: Token,
+        id: u64,
+        idx: u32,
+        part: PullPart,
+        reply: Option<&[u8]>,
+        now: Instant,
+    ) {
+        let Some(c) = self.conns.client_mut(token.0) else {
+            return;
+        };
+        if c.id() != id {
+            return;
+        }
+        let Some(g) = c.gate_mut() else {
+            return;
+        };
+        let step = g.pulls.reply(idx as usize, part, reply);
+        self.pull_run(token, step, now);
+    }
+
+    /// Carry out what a held request's pulls said, and what that leads to
+    /// (a command that cannot be queued moves the pull on at once).
+    fn pull_run(&mut self, token: Token, mut step: Step, now: Instant) {
+        loop {
+            match step {
+                Step::Wait => return,
+                Step::Send(sends) => {
+                    let ok = self.pull_sends(token, &sends, now);
+                    let Some(g) = self.conns.client_mut(token.0).and_then(|c| c.gate_mut()) else {
+                        return;
+                    };
+                    step = g.pulls.sent(&sends, ok);
+                }
+                Step::Behind => {
+                    let Some(g) = self.conns.client(token.0).and_then(|c| c.gate()) else {
+                        return;
+                    };
+                    let (req, bytes) = (g.req.clone(), g.bytes.clone());
+                    self.dispatch_routed(token, req, &bytes, now);
+                    return;
+                }
+                Step::Release { sent } => {
+                    let Some(gate) = self.conns.client_mut(token.0).and_then(|c| c.take_gate())
+                    else {
+                        return;
+                    };
+                    let Gate {
+                        req, bytes, then, ..
+                    } = *gate;
+                    if !sent {
+                        self.go_on(token, req, &bytes, then, now);
+                    }
+                    // Parse what the client sent meanwhile.
+                    self.resume.push(token);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Queue a pull's commands on their servers: on how many servers all
+    /// went.
+    fn pull_sends(&mut self, token: Token, s: &Sends, now: Instant) -> usize {
+        let mut ok = 0;
+        for &server in &s.to {
+            if s.cmds
+                .iter()
+                .all(|(part, bytes)| self.pull_send(token, server, s.idx, *part, bytes, now))
+            {
+                ok += 1;
+            }
+        }
+        ok
     }
 
     /// Queue one of the proxy's own requests of a pull.
@@ -519,23 +548,6 @@ impl Worker<'_> {
         bytes: &[u8],
         now: Instant,
     ) -> bool {
-        self.pull_send_as(token, server, idx, part, bytes, bytes, now)
-    }
-
-    /// Queue `bytes` as one of a pull's requests, counted and routed to a
-    /// connection as `op_of` would be (a `MIGRATE`, which clients are
-    /// refused, goes as the `DUMP` of its key).
-    #[allow(clippy::too_many_arguments)]
-    fn pull_send_as(
-        &mut self,
-        token: Token,
-        server: usize,
-        idx: usize,
-        part: PullPart,
-        bytes: &[u8],
-        op_of: &[u8],
-        now: Instant,
-    ) -> bool {
         let Some(c) = self.conns.client(token.0) else {
             return false;
         };
@@ -546,7 +558,7 @@ impl Worker<'_> {
             max_keys: usize::MAX,
             pre_auth: false,
         };
-        let Ok(Parse::Done(r)) = proto.parse_request(op_of, &limits) else {
+        let Ok(Parse::Done(r)) = proto.parse_request(bytes, &limits) else {
             return false;
         };
         let slot = self.conn_slot(token, pool, server, id, r.op);
@@ -567,358 +579,6 @@ impl Worker<'_> {
             now,
         );
         true
-    }
-
-    /// Ask the old owner for the key (and its TTL).
-    fn pull_start(&mut self, token: Token, idx: usize, now: Instant) {
-        let Some((key, old, proto)) = self.pull_of(token, idx) else {
-            return;
-        };
-        let server_move = self.pull_migrate(token, idx, &key, old);
-        let sent = match (proto, server_move) {
-            (Protocol::Redis, Some(cmd)) => {
-                let dump = dump(&key);
-                self.pull_send_as(token, old, idx, PullPart::Migrate, &cmd, &dump, now)
-            }
-            (Protocol::Redis, None) => {
-                self.pull_send(token, old, idx, PullPart::Dump, &dump(&key), now)
-                    && self.pull_send(token, old, idx, PullPart::Ttl, &pttl(&key), now)
-            }
-            (Protocol::Memcache, _) => {
-                self.pull_send(token, old, idx, PullPart::Get, &mc_get(&key), now)
-            }
-        };
-        if !sent {
-            self.pull_done(token, idx, now);
-        }
-    }
-
-    /// The `MIGRATE` that moves pull `idx`'s key from `old`, when the
-    /// pool's servers can send it themselves.
-    fn pull_migrate(&self, token: Token, idx: usize, key: &[u8], old: usize) -> Option<Vec<u8>> {
-        let c = self.conns.client(token.0)?;
-        let news = &c.gate()?.pulls.get(idx)?.news;
-        self.pools[c.pool()]
-            .migration
-            .as_ref()?
-            .migrate_command(old, key, news)
-    }
-
-    fn pull_of(&self, token: Token, idx: usize) -> Option<(Vec<u8>, usize, Protocol)> {
-        let c = self.conns.client(token.0)?;
-        let p = c.gate()?.pulls.get(idx)?;
-        Some((
-            p.key.clone(),
-            *p.olds.get(p.at)?,
-            self.pools[c.pool()].proto,
-        ))
-    }
-
-    /// The key is not on the server asked: ask the next that may have it,
-    /// or, when none is left, let the request go on.
-    fn pull_next(&mut self, token: Token, idx: usize, now: Instant) {
-        let more = match self.conns.get_mut(token.0) {
-            Some(Conn::Client(c)) => match c.gate_mut().and_then(|g| g.pulls.get_mut(idx)) {
-                Some(p) if p.at + 1 < p.olds.len() => {
-                    p.at += 1;
-                    p.dump = None;
-                    true
-                }
-                _ => false,
-            },
-            _ => false,
-        };
-        if more {
-            self.pull_start(token, idx, now);
-        } else {
-            self.pull_done(token, idx, now);
-        }
-    }
-
-    /// A reply to one of a pull's requests (`None`: the server could not
-    /// be reached).
-    pub(super) fn pull_reply(
-        &mut self,
-        token: Token,
-        id: u64,
-        idx: u32,
-        part: PullPart,
-        reply: Option<&[u8]>,
-        now: Instant,
-    ) {
-        let idx = idx as usize;
-        let Some(c) = self.conns.client_mut(token.0) else {
-            return;
-        };
-        if c.id() != id {
-            return;
-        }
-        let Some(pull) = c.gate_mut().and_then(|g| g.pulls.get_mut(idx)) else {
-            return;
-        };
-        if pull.done {
-            return;
-        }
-        if part == PullPart::Delete {
-            // Answered or lost, the old copy is not waited for again (an
-            // old owner that cannot be reached loses its keys).
-            pull.deletes = pull.deletes.saturating_sub(1);
-            if pull.deletes == 0 {
-                self.pull_done(token, idx, now);
-            }
-            return;
-        }
-        let key = pull.key.clone();
-        let Some(reply) = reply else {
-            match part {
-                // A `DUMP` is always followed by its `PTTL` on the same
-                // connection: that one's outcome moves the pull on.
-                PullPart::Dump => {}
-                PullPart::Store => self.pull_stored(token, idx, false, now),
-                _ => self.pull_next(token, idx, now),
-            }
-            return;
-        };
-        match part {
-            PullPart::Dump => {
-                pull.dump = redis_moving::bulk_payload(reply).map(<[u8]>::to_vec);
-            }
-            PullPart::Ttl => {
-                let ttl = redis_moving::integer(reply).unwrap_or(-2);
-                let Some(payload) = pull.dump.take().filter(|_| ttl != -2) else {
-                    self.pull_next(token, idx, now);
-                    return;
-                };
-                self.pull_copy(token, idx, &restore(&key, ttl, &payload), now);
-            }
-            PullPart::Get => {
-                let Some(v) = crate::proto::memcache::moving::meta_value(reply) else {
-                    self.pull_next(token, idx, now);
-                    return;
-                };
-                let store = mc_store(&key, v.flags, v.ttl, v.value);
-                self.pull_copy(token, idx, &store, now);
-            }
-            PullPart::Store => self.pull_stored(token, idx, crate::proto::copied(reply), now),
-            PullPart::Migrate => self.pull_migrated(token, idx, reply, now),
-            PullPart::Delete => {}
-        }
-    }
-
-    /// The old owner answered its `MIGRATE`: moved (older copies on
-    /// earlier owners are deleted), not there (the next old owner is
-    /// asked), or the new owner had a newer value (this copy is deleted);
-    /// any other refusal turns `MIGRATE` off and pulls the key through.
-    fn pull_migrated(&mut self, token: Token, idx: usize, reply: &[u8], now: Instant) {
-        match redis_moving::migrated(reply) {
-            Migrated::NoKey => self.pull_next(token, idx, now),
-            Migrated::Moved => self.pull_finish_except_source(token, idx, now),
-            Migrated::Busy => self.pull_finish(token, idx, now),
-            Migrated::Refused => {
-                let Some(c) = self.conns.client(token.0) else {
-                    return;
-                };
-                let pool = &mut self.pools[c.pool()];
-                crate::log_notice!(
-                    "pool '{}': MIGRATE refused ({}): keys are pulled with DUMP/RESTORE instead",
-                    pool.cfg.name,
-                    String::from_utf8_lossy(reply).trim_end()
-                );
-                if let Some(m) = pool.migration.as_mut() {
-                    m.no_server_move();
-                }
-                self.pull_start(token, idx, now);
-            }
-        }
-    }
-
-    /// The key was found on one of its old owners: copy it (`store`) to
-    /// every new owner that is not that server.
-    fn pull_copy(&mut self, token: Token, idx: usize, store: &[u8], now: Instant) {
-        let Some(c) = self.conns.client(token.0) else {
-            return;
-        };
-        let Some(p) = c.gate().and_then(|g| g.pulls.get(idx)) else {
-            return;
-        };
-        let source = p.olds[p.at];
-        let targets: Vec<usize> = p.news.iter().copied().filter(|&n| n != source).collect();
-        let mut sent = 0;
-        let mut failed = false;
-        for t in targets {
-            if self.pull_send(token, t, idx, PullPart::Store, store, now) {
-                sent += 1;
-            } else {
-                failed = true;
-            }
-        }
-        if let Some(c) = self.conns.client_mut(token.0) {
-            if let Some(p) = c.gate_mut().and_then(|g| g.pulls.get_mut(idx)) {
-                p.stores = sent;
-                p.store_failed |= failed;
-            }
-        }
-        if sent == 0 {
-            self.pull_finish(token, idx, now);
-        } else {
-            self.send_behind_copies(token, now);
-        }
-    }
-
-    /// Once every key of a held request is either done or has its copies
-    /// queued on its new owners, the request can follow those copies on
-    /// the same connections without waiting for their answers: a server
-    /// runs one connection's commands in order, so the request finds the
-    /// key copied (or the newer value that refused the copy). That saves
-    /// the request a round trip. The old copies still go only once the
-    /// copies are answered (`pull_stored`), and the gate keeps the
-    /// client's next requests back until then, as before.
-    ///
-    /// Only for a request that only reads, and goes to its key's owner on
-    /// the client's usual connection (not a transaction's, a blocking
-    /// command's, a replica read's, a memcached binary request's). A write
-    /// waits until the old copies are deleted (`pull_delete`).
-    fn send_behind_copies(&mut self, token: Token, now: Instant) {
-        let Some(c) = self.conns.client(token.0) else {
-            return;
-        };
-        let pool = c.pool();
-        let Some(gate) = c.gate() else {
-            return;
-        };
-        if gate.sent
-            || gate.then != AfterPull::Route
-            || gate.req.route != Route::Single
-            || !gate.req.op.reads_only()
-            || !gate.pulls.iter().all(|p| p.done || p.stores > 0)
-        {
-            return;
-        }
-        let p = &self.pools[pool];
-        if p.proto.conn_class(gate.req.op) != 0 {
-            return;
-        }
-        let plan = p.route.plan(&gate.req);
-        if plan.target != crate::route::Target::Key || plan.replica_first {
-            return;
-        }
-        let (req, bytes) = (gate.req.clone(), gate.bytes.clone());
-        if let Some(g) = self.conns.client_mut(token.0).and_then(|c| c.gate_mut()) {
-            g.sent = true;
-        }
-        self.dispatch_routed(token, req, &bytes, now);
-    }
-
-    /// A new owner answered a copy (`ok`: it has the key now, copied or
-    /// newer); once all have, the pull finishes.
-    fn pull_stored(&mut self, token: Token, idx: usize, ok: bool, now: Instant) {
-        let Some(c) = self.conns.client_mut(token.0) else {
-            return;
-        };
-        let Some(p) = c.gate_mut().and_then(|g| g.pulls.get_mut(idx)) else {
-            return;
-        };
-        p.store_failed |= !ok;
-        p.stores = p.stores.saturating_sub(1);
-        if p.stores == 0 {
-            self.pull_finish(token, idx, now);
-        }
-    }
-
-    /// Only once every new owner has the key do the old copies go (from
-    /// servers that no longer own it): a new owner that is down must not
-    /// cost the key.
-    fn pull_finish(&mut self, token: Token, idx: usize, now: Instant) {
-        self.pull_delete(token, idx, false, now);
-    }
-
-    /// The old owner moved the key itself: the copies on other old owners
-    /// go, then the request.
-    fn pull_finish_except_source(&mut self, token: Token, idx: usize, now: Instant) {
-        self.pull_delete(token, idx, true, now);
-    }
-
-    /// The old copies deleted (not the one on the server the key came
-    /// from, when `moved` says it dropped it itself), and the pull done
-    /// once every delete is answered: a write of the key runs only then,
-    /// so an old owner never holds a value of the key other than the new
-    /// owner's (what `read_where_it_is` relies on).
-    fn pull_delete(&mut self, token: Token, idx: usize, moved: bool, now: Instant) {
-        let Some(c) = self.conns.client(token.0) else {
-            return;
-        };
-        let proto = self.pools[c.pool()].proto;
-        let Some(p) = c.gate().and_then(|g| g.pulls.get(idx)) else {
-            return;
-        };
-        if !p.store_failed {
-            let stale: Vec<usize> = p
-                .olds
-                .iter()
-                .copied()
-                .filter(|o| !(p.news.contains(o) || moved && *o == p.olds[p.at]))
-                .collect();
-            let del = match proto {
-                Protocol::Redis => del(&p.key),
-                Protocol::Memcache => mc_delete(&p.key),
-            };
-            let mut sent = 0;
-            for server in stale {
-                if self.pull_send(token, server, idx, PullPart::Delete, &del, now) {
-                    sent += 1;
-                }
-            }
-            if sent > 0 {
-                if let Some(p) = self
-                    .conns
-                    .client_mut(token.0)
-                    .and_then(|c| c.gate_mut())
-                    .and_then(|g| g.pulls.get_mut(idx))
-                {
-                    p.deletes = sent;
-                    return;
-                }
-            }
-        }
-        self.pull_done(token, idx, now);
-    }
-
-    /// One key is where it belongs (or lost): once every key of the held
-    /// request is, the request goes on, and the client is read again.
-    fn pull_done(&mut self, token: Token, idx: usize, now: Instant) {
-        let Some(c) = self.conns.client_mut(token.0) else {
-            return;
-        };
-        let Some(gate) = c.gate_mut() else {
-            return;
-        };
-        let Some(p) = gate.pulls.get_mut(idx) else {
-            return;
-        };
-        if p.done {
-            return;
-        }
-        p.done = true;
-        gate.left -= 1;
-        if gate.left > 0 {
-            self.send_behind_copies(token, now);
-            return;
-        }
-        let Some(gate) = c.take_gate() else {
-            return;
-        };
-        let Gate {
-            req,
-            bytes,
-            then,
-            sent,
-            ..
-        } = *gate;
-        if !sent {
-            self.go_on(token, req, &bytes, then, now);
-        }
-        // Parse what the client sent meanwhile.
-        self.resume.push(token);
     }
 
     /// A request that waited (for its keys' pulls, or for the fleet) goes

@@ -33,6 +33,7 @@ mod local;
 mod migrate;
 mod pool;
 mod pubsub;
+mod pull;
 mod read_batch;
 mod relay;
 mod replies;

@@ -16,8 +16,8 @@
 //! slot, and the keys must live on that node.
 
 use super::conn::{Conn, ConnTable, ReplySlot, ReplyTo, ServerRef, Waiter};
-use super::conn_state::AfterPull;
 use super::fleet_hold::FleetStep;
+use super::pull::AfterPull;
 use super::transaction::{self, Answer, Place, Txn};
 use super::Worker;
 use crate::proto::redis::txn;

@@ -1,7 +1,7 @@
 //! The replies of the commands that move one key between Redis servers
 //! (`DUMP` + `PTTL` on the old owner, `RESTORE` without `REPLACE` on the
-//! new one, or `MIGRATE` sent by the old owner): read by a worker pulling
-//! a key on demand and by a pool warming from another.
+//! new one): read by a worker pulling a key on demand and by a pool
+//! warming from another.
 
 /// A bulk reply's payload (a `DUMP`'s serialized value); `None` for a
 /// null (the key is not there) or another reply.
@@ -25,32 +25,6 @@ pub fn copied(reply: &[u8]) -> bool {
     reply.starts_with(b"+OK") || reply.starts_with(b"-BUSYKEY")
 }
 
-/// What the old owner's `MIGRATE` (without `REPLACE`) answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Migrated {
-    /// Sent, and deleted on the old owner (`+OK`).
-    Moved,
-    /// The old owner does not have the key (`+NOKEY`).
-    NoKey,
-    /// The new owner already had it (`BUSYKEY`): a newer value stays there.
-    Busy,
-    /// Any other answer: the old owner cannot or will not send it.
-    Refused,
-}
-
-/// Reads a `MIGRATE` reply.
-pub fn migrated(reply: &[u8]) -> Migrated {
-    if reply.starts_with(b"+NOKEY") {
-        Migrated::NoKey
-    } else if reply.starts_with(b"+") {
-        Migrated::Moved
-    } else if memchr::memmem::find(reply, b"BUSYKEY").is_some() {
-        Migrated::Busy
-    } else {
-        Migrated::Refused
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,26 +43,11 @@ mod tests {
     }
 
     #[test]
-    fn restore_and_migrate() {
+    fn restore() {
         assert!(copied(b"+OK\r\n"));
         assert!(copied(b"-BUSYKEY Target key name already exists.\r\n"));
         assert!(!copied(
             b"-ERR DUMP payload version or checksum are wrong\r\n"
         ));
-        assert_eq!(migrated(b"+OK\r\n"), Migrated::Moved);
-        assert_eq!(migrated(b"+NOKEY\r\n"), Migrated::NoKey);
-        assert_eq!(
-            migrated(b"-BUSYKEY Target key name already exists.\r\n"),
-            Migrated::Busy
-        );
-        assert_eq!(
-            migrated(b"-ERR Target instance replied with error: BUSYKEY x\r\n"),
-            Migrated::Busy
-        );
-        assert_eq!(
-            migrated(b"-ERR unknown command 'MIGRATE'\r\n"),
-            Migrated::Refused
-        );
-        assert_eq!(migrated(b"-IOERR error or timeout\r\n"), Migrated::Refused);
     }
 }
