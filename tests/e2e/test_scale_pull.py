@@ -370,29 +370,55 @@ def test_servers_change_under_load_without_a_miss(procs, change):
             assert on0[1] > on0[0], (name, on0)
 
 
-def crawling_pool(procs, workers: int):
+def crawling_pool(procs, workers: int, shadow=None):
     """walnut over the first 2 of 3 redis-servers, hash tags on, with a
     background migrator that crawls (`migration_rate: 1`, a key a second),
     so that after the third server is added the keys a test names are
-    pulled by its own requests. The servers, ``config(n)`` (the YAML over
-    the first n), the proxy, its first generation and a client that never
-    retries."""
+    pulled by its own requests (with ``shadow``, a redis-server, the pool
+    copies its requests to a pool ``copy`` over it). The servers,
+    ``config(n)`` (the YAML over the first n), the proxy, its first
+    generation and a client that never retries."""
     rds = [procs.redis() for _ in range(3)]
-    port = free_port()
+    port, shadow_port = free_port(), free_port()
 
     def config(n: int) -> str:
-        return to_yaml({"rd": redis_pool(rds[:n], listen=f"{HOST}:{port}", hash_tag="{}",
-                                         migration=True, migration_rate=1),
-                        "_walnut": {"workers": workers}})
+        pools = {"rd": redis_pool(rds[:n], listen=f"{HOST}:{port}", hash_tag="{}",
+                                  migration=True, migration_rate=1)}
+        if shadow:
+            pools["rd"]["shadow"] = "copy"
+            pools["copy"] = redis_pool([shadow], listen=f"{HOST}:{shadow_port}")
+        return to_yaml({**pools, "_walnut": {"workers": workers}})
 
     p = Proxy("walnut", procs.workdir, {})
     p.conf_path.write_text(config(2))
-    p.ports = {"rd": port}
+    p.ports = {"rd": port, **({"copy": shadow_port} if shadow else {})}
     procs.started.append(p)
     p.start()
     gen1 = wait_workers(p.pid, workers)
     r = redis.Redis(host=HOST, port=port, protocol=2, socket_timeout=10, retry=Retry(NoBackoff(), 0))
     return rds, config, p, gen1, r
+
+
+def grown_to_three(p: Proxy, config, gen1: dict, r: redis.Redis, rds, tags: list[str]) -> list[str]:
+    """Reload ``p`` onto all 3 servers (``config(3)``), wait for its new
+    generation, and return the tags whose keys the added server now owns
+    (a key never written before, in each tag, is placed there: nothing to
+    pull, it goes straight to its owner, and only one holds it)."""
+    p.conf_path.write_text(config(3))
+    p.signal(signal.SIGHUP)
+    wait_workers(p.pid, len(gen1), exclude=gen1.values())
+    for pid in gen1.values():
+        wait_gone(pid, timeout=10)
+    wait_log(p.log_path, "keys whose owner changed are pulled")
+    direct = [redis.Redis(host=HOST, port=x.port) for x in rds]
+    moved = []
+    for t in tags:
+        assert r.set(f"{t}probe", "1") is True
+        owners = [i for i, d in enumerate(direct) if d.exists(f"{t}probe")]
+        assert len(owners) == 1, (t, owners)
+        if owners[0] == 2:
+            moved.append(t)
+    return moved
 
 
 def test_every_key_of_a_multi_key_command_is_pulled(procs):
@@ -469,22 +495,8 @@ def test_a_pulled_keys_request_runs_behind_its_copy(procs):
     for i, t in enumerate(tags):
         r.set(f"{t}k", f"old{i}", ex=500 if i % 2 else None)
         r.set(f"{t}p", f"p{i}")
-    p.conf_path.write_text(config(3))
-    p.signal(signal.SIGHUP)
-    wait_workers(p.pid, 1, exclude=gen1.values())
-    for pid in gen1.values():
-        wait_gone(pid, timeout=10)
-    wait_log(p.log_path, "keys whose owner changed are pulled")
+    moved = grown_to_three(p, config, gen1, r, rds, tags)
     direct = [redis.Redis(host=HOST, port=x.port) for x in rds]
-    # A key never written before, in each tag, shows the tag's new owner
-    # (nothing to pull: it goes straight there).
-    moved = []
-    for t in tags:
-        assert r.set(f"{t}probe", "1") is True
-        owners = [i for i, d in enumerate(direct) if d.exists(f"{t}probe")]
-        assert len(owners) == 1, (t, owners)
-        if owners[0] == 2:
-            moved.append(t)
     assert len(moved) >= 10, len(moved)
     # Half of the moved keys get a newer value on their new owner, written
     # there directly (as another client's write through another proxy).
@@ -525,18 +537,8 @@ def test_a_moved_keys_get_is_read_where_the_key_is(procs):
         r.set(f"{t}w", f"w{i}")
         r.set(f"{t}d", f"d{i}")
         r.set(f"{t}q", f"q{i}")
-    p.conf_path.write_text(config(3))
-    p.signal(signal.SIGHUP)
-    wait_workers(p.pid, 1, exclude=gen1.values())
-    for pid in gen1.values():
-        wait_gone(pid, timeout=10)
-    wait_log(p.log_path, "keys whose owner changed are pulled")
+    moved = grown_to_three(p, config, gen1, r, rds, tags)
     direct = [redis.Redis(host=HOST, port=x.port) for x in rds]
-    moved = []
-    for t in tags:
-        assert r.set(f"{t}probe", "1") is True
-        if direct[2].exists(f"{t}probe"):
-            moved.append(t)
     assert len(moved) >= 10, len(moved)
 
     def owners(key: str) -> list[int]:
@@ -590,36 +592,13 @@ def test_a_moved_keys_get_is_read_where_the_key_is(procs):
 def test_a_moved_keys_get_is_copied_to_the_shadow_pool(procs):
     """A GET of a moved key read where the key is still does what routing
     does besides sending: the shadow pool gets its copy."""
-    rds = [procs.redis() for _ in range(3)]
     shadow = procs.redis()
-    port, shadow_port = free_port(), free_port()
-
-    def config(n: int) -> str:
-        return to_yaml({
-            "rd": redis_pool(rds[:n], listen=f"{HOST}:{port}", hash_tag="{}", migration=True,
-                             migration_rate=1, shadow="copy"),
-            "copy": redis_pool([shadow], listen=f"{HOST}:{shadow_port}"),
-            "_walnut": {"workers": 1},
-        })
-
-    p = Proxy("walnut", procs.workdir, {})
-    p.conf_path.write_text(config(2))
-    p.ports = {"rd": port, "copy": shadow_port}
-    procs.started.append(p)
-    p.start()
-    gen1 = wait_workers(p.pid, 1)
-    r = redis.Redis(host=HOST, port=port, protocol=2, socket_timeout=10, retry=Retry(NoBackoff(), 0))
+    rds, config, p, gen1, r = crawling_pool(procs, workers=1, shadow=shadow)
     tags = ["{" + tkey(i) + "}" for i in range(100)]
     for i, t in enumerate(tags):
         r.set(f"{t}k", f"v{i}")
-    p.conf_path.write_text(config(3))
-    p.signal(signal.SIGHUP)
-    wait_workers(p.pid, 1, exclude=gen1.values())
-    for pid in gen1.values():
-        wait_gone(pid, timeout=10)
-    wait_log(p.log_path, "keys whose owner changed are pulled")
+    moved = grown_to_three(p, config, gen1, r, rds, tags)
     direct = [redis.Redis(host=HOST, port=x.port) for x in rds]
-    moved = [t for t in tags if r.set(f"{t}probe", "1") and direct[2].exists(f"{t}probe")]
     assert len(moved) >= 5, len(moved)
     sh = redis.Redis(host=HOST, port=shadow.port)
 
