@@ -72,6 +72,18 @@ pub struct Retry {
     pub on_miss: bool,
 }
 
+impl Retry {
+    /// For a read of a moved key (`on_miss`, servers in `ReadOrder`'s
+    /// order: the new owner last), the key's newest old owner and whether
+    /// the server that answered was the new owner.
+    pub fn found_at(&self) -> Option<(usize, bool)> {
+        let new = *self.replicas.last()?;
+        let old = self.replicas.iter().copied().find(|&s| s != new)?;
+        let from = self.replicas.get(self.next.checked_sub(1)?)?;
+        Some((old, *from == new))
+    }
+}
+
 /// How a request split across servers is answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MultiMode {

@@ -382,17 +382,21 @@ impl Worker<'_> {
     }
 
     /// The read of a moved key in the client's slot `seq` has its answer
-    /// (`found`: a value, with the key's newest old owner and whether the
-    /// new owner had it; `None`: a miss everywhere, or an error): the
-    /// client goes on, and where the key was is counted for the next
+    /// (`found`: a value, not a miss everywhere or an error): the client
+    /// goes on, and where the key was found is counted for the next
     /// reads' order.
-    pub(super) fn read_settled(&mut self, token: Token, seq: u64, found: Option<(usize, bool)>) {
+    pub(super) fn read_settled(&mut self, token: Token, seq: u64, found: bool) {
         let Some(c) = self.conns.client_mut(token.0) else {
             return;
         };
         if c.gate().is_none_or(|g| g.read != Some(seq)) {
             return;
         }
+        let found = c
+            .slot_mut(seq)
+            .and_then(|s| s.retry.as_ref())
+            .and_then(|r| r.found_at())
+            .filter(|_| found);
         c.take_gate();
         let pool = c.pool();
         // Parse what the client sent meanwhile, if it did: a client that

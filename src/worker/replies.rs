@@ -88,19 +88,7 @@ impl Worker<'_> {
         }
         if moved_read {
             let found = !(answer.is_error || self.pools[at.pool].proto.is_miss(&answer.reply));
-            // The new owner is the last server asked; the newest old
-            // owner the first other one.
-            let at = self
-                .conns
-                .client_mut(token.0)
-                .and_then(|c| c.slot_mut(seq))
-                .and_then(|s| s.retry.as_ref())
-                .and_then(|r| {
-                    let new = *r.replicas.last()?;
-                    let old = r.replicas.iter().copied().find(|&s| s != new)?;
-                    Some((old, r.replicas.get(r.next.wrapping_sub(1)) == Some(&new)))
-                });
-            self.read_settled(token, seq, at.filter(|_| found));
+            self.read_settled(token, seq, found);
         }
         if let Some(fi) =
             frag.filter(|_| self.pools[at.pool].route.is_zoned() && (unreachable || is_error))
