@@ -47,7 +47,7 @@ impl Worker<'_> {
                 .blocked()
                 .iter()
                 .copied()
-                .filter(|&r| self.server_ref(r).is_some())
+                .filter(|&r| self.conns.server_ref(r).is_some())
                 .collect(),
             _ => Vec::new(),
         };

@@ -2,7 +2,7 @@
 //! order, write.
 
 use super::conn::Origin;
-use super::conn::{Client, ClientRef, Conn, ConnTable, ReplySlot, Server, Waiter};
+use super::conn::{Conn, ConnTable, ReplySlot, Server, Waiter};
 use super::fault::ServerFault;
 use super::fleet_hold::FleetStep;
 use super::pull::AfterPull;
@@ -17,27 +17,7 @@ use std::io::{ErrorKind, Write};
 use std::os::fd::AsRawFd;
 use std::time::Instant;
 
-/// [`Worker::client_ref`], to change it: a borrow of the connections
-/// alone, so the worker's other fields (its buffer pool) stay usable.
-#[inline]
-pub(super) fn client_ref_mut(conns: &mut slab::Slab<Conn>, r: ClientRef) -> Option<&mut Client> {
-    match conns.get_mut(r.token.0) {
-        Some(Conn::Client(c)) if c.id() == r.id => Some(&mut **c),
-        _ => None,
-    }
-}
-
 impl Worker<'_> {
-    /// The client `r` names, if it is still connected (its token was not
-    /// reused by a later client since).
-    #[inline]
-    pub(super) fn client_ref(&self, r: ClientRef) -> Option<&Client> {
-        match self.conns.get(r.token.0) {
-            Some(Conn::Client(c)) if c.id() == r.id => Some(c),
-            _ => None,
-        }
-    }
-
     /// Read what the client sent. `hup`: the peer also closed its side, so
     /// read on to the end of the stream even after a short read.
     pub(super) fn read_client(&mut self, token: Token, now: Instant, hup: bool) {
@@ -117,7 +97,11 @@ impl Worker<'_> {
                 self.close_client(token, true);
                 return;
             }
-            if c.is_eof() && c.blocked().iter().any(|&r| self.server_ref(r).is_some()) {
+            if c.is_eof()
+                && c.blocked()
+                    .iter()
+                    .any(|&r| self.conns.server_ref(r).is_some())
+            {
                 // Gone while blocked (a BLPOP ... 0 may never be answered):
                 // its blocked server connections go with it.
                 self.close_client(token, false);
@@ -733,7 +717,7 @@ impl Worker<'_> {
         self.pubsub_close(c.take_subs());
         // Blocked requests end with their client: their connections go.
         for r in c.take_blocked() {
-            if self.server_ref(r).is_some() {
+            if self.conns.server_ref(r).is_some() {
                 self.retire_server(r.token);
             }
         }

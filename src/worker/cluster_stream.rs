@@ -222,7 +222,7 @@ impl Worker<'_> {
         else {
             return;
         };
-        if self.server_ref(r).is_some_and(|s| s.feed().is_some()) {
+        if self.conns.server_ref(r).is_some_and(|s| s.feed().is_some()) {
             self.abort_server_stream(r.token, r.id, ServerFault::HalfResentClientLeft);
         }
     }

@@ -167,6 +167,19 @@ pub struct ReqStream {
     pub held: Option<Box<Spool>>,
 }
 
+impl ReqStream {
+    /// The server connection `lost` closed: if this request streams to
+    /// it, the rest of the request is dropped as it arrives. Whether the
+    /// client was paused for that connection and must read again.
+    pub fn server_lost(&mut self, lost: ServerRef) -> bool {
+        if self.server != Some(lost) {
+            return false;
+        }
+        self.server = None;
+        std::mem::take(&mut self.blocked)
+    }
+}
+
 /// An MSET with a large value, sent as one `MSET key value` per pair as
 /// the pairs arrive; its reply joins theirs (a `Multi`, one fragment per
 /// pair).
@@ -398,6 +411,32 @@ pub trait ConnTable {
     fn server(&self, i: usize) -> Option<&Server>;
     /// The server connection at `i`, to change.
     fn server_mut(&mut self, i: usize) -> Option<&mut Server>;
+
+    /// The client `r` names, if it is still connected (its token was not
+    /// reused by a later client since).
+    #[inline]
+    fn client_ref(&self, r: ClientRef) -> Option<&Client> {
+        self.client(r.token.0).filter(|c| c.id() == r.id)
+    }
+
+    /// [`ConnTable::client_ref`], to change it.
+    #[inline]
+    fn client_ref_mut(&mut self, r: ClientRef) -> Option<&mut Client> {
+        self.client_mut(r.token.0).filter(|c| c.id() == r.id)
+    }
+
+    /// The server connection `r` names, if it is still open (its token
+    /// was not reused by another connection since).
+    #[inline]
+    fn server_ref(&self, r: ServerRef) -> Option<&Server> {
+        self.server(r.token.0).filter(|s| s.id() == r.id)
+    }
+
+    /// [`ConnTable::server_ref`], to change it.
+    #[inline]
+    fn server_ref_mut(&mut self, r: ServerRef) -> Option<&mut Server> {
+        self.server_mut(r.token.0).filter(|s| s.id() == r.id)
+    }
 }
 
 impl ConnTable for slab::Slab<Conn> {

@@ -51,6 +51,22 @@ pub struct PoolRt {
 }
 
 impl PoolRt {
+    /// What a new connection to `server` in `slot` sends before any
+    /// client request (Redis: AUTH, SELECT and, on a RESP3 slot,
+    /// `HELLO 3`; memcached: nothing).
+    pub(super) fn handshake(&self, server: usize, slot: usize) -> Vec<(crate::proto::Op, Vec<u8>)> {
+        if !self.cfg.redis {
+            return Vec::new();
+        }
+        crate::proto::redis::handshake::handshake(&crate::proto::redis::handshake::ServerSetup {
+            password: self.cfg.redis_auth.as_deref(),
+            user: self.cfg.security.redis_auth_user.as_deref(),
+            db: self.cfg.redis_db,
+            read_replicas: self.cfg.cluster_read_replicas,
+            resp3: self.servers[server].slot_is_resp3(slot),
+        })
+    }
+
     /// Build the runtime pool from its configuration; `olds`: the same
     /// pool in earlier configurations whose migration has not ended
     /// (newest first; empty when the pool does not migrate).

@@ -123,7 +123,7 @@ impl Worker<'_> {
         now: Instant,
     ) -> Option<Token> {
         if let Some(r) = subs.conn(server) {
-            if self.server_ref(r).is_some() {
+            if self.conns.server_ref(r).is_some() {
                 return Some(r.token);
             }
         }
@@ -198,7 +198,7 @@ impl Worker<'_> {
     /// Close the push connections of `subs` (the client leaves).
     pub(super) fn pubsub_close(&mut self, subs: Option<Box<Subs>>) {
         for (_, r) in subs.map(|s| s.conns).unwrap_or_default() {
-            if self.server_ref(r).is_some() {
+            if self.conns.server_ref(r).is_some() {
                 self.retire_server(r.token);
             }
         }

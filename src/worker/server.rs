@@ -3,7 +3,7 @@
 //! their requests in `server_reply.rs`).
 
 use super::conn::{Conn, ConnTable, Server, ServerRef, Waiter};
-use super::fault::{Ending, IoFault, ServerFault};
+use super::fault::{IoFault, ServerFault};
 use super::{Worker, READ_BUDGET, READ_CHUNK};
 use crate::stats::{PoolField, ServerField, WorkerField};
 use mio::{Interest, Token};
@@ -11,25 +11,6 @@ use std::io::{ErrorKind, Write};
 use std::time::Instant;
 
 impl Worker<'_> {
-    /// The server connection `r` names, if it is still open (its token
-    /// was not reused by another connection since).
-    #[inline]
-    pub(super) fn server_ref(&self, r: ServerRef) -> Option<&Server> {
-        match self.conns.get(r.token.0) {
-            Some(Conn::Server(s)) if s.id() == r.id => Some(s),
-            _ => None,
-        }
-    }
-
-    /// [`Worker::server_ref`], to change it.
-    #[inline]
-    pub(super) fn server_ref_mut(&mut self, r: ServerRef) -> Option<&mut Server> {
-        match self.conns.get_mut(r.token.0) {
-            Some(Conn::Server(s)) if s.id() == r.id => Some(s),
-            _ => None,
-        }
-    }
-
     /// The open connection in slot `slot` of a server, connecting if needed.
     pub(super) fn server_conn(
         &mut self,
@@ -83,22 +64,8 @@ impl Worker<'_> {
     /// A server connection leaves the worker: its connection slot is freed
     /// and its queues leave the server's gauges.
     fn forget_server(&mut self, token: Token, s: &mut super::conn::Server) {
-        count_queued(&self.stats, s);
-        let (pool, server, slot) = (s.pool(), s.server(), s.slot());
-        let (unsent, unsent_bytes, sent, sent_bytes) = s.queue_gauges();
-        if self.pools[pool].servers[server].conns[slot] == Some(token) {
-            self.pools[pool].servers[server].conns[slot] = None;
-        }
-        self.stats
-            .server_sub(pool, server, ServerField::ServerConnections, 1);
-        self.stats
-            .server_sub(pool, server, ServerField::InQueue, unsent);
-        self.stats
-            .server_sub(pool, server, ServerField::InQueueBytes, unsent_bytes);
-        self.stats
-            .server_sub(pool, server, ServerField::OutQueue, sent);
-        self.stats
-            .server_sub(pool, server, ServerField::OutQueueBytes, sent_bytes);
+        s.leave_gauges(&self.stats);
+        self.pools[s.pool()].servers[s.server()].forget_conn(s.slot(), token);
     }
 
     /// The connection in `slot` to a server, opened if there is none (or
@@ -176,36 +143,9 @@ impl Worker<'_> {
         self.stats
             .server_add(pool, server, ServerField::ServerConnections, 1);
         self.stats.worker_add(WorkerField::ServerConnects, 1);
-        self.server_handshake(token, pool, server, slot, now);
-        Ok(token)
-    }
-
-    /// Redis: AUTH, SELECT and, on a RESP3 slot, `HELLO 3` before any
-    /// client request uses the connection.
-    fn server_handshake(
-        &mut self,
-        token: Token,
-        pool: usize,
-        server: usize,
-        slot: usize,
-        now: Instant,
-    ) {
-        if !self.pools[pool].cfg.redis {
-            return;
-        }
-        let steps = {
-            let p = &self.pools[pool];
-            crate::proto::redis::handshake::handshake(
-                &crate::proto::redis::handshake::ServerSetup {
-                    password: p.cfg.redis_auth.as_deref(),
-                    user: p.cfg.security.redis_auth_user.as_deref(),
-                    db: p.cfg.redis_db,
-                    read_replicas: p.cfg.cluster_read_replicas,
-                    resp3: p.servers[server].slot_is_resp3(slot),
-                },
-            )
-        };
-        for (op, bytes) in steps {
+        // Redis: AUTH, SELECT and, on a RESP3 slot, `HELLO 3` before any
+        // client request uses the connection.
+        for (op, bytes) in self.pools[pool].handshake(server, slot) {
             self.enqueue(
                 token,
                 Some(Waiter::Internal),
@@ -214,6 +154,7 @@ impl Worker<'_> {
                 now,
             );
         }
+        Ok(token)
     }
 
     pub(super) fn server_writable(&mut self, token: Token, now: Instant) {
@@ -263,7 +204,7 @@ impl Worker<'_> {
     pub(super) fn count_queued_all(&mut self) {
         for t in std::mem::take(&mut self.counting) {
             if let Some(s) = self.conns.server_mut(t.0) {
-                count_queued(&self.stats, s);
+                s.count_queued(&self.stats);
             }
         }
     }
@@ -286,17 +227,8 @@ impl Worker<'_> {
             return;
         }
         let streaming = s.stream().is_some();
-        count_queued(&self.stats, s);
-        if let Some((n, b)) = s.all_written() {
-            let (pool, server) = (s.pool(), s.server());
-            self.stats.server_sub(pool, server, ServerField::InQueue, n);
-            self.stats
-                .server_sub(pool, server, ServerField::InQueueBytes, b);
-            self.stats
-                .server_add(pool, server, ServerField::OutQueue, n);
-            self.stats
-                .server_add(pool, server, ServerField::OutQueueBytes, b);
-        }
+        s.count_queued(&self.stats);
+        s.count_written(&self.stats);
         if streaming {
             self.server_drained(token);
         }
@@ -366,7 +298,14 @@ impl Worker<'_> {
         let _ = self.poll.registry().deregister(s.sock_mut());
         let (pool, server) = (s.pool(), s.server());
         if let Some(ss) = s.set_stream(None) {
-            self.stream_lost(token, s.id(), ss.client, ss.client_id);
+            // The rest of the request it streamed is dropped as it
+            // arrives (its reply is the connection's error below).
+            let lost = ServerRef::new(token, s.id());
+            if let Some(c) = self.conns.client_mut(ss.client.0) {
+                if c.id() == ss.client_id && c.stream_mut().is_some_and(|rs| rs.server_lost(lost)) {
+                    self.resume.push(ss.client);
+                }
+            }
         }
         // The client that got part of a streamed reply cannot be answered
         // (one that got none of it gets the error below).
@@ -378,7 +317,7 @@ impl Worker<'_> {
         if let Some(sub) = s.push_to() {
             // Its subscriptions there are gone: the subscriber is told by
             // its connection closing, as by a Redis of its own.
-            if self.client_ref(sub).is_some() {
+            if self.conns.client_ref(sub).is_some() {
                 crate::log_info!(
                     "pool '{}': server '{}' lost under a subscriber: closing it",
                     self.pools[pool].cfg.name,
@@ -387,7 +326,14 @@ impl Worker<'_> {
                 self.close_client(sub.token, true);
             }
         }
-        self.count_ending(pool, server, &fault, s.inflight().len(), now);
+        self.pools[pool].connection_ended(
+            pool,
+            server,
+            &fault,
+            s.inflight().len(),
+            now,
+            &self.stats,
+        );
         let proto = self.pools[pool].proto;
         for f in s.take_inflight() {
             if matches!(f.waiter, Waiter::SlotMap) {
@@ -413,7 +359,7 @@ impl Worker<'_> {
             }
         }
         if let Some(client) = half_answered {
-            if self.client_ref(client).is_some() {
+            if self.conns.client_ref(client).is_some() {
                 self.close_client(client.token, true);
             }
         }
@@ -421,83 +367,4 @@ impl Worker<'_> {
             self.txn_lost(ct, token, s.id());
         }
     }
-
-    /// The server connection a client streams a request to is gone: the
-    /// rest of the request is dropped as it arrives (its reply is the
-    /// connection's error), and a client paused for it reads again.
-    fn stream_lost(&mut self, token: Token, sid: u64, ct: Token, cid: u64) {
-        let Some(c) = self.conns.client_mut(ct.0) else {
-            return;
-        };
-        if c.id() != cid {
-            return;
-        }
-        if let Some(rs) = c
-            .stream_mut()
-            .filter(|rs| rs.server == Some(ServerRef::new(token, sid)))
-        {
-            rs.server = None;
-            if rs.blocked {
-                rs.blocked = false;
-                self.resume.push(ct);
-            }
-        }
-    }
-
-    /// A closed server connection in the counters and the log; a failure
-    /// of the server's own (not an idle connection it ended) counts towards
-    /// its ejection, and in a cluster pool the slot map is asked again.
-    fn count_ending(
-        &mut self,
-        pool: usize,
-        server: usize,
-        fault: &ServerFault,
-        waiting: usize,
-        now: Instant,
-    ) {
-        let how = fault.ending();
-        let field = match how {
-            Ending::Eof => ServerField::ServerEof,
-            Ending::Error => ServerField::ServerErr,
-            Ending::Timeout => ServerField::ServerTimedout,
-        };
-        self.stats.server_add(pool, server, field, 1);
-        if how == Ending::Eof && waiting == 0 {
-            return;
-        }
-        let level = if fault.is_tls() {
-            crate::log::level::WARN
-        } else {
-            crate::log::level::INFO
-        };
-        crate::log::write(
-            level,
-            format_args!(
-                "pool '{}': server '{}' closed: {} ({} requests failed)",
-                self.pools[pool].cfg.name, self.pools[pool].servers[server].name, fault, waiting
-            ),
-        );
-        if fault.is_fault() {
-            self.pools[pool].note_failure(pool, server, now, fault, &self.stats);
-        }
-        if self.pools[pool].cluster.is_some() {
-            self.pools[pool].cluster_node_failed();
-        }
-    }
-}
-
-/// Add the requests queued on `s` since the last count to the shared
-/// counters (requests and request bytes, the in_queue gauges). Counting once
-/// per pass and connection, not per request, keeps a pipelined batch from
-/// writing the same four shared words once per request; readers see them
-/// at most one pass of the loop late.
-fn count_queued(stats: &crate::stats::shm::StatsSlot<'_>, s: &mut Server) {
-    let Some((n, b)) = s.take_uncounted() else {
-        return;
-    };
-    let (pool, server) = (s.pool(), s.server());
-    stats.server_add(pool, server, ServerField::Requests, n);
-    stats.server_add(pool, server, ServerField::RequestBytes, b);
-    stats.server_add(pool, server, ServerField::InQueue, n);
-    stats.server_add(pool, server, ServerField::InQueueBytes, b);
 }

@@ -10,6 +10,8 @@ use super::conn::{ClientRef, Feed, Inflight, RepStream, SrvStream, Waiter};
 use super::spool::Spool;
 use crate::net::Stream;
 use crate::proto::Op;
+use crate::stats::shm::StatsSlot;
+use crate::stats::ServerField;
 use mio::Token;
 use std::collections::VecDeque;
 use std::io::{self, ErrorKind, Write};
@@ -459,7 +461,7 @@ impl Server {
     /// The output was written whole: the unsent requests are now sent
     /// (the requests and bytes moved, none when nothing was unsent).
     #[inline]
-    pub fn all_written(&mut self) -> Option<Moved> {
+    fn all_written(&mut self) -> Option<Moved> {
         if !self.wbuf.is_empty() || (self.unsent == 0 && self.unsent_bytes == 0) {
             return None;
         }
@@ -473,7 +475,7 @@ impl Server {
 
     /// The requests and bytes queued since the last count, now counted.
     #[inline]
-    pub fn take_uncounted(&mut self) -> Option<Moved> {
+    fn take_uncounted(&mut self) -> Option<Moved> {
         if self.uncounted == 0 && self.uncounted_bytes == 0 {
             return None;
         }
@@ -483,10 +485,47 @@ impl Server {
         Some(n)
     }
 
-    /// What the connection holds in the queue gauges: (unsent, its bytes,
-    /// sent, its bytes), taken out when it closes.
-    pub fn queue_gauges(&self) -> (u64, u64, u64, u64) {
-        (self.unsent, self.unsent_bytes, self.sent, self.sent_bytes)
+    /// Add the requests queued since the last count to the shared
+    /// counters (requests and request bytes, the in_queue gauges).
+    /// Counting once per pass and connection, not per request, keeps a
+    /// pipelined batch from writing the same four shared words once per
+    /// request; readers see them at most one pass of the loop late.
+    #[inline]
+    pub fn count_queued(&mut self, stats: &StatsSlot<'_>) {
+        let Some((n, b)) = self.take_uncounted() else {
+            return;
+        };
+        let (pool, server) = (self.pool, self.server);
+        stats.server_add(pool, server, ServerField::Requests, n);
+        stats.server_add(pool, server, ServerField::RequestBytes, b);
+        stats.server_add(pool, server, ServerField::InQueue, n);
+        stats.server_add(pool, server, ServerField::InQueueBytes, b);
+    }
+
+    /// The output was written whole ([`Server::all_written`]): what was
+    /// unsent moves from the in_queue gauges to the out_queue ones.
+    #[inline]
+    pub fn count_written(&mut self, stats: &StatsSlot<'_>) {
+        let Some((n, b)) = self.all_written() else {
+            return;
+        };
+        let (pool, server) = (self.pool, self.server);
+        stats.server_sub(pool, server, ServerField::InQueue, n);
+        stats.server_sub(pool, server, ServerField::InQueueBytes, b);
+        stats.server_add(pool, server, ServerField::OutQueue, n);
+        stats.server_add(pool, server, ServerField::OutQueueBytes, b);
+    }
+
+    /// The connection closes: it leaves the connection count, and what it
+    /// still holds leaves the queue gauges.
+    pub fn leave_gauges(&mut self, stats: &StatsSlot<'_>) {
+        self.count_queued(stats);
+        let (pool, server) = (self.pool, self.server);
+        stats.server_sub(pool, server, ServerField::ServerConnections, 1);
+        stats.server_sub(pool, server, ServerField::InQueue, self.unsent);
+        stats.server_sub(pool, server, ServerField::InQueueBytes, self.unsent_bytes);
+        stats.server_sub(pool, server, ServerField::OutQueue, self.sent);
+        stats.server_sub(pool, server, ServerField::OutQueueBytes, self.sent_bytes);
     }
 
     /// The request at the head was answered: it leaves the queue and the

@@ -3,7 +3,7 @@
 //! ejected one back (`server_health_check`).
 
 use super::conn::{Conn, ConnTable, Waiter};
-use super::fault::ServerFault;
+use super::fault::{Ending, ServerFault};
 use super::pool::PoolRt;
 use super::server_rt::FAIL_LOG_EVERY;
 use super::Worker;
@@ -181,6 +181,49 @@ impl PoolRt {
             self.rebuild(now);
         }
         was_down
+    }
+
+    /// A closed connection to `server` (this pool's index `at` in the
+    /// stats), with `waiting` requests failed, in the counters and the log; a failure
+    /// of the server's own (not an idle connection it ended) counts towards
+    /// its ejection, and in a cluster pool the slot map is asked again.
+    pub(super) fn connection_ended(
+        &mut self,
+        at: usize,
+        server: usize,
+        fault: &ServerFault,
+        waiting: usize,
+        now: Instant,
+        stats: &StatsSlot<'_>,
+    ) {
+        let how = fault.ending();
+        let field = match how {
+            Ending::Eof => ServerField::ServerEof,
+            Ending::Error => ServerField::ServerErr,
+            Ending::Timeout => ServerField::ServerTimedout,
+        };
+        stats.server_add(at, server, field, 1);
+        if how == Ending::Eof && waiting == 0 {
+            return;
+        }
+        let level = if fault.is_tls() {
+            crate::log::level::WARN
+        } else {
+            crate::log::level::INFO
+        };
+        crate::log::write(
+            level,
+            format_args!(
+                "pool '{}': server '{}' closed: {} ({} requests failed)",
+                self.cfg.name, self.servers[server].name, fault, waiting
+            ),
+        );
+        if fault.is_fault() {
+            self.note_failure(at, server, now, fault, stats);
+        }
+        if self.cluster.is_some() {
+            self.cluster_node_failed();
+        }
     }
 
     /// A failure of the server's ([`ServerFault::is_fault`]): it backs

@@ -70,3 +70,30 @@ fn jitter_stays_within_a_quarter() {
         assert!((0.75..1.25).contains(&j), "{j}");
     }
 }
+
+#[test]
+fn an_ended_connection_is_counted_by_how_it_ended_and_only_a_fault_backs_off() {
+    let mut p = pool("  server_failure_limit: 3\n");
+    let region = stats();
+    let st = region.slot(0);
+    let now = Instant::now();
+    // The server closed an idle connection: counted, not a failure.
+    p.connection_ended(0, 0, &ServerFault::Closed, 0, now, &st);
+    assert_eq!(region.server_sum(0, 0, ServerField::ServerEof), 1);
+    assert!(!p.servers[0].down && p.servers[0].failures == 0);
+    // Closed under waiting requests: still an end of file, and the
+    // server's fault (it dropped them).
+    p.connection_ended(0, 0, &ServerFault::Closed, 2, now, &st);
+    assert_eq!(region.server_sum(0, 0, ServerField::ServerEof), 2);
+    assert!(p.servers[0].down && p.servers[0].failures == 1);
+    // A timeout is counted as one and backs off.
+    p.connection_ended(0, 1, &ServerFault::TimedOut, 1, now, &st);
+    assert_eq!(region.server_sum(0, 1, ServerField::ServerTimedout), 1);
+    assert!(p.servers[1].retry_at.is_some());
+    // A connection this side gave up on (the poller refused it) is an
+    // error in the counters, never the server's failure.
+    let io = super::super::fault::IoFault::from(&std::io::Error::from_raw_os_error(24));
+    p.connection_ended(0, 1, &ServerFault::Register(io), 1, now, &st);
+    assert_eq!(region.server_sum(0, 1, ServerField::ServerErr), 1);
+    assert_eq!(p.servers[1].failures, 1);
+}

@@ -156,6 +156,14 @@ impl ServerRt {
     pub fn slot_is_resp3(&self, slot: usize) -> bool {
         slot >= self.per_protocol()
     }
+
+    /// The connection `token` in `slot` closed: the slot is free, unless
+    /// it already holds a newer connection.
+    pub fn forget_conn(&mut self, slot: usize, token: Token) {
+        if self.conns[slot] == Some(token) {
+            self.conns[slot] = None;
+        }
+    }
 }
 
 /// A server of `cfg` as the worker runs it (its address resolved once).

@@ -300,7 +300,7 @@ impl Worker<'_> {
             _ => None,
         };
         if let Some(r) = known {
-            if self.server_ref(r).is_some() {
+            if self.conns.server_ref(r).is_some() {
                 return Ok(r.token);
             }
         }

@@ -48,7 +48,11 @@ impl Worker<'_> {
             return;
         };
         // The client took some of it: not stalled.
-        if let Some(r) = self.server_ref_mut(from).and_then(|s| s.rstream_mut()) {
+        if let Some(r) = self
+            .conns
+            .server_ref_mut(from)
+            .and_then(|s| s.rstream_mut())
+        {
             r.progress = Instant::now();
         }
         if low {
@@ -272,7 +276,7 @@ impl Worker<'_> {
         // The reply streams to the head of its client's replies: the rest
         // of it joins that slot once complete, behind what already passed.
         let seq = client
-            .and_then(|cr| super::client::client_ref_mut(&mut self.conns, cr))
+            .and_then(|cr| self.conns.client_ref_mut(cr))
             .map(|c| {
                 c.release_reply_wait();
                 c.head_seq()
@@ -319,7 +323,7 @@ impl Worker<'_> {
             self.held_done(client.token, client.id, h.seq, h.frag, h.spool);
             return;
         }
-        let Some(c) = super::client::client_ref_mut(&mut self.conns, client) else {
+        let Some(c) = self.conns.client_ref_mut(client) else {
             return;
         };
         let ct = client.token;
@@ -351,7 +355,7 @@ impl Worker<'_> {
             })
             .collect();
         for client in stalled {
-            if self.client_ref(client).is_some() {
+            if self.conns.client_ref(client).is_some() {
                 crate::log_notice!(
                     "client not reading a large reply for {} s: closing it",
                     STREAM_STALL.as_secs()

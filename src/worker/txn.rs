@@ -220,7 +220,7 @@ impl Worker<'_> {
     /// The client leaves: its pinned connection goes.
     pub(super) fn txn_close(&mut self, t: Option<Box<Txn>>) {
         if let Some(r) = t.and_then(|t| t.conn()) {
-            if self.server_ref(r).is_some() {
+            if self.conns.server_ref(r).is_some() {
                 self.retire_server(r.token);
             }
         }
@@ -230,10 +230,13 @@ impl Worker<'_> {
     /// in flight on it, else unpinned and retired once its last reply is
     /// in.
     fn txn_release(&mut self, r: ServerRef) {
-        let idle = self.server_ref(r).is_some_and(|s| s.inflight().is_empty());
+        let idle = self
+            .conns
+            .server_ref(r)
+            .is_some_and(|s| s.inflight().is_empty());
         if idle {
             self.retire_server(r.token);
-        } else if let Some(s) = self.server_ref_mut(r) {
+        } else if let Some(s) = self.conns.server_ref_mut(r) {
             // Looked up with its id: a slot reused by another connection
             // is not unpinned, though `txn_lost` already ends a
             // transaction whose connection closed.
