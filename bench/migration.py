@@ -24,6 +24,11 @@ the reload to the migration's end, keys moved, keys per second.
 same run: 2 cluster-enabled redis-servers (CPU 1), the keys on one that
 serves every slot, then `redis-cli --cluster reshard` (pipeline 100) moves
 half the slots to the other; keys moved per second, next to walnut's.
+--remove runs the other way: the keys are loaded on 3 servers and the
+reload removes the third (scale-in). Then steady and migrating both use the
+3 servers (a moved key is read where it is, on the server leaving), so the
+migration's own cost is read against steady without a topology change in
+between, and "after" is the 2 servers.
 --memcached runs walnut's migration over 3 memcacheds instead; the keys
 are loaded through walnut by a pipelined writer, whose keys/s are
 reported as memcached's write rate here, and the load is bench/loadgen's
@@ -241,6 +246,8 @@ def main() -> None:
                     help="first, redis-cli --cluster reshard of the same keys (Redis only)")
     ap.add_argument("--memcached", action="store_true",
                     help="3 memcacheds instead of redis-servers")
+    ap.add_argument("--remove", action="store_true",
+                    help="start on 3 servers and remove the third (scale-in)")
     ap.add_argument("--round-seconds", type=float, default=2.0,
                     help="with --memcached: seconds per load round")
     ap.add_argument("--out", default=str(HERE / "results" / "migration-run.md"))
@@ -259,7 +266,8 @@ def main() -> None:
         listen, stats, adm = free_port(), free_port(), free_port()
         cfg = work / "walnut.yml"
         redis = not args.memcached
-        cfg.write_text(conf(listen, ports[:2], args.rate, redis))
+        before, after_ports = (ports, ports[:2]) if args.remove else (ports[:2], ports)
+        cfg.write_text(conf(listen, before, args.rate, redis))
         walnut = Proc([WALNUT, "-c", str(cfg), "-s", str(stats), "-o", str(work / "walnut.log"),
                        "--workers", "2", "--cpu-affinity", "none", "--admin", f"{HOST}:{adm}"],
                       SERVER_CPU, work / "walnut.stdout").start([listen, adm])
@@ -280,7 +288,7 @@ def main() -> None:
         if steady:
             print(f"steady: p50 {med(steady, 'p50')} p99 {med(steady, 'p99')} ms", flush=True)
 
-        cfg.write_text(conf(listen, ports, args.rate, redis))
+        cfg.write_text(conf(listen, after_ports, args.rate, redis))
         t0 = time.monotonic()
         os.kill(walnut.pid, signal.SIGHUP)
         done_at: list[float] = []
@@ -336,8 +344,10 @@ def main() -> None:
     lines = [
         "# Online scale-out under load (bench/migration.py)",
         "",
-        f"{args.keys} keys of 100 B on 2 {backend} behind walnut (2 workers); a reload adds a",
-        f"third server; `migration_rate: {args.rate}`. Load: "
+        (f"{args.keys} keys of 100 B on 3 {backend} behind walnut (2 workers); a reload removes "
+         "the third" if args.remove else
+         f"{args.keys} keys of 100 B on 2 {backend} behind walnut (2 workers); a reload adds a "
+         "third server") + f"; `migration_rate: {args.rate}`. Load: "
         + (f"mcload gets, 50 connections, rounds of {args.round_seconds} s,"
            if args.memcached else f"redis-benchmark GET, 50 clients, {args.round} requests per round,"),
         "uniformly over the key space (CPU 0; servers and walnut on CPU 1). Medians over rounds.",
@@ -366,9 +376,10 @@ def main() -> None:
         f"Migration: {secs:.1f} s from the reload to `state=done` (the last round ends after it);",
         f"scanned {st.get('scanned')}, moved {st.get('moved')}, skipped {st.get('skipped')}, "
         f"failed {st.get('failed')}, {st.get('keys_per_second')} keys/s moved.",
-        f"Keys per server afterwards: {dbsizes} (sum {sum(dbsizes)}); of the "
-        f"{dbsizes[2]} on the new server, {dbsizes[2] - int(st.get('moved') or 0)} were pulled by "
-        "clients' requests (the rest by the migrator).",
+        f"Keys per server afterwards: {dbsizes} (sum {sum(dbsizes)}); "
+        + (f"{dbsizes[2]} left on the removed server." if args.remove else
+           f"of the {dbsizes[2]} on the new server, {dbsizes[2] - int(st.get('moved') or 0)} "
+           "were pulled by clients' requests (the rest by the migrator)."),
         f"Workers' counts: {', '.join(f'{k} {v:.0f}' for k, v in counts.items()) or 'none'} "
         "(keys pulled by requests; GETs of moved keys read where the key is, and how many "
         "of them went on to a second server).",
