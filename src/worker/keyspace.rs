@@ -139,6 +139,19 @@ impl PoolRt {
         }
     }
 
+    /// `server`'s reply to a SCAN, with the cursor the client is given
+    /// (naming the server and its cursor there); `None` for other replies.
+    pub(super) fn scan_reply(&self, server: usize, op: Op, bytes: &[u8]) -> Option<Vec<u8>> {
+        match op {
+            Op::Redis(op) if op.class == crate::proto::redis::CmdClass::Scan => {
+                let walk = self.scan_walk();
+                let nth = walk.iter().position(|&s| s == server)?;
+                crate::proto::redis::keyspace::scan_reply(bytes, nth, walk.len())
+            }
+            _ => None,
+        }
+    }
+
     /// The servers a SCAN walks, in turn: the configured ones (not those a
     /// migration keeps for pulls); a cluster pool's masters, in server
     /// order (a failover during the walk can repeat or skip a node's keys).

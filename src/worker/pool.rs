@@ -67,6 +67,31 @@ impl PoolRt {
         })
     }
 
+    /// `server` answered the connection setup (AUTH, SELECT, HELLO) with
+    /// an error: logged; a refused `HELLO 3` fails the connection.
+    #[cold]
+    pub(super) fn setup_refused(
+        &mut self,
+        server: usize,
+        op: crate::proto::Op,
+        bytes: &[u8],
+    ) -> Option<ServerFault> {
+        crate::log_error!(
+            "pool '{}': server '{}' refused the connection setup: {}",
+            self.cfg.name,
+            self.servers[server].name,
+            String::from_utf8_lossy(bytes).trim_end()
+        );
+        if matches!(op, crate::proto::Op::Redis(op) if op.cmd.is("HELLO")) {
+            // A server before Redis 6: the RESP3 clients queued here must
+            // not get RESP2 replies, so their requests fail with the
+            // connection, and later `HELLO 3` gets -NOPROTO.
+            self.resp3_refused = true;
+            return Some(ServerFault::Resp3Refused);
+        }
+        None
+    }
+
     /// Build the runtime pool from its configuration; `olds`: the same
     /// pool in earlier configurations whose migration has not ended
     /// (newest first; empty when the pool does not migrate).

@@ -7,7 +7,7 @@
 use super::conn::{ConnTable, Inflight, ReplyTo, Waiter};
 use super::fault::ServerFault;
 use super::{Worker, WRITE_THROUGH_MIN};
-use crate::proto::{Op, Parse, Response};
+use crate::proto::{Parse, Response};
 use crate::stats::ServerField;
 use mio::Token;
 use std::time::Instant;
@@ -171,7 +171,7 @@ impl Worker<'_> {
         let rewritten;
         let bytes = if !proto.keep_reply(front.op, bytes) {
             &[][..]
-        } else if let Some(b) = self.scan_reply(pool, server, front.op, bytes) {
+        } else if let Some(b) = self.pools[pool].scan_reply(server, front.op, bytes) {
             rewritten = b;
             &rewritten[..]
         } else if let Some(b) = proto.rewrite_reply(front.op, bytes) {
@@ -218,48 +218,10 @@ impl Worker<'_> {
                 self.warm_reply(idx, Some(&reply));
             }
             Waiter::SlotMap => self.pools[pool].cluster_slots_reply(server, bytes),
-            _ if is_error => return self.setup_refused(pool, server, front, bytes),
+            _ if is_error => return self.pools[pool].setup_refused(server, front.op, bytes),
             _ => {}
         }
         None
-    }
-
-    /// The server answered the connection setup (AUTH, SELECT, HELLO) with
-    /// an error: logged; a refused `HELLO 3` fails the connection.
-    #[cold]
-    fn setup_refused(
-        &mut self,
-        pool: usize,
-        server: usize,
-        front: &Inflight,
-        bytes: &[u8],
-    ) -> Option<ServerFault> {
-        crate::log_error!(
-            "pool '{}': server '{}' refused the connection setup: {}",
-            self.pools[pool].cfg.name,
-            self.pools[pool].servers[server].name,
-            String::from_utf8_lossy(bytes).trim_end()
-        );
-        if matches!(front.op, Op::Redis(op) if op.cmd.is("HELLO")) {
-            // A server before Redis 6: the RESP3 clients queued here must
-            // not get RESP2 replies, so their requests fail with the
-            // connection, and later `HELLO 3` gets -NOPROTO.
-            self.pools[pool].resp3_refused = true;
-            return Some(ServerFault::Resp3Refused);
-        }
-        None
-    }
-
-    /// A SCAN reply with the client's cursor (see `forward_scan`).
-    fn scan_reply(&self, pool: usize, server: usize, op: Op, bytes: &[u8]) -> Option<Vec<u8>> {
-        match op {
-            Op::Redis(op) if op.class == crate::proto::redis::CmdClass::Scan => {
-                let walk = self.pools[pool].scan_walk();
-                let nth = walk.iter().position(|&s| s == server)?;
-                crate::proto::redis::keyspace::scan_reply(bytes, nth, walk.len())
-            }
-            _ => None,
-        }
     }
 
     /// Hand one reply to the client that waits for it.
