@@ -19,7 +19,7 @@
 //! reply goes to the client.
 
 use super::cluster_map::TryAgain;
-use super::conn::{ConnTable, ReplyTo, Waiter};
+use super::conn::{ClientRef, ConnTable, ReplySlot, ReplyTo, Waiter};
 use super::pool::PoolRt;
 use super::Worker;
 use crate::net::Endpoint;
@@ -210,7 +210,7 @@ impl Worker<'_> {
                 c.refresh_wanted = true;
             }
         }
-        if !self.count_attempt(ct, id, seq, frag, false) {
+        if !self.count_attempt(ClientRef::new(ct, id), seq, frag, false) {
             return false;
         }
         crate::log_debug!(
@@ -247,7 +247,7 @@ impl Worker<'_> {
         else {
             return false;
         };
-        if !self.count_attempt(ct, id, seq, frag, true) {
+        if !self.count_attempt(ClientRef::new(ct, id), seq, frag, true) {
             return false;
         }
         let at = now + TRYAGAIN_DELAY;
@@ -280,7 +280,12 @@ impl Worker<'_> {
             _ => return,
         };
         for r in due {
-            let Some(key) = self.kept_first_key(r.token, r.id, r.seq, r.frag) else {
+            let Some(key) = self
+                .conns
+                .client_ref(ClientRef::new(r.token, r.id))
+                .and_then(|c| c.slot(r.seq))
+                .and_then(|slot| slot.kept_first_key(r.frag))
+            else {
                 continue;
             };
             let server = self.pools[pool].cluster_server(&key, r.op, r.id);
@@ -298,69 +303,15 @@ impl Worker<'_> {
     /// when its budget is spent or the request is gone.
     fn count_attempt(
         &mut self,
-        ct: Token,
-        id: u64,
+        client: ClientRef,
         seq: u64,
         frag: Option<u32>,
         tryagain: bool,
     ) -> bool {
-        let Some(c) = self.conns.client_mut(ct.0) else {
-            return false;
-        };
-        if c.id() != id {
-            return false;
-        }
-        let Some(slot) = c.slot_mut(seq) else {
-            return false;
-        };
-        let (hops, tries) = match frag {
-            Some(fi) => match slot
-                .multi
-                .as_mut()
-                .and_then(|m| m.frags.get_mut(fi as usize))
-            {
-                Some(f) => (&mut f.hops, &mut f.tries),
-                None => return false,
-            },
-            None => match slot.redirect.as_mut() {
-                Some(rd) => (&mut rd.hops, &mut rd.tries),
-                None => return false,
-            },
-        };
-        let (n, max) = if tryagain {
-            (tries, MAX_TRYAGAIN)
-        } else {
-            (hops, MAX_HOPS)
-        };
-        if *n >= max {
-            return false;
-        }
-        *n += 1;
-        true
-    }
-
-    /// The first key of a kept request or fragment (routes a retry).
-    fn kept_first_key(&self, ct: Token, id: u64, seq: u64, frag: Option<u32>) -> Option<Vec<u8>> {
-        let c = self.conns.client(ct.0)?;
-        if c.id() != id {
-            return None;
-        }
-        let slot = c.slot(seq)?;
-        let (req, bytes, idx) = match frag {
-            Some(fi) => {
-                let m = slot.multi.as_ref()?;
-                (&m.req, &m.bytes, *m.frags.get(fi as usize)?.keys.first()?)
-            }
-            None => {
-                let rd = slot.redirect.as_ref()?;
-                (&rd.req, &rd.bytes, 0)
-            }
-        };
-        Some(
-            req.keys
-                .get(idx)
-                .map_or(Vec::new(), |r| bytes[r.clone()].to_vec()),
-        )
+        self.conns
+            .client_ref_mut(client)
+            .and_then(|c| c.slot_mut(seq))
+            .is_some_and(|slot| slot.count_attempt(frag, tryagain))
     }
 
     /// Queue `ASKING` on a connection: the next request may use a slot the
@@ -401,31 +352,20 @@ impl Worker<'_> {
             self.send_again_spooled(pool, target, to, op, asking, now);
             return;
         }
-        let Some(c) = self.conns.client_mut(ct.0) else {
+        let Some((req, bytes, keys)) = self
+            .conns
+            .client_ref(ClientRef::new(ct, id))
+            .and_then(|c| c.slot(seq))
+            .and_then(|slot| slot.kept(frag))
+            .map(|k| {
+                (
+                    k.req.clone(),
+                    k.bytes.to_vec(),
+                    k.keys.map(<[usize]>::to_vec),
+                )
+            })
+        else {
             return;
-        };
-        if c.id() != id {
-            return;
-        }
-        let Some(slot) = c.slot_mut(seq) else {
-            return;
-        };
-        let (req, bytes, keys): (Request, Vec<u8>, Option<Vec<usize>>) = match frag {
-            Some(fi) => {
-                let Some(m) = slot.multi.as_ref() else {
-                    return;
-                };
-                let Some(f) = m.frags.get(fi as usize) else {
-                    return;
-                };
-                (m.req.clone(), m.bytes.clone(), Some(f.keys.clone()))
-            }
-            None => {
-                let Some(rd) = slot.redirect.as_ref() else {
-                    return;
-                };
-                (rd.req.clone(), rd.bytes.clone(), None)
-            }
         };
         let proto = self.pools[pool].proto;
         let cslot = self.conn_slot(ct, pool, target, id, op);
@@ -459,6 +399,86 @@ impl Worker<'_> {
             },
             now,
         );
+    }
+}
+
+/// A kept request, or one fragment of it.
+pub(super) struct Kept<'a> {
+    pub req: &'a Request,
+    pub bytes: &'a [u8],
+    /// A fragment's keys, by index into the request's (`None`: the
+    /// whole request).
+    pub keys: Option<&'a [usize]>,
+}
+
+/// A cluster request kept in its client's slot (`ReplySlot::redirect`,
+/// or a fragment of its `Multi`), to be sent again.
+impl ReplySlot {
+    /// The kept request, or fragment `frag` of it: the request, its bytes,
+    /// and the fragment's keys (by index into the request's).
+    pub(super) fn kept(&self, frag: Option<u32>) -> Option<Kept<'_>> {
+        match frag {
+            Some(fi) => {
+                let m = self.multi.as_ref()?;
+                Some(Kept {
+                    req: &m.req,
+                    bytes: &m.bytes,
+                    keys: Some(&m.frags.get(fi as usize)?.keys),
+                })
+            }
+            None => {
+                let rd = self.redirect.as_ref()?;
+                Some(Kept {
+                    req: &rd.req,
+                    bytes: &rd.bytes,
+                    keys: None,
+                })
+            }
+        }
+    }
+
+    /// The first key of the kept request or fragment (routes a retry).
+    pub(super) fn kept_first_key(&self, frag: Option<u32>) -> Option<Vec<u8>> {
+        let Kept { req, bytes, keys } = self.kept(frag)?;
+        let idx = match keys {
+            Some(k) => *k.first()?,
+            None => 0,
+        };
+        Some(
+            req.keys
+                .get(idx)
+                .map_or(Vec::new(), |r| bytes[r.clone()].to_vec()),
+        )
+    }
+
+    /// Count one more redirection (or, `tryagain`, TRYAGAIN) of the kept
+    /// request or fragment `frag`; false once its budget (`MAX_HOPS`,
+    /// `MAX_TRYAGAIN`) is spent, or when nothing is kept.
+    pub(super) fn count_attempt(&mut self, frag: Option<u32>, tryagain: bool) -> bool {
+        let (hops, tries) = match frag {
+            Some(fi) => match self
+                .multi
+                .as_mut()
+                .and_then(|m| m.frags.get_mut(fi as usize))
+            {
+                Some(f) => (&mut f.hops, &mut f.tries),
+                None => return false,
+            },
+            None => match self.redirect.as_mut() {
+                Some(rd) => (&mut rd.hops, &mut rd.tries),
+                None => return false,
+            },
+        };
+        let (n, max) = if tryagain {
+            (tries, MAX_TRYAGAIN)
+        } else {
+            (hops, MAX_HOPS)
+        };
+        if *n >= max {
+            return false;
+        }
+        *n += 1;
+        true
     }
 }
 
@@ -508,6 +528,73 @@ mod tests {
         let c = p.cluster.as_ref().unwrap();
         assert!(c.refresh_wanted && c.maps == 1);
         assert_eq!(p.cluster_server(foo, get, 0), 1);
+    }
+
+    /// A parsed request and its bytes.
+    fn cmd(text: &[u8]) -> (Request, Vec<u8>) {
+        match crate::proto::redis::parse_request(text, &crate::proto::Limits::default()) {
+            Ok(crate::proto::Parse::Done(r)) => (r, text.to_vec()),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_kept_request_is_sent_again_within_its_budgets() {
+        use super::super::conn::{Fragment, Multi, MultiMode, Redirect};
+        let (req, bytes) = cmd(b"*2\r\n$3\r\nGET\r\n$3\r\nfoo\r\n");
+        let mut slot = ReplySlot {
+            redirect: Some(Box::new(Redirect {
+                req,
+                bytes,
+                hops: 0,
+                tries: 0,
+                spool: None,
+                feeding: None,
+            })),
+            ..ReplySlot::default()
+        };
+        assert_eq!(slot.kept_first_key(None).as_deref(), Some(&b"foo"[..]));
+        assert!(slot.kept_first_key(Some(0)).is_none(), "no fragments kept");
+        for _ in 0..MAX_HOPS {
+            assert!(slot.count_attempt(None, false));
+        }
+        assert!(!slot.count_attempt(None, false), "redirections spent");
+        // TRYAGAIN has its own budget.
+        for _ in 0..MAX_TRYAGAIN {
+            assert!(slot.count_attempt(None, true));
+        }
+        assert!(!slot.count_attempt(None, true));
+
+        // A fragment: its own first key and budget.
+        let (req, bytes) = cmd(b"*3\r\n$4\r\nMGET\r\n$1\r\na\r\n$1\r\nb\r\n");
+        let mut slot = ReplySlot {
+            multi: Some(Box::new(Multi {
+                req,
+                bytes,
+                frags: vec![
+                    Fragment {
+                        keys: vec![0],
+                        ..Fragment::default()
+                    },
+                    Fragment {
+                        keys: vec![1],
+                        hops: MAX_HOPS,
+                        ..Fragment::default()
+                    },
+                ],
+                remaining: 2,
+                error: None,
+                mode: MultiMode::Split,
+            })),
+            ..ReplySlot::default()
+        };
+        assert_eq!(slot.kept_first_key(Some(1)).as_deref(), Some(&b"b"[..]));
+        let kept = slot.kept(Some(0)).expect("fragment kept");
+        assert_eq!(kept.keys, Some(&[0][..]));
+        assert!(slot.count_attempt(Some(0), false));
+        assert!(!slot.count_attempt(Some(1), false), "that fragment's spent");
+        assert!(!slot.count_attempt(Some(2), false), "no such fragment");
+        assert!(!slot.count_attempt(None, false), "no whole request kept");
     }
 
     #[test]
