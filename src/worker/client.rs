@@ -90,7 +90,7 @@ impl Worker<'_> {
             if c.sock().is_tls() && c.has_output() {
                 // Replies queued while the TLS handshake ran go out once
                 // a read has finished it (no EPOLLOUT edge comes for that).
-                self.dirty_clients.push(token);
+                self.dirty.client(token);
             }
             if c.is_eof() && c.stream().is_some() {
                 // The peer ended in the middle of a streamed request.
@@ -155,7 +155,7 @@ impl Worker<'_> {
             }
             let added = c.drain_ready(&mut self.bufs);
             if c.has_output() {
-                self.mark_client_dirty(token);
+                self.dirty.client(token);
             }
             self.add_out(added);
         }
@@ -544,7 +544,7 @@ impl Worker<'_> {
             }
         }
         if q.first_out {
-            self.mark_server_dirty(st);
+            self.dirty.server(st);
         }
     }
 
@@ -581,7 +581,7 @@ impl Worker<'_> {
         }
         let added = c.drain_ready(&mut self.bufs);
         if added > 0 {
-            self.mark_client_dirty(token);
+            self.dirty.client(token);
             self.add_out(added);
         }
     }
@@ -619,9 +619,7 @@ impl Worker<'_> {
             match c.write_output() {
                 Ok(0) => break,
                 Ok(n) => {
-                    let n = n.min(self.out_bytes);
-                    self.out_bytes -= n;
-                    self.stats.worker_sub(WorkerField::OutputBytes, n as u64);
+                    self.out.sub(n, &self.stats);
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
@@ -705,7 +703,7 @@ impl Worker<'_> {
             return;
         };
         let _ = self.poll.registry().deregister(c.sock_mut());
-        self.sub_out(c.out_len());
+        self.out.sub(c.out_len(), &self.stats);
         if let Some(r) = c.take_stream().and_then(|s| s.server) {
             self.abort_server_stream(r.token, r.id, ServerFault::HalfSentClientLeft);
         }

@@ -186,7 +186,7 @@ impl Worker<'_> {
         self.stats
             .server_add(pool, server, ServerField::InQueueBytes, added as u64);
         if added > 0 {
-            self.dirty_servers.push(st);
+            self.dirty.server(st);
         }
         if done {
             if let Some(c) = self.conns.client_mut(ct.0) {

@@ -90,10 +90,7 @@ impl Worker<'_> {
             // Replies waiting under a receive low-water mark are read by then.
             timeout = timeout.map(|t| t.min(late));
         }
-        if !self.dirty_servers.is_empty()
-            || !self.dirty_clients.is_empty()
-            || !self.resume.is_empty()
-        {
+        if !self.dirty.is_empty() || !self.resume.is_empty() {
             // Output queued by the last flush itself (see flush_dirty).
             timeout = Some(Duration::ZERO);
         }
@@ -249,32 +246,13 @@ impl Worker<'_> {
         }
     }
 
-    /// A client has output to write at the end of this pass. Its replies
-    /// usually come one after another (a pipelined batch), so a repeat of
-    /// the last mark is skipped here rather than left to the sort.
-    #[inline]
-    pub(super) fn mark_client_dirty(&mut self, token: Token) {
-        if self.dirty_clients.last() != Some(&token) {
-            self.dirty_clients.push(token);
-        }
-    }
-
-    /// A server connection has requests to write at the end of this pass
-    /// (as [`Worker::mark_client_dirty`]).
-    #[inline]
-    pub(super) fn mark_server_dirty(&mut self, token: Token) {
-        if self.dirty_servers.last() != Some(&token) {
-            self.dirty_servers.push(token);
-        }
-    }
-
     fn flush_dirty(&mut self, now: Instant) {
         // Writing to a client can resume one paused by client_max_inflight,
         // whose next requests make servers dirty again: flush those now
         // rather than after the next (up to 1 s) wait; the rest of a long
         // chain is left for a zero-timeout pass of the loop.
         for _ in 0..FLUSH_ROUNDS {
-            if self.dirty_servers.is_empty() && self.dirty_clients.is_empty() {
+            if self.dirty.is_empty() {
                 break;
             }
             self.flush_dirty_once(now);
@@ -285,24 +263,19 @@ impl Worker<'_> {
         // A connection is marked once per queued message: write each once
         // (a client that does not read would otherwise cost one failed
         // write per reply queued in this iteration).
-        let mut servers = std::mem::take(&mut self.dirty_servers);
-        servers.sort_unstable();
-        servers.dedup();
+        let mut servers = self.dirty.take_servers();
         for t in servers.drain(..) {
             self.write_server(t, Instant::now());
         }
-        self.dirty_servers = servers;
-        let mut clients = std::mem::take(&mut self.dirty_clients);
-        clients.sort_unstable();
-        clients.dedup();
+        self.dirty.give_servers(servers);
+        let mut clients = self.dirty.take_clients();
         for t in clients.drain(..) {
             if !self.hold_client(t, now) {
                 self.write_client(t);
             }
         }
-        // Keep the clients given output while these were written (more of
-        // a held reply): the next round writes them.
-        clients.append(&mut self.dirty_clients);
-        self.dirty_clients = clients;
+        // Clients given output while these were written (more of a held
+        // reply) stay marked: the next round writes them.
+        self.dirty.give_clients(clients);
     }
 }

@@ -276,7 +276,7 @@ impl Worker<'_> {
             return None;
         };
         let _ = self.poll.registry().deregister(c.sock_mut());
-        self.sub_out(c.out_len());
+        self.out.sub(c.out_len(), &self.stats);
         let pool = c.pool();
         self.pools[pool].clients = self.pools[pool].clients.saturating_sub(1);
         self.stats.pool_sub(pool, PoolField::ClientConnections, 1);
@@ -417,7 +417,7 @@ impl Worker<'_> {
         }
         if !h.output.is_empty() {
             c.queue_output(&h.output, &mut self.bufs);
-            self.dirty_clients.push(token);
+            self.dirty.client(token);
             self.add_out(h.output.len());
         }
         // Whatever the client sent meanwhile is in the socket: read it

@@ -9,6 +9,7 @@
 
 mod accept;
 mod blocking;
+mod budget;
 mod buffer;
 mod client;
 mod client_conn;
@@ -18,6 +19,7 @@ mod cluster_stream;
 mod conn;
 mod conn_state;
 mod deadlines;
+mod dirty;
 mod event_loop;
 mod fault;
 mod fleet_hold;
@@ -219,8 +221,8 @@ pub struct Worker<'a> {
     slot: usize,
     accept: AcceptPolicy<'a>,
     timers: timers::Timers,
-    dirty_servers: Vec<Token>,
-    dirty_clients: Vec<Token>,
+    /// Connections to write at the end of the pass.
+    dirty: dirty::Dirty,
     /// Connections paused by a stream's backpressure that may read again.
     resume: Vec<Token>,
     next_id: u64,
@@ -231,10 +233,8 @@ pub struct Worker<'a> {
     max_conns: usize,
     /// Accepting is paused at the cap (resumed below 90%).
     capped: bool,
-    /// Bytes of replies buffered for all clients of this worker.
-    out_bytes: usize,
-    /// `buffer_budget` (0 = none).
-    budget: usize,
+    /// Bytes of replies buffered for all clients, against `buffer_budget`.
+    out: budget::OutputBudget,
     graceful_timeout: Duration,
     slow_key: crate::stats::slowlog::KeyPrefix,
     /// The request being dispatched ends what its client sent so far: a
@@ -339,8 +339,7 @@ impl<'a> Worker<'a> {
             slot: setup.slot,
             accept: AcceptPolicy::new(mode, setup.mutex, config.process.accept_mutex_delay_ms),
             timers: timers::Timers::default(),
-            dirty_servers: Vec::new(),
-            dirty_clients: Vec::new(),
+            dirty: dirty::Dirty::default(),
             resume: Vec::new(),
             next_id: 1,
             bufs: conn::BufPool::default(),
@@ -361,8 +360,7 @@ impl<'a> Worker<'a> {
             accepting: true,
             max_conns: config.process.max_connections,
             capped: false,
-            out_bytes: 0,
-            budget: config.process.buffer_budget,
+            out: budget::OutputBudget::new(config.process.buffer_budget),
             graceful_timeout: Duration::from_millis(config.process.graceful_timeout_ms),
             slow_key: crate::stats::slowlog::KeyPrefix::EMPTY,
             ends_input: false,
@@ -504,27 +502,21 @@ impl<'a> Worker<'a> {
     }
 
     /// Replies were buffered for a client: account them against the
-    /// worker's `buffer_budget`. Over it, the clients holding the most
-    /// unwritten replies are disconnected until the total is below 90% of
-    /// the budget (Redis' client eviction): memory stays bounded and the
-    /// clients that read their replies are not held up.
+    /// worker's `buffer_budget` (`budget.rs`).
     #[inline]
     pub(super) fn add_out(&mut self, n: usize) {
-        if n == 0 {
-            return;
+        if self.out.add(n, &self.stats) {
+            self.over_budget();
         }
-        self.out_bytes += n;
-        self.stats.worker_add(WorkerField::OutputBytes, n as u64);
-        if self.budget == 0 || self.out_bytes <= self.budget {
-            return;
-        }
-        self.over_budget();
     }
 
+    /// Replies were buffered for a client: over the `buffer_budget`, the
+    /// clients holding the most unwritten replies are disconnected (see
+    /// `budget.rs`).
     #[cold]
     fn over_budget(&mut self) {
         self.stats.worker_add(WorkerField::BudgetEvictions, 1);
-        while self.out_bytes * 10 > self.budget * 9 {
+        while self.out.evicting() {
             let biggest = self
                 .conns
                 .iter()
@@ -536,21 +528,12 @@ impl<'a> Worker<'a> {
             let Some((len, k)) = biggest else {
                 break;
             };
+            let (bytes, budget) = self.out.figures();
             crate::log_notice!(
-                "{} bytes of replies buffered, over buffer_budget {}: closing the client holding {} of them",
-                self.out_bytes,
-                self.budget,
-                len
+                "{bytes} bytes of replies buffered, over buffer_budget {budget}: closing the client holding {len} of them"
             );
             self.close_client(Token(k), true);
         }
-    }
-
-    /// Buffered replies were written or dropped.
-    pub(super) fn sub_out(&mut self, n: usize) {
-        let n = n.min(self.out_bytes);
-        self.out_bytes -= n;
-        self.stats.worker_sub(WorkerField::OutputBytes, n as u64);
     }
 
     /// A client closed: resume accepting once below 90% of the cap.

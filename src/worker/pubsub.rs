@@ -182,7 +182,7 @@ impl Worker<'_> {
             self.push_ready(ct, out, false);
             if let Some(c) = self.conns.client_mut(ct.0) {
                 let added = c.drain_ready(&mut self.bufs);
-                self.dirty_clients.push(ct);
+                self.dirty.client(ct);
                 self.add_out(added);
             }
             self.check_output_limit(ct);

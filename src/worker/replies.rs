@@ -302,7 +302,7 @@ impl Worker<'_> {
         };
         let added = c.drain_ready(&mut self.bufs);
         if c.has_output() {
-            self.dirty_clients.push(token);
+            self.dirty.client(token);
         }
         self.add_out(added);
     }

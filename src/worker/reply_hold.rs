@@ -67,7 +67,7 @@ impl Worker<'_> {
     /// or sooner by any pass that marks it.
     pub(super) fn release_held(&mut self, now: Instant) {
         while let Some(token) = self.hold_deadlines.pop_due(now) {
-            self.mark_client_dirty(token);
+            self.dirty.client(token);
         }
     }
 }

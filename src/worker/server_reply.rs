@@ -269,7 +269,7 @@ impl Worker<'_> {
                     // `check_output_limit`, with the client at hand.
                     let limit = self.ctl.output_limit(&self.pools[c.pool()]);
                     let over = super::over_output_limit(limit, c.out_len());
-                    self.mark_client_dirty(ct);
+                    self.dirty.client(ct);
                     self.add_out(added);
                     if over {
                         self.flush_client(ct);

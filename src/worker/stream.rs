@@ -615,7 +615,7 @@ impl Worker<'_> {
         self.stats
             .server_add(pool, server, ServerField::InQueueBytes, n as u64);
         if before == 0 {
-            self.dirty_servers.push(st);
+            self.dirty.server(st);
         }
         over
     }

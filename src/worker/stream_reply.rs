@@ -220,7 +220,7 @@ impl Worker<'_> {
                             }
                             over = Some(ct);
                         }
-                        self.dirty_clients.push(ct);
+                        self.dirty.client(ct);
                     }
                     Some((Conn::Server(s), _)) => {
                         if let Some(rs) = s.rstream_mut() {
@@ -332,7 +332,7 @@ impl Worker<'_> {
                 c.pop_head();
                 c.release_reply_wait();
                 let added = c.drain_ready(&mut self.bufs);
-                self.dirty_clients.push(ct);
+                self.dirty.client(ct);
                 self.add_out(added);
             }
         }

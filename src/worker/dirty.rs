@@ -1,0 +1,103 @@
+//! The connections with output to write at the end of a pass of the loop:
+//! every request or reply queued in a pass marks its connection, and each
+//! is written once, after the pass, so a pipelined batch goes out in one
+//! write per connection.
+
+use mio::Token;
+
+/// Server connections and clients marked to be written.
+#[derive(Debug, Default)]
+pub struct Dirty {
+    servers: Vec<Token>,
+    clients: Vec<Token>,
+}
+
+impl Dirty {
+    /// A client has output to write at the end of this pass. Its replies
+    /// usually come one after another (a pipelined batch), so a repeat of
+    /// the last mark is skipped here rather than left to the sort.
+    #[inline]
+    pub fn client(&mut self, token: Token) {
+        if self.clients.last() != Some(&token) {
+            self.clients.push(token);
+        }
+    }
+
+    /// A server connection has requests to write at the end of this pass
+    /// (as [`Dirty::client`]).
+    #[inline]
+    pub fn server(&mut self, token: Token) {
+        if self.servers.last() != Some(&token) {
+            self.servers.push(token);
+        }
+    }
+
+    /// Nothing is marked.
+    pub fn is_empty(&self) -> bool {
+        self.servers.is_empty() && self.clients.is_empty()
+    }
+
+    /// The server connections marked, each once, in token order; the
+    /// marks are cleared. Give the list back with [`Dirty::give_servers`]
+    /// to keep its allocation.
+    pub fn take_servers(&mut self) -> Vec<Token> {
+        let mut servers = std::mem::take(&mut self.servers);
+        servers.sort_unstable();
+        servers.dedup();
+        servers
+    }
+
+    /// The emptied list from [`Dirty::take_servers`]; servers marked
+    /// meanwhile stay marked.
+    pub fn give_servers(&mut self, mut servers: Vec<Token>) {
+        servers.clear();
+        servers.append(&mut self.servers);
+        self.servers = servers;
+    }
+
+    /// The clients marked, each once, in token order (as
+    /// [`Dirty::take_servers`]).
+    pub fn take_clients(&mut self) -> Vec<Token> {
+        let mut clients = std::mem::take(&mut self.clients);
+        clients.sort_unstable();
+        clients.dedup();
+        clients
+    }
+
+    /// The emptied list from [`Dirty::take_clients`]; clients marked
+    /// meanwhile (given more of a held reply while these were written)
+    /// stay marked for the next round.
+    pub fn give_clients(&mut self, mut clients: Vec<Token>) {
+        clients.clear();
+        clients.append(&mut self.clients);
+        self.clients = clients;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_marked_connection_is_written_once_and_later_marks_stay() {
+        let mut d = Dirty::default();
+        assert!(d.is_empty());
+        for t in [3, 3, 1, 3] {
+            d.client(Token(t));
+        }
+        d.server(Token(7));
+        d.server(Token(7));
+        assert!(!d.is_empty());
+        let servers = d.take_servers();
+        assert_eq!(servers, vec![Token(7)]);
+        let clients = d.take_clients();
+        assert_eq!(clients, vec![Token(1), Token(3)]);
+        // Marked while those were written: kept for the next round.
+        d.client(Token(9));
+        d.give_servers(servers);
+        d.give_clients(clients);
+        assert_eq!(d.take_servers(), Vec::<Token>::new());
+        assert_eq!(d.take_clients(), vec![Token(9)]);
+        assert!(d.is_empty());
+    }
+}
