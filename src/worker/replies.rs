@@ -121,7 +121,9 @@ impl Worker<'_> {
         }
         if let Some(fi) = frag {
             if self.retry_fragment(token, id, seq, fi as usize, pool) {
-                self.fragment_settled(token, seq);
+                if let Some(slot) = self.conns.client_mut(token.0).and_then(|c| c.slot_mut(seq)) {
+                    slot.fragment_settled();
+                }
                 return true;
             }
         }
@@ -166,56 +168,16 @@ impl Worker<'_> {
     /// then written out.
     #[inline]
     fn fill_slot(&mut self, at: At, answer: Answer) {
-        let Answer {
-            reply,
-            is_error,
-            unreachable,
-        } = answer;
         let (pool, seq) = (at.pool, at.seq);
-        let proto = self.pools[pool].proto;
-        let zones = self.pools[pool].route.is_zoned() && !self.pools[pool].route.warms();
+        let p = &self.pools[pool];
+        let zones = (p.route.is_zoned() && !p.route.warms()).then_some(&p.cfg.routing);
         let Some(c) = self.conns.client_mut(at.token.0) else {
             return;
         };
         let Some(slot) = c.slot_mut(seq) else {
             return;
         };
-        let mut failover = false;
-        match (at.frag, slot.multi.as_mut()) {
-            (Some(fi), Some(m)) => {
-                if let Some(f) = m.frags.get_mut(fi as usize) {
-                    f.answered = true;
-                    // A zone's error sends the write on to the next zone.
-                    f.failed = unreachable || (is_error && m.mode == MultiMode::Zones);
-                    if is_error && m.mode == MultiMode::Split && m.error.is_none() {
-                        m.error = Some(reply);
-                    } else {
-                        f.reply = reply;
-                    }
-                }
-                m.remaining = m.remaining.saturating_sub(1);
-                if m.mode == MultiMode::Zones {
-                    failover = finish_zones(slot);
-                } else if m.remaining == 0 {
-                    failover = finish_multi(proto, slot) && zones;
-                }
-            }
-            // A zone of a write already answered: nothing waits for it.
-            (Some(_), None) => {}
-            (None, _) => {
-                if zones {
-                    // A read: answered by the zone it was last sent to.
-                    failover = slot.retry.as_ref().is_some_and(|r| {
-                        let server = r.replicas.get(r.next.wrapping_sub(1));
-                        server.is_some_and(|&s| self.pools[pool].cfg.routing.zone_of(s) != 0)
-                    });
-                }
-                slot.out = reply;
-                slot.ready = true;
-                slot.retry = None;
-            }
-        }
-        if failover {
+        if slot.fill(at.frag, answer, p.proto, zones) {
             self.stats.pool_add(pool, PoolField::ZoneFailovers, 1);
         }
         if seq == c.head_seq() {
@@ -243,24 +205,7 @@ impl Worker<'_> {
         let Some(slot) = c.slot_mut(seq) else {
             return;
         };
-        match (frag, slot.multi.as_mut()) {
-            (Some(fi), Some(m)) => {
-                if let Some(f) = m.frags.get_mut(fi as usize) {
-                    f.held = Some(held);
-                    f.answered = true;
-                }
-                m.remaining = m.remaining.saturating_sub(1);
-                if m.remaining == 0 {
-                    finish_multi(proto, slot);
-                }
-            }
-            (Some(_), None) => {}
-            (None, _) => {
-                slot.held = Some(held);
-                slot.ready = true;
-                slot.retry = None;
-            }
-        }
+        slot.fill_held(frag, held, proto);
         if seq == c.head_seq() {
             self.drain_head(token);
         }
@@ -275,19 +220,7 @@ impl Worker<'_> {
             return;
         };
         let limit = self.output_limit(c.pool());
-        let held: usize = c
-            .slots()
-            .map(|s| {
-                let frags = s.multi.as_ref().map_or(0, |m| {
-                    m.frags
-                        .iter()
-                        .filter_map(|f| f.held.as_ref())
-                        .map(|h| h.len())
-                        .sum()
-                });
-                s.held.as_ref().map_or(0, |h| h.len()) + frags
-            })
-            .sum();
+        let held: usize = c.slots().map(ReplySlot::held_len).sum();
         let total = held + c.out_len();
         if super::over_output_limit(limit, total) {
             let pool = c.pool();
@@ -306,13 +239,106 @@ impl Worker<'_> {
         }
         self.add_out(added);
     }
+}
+
+/// A client's slot filled as its replies come back.
+impl ReplySlot {
+    /// `answer` into this slot, or into its fragment `frag` of a split
+    /// request (merged once the last fragment is in). `zones`: a zone
+    /// pool's routing (not a warm-up pool's). True when a zone pool's
+    /// request was answered by another zone than the local one.
+    #[inline]
+    fn fill(
+        &mut self,
+        frag: Option<u32>,
+        answer: Answer,
+        proto: crate::proto::Protocol,
+        zones: Option<&crate::config::Routing>,
+    ) -> bool {
+        let Answer {
+            reply,
+            is_error,
+            unreachable,
+        } = answer;
+        match (frag, self.multi.as_mut()) {
+            (Some(fi), Some(m)) => {
+                if let Some(f) = m.frags.get_mut(fi as usize) {
+                    f.answered = true;
+                    // A zone's error sends the write on to the next zone.
+                    f.failed = unreachable || (is_error && m.mode == MultiMode::Zones);
+                    if is_error && m.mode == MultiMode::Split && m.error.is_none() {
+                        m.error = Some(reply);
+                    } else {
+                        f.reply = reply;
+                    }
+                }
+                m.remaining = m.remaining.saturating_sub(1);
+                if m.mode == MultiMode::Zones {
+                    finish_zones(self)
+                } else if m.remaining == 0 {
+                    finish_multi(proto, self) && zones.is_some()
+                } else {
+                    false
+                }
+            }
+            // A zone of a write already answered: nothing waits for it.
+            (Some(_), None) => false,
+            (None, _) => {
+                // A zone pool's read: answered by the zone it was last
+                // sent to.
+                let other = zones.is_some_and(|z| {
+                    self.retry.as_ref().is_some_and(|r| {
+                        let server = r.replicas.get(r.next.wrapping_sub(1));
+                        server.is_some_and(|&s| z.zone_of(s) != 0)
+                    })
+                });
+                self.out = reply;
+                self.ready = true;
+                self.retry = None;
+                other
+            }
+        }
+    }
+
+    /// A large reply held in chunks, into this slot or its fragment `frag`.
+    fn fill_held(&mut self, frag: Option<u32>, held: Box<Spool>, proto: crate::proto::Protocol) {
+        match (frag, self.multi.as_mut()) {
+            (Some(fi), Some(m)) => {
+                if let Some(f) = m.frags.get_mut(fi as usize) {
+                    f.held = Some(held);
+                    f.answered = true;
+                }
+                m.remaining = m.remaining.saturating_sub(1);
+                if m.remaining == 0 {
+                    finish_multi(proto, self);
+                }
+            }
+            (Some(_), None) => {}
+            (None, _) => {
+                self.held = Some(held);
+                self.ready = true;
+                self.retry = None;
+            }
+        }
+    }
+
+    /// Bytes of the replies this slot holds in chunks (its own and its
+    /// fragments').
+    fn held_len(&self) -> usize {
+        let frags = self.multi.as_ref().map_or(0, |m| {
+            m.frags
+                .iter()
+                .filter_map(|f| f.held.as_ref())
+                .map(|h| h.len())
+                .sum()
+        });
+        self.held.as_ref().map_or(0, |h| h.len()) + frags
+    }
 
     /// A fragment was replaced by retries: count it as answered.
-    fn fragment_settled(&mut self, token: Token, seq: u64) {
-        if let Some(c) = self.conns.client_mut(token.0) {
-            if let Some(m) = c.slot_mut(seq).and_then(|s| s.multi.as_mut()) {
-                m.remaining = m.remaining.saturating_sub(1);
-            }
+    fn fragment_settled(&mut self) {
+        if let Some(m) = self.multi.as_mut() {
+            m.remaining = m.remaining.saturating_sub(1);
         }
     }
 }
@@ -446,4 +472,118 @@ fn merge(proto: crate::proto::Protocol, m: &Multi) -> Vec<u8> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::conn::{Fragment, Retry};
+    use super::*;
+    use crate::proto::{Limits, Parse, Protocol};
+
+    fn split(text: &[u8], frags: Vec<Vec<usize>>, mode: MultiMode) -> ReplySlot {
+        let Ok(Parse::Done(req)) = Protocol::Redis.parse_request(text, &Limits::default()) else {
+            panic!("parses");
+        };
+        let n = frags.len();
+        ReplySlot {
+            multi: Some(Box::new(Multi {
+                req,
+                bytes: text.to_vec(),
+                frags: frags
+                    .into_iter()
+                    .map(|keys| Fragment {
+                        keys,
+                        ..Fragment::default()
+                    })
+                    .collect(),
+                remaining: n,
+                error: None,
+                mode,
+            })),
+            ..ReplySlot::default()
+        }
+    }
+
+    fn answer(reply: &[u8], is_error: bool) -> Answer {
+        Answer {
+            reply: reply.to_vec(),
+            is_error,
+            unreachable: false,
+        }
+    }
+
+    const MGET: &[u8] = b"*4\r\n$4\r\nMGET\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n";
+
+    #[test]
+    fn a_split_read_is_merged_in_key_order_once_every_fragment_answered() {
+        let mut slot = split(MGET, vec![vec![0, 2], vec![1]], MultiMode::Split);
+        let r = Protocol::Redis;
+        assert!(!slot.fill(Some(1), answer(b"*1\r\n$2\r\nvb\r\n", false), r, None));
+        assert!(!slot.ready, "one fragment still to answer");
+        assert!(!slot.fill(
+            Some(0),
+            answer(b"*2\r\n$2\r\nva\r\n$-1\r\n", false),
+            r,
+            None
+        ));
+        assert!(slot.ready && slot.multi.is_none());
+        assert_eq!(slot.out, b"*3\r\n$2\r\nva\r\n$2\r\nvb\r\n$-1\r\n");
+    }
+
+    #[test]
+    fn a_split_requests_first_error_is_its_reply() {
+        let mut slot = split(MGET, vec![vec![0], vec![1], vec![2]], MultiMode::Split);
+        let r = Protocol::Redis;
+        slot.fill(Some(2), answer(b"-ERR first\r\n", true), r, None);
+        slot.fill(Some(0), answer(b"-ERR second\r\n", true), r, None);
+        assert!(!slot.ready);
+        slot.fill(Some(1), answer(b"*1\r\n$1\r\nx\r\n", false), r, None);
+        assert!(slot.ready);
+        assert_eq!(slot.out, b"-ERR first\r\n");
+    }
+
+    #[test]
+    fn a_fragment_replaced_by_retries_and_a_late_zone_answer_are_settled() {
+        let mut slot = split(MGET, vec![vec![0], vec![1, 2]], MultiMode::Split);
+        slot.fragment_settled();
+        assert_eq!(slot.multi.as_ref().map(|m| m.remaining), Some(1));
+        // A reply for a slot whose split request was already answered.
+        let mut plain = ReplySlot::default();
+        assert!(!plain.fill(Some(0), answer(b"+OK\r\n", false), Protocol::Redis, None));
+        assert!(!plain.ready);
+    }
+
+    #[test]
+    fn a_zone_read_answered_by_another_zone_is_a_failover() {
+        let yaml = "a:\n  listen: 127.0.0.1:22121\n  servers:\n   - 127.0.0.1:11211:1\n\
+                    b:\n  listen: 127.0.0.1:22122\n  servers:\n   - 127.0.0.1:11212:1\n\
+                    z:\n  listen: 127.0.0.1:22123\n  zones:\n   - a\n   - b\n";
+        let c = crate::config::Config::from_str(yaml, std::path::Path::new("t.yml"))
+            .expect("config parses");
+        let routing = &c.pools[2].routing;
+        let Ok(Parse::Done(req)) =
+            Protocol::Memcache.parse_request(b"get k\r\n", &Limits::default())
+        else {
+            panic!("parses");
+        };
+        let read = |next: usize| ReplySlot {
+            retry: Some(Box::new(Retry {
+                req: req.clone(),
+                bytes: b"get k\r\n".to_vec(),
+                replicas: vec![0, 1],
+                next,
+                on_miss: false,
+            })),
+            ..ReplySlot::default()
+        };
+        let hit = b"VALUE k 0 1\r\nv\r\nEND\r\n";
+        let mut local = read(1);
+        assert!(!local.fill(None, answer(hit, false), Protocol::Memcache, Some(routing)));
+        assert!(local.ready && local.retry.is_none() && local.out == hit);
+        let mut other = read(2);
+        assert!(other.fill(None, answer(hit, false), Protocol::Memcache, Some(routing)));
+        // Not a zone pool: never counted as a zone's failover.
+        let mut plain = read(2);
+        assert!(!plain.fill(None, answer(hit, false), Protocol::Memcache, None));
+    }
 }
