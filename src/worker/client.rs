@@ -594,7 +594,7 @@ impl Worker<'_> {
         let Some(c) = self.conns.client(token.0) else {
             return;
         };
-        if over_output_limit(self.output_limit(c.pool()), c.out_len()) {
+        if over_output_limit(self.ctl.output_limit(&self.pools[c.pool()]), c.out_len()) {
             self.flush_client(token);
         }
     }
@@ -603,10 +603,10 @@ impl Worker<'_> {
     /// more than `client_output_limit` bytes stay unwritten. Returns
     /// whether the client is still open.
     pub(super) fn flush_client(&mut self, token: Token) -> bool {
-        let Some(pool) = self.client_pool(token) else {
+        let Some(pool) = self.conns.client(token.0).map(|c| c.pool()) else {
             return false;
         };
-        let limit = self.output_limit(pool);
+        let limit = self.ctl.output_limit(&self.pools[pool]);
         let Some(c) = self.conns.client_mut(token.0) else {
             return false;
         };
@@ -638,18 +638,6 @@ impl Worker<'_> {
         true
     }
 
-    fn client_pool(&self, token: Token) -> Option<usize> {
-        match self.conns.get(token.0) {
-            Some(Conn::Client(c)) => Some(c.pool()),
-            _ => None,
-        }
-    }
-
-    /// `client_output_limit` of `pool` (the run-time override first).
-    pub(super) fn output_limit(&self, pool: usize) -> usize {
-        self.ctl.output_limit(&self.pools[pool])
-    }
-
     /// Close a client whose replies (`bytes`, `how` kept) passed its
     /// output limit.
     pub(super) fn close_over_limit(&mut self, token: Token, pool: usize, bytes: usize, how: &str) {
@@ -658,7 +646,7 @@ impl Worker<'_> {
             self.pools[pool].cfg.name,
             bytes,
             how,
-            self.output_limit(pool)
+            self.ctl.output_limit(&self.pools[pool])
         );
         self.close_client(token, true);
     }

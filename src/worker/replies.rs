@@ -93,7 +93,12 @@ impl Worker<'_> {
         if let Some(fi) =
             frag.filter(|_| self.pools[at.pool].route.is_zoned() && (unreachable || is_error))
         {
-            if self.zone_fallback_failed(token, seq, fi as usize) {
+            let fell_back = self
+                .conns
+                .client_mut(token.0)
+                .and_then(|c| c.slot_mut(seq))
+                .is_some_and(|slot| slot.zone_fallback_failed(fi as usize));
+            if fell_back {
                 // Keys another zone missed, not found here either.
                 answer = Answer {
                     reply: self.pools[at.pool].proto.empty_read().to_vec(),
@@ -219,7 +224,7 @@ impl Worker<'_> {
         let Some(c) = self.conns.client(token.0) else {
             return;
         };
-        let limit = self.output_limit(c.pool());
+        let limit = self.ctl.output_limit(&self.pools[c.pool()]);
         let held: usize = c.slots().map(ReplySlot::held_len).sum();
         let total = held + c.out_len();
         if super::over_output_limit(limit, total) {

@@ -40,7 +40,6 @@ use crate::config::Routing;
 use crate::proto::Request;
 use crate::route::ZoneStep;
 use crate::stats::WorkerField;
-use mio::Token;
 use smallvec::SmallVec;
 use std::time::Instant;
 
@@ -209,28 +208,6 @@ impl Worker<'_> {
         self.zone_next(FragOf { token, id, seq, fi }, pool, &keys, zone, true)
     }
 
-    /// A fragment read for another zone's misses failed with no zone left
-    /// to try: its keys are misses (the other zones' values still go to
-    /// the client). Returns whether `fi` is such a fragment; its keys are
-    /// then dropped, so the reply to store is an empty one
-    /// ([`empty_read`]).
-    pub(super) fn zone_fallback_failed(&mut self, token: Token, seq: u64, fi: usize) -> bool {
-        let Some(c) = self.conns.client_mut(token.0) else {
-            return false;
-        };
-        let Some(f) = c
-            .slot_mut(seq)
-            .and_then(|s| s.multi.as_mut())
-            .and_then(|m| m.frags.get_mut(fi))
-        else {
-            return false;
-        };
-        if f.fallback {
-            f.keys.clear();
-        }
-        f.fallback
-    }
-
     /// Read `keys` (indices into the request's keys) of the multi-key read
     /// `seq` from their owners in the zone after `zone`, one new fragment
     /// per server. `replace`: they were fragment `fi`'s, which failed and
@@ -371,6 +348,23 @@ pub(super) fn owners_slot(req: &Request, zones: &[u8], mode: MultiMode) -> Reply
             mode,
         })),
         ..ReplySlot::default()
+    }
+}
+
+impl ReplySlot {
+    /// Fragment `fi`, read for another zone's misses, failed with no zone
+    /// left to try: its keys are misses (the other zones' values still go
+    /// to the client). Returns whether `fi` is such a fragment; its keys
+    /// are then dropped, so the reply to store is an empty one
+    /// (`Protocol::empty_read`).
+    pub(super) fn zone_fallback_failed(&mut self, fi: usize) -> bool {
+        let Some(f) = self.multi.as_mut().and_then(|m| m.frags.get_mut(fi)) else {
+            return false;
+        };
+        if f.fallback {
+            f.keys.clear();
+        }
+        f.fallback
     }
 }
 
