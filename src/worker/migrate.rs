@@ -37,180 +37,10 @@ use super::conn::{ConnTable, ReplySlot, ReplyTo, Retry, Waiter};
 use super::conn_state::Gate;
 use super::pool::PoolRt;
 use super::pull::{follows_copies, AfterPull, Pull, PullPart, Pulls, Sends, Step};
-use super::server_rt::{server_rt, ServerRt};
 use super::Worker;
-use crate::config::PoolConfig;
-use crate::hash::{Placement, RingServer};
 use crate::proto::{Op, Parse, Protocol, Request, Route};
 use mio::Token;
 use std::time::Instant;
-
-/// Where a pool's keys were before the reload.
-#[derive(Debug)]
-pub struct MigrationRt {
-    /// Each earlier configuration's placement (newest first), with, per
-    /// server of it (placement index), its index in the pool's servers
-    /// (servers the pool no longer has are appended there, off the ring),
-    /// and its number of replicas.
-    olds: Vec<(Placement, Vec<usize>, usize)>,
-    /// Room for an old placement's owners of one key, reused
-    /// (`moved_single`).
-    scratch: Vec<usize>,
-    /// Per old owner (a server index of the pool): where reads of moved
-    /// keys from it found them lately, which says which server a read
-    /// asks first. Per old owner because the migrator empties one server
-    /// at a time: keys of a server it has not reached yet are all still
-    /// there, those of one it has walked all moved.
-    reads: Vec<ReadOrder>,
-}
-
-/// Reads of moved keys (`Worker::read_where_it_is`) ask first where most
-/// were found lately: the old owners while few keys have moved, the new
-/// owner once most have. Either order is correct, the better one saves a
-/// round trip and a server's work per read.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct ReadOrder {
-    on_new: u32,
-    on_old: u32,
-}
-
-impl ReadOrder {
-    /// How many reads the counts stand for before they are halved: the
-    /// order follows the migration's progress within a few hundred reads.
-    const WINDOW: u32 = 256;
-
-    /// Whether the new owner is asked first.
-    pub fn new_first(self) -> bool {
-        self.on_new > self.on_old
-    }
-
-    /// A read found its key on the new owner (`on_new`) or an old one.
-    pub fn found(&mut self, on_new: bool) {
-        if on_new {
-            self.on_new += 1;
-        } else {
-            self.on_old += 1;
-        }
-        if self.on_new + self.on_old >= Self::WINDOW {
-            self.on_new /= 2;
-            self.on_old /= 2;
-        }
-    }
-
-    /// The servers a read of a key asks in turn: its old owners (newest
-    /// placement first) then its new one, or, when the new owner is asked
-    /// first, the new owner, the old ones, and the new one again: a key
-    /// found on no old owner may have been copied over (and its old copy
-    /// deleted) after the first read.
-    pub fn servers(self, olds: &[usize], new: usize) -> Vec<usize> {
-        let mut out = Vec::with_capacity(olds.len() + 2);
-        if self.new_first() {
-            out.push(new);
-        }
-        out.extend_from_slice(olds);
-        out.push(new);
-        out
-    }
-}
-
-impl MigrationRt {
-    /// The migration state of `cfg` replacing `olds` (newest first), if
-    /// the placement of any of them differs and `migration` is on;
-    /// servers of `olds` that `cfg` no longer has are appended to
-    /// `servers` (reachable, not on the ring).
-    pub fn new(
-        cfg: &PoolConfig,
-        olds: &[PoolConfig],
-        servers: &mut Vec<ServerRt>,
-    ) -> Option<Box<MigrationRt>> {
-        let mut appended: Vec<crate::config::ServerAddr> = Vec::new();
-        let mut out = Vec::new();
-        for prev in olds
-            .iter()
-            .filter(|p| crate::migrate::placement_changed(p, cfg))
-        {
-            let names: Vec<String> = prev.servers.iter().map(|s| s.ketama_name()).collect();
-            let ring: Vec<RingServer> = prev
-                .servers
-                .iter()
-                .zip(&names)
-                .map(|(s, name)| RingServer {
-                    name: name.as_bytes(),
-                    weight: s.weight,
-                    live: true,
-                })
-                .collect();
-            let old = Placement::new(prev.hash, prev.distribution, prev.hash_tag, &ring);
-            let index = prev
-                .servers
-                .iter()
-                .map(|s| {
-                    if let Some(i) = cfg.servers.iter().position(|n| n.addr == s.addr) {
-                        return i;
-                    }
-                    if let Some(j) = appended.iter().position(|a| *a == s.addr) {
-                        return cfg.servers.len() + j;
-                    }
-                    servers.push(server_rt(prev, s));
-                    appended.push(s.addr.clone());
-                    servers.len() - 1
-                })
-                .collect();
-            out.push((old, index, prev.replicas.max(1) as usize));
-        }
-        if out.is_empty() {
-            return None;
-        }
-        crate::log_notice!(
-            "pool '{}': servers changed; keys whose owner changed are pulled from their old owner until the migration is done",
-            cfg.name
-        );
-        Some(Box::new(MigrationRt {
-            olds: out,
-            scratch: Vec::with_capacity(4),
-            reads: vec![ReadOrder::default(); servers.len()],
-        }))
-    }
-
-    /// Whether an earlier placement put `key` elsewhere than on `new`, its
-    /// one owner now: `old_owners` for the common case, without
-    /// allocating (every request of a migrating pool asks).
-    pub fn moved_single(&mut self, key: &[u8], new: usize) -> bool {
-        let mut set = std::mem::take(&mut self.scratch);
-        let moved = self.olds.iter().any(|(p, index, r)| {
-            p.replicas_for(key, *r, &mut set);
-            set.len() != 1 || index.get(set[0]) != Some(&new)
-        });
-        self.scratch = set;
-        moved
-    }
-
-    /// Where `key` may still be, when an earlier placement put it on other
-    /// servers than `news` (its owners now; one, or its replicas): every
-    /// server an earlier placement gave it, as indices of the pool's
-    /// servers, newest placement first, each once. Empty when every
-    /// earlier placement agrees with `news`.
-    pub fn old_owners(&self, key: &[u8], news: &[usize]) -> Vec<usize> {
-        let mut out = Vec::new();
-        let mut moved = false;
-        let mut set = Vec::new();
-        for (p, index, r) in &self.olds {
-            p.replicas_for(key, *r, &mut set);
-            let owners: Vec<usize> = set.iter().filter_map(|&i| index.get(i).copied()).collect();
-            moved |= owners.len() != news.len() || owners.iter().any(|o| !news.contains(o));
-            for o in owners {
-                if !out.contains(&o) {
-                    out.push(o);
-                }
-            }
-        }
-        if moved {
-            out
-        } else {
-            Vec::new()
-        }
-    }
-}
 
 impl PoolRt {
     /// Whether a request names one key only, which every earlier placement
@@ -338,7 +168,7 @@ impl Worker<'_> {
         let Some(m) = p.migration.as_ref() else {
             return false;
         };
-        let order = m.reads.get(pull.olds()[0]).copied().unwrap_or_default();
+        let order = m.read_order(pull.olds()[0]);
         let servers = order.servers(pull.olds(), new);
         let first = servers[0];
         let proto = p.proto;
@@ -406,9 +236,7 @@ impl Worker<'_> {
             self.resume.push(token);
         }
         if let (Some((old, on_new)), Some(m)) = (found, self.pools[pool].migration.as_mut()) {
-            if let Some(o) = m.reads.get_mut(old) {
-                o.found(on_new);
-            }
+            m.read_found(old, on_new);
         }
     }
 
@@ -599,48 +427,5 @@ impl Worker<'_> {
             AfterPull::Route => self.dispatch_routed(token, req, bytes, now),
             AfterPull::Txn => self.txn_pulled(token, &req, bytes, now),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::ReadOrder;
-
-    #[test]
-    fn reads_ask_the_old_owners_first_until_keys_are_found_on_the_new_one() {
-        let mut o = ReadOrder::default();
-        // Nothing known: the old owners (newest first), then the new one.
-        assert_eq!(o.servers(&[1, 0], 2), vec![1, 0, 2]);
-        o.found(false);
-        o.found(true);
-        assert!(!o.new_first(), "a tie keeps the old owners first");
-        o.found(true);
-        // Mostly found on the new owner: it is asked first, and last again
-        // (a key copied over between the first read and the old owners').
-        assert!(o.new_first());
-        assert_eq!(o.servers(&[1, 0], 2), vec![2, 1, 0, 2]);
-        assert_eq!(o.servers(&[0], 2), vec![2, 0, 2]);
-    }
-
-    #[test]
-    fn the_order_follows_where_keys_were_found_lately() {
-        let mut o = ReadOrder::default();
-        for _ in 0..10_000 {
-            o.found(false);
-        }
-        // Counts are halved as they fill a window: a migration that moved
-        // its keys turns the order within a window's reads, however long
-        // it read from the old owners before.
-        let mut n = 0;
-        while !o.new_first() {
-            o.found(true);
-            n += 1;
-        }
-        assert!(n <= ReadOrder::WINDOW as usize, "{n}");
-        assert!(o.on_new + o.on_old < ReadOrder::WINDOW);
-        for _ in 0..ReadOrder::WINDOW {
-            o.found(false);
-        }
-        assert!(!o.new_first());
     }
 }

@@ -33,6 +33,7 @@ mod latency;
 mod listen;
 mod local;
 mod migrate;
+mod migration_rt;
 mod pool;
 mod pubsub;
 mod pull;

@@ -40,7 +40,7 @@ pub struct PoolRt {
     pub route: crate::route::PoolRoute,
     /// A reload changed the servers of this pool (`migration: true`):
     /// where keys were before, until the migration is done.
-    pub migration: Option<Box<super::migrate::MigrationRt>>,
+    pub migration: Option<Box<super::migration_rt::MigrationRt>>,
     /// A fleet member's migrating pool before the fleet's barrier passed:
     /// requests for moved keys are refused, not pulled (`migrate.rs`).
     pub fleet_fenced: bool,
@@ -108,7 +108,7 @@ impl PoolRt {
             pre_auth: false,
         };
         let placement = build_placement(cfg, &servers);
-        let migration = super::migrate::MigrationRt::new(cfg, olds, &mut servers);
+        let migration = super::migration_rt::MigrationRt::new(cfg, olds, &mut servers);
         let routes = cfg.routing.is_composite().then(|| {
             Box::new(super::routes::RouteRt::build(
                 &cfg.routing,
