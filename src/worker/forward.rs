@@ -398,7 +398,15 @@ impl Worker<'_> {
             crate::proto::redis::CmdClass::OneServer | crate::proto::redis::CmdClass::Blocking
         ));
         if one_server && groups.len() > 1 {
-            self.refuse_cross_server(at.token, at.pool, req.op);
+            // Only one server can promise what these commands do.
+            let mut out = Vec::new();
+            let name = match req.op {
+                Op::Redis(r) => r.cmd.name(),
+                Op::Mc(_) => "",
+            };
+            let cluster = self.pools[at.pool].cluster.is_some();
+            crate::proto::redis::reply::cross_server(name, cluster, &mut out);
+            self.push_ready(at.token, out, false);
             return;
         }
         // A replicated pool's split request, and a zone pool's multi-key
@@ -409,27 +417,6 @@ impl Worker<'_> {
         }
         let to = at.reply_to();
         self.send_split(to, at.pool, req, bytes, &groups, now);
-    }
-
-    /// MSETNX sets all its keys or none, BLPOP waits on all of them: only
-    /// one server can promise that, so keys on several are refused.
-    fn refuse_cross_server(&mut self, token: Token, pool: usize, op: Op) {
-        let mut out = Vec::new();
-        if self.pools[pool].cluster.is_some() {
-            // What a cluster node itself answers.
-            out.extend_from_slice(crate::proto::redis::cluster::CROSSSLOT);
-            self.push_ready(token, out, false);
-            return;
-        }
-        let name = match op {
-            Op::Redis(r) => r.cmd.name(),
-            Op::Mc(_) => "",
-        };
-        crate::proto::redis::error_reply(
-            &format!("{name} keys must all map to one server (use a hash tag, e.g. {{user1}}.a {{user1}}.b)"),
-            &mut out,
-        );
-        self.push_ready(token, out, false);
     }
 
     /// One fragment per group, each to its server, answered into one slot

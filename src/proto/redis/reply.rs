@@ -38,6 +38,23 @@ pub fn command(args: &[&[u8]], out: &mut Vec<u8>) {
     }
 }
 
+/// A request whose keys must all be on one server (MSETNX sets all or
+/// none, a blocking pop waits on every key) found them on several: a
+/// cluster node's `CROSSSLOT` in a cluster pool, else an error naming the
+/// command and the hash tag that keeps keys together.
+pub fn cross_server(cmd: &str, cluster: bool, out: &mut Vec<u8>) {
+    if cluster {
+        out.extend_from_slice(super::cluster::CROSSSLOT);
+        return;
+    }
+    error_reply(
+        &format!(
+            "{cmd} keys must all map to one server (use a hash tag, e.g. {{user1}}.a {{user1}}.b)"
+        ),
+        out,
+    );
+}
+
 /// Appends `-ERR <msg>\r\n`. CR and LF in `msg` become spaces so the reply
 /// stays one line.
 pub fn error_reply(msg: &str, out: &mut Vec<u8>) {
@@ -145,6 +162,19 @@ pub(crate) fn unsupported(name: &str) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_on_several_servers_are_refused_as_a_cluster_node_would_or_by_name() {
+        let mut out = Vec::new();
+        cross_server("MSETNX", true, &mut out);
+        assert!(out.starts_with(b"-CROSSSLOT "));
+        out.clear();
+        cross_server("BLPOP", false, &mut out);
+        assert_eq!(
+            out,
+            b"-ERR BLPOP keys must all map to one server (use a hash tag, e.g. {user1}.a {user1}.b)\r\n"
+        );
+    }
 
     #[test]
     fn composers() {
