@@ -155,10 +155,7 @@ impl Worker<'_> {
                         && self.pools[at.pool].keys_apart(r.cmd, req, bytes, now)
                     {
                         let mut out = Vec::new();
-                        crate::proto::redis::error_reply(
-                            &format!("{} keys must all map to one server (use a hash tag, e.g. {{user1}}.a {{user1}}.b)", r.cmd.name()),
-                            &mut out,
-                        );
+                        crate::proto::redis::reply::cross_server(r.cmd.name(), false, &mut out);
                         self.push_ready(at.token, out, false);
                         return;
                     }

@@ -432,10 +432,7 @@ fn merge_held(m: &mut Multi) -> Box<Spool> {
         // reply a split command can have.
         out = Box::default();
         let mut err = Vec::new();
-        crate::proto::redis::error_reply(
-            "unexpected reply from a server to a split request",
-            &mut err,
-        );
+        crate::proto::redis::merge_held::unexpected_reply(&mut err);
         out.push(&err);
     }
     out

@@ -24,6 +24,12 @@ pub trait Chunks {
 /// Longest header line of a value in an MGET reply (`$<len>\r\n`).
 const HEADER_MAX: usize = 32;
 
+/// What a client is told when the replies to its split request cannot be
+/// merged (a large reply to another command than MGET, or a malformed one).
+pub fn unexpected_reply(out: &mut Vec<u8>) {
+    super::error_reply("unexpected reply from a server to a split request", out);
+}
+
 /// Joins MGET fragment replies into `out`: `*<nkeys>` then each key's value
 /// in the client's key order. `frags` pairs each fragment's key indices
 /// (ascending) with its reply. `Err(Malformed)`: a reply is not an array of as
