@@ -97,6 +97,57 @@ impl<'a> AcceptPolicy<'a> {
     }
 }
 
+/// accept_mutex mode: whether a worker holding `mine` clients, of `sum`
+/// over `slots` workers, is loaded enough to leave the lock to the others:
+/// 1/8 more than the average plus a small constant (as nginx's
+/// accept_mutex holds off a worker past 7/8 of its connections).
+pub fn loaded(mine: u64, sum: u64, slots: u64) -> bool {
+    let avg = sum / slots.max(1);
+    slots > 1 && mine > avg + avg / 8 + 4
+}
+
+/// `max_connections`: the most clients a worker holds before it stops
+/// accepting; it accepts again once below 90% of that.
+#[derive(Debug, Default)]
+pub struct Cap {
+    /// The cap (0: none).
+    max: usize,
+    /// Accepting is paused at the cap.
+    capped: bool,
+}
+
+impl Cap {
+    /// A cap of `max` clients (0: none).
+    pub fn new(max: usize) -> Cap {
+        Cap { max, capped: false }
+    }
+
+    /// Accepting is paused at the cap.
+    pub fn capped(&self) -> bool {
+        self.capped
+    }
+
+    /// A client was just accepted with `open` others already held: true
+    /// when that reaches the cap (once, until [`Cap::below`] resumes).
+    pub fn reached(&mut self, open: usize) -> bool {
+        if self.max == 0 || self.capped || open + 1 < self.max {
+            return false;
+        }
+        self.capped = true;
+        true
+    }
+
+    /// A client left, `open` are held now: true when a paused worker is
+    /// below 90% of the cap and accepts again.
+    pub fn below(&mut self, open: usize) -> bool {
+        if !self.capped || open * 10 >= self.max * 9 {
+            return false;
+        }
+        self.capped = false;
+        true
+    }
+}
+
 /// epoll_exclusive mode: move this worker's wait entry on a listening
 /// socket to the back of the socket's wait queue (delete and add it again).
 ///
@@ -125,4 +176,46 @@ pub fn add_exclusive(epfd: RawFd, fd: RawFd, token: u64) -> std::io::Result<()> 
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cap_pauses_once_and_resumes_below_ninety_percent() {
+        let mut cap = Cap::new(10);
+        assert!(!cap.reached(7), "the 9th client is under the cap");
+        assert!(cap.reached(9), "the 10th reaches it");
+        assert!(cap.capped());
+        assert!(!cap.reached(10), "reported once");
+        assert!(!cap.below(9), "90% is not below 90%");
+        assert!(cap.capped());
+        assert!(cap.below(8));
+        assert!(!cap.capped());
+        assert!(!cap.below(0), "not paused: nothing to resume");
+    }
+
+    #[test]
+    fn no_cap_never_pauses() {
+        let mut cap = Cap::new(0);
+        assert!(!cap.reached(0));
+        assert!(!cap.reached(1_000_000));
+        assert!(!cap.capped());
+    }
+
+    #[test]
+    fn a_worker_well_above_the_average_leaves_the_mutex() {
+        // Alone, a worker always takes the lock.
+        assert!(!loaded(1000, 1000, 1));
+        // Four workers, 400 clients: average 100, threshold 100 + 12 + 4.
+        assert!(!loaded(116, 400, 4));
+        assert!(loaded(117, 400, 4));
+        // Two workers, all clients on one: the constant lets it take a
+        // few before it steps back.
+        assert!(!loaded(8, 8, 2));
+        assert!(loaded(9, 9, 2));
+        // No slots reported: no division by zero.
+        assert!(!loaded(0, 0, 0));
+    }
 }

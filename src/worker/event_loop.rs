@@ -8,7 +8,6 @@
 use super::conn::Conn;
 use super::tokens::{self, TokenKind};
 use super::{Control, Stop, Worker, FLUSH_ROUNDS};
-use crate::config::ListenerMode;
 use crate::stats::WorkerField;
 use mio::{Events, Interest, Token};
 use std::time::{Duration, Instant};
@@ -94,7 +93,7 @@ impl Worker<'_> {
             // Output queued by the last flush itself (see flush_dirty).
             timeout = Some(Duration::ZERO);
         }
-        if !self.accepting {
+        if !self.intake.accepting() {
             // Graceful stop: look at idle clients often.
             timeout = timeout.map(|t| t.min(super::GRACEFUL_IDLE / 2));
         }
@@ -106,16 +105,17 @@ impl Worker<'_> {
             // Requests held for the fleet: their deadline, the page.
             timeout = timeout.map(|t| t.min(fleet));
         }
-        if self.handin_again {
+        if self.handin.again() {
             timeout = Some(Duration::ZERO);
         }
         if self.gate.is_some() {
             timeout = Some(timeout.map_or(super::GATE_POLL, |t| t.min(super::GATE_POLL)));
         }
-        if self.accept.mode == ListenerMode::AcceptMutex && self.accepting && self.gate.is_none() {
-            self.trylock_accept();
-            if !self.accept.held {
-                timeout = Some(timeout.map_or(self.accept.delay, |t| t.min(self.accept.delay)));
+        if self.gate.is_none() {
+            let reg = self.poll.registry();
+            if let Some(delay) = self.intake.trylock(reg, self.region, self.slot) {
+                // accept_mutex mode, not holding it: try again by then.
+                timeout = Some(timeout.map_or(delay, |t| t.min(delay)));
             }
         }
         timeout
@@ -132,13 +132,8 @@ impl Worker<'_> {
                 self.accept(i, now);
             }
         }
-        if self.accept.held {
-            if let Some(m) = self.accept.mutex {
-                m.unlock(std::process::id() as u64);
-            }
-            self.accept.held = false;
-        }
-        if std::mem::take(&mut self.handin_again) {
+        self.intake.release();
+        if self.handin.take_again() {
             self.handin_ready(now);
         }
         for ev in events.iter() {
@@ -150,8 +145,12 @@ impl Worker<'_> {
                 }
                 TokenKind::Control => control_ready = true,
                 TokenKind::Handin => self.handin_ready(now),
-                TokenKind::HandinConn(key) => self.handin_conn_ready(key, now),
-                TokenKind::Relay(i) => self.relay_event(i),
+                TokenKind::HandinConn(key) => {
+                    if let Some((msg, fd)) = self.handin.waiting_ready(self.poll.registry(), key) {
+                        self.adopt(&msg, fd, now);
+                    }
+                }
+                TokenKind::Relay(i) => self.relays.event(self.poll.registry(), i),
                 TokenKind::Sentinel(i) => self.sentinel_event(i, now),
                 TokenKind::Listener(_) => {}
             }
@@ -216,16 +215,14 @@ impl Worker<'_> {
                     .conns
                     .iter()
                     .any(|(_, c)| matches!(c, Conn::Client(c) if c.is_stateful()));
-                ((!clients && self.handin_conns.is_empty())
+                ((!clients && self.handin.none_waiting())
                     || now.duration_since(since) > self.graceful_timeout)
                     && self.relays.is_empty()
                     && !pinned
             }
             Stop::Graceful | Stop::Handover => {
                 self.fleet_holds_close(now);
-                if self.accepting {
-                    self.stop_accepting();
-                }
+                self.intake.stop(self.poll.registry());
                 let since = *stopping.graceful_since.get_or_insert(now);
                 self.close_idle_clients(now) || now.duration_since(since) > self.graceful_timeout
             }

@@ -12,25 +12,21 @@
 //! middle of a large request is read until that request is complete.
 //!
 //! A client whose pool is gone from the successor's configuration is
-//! closed there (its listener is gone too).
+//! closed there (its listener is gone too). The successor's side, taking
+//! clients up, is `handin.rs`.
 
 use super::conn::{Conn, ConnTable};
-use super::{tokens, Worker};
-use crate::net::handover::{self, Received, MAX_MESSAGE};
-use crate::proto::redis::local::{Names, Session};
+use super::{relay, Worker};
+use crate::net::handover::{self, MAX_MESSAGE};
 use crate::stats::{PoolField, WorkerField};
-use mio::{Interest, Token};
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
-use std::time::Instant;
+use mio::Token;
+use std::os::fd::AsRawFd;
 
 const MAGIC: &[u8; 4] = b"WNH1";
 /// Room kept for the message's fixed fields and names.
 const HEADER_ROOM: usize = 4096;
 /// Largest unparsed input plus unwritten output a handed client carries.
 pub(super) const CARRY_MAX: usize = MAX_MESSAGE - HEADER_ROOM;
-/// Most handover connections accepted per wakeup (others workers of the
-/// successor take the rest).
-const ACCEPT_BATCH: usize = 32;
 
 /// A client's state as it crosses to the successor.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -154,17 +150,9 @@ impl Worker<'_> {
             return;
         }
         crate::log_notice!("handing clients over to {target}");
-        if self.accepting {
-            self.stop_accepting();
-        }
+        self.intake.stop(self.poll.registry());
         // Take no more handed clients ourselves: the successor does.
-        if let Some(l) = self.handin.take() {
-            let fd = l.as_raw_fd();
-            let _ = self
-                .poll
-                .registry()
-                .deregister(&mut mio::unix::SourceFd(&fd));
-        }
+        self.handin.stop(self.poll.registry());
         self.handover = Some(target);
     }
 
@@ -213,7 +201,7 @@ impl Worker<'_> {
             // A TLS client crosses as a unix socket this worker relays
             // to (relay.rs); its unwritten replies stay here.
             let pair = if c.sock().is_tls() {
-                match Self::relay_pair() {
+                match relay::pair() {
                     Ok(p) => Some(p),
                     Err(e) => {
                         crate::log_error!("cannot relay a TLS client: {e}");
@@ -253,7 +241,8 @@ impl Worker<'_> {
                     let gone = self.forget_client(Token(k));
                     if let (Some(c), Some((ours, _))) = (gone, pair) {
                         let (sock, out) = c.into_sock_and_output();
-                        self.start_relay(sock, ours, out.bytes().to_vec());
+                        let reg = self.poll.registry();
+                        self.relays.start(reg, sock, ours, out.bytes().to_vec());
                     }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
@@ -286,143 +275,6 @@ impl Worker<'_> {
         // Dropping `c` closes this process's copy of the descriptor; the
         // successor holds the connection now.
         Some(c)
-    }
-
-    /// Clients are being handed to us: take what the handover socket has.
-    pub(super) fn handin_ready(&mut self, now: Instant) {
-        let Some(l) = self.handin.as_ref().map(|l| l.as_raw_fd()) else {
-            return;
-        };
-        for _ in 0..ACCEPT_BATCH {
-            match handover::accept(l) {
-                Ok(Some(conn)) => self.handin_take(conn, now),
-                Ok(None) => return,
-                Err(e) => {
-                    crate::log_warn!("handover accept failed: {e}");
-                    return;
-                }
-            }
-        }
-        // More may wait: look again on the next pass of the loop.
-        self.handin_again = true;
-    }
-
-    /// A handover connection: its message is the client.
-    fn handin_take(&mut self, conn: OwnedFd, now: Instant) {
-        match handover::recv(conn.as_raw_fd()) {
-            Ok(Received::Client(msg, fd)) => self.adopt(&msg, fd, now),
-            Ok(Received::Pending) => {
-                let entry = self.handin_conns.vacant_entry();
-                let token = tokens::handin_conn(entry.key());
-                let raw = conn.as_raw_fd();
-                if self
-                    .poll
-                    .registry()
-                    .register(&mut mio::unix::SourceFd(&raw), token, Interest::READABLE)
-                    .is_ok()
-                {
-                    entry.insert(conn);
-                }
-            }
-            Ok(Received::Nothing) => {}
-            Err(e) => crate::log_warn!("handover receive failed: {e}"),
-        }
-    }
-
-    /// A handover connection that was accepted before its message came.
-    pub(super) fn handin_conn_ready(&mut self, idx: usize, now: Instant) {
-        let Some(conn) = self.handin_conns.get(idx) else {
-            return;
-        };
-        let raw = conn.as_raw_fd();
-        match handover::recv(raw) {
-            Ok(Received::Pending) => return,
-            Ok(Received::Client(msg, fd)) => self.adopt(&msg, fd, now),
-            Ok(Received::Nothing) => {}
-            Err(e) => crate::log_warn!("handover receive failed: {e}"),
-        }
-        let _ = self
-            .poll
-            .registry()
-            .deregister(&mut mio::unix::SourceFd(&raw));
-        self.handin_conns.remove(idx);
-    }
-
-    /// Take up a client handed over by a predecessor.
-    fn adopt(&mut self, msg: &[u8], fd: OwnedFd, now: Instant) {
-        let Some(h) = Handed::decode(msg) else {
-            crate::log_warn!("handover message not understood: connection closed");
-            return;
-        };
-        let Some(pool) = self.pools.iter().position(|p| p.cfg.name == h.pool) else {
-            crate::log_notice!(
-                "handed a client of pool '{}', which is no longer configured: closing it",
-                h.pool
-            );
-            return;
-        };
-        if (self.pools[pool].proto == crate::proto::Protocol::Redis) != h.redis {
-            crate::log_notice!(
-                "handed a client of pool '{}', which now speaks another protocol: closing it",
-                h.pool
-            );
-            return;
-        }
-        let tcp = crate::net::is_tcp(&fd);
-        let raw = fd.into_raw_fd();
-        let sock = if tcp {
-            // SAFETY: `raw` is a connected TCP socket we now own.
-            crate::net::Stream::Tcp(unsafe { mio::net::TcpStream::from_raw_fd(raw) })
-        } else {
-            // SAFETY: `raw` is a connected unix stream socket we now own.
-            crate::net::Stream::Unix(unsafe { mio::net::UnixStream::from_raw_fd(raw) })
-        };
-        if tcp {
-            crate::net::tune_client(&sock, self.pools[pool].cfg.tcpkeepalive);
-        }
-        let Some(token) = self.insert_client(sock, pool, now) else {
-            return;
-        };
-        self.stats.worker_add(WorkerField::HandedIn, 1);
-        let cfg = &self.pools[pool].cfg;
-        let open = cfg.redis_auth.is_none() && cfg.security.users.is_empty();
-        // Its ACL user, if this configuration still has it: a user removed
-        // by the reload is logged out.
-        let user = h.user.as_ref().map(|name| {
-            let users = &cfg.security.users;
-            users
-                .iter()
-                .position(|u| u.name.as_bytes() == name.as_slice())
-        });
-        let Some(c) = self.conns.client_mut(token.0) else {
-            return;
-        };
-        let mut session = Session::new(c.session().id, None, false);
-        session.resp3 = h.resp3;
-        // A password set by this reload does not log out a client that
-        // was in (as redis-server's CONFIG SET requirepass).
-        session.authenticated = (h.authenticated && user != Some(None)) || open;
-        session.user = user.flatten().map(|u| u as u16);
-        session.set_names(Names {
-            name: h.name,
-            lib_name: h.lib_name,
-            lib_ver: h.lib_ver,
-        });
-        c.set_session(session);
-        c.swallow_next(h.swallow as usize);
-        if !h.input.is_empty() {
-            let mut rbuf = self.bufs.take();
-            rbuf.extend(&h.input);
-            c.put_input(rbuf);
-        }
-        if !h.output.is_empty() {
-            c.queue_output(&h.output, &mut self.bufs);
-            self.dirty.client(token);
-            self.add_out(h.output.len());
-        }
-        // Whatever the client sent meanwhile is in the socket: read it
-        // (with the carried input) as if it had just arrived.
-        self.read_client(token, now, true);
     }
 }
 

@@ -1,156 +1,275 @@
-//! The worker's listening sockets: registered per listener mode (see
-//! `accept.rs`), accepted from, and clients added to the loop.
+//! The worker's intake of new clients: its listening sockets, registered
+//! per listener mode (see `accept.rs`), the accept policy with its
+//! `max_connections` cap, and accepting. [`Intake`] owns all of it and
+//! acts with the poll registry passed in; the worker only adds the
+//! clients it returns to the loop ([`Worker::insert_client`]).
 
+use super::accept::{self, AcceptMutex, AcceptPolicy, Cap};
 use super::conn::{self, Conn};
+use super::pool::PoolRt;
+use super::tokens;
 use super::Worker;
-use super::{accept, tokens};
 use crate::config::ListenerMode;
+use crate::net::{Listener, Stream};
+use crate::stats::shm::{Region, StatsSlot};
 use crate::stats::WorkerField;
-use mio::{Interest, Token};
+use mio::{Interest, Registry, Token};
 use std::os::fd::AsRawFd;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-impl Worker<'_> {
-    pub(super) fn stop_accepting(&mut self) {
+/// Listening sockets, how this worker takes its share of them, and
+/// whether it takes any.
+pub(super) struct Intake<'a> {
+    /// The listening sockets, with the pool each serves.
+    listeners: Vec<(Listener, usize)>,
+    /// Listener mode, accept mutex, registration.
+    policy: AcceptPolicy<'a>,
+    /// False once stopping (graceful stop or handover): never again.
+    accepting: bool,
+    /// `max_connections`.
+    cap: Cap,
+}
+
+/// What one accept on a listener gave.
+pub(super) enum Accepted {
+    /// A client of this pool, to add to the loop.
+    Client(Stream, usize),
+    /// A connection accepted and closed at once (its pool is full, or TLS
+    /// could not start): look for the next.
+    Closed,
+    /// Nothing more now.
+    Done,
+}
+
+impl<'a> Intake<'a> {
+    /// An intake of these listeners, not yet registered.
+    pub(super) fn new(
+        listeners: Vec<(Listener, usize)>,
+        mode: ListenerMode,
+        mutex: Option<&'a AcceptMutex>,
+        delay_ms: u64,
+        max_conns: usize,
+    ) -> Self {
+        Intake {
+            listeners,
+            policy: AcceptPolicy::new(mode, mutex, delay_ms),
+            accepting: true,
+            cap: Cap::new(max_conns),
+        }
+    }
+
+    /// Not stopping: clients are still accepted (or will be, below the
+    /// cap or with the mutex).
+    #[inline]
+    pub(super) fn accepting(&self) -> bool {
+        self.accepting
+    }
+
+    /// Start taking clients: watch the listeners, except in accept_mutex
+    /// mode, where only the mutex holder watches them.
+    pub(super) fn start(&mut self, reg: &Registry) -> std::io::Result<()> {
+        if self.policy.mode != ListenerMode::AcceptMutex {
+            self.register(reg)?;
+        }
+        Ok(())
+    }
+
+    /// Stop for good (graceful stop, handover): the listeners are closed
+    /// here (the master keeps its own) and the mutex given up.
+    pub(super) fn stop(&mut self, reg: &Registry) {
+        if !self.accepting {
+            return;
+        }
         self.accepting = false;
-        self.deregister_listeners();
+        self.deregister(reg);
         self.listeners.clear();
-        if let Some(m) = self.accept.mutex {
+        if let Some(m) = self.policy.mutex {
             m.unlock(std::process::id() as u64);
         }
     }
 
-    pub(super) fn register_listeners(&mut self) -> std::io::Result<()> {
-        if self.accept.registered {
+    fn register(&mut self, reg: &Registry) -> std::io::Result<()> {
+        if self.policy.registered {
             return Ok(());
         }
         for (i, (l, _)) in self.listeners.iter_mut().enumerate() {
             let token = tokens::listener(i);
-            if self.accept.mode == ListenerMode::EpollExclusive {
-                accept::add_exclusive(self.poll.as_raw_fd(), l.as_raw_fd(), token.0 as u64)?;
+            if self.policy.mode == ListenerMode::EpollExclusive {
+                accept::add_exclusive(reg.as_raw_fd(), l.as_raw_fd(), token.0 as u64)?;
             } else {
-                self.poll
-                    .registry()
-                    .register(l, token, Interest::READABLE)?;
+                reg.register(l, token, Interest::READABLE)?;
             }
         }
-        self.accept.registered = true;
+        self.policy.registered = true;
         Ok(())
     }
 
-    pub(super) fn deregister_listeners(&mut self) {
-        if !self.accept.registered {
+    fn deregister(&mut self, reg: &Registry) {
+        if !self.policy.registered {
             return;
         }
         for (l, _) in self.listeners.iter_mut() {
-            if self.accept.mode == ListenerMode::EpollExclusive {
+            if self.policy.mode == ListenerMode::EpollExclusive {
                 // SAFETY: removing a descriptor we added to our own epoll set.
                 unsafe {
                     libc::epoll_ctl(
-                        self.poll.as_raw_fd(),
+                        reg.as_raw_fd(),
                         libc::EPOLL_CTL_DEL,
                         l.as_raw_fd(),
                         std::ptr::null_mut(),
                     );
                 }
             } else {
-                let _ = self.poll.registry().deregister(l);
+                let _ = reg.deregister(l);
             }
         }
-        self.accept.registered = false;
+        self.policy.registered = false;
     }
 
-    /// accept_mutex mode: take the lock unless this worker is loaded well
-    /// above the average, and watch the listeners only while holding it.
-    pub(super) fn trylock_accept(&mut self) {
-        let Some(m) = self.accept.mutex else {
-            return;
+    /// accept_mutex mode, before a wait: take the lock unless this worker
+    /// is loaded well above the average (`accept::loaded`) or capped, and
+    /// watch the listeners only while holding it. Returns how long the
+    /// wait may last at most when the lock is not held (to try again).
+    pub(super) fn trylock(
+        &mut self,
+        reg: &Registry,
+        region: &Region,
+        slot: usize,
+    ) -> Option<Duration> {
+        if self.policy.mode != ListenerMode::AcceptMutex || !self.accepting {
+            return None;
+        }
+        if let Some(m) = self.policy.mutex {
+            let mine = region.worker_get(slot, WorkerField::CurrConnections);
+            let sum = region.worker_sum(WorkerField::CurrConnections);
+            let loaded = accept::loaded(mine, sum, region.slots() as u64) || self.cap.capped();
+            if !loaded && m.try_lock(std::process::id() as u64) {
+                self.policy.held = true;
+                let _ = self.register(reg);
+            } else {
+                self.deregister(reg);
+            }
+        }
+        (!self.policy.held).then_some(self.policy.delay)
+    }
+
+    /// After the accept events of a pass: give the mutex back (nginx's
+    /// posted accept events come first for this).
+    pub(super) fn release(&mut self) {
+        if self.policy.held {
+            if let Some(m) = self.policy.mutex {
+                m.unlock(std::process::id() as u64);
+            }
+            self.policy.held = false;
+        }
+    }
+
+    /// Accept the next connection on listener `idx`; `first` says none
+    /// came yet in this run of accepts. `open` is how many clients the
+    /// worker holds (the cap is checked against it).
+    pub(super) fn accept(
+        &mut self,
+        idx: usize,
+        first: bool,
+        open: usize,
+        reg: &Registry,
+        stats: &StatsSlot,
+        pools: &[PoolRt],
+    ) -> Accepted {
+        if self.cap.capped() {
+            // max_connections reached: the rest waits in the backlog
+            // (and an exclusive listener must not be re-added).
+            return Accepted::Done;
+        }
+        let Some((listener, pool)) = self.listeners.get(idx) else {
+            return Accepted::Done;
         };
-        let mine = self
-            .region
-            .worker_get(self.slot, WorkerField::CurrConnections);
-        let slots = self.region.slots() as u64;
-        let avg = self.region.worker_sum(WorkerField::CurrConnections) / slots.max(1);
-        // The threshold: skip the lock while holding 1/8 more than the
-        // average plus a small constant (as nginx's accept_mutex holds off a
-        // worker past 7/8 of its connections).
-        let loaded = (slots > 1 && mine > avg + avg / 8 + 4) || self.capped;
-        if !loaded && m.try_lock(std::process::id() as u64) {
-            self.accept.held = true;
-            let _ = self.register_listeners();
-        } else {
-            self.deregister_listeners();
+        let pool = *pool;
+        let sock = match listener.accept() {
+            Ok(s) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if first {
+                    stats.worker_add(WorkerField::AcceptEagain, 1);
+                } else if self.policy.mode == ListenerMode::EpollExclusive {
+                    let fd = listener.as_raw_fd();
+                    let token = tokens::listener(idx).0 as u64;
+                    let _ = accept::requeue_exclusive(reg.as_raw_fd(), fd, token);
+                }
+                return Accepted::Done;
+            }
+            Err(e) => {
+                crate::log_warn!("accept on pool '{}' failed: {}", pools[pool].cfg.name, e);
+                return Accepted::Done;
+            }
+        };
+        if self.cap.reached(open) {
+            crate::log_notice!(
+                "{} client connections: max_connections reached, not accepting until below 90%",
+                open + 1
+            );
+            self.deregister(reg);
+        }
+        let p = &pools[pool];
+        if p.cfg.client_connections > 0 && p.clients >= p.cfg.client_connections {
+            crate::log_info!(
+                "pool '{}': client_connections limit {} reached, closing new connection",
+                p.cfg.name,
+                p.cfg.client_connections
+            );
+            drop(sock);
+            return Accepted::Closed;
+        }
+        if sock.is_tcp() {
+            crate::net::tune_client(&sock, p.cfg.tcpkeepalive);
+        }
+        match p.tls.accepted(sock) {
+            Ok(s) => Accepted::Client(s, pool),
+            Err(e) => {
+                crate::log_error!("pool '{}': cannot start TLS: {}", p.cfg.name, e);
+                Accepted::Closed
+            }
         }
     }
 
+    /// Whether accepting is paused at the cap.
+    #[inline]
+    pub(super) fn capped(&self) -> bool {
+        self.cap.capped()
+    }
+
+    /// A client left, `open` are held now: resume accepting once below
+    /// 90% of the cap.
+    pub(super) fn uncap(&mut self, open: usize, reg: &Registry) {
+        if !self.cap.below(open) {
+            return;
+        }
+        if self.accepting && self.policy.mode != ListenerMode::AcceptMutex {
+            let _ = self.register(reg);
+        }
+        crate::log_notice!("{open} client connections: accepting again");
+    }
+}
+
+impl Worker<'_> {
+    /// A listener is readable: accept what it has and add the clients.
     pub(super) fn accept(&mut self, idx: usize, now: Instant) {
-        let mut accepted = 0u64;
+        let mut first = true;
         loop {
-            if self.capped {
-                // max_connections reached: the rest waits in the backlog
-                // (and an exclusive listener must not be re-added).
-                return;
-            }
-            let Some((listener, pool)) = self.listeners.get(idx) else {
-                return;
-            };
-            let pool = *pool;
-            let sock = match listener.accept() {
-                Ok(s) => s,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if accepted == 0 {
-                        self.stats.worker_add(WorkerField::AcceptEagain, 1);
-                    } else if self.accept.mode == ListenerMode::EpollExclusive {
-                        let fd = listener.as_raw_fd();
-                        let token = tokens::listener(idx).0 as u64;
-                        let _ = accept::requeue_exclusive(self.poll.as_raw_fd(), fd, token);
+            let open = self.stats.get_worker(WorkerField::CurrConnections) as usize;
+            let reg = self.poll.registry();
+            match self
+                .intake
+                .accept(idx, first, open, reg, &self.stats, &self.pools)
+            {
+                Accepted::Client(sock, pool) => {
+                    if self.insert_client(sock, pool, now).is_some() {
+                        self.stats.worker_add(WorkerField::TotalConnections, 1);
                     }
-                    return;
                 }
-                Err(e) => {
-                    crate::log_warn!(
-                        "accept on pool '{}' failed: {}",
-                        self.pools[pool].cfg.name,
-                        e
-                    );
-                    return;
-                }
-            };
-            accepted += 1;
-            if self.max_conns > 0 {
-                let open = self.stats.get_worker(WorkerField::CurrConnections) as usize;
-                if open + 1 >= self.max_conns && !self.capped {
-                    crate::log_notice!(
-                        "{} client connections: max_connections reached, not accepting until below 90%",
-                        open + 1
-                    );
-                    self.capped = true;
-                    self.deregister_listeners();
-                }
+                Accepted::Closed => {}
+                Accepted::Done => return,
             }
-            let p = &self.pools[pool];
-            if p.cfg.client_connections > 0 && p.clients >= p.cfg.client_connections {
-                crate::log_info!(
-                    "pool '{}': client_connections limit {} reached, closing new connection",
-                    p.cfg.name,
-                    p.cfg.client_connections
-                );
-                drop(sock);
-                continue;
-            }
-            if sock.is_tcp() {
-                crate::net::tune_client(&sock, p.cfg.tcpkeepalive);
-            }
-            let sock = match p.tls.accepted(sock) {
-                Ok(s) => s,
-                Err(e) => {
-                    crate::log_error!("pool '{}': cannot start TLS: {}", p.cfg.name, e);
-                    continue;
-                }
-            };
-            if self.insert_client(sock, pool, now).is_some() {
-                self.stats.worker_add(WorkerField::TotalConnections, 1);
-            }
+            first = false;
         }
     }
 

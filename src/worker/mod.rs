@@ -24,6 +24,7 @@ mod event_loop;
 mod fault;
 mod fleet_hold;
 mod forward;
+mod handin;
 mod handle;
 mod handover;
 mod heap;
@@ -66,17 +67,15 @@ pub use handover::Handed;
 pub use pool::PoolRt;
 pub use reply_hold::bound as reply_hold_bound;
 
-use crate::config::ListenerMode;
 use crate::stats::shm::Region;
-use accept::AcceptPolicy;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::RawFd;
 
 use crate::config::Config;
 use crate::net::Listener;
 use crate::stats::shm::StatsSlot;
 use crate::stats::WorkerField;
 use conn::Conn;
-use mio::{Interest, Poll, Token};
+use mio::{Poll, Token};
 use slab::Slab;
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
@@ -216,11 +215,11 @@ pub struct Worker<'a> {
     poll: Poll,
     conns: Slab<Conn>,
     pools: Vec<PoolRt>,
-    listeners: Vec<(Listener, usize)>,
+    /// Listening sockets, accept policy, `max_connections` (listen.rs).
+    intake: listen::Intake<'a>,
     stats: StatsSlot<'a>,
     region: &'a Region,
     slot: usize,
-    accept: AcceptPolicy<'a>,
     timers: timers::Timers,
     /// Connections to write at the end of the pass.
     dirty: dirty::Dirty,
@@ -229,11 +228,6 @@ pub struct Worker<'a> {
     next_id: u64,
     bufs: conn::BufPool,
     ctl: WorkerCtl,
-    accepting: bool,
-    /// Most clients this worker holds before it stops accepting (0 = no cap).
-    max_conns: usize,
-    /// Accepting is paused at the cap (resumed below 90%).
-    capped: bool,
     /// Bytes of replies buffered for all clients, against `buffer_budget`.
     out: budget::OutputBudget,
     graceful_timeout: Duration,
@@ -260,12 +254,10 @@ pub struct Worker<'a> {
     fleet: Option<crate::fleet::page::FleetPage>,
     /// Requests held until the fleet lets them through (`fleet_hold.rs`).
     fleet_holds: fleet_hold::FleetHolds,
-    /// The socket clients are handed to this worker on.
-    handin: Option<OwnedFd>,
-    /// Handover connections waiting for their message.
-    handin_conns: Slab<OwnedFd>,
+    /// Clients handed to this worker by a predecessor (handin.rs).
+    handin: handin::HandIn,
     /// TLS clients handed over, relayed to the successor (relay.rs).
-    relays: Slab<relay::Relay>,
+    relays: relay::Relays,
     /// Pools following Redis Sentinel (sentinel.rs).
     sentinels: Vec<sentinel::Watch>,
     /// Until the sentinels have said where the masters are (or this
@@ -276,8 +268,6 @@ pub struct Worker<'a> {
     shadow_tick: u64,
     /// Keys being copied from a warm pool to a cold one (warm.rs).
     warms: Slab<warm::WarmCopy>,
-    /// The handover socket may hold more connections than one pass took.
-    handin_again: bool,
     /// Handing clients over to this successor.
     handover: Option<String>,
     /// Clients whose output is held, with when the hold ends, oldest
@@ -328,17 +318,21 @@ impl<'a> Worker<'a> {
                 p.fleet_fenced = fenced;
             }
         }
-        let mode = config.process.listener;
         let sentinels = sentinel::watches(&pools);
         let mut w = Worker {
             poll,
             conns: Slab::with_capacity(1024),
             pools,
-            listeners: ls,
+            intake: listen::Intake::new(
+                ls,
+                config.process.listener,
+                setup.mutex,
+                config.process.accept_mutex_delay_ms,
+                config.process.max_connections,
+            ),
             stats: setup.region.slot(setup.slot),
             region: setup.region,
             slot: setup.slot,
-            accept: AcceptPolicy::new(mode, setup.mutex, config.process.accept_mutex_delay_ms),
             timers: timers::Timers::default(),
             dirty: dirty::Dirty::default(),
             resume: Vec::new(),
@@ -358,9 +352,6 @@ impl<'a> Worker<'a> {
                 fleet_go: Vec::new(),
                 reply_hold: reply_hold::bound(config.process.reply_hold_us),
             },
-            accepting: true,
-            max_conns: config.process.max_connections,
-            capped: false,
             out: budget::OutputBudget::new(config.process.buffer_budget),
             graceful_timeout: Duration::from_millis(config.process.graceful_timeout_ms),
             slow_key: crate::stats::slowlog::KeyPrefix::EMPTY,
@@ -372,14 +363,12 @@ impl<'a> Worker<'a> {
             latency_run: latency::LatencyRun::default(),
             fleet: setup.fleet.map(|(page, _)| page),
             counting: Vec::new(),
-            handin: setup.handin,
-            handin_conns: Slab::new(),
-            relays: Slab::new(),
+            handin: handin::HandIn::new(setup.handin),
+            relays: relay::Relays::default(),
             gate: (!sentinels.is_empty()).then(|| Instant::now() + sentinel::GATE),
             sentinels,
             shadow_tick: 0,
             warms: Slab::new(),
-            handin_again: false,
             handover: None,
             hold_deadlines: deadlines::Deadlines::new(),
             read_deadlines: deadlines::Deadlines::new(),
@@ -396,17 +385,8 @@ impl<'a> Worker<'a> {
 
     /// Start taking clients: handed over and accepted.
     fn take_clients(&mut self) -> std::io::Result<()> {
-        if let Some(fd) = self.handin.as_ref().map(|l| l.as_raw_fd()) {
-            self.poll.registry().register(
-                &mut mio::unix::SourceFd(&fd),
-                tokens::HANDIN,
-                Interest::READABLE,
-            )?;
-        }
-        if self.accept.mode != ListenerMode::AcceptMutex {
-            self.register_listeners()?;
-        }
-        Ok(())
+        self.handin.start(self.poll.registry())?;
+        self.intake.start(self.poll.registry())
     }
 
     /// Open the gate once the sentinels answered or its time is up.
@@ -539,16 +519,9 @@ impl<'a> Worker<'a> {
 
     /// A client closed: resume accepting once below 90% of the cap.
     pub(super) fn maybe_uncap(&mut self) {
-        if !self.capped {
-            return;
-        }
-        let open = self.stats.get_worker(WorkerField::CurrConnections) as usize;
-        if open * 10 < self.max_conns * 9 {
-            self.capped = false;
-            if self.accepting && self.accept.mode != ListenerMode::AcceptMutex {
-                let _ = self.register_listeners();
-            }
-            crate::log_notice!("{open} client connections: accepting again");
+        if self.intake.capped() {
+            let open = self.stats.get_worker(WorkerField::CurrConnections) as usize;
+            self.intake.uncap(open, self.poll.registry());
         }
     }
 

@@ -10,9 +10,9 @@
 //! like any other (its requests, routing, stats); only the TLS layer
 //! stays here, and this worker exits when its last relay ends.
 
-use super::Worker;
 use crate::net::Stream;
-use mio::Interest;
+use mio::{Interest, Registry};
+use slab::Slab;
 use std::io::{ErrorKind, Read, Write};
 
 /// Most bytes held for one direction before reading that side pauses.
@@ -20,7 +20,7 @@ const RELAY_HELD: usize = 256 * 1024;
 
 /// One relayed TLS client.
 #[derive(Debug)]
-pub(super) struct Relay {
+struct Relay {
     /// The client's TLS connection.
     tls: Stream,
     /// Our end of the pair whose other end the successor holds.
@@ -114,19 +114,28 @@ impl Relay {
     }
 }
 
-impl Worker<'_> {
+/// The TLS clients this worker relays to its successor.
+#[derive(Debug, Default)]
+pub(super) struct Relays(Slab<Relay>);
+
+impl Relays {
+    /// None is left (the worker may exit).
+    pub(super) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// Keep relaying `tls` (a client just handed over as `plain`'s pair
     /// end) with `down` its replies not yet written.
-    pub(super) fn start_relay(
+    pub(super) fn start(
         &mut self,
+        reg: &Registry,
         mut tls: Stream,
         mut plain: mio::net::UnixStream,
         down: Vec<u8>,
     ) {
-        let entry = self.relays.vacant_entry();
+        let entry = self.0.vacant_entry();
         let i = entry.key();
         let (tls_token, unix_token) = super::tokens::relay(i);
-        let reg = self.poll.registry();
         let both = Interest::READABLE | Interest::WRITABLE;
         if reg.register(&mut tls, tls_token, both).is_err()
             || reg.register(&mut plain, unix_token, both).is_err()
@@ -141,29 +150,28 @@ impl Worker<'_> {
             tls_eof: false,
             plain_eof: false,
         });
-        self.relay_event(i);
+        self.event(reg, i);
     }
 
-    /// An event on either side of a relay.
-    pub(super) fn relay_event(&mut self, i: usize) {
-        let Some(r) = self.relays.get_mut(i) else {
+    /// An event on either side of relay `i`.
+    pub(super) fn event(&mut self, reg: &Registry, i: usize) {
+        let Some(r) = self.0.get_mut(i) else {
             return;
         };
         if r.pump() {
             return;
         }
-        let mut r = self.relays.remove(i);
-        let reg = self.poll.registry();
+        let mut r = self.0.remove(i);
         let _ = reg.deregister(&mut r.tls);
         let _ = reg.deregister(&mut r.plain);
-        crate::log_pverb!("TLS client relay ended ({} left)", self.relays.len());
+        crate::log_pverb!("TLS client relay ended ({} left)", self.0.len());
     }
+}
 
-    /// A unix socket pair for a relayed client: (ours, the successor's).
-    pub(super) fn relay_pair() -> std::io::Result<(mio::net::UnixStream, std::os::fd::OwnedFd)> {
-        let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
-        ours.set_nonblocking(true)?;
-        theirs.set_nonblocking(true)?;
-        Ok((mio::net::UnixStream::from_std(ours), theirs.into()))
-    }
+/// A unix socket pair for a relayed client: (ours, the successor's).
+pub(super) fn pair() -> std::io::Result<(mio::net::UnixStream, std::os::fd::OwnedFd)> {
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+    ours.set_nonblocking(true)?;
+    theirs.set_nonblocking(true)?;
+    Ok((mio::net::UnixStream::from_std(ours), theirs.into()))
 }

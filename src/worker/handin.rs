@@ -1,0 +1,357 @@
+//! Clients handed to this worker by a predecessor (a reload's old
+//! generation, an upgraded binary's workers; see `handover.rs` for the
+//! other side): the hand-in socket, the handover connections whose
+//! message has not come yet, and taking a handed client up as if it had
+//! been accepted. [`HandIn`] owns the sockets and acts with the poll
+//! registry passed in; what it returns is a client for the worker to adopt.
+
+use super::conn::ConnTable;
+use super::handover::Handed;
+use super::{tokens, Worker};
+use crate::config::AclUser;
+use crate::net::handover::{self, Received};
+use crate::proto::redis::local::{Names, Session};
+use crate::stats::WorkerField;
+use mio::{Interest, Registry};
+use slab::Slab;
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::time::Instant;
+
+/// Most handover connections accepted per wakeup (other workers of the
+/// successor take the rest).
+const ACCEPT_BATCH: usize = 32;
+
+/// The hand-in socket and its connections still waiting for a message.
+#[derive(Debug)]
+pub(super) struct HandIn {
+    /// The socket clients are handed to this worker on (gone once this
+    /// worker hands its own clients over).
+    sock: Option<OwnedFd>,
+    /// Handover connections waiting for their message.
+    waiting: Slab<OwnedFd>,
+    /// The socket may hold more connections than one pass took.
+    again: bool,
+}
+
+/// What one handover connection gave.
+pub(super) enum Arrival {
+    /// A client: its message and descriptor.
+    Client(Vec<u8>, OwnedFd),
+    /// Nothing to take up (its message comes later, or never).
+    Nothing,
+    /// No connection is left on the socket now.
+    Done,
+}
+
+impl HandIn {
+    /// Clients handed over on `sock`, if any.
+    pub(super) fn new(sock: Option<OwnedFd>) -> HandIn {
+        HandIn {
+            sock,
+            waiting: Slab::new(),
+            again: false,
+        }
+    }
+
+    /// Start taking handed clients: watch the socket.
+    pub(super) fn start(&self, reg: &Registry) -> std::io::Result<()> {
+        if let Some(fd) = self.sock.as_ref().map(|l| l.as_raw_fd()) {
+            reg.register(
+                &mut mio::unix::SourceFd(&fd),
+                tokens::HANDIN,
+                Interest::READABLE,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Take no more handed clients: the successor does.
+    pub(super) fn stop(&mut self, reg: &Registry) {
+        if let Some(l) = self.sock.take() {
+            let fd = l.as_raw_fd();
+            let _ = reg.deregister(&mut mio::unix::SourceFd(&fd));
+        }
+    }
+
+    /// The socket may hold more than the last pass took: look again
+    /// (without waiting for an event).
+    #[inline]
+    pub(super) fn again(&self) -> bool {
+        self.again
+    }
+
+    /// [`HandIn::again`], cleared.
+    pub(super) fn take_again(&mut self) -> bool {
+        std::mem::take(&mut self.again)
+    }
+
+    /// No handover connection is waiting for its message.
+    pub(super) fn none_waiting(&self) -> bool {
+        self.waiting.is_empty()
+    }
+
+    /// The next connection on the hand-in socket: its client, or it is
+    /// kept until its message comes.
+    fn accept(&mut self, reg: &Registry) -> Arrival {
+        let Some(l) = self.sock.as_ref().map(|l| l.as_raw_fd()) else {
+            return Arrival::Done;
+        };
+        let conn = match handover::accept(l) {
+            Ok(Some(conn)) => conn,
+            Ok(None) => return Arrival::Done,
+            Err(e) => {
+                crate::log_warn!("handover accept failed: {e}");
+                return Arrival::Done;
+            }
+        };
+        match handover::recv(conn.as_raw_fd()) {
+            Ok(Received::Client(msg, fd)) => return Arrival::Client(msg, fd),
+            Ok(Received::Pending) => {
+                let entry = self.waiting.vacant_entry();
+                let token = tokens::handin_conn(entry.key());
+                let raw = conn.as_raw_fd();
+                if reg
+                    .register(&mut mio::unix::SourceFd(&raw), token, Interest::READABLE)
+                    .is_ok()
+                {
+                    entry.insert(conn);
+                }
+            }
+            Ok(Received::Nothing) => {}
+            Err(e) => crate::log_warn!("handover receive failed: {e}"),
+        }
+        Arrival::Nothing
+    }
+
+    /// A waiting handover connection is readable: its client, if its
+    /// message came (the connection is done with then, client or not).
+    pub(super) fn waiting_ready(
+        &mut self,
+        reg: &Registry,
+        key: usize,
+    ) -> Option<(Vec<u8>, OwnedFd)> {
+        let raw = self.waiting.get(key)?.as_raw_fd();
+        let client = match handover::recv(raw) {
+            Ok(Received::Pending) => return None,
+            Ok(Received::Client(msg, fd)) => Some((msg, fd)),
+            Ok(Received::Nothing) => None,
+            Err(e) => {
+                crate::log_warn!("handover receive failed: {e}");
+                None
+            }
+        };
+        let _ = reg.deregister(&mut mio::unix::SourceFd(&raw));
+        self.waiting.remove(key);
+        client
+    }
+}
+
+/// Why a handed client is not taken up.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Refused {
+    /// Its pool is no longer configured.
+    PoolGone,
+    /// Its pool now speaks the other protocol.
+    OtherProtocol,
+}
+
+impl Handed {
+    /// The pool (index) that takes this client up, among `pools` (name,
+    /// speaks Redis) in configuration order.
+    pub(super) fn pool_in<'p>(
+        &self,
+        mut pools: impl Iterator<Item = (&'p str, bool)>,
+    ) -> Result<usize, Refused> {
+        let (i, (_, redis)) = pools
+            .by_ref()
+            .enumerate()
+            .find(|(_, (name, _))| *name == self.pool)
+            .ok_or(Refused::PoolGone)?;
+        if redis != self.redis {
+            return Err(Refused::OtherProtocol);
+        }
+        Ok(i)
+    }
+
+    /// The client's session (connection `id`) under its pool's present
+    /// configuration: `open` when the pool has neither password nor ACL
+    /// users, `users` its ACL users. Its names are moved into it.
+    pub(super) fn take_session(&mut self, id: u64, open: bool, users: &[AclUser]) -> Session {
+        // Its ACL user, if this configuration still has it: a user removed
+        // by the reload is logged out.
+        let user = self.user.as_ref().map(|name| {
+            users
+                .iter()
+                .position(|u| u.name.as_bytes() == name.as_slice())
+        });
+        let mut session = Session::new(id, None, false);
+        session.resp3 = self.resp3;
+        // A password set by this reload does not log out a client that
+        // was in (as redis-server's CONFIG SET requirepass).
+        session.authenticated = (self.authenticated && user != Some(None)) || open;
+        session.user = user.flatten().map(|u| u as u16);
+        session.set_names(Names {
+            name: self.name.take(),
+            lib_name: self.lib_name.take(),
+            lib_ver: self.lib_ver.take(),
+        });
+        session
+    }
+}
+
+impl Worker<'_> {
+    /// Clients are being handed to us: take what the hand-in socket has.
+    pub(super) fn handin_ready(&mut self, now: Instant) {
+        for _ in 0..ACCEPT_BATCH {
+            match self.handin.accept(self.poll.registry()) {
+                Arrival::Client(msg, fd) => self.adopt(&msg, fd, now),
+                Arrival::Nothing => {}
+                Arrival::Done => return,
+            }
+        }
+        // More may wait: look again on the next pass of the loop.
+        self.handin.again = true;
+    }
+
+    /// Take up a client handed over by a predecessor.
+    pub(super) fn adopt(&mut self, msg: &[u8], fd: OwnedFd, now: Instant) {
+        let Some(mut h) = Handed::decode(msg) else {
+            crate::log_warn!("handover message not understood: connection closed");
+            return;
+        };
+        let pools = self.pools.iter();
+        let pool = match h.pool_in(pools.map(|p| {
+            (
+                p.cfg.name.as_str(),
+                p.proto == crate::proto::Protocol::Redis,
+            )
+        })) {
+            Ok(p) => p,
+            Err(Refused::PoolGone) => {
+                crate::log_notice!(
+                    "handed a client of pool '{}', which is no longer configured: closing it",
+                    h.pool
+                );
+                return;
+            }
+            Err(Refused::OtherProtocol) => {
+                crate::log_notice!(
+                    "handed a client of pool '{}', which now speaks another protocol: closing it",
+                    h.pool
+                );
+                return;
+            }
+        };
+        let tcp = crate::net::is_tcp(&fd);
+        let raw = fd.into_raw_fd();
+        let sock = if tcp {
+            // SAFETY: `raw` is a connected TCP socket we now own.
+            crate::net::Stream::Tcp(unsafe { mio::net::TcpStream::from_raw_fd(raw) })
+        } else {
+            // SAFETY: `raw` is a connected unix stream socket we now own.
+            crate::net::Stream::Unix(unsafe { mio::net::UnixStream::from_raw_fd(raw) })
+        };
+        if tcp {
+            crate::net::tune_client(&sock, self.pools[pool].cfg.tcpkeepalive);
+        }
+        let Some(token) = self.insert_client(sock, pool, now) else {
+            return;
+        };
+        self.stats.worker_add(WorkerField::HandedIn, 1);
+        let cfg = &self.pools[pool].cfg;
+        let open = cfg.redis_auth.is_none() && cfg.security.users.is_empty();
+        let Some(c) = self.conns.client_mut(token.0) else {
+            return;
+        };
+        c.set_session(h.take_session(c.session().id, open, &cfg.security.users));
+        c.swallow_next(h.swallow as usize);
+        if !h.input.is_empty() {
+            let mut rbuf = self.bufs.take();
+            rbuf.extend(&h.input);
+            c.put_input(rbuf);
+        }
+        if !h.output.is_empty() {
+            c.queue_output(&h.output, &mut self.bufs);
+            self.dirty.client(token);
+            self.add_out(h.output.len());
+        }
+        // Whatever the client sent meanwhile is in the socket: read it
+        // (with the carried input) as if it had just arrived.
+        self.read_client(token, now, true);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user(name: &str) -> AclUser {
+        AclUser {
+            name: name.into(),
+            password: "pw".into(),
+            readonly: false,
+            prefixes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_client_goes_to_its_pool_by_name_and_protocol() {
+        let pools = [("cache", false), ("redis", true)];
+        let h = |pool: &str, redis| Handed {
+            pool: pool.into(),
+            redis,
+            ..Handed::default()
+        };
+        assert_eq!(h("redis", true).pool_in(pools.into_iter()), Ok(1));
+        assert_eq!(h("cache", false).pool_in(pools.into_iter()), Ok(0));
+        assert_eq!(
+            h("sessions", true).pool_in(pools.into_iter()),
+            Err(Refused::PoolGone)
+        );
+        assert_eq!(
+            h("cache", true).pool_in(pools.into_iter()),
+            Err(Refused::OtherProtocol)
+        );
+    }
+
+    #[test]
+    fn a_session_crosses_under_the_new_configuration() {
+        let users = [user("ops"), user("app")];
+        let mut h = Handed {
+            resp3: true,
+            authenticated: true,
+            name: Some(b"conn-1".to_vec()),
+            user: Some(b"app".to_vec()),
+            ..Handed::default()
+        };
+        let s = h.take_session(7, false, &users);
+        assert_eq!(s.id, 7);
+        assert!(s.resp3 && s.authenticated);
+        assert_eq!(s.user, Some(1), "found by name where it is now");
+        assert_eq!(s.names().name.as_deref(), Some(&b"conn-1"[..]));
+        assert_eq!(h.name, None, "the names moved into the session");
+    }
+
+    #[test]
+    fn a_removed_user_is_logged_out_and_a_new_password_is_not() {
+        // Its user is gone from the new configuration: logged out.
+        let mut h = Handed {
+            authenticated: true,
+            user: Some(b"gone".to_vec()),
+            ..Handed::default()
+        };
+        let s = h.take_session(1, false, &[user("app")]);
+        assert!(!s.authenticated);
+        assert_eq!(s.user, None);
+        // A password set by the reload: a client that was in stays in.
+        let mut h = Handed {
+            authenticated: true,
+            ..Handed::default()
+        };
+        assert!(h.take_session(1, false, &[]).authenticated);
+        // One that was not stays out, unless the pool is open now.
+        let mut h = Handed::default();
+        assert!(!h.take_session(1, false, &[]).authenticated);
+        assert!(h.take_session(1, true, &[]).authenticated);
+    }
+}
