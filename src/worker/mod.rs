@@ -378,15 +378,11 @@ impl<'a> Worker<'a> {
         w.cluster_maintain(Instant::now());
         w.sentinel_maintain(Instant::now());
         if w.gate.is_none() {
-            w.take_clients()?;
+            // Take clients at once: handed over and accepted.
+            w.handin.start(w.poll.registry())?;
+            w.intake.start(w.poll.registry())?;
         }
         Ok(w)
-    }
-
-    /// Start taking clients: handed over and accepted.
-    fn take_clients(&mut self) -> std::io::Result<()> {
-        self.handin.start(self.poll.registry())?;
-        self.intake.start(self.poll.registry())
     }
 
     /// Open the gate once the sentinels answered or its time is up.
@@ -405,7 +401,9 @@ impl<'a> Worker<'a> {
             );
         }
         self.gate = None;
-        self.take_clients()
+        // Take clients from now on: handed over and accepted.
+        self.handin.start(self.poll.registry())?;
+        self.intake.start(self.poll.registry())
     }
 
     fn preconnect(&mut self) {

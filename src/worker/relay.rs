@@ -175,3 +175,92 @@ pub(super) fn pair() -> std::io::Result<(mio::net::UnixStream, std::os::fd::Owne
     theirs.set_nonblocking(true)?;
     Ok((mio::net::UnixStream::from_std(ours), theirs.into()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A peer that has `left` bytes now, then would block.
+    struct Source {
+        left: usize,
+    }
+
+    impl Read for Source {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            if self.left == 0 {
+                return Err(ErrorKind::WouldBlock.into());
+            }
+            let n = buf.len().min(self.left);
+            self.left -= n;
+            buf[..n].fill(b'x');
+            Ok(n)
+        }
+    }
+
+    /// A peer that takes `room` bytes, then would block (or fails).
+    struct Sink {
+        room: usize,
+        taken: Vec<u8>,
+        fail: bool,
+    }
+
+    impl Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if self.room == 0 {
+                return Err(if self.fail {
+                    ErrorKind::BrokenPipe.into()
+                } else {
+                    ErrorKind::WouldBlock.into()
+                });
+            }
+            let n = buf.len().min(self.room).min(3);
+            self.room -= n;
+            self.taken.extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn reading_pauses_once_a_direction_holds_its_bound() {
+        let mut held = Vec::new();
+        let mut src = Source { left: 1 << 20 };
+        assert!(!fill(&mut src, &mut held).unwrap());
+        assert!(held.len() >= RELAY_HELD && held.len() < RELAY_HELD + 16 * 1024);
+        assert!(src.left > 0, "the rest waits in the peer");
+    }
+
+    #[test]
+    fn reading_tells_a_close_from_nothing_yet() {
+        let mut held = Vec::new();
+        assert!(!fill(&mut Source { left: 5 }, &mut held).unwrap());
+        assert_eq!(held, b"xxxxx");
+        let mut closed: &[u8] = b"bye";
+        assert!(fill(&mut closed, &mut held).unwrap());
+        assert_eq!(held, b"xxxxxbye");
+    }
+
+    #[test]
+    fn what_a_peer_does_not_take_stays_held() {
+        let mut held = b"hello world".to_vec();
+        let mut sink = Sink {
+            room: 7,
+            taken: Vec::new(),
+            fail: false,
+        };
+        drain(&mut sink, &mut held).unwrap();
+        assert_eq!(
+            (sink.taken.as_slice(), held.as_slice()),
+            (&b"hello w"[..], &b"orld"[..])
+        );
+        let mut sink = Sink {
+            room: 2,
+            taken: Vec::new(),
+            fail: true,
+        };
+        assert!(drain(&mut sink, &mut held).is_err());
+        assert_eq!(held, b"ld", "what was written before the error is gone");
+    }
+}
