@@ -15,7 +15,8 @@
 //! closed there (its listener is gone too). The successor's side, taking
 //! clients up, is `handin.rs`.
 
-use super::conn::{Conn, ConnTable};
+use super::conn::{Client, Conn, ConnTable};
+use super::pool::PoolRt;
 use super::{relay, Worker};
 use crate::net::handover::{self, MAX_MESSAGE};
 use crate::stats::{PoolField, WorkerField};
@@ -92,6 +93,32 @@ impl<'a> Reader<'a> {
 }
 
 impl Handed {
+    /// Client `c` of `pool` as it crosses. `output`: its unwritten
+    /// replies go with it (a relayed client's stay here for the relay).
+    fn of(c: &Client, pool: &PoolRt, output: bool) -> Handed {
+        let s = c.session();
+        Handed {
+            pool: pool.cfg.name.clone(),
+            redis: pool.proto == crate::proto::Protocol::Redis,
+            resp3: s.resp3,
+            authenticated: s.authenticated,
+            name: s.names().name.clone(),
+            lib_name: s.names().lib_name.clone(),
+            lib_ver: s.names().lib_ver.clone(),
+            user: s
+                .user
+                .and_then(|u| pool.cfg.security.users.get(u as usize))
+                .map(|u| u.name.as_bytes().to_vec()),
+            swallow: c.swallow() as u64,
+            input: c.input().bytes().to_vec(),
+            output: if output {
+                c.output().bytes().to_vec()
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
     /// The message form.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(64 + self.input.len() + self.output.len());
@@ -143,6 +170,21 @@ impl Handed {
     }
 }
 
+/// Whether a client is at a request boundary and may cross now: nothing
+/// in flight or held, no streamed value half passed, not pinned here (a
+/// transaction, a subscriber), and what it carries fits in the message.
+fn may_cross(c: &Client) -> bool {
+    !c.is_closing()
+        && !c.is_eof()
+        && !c.has_pending()
+        && c.stream().is_none()
+        && c.gate().is_none()
+        && c.txn().is_none()
+        && c.subs().is_none()
+        && c.rstream_from().is_none()
+        && c.input().len() + c.out_len() <= CARRY_MAX
+}
+
 impl Worker<'_> {
     /// Start handing every client to the workers listening on `target`.
     pub(super) fn begin_handover(&mut self, target: String) {
@@ -158,7 +200,7 @@ impl Worker<'_> {
 
     /// Whether a client must still be read while handing over: it is in
     /// the middle of a request too large to carry across, or pinned here.
-    pub(super) fn must_read_before_handover(c: &super::conn::Client) -> bool {
+    pub(super) fn must_read_before_handover(c: &Client) -> bool {
         c.stream().is_some()
             || c.input().len() > CARRY_MAX
             || c.need() > CARRY_MAX
@@ -178,19 +220,7 @@ impl Worker<'_> {
             .conns
             .iter()
             .filter_map(|(k, c)| match c {
-                Conn::Client(c)
-                    if !c.is_closing()
-                        && !c.is_eof()
-                        && !c.has_pending()
-                        && c.stream().is_none()
-                        && c.gate().is_none()
-                        && c.txn().is_none()
-                        && c.subs().is_none()
-                        && c.rstream_from().is_none()
-                        && c.input().len() + c.out_len() <= CARRY_MAX =>
-                {
-                    Some(k)
-                }
+                Conn::Client(c) if may_cross(c) => Some(k),
                 _ => None,
             })
             .collect();
@@ -211,27 +241,7 @@ impl Worker<'_> {
             } else {
                 None
             };
-            let s = c.session();
-            let msg = Handed {
-                pool: self.pools[c.pool()].cfg.name.clone(),
-                redis: self.pools[c.pool()].proto == crate::proto::Protocol::Redis,
-                resp3: s.resp3,
-                authenticated: s.authenticated,
-                name: s.names().name.clone(),
-                lib_name: s.names().lib_name.clone(),
-                lib_ver: s.names().lib_ver.clone(),
-                user: s
-                    .user
-                    .and_then(|u| self.pools[c.pool()].cfg.security.users.get(u as usize))
-                    .map(|u| u.name.as_bytes().to_vec()),
-                swallow: c.swallow() as u64,
-                input: c.input().bytes().to_vec(),
-                output: match pair {
-                    Some(_) => Vec::new(),
-                    None => c.output().bytes().to_vec(),
-                },
-            }
-            .encode();
+            let msg = Handed::of(c, &self.pools[c.pool()], pair.is_none()).encode();
             let fd = match &pair {
                 Some((_, theirs)) => theirs.as_raw_fd(),
                 None => c.sock().as_raw_fd(),
@@ -260,7 +270,7 @@ impl Worker<'_> {
 
     /// A client handed over: it leaves this worker without being closed
     /// (returned, for a TLS client to be relayed).
-    fn forget_client(&mut self, token: Token) -> Option<Box<super::conn::Client>> {
+    fn forget_client(&mut self, token: Token) -> Option<Box<Client>> {
         let Some(Conn::Client(mut c)) = self.conns.try_remove(token.0) else {
             return None;
         };
