@@ -503,11 +503,10 @@ impl Walk<'_> {
         if self.last_log.elapsed() >= Duration::from_secs(5) {
             self.last_log = Instant::now();
             self.progress.log(&self.plan.new.name);
-            crate::log_info!(
-                "migration of pool '{}': pace {} keys/s (base {:?})",
+            crate::log_notice!(
+                "migration of pool '{}': pace {}",
                 self.plan.new.name,
-                self.pace.rate(),
-                self.pace.base()
+                self.pace.describe()
             );
         }
     }

@@ -12,8 +12,10 @@
 //! - The base: the signal of a quiet window, one in which the migrator
 //!   moves nothing. The first window is quiet, and one in every
 //!   [`QUIET_EVERY`] after it (LEDBAT++'s periodic slowdown), so the base
-//!   follows the clients' own load as it changes without ever being a
-//!   time the migration itself made longer. A change of signal (clients
+//!   follows the clients' own load as it changes, and what serving a
+//!   pool in the middle of a migration costs them (reads of moved keys
+//!   asked where the key is), without ever being a time the migrator's
+//!   moving made longer: the pace answers for that alone. A change of signal (clients
 //!   came or left) makes the next window quiet too.
 //! - A window whose signal passes the base by more than [`TARGET`] (and
 //!   the signal's noise margin) halves the pace; one below it grows it,
@@ -38,7 +40,7 @@ const PROBE_EVERY: Duration = Duration::from_millis(50);
 /// How long one window of the signal lasts.
 pub const WINDOW: Duration = Duration::from_millis(500);
 /// How often the base is measured again, in a quiet window.
-const QUIET_EVERY: Duration = Duration::from_secs(10);
+const QUIET_EVERY: Duration = Duration::from_secs(5);
 /// The rise over the base that a migration may cause.
 const TARGET: f64 = 0.10;
 /// Client requests a window needs for their latency to be the signal.
@@ -83,6 +85,8 @@ pub struct Pace {
     slow_start: bool,
     /// The signal of the last quiet window, and its kind.
     base: Option<(Signal, f64)>,
+    /// The signal of the last window judged.
+    last: Option<(Signal, f64)>,
     /// The current window: moving nothing (measuring the base).
     quiet: bool,
     window_at: Instant,
@@ -107,6 +111,7 @@ impl Pace {
             rate: START.min(cap),
             slow_start: true,
             base: None,
+            last: None,
             quiet: true,
             window_at: now,
             quiet_at: now,
@@ -133,8 +138,29 @@ impl Pace {
     }
 
     /// The base the pace is judged against, if measured.
+    #[cfg(test)]
     pub fn base(&self) -> Option<(Signal, Duration)> {
         self.base.map(|(s, t)| (s, Duration::from_secs_f64(t)))
+    }
+
+    /// The pace in words, for the log: keys a second, and the last
+    /// window's signal against its base.
+    pub fn describe(&self) -> String {
+        let what = |s: Signal| match s {
+            Signal::Clients => "clients' median latency",
+            Signal::Pings => "servers' no-op time",
+        };
+        match (self.last, self.base) {
+            (Some((s, t)), Some((_, b))) => format!(
+                "{} keys/s, {} {} µs against a base of {} µs",
+                self.rate(),
+                what(s),
+                (t * 1e6) as u64,
+                (b * 1e6) as u64
+            ),
+            (None, Some((s, b))) => format!("{} keys/s, {} base {} µs", self.rate(), what(s), (b * 1e6) as u64),
+            _ => format!("{} keys/s", self.rate()),
+        }
     }
 
     /// Wait until `n` more keys fit the pace.
@@ -186,6 +212,7 @@ impl Pace {
             }
             _ => median(pings).map(|t| (Signal::Pings, t)),
         };
+        self.last = signal;
         let Some((kind, t)) = signal else {
             // Nothing to judge by (no clients, no no-op answered): the
             // pace stays.
