@@ -158,7 +158,12 @@ impl Pace {
                 (t * 1e6) as u64,
                 (b * 1e6) as u64
             ),
-            (None, Some((s, b))) => format!("{} keys/s, {} base {} µs", self.rate(), what(s), (b * 1e6) as u64),
+            (None, Some((s, b))) => format!(
+                "{} keys/s, {} base {} µs",
+                self.rate(),
+                what(s),
+                (b * 1e6) as u64
+            ),
             _ => format!("{} keys/s", self.rate()),
         }
     }
@@ -387,10 +392,12 @@ mod tests {
         assert_eq!(p.batch(), 2);
         now += WINDOW;
         p.end_window_at(clients(1.0), now);
-        for _ in 0..20 {
+        // (Fewer windows than take to the next quiet one.)
+        for _ in 0..6 {
             now += WINDOW;
             p.end_window_at(clients(50.0), now);
         }
+        assert!(!p.quiet());
         assert_eq!(p.rate() as f64, FLOOR);
         assert_eq!(p.batch(), 1);
         // A window with nothing to judge by leaves the pace.
