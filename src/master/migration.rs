@@ -184,13 +184,7 @@ impl Master {
                 olds: &m.olds,
                 new: &m.new,
             };
-            // The pool's clients' latencies, as this generation's
-            // workers record them.
-            let clients = self.current.as_ref().and_then(|g| {
-                let at = g.config.pools.iter().position(|p| p.name == m.pool)?;
-                Some((&*g.region, at))
-            });
-            let done = crate::migrate::run(&plan, &m.progress, clients);
+            let done = crate::migrate::run(&plan, &m.progress);
             let code = if done {
                 0
             } else if m.progress.aborted() {

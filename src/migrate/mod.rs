@@ -18,7 +18,6 @@
 //! and has no event loop to keep responsive.
 
 mod client;
-mod clients;
 pub mod commands;
 mod pace;
 mod progress;
@@ -27,9 +26,7 @@ pub use progress::{Progress, State};
 
 use crate::config::{PoolConfig, ServerAddr};
 use crate::hash::{Placement, RingServer};
-use crate::stats::shm::Region;
 use client::{Conn, Outcome};
-use clients::Clients;
 use commands::Target;
 use pace::Pace;
 use std::time::{Duration, Instant};
@@ -204,11 +201,7 @@ impl Mover {
 /// Run the migration of `plan` to its end; returns true when every key
 /// that had to move did (or could not: an unreachable old owner's keys
 /// are counted as failed, as twemproxy loses them).
-///
-/// `clients`: the counters region the pool's workers record their
-/// latencies in, and the pool's index there, for the pace to follow what
-/// the clients see (without it, the servers' no-op times alone).
-pub fn run(plan: &Plan<'_>, progress: &Progress, clients: Option<(&Region, usize)>) -> bool {
+pub fn run(plan: &Plan<'_>, progress: &Progress) -> bool {
     let sources = plan.sources();
     let rate = u64::from(plan.new.migration_rate.max(1));
     progress.set_state(State::Running);
@@ -229,7 +222,6 @@ pub fn run(plan: &Plan<'_>, progress: &Progress, clients: Option<(&Region, usize
         progress,
         mover: Mover::new(plan),
         pace: Pace::new(rate),
-        clients: clients.map(|(region, pool)| Clients::new(region, pool)),
         server_move: false,
         last_log: Instant::now(),
         moved: 0,
@@ -280,8 +272,6 @@ struct Walk<'a> {
     progress: &'a Progress,
     mover: Mover,
     pace: Pace,
-    /// What the pool's clients see, when the migrator can read it.
-    clients: Option<Clients<'a>>,
     /// Whether the server walked now moves keys itself (Redis `MIGRATE`):
     /// tried first on every server, given up for the rest of the server's
     /// walk once it refuses for another reason than a newer value.
@@ -405,14 +395,6 @@ impl Walk<'_> {
         if progress.aborted() {
             return Err(std::io::Error::other("aborted"));
         }
-        // A quiet window: nothing moves while the base is measured.
-        while self.pace.quiet() {
-            if progress.aborted() {
-                return Err(std::io::Error::other("aborted"));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-            self.probe(src, dests);
-        }
         self.pace.take(keys.len());
         for &to in &mv.to {
             if dests[to].is_none() {
@@ -496,17 +478,13 @@ impl Walk<'_> {
             }
             self.pace.sample(rtt);
         }
-        if self.pace.window_due() {
-            let seen = self.clients.as_mut().map(Clients::window);
-            self.pace.end_window(seen);
-        }
         if self.last_log.elapsed() >= Duration::from_secs(5) {
             self.last_log = Instant::now();
             self.progress.log(&self.plan.new.name);
-            crate::log_notice!(
-                "migration of pool '{}': pace {}",
+            crate::log_info!(
+                "migration of pool '{}': pace {} keys/s",
                 self.plan.new.name,
-                self.pace.describe()
+                self.pace.rate()
             );
         }
     }

@@ -1,31 +1,11 @@
-//! The migrator's pace: keys per second that follow the headroom the
-//! servers have beside their clients, as a congestion controller follows
-//! a path's (LEDBAT's idea: keep the delay one adds below a target over a
-//! base delay measured when one adds none).
-//!
-//! - The signal, judged once per [`WINDOW`]: the median latency of the
-//!   pool's client requests answered in it, read from the workers'
-//!   histograms (`clients.rs`), when the window had at least
-//!   [`MIN_REQUESTS`]; else, with no clients to speak of, the median time
-//!   of the no-ops the migrator sends its servers between batches
-//!   (`Conn::ping`, every [`PROBE_EVERY`]).
-//! - The base: the signal of a quiet window, one in which the migrator
-//!   moves nothing. The first window is quiet, and one in every
-//!   [`QUIET_EVERY`] after it (LEDBAT++'s periodic slowdown), so the base
-//!   follows the clients' own load as it changes, and what serving a
-//!   pool in the middle of a migration costs them (reads of moved keys
-//!   asked where the key is), without ever being a time the migrator's
-//!   moving made longer: the pace answers for that alone. A change of signal (clients
-//!   came or left) makes the next window quiet too.
-//! - A window whose signal passes the base by more than [`TARGET`] (and
-//!   the signal's noise margin) halves the pace; one below it grows it,
-//!   doubling until the first halving, then by [`STEP`]. With clients that
-//!   keep the servers busy, a migration taking a share of the servers'
-//!   time makes their requests wait about that share longer: holding the
-//!   rise under 10 % holds what the clients lose under about as much.
-//! - `migration_rate` is the ceiling, and a batch holds about 10 ms of
-//!   keys at the pace, so a slow pace also blocks a server for less at a
-//!   time.
+//! The migrator's pace: keys per second that follow the servers' headroom,
+//! as TCP's congestion window follows a path's. Between batches the
+//! migrator times a no-op on the servers it works with (`Conn::ping`); a
+//! server busy with clients answers it late. While the smoothed time stays
+//! near the least seen lately the pace grows (doubling at first, then by a
+//! fixed step), and when it rises the pace is halved. `migration_rate` is
+//! the ceiling, and a batch holds about 10 ms of keys at the pace, so a
+//! slow pace also blocks a server for less at a time.
 
 use std::time::{Duration, Instant};
 
@@ -33,49 +13,15 @@ use std::time::{Duration, Instant};
 const FLOOR: f64 = 50.0;
 /// First pace, before anything is known.
 const START: f64 = 1000.0;
-/// Keys a second added per calm window once past the first back-off.
+/// Keys a second added per calm sample once past the first back-off.
 const STEP: f64 = 500.0;
-/// How often the servers are timed (the no-op signal's samples).
+/// How often the servers are timed.
 const PROBE_EVERY: Duration = Duration::from_millis(50);
-/// How long one window of the signal lasts.
-pub const WINDOW: Duration = Duration::from_millis(500);
-/// How often the base is measured again, in a quiet window.
-const QUIET_EVERY: Duration = Duration::from_secs(5);
-/// The rise over the base that a migration may cause.
-const TARGET: f64 = 0.10;
-/// Client requests a window needs for their latency to be the signal.
-pub const MIN_REQUESTS: u64 = 200;
+/// How long a least time is remembered (the baseline moves with the
+/// clients' load, not only down).
+const BASE_WINDOW: Duration = Duration::from_secs(5);
 /// Largest batch: what a server is kept from its clients for at once.
 const MAX_BATCH: usize = 500;
-
-/// What the pool's clients saw over one window.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ClientWindow {
-    /// Requests answered.
-    pub requests: u64,
-    /// Their median latency.
-    pub median: Duration,
-}
-
-/// Which signal a window was judged by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Signal {
-    /// The clients' median latency.
-    Clients,
-    /// The servers' median no-op time.
-    Pings,
-}
-
-impl Signal {
-    /// A rise smaller than this is noise, not the migration's (seconds):
-    /// a no-op's single time varies more than a median of thousands.
-    fn margin(self) -> f64 {
-        match self {
-            Signal::Clients => 0.000_02,
-            Signal::Pings => 0.000_2,
-        }
-    }
-}
 
 /// The pace of one migrator.
 pub struct Pace {
@@ -83,40 +29,33 @@ pub struct Pace {
     rate: f64,
     /// Doubling until the first sign of pressure.
     slow_start: bool,
-    /// The signal of the last quiet window, and its kind.
-    base: Option<(Signal, f64)>,
-    /// The signal of the last window judged.
-    last: Option<(Signal, f64)>,
-    /// The current window: moving nothing (measuring the base).
-    quiet: bool,
+    /// Smoothed no-op time, seconds.
+    srtt: Option<f64>,
+    /// Least no-op time in this window and the one before.
+    base: [f64; 2],
     window_at: Instant,
-    quiet_at: Instant,
-    /// No-op times of this window, seconds.
-    pings: Vec<f64>,
     probed_at: Instant,
+    /// Samples are not judged before this (one halving per rise, and the
+    /// smoothed time starts afresh at the new pace).
+    hold_until: Instant,
     tokens: f64,
     at: Instant,
 }
 
 impl Pace {
-    /// A pace of at most `cap` keys a second; the first window is quiet.
+    /// A pace of at most `cap` keys a second.
     pub fn new(cap: u64) -> Pace {
-        Pace::starting(cap, Instant::now())
-    }
-
-    fn starting(cap: u64, now: Instant) -> Pace {
         let cap = (cap.max(1)) as f64;
+        let now = Instant::now();
         Pace {
             cap,
             rate: START.min(cap),
             slow_start: true,
-            base: None,
-            last: None,
-            quiet: true,
+            srtt: None,
+            base: [f64::MAX; 2],
             window_at: now,
-            quiet_at: now,
-            pings: Vec::new(),
             probed_at: now,
+            hold_until: now,
             tokens: 0.0,
             at: now,
         }
@@ -130,42 +69,6 @@ impl Pace {
     /// Keys to move in one batch: about 10 ms of them.
     pub fn batch(&self) -> usize {
         ((self.rate / 100.0) as usize).clamp(1, MAX_BATCH)
-    }
-
-    /// Whether this window is quiet: nothing is to be moved until it ends.
-    pub fn quiet(&self) -> bool {
-        self.quiet
-    }
-
-    /// The base the pace is judged against, if measured.
-    #[cfg(test)]
-    pub fn base(&self) -> Option<(Signal, Duration)> {
-        self.base.map(|(s, t)| (s, Duration::from_secs_f64(t)))
-    }
-
-    /// The pace in words, for the log: keys a second, and the last
-    /// window's signal against its base.
-    pub fn describe(&self) -> String {
-        let what = |s: Signal| match s {
-            Signal::Clients => "clients' median latency",
-            Signal::Pings => "servers' no-op time",
-        };
-        match (self.last, self.base) {
-            (Some((s, t)), Some((_, b))) => format!(
-                "{} keys/s, {} {} µs against a base of {} µs",
-                self.rate(),
-                what(s),
-                (t * 1e6) as u64,
-                (b * 1e6) as u64
-            ),
-            (None, Some((s, b))) => format!(
-                "{} keys/s, {} base {} µs",
-                self.rate(),
-                what(s),
-                (b * 1e6) as u64
-            ),
-            _ => format!("{} keys/s", self.rate()),
-        }
     }
 
     /// Wait until `n` more keys fit the pace.
@@ -191,74 +94,44 @@ impl Pace {
         self.probed_at.elapsed() >= PROBE_EVERY
     }
 
-    /// The servers answered a no-op in `rtt`.
+    /// The servers answered a no-op in `rtt`: the pace follows.
     pub fn sample(&mut self, rtt: Duration) {
-        self.probed_at = Instant::now();
-        self.pings.push(rtt.as_secs_f64());
+        self.sample_at(rtt, Instant::now());
     }
 
-    /// Whether the window is over ([`Pace::end_window`] is due).
-    pub fn window_due(&self) -> bool {
-        self.window_at.elapsed() >= WINDOW
-    }
-
-    /// The window ended; `clients`: what the pool's clients saw in it.
-    /// The pace follows (see the module's text).
-    pub fn end_window(&mut self, clients: Option<ClientWindow>) {
-        self.end_window_at(clients, Instant::now());
-    }
-
-    fn end_window_at(&mut self, clients: Option<ClientWindow>, now: Instant) {
-        self.window_at = now;
-        let pings = std::mem::take(&mut self.pings);
-        let signal = match clients {
-            Some(c) if c.requests >= MIN_REQUESTS => {
-                Some((Signal::Clients, c.median.as_secs_f64()))
-            }
-            _ => median(pings).map(|t| (Signal::Pings, t)),
-        };
-        self.last = signal;
-        let Some((kind, t)) = signal else {
-            // Nothing to judge by (no clients, no no-op answered): the
-            // pace stays.
-            return;
-        };
-        if self.quiet {
-            self.base = Some((kind, t));
-            self.quiet = false;
-            self.quiet_at = now;
+    fn sample_at(&mut self, rtt: Duration, now: Instant) {
+        self.probed_at = now;
+        let t = rtt.as_secs_f64();
+        if now.duration_since(self.window_at) >= BASE_WINDOW {
+            self.base = [f64::MAX, self.base[0]];
+            self.window_at = now;
+        }
+        self.base[0] = self.base[0].min(t);
+        let base = self.base[0].min(self.base[1]);
+        if now < self.hold_until {
+            // Just backed off: the times of the pace before do not count.
             return;
         }
-        let base = match self.base {
-            Some((k, b)) if k == kind => b,
-            _ => {
-                // The signal changed (clients came or left): measure its
-                // base before judging by it.
-                self.quiet = true;
-                return;
-            }
+        let srtt = match self.srtt {
+            Some(s) => s * 0.75 + t * 0.25,
+            None => t,
         };
-        if t > base * (1.0 + TARGET) + kind.margin() {
+        self.srtt = Some(srtt);
+        // Busy: the queue ahead of a no-op grew by half again and by more
+        // than scheduling noise.
+        if srtt > base * 1.5 + 0.000_2 {
             self.rate = (self.rate / 2.0).max(FLOOR).min(self.cap);
             self.slow_start = false;
+            self.hold_until = now + PROBE_EVERY * 4;
+            // Judged afresh at the new pace: the rise that caused this
+            // must not, smoothed, cause the next halving too.
+            self.srtt = None;
         } else if self.slow_start {
             self.rate = (self.rate * 2.0).min(self.cap);
         } else {
             self.rate = (self.rate + STEP).min(self.cap);
         }
-        if now.duration_since(self.quiet_at) >= QUIET_EVERY {
-            self.quiet = true;
-        }
     }
-}
-
-/// The median of `v` (its upper middle), if any.
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    Some(v[v.len() / 2])
 }
 
 #[cfg(test)]
@@ -269,140 +142,60 @@ mod tests {
         Duration::from_secs_f64(v / 1000.0)
     }
 
-    fn clients(median_ms: f64) -> Option<ClientWindow> {
-        Some(ClientWindow {
-            requests: 5_000,
-            median: ms(median_ms),
-        })
-    }
-
     #[test]
-    fn the_first_window_is_quiet_and_gives_the_base() {
+    fn calm_servers_bring_the_pace_to_its_ceiling() {
+        let mut p = Pace::new(40_000);
         let mut now = Instant::now();
-        let mut p = Pace::starting(100_000, now);
-        assert!(p.quiet());
-        now += WINDOW;
-        p.end_window_at(clients(1.0), now);
-        assert!(!p.quiet());
-        assert_eq!(p.base(), Some((Signal::Clients, ms(1.0))));
-        assert_eq!(p.rate(), 1000, "the quiet window does not move the pace");
-    }
-
-    #[test]
-    fn calm_clients_bring_the_pace_to_its_ceiling() {
-        let mut now = Instant::now();
-        let mut p = Pace::starting(40_000, now);
         for _ in 0..10 {
-            now += WINDOW;
-            p.end_window_at(clients(1.05), now);
+            now += PROBE_EVERY;
+            p.sample_at(ms(0.1), now);
         }
         assert_eq!(p.rate(), 40_000);
         assert_eq!(p.batch(), 400);
     }
 
     #[test]
-    fn a_rise_past_the_target_halves_the_pace_then_it_grows_by_steps() {
+    fn a_busy_server_halves_the_pace_then_it_grows_by_steps() {
+        let mut p = Pace::new(100_000);
         let mut now = Instant::now();
-        let mut p = Pace::starting(100_000, now);
-        now += WINDOW;
-        p.end_window_at(clients(1.0), now);
         for _ in 0..5 {
-            now += WINDOW;
-            p.end_window_at(clients(1.0), now);
+            now += PROBE_EVERY;
+            p.sample_at(ms(0.1), now);
         }
         assert_eq!(p.rate(), 32_000);
-        // 15 % over the base: more than the migration may cost.
-        now += WINDOW;
-        p.end_window_at(clients(1.15), now);
+        for _ in 0..3 {
+            now += PROBE_EVERY;
+            p.sample_at(ms(3.0), now);
+        }
+        // One halving per rise, however many samples see it.
         assert_eq!(p.rate(), 16_000);
         // Calm again: the pace grows by steps, not by doubling.
-        now += WINDOW;
-        p.end_window_at(clients(1.08), now);
-        assert_eq!(p.rate(), 16_000 + STEP as u64);
-    }
-
-    #[test]
-    fn the_base_is_measured_again_in_a_quiet_window() {
-        let mut now = Instant::now();
-        let mut p = Pace::starting(100_000, now);
-        now += WINDOW;
-        p.end_window_at(clients(1.0), now);
-        let mut quiet = 0;
-        for _ in 0..(QUIET_EVERY.as_millis() / WINDOW.as_millis() + 2) {
-            now += WINDOW;
-            if p.quiet() {
-                quiet += 1;
-                // The clients' load grew meanwhile: a new base.
-                p.end_window_at(clients(2.0), now);
-            } else {
-                p.end_window_at(clients(1.0), now);
-            }
+        let mut least = p.rate();
+        for _ in 0..20 {
+            now += PROBE_EVERY;
+            p.sample_at(ms(0.1), now);
+            least = least.min(p.rate());
         }
-        assert_eq!(quiet, 1);
-        assert_eq!(p.base(), Some((Signal::Clients, ms(2.0))));
-        // Judged against the new base: 2.1 ms is within it.
-        let before = p.rate();
-        now += WINDOW;
-        p.end_window_at(clients(2.1), now);
-        assert!(p.rate() >= before);
-    }
-
-    #[test]
-    fn without_clients_the_servers_no_ops_are_the_signal() {
-        let mut now = Instant::now();
-        let mut p = Pace::starting(100_000, now);
-        // Too few client requests to judge by.
-        let few = Some(ClientWindow {
-            requests: 3,
-            median: ms(9.0),
-        });
-        for t in [0.1, 0.12, 0.1] {
-            p.sample(ms(t));
-        }
-        now += WINDOW;
-        p.end_window_at(few, now);
-        assert_eq!(p.base(), Some((Signal::Pings, ms(0.1))));
-        // Pings half again as long, but within the noise margin.
-        for t in [0.15, 0.16, 0.2] {
-            p.sample(ms(t));
-        }
-        now += WINDOW;
-        p.end_window_at(None, now);
-        assert_eq!(p.rate(), 2000);
-        for t in [3.0, 3.0, 0.1] {
-            p.sample(ms(t));
-        }
-        now += WINDOW;
-        p.end_window_at(None, now);
-        assert_eq!(p.rate(), 1000);
-        // Clients came: their base is measured before they are judged by.
-        now += WINDOW;
-        p.end_window_at(clients(5.0), now);
-        assert!(p.quiet());
-        now += WINDOW;
-        p.end_window_at(clients(1.0), now);
-        assert_eq!(p.base(), Some((Signal::Clients, ms(1.0))));
+        assert_eq!(least, 16_000);
+        assert!(
+            p.rate() > least && p.rate() <= least + 20 * STEP as u64,
+            "{}",
+            p.rate()
+        );
     }
 
     #[test]
     fn the_pace_never_stops_nor_passes_its_ceiling() {
-        let mut now = Instant::now();
-        let mut p = Pace::starting(200, now);
+        let mut p = Pace::new(200);
         assert_eq!(p.rate(), 200);
         assert_eq!(p.batch(), 2);
-        now += WINDOW;
-        p.end_window_at(clients(1.0), now);
-        // (Fewer windows than take to the next quiet one.)
-        for _ in 0..6 {
-            now += WINDOW;
-            p.end_window_at(clients(50.0), now);
+        let mut now = Instant::now();
+        p.sample_at(ms(0.1), now);
+        for _ in 0..10 {
+            now += PROBE_EVERY * 5;
+            p.sample_at(ms(50.0), now);
         }
-        assert!(!p.quiet());
         assert_eq!(p.rate() as f64, FLOOR);
         assert_eq!(p.batch(), 1);
-        // A window with nothing to judge by leaves the pace.
-        now += WINDOW;
-        p.end_window_at(None, now);
-        assert_eq!(p.rate() as f64, FLOOR);
     }
 }

@@ -310,23 +310,6 @@ impl Snapshot {
         }
     }
 
-    /// What was recorded since `earlier`, a snapshot of the same
-    /// histogram taken before this one (its maximum is this one's: the
-    /// largest value of the interval is not kept).
-    pub fn since(&self, earlier: &Snapshot) -> Snapshot {
-        Snapshot {
-            count: self.count.saturating_sub(earlier.count),
-            sum: self.sum.saturating_sub(earlier.sum),
-            max: self.max,
-            buckets: self
-                .buckets
-                .iter()
-                .zip(&earlier.buckets)
-                .map(|(a, b)| a.saturating_sub(*b))
-                .collect(),
-        }
-    }
-
     /// Record a value (tests and private use).
     pub fn record(&mut self, us: u64) {
         self.count += 1;
