@@ -19,6 +19,12 @@ const SHADOW_MAX_INFLIGHT: usize = 1024;
 /// Most copy bytes waiting to be written on one shadow connection.
 const SHADOW_MAX_BYTES: usize = 4 << 20;
 
+/// Whether server connection `s` may take one more copy (a shadow's, or
+/// a remote zone's write): a stalled server costs no memory beyond this.
+pub(super) fn has_copy_room(s: &super::conn::Server) -> bool {
+    s.inflight().len() < SHADOW_MAX_INFLIGHT && s.wbuf().len() < SHADOW_MAX_BYTES
+}
+
 impl Worker<'_> {
     /// Copy a request to the shadow pool its plan names, if the sample
     /// takes it.
@@ -69,16 +75,10 @@ impl Worker<'_> {
         write: impl FnOnce(&mut Vec<u8>),
     ) {
         let st = server.and_then(|s| self.server_conn(sp, s, 0, now).ok());
-        let room = st.is_some_and(|st| self.has_copy_room(st));
+        let room = st.is_some_and(|st| self.conns.server(st.0).is_some_and(has_copy_room));
         match st {
             Some(st) if room => self.enqueue(st, Some(Waiter::Internal), op, write, now),
             _ => self.stats.worker_add(WorkerField::ShadowDropped, 1),
         }
-    }
-
-    /// Whether the server connection `st` may take one more copy.
-    pub(super) fn has_copy_room(&self, st: mio::Token) -> bool {
-        matches!(self.conns.server(st.0), Some(s)
-            if s.inflight().len() < SHADOW_MAX_INFLIGHT && s.wbuf().len() < SHADOW_MAX_BYTES)
     }
 }

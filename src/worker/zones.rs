@@ -99,9 +99,12 @@ impl Worker<'_> {
             };
             if zone != 0 {
                 let cs = self.conn_slot(to.token, pool, server, to.id, req.op);
-                let full = self
-                    .server_conn(pool, server, cs, now)
-                    .is_ok_and(|st| !self.has_copy_room(st));
+                let full = self.server_conn(pool, server, cs, now).is_ok_and(|st| {
+                    !self
+                        .conns
+                        .server(st.0)
+                        .is_some_and(super::shadow::has_copy_room)
+                });
                 if full {
                     self.stats.worker_add(WorkerField::ShadowDropped, 1);
                     let mut out = Vec::new();
