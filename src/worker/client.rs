@@ -474,7 +474,7 @@ impl Worker<'_> {
         );
         let plan = self.pools[at.pool].route.plan(&req);
         if plan.count_routes {
-            self.count_routes(at.pool, &req, bytes);
+            self.pools[at.pool].count_routes(at.pool, &req, bytes, &self.stats);
         }
         if let Some(shadow) = plan.shadow {
             self.shadow_copy(shadow, &req, bytes, now);

@@ -39,12 +39,12 @@ pub(super) fn spool_passing(c: &mut Client, n: usize) {
     c.keep_input_in_last(n);
 }
 
-impl Worker<'_> {
+impl ReplySlot {
     /// The reply slot of a streamed request whose head is `head`: in a
-    /// cluster pool it keeps the request (the head now, the rest as it
+    /// cluster pool (`cluster`) it keeps the request (the head now, the rest as it
     /// passes) to follow MOVED and ASK.
-    pub(super) fn stream_slot(&self, pool: usize, req: &Request, head: &[u8]) -> ReplySlot {
-        if self.pools[pool].cluster.is_none() {
+    pub(super) fn streamed(cluster: bool, req: &Request, head: &[u8]) -> ReplySlot {
+        if !cluster {
             return ReplySlot::default();
         }
         let mut spool = Spool::default();
@@ -61,7 +61,9 @@ impl Worker<'_> {
             ..ReplySlot::default()
         }
     }
+}
 
+impl Worker<'_> {
     /// Whether the kept request of slot `seq` is a streamed one.
     pub(super) fn kept_is_spooled(&self, ct: Token, id: u64, seq: u64) -> bool {
         matches!(self.conns.client(ct.0), Some(c) if c.id() == id && kept_spool(c, seq).is_some())
@@ -178,7 +180,8 @@ impl Worker<'_> {
             _ => None,
         };
         let Some((added, done, pool, server)) = fed else {
-            self.abort_server_stream(st, self.server_id(st), ServerFault::HalfResentClientLeft);
+            let sid = self.conns.server(st.0).map_or(0, |s| s.id());
+            self.abort_server_stream(st, sid, ServerFault::HalfResentClientLeft);
             return false;
         };
         self.stats
@@ -224,13 +227,6 @@ impl Worker<'_> {
         };
         if self.conns.server_ref(r).is_some_and(|s| s.feed().is_some()) {
             self.abort_server_stream(r.token, r.id, ServerFault::HalfResentClientLeft);
-        }
-    }
-
-    fn server_id(&self, st: Token) -> u64 {
-        match self.conns.get(st.0) {
-            Some(Conn::Server(s)) => s.id(),
-            _ => 0,
         }
     }
 }

@@ -192,7 +192,7 @@ impl Worker<'_> {
         // route counted, its copy to a shadow pool.
         self.note_key(pool, pull.key());
         if plan.count_routes {
-            self.count_routes(pool, req, bytes);
+            self.pools[pool].count_routes(pool, req, bytes, &self.stats);
         }
         if let Some(shadow) = plan.shadow {
             self.shadow_copy(shadow, req, bytes, now);

@@ -148,7 +148,12 @@ impl Worker<'_> {
                 return true;
             }
             if !miss && !answer.is_error && self.pools[pool].route.warms() {
-                if let Some((key, warm, cold)) = self.warm_hit(at.token, at.seq) {
+                let hit = self
+                    .conns
+                    .client(at.token.0)
+                    .and_then(|c| c.slot(at.seq))
+                    .and_then(ReplySlot::warm_hit);
+                if let Some((key, warm, cold)) = hit {
                     self.warm_copy(pool, &key, warm, cold);
                 }
             }

@@ -65,17 +65,23 @@ impl RouteRt {
     }
 }
 
-impl super::Worker<'_> {
-    /// Count a request of a route pool once for every route its keys take
-    /// (a multi-key request split across routes counts for each).
-    pub(super) fn count_routes(&mut self, pool: usize, req: &crate::proto::Request, bytes: &[u8]) {
-        let routing = &self.pools[pool].cfg.routing;
+impl super::pool::PoolRt {
+    /// Count a request of this route pool (index `at` in the stats) once
+    /// for every route its keys take (a multi-key request split across
+    /// routes counts for each).
+    pub(super) fn count_routes(
+        &self,
+        at: usize,
+        req: &crate::proto::Request,
+        bytes: &[u8],
+        stats: &crate::stats::shm::StatsSlot<'_>,
+    ) {
         let mut seen: smallvec::SmallVec<[usize; 4]> = smallvec::SmallVec::new();
         for r in &req.keys {
-            if let Some(i) = routing.route_index(&bytes[r.clone()]) {
+            if let Some(i) = self.cfg.routing.route_index(&bytes[r.clone()]) {
                 if !seen.contains(&i) {
                     seen.push(i);
-                    self.stats.route_add(pool, i, 1);
+                    stats.route_add(at, i, 1);
                 }
             }
         }

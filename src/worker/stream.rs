@@ -187,7 +187,7 @@ impl Worker<'_> {
         let s = self.conns.server(st.0)?;
         let sid = s.id();
         self.note_key(pool, key);
-        let kept = self.stream_slot(pool, req, bytes);
+        let kept = ReplySlot::streamed(self.pools[pool].cluster.is_some(), req, bytes);
         let seq = self.push_slot(token, false, kept);
         let waiter = ReplyTo::new(token, client_id, seq, None).waiter();
         self.enqueue(st, waiter, req.op, |out| out.extend_from_slice(bytes), now);

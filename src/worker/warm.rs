@@ -7,7 +7,7 @@
 //! (add), Redis `DUMP` + `PTTL` then `RESTORE` without `REPLACE`. Writes
 //! go to the cold pool only; deletes to both.
 
-use super::conn::{ConnTable, Waiter};
+use super::conn::{ReplySlot, Waiter};
 use super::Worker;
 use crate::migrate::commands::{dump, mc_get, mc_store, pttl, restore};
 use crate::proto::memcache::moving::meta_value;
@@ -127,12 +127,13 @@ impl Worker<'_> {
             self.warm_send(pool, cold, None, &store);
         }
     }
+}
 
-    /// Whether the slot `seq` of client `token` is a warm-up read that
-    /// the warm pool answered: (key, warm owner, cold owner).
-    pub(super) fn warm_hit(&self, token: mio::Token, seq: u64) -> Option<(Vec<u8>, usize, usize)> {
-        let c = self.conns.client(token.0)?;
-        let r = c.slot(seq)?.retry.as_ref()?;
+impl ReplySlot {
+    /// Whether this slot is a warm-up read that the warm pool answered:
+    /// (key, warm owner, cold owner).
+    pub(super) fn warm_hit(&self) -> Option<(Vec<u8>, usize, usize)> {
+        let r = self.retry.as_ref()?;
         if r.next < 2 {
             return None;
         }
