@@ -101,7 +101,7 @@ impl Worker<'_> {
             // A full handover queue is tried again soon.
             timeout = timeout.map(|t| t.min(super::HANDOVER_RETRY));
         }
-        if let Some(fleet) = self.fleet_hold_wait(now) {
+        if let Some(fleet) = self.fleet_holds.wait(now) {
             // Requests held for the fleet: their deadline, the page.
             timeout = timeout.map(|t| t.min(fleet));
         }
@@ -200,7 +200,8 @@ impl Worker<'_> {
             Stop::Handover if stopping.graceful_since.is_none() => {
                 if let Some(to) = self.ctl.handover_to.take() {
                     // Nothing held is routed once it reports stopped.
-                    self.fleet_holds_close(now);
+                    self.fleet_holds.close();
+                    self.fleet_holds_tick(now);
                     self.begin_handover(to);
                     stopping.handover_since.get_or_insert(now);
                     control.stopped_routing();
@@ -221,7 +222,8 @@ impl Worker<'_> {
                     && !pinned
             }
             Stop::Graceful | Stop::Handover => {
-                self.fleet_holds_close(now);
+                self.fleet_holds.close();
+                self.fleet_holds_tick(now);
                 self.intake.stop(self.poll.registry());
                 let since = *stopping.graceful_since.get_or_insert(now);
                 self.close_idle_clients(now) || now.duration_since(since) > self.graceful_timeout

@@ -1,8 +1,7 @@
 //! A fleet member's requests that must wait for the fleet, held instead of
 //! refused at once, within a bound.
 //!
-//! `fleet_wait` says when a request of a `migration: true` pool must not
-//! be routed now: a key it names moves while the fleet's barrier has not
+//! A request of a `migration: true` pool must not be routed now when a key it names moves while the fleet's barrier has not
 //! passed (`FLEET_MOVING`), or the member is not known in step with the
 //! fleet (`FLEET_LAPSED`, `fleet/page.rs`). Such a
 //! request is held: its client gets a [`Gate`] without pulls, so it is not
@@ -34,6 +33,14 @@
 //!
 //! A client that closes while held takes its gate with it; its entry here
 //! is dropped at the next look (its id no longer matches).
+//!
+//! [`FleetHolds`] owns the held requests and decides, without sockets:
+//! whether a request may be held and until when (`admit`), which held
+//! requests go on or are refused at `now` (`due`, returning [`Ended`]
+//! values), and how long the loop may wait (`wait`). The `Worker` finds
+//! out what a request waits for (`fleet_gate`) and carries out what
+//! `FleetHolds` returns: it sets and takes the client's gate, routes a
+//! released request, writes a refusal.
 
 use super::conn::ConnTable;
 use super::conn_state::Gate;
@@ -58,7 +65,7 @@ pub const FLEET_MOVING: &str = "key moving: a fleet change is in progress, retry
 
 /// What a held request waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Wait {
+pub(super) enum Wait {
     /// The fleet's barrier for its pool (`FLEET_MOVING`).
     Barrier,
     /// The member in step again (`FLEET_LAPSED`).
@@ -85,14 +92,32 @@ pub(super) enum FleetStep {
     Refused,
 }
 
-#[derive(Debug)]
-struct Held {
+/// One held request: its client (token and id), its pool, what it waits
+/// for, when it was held and its wait's deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Held {
     token: Token,
     id: u64,
     pool: usize,
     why: Wait,
     since: Instant,
     until: Instant,
+}
+
+/// A held request whose wait ended (`FleetHolds::due`): the worker takes
+/// its client's gate and routes it again, or refuses it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Ended {
+    /// Its client.
+    pub token: Token,
+    /// Its pool.
+    pub pool: usize,
+    /// When it was held.
+    pub since: Instant,
+    /// `None`: what it waited for passed, it goes on as a request arriving
+    /// now would; else the error it is refused with (its deadline passed,
+    /// or the worker stops).
+    pub refused: Option<&'static str>,
 }
 
 /// The held requests of a worker and when their waits began.
@@ -108,35 +133,116 @@ pub(super) struct FleetHolds {
     closed: bool,
 }
 
-impl Worker<'_> {
-    /// What a fleet member's request of a `migration: true` pool must
-    /// wait for before it is routed, if anything: the member in step with
-    /// the fleet (its lease may have ended and the others gone on without
-    /// it, `fleet/page.rs`), for every request; the fleet's barrier, for
-    /// one naming a moved key (another member may still write the key to
-    /// its old owner).
-    fn fleet_wait(
+impl FleetHolds {
+    /// A request of `pool` must wait for `why` at `now`: the deadline of
+    /// its wait if it may be held (the wait's first hold plus `bound`),
+    /// `None` if it is refused at once (the worker stops, or the wait's
+    /// deadline passed). The wait begins at its first request either way.
+    pub(super) fn admit(
         &mut self,
         pool: usize,
-        req: &Request,
-        bytes: &[u8],
+        why: Wait,
         now: Instant,
-    ) -> Option<Wait> {
-        let page = self.fleet.as_ref()?;
-        let p = &self.pools[pool];
-        if !p.cfg.migration {
-            return None;
-        }
-        if !page.in_step() {
-            return Some(Wait::InStep);
-        }
-        let fenced = p.fleet_fenced && p.migration.is_some();
-        if fenced && !self.moved_pulls(pool, req, bytes, now).is_empty() {
-            return Some(Wait::Barrier);
-        }
-        None
+        bound: Duration,
+    ) -> Option<Instant> {
+        let since = match why {
+            Wait::InStep => *self.in_step_since.get_or_insert(now),
+            Wait::Barrier => {
+                if self.barrier_since.len() <= pool {
+                    self.barrier_since.resize(pool + 1, None);
+                }
+                *self.barrier_since[pool].get_or_insert(now)
+            }
+        };
+        let until = since + bound;
+        (!self.closed && now < until).then_some(until)
     }
 
+    /// Hold the request of client `token` (`id`) admitted until `until`.
+    pub(super) fn hold(
+        &mut self,
+        client: (Token, u64),
+        pool: usize,
+        why: Wait,
+        now: Instant,
+        until: Instant,
+    ) {
+        self.held.push(Held {
+            token: client.0,
+            id: client.1,
+            pool,
+            why,
+            since: now,
+            until,
+        });
+    }
+
+    /// Nothing held and no wait for the member to be in step: `due` has
+    /// nothing to do.
+    pub(super) fn idle(&self) -> bool {
+        self.held.is_empty() && self.in_step_since.is_none()
+    }
+
+    /// The held requests whose wait ended at `now`, taken off, in the
+    /// order they were held: those whose wait is over (`in_step`: the
+    /// member is in step; `fenced(pool)`: the pool's barrier has not
+    /// passed) go on, those past their deadline, or all once the worker
+    /// stops, are refused. A request whose client is gone or no longer
+    /// held (`live(token, id)` false) is dropped.
+    pub(super) fn due(
+        &mut self,
+        now: Instant,
+        in_step: bool,
+        fenced: impl Fn(usize) -> bool,
+        live: impl Fn(Token, u64) -> bool,
+    ) -> Vec<Ended> {
+        if in_step {
+            self.in_step_since = None;
+        }
+        let mut ended = Vec::new();
+        let closed = self.closed;
+        self.held.retain(|h| {
+            if !live(h.token, h.id) {
+                return false;
+            }
+            let over = match h.why {
+                Wait::InStep => in_step,
+                Wait::Barrier => !fenced(h.pool),
+            };
+            if !(over || now >= h.until || closed) {
+                return true;
+            }
+            ended.push(Ended {
+                token: h.token,
+                pool: h.pool,
+                since: h.since,
+                refused: (!over).then(|| h.why.error()),
+            });
+            false
+        });
+        ended
+    }
+
+    /// The worker stops routing: nothing is held from now on, and every
+    /// held request is refused at the next `due`.
+    pub(super) fn close(&mut self) {
+        self.closed = true;
+    }
+
+    /// How long the loop may wait before a held request must be looked
+    /// at: its nearest deadline, and a short poll of the page while a
+    /// request waits for the member to be in step.
+    pub(super) fn wait(&self, now: Instant) -> Option<Duration> {
+        let until = self.held.iter().map(|h| h.until).min()?;
+        let mut wait = until.saturating_duration_since(now);
+        if self.held.iter().any(|h| h.why == Wait::InStep) {
+            wait = wait.min(PAGE_POLL);
+        }
+        Some(wait)
+    }
+}
+
+impl Worker<'_> {
     /// A request of `pool` about to be routed: go, or held, or refused
     /// (see the module's doc). `then`: where it goes once it may.
     #[inline]
@@ -155,6 +261,12 @@ impl Worker<'_> {
         self.fleet_gate_slow(token, pool, req, bytes, then, now)
     }
 
+    /// What a fleet member's request of a `migration: true` pool must
+    /// wait for before it is routed, if anything: the member in step with
+    /// the fleet (its lease may have ended and the others gone on without
+    /// it, `fleet/page.rs`), for every request; the fleet's barrier, for
+    /// one naming a moved key (another member may still write the key to
+    /// its old owner). Then held, or refused, as `FleetHolds` admits it.
     fn fleet_gate_slow(
         &mut self,
         token: Token,
@@ -164,42 +276,32 @@ impl Worker<'_> {
         then: AfterPull,
         now: Instant,
     ) -> FleetStep {
-        let Some(why) = self.fleet_wait(pool, req, bytes, now) else {
+        let Some(page) = self.fleet else {
             return FleetStep::Go;
         };
-        let bound = Duration::from_millis(self.fleet.map_or(0, |p| p.hold_ms()));
-        let h = &mut self.fleet_holds;
-        let since = match why {
-            Wait::InStep => *h.in_step_since.get_or_insert(now),
-            Wait::Barrier => {
-                if h.barrier_since.len() <= pool {
-                    h.barrier_since.resize(pool + 1, None);
-                }
-                *h.barrier_since[pool].get_or_insert(now)
-            }
+        let p = &self.pools[pool];
+        if !p.cfg.migration {
+            return FleetStep::Go;
+        }
+        let why = if !page.in_step() {
+            Wait::InStep
+        } else if p.fleet_fenced
+            && p.migration.is_some()
+            && !self.moved_pulls(pool, req, bytes, now).is_empty()
+        {
+            Wait::Barrier
+        } else {
+            return FleetStep::Go;
         };
-        let until = since + bound;
-        let held = !h.closed && now < until && {
-            let id = self.conns.client(token.0).map(|c| c.id());
-            match (id, self.conns.client_mut(token.0)) {
-                (Some(id), Some(c)) => {
-                    c.set_gate(Box::new(Gate::held(req, bytes, then)));
-                    self.fleet_holds.held.push(Held {
-                        token,
-                        id,
-                        pool,
-                        why,
-                        since: now,
-                        until,
-                    });
-                    true
-                }
-                _ => false,
+        let bound = Duration::from_millis(page.hold_ms());
+        if let Some(until) = self.fleet_holds.admit(pool, why, now, bound) {
+            if let Some(c) = self.conns.client_mut(token.0) {
+                c.set_gate(Box::new(Gate::held(req, bytes, then)));
+                let id = c.id();
+                self.fleet_holds.hold((token, id), pool, why, now, until);
+                self.stats.worker_add(WorkerField::FleetHeld, 1);
+                return FleetStep::Held;
             }
-        };
-        if held {
-            self.stats.worker_add(WorkerField::FleetHeld, 1);
-            return FleetStep::Held;
         }
         self.fleet_refuse(token, req, why.error());
         FleetStep::Refused
@@ -215,92 +317,58 @@ impl Worker<'_> {
         self.push_ready(token, out, false);
     }
 
-    /// Once a pass: held requests whose wait is over go on, those past
-    /// their deadline are refused.
+    /// Once a pass: carry out what `FleetHolds::due` says of the held
+    /// requests: take each ended one's gate, route it again (through
+    /// `fleet_gate`, as one arriving now: it may be held for the other
+    /// reason, or refused) or refuse it, and read its client again.
     pub(super) fn fleet_holds_tick(&mut self, now: Instant) {
-        let h = &mut self.fleet_holds;
-        if h.held.is_empty() && h.in_step_since.is_none() {
+        if self.fleet_holds.idle() {
             return;
         }
         let in_step = self.fleet.is_some_and(|p| p.in_step());
-        if in_step {
-            h.in_step_since = None;
-        }
-        if h.held.is_empty() {
-            return;
-        }
-        let mut keep = Vec::new();
-        for held in std::mem::take(&mut self.fleet_holds.held) {
-            let live = self.conns.client(held.token.0).is_some_and(|c| {
-                c.id() == held.id
-                    && c.gate()
-                        .is_some_and(|g| g.pulls.is_empty() && g.read.is_none())
-            });
-            if !live {
+        let (pools, conns) = (&self.pools, &self.conns);
+        let ended = self.fleet_holds.due(
+            now,
+            in_step,
+            |pool| {
+                pools
+                    .get(pool)
+                    .is_some_and(|p| p.fleet_fenced && p.migration.is_some())
+            },
+            |token, id| {
+                conns.client(token.0).is_some_and(|c| {
+                    c.id() == id
+                        && c.gate()
+                            .is_some_and(|g| g.pulls.is_empty() && g.read.is_none())
+                })
+            },
+        );
+        for e in ended {
+            let Some(gate) = self.conns.client_mut(e.token.0).and_then(|c| c.take_gate()) else {
                 continue;
-            }
-            let over = match held.why {
-                Wait::InStep => in_step,
-                Wait::Barrier => self
-                    .pools
-                    .get(held.pool)
-                    .is_none_or(|p| !(p.fleet_fenced && p.migration.is_some())),
             };
-            if over || now >= held.until || self.fleet_holds.closed {
-                self.fleet_unhold(held, over, now);
-            } else {
-                keep.push(held);
+            let waited = now.saturating_duration_since(e.since);
+            self.stats
+                .worker_add(WorkerField::FleetHeldUs, waited.as_micros() as u64);
+            let Gate {
+                req, bytes, then, ..
+            } = *gate;
+            let token = e.token;
+            if let Some(error) = e.refused {
+                self.fleet_refuse(token, &req, error);
+            } else if self.fleet_gate(token, e.pool, &req, &bytes, then, now) == FleetStep::Go {
+                let migrating = self.pools[e.pool].route.is_migrating();
+                if !(migrating && self.hold_for_moved_keys(token, &req, &bytes, then, now)) {
+                    self.go_on(token, req, &bytes, then, now);
+                }
             }
+            // Parse what the client sent meanwhile (nothing while it is
+            // held again).
+            self.resume.push(token);
         }
-        keep.append(&mut self.fleet_holds.held);
-        self.fleet_holds.held = keep;
-    }
-
-    /// A held request's wait ended: it goes on (`over`: what it waited
-    /// for passed), or is refused.
-    fn fleet_unhold(&mut self, held: Held, over: bool, now: Instant) {
-        let Some(gate) = self
-            .conns
-            .client_mut(held.token.0)
-            .and_then(|c| c.take_gate())
-        else {
-            return;
-        };
-        let waited = now.saturating_duration_since(held.since);
-        self.stats
-            .worker_add(WorkerField::FleetHeldUs, waited.as_micros() as u64);
-        let Gate {
-            req, bytes, then, ..
-        } = *gate;
-        let token = held.token;
-        if !over {
-            self.fleet_refuse(token, &req, held.why.error());
-        } else if self.fleet_gate(token, held.pool, &req, &bytes, then, now) == FleetStep::Go {
-            let migrating = self.pools[held.pool].route.is_migrating();
-            if !(migrating && self.hold_for_moved_keys(token, &req, &bytes, then, now)) {
-                self.go_on(token, req, &bytes, then, now);
-            }
-        }
-        // Parse what the client sent meanwhile (nothing while it is held
-        // again).
-        self.resume.push(token);
-    }
-
-    /// The worker stops routing: every held request is refused, and none
-    /// is held from now on.
-    pub(super) fn fleet_holds_close(&mut self, now: Instant) {
-        self.fleet_holds.closed = true;
-        self.fleet_holds_tick(now);
-    }
-
-    /// How long the loop may wait before a held request must be looked at.
-    pub(super) fn fleet_hold_wait(&self, now: Instant) -> Option<Duration> {
-        let held = &self.fleet_holds.held;
-        let until = held.iter().map(|h| h.until).min()?;
-        let mut wait = until.saturating_duration_since(now);
-        if held.iter().any(|h| h.why == Wait::InStep) {
-            wait = wait.min(PAGE_POLL);
-        }
-        Some(wait)
     }
 }
+
+#[cfg(test)]
+#[path = "fleet_hold_tests.rs"]
+mod tests;
