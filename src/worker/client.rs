@@ -412,12 +412,13 @@ impl Worker<'_> {
                 true
             }
             Route::Local(Local::Stats) => {
-                let out = self.local_stats(pool, bytes);
+                let out = super::local::mc_stats(&self.stats, pool, &self.pools[pool], bytes);
                 self.push_ready(token, out, false);
                 false
             }
             Route::Local(Local::RedisSession) => {
-                let (out, close) = self.redis_session(token, &req, bytes);
+                let (out, close) =
+                    super::local::redis_session(&mut self.conns, &self.pools, token, bytes);
                 self.push_ready(token, out, close);
                 close
             }
@@ -468,7 +469,7 @@ impl Worker<'_> {
             client_id: c.id(),
             pool: c.pool(),
         };
-        self.note_key(
+        self.recorder.note_key(
             at.pool,
             req.keys.first().map_or(&b""[..], |r| &bytes[r.clone()]),
         );
@@ -532,7 +533,7 @@ impl Worker<'_> {
         let Some(s) = self.conns.server_mut(st.0) else {
             return;
         };
-        let q = queue(s, self.slow_key);
+        let q = queue(s, self.recorder.slow_key());
         if q.first_uncounted {
             self.counting.push(st);
         }

@@ -162,10 +162,7 @@ impl Worker<'_> {
     /// stalled connections swept, ejected servers probed, free heap
     /// returned.
     fn every_second(&mut self, now: Instant) {
-        self.slow_lines.new_second();
-        let window = now.duration_since(self.hot_since).as_millis() as u64;
-        self.hot.publish(self.stats.hotkeys(), window);
-        self.hot_since = now;
+        self.recorder.every_second(&self.stats, now);
         self.sweep_idle(now);
         self.sweep_server_handshakes(now);
         self.sweep_stalled_streams(now);
@@ -182,7 +179,7 @@ impl Worker<'_> {
         self.release_held(now);
         self.flush_dirty(now);
         self.count_queued_all();
-        self.latency_run.flush(&self.stats);
+        self.recorder.end_pass(&self.stats);
     }
 
     /// Whether the loop ends after this pass, given what the controller

@@ -119,7 +119,7 @@ impl Worker<'_> {
     ) {
         if req.route == crate::proto::Route::Single {
             // (A split request that found one server is counted once, in forward_multi.)
-            self.count_mc_request(req);
+            self.stats.count_mc_request(req);
         }
         let target = plan.target;
         match target {
@@ -380,7 +380,7 @@ impl Worker<'_> {
         bytes: &[u8],
         now: Instant,
     ) {
-        self.count_mc_request(&req);
+        self.stats.count_mc_request(&req);
         let groups = if self.pools[at.pool].cluster.is_some() {
             self.pools[at.pool].slot_groups(at.client_id, &req, bytes)
         } else {

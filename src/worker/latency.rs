@@ -1,42 +1,114 @@
 //! Observability on the data path: reply latency into the shared
-//! histograms, the slow log, and runtime parameters that touch pools.
+//! histograms, the slow log, and the keys sampled for the hot keys, owned
+//! by a worker's [`Recorder`].
 
-use super::conn::{Conn, Inflight};
-use super::Worker;
+use super::conn::Inflight;
+use super::pool::PoolRt;
 use crate::proto::redis::CmdClass;
 use crate::stats::histogram::Class;
+use crate::stats::hotkeys::Sampler;
 use crate::stats::shm::StatsSlot;
 use crate::stats::slowlog::{Entry, KeyPrefix};
-use mio::Token;
 use std::time::Instant;
 
-impl Worker<'_> {
+/// What a worker records of its requests and replies: latencies (runs of
+/// equal ones, `LatencyRun`), the slow log and its log-line budget, the
+/// hot-key sample, and the knobs that say what is recorded. The worker
+/// passes in the stats slot it writes to and the pools (for names); the
+/// controller's knobs are copied in once a pass (`knobs`).
+#[derive(Debug)]
+pub struct Recorder {
+    /// Per pool: its slow-log threshold in µs, its own else the global
+    /// one (0: off).
+    slow_us: Vec<u64>,
+    /// Per pool: its own threshold (`slowlog_threshold_us`).
+    own_slow_us: Vec<Option<u64>>,
+    /// The global threshold `slow_us` was worked out with.
+    global_slow_us: u64,
+    /// Reply latencies go into the histograms.
+    latency: bool,
+    /// Replies of one latency not yet in the histograms.
+    run: LatencyRun,
+    /// Slow-request log lines left this second, and those not written.
+    slow_lines: SlowLines,
+    /// The first key of the request being routed, for the slow log (only
+    /// while it is on).
+    slow_key: KeyPrefix,
+    /// Sampled keys per pool, published once a second (`stats/hotkeys.rs`).
+    hot: Sampler,
+    /// When the hot keys were last published.
+    hot_since: Instant,
+}
+
+impl Recorder {
+    /// A recorder for `pools`, with the controller's knobs: latencies
+    /// recorded (`latency`), the global slow-log threshold (`slowlog_us`).
+    pub fn new(pools: &[PoolRt], latency: bool, slowlog_us: u64) -> Recorder {
+        let own_slow_us: Vec<Option<u64>> =
+            pools.iter().map(|p| p.cfg.slowlog_threshold_us).collect();
+        Recorder {
+            slow_us: own_slow_us
+                .iter()
+                .map(|own| own.unwrap_or(slowlog_us))
+                .collect(),
+            own_slow_us,
+            global_slow_us: slowlog_us,
+            latency,
+            run: LatencyRun::default(),
+            slow_lines: SlowLines::default(),
+            slow_key: KeyPrefix::EMPTY,
+            hot: Sampler::new(pools.len()),
+            hot_since: Instant::now(),
+        }
+    }
+
+    /// The controller's knobs, as they are now (once a pass).
+    #[inline]
+    pub fn knobs(&mut self, latency: bool, slowlog_us: u64) {
+        self.latency = latency;
+        if slowlog_us != self.global_slow_us {
+            self.global_slow_us = slowlog_us;
+            for (t, own) in self.slow_us.iter_mut().zip(&self.own_slow_us) {
+                *t = own.unwrap_or(slowlog_us);
+            }
+        }
+    }
+
     /// A request's first key: sampled for the hot keys, and remembered for
     /// the slow log (only while it is on).
     #[inline]
-    pub(super) fn note_key(&mut self, pool: usize, key: &[u8]) {
+    pub fn note_key(&mut self, pool: usize, key: &[u8]) {
         self.hot.note(pool, key);
-        if self.slow_threshold(pool) > 0 {
+        if self.slow_us[pool] > 0 {
             self.slow_key = KeyPrefix::new(key);
         }
     }
 
-    /// A server reply for a client request arrived: record its latency and
-    /// log it if it was slow. A blocking command (BLPOP, XREAD ... BLOCK,
-    /// ...) is left out: its time is mostly the wait for data or its
-    /// timeout, which is the client's choice, not the server's slowness
-    /// (Redis's SLOWLOG leaves the blocked time out too; the proxy cannot
-    /// tell the two apart, so it leaves the command out).
+    /// The key `note_key` remembered last, for the request being queued.
     #[inline]
-    pub(super) fn record_reply(
+    pub fn slow_key(&self) -> KeyPrefix {
+        self.slow_key
+    }
+
+    /// A server reply for a client request arrived (`at`: its pool and
+    /// server): record its latency and log it if it was slow. A blocking
+    /// command (BLPOP, XREAD ... BLOCK, ...) is left out: its time is
+    /// mostly the wait for data or its timeout, which is the client's
+    /// choice, not the server's slowness (Redis's SLOWLOG leaves the
+    /// blocked time out too; the proxy cannot tell the two apart, so it
+    /// leaves the command out).
+    #[inline]
+    pub fn record_reply(
         &mut self,
-        pool: usize,
-        server: usize,
+        stats: &StatsSlot<'_>,
+        pools: &[PoolRt],
+        at: (usize, usize),
         req: &Inflight,
         now: Instant,
     ) {
-        let threshold = self.slow_threshold(pool);
-        if !self.ctl.latency && threshold == 0 {
+        let (pool, server) = at;
+        let threshold = self.slow_us[pool];
+        if !self.latency && threshold == 0 {
             return;
         }
         if let crate::proto::Op::Redis(r) = req.op {
@@ -44,28 +116,26 @@ impl Worker<'_> {
                 return;
             }
         }
-        let us = self.latency_run.add(
-            &self.stats,
-            self.ctl.latency,
+        let us = self.run.add(
+            stats,
+            self.latency,
             (pool, server, Class::of(req.op)),
             (req.sent_at, now),
         );
         if threshold > 0 && us >= threshold {
-            self.slow(pool, server, req, us);
+            self.slow(stats, pools, at, req, us);
         }
     }
 
-    /// The slow-log threshold of a pool: its own, else the global one.
-    #[inline]
-    fn slow_threshold(&self, pool: usize) -> u64 {
-        self.pools[pool]
-            .cfg
-            .slowlog_threshold_us
-            .unwrap_or(self.ctl.slowlog_us)
-    }
-
     #[cold]
-    fn slow(&mut self, pool: usize, server: usize, req: &Inflight, us: u64) {
+    fn slow(
+        &mut self,
+        stats: &StatsSlot<'_>,
+        pools: &[PoolRt],
+        (pool, server): (usize, usize),
+        req: &Inflight,
+        us: u64,
+    ) {
         let cmd = match req.op {
             crate::proto::Op::Mc(m) => m.name(),
             crate::proto::Op::Redis(r) => r.cmd.name(),
@@ -80,12 +150,11 @@ impl Worker<'_> {
             cmd: cmd.to_string(),
             key: req.key.bytes().to_vec(),
         };
-        self.stats.slowlog().push(&e);
+        stats.slowlog().push(&e);
         if !self.slow_lines.take() {
             return;
         }
-        let (pname, sname) = self
-            .pools
+        let (pname, sname) = pools
             .get(pool)
             .and_then(|p| Some((p.cfg.name.as_str(), p.servers.get(server)?.name.as_str())))
             .unwrap_or(("?", "?"));
@@ -100,59 +169,19 @@ impl Worker<'_> {
         );
     }
 
-    /// Apply parameters the controller changed that live in the pools.
-    pub(super) fn apply_ctl(&mut self) {
-        for pool in std::mem::take(&mut self.ctl.fleet_go) {
-            if let Some(p) = self.pools.get_mut(pool) {
-                if std::mem::take(&mut p.fleet_fenced) {
-                    crate::log_notice!(
-                        "pool '{}': the fleet passed its barrier, moved keys are pulled",
-                        p.cfg.name
-                    );
-                }
-            }
-        }
-        for pool in std::mem::take(&mut self.ctl.migration_done) {
-            if let Some(p) = self.pools.get_mut(pool) {
-                if p.migration.take().is_some() {
-                    p.route = std::mem::replace(&mut p.route, crate::route::PoolRoute::Hash)
-                        .without_migration();
-                    crate::log_notice!(
-                        "pool '{}': migration done, keys are no longer pulled from old owners",
-                        p.cfg.name
-                    );
-                }
-            }
-        }
-        if self.ctl.pool_timeouts.is_empty() {
-            return;
-        }
-        for (pool, ms) in std::mem::take(&mut self.ctl.pool_timeouts) {
-            let Some(p) = self.pools.get_mut(pool) else {
-                continue;
-            };
-            p.cfg.timeout_ms = (ms > 0).then_some(ms);
-            let timeout = p.timeout();
-            // Re-arm the timers of this pool's connections for the new
-            // timeout (a stale timer re-reads the timeout when it fires).
-            let mut arm = Vec::new();
-            for (k, c) in self.conns.iter_mut() {
-                let Conn::Server(s) = c else { continue };
-                if s.pool() != pool {
-                    continue;
-                }
-                match (s.inflight().front().map(|f| f.sent_at), timeout) {
-                    (Some(f), Some(t)) => {
-                        s.set_timer_armed(true);
-                        arm.push((f + t, Token(k), s.id()));
-                    }
-                    _ => s.set_timer_armed(false),
-                }
-            }
-            for (at, token, id) in arm {
-                self.timers.arm(at, token, id);
-            }
-        }
+    /// The end of a pass: the latencies held in a run into the histograms.
+    #[inline]
+    pub fn end_pass(&mut self, stats: &StatsSlot<'_>) {
+        self.run.flush(stats);
+    }
+
+    /// Once a second: the slow-log line budget refilled, the hot keys
+    /// published.
+    pub fn every_second(&mut self, stats: &StatsSlot<'_>, now: Instant) {
+        self.slow_lines.new_second();
+        let window = now.duration_since(self.hot_since).as_millis() as u64;
+        self.hot.publish(stats.hotkeys(), window);
+        self.hot_since = now;
     }
 }
 

@@ -190,7 +190,7 @@ impl Worker<'_> {
         // What routing a request does besides sending it
         // (`dispatch_routed`): its key noted for the hot keys, its prefix
         // route counted, its copy to a shadow pool.
-        self.note_key(pool, pull.key());
+        self.recorder.note_key(pool, pull.key());
         if plan.count_routes {
             self.pools[pool].count_routes(pool, req, bytes, &self.stats);
         }

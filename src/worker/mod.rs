@@ -35,6 +35,7 @@ mod listen;
 mod local;
 mod migrate;
 mod migration_rt;
+mod params;
 mod pool;
 mod pubsub;
 mod pull;
@@ -231,24 +232,18 @@ pub struct Worker<'a> {
     /// Bytes of replies buffered for all clients, against `buffer_budget`.
     out: budget::OutputBudget,
     graceful_timeout: Duration,
-    slow_key: crate::stats::slowlog::KeyPrefix,
     /// The request being dispatched ends what its client sent so far: a
     /// large one may then be written to its server at once, as no request
     /// of this client follows to share the write (see `forward_single`).
     /// False outside a dispatch from the client's input.
     ends_input: bool,
-    /// Sampled keys per pool, published once a second (`stats/hotkeys.rs`).
-    hot: crate::stats::hotkeys::Sampler,
-    hot_since: Instant,
+    /// Latencies, the slow log and the hot-key sample (`latency.rs`).
+    recorder: latency::Recorder,
     /// When to give freed memory back after many clients left.
     trim: heap::HeapTrim,
-    /// Slow-request log lines left this second, and those not written.
-    slow_lines: latency::SlowLines,
     /// Server connections with requests not yet in the shared counters
     /// (`count_queued` in server.rs).
     counting: Vec<Token>,
-    /// Replies of one latency not yet in the histograms.
-    latency_run: latency::LatencyRun,
     /// A fleet member's page: whether `migration: true` pools may be
     /// routed (`fleet/page.rs`).
     fleet: Option<crate::fleet::page::FleetPage>,
@@ -319,6 +314,7 @@ impl<'a> Worker<'a> {
             }
         }
         let sentinels = sentinel::watches(&pools);
+        let recorder = latency::Recorder::new(&pools, true, config.process.slowlog_threshold_us);
         let mut w = Worker {
             poll,
             conns: Slab::with_capacity(1024),
@@ -354,13 +350,9 @@ impl<'a> Worker<'a> {
             },
             out: budget::OutputBudget::new(config.process.buffer_budget),
             graceful_timeout: Duration::from_millis(config.process.graceful_timeout_ms),
-            slow_key: crate::stats::slowlog::KeyPrefix::EMPTY,
             ends_input: false,
-            hot: crate::stats::hotkeys::Sampler::new(config.pools.len()),
-            hot_since: Instant::now(),
+            recorder,
             trim: heap::HeapTrim::default(),
-            slow_lines: latency::SlowLines::default(),
-            latency_run: latency::LatencyRun::default(),
             fleet: setup.fleet.map(|(page, _)| page),
             counting: Vec::new(),
             handin: handin::HandIn::new(setup.handin),

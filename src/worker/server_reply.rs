@@ -167,7 +167,7 @@ impl Worker<'_> {
     ) -> Option<ServerFault> {
         let proto = self.pools[pool].proto;
         let is_error = rsp.is_error;
-        self.count_mc_hits(front.op, bytes, rsp.values);
+        self.stats.count_mc_hits(front.op, bytes, rsp.values);
         let rewritten;
         let bytes = if !proto.keep_reply(front.op, bytes) {
             &[][..]
@@ -198,7 +198,8 @@ impl Worker<'_> {
                     None => false,
                 };
             if !redirected {
-                self.record_reply(pool, server, front, now);
+                self.recorder
+                    .record_reply(&self.stats, &self.pools, (pool, server), front, now);
                 self.deliver(to, bytes, is_error);
             }
             return None;

@@ -186,7 +186,7 @@ impl Worker<'_> {
         };
         let s = self.conns.server(st.0)?;
         let sid = s.id();
-        self.note_key(pool, key);
+        self.recorder.note_key(pool, key);
         let kept = ReplySlot::streamed(self.pools[pool].cluster.is_some(), req, bytes);
         let seq = self.push_slot(token, false, kept);
         let waiter = ReplyTo::new(token, client_id, seq, None).waiter();
@@ -251,7 +251,7 @@ impl Worker<'_> {
             self.fail_unsent(to, pool, op, &ServerFault::NoServer);
             return;
         };
-        self.note_key(pool, &pair_key);
+        self.recorder.note_key(pool, &pair_key);
         let st = match self.pair_conn(token, pool, server, client_id, op, now) {
             Ok(st) => st,
             Err(fault) => {
@@ -520,7 +520,7 @@ impl Worker<'_> {
                 let seq = self.push_slot(token, false, ReplySlot::default());
                 match self.server_conn_dedicated(pool, server, slot, now) {
                     Ok(st) => {
-                        self.note_key(pool, key);
+                        self.recorder.note_key(pool, key);
                         let waiter = ReplyTo::new(token, client_id, seq, None).waiter();
                         self.enqueue(st, waiter, op, |_| {}, now);
                         if let Some(s) = self.conns.server_mut(st.0) {

@@ -315,7 +315,8 @@ impl Worker<'_> {
         if self.pools[pool].record_success(server, now) {
             self.pools[pool].server_back(pool, server, &self.stats);
         }
-        self.record_reply(pool, server, &front, now);
+        self.recorder
+            .record_reply(&self.stats, &self.pools, (pool, server), &front, now);
         let Some(client) = rs.client else {
             return;
         };
