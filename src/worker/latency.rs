@@ -331,17 +331,5 @@ impl SlowLines {
 }
 
 #[cfg(test)]
-mod slow_lines_tests {
-    use super::*;
-
-    #[test]
-    fn budget_per_second() {
-        let mut s = SlowLines::default();
-        let written = (0..100).filter(|_| s.take()).count();
-        assert_eq!(written, SLOW_LINES_PER_SECOND as usize);
-        assert_eq!(s.skipped, 100 - u64::from(SLOW_LINES_PER_SECOND));
-        s.new_second();
-        assert!(s.take());
-        assert_eq!(s.skipped, 0);
-    }
-}
+#[path = "latency_tests.rs"]
+mod tests;
