@@ -12,7 +12,8 @@ use std::time::Instant;
 
 impl Worker<'_> {
     /// Send a request to every server of the pool (memcached flush_all when
-    /// the pool has `allow_flush`, Redis SCRIPT LOAD/FLUSH).
+    /// the pool has `allow_flush`, Redis SCRIPT LOAD/FLUSH), as the pool's
+    /// `broadcast` plan says.
     pub(super) fn forward_broadcast(
         &mut self,
         at: Origin,
@@ -20,37 +21,16 @@ impl Worker<'_> {
         bytes: &[u8],
         now: Instant,
     ) {
-        if let Op::Mc(op) = req.op {
-            // memcached's only broadcast is flush_all: opt-in per pool.
-            if !self.pools[at.pool].cfg.allow_flush {
-                let out = crate::proto::memcache::flush_refused(op, req.noreply);
+        let (targets, info) = match self.pools[at.pool].broadcast(&req) {
+            Broadcast::Refused(out) => {
                 if !out.is_empty() {
                     self.push_ready(at.token, out, false);
                 }
                 return;
             }
-        }
-        if let Some(refused) = self.pools[at.pool].broadcast_refused(req.op) {
-            let mut out = Vec::new();
-            crate::proto::redis::error_reply(&refused, &mut out);
-            self.push_ready(at.token, out, false);
-            return;
-        }
-        // A cluster pool: every master (its keyspace), every node for
-        // SCRIPT; others: the configured servers (not those a migration
-        // keeps for pulls).
-        let p = &self.pools[at.pool];
-        let targets: Vec<usize> = match &p.cluster {
-            Some(_) if matches!(req.op, Op::Redis(op) if op.cmd.is("SCRIPT")) => {
-                (0..p.servers.len()).collect()
-            }
-            Some(c) => c.masters(),
-            None => (0..p.cfg.servers.len()).collect(),
+            Broadcast::Send { targets, info } => (targets, info),
         };
         let n = targets.len();
-        // INFO: each server's default sections, merged into walnut's own
-        // answer with the pool's client count (`proto::redis::info`).
-        let info = matches!(req.op, Op::Redis(op) if op.cmd.is("INFO"));
         let mode = if info {
             MultiMode::Info(crate::proto::redis::info::ProxyFigures {
                 connected_clients: self.stats.pool_total(at.pool, PoolField::ClientConnections),
@@ -114,8 +94,48 @@ impl Worker<'_> {
     }
 }
 
+/// What becomes of a request for every server in a pool.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Broadcast {
+    /// Answered here: the refusal (empty: a memcached `noreply` refusal,
+    /// nothing to write).
+    Refused(Vec<u8>),
+    /// Sent to each of `targets`, one fragment each; `info`: Redis INFO,
+    /// each server's default sections merged into walnut's own answer
+    /// with the pool's client count (`proto::redis::info`), else the
+    /// replies merged as a broadcast's.
+    Send { targets: Vec<usize>, info: bool },
+}
+
 /// What a pool lets go to every server, and the servers a SCAN walks.
 impl PoolRt {
+    /// A request for every server: refused (memcached's only broadcast,
+    /// flush_all, is opt-in per pool: `allow_flush`; a Redis command as
+    /// `broadcast_refused` says), else the servers it goes to: a cluster
+    /// pool's every master (its keyspace), every node for SCRIPT; other
+    /// pools' configured servers (not those a migration keeps for pulls).
+    pub(super) fn broadcast(&self, req: &Request) -> Broadcast {
+        if let Op::Mc(op) = req.op {
+            if !self.cfg.allow_flush {
+                return Broadcast::Refused(crate::proto::memcache::flush_refused(op, req.noreply));
+            }
+        }
+        if let Some(refused) = self.broadcast_refused(req.op) {
+            let mut out = Vec::new();
+            crate::proto::redis::error_reply(&refused, &mut out);
+            return Broadcast::Refused(out);
+        }
+        let targets: Vec<usize> = match &self.cluster {
+            Some(_) if matches!(req.op, Op::Redis(op) if op.cmd.is("SCRIPT")) => {
+                (0..self.servers.len()).collect()
+            }
+            Some(c) => c.masters(),
+            None => (0..self.cfg.servers.len()).collect(),
+        };
+        let info = matches!(req.op, Op::Redis(op) if op.cmd.is("INFO"));
+        Broadcast::Send { targets, info }
+    }
+
     /// Why a Redis command for every server is refused in this pool, if it is.
     fn broadcast_refused(&self, op: Op) -> Option<String> {
         let Op::Redis(op) = op else {
@@ -160,5 +180,99 @@ impl PoolRt {
             Some(c) => c.masters(),
             None => (0..self.cfg.servers.len()).collect(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::proto::{Limits, Parse, Protocol};
+    use std::path::Path;
+
+    fn pool(yaml: &str) -> PoolRt {
+        let c = Config::from_str(yaml, Path::new("t.yml")).expect("config parses");
+        PoolRt::new(&c.pools[0], &[])
+    }
+
+    const RD: &str = "rd:\n  listen: 127.0.0.1:22994\n  redis: true\n  servers:\n    - 127.0.0.1:6379:1 a\n    - 127.0.0.1:6380:1 b\n    - 127.0.0.1:6381:1 c\n";
+
+    fn redis(args: &[&str]) -> Request {
+        let mut b = format!("*{}\r\n", args.len());
+        for a in args {
+            b.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+        }
+        match crate::proto::redis::parse_request(b.as_bytes(), &Limits::default()) {
+            Ok(Parse::Done(r)) => r,
+            other => panic!("{args:?}: {other:?}"),
+        }
+    }
+
+    fn mc(b: &[u8]) -> Request {
+        match Protocol::Memcache.parse_request(b, &Limits::default()) {
+            Ok(Parse::Done(r)) => r,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn refused(b: &Broadcast) -> String {
+        match b {
+            Broadcast::Refused(out) => String::from_utf8_lossy(out).into_owned(),
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_configured_server() {
+        let p = pool(RD);
+        let all = vec![0, 1, 2];
+        for cmd in [&["DBSIZE"][..], &["SCRIPT", "FLUSH"], &["RANDOMKEY"]] {
+            assert_eq!(
+                p.broadcast(&redis(cmd)),
+                Broadcast::Send {
+                    targets: all.clone(),
+                    info: false
+                },
+                "{cmd:?}"
+            );
+        }
+        assert_eq!(
+            p.broadcast(&redis(&["INFO"])),
+            Broadcast::Send {
+                targets: all,
+                info: true
+            }
+        );
+    }
+
+    #[test]
+    fn flush_and_keys_only_when_allowed() {
+        let p = pool(RD);
+        assert!(refused(&p.broadcast(&redis(&["FLUSHALL"]))).contains("allow_flush: true"));
+        assert!(refused(&p.broadcast(&redis(&["KEYS", "*"]))).contains("allow_keys: true"));
+        let open = pool(&format!("{RD}  allow_flush: true\n  allow_keys: true\n"));
+        for cmd in [&["FLUSHDB"][..], &["KEYS", "*"]] {
+            assert!(matches!(
+                open.broadcast(&redis(cmd)),
+                Broadcast::Send { .. }
+            ));
+        }
+    }
+
+    #[test]
+    fn memcached_flush_all_is_opt_in() {
+        let yaml = "mc:\n  listen: 127.0.0.1:22993\n  servers:\n    - 127.0.0.1:11211:1 a\n    - 127.0.0.1:11212:1 b\n";
+        let p = pool(yaml);
+        assert!(!refused(&p.broadcast(&mc(b"flush_all\r\n"))).is_empty());
+        // noreply: refused without a word.
+        assert_eq!(refused(&p.broadcast(&mc(b"flush_all noreply\r\n"))), "");
+        let open = pool(&format!("{yaml}  allow_flush: true\n"));
+        assert_eq!(
+            open.broadcast(&mc(b"flush_all\r\n")),
+            Broadcast::Send {
+                targets: vec![0, 1],
+                info: false
+            }
+        );
     }
 }
