@@ -12,7 +12,7 @@
 //!
 //! - what it waited for has passed (the pool is no longer fenced, or the
 //!   page says in step again): the request goes on exactly as one arriving
-//!   now would, through `fleet_wait` again (it may be held for the
+//!   now would, through `fleet_gate` again (it may be held for the
 //!   other reason, or refused), then pulls and routing;
 //! - the wait's deadline passed: it is refused with the error it would
 //!   have got at once;

@@ -108,7 +108,7 @@ impl Worker<'_> {
         // A migrating pool: buffered whole, so that the keys it names are
         // pulled to their new owners before it goes (see `migrate.rs`); a
         // fleet member's `migration: true` pool too, so that it passes the
-        // fleet's checks (`fleet_wait`).
+        // fleet's checks (`fleet_gate`).
         let route = &self.pools[pool].route;
         if route.copies() > 1
             || (cluster && req.keys.is_empty())
