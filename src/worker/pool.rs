@@ -92,6 +92,27 @@ impl PoolRt {
         None
     }
 
+    /// Count a request of this route pool (index `at` in the stats) once
+    /// for every route its keys take (a multi-key request split across
+    /// routes counts for each).
+    pub(super) fn count_routes(
+        &self,
+        at: usize,
+        req: &crate::proto::Request,
+        bytes: &[u8],
+        stats: &crate::stats::shm::StatsSlot<'_>,
+    ) {
+        let mut seen: smallvec::SmallVec<[usize; 4]> = smallvec::SmallVec::new();
+        for r in &req.keys {
+            if let Some(i) = self.cfg.routing.route_index(&bytes[r.clone()]) {
+                if !seen.contains(&i) {
+                    seen.push(i);
+                    stats.route_add(at, i, 1);
+                }
+            }
+        }
+    }
+
     /// Build the runtime pool from its configuration; `olds`: the same
     /// pool in earlier configurations whose migration has not ended
     /// (newest first; empty when the pool does not migrate).
