@@ -17,6 +17,13 @@ use std::io::{ErrorKind, Write};
 use std::os::fd::AsRawFd;
 use std::time::Instant;
 
+/// Whether a client's input is left in its socket for now: it is
+/// closing, paused (`client_max_inflight`), held behind a request that
+/// waits (a pull, the fleet), or streaming to a server that is full.
+fn reading_held(c: &super::conn::Client) -> bool {
+    c.is_closing() || c.is_paused() || c.gate().is_some() || c.stream().is_some_and(|s| s.blocked)
+}
+
 impl Worker<'_> {
     /// Read what the client sent. `hup`: the peer also closed its side, so
     /// read on to the end of the stream even after a short read.
@@ -27,11 +34,7 @@ impl Worker<'_> {
             let Some(c) = self.conns.client_mut(token.0) else {
                 return;
             };
-            if c.is_closing()
-                || c.is_paused()
-                || c.gate().is_some()
-                || c.stream().is_some_and(|s| s.blocked)
-            {
+            if reading_held(c) {
                 c.set_unread(true);
                 break;
             }
