@@ -25,7 +25,14 @@
 #                   SET="reply_hold 0"
 #   TOP=N           functions listed per phase (default 15)
 #   BASE=N          requests of the base run (default REQUESTS / 10)
-#
+#   MIGRATING=1     Redis: walnut serves the pool in the middle of a migration from all
+#                   servers but the last (SERVERS=3: 2 → 3) to all of them: the keys
+#                   (key:000000000000..key:000000009999) are written through a walnut
+#                   on the old servers first, then the measured walnut starts with the
+#                   old configuration as its lineage (as after a hot upgrade) and
+#                   `migration_rate: 1`, so its migrator moves next to nothing while
+#                   the load runs: a GET of a moved key is read where the key is
+##
 # Starts one backend (CPU 0) and, per phase, the proxy (CPU 1) twice under
 # callgrind: once for BASE requests and once for BASE + REQUESTS; the
 # difference of the measured process's instructions, over the difference of
@@ -113,6 +120,36 @@ load() {
     fi
 }
 
+# MIGRATING: the pool as it was (every backend but the last), in old.yml.
+migrating_old_config() {
+    {
+        echo "bench:"
+        echo "  listen: 127.0.0.1:$listen"
+        echo "  hash: fnv1a_64"
+        echo "  distribution: ketama"
+        echo "  redis: true"
+        echo "  slowlog_threshold: 60000000"
+        echo "  migration: true"
+        echo "  migration_rate: 1"
+        echo "  servers:"
+        for p in "${backends[@]:0:${#backends[@]}-1}"; do echo "    - 127.0.0.1:$p:1"; done
+    } > "$out/old.yml"
+}
+
+# MIGRATING: the keys written where the old placement puts them, through a
+# walnut on the old servers (not measured).
+migrating_load() {
+    listen=$(free_port)
+    migrating_old_config
+    local st; st=$(free_port)
+    "${WALNUT_BIN:-$root/target/release/walnut}" -c "$out/old.yml" -s "$st" -a 127.0.0.1 \
+        --workers 1 -o "$out/walnut-load.log" & local lp=$!
+    wait_port "$listen"
+    taskset -c 0 redis-benchmark -p "$listen" -c 10 -n 100000 -r 10000 -d "$size" -P 16 -q -t set \
+        | tr '\r' '\n' | tail -1
+    kill -TERM "$lp"; wait "$lp" 2>/dev/null || true
+}
+
 # Start the proxy ($wrap around it); sets $master and $target (the process
 # measured: walnut's worker, or nutcracker).
 start_proxy() {
@@ -129,6 +166,12 @@ YML
     # Under valgrind requests take milliseconds: a slow-log entry per
     # request would be measured that a real run never makes.
     [[ "$peer" == walnut ]] && echo "  slowlog_threshold: 60000000" >> "$out/proxy.yml"
+    local env_lineage=()
+    if [[ -n "${MIGRATING:-}" && "$peer" == walnut ]]; then
+        printf '  migration: true\n  migration_rate: 1\n' >> "$out/proxy.yml"
+        migrating_old_config
+        env_lineage=(env "WALNUT_LINEAGE_0=$(cat "$out/proxy.yml")" "WALNUT_LINEAGE_1=$(cat "$out/old.yml")")
+    fi
     # Default output name (callgrind.out.<pid> in the current directory): an
     # explicit --callgrind-out-file is not re-read correctly in the forked worker.
     if [[ "$peer" == predixy ]]; then
@@ -168,7 +211,7 @@ CONF
         wait_port "$listen"; wait_port "$stats"
         target=$master
     else
-        (cd "$out" && exec taskset -c 1 "${wrap[@]}" "${WALNUT_BIN:-$root/target/release/walnut}" -c "$out/proxy.yml" \
+        (cd "$out" && exec "${env_lineage[@]}" taskset -c 1 "${wrap[@]}" "${WALNUT_BIN:-$root/target/release/walnut}" -c "$out/proxy.yml" \
             -s "$stats" -a 127.0.0.1 --workers 1 --cpu-affinity none --admin "127.0.0.1:$admin" \
             -o "$out/walnut.log" 2>> "$out/valgrind.log") &
         master=$!
@@ -221,6 +264,11 @@ instructions() {
     (callgrind_annotate "$file" 2>/dev/null || true) | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}'
 }
 
+if [[ -n "${MIGRATING:-}" ]]; then
+    [[ "$proto" == redis && "$peer" == walnut && ${#backends[@]} -ge 2 ]] \
+        || { echo "profile: MIGRATING needs redis, walnut and SERVERS >= 2" >&2; exit 1; }
+    migrating_load
+fi
 echo "profile: $peer, $proto, phases: $tests; $requests requests each (less a base run of $base)," \
     "$conns connections, $pipeline in flight per connection, ${size} B values, $tool"
 summary=()
