@@ -42,25 +42,40 @@ use crate::proto::{Op, Parse, Protocol, Request, Route};
 use mio::Token;
 use std::time::Instant;
 
+/// Where a request of a migrating pool stands, as far as one placement
+/// of its key can tell.
+enum Placed {
+    /// It names one key only, which every earlier placement put where it
+    /// is now (most requests).
+    Stays,
+    /// It names one key only, on one owner now (`new`), which an earlier
+    /// placement put elsewhere.
+    Moved { new: usize },
+    /// Anything else (several keys, replicas, no owner): its keys are
+    /// looked at one by one (`moved_pulls`).
+    Other,
+}
+
 impl PoolRt {
-    /// Whether a request names one key only, which every earlier placement
-    /// put where it is now (most requests: told apart from the rest
-    /// without allocating).
-    fn stays(&mut self, req: &Request, bytes: &[u8], now: Instant) -> bool {
+    /// Where a request stands (see [`Placed`]): told apart from the rest
+    /// without allocating, its key placed once on each ring.
+    fn placed(&mut self, req: &Request, bytes: &[u8], now: Instant) -> Placed {
         let one = match req.op {
             Op::Redis(op) => req.keys.len() == 1 && !crate::proto::redis::names_more_keys(op.cmd),
             Op::Mc(_) => true,
         };
         if req.route != Route::Single || !one || self.cfg.replicas > 1 {
-            return false;
+            return Placed::Other;
         }
         let key = req.routing_key(bytes);
         let Some(new) = self.server_for(&key, now) else {
-            return false;
+            return Placed::Other;
         };
-        self.migration
-            .as_mut()
-            .is_some_and(|m| !m.moved_single(&key, new))
+        match self.migration.as_mut().map(|m| m.moved_single(&key, new)) {
+            Some(true) => Placed::Moved { new },
+            Some(false) => Placed::Stays,
+            None => Placed::Other,
+        }
     }
 }
 
@@ -79,10 +94,24 @@ impl Worker<'_> {
             return false;
         };
         let pool = c.pool();
-        if self.pools[pool].stays(req, bytes, now) {
-            return false;
-        }
-        let pulls = self.moved_pulls(pool, req, bytes, now);
+        let pulls = match self.pools[pool].placed(req, bytes, now) {
+            Placed::Stays => return false,
+            // Its one key, already placed on the new ring: what
+            // `moved_pulls` would find, without placing it again.
+            Placed::Moved { new } => {
+                let key = req.routing_key(bytes);
+                let olds = self.pools[pool]
+                    .migration
+                    .as_ref()
+                    .map(|m| m.old_owners(&key, &[new]))
+                    .unwrap_or_default();
+                if olds.is_empty() {
+                    return false;
+                }
+                vec![Pull::new(key.into_owned(), olds, vec![new])]
+            }
+            Placed::Other => self.moved_pulls(pool, req, bytes, now),
+        };
         if pulls.is_empty() {
             return false;
         }
