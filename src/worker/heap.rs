@@ -19,6 +19,8 @@ pub struct HeapTrim {
     floor: usize,
     /// Resident bytes right after the last trim.
     resident_after: usize,
+    /// Free heap bytes at the last tick.
+    last_free: usize,
 }
 
 impl HeapTrim {
@@ -32,13 +34,27 @@ impl HeapTrim {
     pub fn due(&mut self) -> bool {
         let free = free_heap();
         let regrown = free >= TRIM_ABOVE && resident() > self.resident_after + TRIM_ABOVE;
-        let due = self.decide(free) || regrown;
+        let settled = self.settled(free);
+        let due = self.decide(free) || regrown || settled;
         if due {
             release();
             self.floor = free_heap();
             self.resident_after = resident();
+            self.last_free = self.floor;
         }
         due
+    }
+
+    /// Whether a burst is over with free heap the last trim did not see:
+    /// the free heap did not move since the last tick, holds at least
+    /// `TRIM_ABOVE`, and more than the last trim left. A trim that came in
+    /// the middle of a burst (its memory partly freed) saw only part of
+    /// it, and what the burst freed after it may not reach the growth
+    /// `decide` asks for: it is returned once the burst has settled.
+    fn settled(&mut self, free: usize) -> bool {
+        let settled = free >= TRIM_ABOVE && free == self.last_free && free > self.floor;
+        self.last_free = free;
+        settled
     }
 
     /// The decision alone, given the free heap now.
@@ -98,5 +114,25 @@ mod tests {
         assert!(!t.decide(1 << 20));
         assert_eq!(t.floor, 1 << 20, "the floor follows the free heap down");
         assert!(t.decide(6 << 20));
+    }
+
+    #[test]
+    fn what_a_burst_freed_after_a_trim_is_trimmed_once_it_settles() {
+        let mut t = HeapTrim {
+            floor: 5 << 20,
+            ..HeapTrim::default()
+        };
+        // The rest of a burst freed after a trim in its middle: less
+        // than TRIM_ABOVE of growth, and still moving.
+        assert!(!t.decide(8 << 20));
+        assert!(!t.settled(8 << 20), "moving since the last tick");
+        assert!(t.settled(8 << 20), "settled, above what the trim left");
+        // Trimmed: that level is the floor now, not trimmed again.
+        t.floor = 8 << 20;
+        assert!(!t.settled(8 << 20));
+        // Little free heap is never worth a trim.
+        let mut small = HeapTrim::default();
+        assert!(!small.settled(1 << 20));
+        assert!(!small.settled(1 << 20));
     }
 }
