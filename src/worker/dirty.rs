@@ -18,18 +18,14 @@ impl Dirty {
     /// the last mark is skipped here rather than left to the sort.
     #[inline]
     pub fn client(&mut self, token: Token) {
-        if self.clients.last() != Some(&token) {
-            self.clients.push(token);
-        }
+        mark(&mut self.clients, token);
     }
 
     /// A server connection has requests to write at the end of this pass
     /// (as [`Dirty::client`]).
     #[inline]
     pub fn server(&mut self, token: Token) {
-        if self.servers.last() != Some(&token) {
-            self.servers.push(token);
-        }
+        mark(&mut self.servers, token);
     }
 
     /// Nothing is marked.
@@ -41,37 +37,51 @@ impl Dirty {
     /// marks are cleared. Give the list back with [`Dirty::give_servers`]
     /// to keep its allocation.
     pub fn take_servers(&mut self) -> Vec<Token> {
-        let mut servers = std::mem::take(&mut self.servers);
-        servers.sort_unstable();
-        servers.dedup();
-        servers
+        take_marked(&mut self.servers)
     }
 
     /// The emptied list from [`Dirty::take_servers`]; servers marked
     /// meanwhile stay marked.
-    pub fn give_servers(&mut self, mut servers: Vec<Token>) {
-        servers.clear();
-        servers.append(&mut self.servers);
-        self.servers = servers;
+    pub fn give_servers(&mut self, servers: Vec<Token>) {
+        give_back(&mut self.servers, servers);
     }
 
     /// The clients marked, each once, in token order (as
     /// [`Dirty::take_servers`]).
     pub fn take_clients(&mut self) -> Vec<Token> {
-        let mut clients = std::mem::take(&mut self.clients);
-        clients.sort_unstable();
-        clients.dedup();
-        clients
+        take_marked(&mut self.clients)
     }
 
     /// The emptied list from [`Dirty::take_clients`]; clients marked
     /// meanwhile (given more of a held reply while these were written)
     /// stay marked for the next round.
-    pub fn give_clients(&mut self, mut clients: Vec<Token>) {
-        clients.clear();
-        clients.append(&mut self.clients);
-        self.clients = clients;
+    pub fn give_clients(&mut self, clients: Vec<Token>) {
+        give_back(&mut self.clients, clients);
     }
+}
+
+/// Mark `token` in `list`, unless it was the last one marked.
+#[inline]
+fn mark(list: &mut Vec<Token>, token: Token) {
+    if list.last() != Some(&token) {
+        list.push(token);
+    }
+}
+
+/// The marks of `list`, each once, in token order; `list` is left empty.
+fn take_marked(list: &mut Vec<Token>) -> Vec<Token> {
+    let mut taken = std::mem::take(list);
+    taken.sort_unstable();
+    taken.dedup();
+    taken
+}
+
+/// `emptied` (a list `take_marked` gave) becomes `list` again, with the
+/// marks made meanwhile, so its allocation is kept.
+fn give_back(list: &mut Vec<Token>, mut emptied: Vec<Token>) {
+    emptied.clear();
+    emptied.append(list);
+    *list = emptied;
 }
 
 #[cfg(test)]

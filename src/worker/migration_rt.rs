@@ -6,7 +6,7 @@
 
 use super::server_rt::{server_rt, ServerRt};
 use crate::config::PoolConfig;
-use crate::hash::{Placement, RingServer};
+use crate::hash::Placement;
 
 /// Where a pool's keys were before the reload.
 #[derive(Debug)]
@@ -92,18 +92,8 @@ impl MigrationRt {
             .iter()
             .filter(|p| crate::migrate::placement_changed(p, cfg))
         {
-            let names: Vec<String> = prev.servers.iter().map(|s| s.ketama_name()).collect();
-            let ring: Vec<RingServer> = prev
-                .servers
-                .iter()
-                .zip(&names)
-                .map(|(s, name)| RingServer {
-                    name: name.as_bytes(),
-                    weight: s.weight,
-                    live: true,
-                })
-                .collect();
-            let old = Placement::new(prev.hash, prev.distribution, prev.hash_tag, &ring);
+            // Every server of it live, as the migrator places keys.
+            let old = crate::migrate::placement(prev);
             let index = prev
                 .servers
                 .iter()
