@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -15,6 +16,7 @@ import urllib.request
 from pathlib import Path
 from typing import Sequence
 
+from procmodel import children, state_of
 from procs import HOST, ManagedProcess, can_connect, free_port, to_yaml, walnut_bin, _ALLOCATED_PORTS
 
 ETCD_BIN = os.environ.get("ETCD_BIN", shutil.which("etcd") or "/usr/bin/etcd")
@@ -138,6 +140,26 @@ class Member(ManagedProcess):
                     break
                 out += d
         return out.decode()
+
+    def agent_pid(self) -> int:
+        """The pid of this member's fleet agent (a child of its master,
+        titled "walnut: fleet agent")."""
+        for pid in children(self.pid):
+            try:
+                if b"fleet agent" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    return pid
+            except OSError:
+                continue
+        raise AssertionError(f"member {self.member} has no fleet agent")
+
+    def freeze_agent(self) -> int:
+        """SIGSTOP the fleet agent and wait until the kernel says it is
+        stopped: the member then publishes nothing and reloads nothing
+        new, as a member slow to take a change. Returns its pid."""
+        pid = self.agent_pid()
+        os.kill(pid, signal.SIGSTOP)
+        wait_for(lambda: state_of(pid) in ("T", "t", None), 5, "the fleet agent stopped", step=0.005)
+        return pid
 
     def metrics(self) -> str:
         with urllib.request.urlopen(f"http://{HOST}:{self.admin_port}/metrics", timeout=5) as r:
