@@ -110,6 +110,12 @@ impl Placement {
         if points.is_empty() || r == 0 {
             return;
         }
+        // One replica is the owner alone: the walk below would hash the
+        // key twice to find it (every request of a migrating pool asks).
+        if r == 1 {
+            out.extend(self.server_for(key));
+            return;
+        }
         let start = match self.dist {
             Distribution::Ketama => {
                 let h = self.key_hash(key);
@@ -272,6 +278,10 @@ mod tests {
                 d.sort();
                 d.dedup();
                 assert_eq!(d.len(), 3);
+                // One replica is the first of three (the owner alone).
+                let first = out[0];
+                p.replicas_for(key.as_bytes(), 1, &mut out);
+                assert_eq!(out, [first]);
             }
         }
     }

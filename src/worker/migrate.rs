@@ -56,6 +56,15 @@ enum Placed {
     Other,
 }
 
+/// One moved key of a request: where it may still be (`olds`, newest
+/// placement first) and its one owner now.
+#[derive(Clone, Copy)]
+struct MovedKey<'a> {
+    key: &'a [u8],
+    olds: &'a [usize],
+    new: usize,
+}
+
 impl PoolRt {
     /// Where a request stands (see [`Placed`]): told apart from the rest
     /// without allocating, its key placed once on each ring.
@@ -96,27 +105,55 @@ impl Worker<'_> {
         let pool = c.pool();
         let pulls = match self.pools[pool].placed(req, bytes, now) {
             Placed::Stays => return false,
-            // Its one key, already placed on the new ring: what
-            // `moved_pulls` would find, without placing it again.
+            // Its one key, placed on every ring already, with where it may
+            // still be (what `moved_pulls` would find, without placing it
+            // again): a read asks there, anything else pulls it.
             Placed::Moved { new } => {
                 let key = req.routing_key(bytes);
-                let olds = self.pools[pool]
-                    .migration
-                    .as_ref()
-                    .map(|m| m.old_owners(&key, &[new]))
-                    .unwrap_or_default();
-                if olds.is_empty() {
+                let Some(m) = self.pools[pool].migration.as_mut() else {
                     return false;
+                };
+                let olds = m.take_found();
+                let read = then == AfterPull::Route
+                    && self.read_where_it_is(
+                        token,
+                        req,
+                        bytes,
+                        MovedKey {
+                            key: &key,
+                            olds: &olds,
+                            new,
+                        },
+                        now,
+                    );
+                let pull = (!read).then(|| Pull::new(key.into_owned(), olds.clone(), vec![new]));
+                if let Some(m) = self.pools[pool].migration.as_mut() {
+                    m.give_back_found(olds);
                 }
-                vec![Pull::new(key.into_owned(), olds, vec![new])]
+                match pull {
+                    Some(pull) => vec![pull],
+                    None => return true,
+                }
             }
-            Placed::Other => self.moved_pulls(pool, req, bytes, now),
+            Placed::Other => {
+                let pulls = self.moved_pulls(pool, req, bytes, now);
+                if let ([pull], AfterPull::Route) = (&pulls[..], then) {
+                    if let [new] = pull.news()[..] {
+                        let moved = MovedKey {
+                            key: pull.key(),
+                            olds: pull.olds(),
+                            new,
+                        };
+                        if self.read_where_it_is(token, req, bytes, moved, now) {
+                            return true;
+                        }
+                    }
+                }
+                pulls
+            }
         };
         if pulls.is_empty() {
             return false;
-        }
-        if then == AfterPull::Route && self.read_where_it_is(token, req, bytes, &pulls, now) {
-            return true;
         }
         let n = pulls.len();
         self.stats
@@ -160,15 +197,10 @@ impl Worker<'_> {
         token: Token,
         req: &Request,
         bytes: &[u8],
-        pulls: &[Pull],
+        moved: MovedKey,
         now: Instant,
     ) -> bool {
-        let [pull] = pulls else {
-            return false;
-        };
-        let [new] = pull.news()[..] else {
-            return false;
-        };
+        let MovedKey { key, olds, new } = moved;
         let Some(c) = self.conns.client(token.0) else {
             return false;
         };
@@ -197,8 +229,8 @@ impl Worker<'_> {
         let Some(m) = p.migration.as_ref() else {
             return false;
         };
-        let order = m.read_order(pull.olds()[0]);
-        let servers = order.servers(pull.olds(), new);
+        let order = m.read_order(olds[0]);
+        let servers = order.servers(olds, new);
         let first = servers[0];
         let proto = p.proto;
         let slot = ReplySlot {
@@ -219,7 +251,7 @@ impl Worker<'_> {
         // What routing a request does besides sending it
         // (`dispatch_routed`): its key noted for the hot keys, its prefix
         // route counted, its copy to a shadow pool.
-        self.recorder.note_key(pool, pull.key());
+        self.recorder.note_key(pool, key);
         if plan.count_routes {
             self.pools[pool].count_routes(pool, req, bytes, &self.stats);
         }

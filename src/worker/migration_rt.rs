@@ -16,9 +16,10 @@ pub struct MigrationRt {
     /// (servers the pool no longer has are appended there, off the ring),
     /// and its number of replicas.
     olds: Vec<(Placement, Vec<usize>, usize)>,
-    /// Room for an old placement's owners of one key, reused
-    /// (`moved_single`).
+    /// Room for an old placement's owners of one key, and for where a
+    /// key may still be, reused (`moved_single`).
     scratch: Vec<usize>,
+    found: Vec<usize>,
     /// Per old owner (a server index of the pool): where reads of moved
     /// keys from it found them lately, which says which server a read
     /// asks first. Per old owner because the migrator empties one server
@@ -121,6 +122,7 @@ impl MigrationRt {
         Some(Box::new(MigrationRt {
             olds: out,
             scratch: Vec::with_capacity(4),
+            found: Vec::with_capacity(4),
             reads: vec![ReadOrder::default(); servers.len()],
         }))
     }
@@ -139,16 +141,40 @@ impl MigrationRt {
     }
 
     /// Whether an earlier placement put `key` elsewhere than on `new`, its
-    /// one owner now: `old_owners` for the common case, without
-    /// allocating (every request of a migrating pool asks).
+    /// one owner now, and it may still be somewhere: `old_owners(key,
+    /// &[new])` is then not empty, and is what [`Self::take_found`] gives,
+    /// found without allocating (every request of a migrating pool asks).
     pub fn moved_single(&mut self, key: &[u8], new: usize) -> bool {
         let mut set = std::mem::take(&mut self.scratch);
-        let moved = self.olds.iter().any(|(p, index, r)| {
+        let mut found = std::mem::take(&mut self.found);
+        found.clear();
+        let mut moved = false;
+        for (p, index, r) in &self.olds {
             p.replicas_for(key, *r, &mut set);
-            set.len() != 1 || index.get(set[0]) != Some(&new)
-        });
+            let mut owners = 0;
+            for o in set.iter().filter_map(|&i| index.get(i).copied()) {
+                owners += 1;
+                moved |= o != new;
+                if !found.contains(&o) {
+                    found.push(o);
+                }
+            }
+            moved |= owners != 1;
+        }
         self.scratch = set;
-        moved
+        self.found = found;
+        moved && !self.found.is_empty()
+    }
+
+    /// The old owners the last [`Self::moved_single`] that said moved
+    /// found; given back with [`Self::give_back_found`] so that the next
+    /// one reuses the room.
+    pub fn take_found(&mut self) -> Vec<usize> {
+        std::mem::take(&mut self.found)
+    }
+
+    pub fn give_back_found(&mut self, found: Vec<usize>) {
+        self.found = found;
     }
 
     /// Where `key` may still be, when an earlier placement put it on other
@@ -180,7 +206,48 @@ impl MigrationRt {
 
 #[cfg(test)]
 mod tests {
-    use super::ReadOrder;
+    use super::{server_rt, MigrationRt, ReadOrder};
+    use crate::config::{Config, PoolConfig};
+
+    fn pool(servers: &[u16]) -> PoolConfig {
+        let mut text = "p:\n  listen: 127.0.0.1:39999\n  migration: true\n  servers:\n".to_string();
+        for port in servers {
+            text.push_str(&format!("   - 127.0.0.1:{port}:1\n"));
+        }
+        Config::from_str(&text, std::path::Path::new("t.yml"))
+            .unwrap()
+            .pools
+            .remove(0)
+    }
+
+    #[test]
+    fn a_key_found_moved_without_allocating_has_the_old_owners_a_full_look_finds() {
+        // Two earlier placements (newest first): one server added, then
+        // one replaced; the new one has both changes.
+        let cfg = pool(&[30001, 30002, 30004, 30005]);
+        let olds = [pool(&[30001, 30002, 30004]), pool(&[30001, 30002, 30003])];
+        let mut servers: Vec<_> = cfg.servers.iter().map(|s| server_rt(&cfg, s)).collect();
+        let mut m = MigrationRt::new(&cfg, &olds, &mut servers).unwrap();
+        let new_ring = crate::migrate::placement(&cfg);
+        let (mut moved, mut stayed) = (0, 0);
+        for k in 0..2000 {
+            let key = format!("key:{k}");
+            let new = new_ring.server_for(key.as_bytes()).unwrap();
+            let full = m.old_owners(key.as_bytes(), &[new]);
+            if m.moved_single(key.as_bytes(), new) {
+                let found = m.take_found();
+                assert_eq!(found, full, "{key}");
+                m.give_back_found(found);
+                moved += 1;
+            } else {
+                assert!(full.is_empty(), "{key}: {full:?}");
+                stayed += 1;
+            }
+        }
+        // Both cases were met, the old server off the ring among the owners.
+        assert!(moved > 200 && stayed > 200, "{moved} {stayed}");
+        assert_eq!(servers.len(), 5);
+    }
 
     #[test]
     fn reads_ask_the_old_owners_first_until_keys_are_found_on_the_new_one() {
