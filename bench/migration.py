@@ -208,12 +208,22 @@ def phase(walnut_port: int, servers: list[Proc], keys: int, round_n: int,
         w1 = cpu_seconds(ours)
         r["server_cpu_ms_per_1k"] = (c1 - c0) * 1000 / round_n * 1000
         r["walnut_cpu_ms_per_1k"] = sum(w1.get(p, w0[p]) - w0[p] for p in w0) * 1e6 / round_n
+        # Of which the migrator (the rest: master and workers).
+        r["migrator_cpu_ms_per_1k"] = sum(w1.get(p, w0[p]) - w0[p] for p in w0 if is_migrator(p)) * 1e6 / round_n
         rows.append(r)
         print(f"  round {len(rows)}: {r['rps']:.0f} rps, p50 {r['p50']}, p99 {r['p99']} ms, "
               f"servers {r['server_cpu_ms_per_1k']:.1f}, walnut {r['walnut_cpu_ms_per_1k']:.1f} "
+              f"(migrator {r['migrator_cpu_ms_per_1k']:.1f}) "
               f"ms/1k, load {os.getloadavg()[0]:.1f}", flush=True)
         if until(len(rows)):
             return rows
+
+
+def is_migrator(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"walnut: migrator")
+    except OSError:
+        return False
 
 
 def curr_items(port: int) -> int:
@@ -352,16 +362,16 @@ def main() -> None:
            if args.memcached else f"redis-benchmark GET, 50 clients, {args.round} requests per round,"),
         "uniformly over the key space (CPU 0; servers and walnut on CPU 1). Medians over rounds.",
         "",
-        "| phase | rounds | rps | p50 ms | p99 ms | servers' CPU ms / 1k requests | walnut's CPU ms / 1k requests |",
-        "|---|---|---|---|---|---|---|",
+        "| phase | rounds | rps | p50 ms | p99 ms | servers' CPU ms / 1k requests | walnut's CPU ms / 1k requests | of which the migrator's |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name, rows in (("steady", steady), ("migrating", migrating), ("after", after)):
         if not rows:
-            lines.append(f"| {name} | no load (--no-load) | | | | | |")
+            lines.append(f"| {name} | no load (--no-load) | | | | | | |")
             continue
         lines.append(f"| {name} | {len(rows)} | {med(rows, 'rps'):.0f} | {med(rows, 'p50'):.3f} | "
                      f"{med(rows, 'p99'):.3f} | {med(rows, 'server_cpu_ms_per_1k'):.3f} | "
-                     f"{med(rows, 'walnut_cpu_ms_per_1k'):.3f} |")
+                     f"{med(rows, 'walnut_cpu_ms_per_1k'):.3f} | {med(rows, 'migrator_cpu_ms_per_1k'):.3f} |")
     if steady and migrating:
         for name, rows in (("steady", steady), ("after", after)):
             if rows:
