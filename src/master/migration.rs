@@ -184,7 +184,8 @@ impl Master {
                 olds: &m.olds,
                 new: &m.new,
             };
-            let done = crate::migrate::run(&plan, &m.progress);
+            let moved = self.lineage.moved_keys(&m.pool);
+            let done = crate::migrate::run(&plan, &m.progress, moved.as_deref());
             let code = if done {
                 0
             } else if m.progress.aborted() {

@@ -19,9 +19,11 @@
 
 mod client;
 pub mod commands;
+pub mod moved;
 mod pace;
 mod progress;
 
+pub use moved::MovedKeys;
 pub use progress::{Progress, State};
 
 use crate::config::{PoolConfig, ServerAddr};
@@ -29,6 +31,7 @@ use crate::hash::{Placement, RingServer};
 use client::{Conn, Outcome};
 use commands::Target;
 use pace::Pace;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What one migrator moves.
@@ -201,7 +204,7 @@ impl Mover {
 /// Run the migration of `plan` to its end; returns true when every key
 /// that had to move did (or could not: an unreachable old owner's keys
 /// are counted as failed, as twemproxy loses them).
-pub fn run(plan: &Plan<'_>, progress: &Progress) -> bool {
+pub fn run(plan: &Plan<'_>, progress: &Progress, moved_keys: Option<&MovedKeys>) -> bool {
     let sources = plan.sources();
     let rate = u64::from(plan.new.migration_rate.max(1));
     progress.set_state(State::Running);
@@ -226,6 +229,7 @@ pub fn run(plan: &Plan<'_>, progress: &Progress) -> bool {
         last_log: Instant::now(),
         moved: 0,
         unplaced: 0,
+        moved_keys,
     };
     loop {
         walk.moved = 0;
@@ -284,6 +288,8 @@ struct Walk<'a> {
     /// the migration does not end leaving them behind (a new owner that
     /// is down delays it until it is back).
     unplaced: u64,
+    /// Where the workers learn which keys are on their new owner now.
+    moved_keys: Option<&'a MovedKeys>,
 }
 
 impl Walk<'_> {
@@ -416,6 +422,9 @@ impl Walk<'_> {
                         // The keys a client's pull took meanwhile are
                         // counted too; their bytes are the server's.
                         progress.add_moved(si, n, 0);
+                        if let Some(m) = self.moved_keys {
+                            keys.iter().for_each(|k| m.mark(k));
+                        }
                         self.moved += n;
                         self.probe(src, dests);
                         return Ok(());
@@ -441,7 +450,12 @@ impl Walk<'_> {
             .collect();
         match src.move_batch(keys, &mut picked, mv.delete) {
             Ok(outcomes) => {
-                for o in outcomes {
+                for (o, key) in outcomes.into_iter().zip(keys) {
+                    if !matches!(o, Outcome::Failed) {
+                        if let Some(m) = self.moved_keys {
+                            m.mark(key);
+                        }
+                    }
                     match o {
                         Outcome::Moved(bytes) => {
                             progress.add_moved(si, 1, bytes as u64);
@@ -515,18 +529,34 @@ pub fn same_placement(a: &PoolConfig, b: &PoolConfig) -> bool {
 /// them, keys written since where a newer one did. Workers pull from each
 /// of those owners in turn, and the migrator walks all their servers.
 #[derive(Debug, Clone, Default)]
-pub struct Lineage(Vec<(String, Vec<PoolConfig>)>);
+pub struct Lineage(Vec<LineageEntry>);
+
+/// One pool's earlier configurations, and the map of the keys its
+/// migrator moved (`moved.rs`; none if it could not be made).
+type LineageEntry = (String, Vec<PoolConfig>, Option<Arc<MovedKeys>>);
 
 impl Lineage {
     /// The earlier configurations of `pool` (empty: it does not migrate).
     pub fn of(&self, pool: &str) -> &[PoolConfig] {
         self.0
             .iter()
-            .find(|(p, _)| p == pool)
-            .map_or(&[], |(_, c)| c.as_slice())
+            .find(|(p, _, _)| p == pool)
+            .map_or(&[], |(_, c, _)| c.as_slice())
     }
 
-    /// The lineage after a reload from `cur` to `next`.
+    /// The map of the keys `pool`'s migrator moved.
+    pub fn moved_keys(&self, pool: &str) -> Option<Arc<MovedKeys>> {
+        self.0
+            .iter()
+            .find(|(p, _, _)| p == pool)
+            .and_then(|(_, _, m)| m.clone())
+    }
+
+    /// The lineage after a reload from `cur` to `next`. A pool whose
+    /// migration goes on as it was (its placement and earlier ones
+    /// unchanged) keeps its map of moved keys; one that changed again
+    /// starts an empty one (a key moved to an owner it no longer has may
+    /// have to move again).
     pub fn after(&self, cur: &crate::config::Config, next: &crate::config::Config) -> Lineage {
         let mut out = Vec::new();
         for p in &next.pools {
@@ -537,16 +567,25 @@ impl Lineage {
                     chain.push(o.clone());
                 }
             }
-            if !chain.is_empty() {
-                out.push((p.name.clone(), chain));
+            if chain.is_empty() {
+                continue;
             }
+            let before = self.of(&p.name);
+            let goes_on = earlier.is_some_and(|c| same_placement(c, p))
+                && before.len() == chain.len()
+                && before.iter().zip(&chain).all(|(a, b)| same_placement(a, b));
+            let moved = match self.moved_keys(&p.name) {
+                Some(m) if goes_on => Some(m),
+                _ => MovedKeys::new().map(Arc::new).ok(),
+            };
+            out.push((p.name.clone(), chain, moved));
         }
         Lineage(out)
     }
 
     /// `pool`'s migration ended: its keys are where its configuration says.
     pub fn finished(&mut self, pool: &str) {
-        self.0.retain(|(p, _)| p != pool);
+        self.0.retain(|(p, _, _)| p != pool);
     }
 
     /// Whether any pool migrates.
@@ -563,13 +602,13 @@ impl Lineage {
             set: &[],
         };
         let mut out = vec![crate::config::show::to_yaml(current, &rt)];
-        let depth = self.0.iter().map(|(_, c)| c.len()).max().unwrap_or(0);
+        let depth = self.0.iter().map(|(_, c, _)| c.len()).max().unwrap_or(0);
         for k in 0..depth {
             let mut cfg = current.clone();
             cfg.pools = self
                 .0
                 .iter()
-                .filter_map(|(_, c)| c.get(k).cloned())
+                .filter_map(|(_, c, _)| c.get(k).cloned())
                 .collect();
             out.push(crate::config::show::to_yaml(&cfg, &rt));
         }
@@ -587,12 +626,12 @@ impl Lineage {
             return Ok(Lineage::default());
         };
         let running = crate::config::Config::from_str(first, path)?;
-        let mut tail: Vec<(String, Vec<PoolConfig>)> = Vec::new();
+        let mut tail: Vec<LineageEntry> = Vec::new();
         for text in rest {
             for p in crate::config::Config::from_str(text, path)?.pools {
-                match tail.iter_mut().find(|(n, _)| *n == p.name) {
-                    Some((_, chain)) => chain.push(p),
-                    None => tail.push((p.name.clone(), vec![p])),
+                match tail.iter_mut().find(|(n, _, _)| *n == p.name) {
+                    Some((_, chain, _)) => chain.push(p),
+                    None => tail.push((p.name.clone(), vec![p], None)),
                 }
             }
         }
@@ -624,6 +663,42 @@ mod tests {
         }
         std::fs::write(&path, text).unwrap();
         crate::config::Config::load(&path).unwrap().pools.remove(0)
+    }
+
+    fn config(servers: &[u16], timeout: u32) -> crate::config::Config {
+        let mut text = format!(
+            "p:\n  listen: 127.0.0.1:39999\n  migration: true\n  timeout: {timeout}\n  servers:\n"
+        );
+        for port in servers {
+            text.push_str(&format!("   - 127.0.0.1:{port}:1\n"));
+        }
+        crate::config::Config::from_str(&text, std::path::Path::new("t.yml")).unwrap()
+    }
+
+    #[test]
+    fn a_migration_that_goes_on_keeps_its_map_of_moved_keys() {
+        let two = config(&[30001, 30002], 400);
+        let three = config(&[30001, 30002, 30003], 400);
+        let first = Lineage::default().after(&two, &three);
+        let map = first.moved_keys("p").expect("a map for the migrating pool");
+        map.mark(b"k");
+        // A reload that changed something else: the same migration, the
+        // same map.
+        let slower = config(&[30001, 30002, 30003], 800);
+        let same = first.after(&three, &slower);
+        assert!(Arc::ptr_eq(&map, &same.moved_keys("p").unwrap()));
+        assert_eq!(same.of("p").len(), 1);
+        // Changed again: keys moved to the last owners may move again, so
+        // the map starts empty.
+        let four = config(&[30001, 30002, 30003, 30004], 800);
+        let again = same.after(&slower, &four);
+        let fresh = again.moved_keys("p").unwrap();
+        assert!(!Arc::ptr_eq(&map, &fresh) && !fresh.has(b"k"));
+        assert_eq!(again.of("p").len(), 2);
+        // Ended: no map.
+        let mut ended = again.clone();
+        ended.finished("p");
+        assert!(ended.moved_keys("p").is_none());
     }
 
     #[test]

@@ -70,6 +70,10 @@ pub struct Retry {
     /// A miss is asked of the next server too: a migrating pool's read of
     /// a moved key, asked where the key may be (`migrate.rs`).
     pub on_miss: bool,
+    /// Where such a read finds its key teaches the order of the next
+    /// reads (`ReadOrder`): not when the order came from the migrator's
+    /// map of moved keys.
+    pub learns: bool,
 }
 
 impl Retry {
@@ -77,6 +81,9 @@ impl Retry {
     /// order: the new owner last), the key's newest old owner and whether
     /// the server that answered was the new owner.
     pub fn found_at(&self) -> Option<(usize, bool)> {
+        if !self.learns {
+            return None;
+        }
         let new = *self.replicas.last()?;
         let old = self.replicas.iter().copied().find(|&s| s != new)?;
         let from = self.replicas.get(self.next.checked_sub(1)?)?;

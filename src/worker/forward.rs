@@ -321,6 +321,7 @@ impl Worker<'_> {
                 replicas,
                 next: 1,
                 on_miss: false,
+                learns: false,
             })),
             ..ReplySlot::default()
         };

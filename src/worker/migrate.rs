@@ -35,6 +35,7 @@
 
 use super::conn::{ConnTable, ReplySlot, ReplyTo, Retry, Waiter};
 use super::conn_state::Gate;
+use super::migration_rt::ReadOrder;
 use super::pool::PoolRt;
 use super::pull::{follows_copies, AfterPull, Pull, PullPart, Pulls, Sends, Step};
 use super::Worker;
@@ -229,8 +230,14 @@ impl Worker<'_> {
         let Some(m) = p.migration.as_ref() else {
             return false;
         };
-        let order = m.read_order(olds[0]);
-        let servers = order.servers(olds, new);
+        // The migrator's map says where the key is, else where reads
+        // found keys of its old owner lately.
+        let known = m.known_moved(key);
+        let servers = if known {
+            ReadOrder::new_first_order(olds, new)
+        } else {
+            m.read_order(olds[0]).servers(olds, new)
+        };
         let first = servers[0];
         let proto = p.proto;
         let slot = ReplySlot {
@@ -240,6 +247,7 @@ impl Worker<'_> {
                 replicas: servers,
                 next: 1,
                 on_miss: true,
+                learns: !known,
             })),
             ..ReplySlot::default()
         };

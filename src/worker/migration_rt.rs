@@ -7,6 +7,8 @@
 use super::server_rt::{server_rt, ServerRt};
 use crate::config::PoolConfig;
 use crate::hash::Placement;
+use crate::migrate::MovedKeys;
+use std::sync::Arc;
 
 /// Where a pool's keys were before the reload.
 #[derive(Debug)]
@@ -20,6 +22,9 @@ pub struct MigrationRt {
     /// key may still be, reused (`moved_single`).
     scratch: Vec<usize>,
     found: Vec<usize>,
+    /// The keys the pool's migrator moved (`migrate::moved`), when the
+    /// master could make the map.
+    moved: Option<Arc<MovedKeys>>,
     /// Per old owner (a server index of the pool): where reads of moved
     /// keys from it found them lately, which says which server a read
     /// asks first. Per old owner because the migrator empties one server
@@ -67,10 +72,19 @@ impl ReadOrder {
     /// found on no old owner may have been copied over (and its old copy
     /// deleted) after the first read.
     pub fn servers(self, olds: &[usize], new: usize) -> Vec<usize> {
-        let mut out = Vec::with_capacity(olds.len() + 2);
         if self.new_first() {
-            out.push(new);
+            return Self::new_first_order(olds, new);
         }
+        let mut out = Vec::with_capacity(olds.len() + 1);
+        out.extend_from_slice(olds);
+        out.push(new);
+        out
+    }
+
+    /// The new owner first, then the old ones, then the new one again.
+    pub fn new_first_order(olds: &[usize], new: usize) -> Vec<usize> {
+        let mut out = Vec::with_capacity(olds.len() + 2);
+        out.push(new);
         out.extend_from_slice(olds);
         out.push(new);
         out
@@ -123,8 +137,20 @@ impl MigrationRt {
             olds: out,
             scratch: Vec::with_capacity(4),
             found: Vec::with_capacity(4),
+            moved: None,
             reads: vec![ReadOrder::default(); servers.len()],
         }))
+    }
+
+    /// Where the workers learn which keys the migrator moved.
+    pub fn set_moved_keys(&mut self, moved: Option<Arc<MovedKeys>>) {
+        self.moved = moved;
+    }
+
+    /// Whether the migrator says `key` is on its new owner (or another
+    /// key of its bit: see `migrate::moved`).
+    pub fn known_moved(&self, key: &[u8]) -> bool {
+        self.moved.as_ref().is_some_and(|m| m.has(key))
     }
 
     /// The order reads of moved keys from old owner `old` ask servers in.

@@ -293,7 +293,13 @@ impl<'a> Worker<'a> {
         let mut pools: Vec<PoolRt> = config
             .pools
             .iter()
-            .map(|p| PoolRt::new(p, setup.lineage.of(&p.name)))
+            .map(|p| {
+                let mut rt = PoolRt::new(p, setup.lineage.of(&p.name));
+                if let Some(m) = rt.migration.as_mut() {
+                    m.set_moved_keys(setup.lineage.moved_keys(&p.name));
+                }
+                rt
+            })
             .collect();
         // A shadow names another pool: its index is known once all are.
         for i in 0..pools.len() {

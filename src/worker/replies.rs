@@ -580,6 +580,7 @@ mod tests {
                 replicas: vec![0, 1],
                 next,
                 on_miss: false,
+                learns: false,
             })),
             ..ReplySlot::default()
         };
