@@ -159,6 +159,12 @@ impl Worker<'_> {
         let n = pulls.len();
         self.stats
             .worker_add(crate::stats::WorkerField::Pulled, n as u64);
+        // On their new owner once pulled: later reads, this worker's or
+        // another's, ask there first (one that comes before the copy
+        // still finds the key, asking the old owners next).
+        if let Some(m) = &self.pools[pool].migration {
+            pulls.iter().for_each(|p| m.mark_moved(p.key()));
+        }
         let p = &self.pools[pool];
         let follows = follows_copies(req, then, p.proto, &p.route);
         let pulls = Pulls::new(pulls, p.proto, follows);

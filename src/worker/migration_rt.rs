@@ -153,6 +153,13 @@ impl MigrationRt {
         self.moved.as_ref().is_some_and(|m| m.has(key))
     }
 
+    /// `key` is being pulled to its new owner (see `known_moved`).
+    pub fn mark_moved(&self, key: &[u8]) {
+        if let Some(m) = &self.moved {
+            m.mark(key);
+        }
+    }
+
     /// The order reads of moved keys from old owner `old` ask servers in.
     pub fn read_order(&self, old: usize) -> ReadOrder {
         self.reads.get(old).copied().unwrap_or_default()
