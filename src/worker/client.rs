@@ -21,7 +21,10 @@ use std::time::Instant;
 /// closing, paused (`client_max_inflight`), held behind a request that
 /// waits (a pull, the fleet), or streaming to a server that is full.
 fn reading_held(c: &super::conn::Client) -> bool {
-    c.is_closing() || c.is_paused() || c.gate().is_some() || c.stream().is_some_and(|s| s.blocked)
+    c.is_closing()
+        || c.is_paused()
+        || c.gate().is_some()
+        || c.stream().is_some_and(|s| s.is_blocked())
 }
 
 impl Worker<'_> {
@@ -696,7 +699,7 @@ impl Worker<'_> {
         };
         let _ = self.poll.registry().deregister(c.sock_mut());
         self.out.sub(c.out_len(), &self.stats);
-        if let Some(r) = c.take_stream().and_then(|s| s.server) {
+        if let Some(r) = c.take_stream().and_then(|s| s.server()) {
             self.abort_server_stream(r.token, r.id, ServerFault::HalfSentClientLeft);
         }
         self.abort_feed_of(&c);

@@ -644,10 +644,9 @@ impl Client {
         self.unread
             && !self.paused
             && !self.closing
-            && !self
-                .rare
-                .as_ref()
-                .is_some_and(|r| r.gate.is_some() || r.stream.as_ref().is_some_and(|s| s.blocked))
+            && !self.rare.as_ref().is_some_and(|r| {
+                r.gate.is_some() || r.stream.as_ref().is_some_and(|s| s.is_blocked())
+            })
     }
 
     /// Resume reading a paused client once its replies drained below

@@ -3,6 +3,7 @@
 
 pub use super::client_conn::Client;
 pub use super::handle::{ClientRef, ServerRef};
+pub use super::req_stream::ReqStream;
 pub use super::server_conn::Server;
 use super::spool::{Spool, SpoolReader};
 use crate::proto::{Op, Request};
@@ -152,52 +153,6 @@ pub struct Fragment {
     /// A zone pool's read of keys another zone's fragment missed: when it
     /// fails, its keys are misses rather than the request's error.
     pub fallback: bool,
-}
-
-/// A large request being forwarded as it arrives (Redis): its head went to
-/// the server (or, before its key, to `held`); the rest passes from the
-/// client's input to the server's output as its framing says.
-#[derive(Debug)]
-pub struct ReqStream {
-    /// The request's framing: what each byte of the client's input is for.
-    pub machine: crate::proto::redis::StreamMachine,
-    /// The server connection and its id; `None`: the request already
-    /// failed (no server), the rest of it is read and dropped.
-    pub server: Option<ServerRef>,
-    /// Not reading the client: the server's output is over the high mark.
-    pub blocked: bool,
-    /// An MSET sent pair by pair.
-    pub pairs: Option<Box<PairStream>>,
-    /// The start of a request whose large argument came before its key
-    /// (an EVAL script), held in chunks until the key is read, then
-    /// passed to the key's server as that connection drains.
-    pub held: Option<Box<Spool>>,
-}
-
-impl ReqStream {
-    /// The server connection `lost` closed: if this request streams to
-    /// it, the rest of the request is dropped as it arrives. Whether the
-    /// client was paused for that connection and must read again.
-    pub fn server_lost(&mut self, lost: ServerRef) -> bool {
-        if self.server != Some(lost) {
-            return false;
-        }
-        self.server = None;
-        std::mem::take(&mut self.blocked)
-    }
-}
-
-/// An MSET with a large value, sent as one `MSET key value` per pair as
-/// the pairs arrive; its reply joins theirs (a `Multi`, one fragment per
-/// pair).
-#[derive(Debug)]
-pub struct PairStream {
-    /// The client's slot for the joined reply.
-    pub seq: u64,
-    /// Per server: the connection of its own this MSET's pairs for that
-    /// server go on, in order (a small pair never overtakes a large one
-    /// for the same key), with its id.
-    pub conns: Vec<(usize, ServerRef)>,
 }
 
 /// A (dedicated) server connection that carries a streamed request.

@@ -43,6 +43,7 @@ mod read_batch;
 mod relay;
 mod replies;
 mod reply_hold;
+mod req_stream;
 mod routes;
 mod sentinel;
 mod server;

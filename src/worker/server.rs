@@ -230,7 +230,10 @@ impl Worker<'_> {
         s.count_queued(&self.stats);
         s.count_written(&self.stats);
         if streaming {
-            self.server_drained(token);
+            // Below the low mark: the client streaming to it reads again.
+            if let Some(ct) = super::stream::drained_client(&mut self.conns, token) {
+                self.resume.push(ct);
+            }
         }
     }
 

@@ -589,6 +589,15 @@ impl Server {
         std::mem::replace(&mut self.stream, stream)
     }
 
+    /// The large request streamed to it was queued whole: it ends a TLS
+    /// record run, and the requests waiting have their timeouts count from
+    /// `now`.
+    pub fn end_stream(&mut self, now: Instant) {
+        self.stream = None;
+        self.cut_tls();
+        self.restart_timeouts(now);
+    }
+
     /// A large reply being streamed from it.
     #[inline]
     pub fn rstream(&self) -> Option<&RepStream> {

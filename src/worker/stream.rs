@@ -47,17 +47,13 @@
 //! (if none of it was passed yet, the client gets the error reply instead).
 //! So does a reply the cursor finds malformed.
 
-use super::conn::{
-    Conn, ConnTable, Fragment, Multi, MultiMode, PairStream, ReplySlot, ReplyTo, ReqStream,
-    ServerRef, SrvStream, Waiter,
-};
+use super::conn::{Conn, ConnTable, ReplySlot, ReplyTo, ReqStream, ServerRef, SrvStream, Waiter};
 use super::fault::ServerFault;
-use super::spool::Spool;
+use super::req_stream::{FeedStep, PairOut, ReqAction};
 use super::{Worker, STREAM_HIGH, STREAM_LOW, STREAM_THRESHOLD};
-use crate::proto::redis::{self, StreamHead, StreamKind, StreamMachine, StreamStep};
+use crate::proto::redis::{self, StreamHead, StreamKind, StreamMachine};
 use crate::stats::{PoolField, ServerField, WorkerField};
 use mio::Token;
-use std::ops::Range;
 use std::time::Instant;
 
 /// What became of a request that could be streamed.
@@ -71,13 +67,45 @@ pub(super) enum StreamStart {
     No,
 }
 
-/// An MSET pair as the client's input gives it (see `StreamStep::Pair`).
-struct PairOut {
-    index: usize,
-    key: Range<usize>,
-    cmd: Vec<u8>,
-    len: usize,
-    large: bool,
+/// The server connection `st` drained: the client streaming to it, if it
+/// was paused for it and reads again.
+pub(super) fn drained_client(conns: &mut slab::Slab<Conn>, st: Token) -> Option<Token> {
+    let s = conns.server(st.0)?;
+    let ss = s.stream()?;
+    if s.wbuf().len() >= STREAM_LOW {
+        return None;
+    }
+    let (ct, cid) = (ss.client, ss.client_id);
+    let c = conns.client_mut(ct.0).filter(|c| c.id() == cid)?;
+    c.stream_mut()?.resume().then_some(ct)
+}
+
+/// Copy the first `n` bytes of client `ct`'s input (`held`: of its held
+/// bytes, consumed) to the server connection `s` its request streams to.
+/// Returns whether `s`'s output was empty before.
+fn queue_passing(
+    ct: Token,
+    c: &mut super::conn::Client,
+    s: &mut super::conn::Server,
+    n: usize,
+    held: bool,
+) -> bool {
+    let before = s.wbuf().len();
+    let cid = c.id();
+    // The streamed request is the connection's last.
+    let is_it =
+        |w: &Waiter| matches!(*w, Waiter::Client { token, id, .. } if token == ct && id == cid);
+    match c.stream_mut().and_then(|rs| rs.held_mut()) {
+        Some(spool) if held => {
+            s.queue_more(|w| w.extend(&spool.front()[..n]), is_it);
+            spool.consume(n);
+        }
+        _ => {
+            s.queue_more(|w| w.extend(&c.input().bytes()[..n]), is_it);
+            super::cluster_stream::spool_passing(c, n);
+        }
+    }
+    before == 0
 }
 
 impl Worker<'_> {
@@ -125,30 +153,24 @@ impl Worker<'_> {
             return StreamStart::Wait;
         }
         let machine = StreamMachine::new(&head, self.pools[pool].limits, STREAM_THRESHOLD);
-        let mut rs = ReqStream {
-            machine,
-            server: None,
-            blocked: false,
-            pairs: None,
-            held: None,
-        };
-        match head.kind {
-            StreamKind::Pairs => match self.pairs_slot(token, &head) {
-                Some(seq) => {
-                    rs.pairs = Some(Box::new(PairStream {
-                        seq,
-                        conns: Vec::new(),
-                    }))
-                }
-                None => return StreamStart::Started,
-            },
-            StreamKind::Spool => {
-                let mut held = Spool::default();
-                held.push(bytes);
-                rs.held = Some(Box::new(held));
+        let rs = match head.kind {
+            StreamKind::Pairs => {
+                // Its reply slot joins one fragment per pair; the pairs go
+                // out as they arrive (`pass_stream`).
+                let (slot, pairs) = ReqStream::pairs_slot(&head);
+                let Some(seq) = self.push_slot(token, false, slot) else {
+                    return StreamStart::Started;
+                };
+                self.stats
+                    .pool_add(pool, PoolField::Fragments, pairs as u64);
+                ReqStream::pairs(machine, seq)
             }
-            StreamKind::Single => rs.server = self.start_single(token, &head, bytes, now),
-        }
+            StreamKind::Spool => ReqStream::held(machine, bytes),
+            StreamKind::Single => {
+                let server = self.start_single(token, &head, bytes, now);
+                ReqStream::single(machine, server)
+            }
+        };
         if let Some(c) = self.conns.client_mut(token.0) {
             c.start_stream(rs);
         }
@@ -200,35 +222,6 @@ impl Worker<'_> {
         Some(ServerRef::new(st, sid))
     }
 
-    /// An MSET with a large value: its reply slot joins one fragment per
-    /// pair; the pairs go out as they arrive (`pass_stream`). Its sequence
-    /// number.
-    fn pairs_slot(&mut self, token: Token, head: &StreamHead) -> Option<u64> {
-        let c = self.conns.client(token.0)?;
-        let pool = c.pool();
-        let pairs = head.args_left / 2;
-        let slot = ReplySlot {
-            multi: Some(Box::new(Multi {
-                req: head.req.clone(),
-                bytes: Vec::new(),
-                frags: (0..pairs)
-                    .map(|i| Fragment {
-                        keys: vec![i],
-                        ..Fragment::default()
-                    })
-                    .collect(),
-                remaining: pairs,
-                error: None,
-                mode: MultiMode::Split,
-            })),
-            ..ReplySlot::default()
-        };
-        let seq = self.push_slot(token, false, slot)?;
-        self.stats
-            .pool_add(pool, PoolField::Fragments, pairs as u64);
-        Some(seq)
-    }
-
     /// Send the pair at the start of a client's input as `MSET key value`
     /// on the connection its MSET uses for the key's server; a large value
     /// is then passed as it arrives.
@@ -240,10 +233,10 @@ impl Worker<'_> {
         let Some(rs) = c.stream() else {
             return;
         };
-        let Some(seq) = rs.pairs.as_ref().map(|ps| ps.seq) else {
+        let Some(seq) = rs.pairs_seq() else {
             return;
         };
-        let op = rs.machine.op();
+        let op = rs.op();
         let pair_key = c.input().bytes()[pair.key].to_vec();
         c.consume_input(pair.len);
         let to = ReplyTo::new(token, client_id, Some(seq), Some(pair.index as u32));
@@ -272,10 +265,8 @@ impl Worker<'_> {
             client_id,
         }));
         let sid = s.id();
-        if let Some(c) = self.conns.client_mut(token.0) {
-            if let Some(rs) = c.stream_mut() {
-                rs.server = Some(ServerRef::new(st, sid));
-            }
+        if let Some(rs) = self.conns.client_mut(token.0).and_then(|c| c.stream_mut()) {
+            rs.set_server(ServerRef::new(st, sid));
         }
     }
 
@@ -292,11 +283,7 @@ impl Worker<'_> {
         now: Instant,
     ) -> Result<Token, ServerFault> {
         let known = match self.conns.get(token.0) {
-            Some(Conn::Client(c)) => c
-                .stream()
-                .and_then(|rs| rs.pairs.as_ref())
-                .and_then(|ps| ps.conns.iter().find(|e| e.0 == server))
-                .map(|e| e.1),
+            Some(Conn::Client(c)) => c.stream().and_then(|rs| rs.pair_conn(server)),
             _ => None,
         };
         if let Some(r) = known {
@@ -310,43 +297,10 @@ impl Worker<'_> {
             Some(Conn::Server(s)) => s.id(),
             _ => return Err(ServerFault::NoServer),
         };
-        if let Some(c) = self.conns.client_mut(token.0) {
-            if let Some(ps) = c.stream_mut().and_then(|rs| rs.pairs.as_mut()) {
-                ps.conns.retain(|e| e.0 != server);
-                ps.conns.push((server, ServerRef::new(st, sid)));
-            }
+        if let Some(rs) = self.conns.client_mut(token.0).and_then(|c| c.stream_mut()) {
+            rs.set_pair_conn(server, ServerRef::new(st, sid));
         }
         Ok(st)
-    }
-
-    /// A pair-by-pair MSET ends before its last pair: the pairs not sent
-    /// fail with `fault`, so its reply completes.
-    fn fail_unsent_pairs(&mut self, token: Token, fault: ServerFault) {
-        let Some(c) = self.conns.client_mut(token.0) else {
-            return;
-        };
-        let (pool, client_id) = (c.pool(), c.id());
-        let Some(rs) = c.stream() else {
-            return;
-        };
-        let Some(seq) = rs.pairs.as_ref().map(|ps| ps.seq) else {
-            return;
-        };
-        let unsent = rs.machine.pairs_unsent();
-        let op = match c.slot_mut(seq).and_then(|s| s.multi.as_ref()) {
-            Some(m) => m.req.op,
-            None => return,
-        };
-        let mut out = Vec::new();
-        fault.write_reply(self.pools[pool].proto, op, &mut out);
-        for i in unsent {
-            self.fragment_done(
-                ReplyTo::new(token, client_id, Some(seq), Some(i as u32)),
-                out.clone(),
-                true,
-                false,
-            );
-        }
     }
 
     /// Pass what the client's input holds of its streamed request. True
@@ -360,81 +314,35 @@ impl Worker<'_> {
             let Some((rs, rbuf)) = c.stream_and_input() else {
                 return true;
             };
-            if !rs.machine.holding() && rs.held.is_some() {
-                // The key was read: the held bytes go first.
-                match rs.server {
-                    Some(ServerRef { token: st, id: sid })
-                        if rs.held.as_ref().is_some_and(|h| !h.is_empty()) =>
-                    {
-                        if !self.feed_script_spool(token, st, sid, now) {
-                            return false;
-                        }
+            match rs.next(rbuf) {
+                ReqAction::More => return false,
+                ReqAction::FeedHeld(r) => {
+                    if !self.feed_script_spool(token, r.token, r.id, now) {
+                        return false;
                     }
-                    // Passed, or the server failed: its error is the reply,
-                    // the rest of the request is dropped.
-                    _ => rs.held = None,
                 }
-                continue;
-            }
-            let input = rbuf.bytes();
-            match rs.machine.step(input) {
-                StreamStep::More => return false,
-                StreamStep::Forward(n) => {
+                ReqAction::Forward(n) => {
                     if !self.forward_stream(token, n, now) {
                         return false;
                     }
                 }
-                StreamStep::Hold(n) => {
-                    if let Some(held) = rs.held.as_mut() {
-                        held.push(&input[..n]);
-                    }
-                    rbuf.consume(n);
-                }
-                StreamStep::Route { key, len } => {
-                    let key = input[key].to_vec();
-                    if let Some(held) = rs.held.as_mut() {
-                        held.push(&input[..len]);
-                    }
-                    rbuf.consume(len);
-                    self.route_spool(token, &key, now);
-                }
-                StreamStep::Refuse { reply, len } => {
-                    // Answered here; the rest is read and dropped.
-                    rbuf.consume(len);
-                    rs.held = None;
-                    self.push_ready(token, reply, false);
-                }
-                StreamStep::Pair {
-                    index,
-                    key,
-                    cmd,
-                    len,
-                    large,
-                } => {
-                    let pair = PairOut {
-                        index,
-                        key,
-                        cmd,
-                        len,
-                        large,
-                    };
-                    self.send_pair(token, pair, now);
-                }
-                StreamStep::PairEnd => {
-                    if let Some(ServerRef { token: st, id: sid }) = rs.server.take() {
-                        // A large value passed whole.
-                        self.end_server_stream(st, sid, now);
+                ReqAction::Route(key) => self.route_spool(token, &key, now),
+                ReqAction::Refused(reply) => self.push_ready(token, reply, false),
+                ReqAction::Pair(pair) => self.send_pair(token, pair, now),
+                ReqAction::PairEnd(r) => {
+                    // A large value passed whole.
+                    if let Some(s) = self.conns.server_ref_mut(r) {
+                        s.end_stream(now);
                     }
                 }
-                StreamStep::Done => {
-                    let target = rs.server;
+                ReqAction::Done(target) => {
                     c.take_stream();
-                    if let Some(ServerRef { token: st, id: sid }) = target {
-                        self.end_server_stream(st, sid, now);
+                    if let Some(s) = target.and_then(|r| self.conns.server_ref_mut(r)) {
+                        s.end_stream(now);
                     }
                     return true;
                 }
-                StreamStep::Fail(reply) => {
+                ReqAction::Fail(reply) => {
                     self.fail_stream(token, reply);
                     return false;
                 }
@@ -447,7 +355,7 @@ impl Worker<'_> {
     /// client is paused until the server drains, or gone.
     fn forward_stream(&mut self, token: Token, n: usize, now: Instant) -> bool {
         let target = match self.conns.get(token.0) {
-            Some(Conn::Client(c)) => c.stream().and_then(|rs| rs.server),
+            Some(Conn::Client(c)) => c.stream().and_then(|rs| rs.server()),
             _ => return false,
         };
         let over = match target {
@@ -463,35 +371,45 @@ impl Worker<'_> {
         };
         // Write now; pause the client only if the server lags.
         self.write_server(st, now);
-        let lagging = matches!(self.conns.server(st.0), Some(s) if s.wbuf().len() > STREAM_HIGH);
-        if lagging {
-            if let Some(c) = self.conns.client_mut(token.0) {
-                if let Some(rs) = c.stream_mut() {
-                    if rs.server.is_some() {
-                        rs.blocked = true;
-                        return false;
-                    }
-                }
-            }
+        let Some(queued) = self.conns.server(st.0).map(|s| s.wbuf().len()) else {
+            return true;
+        };
+        match self.conns.client_mut(token.0).and_then(|c| c.stream_mut()) {
+            Some(rs) => !rs.pause_if_lagging(queued),
+            None => true,
         }
-        true
     }
 
     /// A protocol error in a streamed request: the client gets it and is
     /// closed; a server connection holding half the request is closed, and
-    /// an MSET's pairs not sent fail.
+    /// an MSET's pairs not sent fail (so that its reply completes).
     fn fail_stream(&mut self, token: Token, reply: Vec<u8>) {
-        let pairs = match self.conns.get(token.0) {
-            Some(Conn::Client(c)) => c.stream().is_some_and(|rs| rs.pairs.is_some()),
-            _ => return,
+        let Some(c) = self.conns.client_mut(token.0) else {
+            return;
         };
-        if pairs {
-            self.fail_unsent_pairs(token, ServerFault::UnsentAfterBadPair);
+        let (pool, client_id) = (c.pool(), c.id());
+        let unsent = c
+            .stream()
+            .and_then(|rs| Some((rs.pairs_seq()?, rs.pairs_unsent())));
+        let op = unsent
+            .as_ref()
+            .and_then(|(seq, _)| Some(c.slot(*seq)?.multi.as_ref()?.req.op));
+        if let (Some((seq, unsent)), Some(op)) = (unsent, op) {
+            let mut out = Vec::new();
+            ServerFault::UnsentAfterBadPair.write_reply(self.pools[pool].proto, op, &mut out);
+            for i in unsent {
+                self.fragment_done(
+                    ReplyTo::new(token, client_id, Some(seq), Some(i as u32)),
+                    out.clone(),
+                    true,
+                    false,
+                );
+            }
         }
         let Some(c) = self.conns.client_mut(token.0) else {
             return;
         };
-        if let Some(ServerRef { token: st, id: sid }) = c.take_stream().and_then(|rs| rs.server) {
+        if let Some(ServerRef { token: st, id: sid }) = c.take_stream().and_then(|rs| rs.server()) {
             self.abort_server_stream(st, sid, ServerFault::HalfSentBadArg);
         }
         self.push_ready(token, reply, true);
@@ -504,7 +422,7 @@ impl Worker<'_> {
             return;
         };
         let (pool, client_id) = (c.pool(), c.id());
-        let Some(op) = c.stream().map(|rs| rs.machine.op()) else {
+        let Some(op) = c.stream().map(|rs| rs.op()) else {
             return;
         };
         let mut target = None;
@@ -540,13 +458,8 @@ impl Worker<'_> {
                 }
             }
         }
-        if let Some(c) = self.conns.client_mut(token.0) {
-            if let Some(rs) = c.stream_mut() {
-                rs.server = target;
-                if target.is_none() {
-                    rs.held = None;
-                }
-            }
+        if let Some(rs) = self.conns.client_mut(token.0).and_then(|c| c.stream_mut()) {
+            rs.routed(target);
         }
     }
 
@@ -559,26 +472,23 @@ impl Worker<'_> {
                 // The server failed: pass_stream sees it.
                 _ => return true,
             };
-            let room = STREAM_HIGH.saturating_sub(s.wbuf().len());
-            let Some(held) = c.stream_mut().and_then(|rs| rs.held.as_mut()) else {
+            let Some(rs) = c.stream() else {
                 return true;
             };
-            let n = held.front().len().min(room);
-            if n > 0 {
-                self.stream_out(ct, st, sid, n, true);
-                continue;
-            }
-            if held.is_empty() {
-                return true;
+            match rs.feed(s.wbuf().len()) {
+                FeedStep::Pass(n) => {
+                    self.stream_out(ct, st, sid, n, true);
+                    continue;
+                }
+                FeedStep::Done => return true,
+                FeedStep::Full => {}
             }
             // The server has enough queued: write it, and wait if it lags.
             self.write_server(st, now);
             let lagging = matches!(self.conns.server(st.0), Some(s) if s.id() == sid && s.wbuf().len() >= STREAM_HIGH);
             if lagging {
-                if let Some(c) = self.conns.client_mut(ct.0) {
-                    if let Some(rs) = c.stream_mut() {
-                        rs.blocked = true;
-                    }
+                if let Some(rs) = self.conns.client_mut(ct.0).and_then(|c| c.stream_mut()) {
+                    rs.pause();
                 }
                 return false;
             }
@@ -586,52 +496,25 @@ impl Worker<'_> {
     }
 
     /// Copy the first `n` bytes of a client's input (`held`: of its held
-    /// bytes, consumed) to the server connection its request streams to.
-    /// Returns whether the server's output is now over the high mark.
+    /// bytes, consumed) to the server connection its request streams to,
+    /// counted as request bytes. Returns whether the server's output is
+    /// now over the high mark.
     fn stream_out(&mut self, ct: Token, st: Token, sid: u64, n: usize, held: bool) -> bool {
         let (c, s) = match self.conns.get2_mut(ct.0, st.0) {
             Some((Conn::Client(c), Conn::Server(s))) if s.id() == sid => (c, s),
             _ => return false,
         };
-        let before = s.wbuf().len();
-        let cid = c.id();
-        // The streamed request is the connection's last.
-        let is_it =
-            |w: &Waiter| matches!(*w, Waiter::Client { token, id, .. } if token == ct && id == cid);
-        match c.stream_mut().and_then(|rs| rs.held.as_mut()) {
-            Some(spool) if held => {
-                s.queue_more(|w| w.extend(&spool.front()[..n]), is_it);
-                spool.consume(n);
-            }
-            _ => {
-                s.queue_more(|w| w.extend(&c.input().bytes()[..n]), is_it);
-                super::cluster_stream::spool_passing(c, n);
-            }
-        }
+        let first = queue_passing(ct, c, s, n, held);
         let (pool, server) = (s.pool(), s.server());
         let over = s.wbuf().len() > STREAM_HIGH;
         self.stats
             .server_add(pool, server, ServerField::RequestBytes, n as u64);
         self.stats
             .server_add(pool, server, ServerField::InQueueBytes, n as u64);
-        if before == 0 {
+        if first {
             self.dirty.server(st);
         }
         over
-    }
-
-    /// A streamed request was queued whole: its timeout counts from now.
-    fn end_server_stream(&mut self, st: Token, sid: u64, now: Instant) {
-        let Some(s) = self.conns.server_mut(st.0) else {
-            return;
-        };
-        if s.id() != sid {
-            return;
-        }
-        s.set_stream(None);
-        // The streamed request ends a TLS record run.
-        s.cut_tls();
-        s.restart_timeouts(now);
     }
 
     /// A streamed request cannot be completed: its server connection holds
@@ -641,31 +524,6 @@ impl Worker<'_> {
         if matches!(self.conns.server(st.0), Some(s) if s.id() == sid) {
             crate::log_info!("closing a server connection holding half a request: {why}");
             self.close_server(st, why, Instant::now());
-        }
-    }
-
-    /// The server's output drained below the low mark: read the client
-    /// streaming to it again.
-    pub(super) fn server_drained(&mut self, st: Token) {
-        let Some(s) = self.conns.server(st.0) else {
-            return;
-        };
-        let Some(ss) = s.stream() else {
-            return;
-        };
-        if s.wbuf().len() >= STREAM_LOW {
-            return;
-        }
-        let (ct, cid) = (ss.client, ss.client_id);
-        if let Some(c) = self.conns.client_mut(ct.0) {
-            if c.id() == cid {
-                if let Some(rs) = c.stream_mut() {
-                    if rs.blocked {
-                        rs.blocked = false;
-                        self.resume.push(ct);
-                    }
-                }
-            }
         }
     }
 }
