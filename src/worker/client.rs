@@ -703,8 +703,11 @@ impl Worker<'_> {
             self.abort_server_stream(r.token, r.id, ServerFault::HalfSentClientLeft);
         }
         self.abort_feed_of(&c);
-        if let Some(r) = c.release_reply_wait() {
-            self.unblock_reply(r.token, r.id, true);
+        if let Some(st) = c
+            .release_reply_wait()
+            .and_then(|r| super::stream_reply::unblock_reply(&mut self.conns, r, true))
+        {
+            self.resume.push(st);
         }
         self.txn_close(c.take_txn());
         self.pubsub_close(c.take_subs());

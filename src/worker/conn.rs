@@ -3,6 +3,7 @@
 
 pub use super::client_conn::Client;
 pub use super::handle::{ClientRef, ServerRef};
+pub use super::rep_stream::RepStream;
 pub use super::req_stream::ReqStream;
 pub use super::server_conn::Server;
 use super::spool::{Spool, SpoolReader};
@@ -177,39 +178,6 @@ pub struct Feed {
     pub seq: u64,
     /// How far the spool was queued.
     pub at: SpoolReader,
-}
-
-/// A large reply kept for a slot that cannot take it yet.
-#[derive(Debug)]
-pub struct Hold {
-    /// The bytes so far.
-    pub spool: Box<Spool>,
-    /// The request's sequence number.
-    pub seq: u64,
-    /// Its fragment, for a split request.
-    pub frag: Option<u32>,
-}
-
-/// A large reply (a bulk string, or an aggregate of any shape and size)
-/// passed to its client as it arrives (the client was waiting for it at
-/// the head of its replies).
-#[derive(Debug)]
-pub struct RepStream {
-    /// The client and its id; `None` when it went away (the rest of the
-    /// reply is read and dropped).
-    pub client: Option<ClientRef>,
-    /// Where the reply is: what was consumed of it, what it still owes.
-    pub cursor: crate::proto::redis::ReplyCursor,
-    /// Bytes of the reply handed on so far (to the client, or dropped).
-    pub passed: usize,
-    /// The reply cannot pass yet (an earlier reply of its client is still
-    /// awaited, or it is one fragment of a split MGET): it is held in
-    /// chunks and handed to its slot whole at the end.
-    pub hold: Option<Hold>,
-    /// Not reading the server: the client's output is over the high mark.
-    pub blocked: bool,
-    /// When bytes last passed (a client that stops reading is closed).
-    pub progress: Instant,
 }
 
 /// What a server reply answers.

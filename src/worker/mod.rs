@@ -41,6 +41,7 @@ mod pubsub;
 mod pull;
 mod read_batch;
 mod relay;
+mod rep_stream;
 mod replies;
 mod reply_hold;
 mod req_stream;

@@ -2,7 +2,7 @@
 //! batched writes, reads, failures and ejection (replies are matched to
 //! their requests in `server_reply.rs`).
 
-use super::conn::{Conn, ConnTable, Server, ServerRef, Waiter};
+use super::conn::{Conn, ConnTable, RepStream, Server, ServerRef, Waiter};
 use super::fault::{IoFault, ServerFault};
 use super::{Worker, READ_BUDGET, READ_CHUNK};
 use crate::stats::{PoolField, ServerField, WorkerField};
@@ -184,7 +184,8 @@ impl Worker<'_> {
 
     /// Write queued requests (one write for everything queued this iteration).
     pub(super) fn write_server(&mut self, token: Token, now: Instant) {
-        if matches!(self.conns.server(token.0), Some(s) if s.rstream().is_some_and(|r| r.blocked)) {
+        if matches!(self.conns.server(token.0), Some(s) if s.rstream().is_some_and(|r| r.is_blocked()))
+        {
             // Requests may now wait behind a reply paused for its
             // lagging client: if they are someone else's, read on.
             self.spool_rest(token);
@@ -244,7 +245,7 @@ impl Worker<'_> {
             let Some(s) = self.conns.server_mut(token.0) else {
                 return;
             };
-            if s.rstream().is_some_and(|r| r.blocked) {
+            if s.rstream().is_some_and(|r| r.is_blocked()) {
                 // A streamed reply's client lags: read on when it drains.
                 return;
             }
@@ -312,10 +313,7 @@ impl Worker<'_> {
         }
         // The client that got part of a streamed reply cannot be answered
         // (one that got none of it gets the error below).
-        let half_answered = s
-            .set_rstream(None)
-            .filter(|r| r.passed > 0 && r.hold.is_none())
-            .and_then(|r| r.client);
+        let half_answered = s.set_rstream(None).and_then(RepStream::half_answered);
         self.forget_server(token, &mut s);
         if let Some(sub) = s.push_to() {
             // Its subscriptions there are gone: the subscriber is told by

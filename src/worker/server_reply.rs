@@ -4,7 +4,7 @@
 //! map, the proxy's own connection setup), with the server's counters
 //! added once per pass.
 
-use super::conn::{ConnTable, Inflight, ReplyTo, Waiter};
+use super::conn::{ConnTable, Inflight, RepStream, ReplyTo, Waiter};
 use super::fault::ServerFault;
 use super::{Worker, WRITE_THROUGH_MIN};
 use crate::proto::{Parse, Response};
@@ -132,7 +132,7 @@ impl Worker<'_> {
                     if proto == crate::proto::Protocol::Redis {
                         let front = s.inflight().front().copied();
                         if let Some(rs) =
-                            front.and_then(|f| self.reply_stream_start(input, hint, &f))
+                            front.and_then(|f| RepStream::start(&self.conns, input, hint, &f))
                         {
                             if let Some(s) = self.conns.server_mut(token.0) {
                                 s.set_rstream(Some(rs));

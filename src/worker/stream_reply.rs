@@ -29,13 +29,25 @@
 //! chunk (`held.rs`). Error replies are buffered whole.
 //!
 
-use super::conn::{ClientRef, Conn, ConnTable, Hold, MultiMode, RepStream, ServerRef, Waiter};
+use super::conn::{ClientRef, Conn, ConnTable, ServerRef, Waiter};
 use super::fault::ServerFault;
-use super::{Worker, STREAM_HIGH, STREAM_LOW, STREAM_STALL, STREAM_THRESHOLD};
-use crate::proto::redis;
+use super::rep_stream::Dest;
+use super::{Worker, STREAM_LOW, STREAM_STALL};
 use crate::stats::ServerField;
 use mio::Token;
 use std::time::Instant;
+
+/// Let server `r`, paused by a streamed reply, read again (`drop_client`:
+/// the client went away, the rest of the reply is dropped): the connection
+/// to resume if it was paused.
+pub(super) fn unblock_reply(
+    conns: &mut slab::Slab<Conn>,
+    r: ServerRef,
+    drop_client: bool,
+) -> Option<Token> {
+    let rs = conns.server_ref_mut(r)?.rstream_mut()?;
+    rs.unblock(drop_client).then_some(r.token)
+}
 
 impl Worker<'_> {
     /// The client's output drained below the low mark: read the server
@@ -53,94 +65,13 @@ impl Worker<'_> {
             .server_ref_mut(from)
             .and_then(|s| s.rstream_mut())
         {
-            r.progress = Instant::now();
+            r.progressed(Instant::now());
         }
         if low {
-            self.unblock_reply(from.token, from.id, false);
-        }
-    }
-
-    /// Let a server paused by a streamed reply read again (`drop_client`:
-    /// the client went away, the rest of the reply is dropped).
-    pub(super) fn unblock_reply(&mut self, st: Token, sid: u64, drop_client: bool) {
-        if let Some(s) = self.conns.server_mut(st.0) {
-            if s.id() == sid {
-                if let Some(r) = s.rstream_mut() {
-                    if drop_client {
-                        r.client = None;
-                    }
-                    if r.blocked {
-                        r.blocked = false;
-                        self.resume.push(st);
-                    }
-                }
+            if let Some(st) = unblock_reply(&mut self.conns, from, false) {
+                self.resume.push(st);
             }
         }
-    }
-
-    /// Whether the reply starting `input` (incomplete, for request `front`;
-    /// `hint`: the length the input must reach, 0 if unknown) is streamed:
-    /// a bulk string or an aggregate of any shape that is large (its
-    /// declared size, or the part of it already here, reaches
-    /// [`STREAM_THRESHOLD`]) and that its client waits for at the head of
-    /// its replies, not as a fragment of a multi-key request nor as a read
-    /// that may be retried on another replica.
-    pub(super) fn reply_stream_start(
-        &self,
-        input: &[u8],
-        hint: usize,
-        front: &super::conn::Inflight,
-    ) -> Option<RepStream> {
-        // Error replies stay whole (a cluster pool reads redirections in
-        // them); a one-line reply has nothing to pass before its end.
-        if !crate::proto::redis::reply::may_stream(input.first()) {
-            return None;
-        }
-        if hint <= STREAM_THRESHOLD && input.len() < STREAM_THRESHOLD {
-            return None;
-        }
-        let Waiter::Client {
-            token: ct,
-            id,
-            seq,
-            frag,
-        } = front.waiter
-        else {
-            return None;
-        };
-        let c = self.conns.client(ct.0)?;
-        let f = c.slot(seq)?;
-        if c.id() != id || f.ready || f.retry.is_some() {
-            return None;
-        }
-        let hold = match (frag, &f.multi) {
-            (None, None) if c.head_seq() == seq => None,
-            (None, None) => Some(Hold {
-                spool: Box::default(),
-                seq,
-                frag,
-            }),
-            // Of split requests only MGET replies carry values.
-            (Some(_), Some(m))
-                if m.mode == MultiMode::Split
-                    && matches!(m.req.op, crate::proto::Op::Redis(op) if op.class == redis::CmdClass::MGet) =>
-            {
-                Some(Hold {
-                    spool: Box::default(),
-                    seq,
-                    frag,
-                })
-            }
-            _ => return None,
-        };
-        Some(RepStream {
-            client: Some(ClientRef::new(ct, id)),
-            cursor: redis::ReplyCursor::new(),
-            passed: 0,
-            hold,
-            blocked: false,
-            progress: Instant::now(),
-        })
     }
 
     /// Pass what the server's input holds of a streamed reply. True when
@@ -154,11 +85,12 @@ impl Worker<'_> {
             let Some((rs, input)) = s.rstream_and_input() else {
                 return true;
             };
-            if rs.blocked {
+            if rs.is_blocked() {
                 return false;
             }
-            let (n, done) = match rs.cursor.advance(input.bytes()) {
-                Ok(step) => step,
+            let (n, done) = match rs.advance(input.bytes(), now) {
+                Ok(Some(step)) => step,
+                Ok(None) => return false,
                 Err(e) => {
                     let (pool, server) = (s.pool(), s.server());
                     let fault = ServerFault::BadReply(e.0);
@@ -172,63 +104,56 @@ impl Worker<'_> {
                     return false;
                 }
             };
-            if n == 0 && !done {
-                return false;
-            }
-            rs.passed += n;
-            rs.progress = now;
             let mut added = 0;
             let mut over = None;
             let mut over_limit = None;
-            if let (true, Some(ClientRef { token: ct, id: cid })) = (rs.hold.is_some(), rs.client) {
+            match rs.dest() {
                 // Held for its slot, as long as its client is there and
                 // within its output limit.
-                match self.conns.get2_mut(st.0, ct.0) {
-                    Some((Conn::Server(s), Conn::Client(c))) if c.id() == cid => {
-                        let limit = self.ctl.output_limit(&self.pools[c.pool()]);
-                        if let Some((r, input)) = s.rstream_and_input() {
-                            if let Some(h) = r.hold.as_mut() {
-                                h.spool.push(&input.bytes()[..n]);
-                                let kept = h.spool.len() + c.out_len();
-                                if super::over_output_limit(limit, kept) {
-                                    // The rest of the reply is read and
-                                    // dropped; the client goes.
-                                    r.hold = None;
-                                    r.client = None;
+                Dest::Hold(ClientRef { token: ct, id: cid }) => {
+                    match self.conns.get2_mut(st.0, ct.0) {
+                        Some((Conn::Server(s), Conn::Client(c))) if c.id() == cid => {
+                            let limit = self.ctl.output_limit(&self.pools[c.pool()]);
+                            if let Some((r, input)) = s.rstream_and_input() {
+                                // Past the limit the rest of the reply is
+                                // read and dropped; the client goes.
+                                if let Some(kept) = r.keep(&input.bytes()[..n], c.out_len(), limit)
+                                {
                                     over_limit = Some((ct, c.pool(), kept));
                                 }
                             }
                         }
-                    }
-                    Some((Conn::Server(s), _)) => {
-                        if let Some(r) = s.rstream_mut() {
-                            r.hold = None;
-                            r.client = None;
-                        }
-                    }
-                    _ => {}
-                }
-            } else if let Some(ClientRef { token: ct, id: cid }) = rs.client {
-                match self.conns.get2_mut(st.0, ct.0) {
-                    Some((Conn::Server(s), Conn::Client(c))) if c.id() == cid => {
-                        c.queue_output(&s.rbuf().bytes()[..n], &mut self.bufs);
-                        added = n;
-                        if !done && c.out_len() > STREAM_HIGH {
-                            c.wait_on_reply(ServerRef::new(st, sid));
-                            if let Some(rs) = s.rstream_mut() {
-                                rs.blocked = true;
+                        Some((Conn::Server(s), _)) => {
+                            if let Some(r) = s.rstream_mut() {
+                                r.drop_client();
                             }
-                            over = Some(ct);
                         }
-                        self.dirty.client(ct);
+                        _ => {}
                     }
-                    Some((Conn::Server(s), _)) => {
-                        if let Some(rs) = s.rstream_mut() {
-                            rs.client = None;
-                        }
-                    }
-                    _ => {}
                 }
+                Dest::Pass(ClientRef { token: ct, id: cid }) => {
+                    match self.conns.get2_mut(st.0, ct.0) {
+                        Some((Conn::Server(s), Conn::Client(c))) if c.id() == cid => {
+                            c.queue_output(&s.rbuf().bytes()[..n], &mut self.bufs);
+                            added = n;
+                            let out = c.out_len();
+                            if s.rstream_mut()
+                                .is_some_and(|r| r.pause_if_lagging(out, done))
+                            {
+                                c.wait_on_reply(ServerRef::new(st, sid));
+                                over = Some(ct);
+                            }
+                            self.dirty.client(ct);
+                        }
+                        Some((Conn::Server(s), _)) => {
+                            if let Some(r) = s.rstream_mut() {
+                                r.drop_client();
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                Dest::Drop => {}
             }
             if let Some(s) = self.conns.server_mut(st.0) {
                 s.consume_input(n);
@@ -260,35 +185,23 @@ impl Worker<'_> {
         let Some(s) = self.conns.server_mut(st.0) else {
             return;
         };
-        let paused_for = match s.rstream() {
-            Some(r) if r.blocked && r.hold.is_none() => r.client,
-            _ => return,
+        let Some(paused_for) = s.rstream().and_then(|r| r.paused_for()) else {
+            return;
         };
         if !s.others_wait(paused_for) {
             return;
         }
-        let Some(r) = s.rstream_mut() else {
-            return;
-        };
-        r.blocked = false;
-        let client = r.client;
         self.resume.push(st);
         // The reply streams to the head of its client's replies: the rest
         // of it joins that slot once complete, behind what already passed.
-        let seq = client
+        let seq = paused_for
             .and_then(|cr| self.conns.client_ref_mut(cr))
             .map(|c| {
                 c.release_reply_wait();
                 c.head_seq()
             });
-        if let (Some(seq), Some(Conn::Server(s))) = (seq, self.conns.get_mut(st.0)) {
-            if let Some(r) = s.rstream_mut() {
-                r.hold = Some(Hold {
-                    spool: Box::default(),
-                    seq,
-                    frag: None,
-                });
-            }
+        if let Some(r) = self.conns.server_mut(st.0).and_then(|s| s.rstream_mut()) {
+            r.spool_rest(seq);
         }
     }
 
@@ -303,6 +216,7 @@ impl Worker<'_> {
         let Some(front) = s.pop_answered() else {
             return;
         };
+        let (passed, client, hold) = rs.end();
         let (pool, server) = (s.pool(), s.server());
         self.stats
             .server_sub(pool, server, ServerField::OutQueue, 1);
@@ -311,16 +225,16 @@ impl Worker<'_> {
         self.stats
             .server_add(pool, server, ServerField::Responses, 1);
         self.stats
-            .server_add(pool, server, ServerField::ResponseBytes, rs.passed as u64);
+            .server_add(pool, server, ServerField::ResponseBytes, passed as u64);
         if self.pools[pool].record_success(server, now) {
             self.pools[pool].server_back(pool, server, &self.stats);
         }
         self.recorder
             .record_reply(&self.stats, &self.pools, (pool, server), &front, now);
-        let Some(client) = rs.client else {
+        let Some(client) = client else {
             return;
         };
-        if let Some(h) = rs.hold {
+        if let Some(h) = hold {
             self.held_done(client.token, client.id, h.seq, h.frag, h.spool);
             return;
         }
@@ -347,11 +261,7 @@ impl Worker<'_> {
             .conns
             .iter()
             .filter_map(|(_, c)| match c {
-                Conn::Server(s) => s.rstream().and_then(|r| {
-                    (r.blocked && now.duration_since(r.progress) > STREAM_STALL)
-                        .then_some(r.client)
-                        .flatten()
-                }),
+                Conn::Server(s) => s.rstream().and_then(|r| r.stalled(now)),
                 _ => None,
             })
             .collect();
