@@ -702,7 +702,9 @@ impl Worker<'_> {
         if let Some(r) = c.take_stream().and_then(|s| s.server()) {
             self.abort_server_stream(r.token, r.id, ServerFault::HalfSentClientLeft);
         }
-        self.abort_feed_of(&c);
+        if let Some(r) = super::cluster_stream::half_resent(&self.conns, &c) {
+            self.abort_server_stream(r.token, r.id, ServerFault::HalfResentClientLeft);
+        }
         if let Some(st) = c
             .release_reply_wait()
             .and_then(|r| super::stream_reply::unblock_reply(&mut self.conns, r, true))

@@ -348,7 +348,7 @@ impl Worker<'_> {
         else {
             return;
         };
-        if frag.is_none() && self.kept_is_spooled(ct, id, seq) {
+        if frag.is_none() && super::cluster_stream::kept_is_spooled(&self.conns, ct, id, seq) {
             self.send_again_spooled(pool, target, to, op, asking, now);
             return;
         }

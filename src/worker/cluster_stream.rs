@@ -39,6 +39,22 @@ pub(super) fn spool_passing(c: &mut Client, n: usize) {
     c.keep_input_in_last(n);
 }
 
+/// Whether the kept request of slot `seq` of client `ct` (`id`) is a
+/// streamed one (sent again from its spool).
+pub(super) fn kept_is_spooled(conns: &slab::Slab<Conn>, ct: Token, id: u64, seq: u64) -> bool {
+    matches!(conns.client(ct.0), Some(c) if c.id() == id && kept_spool(c, seq).is_some())
+}
+
+/// A client leaves: the connection its kept request is being sent again
+/// on, which holds half a command (to be closed).
+pub(super) fn half_resent(conns: &slab::Slab<Conn>, c: &Client) -> Option<ServerRef> {
+    let r = c.head()?.redirect.as_ref()?.feeding?;
+    conns
+        .server_ref(r)
+        .is_some_and(|s| s.feed().is_some())
+        .then_some(r)
+}
+
 impl ReplySlot {
     /// The reply slot of a streamed request whose head is `head`: in a
     /// cluster pool (`cluster`) it keeps the request (the head now, the rest as it
@@ -64,11 +80,6 @@ impl ReplySlot {
 }
 
 impl Worker<'_> {
-    /// Whether the kept request of slot `seq` is a streamed one.
-    pub(super) fn kept_is_spooled(&self, ct: Token, id: u64, seq: u64) -> bool {
-        matches!(self.conns.client(ct.0), Some(c) if c.id() == id && kept_spool(c, seq).is_some())
-    }
-
     /// Send a streamed request kept in its spool again, to server `target`
     /// (after `ASKING` if `asking`), on a new dedicated connection fed from
     /// the spool as it drains.
@@ -213,20 +224,5 @@ impl Worker<'_> {
         }
         let drained = s.wbuf().is_empty();
         self.feed_spool(st, now) && drained
-    }
-
-    /// A client leaves: the connection its kept request is being sent again
-    /// on holds half a command, and is closed.
-    pub(super) fn abort_feed_of(&mut self, c: &Client) {
-        let Some(r) = c
-            .head()
-            .and_then(|s| s.redirect.as_ref())
-            .and_then(|r| r.feeding)
-        else {
-            return;
-        };
-        if self.conns.server_ref(r).is_some_and(|s| s.feed().is_some()) {
-            self.abort_server_stream(r.token, r.id, ServerFault::HalfResentClientLeft);
-        }
     }
 }
