@@ -15,7 +15,19 @@ use crate::stats::ServerField;
 use mio::Token;
 use std::collections::VecDeque;
 use std::io::{self, ErrorKind, Write};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// What a server connection's timeout timer says when it fires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimerStep {
+    /// Nothing to time: a blocking command (the server answers it when it
+    /// asked), a pool without `timeout`, nothing in flight.
+    Idle,
+    /// Armed again, for this deadline.
+    Arm(Instant),
+    /// Its oldest request waited the pool's `timeout`: the connection fails.
+    TimedOut,
+}
 
 /// A request at least this large ends a TLS record run (`Server::tls_cut`).
 const TLS_CUT_MIN: usize = 8 * 1024;
@@ -577,6 +589,36 @@ impl Server {
         self.timer_armed = armed;
     }
 
+    /// Its timer fired at `now`, the pool's timeout being `timeout`: it is
+    /// armed again (for the oldest request's deadline, or a whole timeout
+    /// on while a large value moves, which is never cut), or nothing is
+    /// timed, or the oldest request timed out.
+    pub fn timer_fired(&mut self, timeout: Option<Duration>, now: Instant) -> TimerStep {
+        self.timer_armed = false;
+        if self.blocking {
+            // BLPOP k 60 waits as long as it asked: the server answers it.
+            return TimerStep::Idle;
+        }
+        let Some(timeout) = timeout else {
+            return TimerStep::Idle;
+        };
+        let deadline = if self.moving_large() {
+            // A large value is moving: no timeout while it does.
+            now + timeout
+        } else {
+            let Some(front) = self.inflight.front() else {
+                return TimerStep::Idle;
+            };
+            let deadline = front.timed_from + timeout;
+            if deadline <= now {
+                return TimerStep::TimedOut;
+            }
+            deadline
+        };
+        self.timer_armed = true;
+        TimerStep::Arm(deadline)
+    }
+
     /// A large request being streamed to it.
     #[inline]
     pub fn stream(&self) -> Option<&SrvStream> {
@@ -666,12 +708,6 @@ impl Server {
         self.inflight.is_empty() && self.stream.is_none() && self.rbuf.is_empty()
     }
 
-    /// It carries a blocking command (the pool's timeout does not apply).
-    #[inline]
-    pub fn is_blocking(&self) -> bool {
-        self.blocking
-    }
-
     /// It now carries a blocking command.
     #[inline]
     pub fn set_blocking(&mut self) {
@@ -702,3 +738,7 @@ impl Server {
         self.pinned = Some(client);
     }
 }
+
+#[cfg(test)]
+#[path = "server_conn_tests.rs"]
+mod tests;

@@ -5,6 +5,7 @@
 use super::conn::{Conn, ConnTable, Waiter};
 use super::fault::{Ending, ServerFault};
 use super::pool::PoolRt;
+use super::server_conn::TimerStep;
 use super::server_rt::FAIL_LOG_EVERY;
 use super::Worker;
 use crate::stats::shm::StatsSlot;
@@ -43,7 +44,8 @@ impl Worker<'_> {
         }
     }
 
-    /// A server connection's timer fired.
+    /// A server connection's timer fired: armed again, or its oldest
+    /// request timed out, as `Server::timer_fired` says.
     pub(super) fn server_timer(&mut self, token: Token, id: u64, now: Instant) {
         let Some(s) = self.conns.server_mut(token.0) else {
             return;
@@ -51,29 +53,10 @@ impl Worker<'_> {
         if s.id() != id {
             return;
         }
-        s.set_timer_armed(false);
-        if s.is_blocking() {
-            // BLPOP k 60 waits as long as it asked: the server answers it.
-            return;
-        }
-        let Some(timeout) = self.pools[s.pool()].timeout() else {
-            return;
-        };
-        if s.moving_large() {
-            // A large value is moving: no timeout while it does.
-            s.set_timer_armed(true);
-            self.timers.arm(now + timeout, token, id);
-            return;
-        }
-        let Some(front) = s.inflight().front() else {
-            return;
-        };
-        let deadline = front.timed_from + timeout;
-        if deadline <= now {
-            self.close_server(token, ServerFault::TimedOut, now);
-        } else {
-            s.set_timer_armed(true);
-            self.timers.arm(deadline, token, id);
+        match s.timer_fired(self.pools[s.pool()].timeout(), now) {
+            TimerStep::Idle => {}
+            TimerStep::Arm(at) => self.timers.arm(at, token, id),
+            TimerStep::TimedOut => self.close_server(token, ServerFault::TimedOut, now),
         }
     }
 

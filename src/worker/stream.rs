@@ -1,7 +1,10 @@
 //! Large Redis values streamed instead of buffered whole: the bytes moved
 //! and the connections they go on. What each byte of the request is for
 //! (forwarded, held, the key, an MSET pair, the end, a protocol error) is
-//! `proto::redis::StreamMachine`'s to say; this side moves the bytes.
+//! `proto::redis::StreamMachine`'s to say; what the worker does with them
+//! next, where they go and when the client pauses is the request's
+//! `ReqStream`'s (`req_stream.rs`); this side moves the bytes and opens
+//! the connections.
 //!
 //! Requests: a single-key command whose bulk argument is at least
 //! [`STREAM_THRESHOLD`] bytes is routed as soon as its head (everything

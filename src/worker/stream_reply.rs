@@ -28,6 +28,9 @@
 //! drains, and a split MGET is merged from the held fragments chunk by
 //! chunk (`held.rs`). Error replies are buffered whole.
 //!
+//! What streams, where each piece goes and when the server pauses are the
+//! reply's `RepStream`'s to say (`rep_stream.rs`); this side moves the
+//! bytes.
 
 use super::conn::{ClientRef, Conn, ConnTable, ServerRef, Waiter};
 use super::fault::ServerFault;
