@@ -27,7 +27,7 @@
 
 use super::conn::{ClientRef, Conn, ConnTable};
 use super::handle::ServerRef;
-use super::subscriber::{subscribe_op, Subs};
+use super::subscriber::{self, subscribe_op, Subs, SubsStep};
 use super::Worker;
 use crate::proto::redis::pubsub;
 use crate::proto::{Op, Parse, Request};
@@ -50,31 +50,24 @@ impl Worker<'_> {
         let Some(c) = self.conns.client(token.0) else {
             return false;
         };
-        let is_pubsub = op.class == crate::proto::redis::CmdClass::PubSub;
-        if c.subs().is_none() && !is_pubsub {
-            return false;
-        }
         let name = op.cmd.name();
         let (pool, resp3) = (c.pool(), c.session().resp3);
-        if !is_pubsub {
-            if resp3
-                || matches!(
-                    req.route,
-                    crate::proto::Route::Local(crate::proto::Local::Quit(_))
-                )
-            {
-                return false;
+        let quit = matches!(
+            req.route,
+            crate::proto::Route::Local(crate::proto::Local::Quit(_))
+        );
+        let is_pubsub = op.class == crate::proto::redis::CmdClass::PubSub;
+        match subscriber::offer(name, is_pubsub, bytes, c.subs().is_some(), resp3, quit) {
+            SubsStep::Pass => false,
+            SubsStep::Answer(out) => {
+                self.push_ready(token, out, false);
+                true
             }
-            let out = if name == "PING" {
-                pubsub::subscribed_pong(bytes)
-            } else {
-                pubsub::not_allowed_subscribed(name)
-            };
-            self.push_ready(token, out, false);
-            return true;
+            SubsStep::Command => {
+                self.pubsub_command(token, pool, resp3, name, bytes, now);
+                true
+            }
         }
-        self.pubsub_command(token, pool, resp3, name, bytes, now);
-        true
     }
 
     /// (P|S)SUBSCRIBE and (P|S)UNSUBSCRIBE: the client's subscriptions

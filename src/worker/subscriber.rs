@@ -51,6 +51,44 @@ type Held = fn(&mut Subs) -> &mut Vec<Vec<u8>>;
 
 pub use crate::proto::redis::pubsub::subscribe_op;
 
+/// What a request does on the pub/sub path (`offer`).
+#[derive(Debug, PartialEq, Eq)]
+pub enum SubsStep {
+    /// Not pub/sub's: routed as any request.
+    Pass,
+    /// Answered here: a subscribed RESP2 client's PING, or a command it
+    /// may not send.
+    Answer(Vec<u8>),
+    /// A (P|S)(UN)SUBSCRIBE: its client's subscriptions change
+    /// ([`Subs::command`]).
+    Command,
+}
+
+/// What command `name` (`bytes`; `is_pubsub`: of the pub/sub class;
+/// `quit`: a QUIT) does on the pub/sub path, from a client `subscribed` or
+/// not, speaking RESP3 or not. A RESP2 client in subscribed mode may send
+/// only (P)SUBSCRIBE, (P)UNSUBSCRIBE, PING and QUIT, as redis-server
+/// enforces; a RESP3 client may send anything (its messages are push
+/// frames).
+pub fn offer(
+    name: &str,
+    is_pubsub: bool,
+    bytes: &[u8],
+    subscribed: bool,
+    resp3: bool,
+    quit: bool,
+) -> SubsStep {
+    if is_pubsub {
+        SubsStep::Command
+    } else if !subscribed || resp3 || quit {
+        SubsStep::Pass
+    } else if name == "PING" {
+        SubsStep::Answer(pubsub::subscribed_pong(bytes))
+    } else {
+        SubsStep::Answer(pubsub::not_allowed_subscribed(name))
+    }
+}
+
 impl Subs {
     /// Nothing subscribed or being confirmed.
     pub fn is_idle(&self) -> bool {

@@ -211,3 +211,38 @@ fn sharded_channels_count_apart_and_a_new_connection_starts_from_zero() {
         Some(frame("ssubscribe", &a, 2))
     );
 }
+
+#[test]
+fn a_subscribed_resp2_client_may_send_only_pubsub_ping_and_quit() {
+    let ping = b"*2\r\n$4\r\nPING\r\n$2\r\nhi\r\n";
+    let get = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
+    // Not subscribed: only pub/sub commands are its.
+    assert_eq!(
+        offer("GET", false, get, false, false, false),
+        SubsStep::Pass
+    );
+    assert_eq!(
+        offer("PING", false, ping, false, false, false),
+        SubsStep::Pass
+    );
+    assert_eq!(
+        offer("SUBSCRIBE", true, b"", false, false, false),
+        SubsStep::Command
+    );
+    // Subscribed, RESP2: PING answered here, others refused, QUIT passes.
+    assert_eq!(
+        offer("PING", false, ping, true, false, false),
+        SubsStep::Answer(b"*2\r\n$4\r\npong\r\n$2\r\nhi\r\n".to_vec())
+    );
+    let SubsStep::Answer(refused) = offer("GET", false, get, true, false, false) else {
+        panic!("refused");
+    };
+    assert!(refused.starts_with(b"-ERR Can't execute 'get'"));
+    assert_eq!(offer("QUIT", false, b"", true, false, true), SubsStep::Pass);
+    assert_eq!(
+        offer("UNSUBSCRIBE", true, b"", true, false, false),
+        SubsStep::Command
+    );
+    // RESP3: anything goes.
+    assert_eq!(offer("GET", false, get, true, true, false), SubsStep::Pass);
+}
