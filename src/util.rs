@@ -37,11 +37,18 @@ pub fn uptime_secs() -> u64 {
 /// this (zeroed, read and write, never unmapped): the accept mutex and the
 /// fleet page live in one each.
 pub fn shared_page() -> std::io::Result<*mut u8> {
-    // SAFETY: an anonymous shared mapping of one page; checked below.
+    shared_zeroed(4096)
+}
+
+/// `bytes` of anonymous memory shared with every process forked after
+/// this, zeroed, read and write (a migration's progress and its map of
+/// moved keys; unmapped by their owners).
+pub fn shared_zeroed(bytes: usize) -> std::io::Result<*mut u8> {
+    // SAFETY: an anonymous shared mapping; checked below.
     let p = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
-            4096,
+            bytes,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_SHARED | libc::MAP_ANONYMOUS,
             -1,

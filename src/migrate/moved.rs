@@ -48,20 +48,7 @@ impl std::fmt::Debug for MovedKeys {
 impl MovedKeys {
     /// An empty map, shared with the processes forked after this.
     pub fn new() -> std::io::Result<MovedKeys> {
-        // SAFETY: anonymous shared mapping, checked below; zero-filled.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                WORDS * 8,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
+        let ptr = crate::util::shared_zeroed(WORDS * 8)?;
         Ok(MovedKeys {
             words: ptr as *mut AtomicU64,
         })

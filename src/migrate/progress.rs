@@ -74,20 +74,7 @@ impl Progress {
     /// A zeroed shared mapping for a migration walking `sources` servers
     /// (made before the migrator is forked).
     pub fn new(sources: usize) -> std::io::Result<Progress> {
-        // SAFETY: anonymous shared mapping, checked below.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                Self::bytes(sources),
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
+        let ptr = crate::util::shared_zeroed(Self::bytes(sources))?;
         Ok(Progress {
             ptr: ptr as *mut AtomicU64,
             sources,

@@ -75,6 +75,24 @@ def elapsed(since: float) -> int:
     return int(time.monotonic() - since) + 2
 
 
+def redis_migrating(procs, rds, rate: int, workers: int, n: int = 2):
+    """walnut with one Redis pool "rd" (`migration: true`) on the first
+    `n` of `rds`, started: (the proxy, the pool's configuration text for
+    its first k servers, which a reload to k makes the change)."""
+    port = free_port()
+
+    def conf(k: int) -> str:
+        return to_yaml({"rd": redis_pool(rds[:k], listen=f"{HOST}:{port}", migration=True,
+                                         migration_rate=rate)})
+
+    p = Proxy("walnut", procs.workdir, {}, extra_args=["--workers", str(workers)])
+    p.conf_path.write_text(conf(n))
+    p.ports = {"rd": port}
+    procs.started.append(p)
+    p.start()
+    return p, conf
+
+
 def servers_for(change: str, n: int) -> tuple[list[int], list[int]]:
     """Indices of the servers (and weights) before and after."""
     return {
@@ -205,18 +223,8 @@ def test_reads_ask_where_the_migrator_says_the_key_is(procs):
     of the moving keys moved, one read of a moving key in four asked the
     wrong server first, 118 of 474 in a run.)"""
     rds = [procs.redis() for _ in range(3)]
-    port = free_port()
-
-    def conf(n: int) -> str:
-        return to_yaml({"rd": redis_pool(rds[:n], listen=f"{HOST}:{port}", migration=True,
-                                         migration_rate=100)})
-
-    p = Proxy("walnut", procs.workdir, {}, extra_args=["--workers", "1"])
-    p.conf_path.write_text(conf(2))
-    p.ports = {"rd": port}
-    procs.started.append(p)
-    p.start()
-    r = redis.Redis(host=HOST, port=port, protocol=2, retry=Retry(NoBackoff(), 0))
+    p, conf = redis_migrating(procs, rds, rate=100, workers=1)
+    r = redis.Redis(host=HOST, port=p.ports["rd"], protocol=2, retry=Retry(NoBackoff(), 0))
     pipe = r.pipeline(transaction=False)
     for i in range(N):
         pipe.set(key(i), f"v{i}")

@@ -28,7 +28,7 @@ import os
 
 from procmodel import children, cmdline, wait_gone, wait_log, wait_workers, workers_of
 from procs import HOST, Proxy, RawConn, free_port, memcache_pool, redis_pool, to_yaml, wait_until
-from test_migration_bg import admin, sources, state
+from test_migration_bg import admin, redis_migrating, sources, state
 
 # Minutes of work in all: left out of `make quick`.
 pytestmark = pytest.mark.slow
@@ -165,17 +165,8 @@ def test_a_second_change_while_a_migration_runs(procs):
 
 def test_a_new_owner_that_dies_mid_migration(procs):
     rds = [procs.redis() for _ in range(3)]
-    port = free_port()
-
-    def conf(n: int) -> str:
-        return to_yaml({"rd": redis_pool(rds[:n], listen=f"{HOST}:{port}", migration=True,
-                                         migration_rate=200)})
-
-    p = Proxy("walnut", procs.workdir, {}, extra_args=["--workers", "2"])
-    p.conf_path.write_text(conf(2))
-    p.ports = {"rd": port}
-    procs.started.append(p)
-    p.start()
+    p, conf = redis_migrating(procs, rds, rate=200, workers=2)
+    port = p.ports["rd"]
     gen = wait_workers(p.pid, 2)
     r = redis.Redis(host=HOST, port=port, protocol=2, retry=Retry(NoBackoff(), 0),
                     socket_timeout=10)
