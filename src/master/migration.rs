@@ -44,9 +44,26 @@ pub(super) struct Migration {
     pub(super) progress: Progress,
     restart_at: Option<Instant>,
     restarts: u32,
+    /// The generation whose counters were read last for the pool's client
+    /// requests, and what they said.
+    clients_seen: Option<(u64, u64)>,
 }
 
 impl Migration {
+    /// The pool's client requests as generation `gen`'s counters say
+    /// now (`total`): what they grew by since the last reading goes to
+    /// the migrator's pace. A new generation counts afresh, so its first
+    /// reading is only the start of its own.
+    fn note_clients(&mut self, gen: u64, total: u64) {
+        if let Some((g, last)) = self.clients_seen {
+            if g == gen {
+                self.progress
+                    .add_client_requests(total.saturating_sub(last));
+            }
+        }
+        self.clients_seen = Some((gen, total));
+    }
+
     /// The admin lines: the pool's, then one per server walked.
     pub(super) fn lines(&self) -> Vec<String> {
         let mut out = vec![self.progress.line(&self.pool)];
@@ -114,6 +131,7 @@ impl Master {
                 progress,
                 restart_at: None,
                 restarts: 0,
+                clients_seen: None,
             };
             self.spawn_migrator(&mut m);
             self.migrations.push(m);
@@ -259,6 +277,13 @@ impl Master {
         for m in ms.iter_mut() {
             if matches!(m.restart_at, Some(t) if t <= now) && !self.stopping {
                 self.spawn_migrator(m);
+            }
+            // What the pool's clients send, for the migrator's pace (this
+            // loop runs at least every 100 ms).
+            if let Some(g) = &self.current {
+                if let Some(i) = g.config.pools.iter().position(|p| p.name == m.pool) {
+                    m.note_clients(g.id, g.region.pool_requests(i));
+                }
             }
         }
         self.migrations.append(&mut ms);

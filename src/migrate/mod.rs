@@ -491,15 +491,20 @@ impl Walk<'_> {
             for d in dests.iter_mut().flatten() {
                 rtt = rtt.max(d.ping().unwrap_or_default());
             }
-            self.pace.sample(rtt);
+            self.pace.sample(rtt, self.progress.client_requests());
         }
         if self.last_log.elapsed() >= Duration::from_secs(5) {
             self.last_log = Instant::now();
             self.progress.log(&self.plan.new.name);
             crate::log_info!(
-                "migration of pool '{}': pace {} keys/s",
+                "migration of pool '{}': pace {} keys/s ({})",
                 self.plan.new.name,
-                self.pace.rate()
+                self.pace.rate(),
+                if self.pace.clients() {
+                    "clients busy"
+                } else {
+                    "no clients"
+                }
             );
         }
     }

@@ -6,6 +6,16 @@
 //! fixed step), and when it rises the pace is halved. `migration_rate` is
 //! the ceiling, and a batch holds about 10 ms of keys at the pace, so a
 //! slow pace also blocks a server for less at a time.
+//!
+//! What counts as a rise depends on whether the pool has clients (the
+//! master passes on its workers' request counts, `Progress::client_requests`).
+//! With clients, a no-op answered late is a client request answered late,
+//! so the pace backs off at a small rise (a tenth over the least time, and
+//! 50 µs). Without them, the only load is the migrator's own, which also
+//! delays its no-ops (measured: at the small threshold an unloaded
+//! migration ran at a quarter of its speed), so it backs off only at a
+//! large one (half again, and 200 µs), as a server busy with others would
+//! show.
 
 use std::time::{Duration, Instant};
 
@@ -22,6 +32,48 @@ const PROBE_EVERY: Duration = Duration::from_millis(50);
 const BASE_WINDOW: Duration = Duration::from_secs(5);
 /// Largest batch: what a server is kept from its clients for at once.
 const MAX_BATCH: usize = 500;
+/// Client requests within [`CLIENTS_WINDOW`] from which the pool counts as
+/// having clients (a health check now and then does not).
+const CLIENTS_BUSY: u64 = 50;
+/// How long one reading of the clients' requests lasts.
+const CLIENTS_WINDOW: Duration = Duration::from_secs(1);
+
+/// When the smoothed no-op time `srtt` says the servers are busy, against
+/// the least time `base` (seconds), with or without clients.
+fn pressed(srtt: f64, base: f64, clients: bool) -> bool {
+    if clients {
+        srtt > base * 1.1 + 0.000_05
+    } else {
+        srtt > base * 1.5 + 0.000_2
+    }
+}
+
+/// Whether the pool has clients, from the count of their requests.
+struct Clients {
+    /// Start of the current window and the count then.
+    window: Option<(Instant, u64)>,
+    busy: bool,
+}
+
+impl Clients {
+    /// The count is `count` at `now`: busy as soon as a window holds
+    /// [`CLIENTS_BUSY`] requests, quiet after a whole window without.
+    fn seen(&mut self, count: u64, now: Instant) -> bool {
+        let Some((at, from)) = self.window else {
+            self.window = Some((now, count));
+            return self.busy;
+        };
+        let grown = count.saturating_sub(from);
+        if grown >= CLIENTS_BUSY {
+            self.busy = true;
+        }
+        if now.duration_since(at) >= CLIENTS_WINDOW {
+            self.busy = grown >= CLIENTS_BUSY;
+            self.window = Some((now, count));
+        }
+        self.busy
+    }
+}
 
 /// The pace of one migrator.
 pub struct Pace {
@@ -40,6 +92,7 @@ pub struct Pace {
     hold_until: Instant,
     tokens: f64,
     at: Instant,
+    clients: Clients,
 }
 
 impl Pace {
@@ -58,6 +111,10 @@ impl Pace {
             hold_until: now,
             tokens: 0.0,
             at: now,
+            clients: Clients {
+                window: None,
+                busy: false,
+            },
         }
     }
 
@@ -94,13 +151,20 @@ impl Pace {
         self.probed_at.elapsed() >= PROBE_EVERY
     }
 
-    /// The servers answered a no-op in `rtt`: the pace follows.
-    pub fn sample(&mut self, rtt: Duration) {
-        self.sample_at(rtt, Instant::now());
+    /// Whether the pool had clients at the last sample.
+    pub fn clients(&self) -> bool {
+        self.clients.busy
     }
 
-    fn sample_at(&mut self, rtt: Duration, now: Instant) {
+    /// The servers answered a no-op in `rtt`, and the pool's clients have
+    /// sent `client_requests` so far: the pace follows.
+    pub fn sample(&mut self, rtt: Duration, client_requests: u64) {
+        self.sample_at(rtt, client_requests, Instant::now());
+    }
+
+    fn sample_at(&mut self, rtt: Duration, client_requests: u64, now: Instant) {
         self.probed_at = now;
+        let clients = self.clients.seen(client_requests, now);
         let t = rtt.as_secs_f64();
         if now.duration_since(self.window_at) >= BASE_WINDOW {
             self.base = [f64::MAX, self.base[0]];
@@ -117,9 +181,10 @@ impl Pace {
             None => t,
         };
         self.srtt = Some(srtt);
-        // Busy: the queue ahead of a no-op grew by half again and by more
-        // than scheduling noise.
-        if srtt > base * 1.5 + 0.000_2 {
+        // Busy: the queue ahead of a no-op grew by more than the clients
+        // can bear, or (none) by more than the migrator's own load and
+        // scheduling noise.
+        if pressed(srtt, base, clients) {
             self.rate = (self.rate / 2.0).max(FLOOR).min(self.cap);
             self.slow_start = false;
             self.hold_until = now + PROBE_EVERY * 4;
@@ -148,7 +213,7 @@ mod tests {
         let mut now = Instant::now();
         for _ in 0..10 {
             now += PROBE_EVERY;
-            p.sample_at(ms(0.1), now);
+            p.sample_at(ms(0.1), 0, now);
         }
         assert_eq!(p.rate(), 40_000);
         assert_eq!(p.batch(), 400);
@@ -160,12 +225,12 @@ mod tests {
         let mut now = Instant::now();
         for _ in 0..5 {
             now += PROBE_EVERY;
-            p.sample_at(ms(0.1), now);
+            p.sample_at(ms(0.1), 0, now);
         }
         assert_eq!(p.rate(), 32_000);
         for _ in 0..3 {
             now += PROBE_EVERY;
-            p.sample_at(ms(3.0), now);
+            p.sample_at(ms(3.0), 0, now);
         }
         // One halving per rise, however many samples see it.
         assert_eq!(p.rate(), 16_000);
@@ -173,7 +238,7 @@ mod tests {
         let mut least = p.rate();
         for _ in 0..20 {
             now += PROBE_EVERY;
-            p.sample_at(ms(0.1), now);
+            p.sample_at(ms(0.1), 0, now);
             least = least.min(p.rate());
         }
         assert_eq!(least, 16_000);
@@ -185,15 +250,64 @@ mod tests {
     }
 
     #[test]
+    fn with_clients_a_smaller_rise_halves_the_pace() {
+        // No-ops at twice the least time seen (0.2 → 0.4 ms): within what
+        // the migrator's own load does, or client requests that late.
+        let run = |per_sample: u64| {
+            let mut p = Pace::new(100_000);
+            let mut now = Instant::now();
+            let mut count = 0;
+            for _ in 0..5 {
+                now += PROBE_EVERY;
+                count += per_sample;
+                p.sample_at(ms(0.2), count, now);
+            }
+            let before = p.rate();
+            for _ in 0..3 {
+                now += PROBE_EVERY;
+                count += per_sample;
+                p.sample_at(ms(0.4), count, now);
+            }
+            (before, p.rate(), p.clients())
+        };
+        let (before, after, clients) = run(0);
+        assert!(!clients);
+        assert!(after > before, "no clients: {before} -> {after}");
+        let (before, after, clients) = run(100);
+        assert!(clients);
+        assert!(after <= before, "clients: {before} -> {after}");
+    }
+
+    #[test]
+    fn clients_count_from_a_window_of_requests() {
+        let mut c = Clients {
+            window: None,
+            busy: false,
+        };
+        let t = Instant::now();
+        assert!(!c.seen(1000, t), "the first reading only starts a window");
+        assert!(!c.seen(1010, t + PROBE_EVERY), "a few requests");
+        assert!(
+            c.seen(1060, t + PROBE_EVERY * 2),
+            "50 in the window: busy at once"
+        );
+        // Busy until a whole window passes with fewer.
+        assert!(c.seen(1060, t + CLIENTS_WINDOW / 2));
+        assert!(c.seen(1060, t + CLIENTS_WINDOW), "the window that was busy");
+        assert!(c.seen(1070, t + CLIENTS_WINDOW + PROBE_EVERY));
+        assert!(!c.seen(1080, t + CLIENTS_WINDOW * 2), "a quiet window");
+    }
+
+    #[test]
     fn the_pace_never_stops_nor_passes_its_ceiling() {
         let mut p = Pace::new(200);
         assert_eq!(p.rate(), 200);
         assert_eq!(p.batch(), 2);
         let mut now = Instant::now();
-        p.sample_at(ms(0.1), now);
+        p.sample_at(ms(0.1), 0, now);
         for _ in 0..10 {
             now += PROBE_EVERY * 5;
-            p.sample_at(ms(50.0), now);
+            p.sample_at(ms(50.0), 0, now);
         }
         assert_eq!(p.rate() as f64, FLOOR);
         assert_eq!(p.batch(), 1);

@@ -1,7 +1,8 @@
 //! A migration's state and counters in a small shared mapping: written by
 //! the migrator process, read by the master (admin `migration`,
-//! `/metrics`), and a control word the master writes (pause, resume,
-//! abort) that the migrator reads between keys.
+//! `/metrics`), and words the master writes that the migrator reads
+//! between keys: the operator's control (pause, resume, abort) and how
+//! many requests the pool's clients have sent (for the pace).
 //!
 //! Layout: [`HEADER`] words of the pool's state and counters, then
 //! [`PER_SOURCE`] words (scanned, moved) for each server the migrator
@@ -49,6 +50,7 @@ const BYTES: usize = 6;
 const STARTED: usize = 7;
 const ENDED: usize = 8;
 const TOTAL: usize = 9;
+const CLIENTS: usize = 10;
 const HEADER: usize = 16;
 const PER_SOURCE: usize = 2;
 const SRC_SCANNED: usize = 0;
@@ -162,6 +164,19 @@ impl Progress {
     /// estimate its ETA is made from).
     pub fn set_total(&self, n: u64) {
         self.w(TOTAL).store(n, Ordering::Relaxed);
+    }
+
+    /// Requests the pool's clients sent, as the master saw them in its
+    /// workers' counters since the last call (it adds them up across
+    /// reloads, whose workers count afresh).
+    pub fn add_client_requests(&self, n: u64) {
+        self.add(CLIENTS, n);
+    }
+
+    /// Requests the pool's clients sent since the migration was set up
+    /// (read by the migrator's pace).
+    pub fn client_requests(&self) -> u64 {
+        self.get(CLIENTS)
     }
 
     /// Operator control: pause, resume, abort.

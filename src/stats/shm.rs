@@ -346,6 +346,13 @@ impl Region {
     pub fn server_sum(&self, pool: usize, server: usize, f: ServerField) -> u64 {
         self.fold(self.layout.server_idx(pool, server, f), f.kind())
     }
+    /// Requests sent to `pool`'s configured servers, over all slots.
+    pub fn pool_requests(&self, pool: usize) -> u64 {
+        let servers = self.layout.servers_per_pool.get(pool).copied();
+        (0..servers.unwrap_or(0))
+            .map(|s| self.server_sum(pool, s, ServerField::Requests))
+            .sum()
+    }
     /// Requests of route `route` of `pool` over all slots.
     pub fn route_sum(&self, pool: usize, route: usize) -> u64 {
         self.layout
@@ -598,6 +605,8 @@ mod tests {
         r.slot(1).server_set(0, 1, ServerField::ServerEjectedAt, 30);
         assert_eq!(r.server_sum(1, 2, ServerField::Requests), 12);
         assert_eq!(r.server_sum(1, 1, ServerField::Requests), 0);
+        assert_eq!(r.pool_requests(1), 12);
+        assert_eq!(r.pool_requests(0), 0);
         assert_eq!(r.pool_sum(0, PoolField::Fragments), 1);
         assert_eq!(r.server_sum(0, 1, ServerField::ServerEjectedAt), 30);
         r.clear_slot(1);
