@@ -29,6 +29,14 @@ reload removes the third (scale-in). Then steady and migrating both use the
 3 servers (a moved key is read where it is, on the server leaving), so the
 migration's own cost is read against steady without a topology change in
 between, and "after" is the 2 servers.
+--paired measures the migrating phase in pairs of rounds, the migrator
+paused (admin `migration pause`) for one and running for the other, and
+reports the median of each pair's ratio: what the moving itself costs the
+clients, read against rounds a few seconds apart on the same placement
+and the same map of moved keys, so that the machine's drift (other jobs
+on this 2-core host move a round's figures by ±15 %) cancels out. Serving
+moved keys while nothing moves is in both rounds of a pair (its cost:
+`--rate 1`).
 --memcached runs walnut's migration over 3 memcacheds instead; the keys
 are loaded through walnut by a pipelined writer, whose keys/s are
 reported as memcached's write rate here, and the load is bench/loadgen's
@@ -258,6 +266,8 @@ def main() -> None:
                     help="3 memcacheds instead of redis-servers")
     ap.add_argument("--remove", action="store_true",
                     help="start on 3 servers and remove the third (scale-in)")
+    ap.add_argument("--paired", action="store_true",
+                    help="while migrating, rounds in pairs: the migrator paused, then running")
     ap.add_argument("--round-seconds", type=float, default=2.0,
                     help="with --memcached: seconds per load round")
     ap.add_argument("--out", default=str(HERE / "results" / "migration-run.md"))
@@ -313,6 +323,7 @@ def main() -> None:
             return False
 
         cpu: dict[str, float] = {}
+        paused: list[dict] = []
         if args.no_load:
             # CPU seconds of the migrator (its last reading before it
             # exits) and of the servers over the migration.
@@ -329,6 +340,17 @@ def main() -> None:
                 time.sleep(0.2)
             cpu["servers"] = sum(cpu_seconds(pids).values()) - c0
             migrating = []
+        elif args.paired:
+            paused, migrating = [], []
+            while True:
+                admin(adm, "migration pause rd")
+                paused += phase(listen, servers, args.keys, args.round, lambda n: True,
+                                walnut.pid, mc_seconds)
+                admin(adm, "migration resume rd")
+                migrating += phase(listen, servers, args.keys, args.round, lambda n: True,
+                                   walnut.pid, mc_seconds)
+                if finished(len(migrating)):
+                    break
         else:
             migrating = phase(listen, servers, args.keys, args.round, finished, walnut.pid,
                               mc_seconds)
@@ -381,6 +403,22 @@ def main() -> None:
                     f"{med(migrating, 'rps') / med(rows, 'rps') - 1:+.1%}, p50 "
                     f"×{med(migrating, 'p50') / med(rows, 'p50'):.2f}, p99 "
                     f"×{med(migrating, 'p99') / med(rows, 'p99'):.2f}.")
+    if paused:
+        # Pairs whose running round ended after the migration: left out.
+        pairs = [(a, b) for a, b in zip(paused, migrating)][:len(migrating) - (1 if done_at else 0)]
+        pairs = pairs or list(zip(paused, migrating))
+        ratio = {k: statistics.median(b[k] / a[k] for a, b in pairs if a.get(k) and b.get(k))
+                 for k in ("rps", "p50", "p99")}
+        each = ", ".join(f"{b['rps'] / a['rps'] - 1:+.1%}" for a, b in pairs)
+        lines += [
+            "",
+            f"Paired rounds (--paired), {len(pairs)} pairs, each the migrator paused then running: "
+            f"running against paused, median of the pairs: requests/s {ratio['rps'] - 1:+.1%}, "
+            f"p50 ×{ratio['p50']:.2f}, p99 ×{ratio['p99']:.2f}. Each pair's requests/s: {each}.",
+            f"Paused rounds' medians: {med(paused, 'rps'):.0f} rps, p50 {med(paused, 'p50'):.3f}, "
+            f"p99 {med(paused, 'p99'):.3f} ms (against steady: requests/s "
+            + (f"{med(paused, 'rps') / med(steady, 'rps') - 1:+.1%})." if steady else "n/a)."),
+        ]
     lines += [
         "",
         f"Migration: {secs:.1f} s from the reload to `state=done` (the last round ends after it);",

@@ -435,6 +435,30 @@ impl Master {
             );
         }
         out.push_str(
+            "# HELP walnut_migration_pace_keys_per_second The keys a second a migrator allows itself now (its pace, below migration_rate).\n",
+        );
+        out.push_str("# TYPE walnut_migration_pace_keys_per_second gauge\n");
+        for m in &self.migrations {
+            let _ = writeln!(
+                out,
+                "walnut_migration_pace_keys_per_second{{pool=\"{}\"}} {}",
+                m.pool,
+                m.progress.pace().0
+            );
+        }
+        out.push_str(
+            "# HELP walnut_migration_clients 1 while a migrator counts its pool as having clients (it then backs off at a smaller rise of the servers' no-op time), else 0.\n",
+        );
+        out.push_str("# TYPE walnut_migration_clients gauge\n");
+        for m in &self.migrations {
+            let _ = writeln!(
+                out,
+                "walnut_migration_clients{{pool=\"{}\"}} {}",
+                m.pool,
+                u8::from(m.progress.pace().1)
+            );
+        }
+        out.push_str(
             "# HELP walnut_migration_eta_seconds Seconds a migration is estimated to need yet, from the keys there were to walk and its pace so far (0 once ended).\n",
         );
         out.push_str("# TYPE walnut_migration_eta_seconds gauge\n");

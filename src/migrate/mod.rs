@@ -492,6 +492,8 @@ impl Walk<'_> {
                 rtt = rtt.max(d.ping().unwrap_or_default());
             }
             self.pace.sample(rtt, self.progress.client_requests());
+            self.progress
+                .set_pace(self.pace.rate(), self.pace.clients());
         }
         if self.last_log.elapsed() >= Duration::from_secs(5) {
             self.last_log = Instant::now();

@@ -51,6 +51,8 @@ const STARTED: usize = 7;
 const ENDED: usize = 8;
 const TOTAL: usize = 9;
 const CLIENTS: usize = 10;
+const PACE: usize = 11;
+const PACE_CLIENTS: usize = 12;
 const HEADER: usize = 16;
 const PER_SOURCE: usize = 2;
 const SRC_SCANNED: usize = 0;
@@ -179,6 +181,19 @@ impl Progress {
         self.get(CLIENTS)
     }
 
+    /// The pace now (keys a second), and whether it counts the pool as
+    /// having clients (set by the migrator at each sample).
+    pub fn set_pace(&self, rate: u64, clients: bool) {
+        self.w(PACE).store(rate, Ordering::Relaxed);
+        self.w(PACE_CLIENTS)
+            .store(u64::from(clients), Ordering::Relaxed);
+    }
+
+    /// What [`Progress::set_pace`] set last.
+    pub fn pace(&self) -> (u64, bool) {
+        (self.get(PACE), self.get(PACE_CLIENTS) == 1)
+    }
+
     /// Operator control: pause, resume, abort.
     pub fn control(&self, what: &str) -> Result<(), String> {
         let v = match what {
@@ -249,11 +264,13 @@ impl Progress {
         let [scanned, moved, skipped, failed, bytes] = self.counts();
         let secs = self.seconds();
         let rate = self.rate();
+        let (pace, clients) = self.pace();
         format!(
-            "pool={pool} state={} keys={} scanned={scanned} moved={moved} skipped={skipped} failed={failed} bytes={bytes} seconds={secs} keys_per_second={rate} eta_seconds={}",
+            "pool={pool} state={} keys={} scanned={scanned} moved={moved} skipped={skipped} failed={failed} bytes={bytes} seconds={secs} keys_per_second={rate} eta_seconds={} pace={pace} clients={}",
             self.state().name(),
             self.get(TOTAL),
-            self.eta()
+            self.eta(),
+            u8::from(clients)
         )
     }
 
@@ -277,12 +294,14 @@ impl Progress {
     /// scalars: tools read object-valued keys of a pool as its servers).
     pub fn json_fields(&self) -> String {
         let [scanned, moved, skipped, failed, bytes] = self.counts();
+        let (pace, clients) = self.pace();
         format!(
-            "\"migration_state\":\"{}\", \"migration_keys\":{}, \"migration_scanned\":{scanned}, \"migration_moved\":{moved}, \"migration_skipped\":{skipped}, \"migration_failed\":{failed}, \"migration_bytes\":{bytes}, \"migration_seconds\":{}, \"migration_eta_seconds\":{}",
+            "\"migration_state\":\"{}\", \"migration_keys\":{}, \"migration_scanned\":{scanned}, \"migration_moved\":{moved}, \"migration_skipped\":{skipped}, \"migration_failed\":{failed}, \"migration_bytes\":{bytes}, \"migration_seconds\":{}, \"migration_eta_seconds\":{}, \"migration_pace\":{pace}, \"migration_clients\":{}",
             self.state().name(),
             self.get(TOTAL),
             self.seconds(),
-            self.eta()
+            self.eta(),
+            u8::from(clients)
         )
     }
 

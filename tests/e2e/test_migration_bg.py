@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import signal
 import socket
+import threading
 import time
 
 import pytest
@@ -259,6 +260,66 @@ def test_reads_ask_where_the_migrator_says_the_key_is(procs):
     assert new.dbsize() == moved
     assert reads > 2 * moved > 0, (reads, moved)
     assert rereads <= 2, (rereads, reads)
+
+
+def test_the_pace_knows_when_the_pool_has_clients(procs):
+    """The master passes the pool's client requests, as its workers count
+    them, to the migrator, whose pace then backs off at a smaller rise of
+    the servers' no-op time (what that buys is measured in
+    bench/migration.py). Without clients it counts the pool as quiet, with
+    a busy client as having clients, and quiet again once the client
+    stops; after a reload that keeps the migration going (new workers,
+    whose counters start afresh) a busy client is seen again."""
+    rds = [procs.redis() for _ in range(3)]
+    # 20 keys a second: the migration outlasts the test.
+    p, conf = redis_migrating(procs, rds, rate=20, workers=2)
+    r = redis.Redis(host=HOST, port=p.ports["rd"], protocol=2, retry=Retry(NoBackoff(), 0))
+    pipe = r.pipeline(transaction=False)
+    for i in range(N):
+        pipe.set(key(i), f"v{i}")
+    pipe.execute()
+    p.conf_path.write_text(conf(3))
+    p.signal(signal.SIGHUP)
+
+    def clients() -> str:
+        st = state(p.admin_port, "rd")
+        return st.get("clients", "") if st.get("state") == "running" and int(st.get("pace", 0)) > 0 else ""
+
+    def busy_for_a_while(reloaded: bool):
+        stop = threading.Event()
+        sent = [0]
+
+        def load():
+            c = redis.Redis(host=HOST, port=p.ports["rd"], protocol=2, retry=Retry(NoBackoff(), 0))
+            while not stop.is_set():
+                assert c.get(key(sent[0] % N)) == f"v{sent[0] % N}".encode()
+                sent[0] += 1
+
+        t = threading.Thread(target=load, daemon=True)
+        t.start()
+        try:
+            wait_until(lambda: clients() == "1", 10, what=f"clients seen (reloaded: {reloaded})")
+            m = metrics(p.admin_port)
+            assert m['walnut_migration_clients{pool="rd"}'] == 1
+            assert 0 < m['walnut_migration_pace_keys_per_second{pool="rd"}'] <= 20
+        finally:
+            stop.set()
+            t.join(10)
+        assert sent[0] > 50
+        wait_until(lambda: clients() == "0", 10, what="quiet again after the client stopped")
+
+    wait_until(lambda: clients() == "0", 30, what="the migration running, no clients")
+    assert metrics(p.admin_port)['walnut_migration_clients{pool="rd"}'] == 0
+    busy_for_a_while(False)
+    # Another change than the placement (the pace's ceiling, 20 → 21): a
+    # new generation of workers, the migration goes on.
+    pids = wait_workers(p.pid, 2)
+    p.conf_path.write_text(to_yaml({"rd": redis_pool(rds, listen=f"{HOST}:{p.ports['rd']}",
+                                                     migration=True, migration_rate=21)}))
+    p.signal(signal.SIGHUP)
+    wait_workers(p.pid, 2, exclude=pids.values())
+    assert state(p.admin_port, "rd")["state"] == "running"
+    busy_for_a_while(True)
 
 
 def test_pause_resume_abort_and_a_dead_old_owner(procs):
