@@ -346,12 +346,20 @@ impl Region {
     pub fn server_sum(&self, pool: usize, server: usize, f: ServerField) -> u64 {
         self.fold(self.layout.server_idx(pool, server, f), f.kind())
     }
-    /// Requests sent to `pool`'s configured servers, over all slots.
+    /// Requests this region's workers sent to `pool`'s configured
+    /// servers: their own slots only, not the carry slot, whose counts
+    /// come in steps from other generations (a retired generation's
+    /// totals, added at once).
     pub fn pool_requests(&self, pool: usize) -> u64 {
         let servers = self.layout.servers_per_pool.get(pool).copied();
-        (0..servers.unwrap_or(0))
-            .map(|s| self.server_sum(pool, s, ServerField::Requests))
-            .sum()
+        let mut n = 0u64;
+        for s in 0..servers.unwrap_or(0) {
+            let idx = self.layout.server_idx(pool, s, ServerField::Requests);
+            for slot in 0..self.slots {
+                n = n.wrapping_add(self.word(slot, idx).load(Ordering::Relaxed));
+            }
+        }
+        n
     }
     /// Requests of route `route` of `pool` over all slots.
     pub fn route_sum(&self, pool: usize, route: usize) -> u64 {
@@ -607,6 +615,10 @@ mod tests {
         assert_eq!(r.server_sum(1, 1, ServerField::Requests), 0);
         assert_eq!(r.pool_requests(1), 12);
         assert_eq!(r.pool_requests(0), 0);
+        r.slot(r.carry_slot()).server_add(1, 2, ServerField::Requests, 100);
+        assert_eq!(r.server_sum(1, 2, ServerField::Requests), 112);
+        assert_eq!(r.pool_requests(1), 12, "not the carry slot's");
+        r.clear_slot(r.carry_slot());
         assert_eq!(r.pool_sum(0, PoolField::Fragments), 1);
         assert_eq!(r.server_sum(0, 1, ServerField::ServerEjectedAt), 30);
         r.clear_slot(1);
