@@ -615,7 +615,8 @@ mod tests {
         assert_eq!(r.server_sum(1, 1, ServerField::Requests), 0);
         assert_eq!(r.pool_requests(1), 12);
         assert_eq!(r.pool_requests(0), 0);
-        r.slot(r.carry_slot()).server_add(1, 2, ServerField::Requests, 100);
+        r.slot(r.carry_slot())
+            .server_add(1, 2, ServerField::Requests, 100);
         assert_eq!(r.server_sum(1, 2, ServerField::Requests), 112);
         assert_eq!(r.pool_requests(1), 12, "not the carry slot's");
         r.clear_slot(r.carry_slot());
