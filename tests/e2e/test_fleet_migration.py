@@ -202,8 +202,10 @@ def test_a_server_added_across_the_fleet_loses_no_acknowledged_write(procs, kind
     loopback it passes in tens of milliseconds, which busy clients on a
     loaded machine may not fall into), then it passes by itself."""
     # A lease long enough that the frozen agent's member stays in step
-    # (its page runs to its last renewal plus the TTL) while it is frozen.
-    f = Fleet(procs, kind, ttl=4)
+    # (its page runs to its last renewal plus the TTL) while it is frozen,
+    # which lasts until a and b have reloaded and held a request: on a
+    # loaded machine their reloads alone took over 1.5 s once.
+    f = Fleet(procs, kind, ttl=8)
     a, b, c = f.members
     with Load(kind, f.ports) as load:
         wait_for(lambda: load.acked > 2000, 20, "load running")
@@ -215,7 +217,7 @@ def test_a_server_added_across_the_fleet_loses_no_acknowledged_write(procs, kind
             at_apply = load.acked
             # a and b prepared and wait for c: their requests for moving
             # keys are held, the others served.
-            wait_for(lambda: metric_sum([a, b], "walnut_worker_fleet_held_requests_total") > 0, 1.5,
+            wait_for(lambda: metric_sum([a, b], "walnut_worker_fleet_held_requests_total") > 0, 5,
                      "requests held at the barrier", step=0.02)
             held_frozen = metric_sum([a, b], "walnut_worker_fleet_held_requests_total")
             assert not f.migration_started(a) and not f.migration_started(b)
