@@ -1,10 +1,12 @@
 //! Client side of the data path: read, parse, route, queue replies in
 //! order, write.
 
+use super::client_conn::{AfterRead, InputPass};
 use super::conn::Origin;
 use super::conn::{Conn, ConnTable, ReplySlot, Server, Waiter};
 use super::fault::ServerFault;
 use super::fleet_hold::FleetStep;
+use super::handover::CARRY_MAX;
 use super::pull::AfterPull;
 use super::server_conn::Queued;
 use super::stream::StreamStart;
@@ -17,42 +19,22 @@ use std::io::{ErrorKind, Write};
 use std::os::fd::AsRawFd;
 use std::time::Instant;
 
-/// Whether a client's input is left in its socket for now: it is
-/// closing, paused (`client_max_inflight`), held behind a request that
-/// waits (a pull, the fleet), or streaming to a server that is full.
-fn reading_held(c: &super::conn::Client) -> bool {
-    c.is_closing()
-        || c.is_paused()
-        || c.gate().is_some()
-        || c.stream().is_some_and(|s| s.is_blocked())
-}
-
 impl Worker<'_> {
     /// Read what the client sent. `hup`: the peer also closed its side, so
     /// read on to the end of the stream even after a short read.
     pub(super) fn read_client(&mut self, token: Token, now: Instant, hup: bool) {
         let mut total = 0;
-        let handing = self.handover.is_some();
+        // While handing over: the most a client's handover carries.
+        let handing = self.handover.as_ref().map(|_| CARRY_MAX);
         loop {
             let Some(c) = self.conns.client_mut(token.0) else {
                 return;
             };
-            if reading_held(c) {
-                c.set_unread(true);
+            // Handing over, what is read is not parsed here; a client
+            // that crosses after all carries it over.
+            if !c.read_now(handing, hup) {
                 break;
             }
-            if handing && !Self::must_read_before_handover(c) && !hup {
-                // Handing over: what it sends next waits in the socket
-                // for the successor. Not so once the peer closed or
-                // failed: read to the end to see it go (a client blocked
-                // or owed replies here, which then leaves, must not keep
-                // this worker until the graceful timeout). What is read
-                // is not parsed here; a client that crosses after all
-                // carries it over.
-                c.set_unread(true);
-                break;
-            }
-            c.set_unread(false);
             match c.read_input(&mut self.bufs, READ_CHUNK) {
                 Ok((0, _)) => {
                     c.set_eof();
@@ -98,19 +80,10 @@ impl Worker<'_> {
                 // a read has finished it (no EPOLLOUT edge comes for that).
                 self.dirty.client(token);
             }
-            if c.is_eof() && c.stream().is_some() {
-                // The peer ended in the middle of a streamed request.
-                self.close_client(token, true);
-                return;
-            }
-            if c.is_eof()
-                && c.blocked()
-                    .iter()
-                    .any(|&r| self.conns.server_ref(r).is_some())
+            if let AfterRead::Close { error } = c.after_read(|r| self.conns.server_ref(r).is_some())
             {
-                // Gone while blocked (a BLPOP ... 0 may never be answered):
-                // its blocked server connections go with it.
-                self.close_client(token, false);
+                // A blocked client's server connections go with it.
+                self.close_client(token, error);
                 return;
             }
         }
@@ -170,26 +143,15 @@ impl Worker<'_> {
         }
     }
 
-    /// Whether the client's input is to be parsed now: not while a request
-    /// waits for its keys, is handed over, is swallowed or streamed, or
-    /// until `need` bytes are there.
+    /// Whether the client's input is to be parsed now (`Client::parse_now`),
+    /// once a streamed request took its share, and `need` bytes are there.
     fn input_parseable(&mut self, token: Token, now: Instant) -> bool {
+        // While handing over: the most a client's handover carries.
+        let handing = self.handover.as_ref().map(|_| CARRY_MAX);
         let Some(c) = self.conns.client_mut(token.0) else {
             return false;
         };
-        if c.gate().is_some() {
-            // A request waits for its keys to be pulled over: the next
-            // ones wait behind it (parsed once it goes on).
-            return false;
-        }
-        if self.handover.is_some() && !Self::must_read_before_handover(c) {
-            // Handing over: the input goes to the successor unparsed.
-            return false;
-        }
-        if c.swallow_input() {
-            return false;
-        }
-        if c.is_closing() {
+        if !c.parse_now(handing) {
             return false;
         }
         if c.stream().is_some() {
@@ -214,10 +176,7 @@ impl Worker<'_> {
     fn parse_input(&mut self, token: Token, pool: usize, input: &[u8], now: Instant) -> InputPass {
         let proto = self.pools[pool].proto;
         let limits = self.pools[pool].limits;
-        let max_inflight = self
-            .ctl
-            .client_max_inflight
-            .unwrap_or(self.pools[pool].cfg.client_max_inflight);
+        let max_inflight = self.ctl.max_inflight(&self.pools[pool]);
         let mut pass = InputPass::default();
         loop {
             let input = &input[pass.off..];
@@ -229,11 +188,7 @@ impl Worker<'_> {
             // not read until its replies drain (resumed in write_client).
             if let Some(c) = self.conns.client_mut(token.0) {
                 limits.pre_auth = !c.session().authenticated;
-                if c.pending_len() >= max_inflight {
-                    pass.paused = true;
-                    return pass;
-                }
-                if c.solo_waits() {
+                if c.must_pause(max_inflight) {
                     pass.paused = true;
                     return pass;
                 }
@@ -329,17 +284,7 @@ impl Worker<'_> {
             }
             self.push_ready(token, err.reply, close);
         }
-        if close {
-            return false;
-        }
-        let skip = err.skip.max(1);
-        if skip > input.len() {
-            pass.swallow = skip - input.len();
-            pass.off += input.len();
-            return false;
-        }
-        pass.off += skip;
-        true
+        !close && pass.skip_refused(err.skip, input.len())
     }
 
     /// A reply the proxy gives itself (PING, memcached's `version`, ...):
@@ -561,36 +506,27 @@ impl Worker<'_> {
             return;
         }
         self.client_drained(token);
-        self.drain_held(token);
         let Some(c) = self.conns.client_mut(token.0) else {
             return;
         };
-        let max_inflight = self
-            .ctl
-            .client_max_inflight
-            .unwrap_or(self.pools[c.pool()].cfg.client_max_inflight);
+        if c.wants_held_reply(STREAM_LOW) {
+            // Its output drained: more of the held reply at the head of
+            // its replies (written on the loop's next flush round).
+            let added = c.drain_ready(&mut self.bufs);
+            if added > 0 {
+                self.dirty.client(token);
+                self.add_out(added);
+            }
+        }
+        let Some(c) = self.conns.client_mut(token.0) else {
+            return;
+        };
+        let max_inflight = self.ctl.max_inflight(&self.pools[c.pool()]);
         if c.resume_if_drained(max_inflight, READ_CHUNK * 4) {
             self.read_client(token, std::time::Instant::now(), true);
             return;
         }
         self.maybe_finish_client(token);
-    }
-
-    /// The client's output drained: pass it more of the held reply at the
-    /// head of its replies (it is written on the loop's next flush round).
-    fn drain_held(&mut self, token: Token) {
-        let Some(c) = self.conns.client_mut(token.0) else {
-            return;
-        };
-        let held_at_head = c.head().is_some_and(|s| s.ready && s.held.is_some());
-        if !held_at_head || c.out_len() >= STREAM_LOW {
-            return;
-        }
-        let added = c.drain_ready(&mut self.bufs);
-        if added > 0 {
-            self.dirty.client(token);
-            self.add_out(added);
-        }
     }
 
     /// Replies were queued for a client: if that took its output over
@@ -664,8 +600,7 @@ impl Worker<'_> {
         let Some(c) = self.conns.client(token.0) else {
             return;
         };
-        let done_writing = !c.has_output();
-        if (c.is_closing() || c.is_eof()) && !c.has_pending() && done_writing {
+        if c.finished() {
             self.close_client(token, false);
         }
     }
@@ -736,21 +671,4 @@ impl Worker<'_> {
         }
         self.maybe_uncap();
     }
-}
-
-/// What one pass over a client's input parsed and left.
-#[derive(Debug, Default)]
-struct InputPass {
-    /// Bytes used.
-    off: usize,
-    /// Parse again once the input holds this many bytes.
-    need: usize,
-    /// Input bytes still to discard (a refused value's data block).
-    swallow: usize,
-    /// Reading stops until replies drain.
-    paused: bool,
-    /// A streamed request started: its rest passes as it arrives.
-    streamed: bool,
-    /// Requests parsed (the worker's request counter).
-    requests: u64,
 }

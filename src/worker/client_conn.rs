@@ -1,6 +1,7 @@
 //! A client connection: its socket, buffers and ordered reply slots, and
 //! the per-feature state (a streamed request, a held request, a
 //! transaction, subscriptions), private and changed through its methods.
+//! When it is read and parsed is `client_flow.rs`, a module of this one.
 
 use super::buffer::Buffer;
 use super::conn::BufPool;
@@ -13,6 +14,10 @@ use crate::proto::redis::local::Session;
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::time::{Duration, Instant};
+
+#[path = "client_flow.rs"]
+mod flow;
+pub use flow::{AfterRead, InputPass};
 
 /// What [`Client::hold_output`] decided for the queued output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -534,137 +539,6 @@ impl Client {
         self.head_seq += 1;
     }
 
-    /// The peer closed its side.
-    #[inline]
-    pub fn is_eof(&self) -> bool {
-        self.eof
-    }
-
-    /// Note that the peer closed its side.
-    #[inline]
-    pub fn set_eof(&mut self) {
-        self.eof = true;
-    }
-
-    /// A quit or fatal error is queued: nothing more is read.
-    #[inline]
-    pub fn is_closing(&self) -> bool {
-        self.closing
-    }
-
-    /// Read nothing more: close once the queued replies are written.
-    #[inline]
-    pub fn close_after_replies(&mut self) {
-        self.closing = true;
-    }
-
-    /// Bytes of input to gather before parsing again.
-    #[inline]
-    pub fn need(&self) -> usize {
-        self.need
-    }
-
-    /// Input bytes still to discard.
-    #[inline]
-    pub fn swallow(&self) -> usize {
-        self.swallow
-    }
-
-    /// Discard the next `n` input bytes (carried over from a predecessor).
-    #[inline]
-    pub fn swallow_next(&mut self, n: usize) {
-        self.swallow = n;
-    }
-
-    /// Discard what input is still to be swallowed; whether more is.
-    #[inline]
-    pub fn swallow_input(&mut self) -> bool {
-        if self.swallow == 0 {
-            return false;
-        }
-        let n = self.swallow.min(self.rbuf.len());
-        self.rbuf.consume(n);
-        self.swallow -= n;
-        self.swallow > 0
-    }
-
-    /// Where a parse pass stopped: the input it needs before parsing
-    /// again, the input still to discard, and whether reading pauses.
-    #[inline]
-    pub fn end_pass(&mut self, need: usize, swallow: usize, paused: bool) {
-        self.need = need;
-        self.swallow = swallow;
-        self.paused = paused;
-    }
-
-    /// The input holds enough to parse again, and reading goes on.
-    #[inline]
-    pub fn ready_to_parse(&self) -> bool {
-        self.rbuf.len() >= self.need && !self.closing
-    }
-
-    /// A streamed request goes next: nothing more is parsed until every
-    /// earlier reply is written.
-    #[inline]
-    pub fn go_solo(&mut self) {
-        self.solo = true;
-    }
-
-    /// The next request must wait for every earlier reply (a streamed one
-    /// goes alone); once they are written, it no longer waits.
-    #[inline]
-    pub fn solo_waits(&mut self) -> bool {
-        if !self.solo {
-            return false;
-        }
-        if !self.pending.is_empty() {
-            return true;
-        }
-        self.solo = false;
-        false
-    }
-
-    /// Reading is paused (too many requests in flight).
-    #[inline]
-    pub fn is_paused(&self) -> bool {
-        self.paused
-    }
-
-    /// Reading stopped (`true`) or began (`false`) with input perhaps
-    /// left in the socket: see `unread`.
-    #[inline]
-    pub fn set_unread(&mut self, unread: bool) {
-        self.unread = unread;
-    }
-
-    /// Input was left in the socket and nothing stops reading it now: the
-    /// worker must read it itself, as no event will say it is there.
-    #[inline]
-    pub fn must_read_again(&self) -> bool {
-        self.unread
-            && !self.paused
-            && !self.closing
-            && !self.rare.as_ref().is_some_and(|r| {
-                r.gate.is_some() || r.stream.as_ref().is_some_and(|s| s.is_blocked())
-            })
-    }
-
-    /// Resume reading a paused client once its replies drained below
-    /// `max_inflight` (half of it, plus one) and `max_out` bytes of output
-    /// (a solo client: all of them). Whether it was resumed.
-    #[inline]
-    pub fn resume_if_drained(&mut self, max_inflight: usize, max_out: usize) -> bool {
-        if self.paused
-            && self.pending.len() < max_inflight / 2 + 1
-            && (!self.solo || self.pending.is_empty())
-            && self.wbuf.len() < max_out
-        {
-            self.paused = false;
-            return true;
-        }
-        false
-    }
-
     /// The server whose streamed reply waits for this client's output to
     /// drain.
     #[inline]
@@ -726,12 +600,6 @@ impl Client {
     /// Sequence number the next request gets.
     pub fn next_seq(&self) -> u64 {
         self.head_seq + self.pending.len() as u64
-    }
-
-    /// Replies still owed (queued or awaited).
-    #[inline]
-    pub fn pending_len(&self) -> usize {
-        self.pending.len()
     }
 
     /// Some reply is still owed.

@@ -1,5 +1,5 @@
 //! Tests of `Client`: holding a pipelined batch's output (`hold_output`),
-//! and reading again once a pause ends (`must_read_again`).
+//! what an idle client costs.
 
 use super::*;
 
@@ -113,23 +113,6 @@ fn a_written_output_ends_the_hold() {
     answer_head(&mut c, b"b");
     // Held anew from now, not from the first hold.
     assert_eq!(c.hold_output(t + BOUND * 2, BOUND, 1024), Hold::Begin);
-}
-
-#[test]
-fn input_left_in_the_socket_is_read_once_nothing_stops_it() {
-    let mut c = client();
-    assert!(!c.must_read_again(), "nothing left unread");
-    // Reading stopped by a pause with bytes still in the socket.
-    c.end_pass(0, 0, true);
-    c.set_unread(true);
-    assert!(!c.must_read_again(), "still paused");
-    // A later parse (not a read) ends the pause: the worker must read,
-    // for edge-triggered epoll will not report those bytes again.
-    c.end_pass(13, 0, false);
-    assert!(c.must_read_again());
-    // A read began: nothing is owed any more.
-    c.set_unread(false);
-    assert!(!c.must_read_again());
 }
 
 /// What an idle client costs the worker: its `Client` (boxed in the

@@ -198,17 +198,6 @@ impl Worker<'_> {
         self.handover = Some(target);
     }
 
-    /// Whether a client must still be read while handing over: it is in
-    /// the middle of a request too large to carry across, or pinned here.
-    pub(super) fn must_read_before_handover(c: &Client) -> bool {
-        c.stream().is_some()
-            || c.input().len() > CARRY_MAX
-            || c.need() > CARRY_MAX
-            // A subscriber or a transaction is served here until it
-            // leaves that state (its server connections are here).
-            || c.is_stateful()
-    }
-
     /// Hand over every client at a request boundary. Returns false when
     /// the successor cannot be reached (the caller falls back to a
     /// graceful stop).

@@ -204,6 +204,14 @@ impl WorkerCtl {
         self.client_output_limit
             .unwrap_or(pool.cfg.client_output_limit)
     }
+
+    /// The most requests a client of `pool` has in flight before it is
+    /// not read: `client_max_inflight`, the run-time override first.
+    #[inline]
+    fn max_inflight(&self, pool: &pool::PoolRt) -> usize {
+        self.client_max_inflight
+            .unwrap_or(pool.cfg.client_max_inflight)
+    }
 }
 
 /// Whether a client keeping `bytes` of replies (written out or held) is
