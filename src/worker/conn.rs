@@ -91,6 +91,13 @@ impl Retry {
         let from = self.replicas.get(self.next.checked_sub(1)?)?;
         Some((old, *from == new))
     }
+
+    /// The next replica to try, taken; `None` once every one was.
+    pub fn take_next(&mut self) -> Option<usize> {
+        let server = *self.replicas.get(self.next)?;
+        self.next += 1;
+        Some(server)
+    }
 }
 
 /// How a request split across servers is answered.
@@ -129,6 +136,32 @@ pub struct Multi {
     pub error: Option<Vec<u8>>,
     /// How the replies are joined.
     pub mode: MultiMode,
+}
+
+impl Multi {
+    /// Fragment `frag` failed and its keys go again as new fragments, one
+    /// per list of `keys` (their `attempt`): it answers nothing now, and
+    /// the new ones are counted before any is sent, so none completes the
+    /// request early. The index of the first new fragment.
+    pub fn refragment<'a>(
+        &mut self,
+        frag: usize,
+        keys: impl IntoIterator<Item = &'a Vec<usize>>,
+        attempt: u8,
+    ) -> usize {
+        self.frags[frag].keys.clear();
+        self.frags[frag].reply.clear();
+        let base = self.frags.len();
+        for keys in keys {
+            self.frags.push(Fragment {
+                keys: keys.clone(),
+                attempt,
+                ..Fragment::default()
+            });
+            self.remaining += 1;
+        }
+        base
+    }
 }
 
 /// One server's share of a multi-key request.

@@ -6,7 +6,7 @@ use super::conn::{
     ConnTable, Fragment, Multi, MultiMode, Origin, Redirect, ReplySlot, ReplyTo, Retry,
 };
 use super::fault::ServerFault;
-use super::key_groups::{add_key, KeyGroups};
+use super::key_groups::{KeyGroups, Split};
 use super::zones::{owners_slot, zone_tag};
 use super::{Worker, WRITE_THROUGH_MIN};
 use crate::proto::{Op, Request};
@@ -391,30 +391,14 @@ impl Worker<'_> {
             };
             groups
         };
-        let one_server = matches!(req.op, Op::Redis(r) if matches!(
-            r.class,
-            crate::proto::redis::CmdClass::OneServer | crate::proto::redis::CmdClass::Blocking
-        ));
-        if one_server && groups.len() > 1 {
-            // Only one server can promise what these commands do.
-            let mut out = Vec::new();
-            let name = match req.op {
-                Op::Redis(r) => r.cmd.name(),
-                Op::Mc(_) => "",
-            };
-            let cluster = self.pools[at.pool].cluster.is_some();
-            crate::proto::redis::reply::cross_server(name, cluster, &mut out);
-            self.push_ready(at.token, out, false);
-            return;
+        match self.pools[at.pool].split(&req, groups.len()) {
+            Split::Refused(out) => self.push_ready(at.token, out, false),
+            Split::Whole => self.forward_single(at, plan, &req, bytes, now),
+            Split::Fragments => {
+                let to = at.reply_to();
+                self.send_split(to, at.pool, req, bytes, &groups, now);
+            }
         }
-        // A replicated pool's split request, and a zone pool's multi-key
-        // read, stay split even on one server: they fall over per key.
-        if groups.len() <= 1 && !self.pools[at.pool].route.keeps_split(req.op) {
-            self.forward_single(at, plan, &req, bytes, now);
-            return;
-        }
-        let to = at.reply_to();
-        self.send_split(to, at.pool, req, bytes, &groups, now);
     }
 
     /// One fragment per group, each to its server, answered into one slot
@@ -482,10 +466,9 @@ impl Worker<'_> {
         let Some(retry) = slot.retry.as_mut() else {
             return false;
         };
-        let Some(&server) = retry.replicas.get(retry.next) else {
+        let Some(server) = retry.take_next() else {
             return false;
         };
-        retry.next += 1;
         let (req, bytes) = (retry.req.clone(), std::mem::take(&mut retry.bytes));
         let proto = self.pools[pool].proto;
         let now = Instant::now();
@@ -535,54 +518,17 @@ impl Worker<'_> {
                 pool,
             );
         }
-        let r = self.pools[pool].cfg.replicas as usize;
-        let Some(c) = self.conns.client_mut(token.0) else {
+        let Some(m) = (self.conns.client_mut(token.0))
+            .and_then(|c| c.slot_mut(seq))
+            .and_then(|s| s.multi.as_mut())
+        else {
             return false;
         };
-        let Some(m) = c.slot_mut(seq).and_then(|s| s.multi.as_mut()) else {
+        let Some((attempt, groups)) = self.pools[pool].next_replicas(m, frag) else {
             return false;
         };
-        let Some(f) = m.frags.get(frag) else {
-            return false;
-        };
-        let attempt = f.attempt as usize + 1;
-        if r <= 1 || attempt >= r || m.mode != MultiMode::Split {
-            return false;
-        }
-        let keys = f.keys.clone();
+        let base = m.refragment(frag, groups.iter().map(|(_, keys)| keys), attempt);
         let (req, bytes) = (m.req.clone(), m.bytes.clone());
-        let mut replicas = Vec::with_capacity(r);
-        let mut groups = KeyGroups::new();
-        for &i in &keys {
-            let Some(range) = req.keys.get(i) else {
-                continue;
-            };
-            self.pools[pool]
-                .placement
-                .replicas_for(&bytes[range.clone()], r, &mut replicas);
-            let Some(&s) = replicas.get(attempt) else {
-                return false;
-            };
-            add_key(&mut groups, s, i, req.keys.len() - i);
-        }
-        let Some(c) = self.conns.client_mut(token.0) else {
-            return false;
-        };
-        let Some(m) = c.slot_mut(seq).and_then(|s| s.multi.as_mut()) else {
-            return false;
-        };
-        // The failed fragment answers nothing; its keys move to new ones.
-        m.frags[frag].keys.clear();
-        m.frags[frag].reply.clear();
-        let base = m.frags.len();
-        for (_, keys) in &groups {
-            m.frags.push(Fragment {
-                keys: keys.clone(),
-                attempt: attempt as u8,
-                ..Fragment::default()
-            });
-        }
-        m.remaining += groups.len();
         let proto = self.pools[pool].proto;
         let now = Instant::now();
         for (gi, (server, keys)) in groups.iter().enumerate() {

@@ -1,12 +1,16 @@
 //! Where a request's keys go in a pool: grouped by server (or, in a
 //! Redis Cluster pool, by slot) for a split, whether the keys of a command
 //! that runs on one server live apart, the server of a command without a
-//! key, and of a request sent on a connection of its own. Questions of
-//! the pool's placement, asked by the executors (`forward.rs`,
-//! `blocking.rs`, `stream.rs`).
+//! key, and of a request sent on a connection of its own; what a split
+//! request becomes once grouped (`Split`), and where a failed fragment's
+//! keys go next in a replicated pool (`next_replicas`). Questions of the
+//! pool's placement, asked by the executors (`forward.rs`, `blocking.rs`,
+//! `stream.rs`).
 
+use super::conn::{Multi, MultiMode};
 use super::pool::PoolRt;
-use crate::proto::Request;
+use crate::proto::redis::CmdClass;
+use crate::proto::{Op, Request};
 use smallvec::SmallVec;
 use std::time::Instant;
 
@@ -29,7 +33,69 @@ pub(super) fn add_key(groups: &mut KeyGroups, s: usize, i: usize, left: usize) {
     }
 }
 
+/// What a split request (`proto::Route::Multi`) does once its keys are
+/// grouped by server.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Split {
+    /// Refused with this reply: only one server can promise what the
+    /// command does (MSETNX, a blocking pop over keys, ...), and its keys
+    /// live on several.
+    Refused(Vec<u8>),
+    /// Sent as a single-key request: its keys are on one server.
+    Whole,
+    /// One fragment per group, the replies merged.
+    Fragments,
+}
+
 impl PoolRt {
+    /// What `req`, its keys in `groups` groups, does: refused when a
+    /// one-server command's keys are apart, sent whole when they are on
+    /// one server, else split; a replicated pool's split request and a
+    /// zone pool's multi-key read stay split even on one server (they fall
+    /// over per key).
+    pub(super) fn split(&self, req: &Request, groups: usize) -> Split {
+        if let Op::Redis(r) = req.op {
+            if groups > 1 && matches!(r.class, CmdClass::OneServer | CmdClass::Blocking) {
+                let mut out = Vec::new();
+                let cluster = self.cluster.is_some();
+                crate::proto::redis::reply::cross_server(r.cmd.name(), cluster, &mut out);
+                return Split::Refused(out);
+            }
+        }
+        if groups <= 1 && !self.route.keeps_split(req.op) {
+            return Split::Whole;
+        }
+        Split::Fragments
+    }
+
+    /// A replicated pool's split read whose fragment `frag` failed: its
+    /// keys grouped by their next replica, and the attempt that is. `None`
+    /// when they have no further replica (or the request is not a split).
+    pub(super) fn next_replicas(&self, m: &Multi, frag: usize) -> Option<(u8, KeyGroups)> {
+        let r = self.cfg.replicas as usize;
+        let f = m.frags.get(frag)?;
+        let attempt = f.attempt as usize + 1;
+        if r <= 1 || attempt >= r || m.mode != MultiMode::Split {
+            return None;
+        }
+        let mut replicas = Vec::with_capacity(r);
+        let mut groups = KeyGroups::new();
+        for &i in &f.keys {
+            let Some(range) = m.req.keys.get(i) else {
+                continue;
+            };
+            self.placement
+                .replicas_for(&m.bytes[range.clone()], r, &mut replicas);
+            add_key(
+                &mut groups,
+                *replicas.get(attempt)?,
+                i,
+                m.req.keys.len() - i,
+            );
+        }
+        Some((attempt as u8, groups))
+    }
+
     /// The server a request `op` on `key` goes to when it is sent on a
     /// connection of its own (a blocking command, a streamed request): in
     /// a cluster pool the node of its slot, else the pool's placement
@@ -215,5 +281,135 @@ mod tests {
         let mut r = pool("  keyless_server: random\n");
         let picks: Vec<usize> = (0..50).filter_map(|c| r.keyless_server(c, now)).collect();
         assert!(picks.len() == 50 && picks.iter().all(|&s| s < 3));
+    }
+
+    fn groups_of(p: &mut PoolRt, bytes: &[u8]) -> (Request, KeyGroups) {
+        let req = request(bytes);
+        let groups = p
+            .server_groups(&req, bytes, Instant::now())
+            .expect("servers");
+        (req, groups)
+    }
+
+    #[test]
+    fn a_split_request_is_refused_sent_whole_or_split() {
+        let mut p = pool("  hash_tag: \"{}\"\n");
+        // MSETNX runs on one server: its keys together go whole ...
+        let (req, g) = groups_of(
+            &mut p,
+            b"*5\r\n$6\r\nMSETNX\r\n$4\r\n{u}a\r\n$1\r\n1\r\n$4\r\n{u}b\r\n$1\r\n2\r\n",
+        );
+        assert_eq!(g.len(), 1);
+        assert_eq!(p.split(&req, g.len()), Split::Whole);
+        // ... apart they are refused as a cluster node would.
+        let names: Vec<String> = (0..20).map(|i| format!("k{i}")).collect();
+        let bulk = |n: &str| format!("${}\r\n{}\r\n", n.len(), n);
+        let mut mget = format!("*{}\r\n$4\r\nMGET\r\n", names.len() + 1);
+        let mut msetnx = format!("*{}\r\n$6\r\nMSETNX\r\n", 2 * names.len() + 1);
+        for n in &names {
+            mget += &bulk(n);
+            msetnx += &(bulk(n) + &bulk("1"));
+        }
+        let (req, g) = groups_of(&mut p, mget.as_bytes());
+        assert!(g.len() > 1, "twenty keys on three servers");
+        assert_eq!(p.split(&req, g.len()), Split::Fragments);
+        let (req, g) = groups_of(&mut p, msetnx.as_bytes());
+        let Split::Refused(out) = p.split(&req, g.len()) else {
+            panic!("MSETNX over several servers goes");
+        };
+        assert!(out.starts_with(b"-") && out.ends_with(b"\r\n"), "{out:?}");
+        assert!(String::from_utf8_lossy(&out).contains("MSETNX"), "{out:?}");
+        // An MGET of keys on one server is sent as one GET would be.
+        let (req, g) = groups_of(&mut p, b"*3\r\n$4\r\nMGET\r\n$4\r\n{u}a\r\n$4\r\n{u}b\r\n");
+        assert_eq!(p.split(&req, g.len()), Split::Whole);
+    }
+
+    /// A replicated memcached pool: two servers, each key on both.
+    fn replicated() -> PoolRt {
+        let yaml = "m:\n  listen: 127.0.0.1:22121\n  replicas: 2\n  servers:\n   - 127.0.0.1:11211:1\n   - 127.0.0.1:11212:1\n";
+        let c = Config::from_str(yaml, Path::new("t.yml")).expect("config parses");
+        PoolRt::new(&c.pools[0], &[])
+    }
+
+    #[test]
+    fn a_replicated_split_read_falls_over_to_the_next_replica_once() {
+        let mut p = replicated();
+        let now = Instant::now();
+        let bytes = b"get a b c\r\n";
+        let req = match Protocol::Memcache.parse_request(bytes, &Limits::default()) {
+            Ok(Parse::Done(r)) => r,
+            other => panic!("{other:?}"),
+        };
+        let groups = p.server_groups(&req, bytes, now).expect("servers");
+        // Split even when every key's owner is one server: per key it
+        // falls over.
+        assert_eq!(p.split(&req, 1), Split::Fragments);
+        let mut m = Multi {
+            req,
+            bytes: bytes.to_vec(),
+            frags: groups
+                .iter()
+                .map(|(_, keys)| crate::worker::conn::Fragment {
+                    keys: keys.clone(),
+                    ..Default::default()
+                })
+                .collect(),
+            remaining: groups.len(),
+            error: None,
+            mode: MultiMode::Split,
+        };
+        let (attempt, next) = p.next_replicas(&m, 0).expect("a second replica");
+        assert_eq!(attempt, 1);
+        let mut replicas = Vec::new();
+        for (server, keys) in &next {
+            for &k in keys {
+                p.placement
+                    .replicas_for(&bytes[m.req.keys[k].clone()], 2, &mut replicas);
+                assert_eq!(replicas[1], *server, "the key's second replica");
+                assert_ne!(replicas[0], *server);
+            }
+        }
+        let moved: Vec<usize> = next.iter().flat_map(|(_, k)| k.clone()).collect();
+        assert_eq!(moved, groups[0].1, "the failed fragment's keys, in order");
+        let (n, remaining) = (m.frags.len(), m.remaining);
+        let base = m.refragment(0, next.iter().map(|(_, k)| k), attempt);
+        assert_eq!(base, n);
+        assert!(m.frags[0].keys.is_empty(), "the failed one answers nothing");
+        assert_eq!(m.remaining, remaining + next.len());
+        assert!(m.frags[base..].iter().all(|f| f.attempt == 1));
+        // The second replica was the last: its failure is the answer.
+        assert_eq!(p.next_replicas(&m, base), None);
+        assert_eq!(p.next_replicas(&m, 99), None, "no such fragment");
+        // A pool of one copy per key never falls over.
+        let redis = pool("");
+        let mget = b"*3\r\n$4\r\nMGET\r\n$1\r\na\r\n$1\r\nb\r\n";
+        let one = Multi {
+            req: request(mget),
+            bytes: mget.to_vec(),
+            frags: vec![crate::worker::conn::Fragment {
+                keys: vec![0, 1],
+                ..Default::default()
+            }],
+            remaining: 1,
+            error: None,
+            mode: MultiMode::Split,
+        };
+        assert_eq!(redis.next_replicas(&one, 0), None);
+    }
+
+    #[test]
+    fn a_failed_read_tries_each_replica_once_in_order() {
+        let mut r = crate::worker::conn::Retry {
+            req: request(b"*2\r\n$3\r\nGET\r\n$1\r\na\r\n"),
+            bytes: b"*2\r\n$3\r\nGET\r\n$1\r\na\r\n".to_vec(),
+            replicas: vec![4, 2, 7],
+            next: 1,
+            on_miss: false,
+            learns: false,
+        };
+        assert_eq!(r.take_next(), Some(2));
+        assert_eq!(r.take_next(), Some(7));
+        assert_eq!(r.take_next(), None);
+        assert_eq!(r.take_next(), None);
     }
 }
