@@ -6,7 +6,7 @@ use super::conn::{
     ConnTable, Fragment, Multi, MultiMode, Origin, Redirect, ReplySlot, ReplyTo, Retry,
 };
 use super::fault::ServerFault;
-use super::key_groups::{KeyGroups, Split};
+use super::key_groups::{KeyGroups, Placed, Split};
 use super::zones::{owners_slot, zone_tag};
 use super::{Worker, WRITE_THROUGH_MIN};
 use crate::proto::{Op, Request};
@@ -150,27 +150,12 @@ impl Worker<'_> {
             }
             // Key, Keyless (Blocking and Scan went above).
             _ => {
-                if let Op::Redis(r) = req.op {
-                    if crate::proto::redis::names_more_keys(r.cmd)
-                        && self.pools[at.pool].keys_apart(r.cmd, req, bytes, now)
-                    {
-                        let mut out = Vec::new();
-                        crate::proto::redis::reply::cross_server(r.cmd.name(), false, &mut out);
-                        self.push_ready(at.token, out, false);
-                        return;
-                    }
+                let keyless = target == Target::Keyless;
+                match self.pools[at.pool].place(req, bytes, keyless, at.client_id, now) {
+                    Placed::Server(server) => (server, ReplySlot::default()),
+                    Placed::Apart(out) => return self.push_ready(at.token, out, false),
+                    Placed::NoServer => return self.reply_no_server(at.token, at.pool, req),
                 }
-                let server = if target == Target::Keyless {
-                    self.pools[at.pool].keyless_server(at.client_id, now)
-                } else {
-                    let key = req.routing_key(bytes);
-                    self.pools[at.pool].server_for(key.as_ref(), now)
-                };
-                let Some(server) = server else {
-                    self.reply_no_server(at.token, at.pool, req);
-                    return;
-                };
-                (server, ReplySlot::default())
             }
         };
         let seq = self.push_slot(at.token, req.noreply, slot);

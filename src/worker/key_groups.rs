@@ -47,7 +47,48 @@ pub(super) enum Split {
     Fragments,
 }
 
+/// Where a request for one server goes (`PoolRt::place`).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Placed {
+    /// To this server.
+    Server(usize),
+    /// Refused with this reply: a command that runs on one server names
+    /// keys that live apart (`keys_apart`).
+    Apart(Vec<u8>),
+    /// No server to go to (every one ejected).
+    NoServer,
+}
+
 impl PoolRt {
+    /// The server of `req`, a request for one server: its key's owner, or
+    /// for a command without a key (`keyless`) the keyless server;
+    /// refused when it names several keys that live apart.
+    #[inline]
+    pub(super) fn place(
+        &mut self,
+        req: &Request,
+        bytes: &[u8],
+        keyless: bool,
+        client_id: u64,
+        now: Instant,
+    ) -> Placed {
+        if let Op::Redis(r) = req.op {
+            if crate::proto::redis::names_more_keys(r.cmd)
+                && self.keys_apart(r.cmd, req, bytes, now)
+            {
+                let mut out = Vec::new();
+                crate::proto::redis::reply::cross_server(r.cmd.name(), false, &mut out);
+                return Placed::Apart(out);
+            }
+        }
+        let server = if keyless {
+            self.keyless_server(client_id, now)
+        } else {
+            self.server_for(req.routing_key(bytes).as_ref(), now)
+        };
+        server.map_or(Placed::NoServer, Placed::Server)
+    }
+
     /// What `req`, its keys in `groups` groups, does: refused when a
     /// one-server command's keys are apart, sent whole when they are on
     /// one server, else split; a replicated pool's split request and a
@@ -411,5 +452,53 @@ mod tests {
         assert_eq!(r.take_next(), Some(7));
         assert_eq!(r.take_next(), None);
         assert_eq!(r.take_next(), None);
+    }
+
+    #[test]
+    fn a_request_for_one_server_goes_to_its_key_or_is_refused() {
+        let mut p = pool("  hash_tag: \"{}\"\n");
+        let now = Instant::now();
+        let get = b"*2\r\n$3\r\nGET\r\n$6\r\n{u}abc\r\n";
+        let owner = p.server_for(b"u", now).expect("a server");
+        assert_eq!(
+            p.place(&request(get), get, false, 1, now),
+            Placed::Server(owner)
+        );
+        let time = b"*1\r\n$4\r\nTIME\r\n";
+        assert_eq!(
+            p.place(&request(time), time, true, 1, now),
+            Placed::Server(0)
+        );
+        // RENAME's keys on two servers: refused, naming the command.
+        let names: Vec<String> = (0..20).map(|i| format!("k{i}")).collect();
+        let first = p.server_for(names[0].as_bytes(), now);
+        let other = names
+            .iter()
+            .find(|n| p.server_for(n.as_bytes(), now) != first)
+            .unwrap();
+        let rename = format!(
+            "*3\r\n$6\r\nRENAME\r\n$2\r\n{}\r\n${}\r\n{}\r\n",
+            names[0],
+            other.len(),
+            other
+        );
+        let Placed::Apart(out) = p.place(
+            &request(rename.as_bytes()),
+            rename.as_bytes(),
+            false,
+            1,
+            now,
+        ) else {
+            panic!("refused");
+        };
+        assert!(out.starts_with(b"-") && String::from_utf8_lossy(&out).contains("RENAME"));
+        // Every server ejected: nowhere to go.
+        for s in &mut p.servers {
+            s.ejected_until = Some(now + std::time::Duration::from_secs(30));
+        }
+        assert_eq!(
+            p.place(&request(time), time, true, 1, now),
+            Placed::NoServer
+        );
     }
 }
