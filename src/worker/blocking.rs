@@ -3,6 +3,7 @@
 //! waits and no pool `timeout` cuts it; the connection closes with its
 //! reply or its client.
 
+use super::conn::Open;
 use super::conn::Origin;
 use super::conn::{Conn, ConnTable, ReplySlot, ReplyTo, ServerRef};
 use super::Worker;
@@ -29,7 +30,7 @@ impl Worker<'_> {
         let seq = self.push_slot(at.token, req.noreply, ReplySlot::default());
         let to = ReplyTo::new(at.token, at.client_id, seq, None);
         let slot = self.conn_slot(at.token, at.pool, server, at.client_id, req.op);
-        let st = match self.server_conn_dedicated(at.pool, server, slot, now) {
+        let st = match self.server_conn(at.pool, server, slot, now, Open::Dedicated) {
             Ok(st) => st,
             Err(fault) => {
                 self.fail_unsent(to, at.pool, req.op, &fault);

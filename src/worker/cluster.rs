@@ -19,6 +19,7 @@
 //! reply goes to the client.
 
 use super::cluster_map::TryAgain;
+use super::conn::Open;
 use super::conn::{ClientRef, ConnTable, ReplySlot, ReplyTo, Waiter};
 use super::pool::PoolRt;
 use super::Worker;
@@ -160,7 +161,7 @@ impl Worker<'_> {
             let mut asked = None;
             for i in 0..n {
                 let server = (start + i) % n;
-                let Ok(st) = self.server_conn(pool, server, 0, now) else {
+                let Ok(st) = self.server_conn(pool, server, 0, now, Open::Shared) else {
                     continue;
                 };
                 self.enqueue(
@@ -369,7 +370,7 @@ impl Worker<'_> {
         };
         let proto = self.pools[pool].proto;
         let cslot = self.conn_slot(ct, pool, target, id, op);
-        let st = match self.server_conn(pool, target, cslot, now) {
+        let st = match self.server_conn(pool, target, cslot, now, Open::Shared) {
             Ok(st) => st,
             Err(fault) => {
                 self.fail_unsent(

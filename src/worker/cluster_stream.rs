@@ -18,6 +18,7 @@
 //! queued on it. A client that goes away while its request is being sent
 //! again leaves that connection with half a command: it is closed.
 
+use super::conn::Open;
 use super::conn::{Client, Conn, ConnTable, Feed, Redirect, ReplySlot, ReplyTo, ServerRef};
 use super::fault::ServerFault;
 use super::spool::{Spool, SpoolReader};
@@ -125,7 +126,7 @@ impl Worker<'_> {
             return;
         }
         let cslot = self.conn_slot(ct, pool, target, id, op);
-        let st = match self.server_conn_dedicated(pool, target, cslot, now) {
+        let st = match self.server_conn(pool, target, cslot, now, Open::Dedicated) {
             Ok(st) => st,
             Err(fault) => {
                 self.fail_unsent(

@@ -100,6 +100,21 @@ impl Retry {
     }
 }
 
+/// Which connection to a server a request takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Open {
+    /// Its slot's shared connection, opened if there is none.
+    Shared,
+    /// A new connection for one request only (a streamed, blocking or
+    /// pinned one, a subscriber's): it takes no other request, so none
+    /// waits behind it, and closes once that request is answered (or its
+    /// client leaves). Its slot still gives its protocol (RESP2 or RESP3).
+    Dedicated,
+    /// The slot's connection for a health probe: opened even while the
+    /// server rests after failures.
+    Probe,
+}
+
 /// How a request split across servers is answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MultiMode {

@@ -2,6 +2,7 @@
 //! server, and for replicated memcached pools every replica (writes) or
 //! one replica with the next tried on failure (reads).
 
+use super::conn::Open;
 use super::conn::{
     ConnTable, Fragment, Multi, MultiMode, Origin, Redirect, ReplySlot, ReplyTo, Retry,
 };
@@ -79,7 +80,7 @@ impl Worker<'_> {
         now: Instant,
     ) -> Result<mio::Token, ServerFault> {
         let slot = self.conn_slot(to.token, pool, server, to.id, op);
-        self.server_conn(pool, server, slot, now)
+        self.server_conn(pool, server, slot, now, Open::Shared)
     }
 
     /// `send_to`, and on failure the error goes to the waiting slot.

@@ -33,6 +33,7 @@
 //! An old owner that cannot be reached loses its keys (as in twemproxy);
 //! the request then goes on to the new owner.
 
+use super::conn::Open;
 use super::conn::{ConnTable, ReplySlot, ReplyTo, Retry, Waiter};
 use super::conn_state::Gate;
 use super::migration_rt::ReadOrder;
@@ -469,7 +470,7 @@ impl Worker<'_> {
             return false;
         };
         let slot = self.conn_slot(token, pool, server, id, r.op);
-        let Ok(st) = self.server_conn(pool, server, slot, now) else {
+        let Ok(st) = self.server_conn(pool, server, slot, now, Open::Shared) else {
             return false;
         };
         let waiter = Waiter::Pull {

@@ -71,6 +71,7 @@ pub use pool::PoolRt;
 pub use reply_hold::bound as reply_hold_bound;
 
 use crate::stats::shm::Region;
+use conn::Open;
 use std::os::fd::RawFd;
 
 use crate::config::Config;
@@ -422,7 +423,7 @@ impl<'a> Worker<'a> {
             }
             for s in 0..self.pools[p].servers.len() {
                 for c in 0..self.pools[p].servers[s].per_protocol() {
-                    let _ = self.server_conn(p, s, c, now);
+                    let _ = self.server_conn(p, s, c, now, Open::Shared);
                 }
             }
         }

@@ -25,6 +25,7 @@
 //! `Subs` (`subscriber.rs`), tested without sockets; here the worker
 //! opens its connections and moves the bytes.
 
+use super::conn::Open;
 use super::conn::{ClientRef, Conn, ConnTable};
 use super::handle::ServerRef;
 use super::subscriber::{self, subscribe_op, Subs, SubsStep};
@@ -122,7 +123,9 @@ impl Worker<'_> {
         }
         let client_id = self.conns.client(token.0)?.id();
         let slot = self.conn_slot(token, pool, server, client_id, subscribe_op()?);
-        let st = self.server_conn_dedicated(pool, server, slot, now).ok()?;
+        let st = self
+            .server_conn(pool, server, slot, now, Open::Dedicated)
+            .ok()?;
         let s = self.conns.server_mut(st.0)?;
         s.subscribe_for(token, client_id);
         subs.opened(server, ServerRef::new(st, s.id()));

@@ -2,7 +2,7 @@
 //! batched writes, reads, failures and ejection (replies are matched to
 //! their requests in `server_reply.rs`).
 
-use super::conn::{Conn, ConnTable, RepStream, Server, ServerRef, Waiter};
+use super::conn::{Conn, ConnTable, Open, RepStream, Server, ServerRef, Waiter};
 use super::fault::{IoFault, ServerFault};
 use super::{Worker, READ_BUDGET, READ_CHUNK};
 use crate::stats::{PoolField, ServerField, WorkerField};
@@ -11,31 +11,6 @@ use std::io::{ErrorKind, Write};
 use std::time::Instant;
 
 impl Worker<'_> {
-    /// The open connection in slot `slot` of a server, connecting if needed.
-    pub(super) fn server_conn(
-        &mut self,
-        pool: usize,
-        server: usize,
-        slot: usize,
-        now: Instant,
-    ) -> Result<Token, ServerFault> {
-        self.server_conn_for(pool, server, slot, now, false, false)
-    }
-
-    /// A new connection to a server for one streamed request only: it
-    /// takes no other request (so none waits behind a slow upload) and is
-    /// closed once that request is answered. `slot` gives its protocol
-    /// (RESP2 or RESP3) as for the shared connections.
-    pub(super) fn server_conn_dedicated(
-        &mut self,
-        pool: usize,
-        server: usize,
-        slot: usize,
-        now: Instant,
-    ) -> Result<Token, ServerFault> {
-        self.server_conn_for(pool, server, slot, now, false, true)
-    }
-
     /// Close a dedicated connection whose request was answered (or whose
     /// client left).
     pub(super) fn retire_server(&mut self, token: Token) {
@@ -68,26 +43,28 @@ impl Worker<'_> {
         self.pools[s.pool()].servers[s.server()].forget_conn(s.slot(), token);
     }
 
-    /// The connection in `slot` to a server, opened if there is none (or
-    /// a new one apart from the slot, `dedicated`).
+    /// The connection in `slot` to a server, for what `open` says: the
+    /// slot's, opened if there is none, or a new one apart from the slot.
     #[inline]
-    pub(super) fn server_conn_for(
+    pub(super) fn server_conn(
         &mut self,
         pool: usize,
         server: usize,
         slot: usize,
         now: Instant,
-        probe: bool,
-        dedicated: bool,
+        open: Open,
     ) -> Result<Token, ServerFault> {
         // The open connection, nearly every request's: looked up here,
         // inline, without the call to the opener's much larger frame.
-        if let (false, Some(t)) = (dedicated, self.pools[pool].servers[server].conns[slot]) {
+        if let (false, Some(t)) = (
+            open == Open::Dedicated,
+            self.pools[pool].servers[server].conns[slot],
+        ) {
             if self.conns.server(t.0).is_some() {
                 return Ok(t);
             }
         }
-        self.open_server_conn(pool, server, slot, now, probe, dedicated)
+        self.open_server_conn(pool, server, slot, now, open)
     }
 
     #[inline(never)]
@@ -97,10 +74,10 @@ impl Worker<'_> {
         server: usize,
         slot: usize,
         now: Instant,
-        probe: bool,
-        dedicated: bool,
+        open: Open,
     ) -> Result<Token, ServerFault> {
-        if let Some(fault) = self.pools[pool].refuse_connect(server, now, probe) {
+        let dedicated = open == Open::Dedicated;
+        if let Some(fault) = self.pools[pool].refuse_connect(server, now, open == Open::Probe) {
             return Err(fault);
         }
         self.pools[pool].look_up_again(server, now);

@@ -2,6 +2,7 @@
 //! eject a server (`auto_eject_hosts`), and the probes that take an
 //! ejected one back (`server_health_check`).
 
+use super::conn::Open;
 use super::conn::{Conn, ConnTable, Waiter};
 use super::fault::{Ending, ServerFault};
 use super::pool::PoolRt;
@@ -29,7 +30,7 @@ impl Worker<'_> {
                 if !s.probing || s.conns[0].is_some() {
                     continue;
                 }
-                let Ok(token) = self.server_conn_for(pool, server, 0, now, true, false) else {
+                let Ok(token) = self.server_conn(pool, server, 0, now, Open::Probe) else {
                     continue;
                 };
                 let (op, probe) = self.pools[pool].proto.probe();

@@ -6,6 +6,7 @@
 //! connection; a copy that finds it full, or its server down, is dropped
 //! and counted (`shadow_dropped`).
 
+use super::conn::Open;
 use super::conn::{ConnTable, Waiter};
 use super::Worker;
 use crate::proto::{Op, Request, Route};
@@ -74,7 +75,7 @@ impl Worker<'_> {
         now: Instant,
         write: impl FnOnce(&mut Vec<u8>),
     ) {
-        let st = server.and_then(|s| self.server_conn(sp, s, 0, now).ok());
+        let st = server.and_then(|s| self.server_conn(sp, s, 0, now, Open::Shared).ok());
         let room = st.is_some_and(|st| self.conns.server(st.0).is_some_and(has_copy_room));
         match st {
             Some(st) if room => self.enqueue(st, Some(Waiter::Internal), op, write, now),

@@ -50,6 +50,7 @@
 //! (if none of it was passed yet, the client gets the error reply instead).
 //! So does a reply the cursor finds malformed.
 
+use super::conn::Open;
 use super::conn::{Conn, ConnTable, ReplySlot, ReplyTo, ReqStream, ServerRef, SrvStream, Waiter};
 use super::fault::ServerFault;
 use super::req_stream::{FeedStep, PairOut, ReqAction};
@@ -200,7 +201,7 @@ impl Worker<'_> {
             return None;
         };
         let slot = self.conn_slot(token, pool, server, client_id, req.op);
-        let st = match self.server_conn_dedicated(pool, server, slot, now) {
+        let st = match self.server_conn(pool, server, slot, now, Open::Dedicated) {
             Ok(st) => st,
             Err(fault) => {
                 let seq = self.push_slot(token, false, ReplySlot::default());
@@ -295,7 +296,7 @@ impl Worker<'_> {
             }
         }
         let slot = self.conn_slot(token, pool, server, client_id, op);
-        let st = self.server_conn_dedicated(pool, server, slot, now)?;
+        let st = self.server_conn(pool, server, slot, now, Open::Dedicated)?;
         let sid = match self.conns.get(st.0) {
             Some(Conn::Server(s)) => s.id(),
             _ => return Err(ServerFault::NoServer),
@@ -439,7 +440,7 @@ impl Worker<'_> {
             Some(server) => {
                 let slot = self.conn_slot(token, pool, server, client_id, op);
                 let seq = self.push_slot(token, false, ReplySlot::default());
-                match self.server_conn_dedicated(pool, server, slot, now) {
+                match self.server_conn(pool, server, slot, now, Open::Dedicated) {
                     Ok(st) => {
                         self.recorder.note_key(pool, key);
                         let waiter = ReplyTo::new(token, client_id, seq, None).waiter();

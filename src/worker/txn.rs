@@ -15,6 +15,7 @@
 //! In a Redis Cluster pool the server is the master of the first key's
 //! slot, and the keys must live on that node.
 
+use super::conn::Open;
 use super::conn::{Conn, ConnTable, ReplySlot, ReplyTo, ServerRef, Waiter};
 use super::fleet_hold::FleetStep;
 use super::pull::AfterPull;
@@ -148,7 +149,7 @@ impl Worker<'_> {
             Place::Send(st) => st,
             Place::Open(server) => {
                 let slot = self.conn_slot(token, pool, server, client_id, req.op);
-                match self.server_conn_dedicated(pool, server, slot, now) {
+                match self.server_conn(pool, server, slot, now, Open::Dedicated) {
                     Ok(st) => {
                         let Some(s) = self.conns.server_mut(st.0) else {
                             return;

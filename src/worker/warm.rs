@@ -7,6 +7,7 @@
 //! (add), Redis `DUMP` + `PTTL` then `RESTORE` without `REPLACE`. Writes
 //! go to the cold pool only; deletes to both.
 
+use super::conn::Open;
 use super::conn::{ReplySlot, Waiter};
 use super::Worker;
 use crate::migrate::commands::{dump, mc_get, mc_store, pttl, restore};
@@ -63,7 +64,7 @@ impl Worker<'_> {
             return false;
         };
         let now = Instant::now();
-        let Ok(st) = self.server_conn(pool, server, 0, now) else {
+        let Ok(st) = self.server_conn(pool, server, 0, now, Open::Shared) else {
             return false;
         };
         let waiter = match idx {

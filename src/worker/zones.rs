@@ -30,6 +30,7 @@
 //! (A fragment reply large enough to be held in chunks is not looked at:
 //! its misses stay misses.)
 
+use super::conn::Open;
 use super::conn::Origin;
 use super::conn::{ConnTable, Fragment, Multi, MultiMode, ReplySlot, ReplyTo};
 use super::fault::ServerFault;
@@ -99,12 +100,14 @@ impl Worker<'_> {
             };
             if zone != 0 {
                 let cs = self.conn_slot(to.token, pool, server, to.id, req.op);
-                let full = self.server_conn(pool, server, cs, now).is_ok_and(|st| {
-                    !self
-                        .conns
-                        .server(st.0)
-                        .is_some_and(super::shadow::has_copy_room)
-                });
+                let full = self
+                    .server_conn(pool, server, cs, now, Open::Shared)
+                    .is_ok_and(|st| {
+                        !self
+                            .conns
+                            .server(st.0)
+                            .is_some_and(super::shadow::has_copy_room)
+                    });
                 if full {
                     self.stats.worker_add(WorkerField::ShadowDropped, 1);
                     let mut out = Vec::new();
