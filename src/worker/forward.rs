@@ -70,7 +70,7 @@ impl Worker<'_> {
 
     /// The connection to `server` that `to`'s request goes on (opened if
     /// it is not).
-    #[inline]
+    #[inline(always)]
     fn conn_for(
         &mut self,
         to: ReplyTo,
