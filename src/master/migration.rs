@@ -31,6 +31,53 @@ pub(super) fn inherit_lineage() -> Vec<String> {
     out
 }
 
+/// The /metrics families with one sample per migrating pool: name, type,
+/// help, value.
+type PerPool = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&Progress) -> u64,
+);
+const PER_POOL: &[PerPool] = &[
+    (
+        "walnut_migration_bytes_total",
+        "counter",
+        "Bytes of values moved by a migration.",
+        |p| p.counts()[4],
+    ),
+    (
+        "walnut_migration_state",
+        "gauge",
+        "State of a migration: 0 pending, 1 running, 2 paused, 3 done, 4 aborted.",
+        |p| p.state() as u64,
+    ),
+    (
+        "walnut_migration_keys_per_second",
+        "gauge",
+        "Keys a migration moved a second, on average since it began.",
+        |p| p.rate(),
+    ),
+    (
+        "walnut_migration_pace_keys_per_second",
+        "gauge",
+        "The keys a second a migrator allows itself now (its pace, below migration_rate).",
+        |p| p.pace().0,
+    ),
+    (
+        "walnut_migration_clients",
+        "gauge",
+        "1 while a migrator counts its pool as having clients (it then backs off at a smaller rise of the servers' no-op time), else 0.",
+        |p| u64::from(p.pace().1),
+    ),
+    (
+        "walnut_migration_eta_seconds",
+        "gauge",
+        "Seconds a migration is estimated to need yet, from the keys there were to walk and its pace so far (0 once ended).",
+        |p| p.eta(),
+    ),
+];
+
 /// One pool's migration.
 pub(super) struct Migration {
     pub(super) pool: String,
@@ -400,75 +447,11 @@ impl Master {
                 }
             }
         }
-        out.push_str("# HELP walnut_migration_bytes_total Bytes of values moved by a migration.\n");
-        out.push_str("# TYPE walnut_migration_bytes_total counter\n");
-        for m in &self.migrations {
-            let _ = writeln!(
-                out,
-                "walnut_migration_bytes_total{{pool=\"{}\"}} {}",
-                m.pool,
-                m.progress.counts()[4]
-            );
-        }
-        out.push_str(
-            "# HELP walnut_migration_state State of a migration: 0 pending, 1 running, 2 paused, 3 done, 4 aborted.\n",
-        );
-        out.push_str("# TYPE walnut_migration_state gauge\n");
-        for m in &self.migrations {
-            let _ = writeln!(
-                out,
-                "walnut_migration_state{{pool=\"{}\"}} {}",
-                m.pool,
-                m.progress.state() as u8
-            );
-        }
-        out.push_str(
-            "# HELP walnut_migration_keys_per_second Keys a migration moved a second, on average since it began.\n",
-        );
-        out.push_str("# TYPE walnut_migration_keys_per_second gauge\n");
-        for m in &self.migrations {
-            let _ = writeln!(
-                out,
-                "walnut_migration_keys_per_second{{pool=\"{}\"}} {}",
-                m.pool,
-                m.progress.rate()
-            );
-        }
-        out.push_str(
-            "# HELP walnut_migration_pace_keys_per_second The keys a second a migrator allows itself now (its pace, below migration_rate).\n",
-        );
-        out.push_str("# TYPE walnut_migration_pace_keys_per_second gauge\n");
-        for m in &self.migrations {
-            let _ = writeln!(
-                out,
-                "walnut_migration_pace_keys_per_second{{pool=\"{}\"}} {}",
-                m.pool,
-                m.progress.pace().0
-            );
-        }
-        out.push_str(
-            "# HELP walnut_migration_clients 1 while a migrator counts its pool as having clients (it then backs off at a smaller rise of the servers' no-op time), else 0.\n",
-        );
-        out.push_str("# TYPE walnut_migration_clients gauge\n");
-        for m in &self.migrations {
-            let _ = writeln!(
-                out,
-                "walnut_migration_clients{{pool=\"{}\"}} {}",
-                m.pool,
-                u8::from(m.progress.pace().1)
-            );
-        }
-        out.push_str(
-            "# HELP walnut_migration_eta_seconds Seconds a migration is estimated to need yet, from the keys there were to walk and its pace so far (0 once ended).\n",
-        );
-        out.push_str("# TYPE walnut_migration_eta_seconds gauge\n");
-        for m in &self.migrations {
-            let _ = writeln!(
-                out,
-                "walnut_migration_eta_seconds{{pool=\"{}\"}} {}",
-                m.pool,
-                m.progress.eta()
-            );
+        for (name, kind, help, value) in PER_POOL {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for m in &self.migrations {
+                let _ = writeln!(out, "{name}{{pool=\"{}\"}} {}", m.pool, value(&m.progress));
+            }
         }
         out
     }
