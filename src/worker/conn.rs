@@ -353,6 +353,64 @@ pub struct Inflight {
     pub key: crate::stats::slowlog::KeyPrefix,
 }
 
+impl Inflight {
+    /// What this request, lost with its server connection (`fault`),
+    /// leads to; the worker carries it out (`Worker::close_server`).
+    pub fn lost(&self, fault: &super::fault::ServerFault, proto: crate::proto::Protocol) -> Lost {
+        match self.waiter {
+            Waiter::Client {
+                token,
+                id,
+                seq,
+                frag,
+            } => {
+                let mut reply = Vec::new();
+                fault.write_reply(proto, self.op, &mut reply);
+                Lost::Fail {
+                    to: ReplyTo::new(token, id, Some(seq), frag),
+                    reply,
+                }
+            }
+            Waiter::Internal => Lost::Nothing,
+            Waiter::SlotMap => Lost::SlotMap,
+            Waiter::Warm { idx } => Lost::Warm { idx },
+            Waiter::Pull {
+                token,
+                id,
+                idx,
+                part,
+            } => Lost::Pull {
+                token,
+                id,
+                idx,
+                part,
+            },
+        }
+    }
+}
+
+/// What a request lost with its server connection leads to
+/// ([`Inflight::lost`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Lost {
+    /// A request of the proxy's own: nothing waits for it.
+    Nothing,
+    /// The cluster pool's `CLUSTER SLOTS` got no answer: the map refresh
+    /// failed (another may be asked).
+    SlotMap,
+    /// A step of a pull got no answer (the pull gives up on that key).
+    Pull {
+        token: Token,
+        id: u64,
+        idx: u32,
+        part: super::pull::PullPart,
+    },
+    /// A warm-up read got no answer (the key is not copied).
+    Warm { idx: u32 },
+    /// The client is answered with the connection's error, `reply`.
+    Fail { to: ReplyTo, reply: Vec<u8> },
+}
+
 /// Where a request came from: its client's connection and id, and its pool.
 #[derive(Debug, Clone, Copy)]
 pub struct Origin {
@@ -450,3 +508,7 @@ impl ConnTable for slab::Slab<Conn> {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "conn_tests.rs"]
+mod tests;

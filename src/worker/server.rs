@@ -2,7 +2,7 @@
 //! batched writes, reads, failures and ejection (replies are matched to
 //! their requests in `server_reply.rs`).
 
-use super::conn::{Conn, ConnTable, Open, RepStream, Server, ServerRef, Waiter};
+use super::conn::{Conn, ConnTable, Lost, Open, RepStream, Server, ServerRef, Waiter};
 use super::fault::{IoFault, ServerFault};
 use super::{Worker, READ_BUDGET, READ_CHUNK};
 use crate::stats::{PoolField, ServerField, WorkerField};
@@ -314,26 +314,20 @@ impl Worker<'_> {
         );
         let proto = self.pools[pool].proto;
         for f in s.take_inflight() {
-            if matches!(f.waiter, Waiter::SlotMap) {
-                self.pools[pool].cluster_map_failed();
-            }
-            if let Waiter::Pull {
-                token: ct,
-                id,
-                idx,
-                part,
-            } = f.waiter
-            {
-                self.pull_reply(ct, id, idx, part, None, now);
-            }
-            if let Waiter::Warm { idx } = f.waiter {
-                self.warm_reply(idx, None);
-            }
-            if let Some(to) = f.waiter.reply_to() {
-                let mut out = Vec::new();
-                fault.write_reply(proto, f.op, &mut out);
-                self.stats.pool_add(pool, PoolField::ForwardError, 1);
-                self.fragment_done(to, out, true, true);
+            match f.lost(&fault, proto) {
+                Lost::Nothing => {}
+                Lost::SlotMap => self.pools[pool].cluster_map_failed(),
+                Lost::Pull {
+                    token: ct,
+                    id,
+                    idx,
+                    part,
+                } => self.pull_reply(ct, id, idx, part, None, now),
+                Lost::Warm { idx } => self.warm_reply(idx, None),
+                Lost::Fail { to, reply } => {
+                    self.stats.pool_add(pool, PoolField::ForwardError, 1);
+                    self.fragment_done(to, reply, true, true);
+                }
             }
         }
         if let Some(client) = half_answered {

@@ -1,0 +1,82 @@
+//! What a request lost with its server connection leads to
+//! ([`Inflight::lost`]), on real protocol bytes, without sockets.
+
+use super::*;
+use crate::proto::{Limits, Parse, Protocol};
+use crate::stats::slowlog::KeyPrefix;
+use crate::worker::fault::ServerFault;
+use crate::worker::pull::PullPart;
+
+/// `bytes` (one request in `proto`) in flight for `waiter`.
+fn inflight(proto: Protocol, bytes: &[u8], waiter: Waiter) -> Inflight {
+    let Ok(Parse::Done(r)) = proto.parse_request(bytes, &Limits::default()) else {
+        panic!("request parses");
+    };
+    let now = Instant::now();
+    Inflight {
+        waiter,
+        op: r.op,
+        len: bytes.len(),
+        sent_at: now,
+        timed_from: now,
+        key: KeyPrefix::new(b"k"),
+    }
+}
+
+fn client(seq: u64, frag: Option<u32>) -> Waiter {
+    Waiter::Client {
+        token: Token(7),
+        id: 42,
+        seq,
+        frag,
+    }
+}
+
+#[test]
+fn a_waiting_client_gets_the_connection_error_in_its_protocol() {
+    let f = inflight(Protocol::Memcache, b"get k\r\n", client(3, None));
+    assert_eq!(
+        f.lost(&ServerFault::Closed, Protocol::Memcache),
+        Lost::Fail {
+            to: ReplyTo::new(Token(7), 42, Some(3), None),
+            reply: b"SERVER_ERROR Connection reset by peer\r\n".to_vec(),
+        }
+    );
+    // A fragment of a split request keeps its fragment index.
+    let f = inflight(
+        Protocol::Redis,
+        b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n",
+        client(5, Some(1)),
+    );
+    assert_eq!(
+        f.lost(&ServerFault::TimedOut, Protocol::Redis),
+        Lost::Fail {
+            to: ReplyTo::new(Token(7), 42, Some(5), Some(1)),
+            reply: b"-ERR Connection timed out\r\n".to_vec(),
+        }
+    );
+}
+
+#[test]
+fn the_proxys_own_requests_lead_to_their_own_steps() {
+    let get = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
+    let lost = |w| inflight(Protocol::Redis, get, w).lost(&ServerFault::Closed, Protocol::Redis);
+    assert_eq!(lost(Waiter::Internal), Lost::Nothing);
+    assert_eq!(lost(Waiter::SlotMap), Lost::SlotMap);
+    assert_eq!(lost(Waiter::Warm { idx: 4 }), Lost::Warm { idx: 4 });
+    let pull = Waiter::Pull {
+        token: Token(9),
+        id: 11,
+        idx: 2,
+        part: PullPart::Dump,
+    };
+    assert_eq!(
+        lost(pull),
+        Lost::Pull {
+            token: Token(9),
+            id: 11,
+            idx: 2,
+            part: PullPart::Dump,
+        }
+    );
+}
