@@ -3,7 +3,7 @@
 
 use super::client_conn::{AfterRead, InputPass};
 use super::conn::Origin;
-use super::conn::{Conn, ConnTable, ReplySlot, Server, Waiter};
+use super::conn::{Conn, ConnTable, Server, Waiter};
 use super::fault::ServerFault;
 use super::fleet_hold::FleetStep;
 use super::handover::CARRY_MAX;
@@ -282,42 +282,9 @@ impl Worker<'_> {
                     t.refused();
                 }
             }
-            self.push_ready(token, err.reply, close);
+            self.conns.push_ready(token, err.reply, close);
         }
         !close && pass.skip_refused(err.skip, input.len())
-    }
-
-    /// A reply the proxy gives itself (PING, memcached's `version`, ...):
-    /// straight into the output when no reply is waiting before it, so a
-    /// fixed one costs no allocation.
-    fn push_local(&mut self, token: Token, out: std::borrow::Cow<'static, [u8]>) {
-        let out = match out {
-            std::borrow::Cow::Borrowed(b) => b,
-            std::borrow::Cow::Owned(v) => return self.push_ready(token, v, false),
-        };
-        let Some(c) = self.conns.client_mut(token.0) else {
-            return;
-        };
-        if c.has_pending() {
-            return self.push_ready(token, out.to_vec(), false);
-        }
-        c.queue_output(out, &mut self.bufs);
-        self.add_out(out.len());
-    }
-
-    /// Queue a reply the proxy composed itself.
-    pub(super) fn push_ready(&mut self, token: Token, out: Vec<u8>, close_after: bool) {
-        if let Some(c) = self.conns.client_mut(token.0) {
-            c.push_reply(ReplySlot {
-                ready: true,
-                out,
-                close_after,
-                ..ReplySlot::default()
-            });
-            if close_after {
-                c.close_after_replies();
-            }
-        }
     }
 
     /// Route one request. Returns true when the client must not be read further.
@@ -329,7 +296,7 @@ impl Worker<'_> {
         let client_id = c.id();
         let users = &self.pools[pool].cfg.security.users;
         if let Some(out) = crate::proto::redis::local::refusal(c.session(), users, &req, bytes) {
-            self.push_ready(token, out, false);
+            self.conns.push_ready(token, out, false);
             return false;
         }
         // Pub/sub and transactions: their commands, and whatever a client
@@ -353,24 +320,25 @@ impl Worker<'_> {
         }
         match req.route {
             Route::Local(Local::Reply(out)) => {
-                if !req.noreply {
-                    self.push_local(token, out);
+                let c = self.conns.client_mut(token.0).filter(|_| !req.noreply);
+                if let Some(n) = c.and_then(|c| c.push_local(out, &mut self.bufs)) {
+                    self.add_out(n);
                 }
                 false
             }
             Route::Local(Local::Quit(out)) => {
-                self.push_ready(token, out, true);
+                self.conns.push_ready(token, out, true);
                 true
             }
             Route::Local(Local::Stats) => {
                 let out = super::local::mc_stats(&self.stats, pool, &self.pools[pool], bytes);
-                self.push_ready(token, out, false);
+                self.conns.push_ready(token, out, false);
                 false
             }
             Route::Local(Local::RedisSession) => {
                 let (out, close) =
                     super::local::redis_session(&mut self.conns, &self.pools, token, bytes);
-                self.push_ready(token, out, close);
+                self.conns.push_ready(token, out, close);
                 close
             }
             Route::Single | Route::Multi => {

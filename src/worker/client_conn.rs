@@ -626,6 +626,41 @@ impl Client {
         self.pending.push_back(slot);
     }
 
+    /// Queue a reply the proxy composed itself (ready now); with
+    /// `close_after`, the client closes once it is written.
+    pub fn push_ready(&mut self, out: Vec<u8>, close_after: bool) {
+        self.push_reply(ReplySlot {
+            ready: true,
+            out,
+            close_after,
+            ..ReplySlot::default()
+        });
+        if close_after {
+            self.close_after_replies();
+        }
+    }
+
+    /// A reply the proxy gives itself (PING, memcached's `version`, ...):
+    /// straight into the output when no reply is waiting before it, so a
+    /// fixed one costs no allocation. Returns the bytes put straight into
+    /// the output (the worker counts them against its buffer budget), or
+    /// `None` when the reply was queued behind the ones owed.
+    pub fn push_local(
+        &mut self,
+        out: std::borrow::Cow<'static, [u8]>,
+        bufs: &mut BufPool,
+    ) -> Option<usize> {
+        let out = match out {
+            std::borrow::Cow::Borrowed(b) if !self.has_pending() => b,
+            out => {
+                self.push_ready(out.into_owned(), false);
+                return None;
+            }
+        };
+        self.queue_output(out, bufs);
+        Some(out.len())
+    }
+
     /// Copy the first `n` bytes of input into the spool of the request
     /// kept in its last slot (a streamed request that may be redirected).
     pub fn keep_input_in_last(&mut self, n: usize) {

@@ -195,3 +195,60 @@ fn rare_state_boxed_only_while_in_use() {
     assert_eq!(c.take_blocked(), vec![r]);
     assert!(c.rare.is_none());
 }
+
+#[test]
+fn a_local_reply_goes_straight_out_unless_replies_are_owed() {
+    use std::borrow::Cow;
+    let mut bufs = BufPool::default();
+    let mut c = client();
+    // Nothing owed: a fixed reply is written into the output as it is.
+    assert_eq!(
+        c.push_local(Cow::Borrowed(b"+PONG\r\n"), &mut bufs),
+        Some(7)
+    );
+    assert_eq!(c.output().bytes(), b"+PONG\r\n");
+    assert!(!c.has_pending());
+    // A reply owed before it: it waits its turn, ready.
+    c.push_reply(ReplySlot::default());
+    assert_eq!(
+        c.push_local(Cow::Borrowed(b"VERSION 1.6.21\r\n"), &mut bufs),
+        None
+    );
+    // A composed reply always takes a slot.
+    let mut c2 = client();
+    assert_eq!(
+        c2.push_local(Cow::Owned(b"+OK\r\n".to_vec()), &mut bufs),
+        None
+    );
+    for (c, want) in [(&c, &b"VERSION 1.6.21\r\n"[..]), (&c2, &b"+OK\r\n"[..])] {
+        let last = c.slots().last().unwrap();
+        assert!(last.ready && !last.close_after);
+        assert_eq!(last.out, want);
+    }
+    assert_eq!(c.output().bytes(), b"+PONG\r\n");
+    assert!(c2.output().bytes().is_empty());
+}
+
+#[test]
+fn a_ready_reply_may_close_the_client_after_it() {
+    let mut c = client();
+    c.push_ready(b"-ERR bad\r\n".to_vec(), false);
+    assert!(!c.closing);
+    c.push_ready(b"-ERR max number of clients reached\r\n".to_vec(), true);
+    assert!(c.closing);
+    let outs: Vec<_> = c
+        .slots()
+        .map(|s| (s.ready, s.close_after, s.out.clone()))
+        .collect();
+    assert_eq!(
+        outs,
+        vec![
+            (true, false, b"-ERR bad\r\n".to_vec()),
+            (
+                true,
+                true,
+                b"-ERR max number of clients reached\r\n".to_vec()
+            ),
+        ]
+    );
+}

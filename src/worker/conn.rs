@@ -461,6 +461,15 @@ pub trait ConnTable {
         self.client_mut(r.token.0).filter(|c| c.id() == r.id)
     }
 
+    /// Queue a reply the proxy composed itself for the client at
+    /// `token` ([`Client::push_ready`]), if it is still connected.
+    #[inline]
+    fn push_ready(&mut self, token: Token, out: Vec<u8>, close_after: bool) {
+        if let Some(c) = self.client_mut(token.0) {
+            c.push_ready(out, close_after);
+        }
+    }
+
     /// The server connection `r` names, if it is still open (its token
     /// was not reused by another connection since).
     #[inline]

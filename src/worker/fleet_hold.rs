@@ -314,7 +314,7 @@ impl Worker<'_> {
         };
         let mut out = Vec::new();
         self.pools[c.pool()].proto.server_error(req.op, e, &mut out);
-        self.push_ready(token, out, false);
+        self.conns.push_ready(token, out, false);
     }
 
     /// Once a pass: carry out what `FleetHolds::due` says of the held

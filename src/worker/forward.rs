@@ -105,7 +105,7 @@ impl Worker<'_> {
         }
         let mut out = Vec::new();
         ServerFault::NoServer.write_reply(self.pools[pool].proto, req.op, &mut out);
-        self.push_ready(token, out, false);
+        self.conns.push_ready(token, out, false);
     }
 
     /// A key-routed request, sent where its route's plan says: the
@@ -154,7 +154,7 @@ impl Worker<'_> {
                 let keyless = target == Target::Keyless;
                 match self.pools[at.pool].place(req, bytes, keyless, at.client_id, now) {
                     Placed::Server(server) => (server, ReplySlot::default()),
-                    Placed::Apart(out) => return self.push_ready(at.token, out, false),
+                    Placed::Apart(out) => return self.conns.push_ready(at.token, out, false),
                     Placed::NoServer => return self.reply_no_server(at.token, at.pool, req),
                 }
             }
@@ -378,7 +378,7 @@ impl Worker<'_> {
             groups
         };
         match self.pools[at.pool].split(&req, groups.len()) {
-            Split::Refused(out) => self.push_ready(at.token, out, false),
+            Split::Refused(out) => self.conns.push_ready(at.token, out, false),
             Split::Whole => self.forward_single(at, plan, &req, bytes, now),
             Split::Fragments => {
                 let to = at.reply_to();

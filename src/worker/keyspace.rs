@@ -3,7 +3,7 @@
 //! PUBSUB, FLUSHALL/FLUSHDB behind `allow_flush`, SCRIPT), or walked
 //! server by server (SCAN), and memcached's `flush_all`.
 
-use super::conn::{Fragment, Multi, MultiMode, Origin, ReplySlot, ReplyTo};
+use super::conn::{ConnTable, Fragment, Multi, MultiMode, Origin, ReplySlot, ReplyTo};
 use super::pool::PoolRt;
 use super::Worker;
 use crate::proto::{Op, Request};
@@ -24,7 +24,7 @@ impl Worker<'_> {
         let (targets, info) = match self.pools[at.pool].broadcast(&req) {
             Broadcast::Refused(out) => {
                 if !out.is_empty() {
-                    self.push_ready(at.token, out, false);
+                    self.conns.push_ready(at.token, out, false);
                 }
                 return;
             }
@@ -74,7 +74,8 @@ impl Worker<'_> {
     pub(super) fn forward_scan(&mut self, at: Origin, req: &Request, bytes: &[u8], now: Instant) {
         use crate::proto::redis::keyspace;
         let Some(cursor) = keyspace::scan_cursor(bytes) else {
-            self.push_ready(at.token, keyspace::INVALID_CURSOR.to_vec(), false);
+            self.conns
+                .push_ready(at.token, keyspace::INVALID_CURSOR.to_vec(), false);
             return;
         };
         let walk = self.pools[at.pool].scan_walk();

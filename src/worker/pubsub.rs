@@ -61,7 +61,7 @@ impl Worker<'_> {
         match subscriber::offer(name, is_pubsub, bytes, c.subs().is_some(), resp3, quit) {
             SubsStep::Pass => false,
             SubsStep::Answer(out) => {
-                self.push_ready(token, out, false);
+                self.conns.push_ready(token, out, false);
                 true
             }
             SubsStep::Command => {
@@ -90,7 +90,7 @@ impl Worker<'_> {
         };
         let sends = subs.command(name, args, resp3, &mut self.pools[pool], client_id, now);
         if !sends.reply.is_empty() {
-            self.push_ready(token, sends.reply, false);
+            self.conns.push_ready(token, sends.reply, false);
         }
         if let Some(op) = subscribe_op() {
             for (server, cmd) in sends.to {
@@ -175,7 +175,7 @@ impl Worker<'_> {
                 continue;
             };
             let done = subs.is_idle();
-            self.push_ready(ct, out, false);
+            self.conns.push_ready(ct, out, false);
             if let Some(c) = self.conns.client_mut(ct.0) {
                 let added = c.drain_ready(&mut self.bufs);
                 self.dirty.client(ct);

@@ -331,7 +331,7 @@ impl Worker<'_> {
                     }
                 }
                 ReqAction::Route(key) => self.route_spool(token, &key, now),
-                ReqAction::Refused(reply) => self.push_ready(token, reply, false),
+                ReqAction::Refused(reply) => self.conns.push_ready(token, reply, false),
                 ReqAction::Pair(pair) => self.send_pair(token, pair, now),
                 ReqAction::PairEnd(r) => {
                     // A large value passed whole.
@@ -416,7 +416,7 @@ impl Worker<'_> {
         if let Some(ServerRef { token: st, id: sid }) = c.take_stream().and_then(|rs| rs.server()) {
             self.abort_server_stream(st, sid, ServerFault::HalfSentBadArg);
         }
-        self.push_ready(token, reply, true);
+        self.conns.push_ready(token, reply, true);
     }
 
     /// The key of a request held in a spool was read: route it, then the
@@ -435,7 +435,7 @@ impl Worker<'_> {
                 self.stats.pool_add(pool, PoolField::ForwardError, 1);
                 let mut out = Vec::new();
                 ServerFault::NoServer.write_reply(self.pools[pool].proto, op, &mut out);
-                self.push_ready(token, out, false);
+                self.conns.push_ready(token, out, false);
             }
             Some(server) => {
                 let slot = self.conn_slot(token, pool, server, client_id, op);

@@ -85,7 +85,7 @@ impl Worker<'_> {
                 self.txn_release(r);
             }
             put_kept(&mut self.conns, token, t);
-            self.push_ready(token, reply, false);
+            self.conns.push_ready(token, reply, false);
             return TxnStep::Done;
         }
         // A migrating pool: the keys a WATCH or a queued command names are
@@ -138,7 +138,7 @@ impl Worker<'_> {
         let st = match t.place(req, bytes, &mut self.pools[pool], now) {
             Place::Refuse(out) => {
                 put_kept(&mut self.conns, token, t);
-                self.push_ready(token, out, false);
+                self.conns.push_ready(token, out, false);
                 return;
             }
             Place::NoServer => {
@@ -165,7 +165,7 @@ impl Worker<'_> {
                         put_kept(&mut self.conns, token, t);
                         let mut out = Vec::new();
                         fault.write_reply(self.pools[pool].proto, req.op, &mut out);
-                        self.push_ready(token, out, false);
+                        self.conns.push_ready(token, out, false);
                         return;
                     }
                 }
