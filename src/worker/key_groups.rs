@@ -283,6 +283,23 @@ mod tests {
         assert_eq!(servers, distinct, "one group per server");
     }
 
+    /// A RENAME of two plain keys that `p` places on different servers.
+    fn rename_apart(p: &mut PoolRt, now: Instant) -> String {
+        let names: Vec<String> = (0..20).map(|i| format!("k{i}")).collect();
+        let first = p.server_for(names[0].as_bytes(), now);
+        let other = names
+            .iter()
+            .find(|n| p.server_for(n.as_bytes(), now) != first)
+            .expect("two keys on different servers");
+        format!(
+            "*3\r\n$6\r\nRENAME\r\n${}\r\n{}\r\n${}\r\n{}\r\n",
+            names[0].len(),
+            names[0],
+            other.len(),
+            other
+        )
+    }
+
     #[test]
     fn keys_apart_when_any_two_servers_differ() {
         let mut p = pool("  hash_tag: \"{}\"\n");
@@ -295,19 +312,7 @@ mod tests {
         };
         assert!(!p.keys_apart(op.cmd, &req, together, now));
         // Some pair of plain keys lives apart on three servers.
-        let names: Vec<String> = (0..20).map(|i| format!("k{i}")).collect();
-        let first = p.server_for(names[0].as_bytes(), now);
-        let other = names
-            .iter()
-            .find(|n| p.server_for(n.as_bytes(), now) != first)
-            .unwrap();
-        let apart = format!(
-            "*3\r\n$6\r\nRENAME\r\n${}\r\n{}\r\n${}\r\n{}\r\n",
-            names[0].len(),
-            names[0],
-            other.len(),
-            other
-        );
+        let apart = rename_apart(&mut p, now);
         let req = request(apart.as_bytes());
         assert!(p.keys_apart(op.cmd, &req, apart.as_bytes(), now));
     }
@@ -470,18 +475,7 @@ mod tests {
             Placed::Server(0)
         );
         // RENAME's keys on two servers: refused, naming the command.
-        let names: Vec<String> = (0..20).map(|i| format!("k{i}")).collect();
-        let first = p.server_for(names[0].as_bytes(), now);
-        let other = names
-            .iter()
-            .find(|n| p.server_for(n.as_bytes(), now) != first)
-            .unwrap();
-        let rename = format!(
-            "*3\r\n$6\r\nRENAME\r\n$2\r\n{}\r\n${}\r\n{}\r\n",
-            names[0],
-            other.len(),
-            other
-        );
+        let rename = rename_apart(&mut p, now);
         let Placed::Apart(out) = p.place(
             &request(rename.as_bytes()),
             rename.as_bytes(),

@@ -94,6 +94,18 @@ def redis_migrating(procs, rds, rate: int, workers: int, n: int = 2):
     return p, conf
 
 
+def written_then_grown(p: Proxy, conf, r: redis.Redis, keys: list[str], n: int = 2) -> None:
+    """``keys[i]`` = ``v{i}`` written through ``p`` (one pipeline), then
+    the reload to ``conf(n + 1)``: one server more, whose keys start to
+    move."""
+    pipe = r.pipeline(transaction=False)
+    for i, k in enumerate(keys):
+        pipe.set(k, f"v{i}")
+    pipe.execute()
+    p.conf_path.write_text(conf(n + 1))
+    p.signal(signal.SIGHUP)
+
+
 def servers_for(change: str, n: int) -> tuple[list[int], list[int]]:
     """Indices of the servers (and weights) before and after."""
     return {
@@ -226,12 +238,7 @@ def test_reads_ask_where_the_migrator_says_the_key_is(procs):
     rds = [procs.redis() for _ in range(3)]
     p, conf = redis_migrating(procs, rds, rate=100, workers=1)
     r = redis.Redis(host=HOST, port=p.ports["rd"], protocol=2, retry=Retry(NoBackoff(), 0))
-    pipe = r.pipeline(transaction=False)
-    for i in range(N):
-        pipe.set(key(i), f"v{i}")
-    pipe.execute()
-    p.conf_path.write_text(conf(3))
-    p.signal(signal.SIGHUP)
+    written_then_grown(p, conf, r, [key(i) for i in range(N)])
     wait_until(lambda: int(state(p.admin_port, "rd").get("moved", 0)) > 120, 30, what="keys moving")
     assert admin(p.admin_port, "migration pause rd").startswith("OK")
     new = redis.Redis(host=HOST, port=rds[2].port)
@@ -274,12 +281,7 @@ def test_the_pace_knows_when_the_pool_has_clients(procs):
     # 20 keys a second: the migration outlasts the test.
     p, conf = redis_migrating(procs, rds, rate=20, workers=2)
     r = redis.Redis(host=HOST, port=p.ports["rd"], protocol=2, retry=Retry(NoBackoff(), 0))
-    pipe = r.pipeline(transaction=False)
-    for i in range(N):
-        pipe.set(key(i), f"v{i}")
-    pipe.execute()
-    p.conf_path.write_text(conf(3))
-    p.signal(signal.SIGHUP)
+    written_then_grown(p, conf, r, [key(i) for i in range(N)])
 
     def clients() -> str:
         st = state(p.admin_port, "rd")

@@ -28,7 +28,7 @@ import os
 
 from procmodel import children, cmdline, wait_gone, wait_log, wait_workers, workers_of
 from procs import HOST, Proxy, RawConn, free_port, memcache_pool, redis_pool, to_yaml, wait_until
-from test_migration_bg import admin, redis_migrating, sources, state
+from test_migration_bg import admin, redis_migrating, sources, state, written_then_grown
 
 # Minutes of work in all: left out of `make quick`.
 pytestmark = pytest.mark.slow
@@ -170,12 +170,7 @@ def test_a_new_owner_that_dies_mid_migration(procs):
     gen = wait_workers(p.pid, 2)
     r = redis.Redis(host=HOST, port=port, protocol=2, retry=Retry(NoBackoff(), 0),
                     socket_timeout=10)
-    pipe = r.pipeline(transaction=False)
-    for i in range(N):
-        pipe.set(key(i), f"v{i}")
-    pipe.execute()
-    p.conf_path.write_text(conf(3))
-    p.signal(signal.SIGHUP)
+    written_then_grown(p, conf, r, [key(i) for i in range(N)])
     wait_workers(p.pid, 2, exclude=gen.values())
     wait_until(lambda: int(state(p.admin_port, "rd").get("moved", 0)) > 40, 30, what="keys moving")
     # The new owner dies: what had moved to it is lost with it (as any
