@@ -123,8 +123,10 @@ def test_a_second_change_while_a_migration_runs(procs):
     # Something else changes: the migration and the pulling go on (the
     # same migrator, moving on; or, when the busy checkers' reads had
     # pulled nearly every key left, ending).
-    migrators = {pool: [c for c in children(p.pid) if cmdline(c).startswith(f"walnut: migrator {pool}")]
-                 for pool in ("mc", "rd")}
+    def migrator(pool: str) -> list[int]:
+        return [c for c in children(p.pid) if cmdline(c).startswith(f"walnut: migrator {pool}")]
+
+    migrators = {pool: migrator(pool) for pool in ("mc", "rd")}
     reload(conf([0, 1, 2], 150, timeout=4000))
     moved = {pool: int(state(p.admin_port, pool)["moved"]) for pool in ("mc", "rd")}
     for pool in ("mc", "rd"):
@@ -133,8 +135,7 @@ def test_a_second_change_while_a_migration_runs(procs):
             return int(st["moved"]) > moved[pool] + 20 or st["state"] == "done"
         wait_until(going_on, 30, what=f"{pool}'s migration going on after an unrelated reload")
         if state(p.admin_port, pool)["state"] != "done":
-            now = [c for c in children(p.pid) if cmdline(c).startswith(f"walnut: migrator {pool}")]
-            assert now == migrators[pool], (pool, migrators[pool], now)
+            assert migrator(pool) == migrators[pool], (pool, migrators[pool])
     # B → C before B's migration ended: the first server leaves, a fourth
     # comes. Keys are on A's or B's owners; all of them must end on C's.
     reload(conf([1, 2, 3], 50000, timeout=4000))
