@@ -97,6 +97,28 @@ impl Placement {
             Distribution::Ketama | Distribution::Modula => self.ring.dispatch(self.key_hash(key)),
         }
     }
+
+    /// Whether [`Self::server_for`] places a key by its [`Self::key_hash`]
+    /// (a live ring of more than one server, by ketama or modula), so that
+    /// [`Self::server_for_hash`] may place it from a hash made once: a
+    /// migrating pool places every key on its earlier rings too.
+    #[inline]
+    pub fn hashes(&self) -> bool {
+        self.nservers > 1 && self.dist != Distribution::Random && !self.ring.is_empty()
+    }
+
+    /// What [`Self::server_for`] gives for a key whose `key_hash` is `h`,
+    /// when [`Self::hashes`].
+    #[inline]
+    pub fn server_for_hash(&self, h: u32) -> Option<usize> {
+        self.ring.dispatch(h)
+    }
+
+    /// Whether `other` hashes keys as this placement does (the same hash
+    /// function and hash tag): a key's hash for one is its hash for both.
+    pub fn same_hash(&self, other: &Placement) -> bool {
+        self.hash == other.hash && self.hash_tag == other.hash_tag
+    }
 }
 
 impl Placement {

@@ -54,6 +54,7 @@ impl Ring {
     /// Server index for `hash`; `None` if no server is live. For
     /// [`Distribution::Random`] the hash is ignored and a random live
     /// server is picked.
+    #[inline]
     pub fn dispatch(&self, hash: u32) -> Option<usize> {
         match self.dist {
             Distribution::Ketama => ketama::dispatch(&self.points, hash),

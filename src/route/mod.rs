@@ -263,6 +263,16 @@ impl PoolRoute {
     /// The plan of any other route: each wrapper adds its part on the way
     /// down to the leaf.
     fn composed_plan(&self, req: &Request) -> Plan {
+        // A plain pool while it migrates: every request's cost there (not
+        // inline in `plan`, where it would cost every plain pool's).
+        if let PoolRoute::Migrating { inner } = self {
+            if matches!(**inner, PoolRoute::Hash) {
+                return Plan {
+                    pull: true,
+                    ..Plan::to(key_target(req))
+                };
+            }
+        }
         let mut plan = Plan::to(Target::Key);
         let mut node = self;
         loop {

@@ -230,6 +230,26 @@ fn a_shadow_wraps_the_route_it_copies() {
 }
 
 #[test]
+fn a_plain_migrating_pools_inline_plan_is_the_composed_one() {
+    let r = route_migrating(REDIS, "r", &["r"]);
+    assert!(matches!(&r, PoolRoute::Migrating { inner } if **inner == PoolRoute::Hash));
+    for cmd in [
+        "GET k",
+        "SET k v",
+        "MGET a b",
+        "PING",
+        "BLPOP q 0",
+        "SCAN 0",
+    ] {
+        let req = redis(cmd);
+        assert_eq!(r.plan(&req), r.composed_plan(&req), "{cmd}");
+        assert!(r.plan(&req).pull, "{cmd}");
+    }
+    assert_eq!(r.plan(&redis("PING")).target, Target::Keyless);
+    assert_eq!(r.plan(&redis("BLPOP q 0")).target, Target::Blocking);
+}
+
+#[test]
 fn a_migrating_pool_pulls_first_until_its_migration_ends() {
     let r = route_migrating(SENTINEL, "rd", &["rd"]);
     assert!(r.is_migrating());

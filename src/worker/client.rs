@@ -7,6 +7,7 @@ use super::conn::{Conn, ConnTable, Server, Waiter};
 use super::fault::ServerFault;
 use super::fleet_hold::FleetStep;
 use super::handover::CARRY_MAX;
+use super::migrate::Hold;
 use super::pull::AfterPull;
 use super::server_conn::Queued;
 use super::stream::StreamStart;
@@ -347,12 +348,14 @@ impl Worker<'_> {
                     FleetStep::Held => return true,
                     FleetStep::Refused => return false,
                 }
-                if self.pools[pool].route.is_migrating()
-                    && self.hold_for_moved_keys(token, &req, bytes, AfterPull::Route, now)
-                {
-                    return true;
+                let mut owner = None;
+                if self.pools[pool].route.is_migrating() {
+                    match self.hold_for_moved_keys(token, &req, bytes, AfterPull::Route, now) {
+                        Hold::Held => return true,
+                        Hold::Go { owner: o } => owner = o,
+                    }
                 }
-                self.dispatch_routed(token, req, bytes, now);
+                self.dispatch_routed(token, req, bytes, owner, now);
                 false
             }
             Route::Broadcast => {
@@ -373,11 +376,14 @@ impl Worker<'_> {
 
     /// Send a key-routed request on (a held one, once its keys are where
     /// they belong, comes here too).
+    /// `owner`: the server of its one key, when the caller placed it
+    /// already (a migrating pool's request whose key did not move).
     pub(super) fn dispatch_routed(
         &mut self,
         token: Token,
         req: Request,
         bytes: &[u8],
+        owner: Option<u32>,
         now: Instant,
     ) {
         let Some(c) = self.conns.client(token.0) else {
@@ -403,7 +409,7 @@ impl Worker<'_> {
             self.zone_copy(at.pool, &req, bytes, now);
         }
         if req.route == Route::Single {
-            self.forward_single(at, &plan, &req, bytes, now);
+            self.forward_single(at, &plan, &req, bytes, owner, now);
         } else {
             self.forward_multi(at, &plan, req, bytes, now);
         }

@@ -79,6 +79,12 @@ pub struct Client {
     /// stream blocked, handing over): edge-triggered epoll will not report
     /// those bytes again, so the client is read as soon as it may read.
     unread: bool,
+    /// Parse nothing more until the read of a moved key, asked where the
+    /// key is (`Worker::read_where_it_is`), is answered: a later write of
+    /// the key must not overtake it; as nothing is parsed meanwhile, a
+    /// client has one such read at a time. A flag, not a `Gate`: it is
+    /// every moved read's cost while a pool migrates.
+    moved_read: bool,
     /// Parse nothing more until every reply is written: a streamed request
     /// goes on a connection of its own, so it starts only once the earlier
     /// requests are answered and the next ones wait for its reply (one
@@ -147,6 +153,7 @@ impl Client {
             closing: false,
             paused: false,
             unread: false,
+            moved_read: false,
             solo: false,
             session,
             last_active: now,
@@ -428,6 +435,20 @@ impl Client {
         let gate = self.rare.as_mut()?.gate.take();
         self.tidy();
         gate
+    }
+
+    /// Hold its next requests until the read of a moved key it just
+    /// queued is answered ([`Client::read_answered`]).
+    #[inline]
+    pub fn hold_for_read(&mut self) {
+        self.moved_read = true;
+    }
+
+    /// The read of a moved key it was held for has its answer: whether
+    /// it was held (and now goes on).
+    #[inline]
+    pub fn read_answered(&mut self) -> bool {
+        std::mem::take(&mut self.moved_read)
     }
 
     /// The transaction under way.

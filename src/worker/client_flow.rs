@@ -147,6 +147,7 @@ impl Client {
         self.unread
             && !self.paused
             && !self.closing
+            && !self.moved_read
             && !self.rare.as_ref().is_some_and(|r| {
                 r.gate.is_some() || r.stream.as_ref().is_some_and(|s| s.is_blocked())
             })
@@ -175,6 +176,7 @@ impl Client {
     fn reading_held(&self) -> bool {
         self.closing
             || self.paused
+            || self.moved_read
             || self.rare.as_ref().is_some_and(|r| {
                 r.gate.is_some() || r.stream.as_ref().is_some_and(|s| s.is_blocked())
             })
@@ -213,7 +215,7 @@ impl Client {
     /// input is still to be discarded (discarded here), nor once closing.
     #[inline]
     pub fn parse_now(&mut self, handover: Option<usize>) -> bool {
-        if self.rare.as_ref().is_some_and(|r| r.gate.is_some()) {
+        if self.moved_read || self.rare.as_ref().is_some_and(|r| r.gate.is_some()) {
             return false;
         }
         if handover.is_some_and(|carry| !self.stays_for_handover(carry)) {

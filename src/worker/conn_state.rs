@@ -1,8 +1,9 @@
 //! State that a client connection carries for one feature, kept apart
 //! from the code that drives it: a request held while its moved keys are
 //! pulled from their old owners (`migrate.rs`; each pull's steps decided
-//! by `Pulls`, `pull.rs`), while the fleet holds it (`fleet_hold.rs`), or
-//! while a moved key is read where it is. A client's transaction
+//! by `Pulls`, `pull.rs`) or while the fleet holds it (`fleet_hold.rs`).
+//! (A read of a moved key holds the client's next requests with a flag
+//! of its own, `Client::hold_for_read`.) A client's transaction
 //! (`Txn`) is in `transaction.rs` and its subscriptions (`Subs`) in
 //! `subscriber.rs`, each with what changes it.
 
@@ -20,10 +21,6 @@ pub struct Gate {
     pub pulls: Pulls,
     /// Where the request goes once its keys are pulled.
     pub then: AfterPull,
-    /// A read of a moved key asked where the key is instead of pulled
-    /// (`Worker::read_where_it_is`): the client's reply slot whose answer
-    /// lets the client's next requests go.
-    pub read: Option<u64>,
 }
 
 impl Gate {
@@ -34,24 +31,11 @@ impl Gate {
             bytes: bytes.to_vec(),
             pulls,
             then,
-            read: None,
         }
     }
 
     /// `req` held for something else (the fleet's barrier).
     pub fn held(req: &Request, bytes: &[u8], then: AfterPull) -> Gate {
         Gate::pulling(req, bytes, Pulls::default(), then)
-    }
-
-    /// `req`, a read of a moved key, sent already: the client's next
-    /// requests wait for its answer in reply slot `seq`.
-    pub fn reading(req: &Request, seq: u64) -> Gate {
-        Gate {
-            req: req.clone(),
-            bytes: Vec::new(),
-            pulls: Pulls::default(),
-            then: AfterPull::Route,
-            read: Some(seq),
-        }
     }
 }

@@ -44,6 +44,7 @@
 
 use super::conn::ConnTable;
 use super::conn_state::Gate;
+use super::migrate::Hold;
 use super::pull::AfterPull;
 use super::Worker;
 use crate::proto::Request;
@@ -336,11 +337,9 @@ impl Worker<'_> {
                     .is_some_and(|p| p.fleet_fenced && p.migration.is_some())
             },
             |token, id| {
-                conns.client(token.0).is_some_and(|c| {
-                    c.id() == id
-                        && c.gate()
-                            .is_some_and(|g| g.pulls.is_empty() && g.read.is_none())
-                })
+                conns
+                    .client(token.0)
+                    .is_some_and(|c| c.id() == id && c.gate().is_some_and(|g| g.pulls.is_empty()))
             },
         );
         for e in ended {
@@ -358,7 +357,9 @@ impl Worker<'_> {
                 self.fleet_refuse(token, &req, error);
             } else if self.fleet_gate(token, e.pool, &req, &bytes, then, now) == FleetStep::Go {
                 let migrating = self.pools[e.pool].route.is_migrating();
-                if !(migrating && self.hold_for_moved_keys(token, &req, &bytes, then, now)) {
+                if !(migrating
+                    && self.hold_for_moved_keys(token, &req, &bytes, then, now) == Hold::Held)
+                {
                     self.go_on(token, req, &bytes, then, now);
                 }
             }

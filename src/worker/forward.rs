@@ -116,6 +116,7 @@ impl Worker<'_> {
         plan: &Plan,
         req: &Request,
         bytes: &[u8],
+        owner: Option<u32>,
         now: Instant,
     ) {
         if req.route == crate::proto::Route::Single {
@@ -129,10 +130,10 @@ impl Worker<'_> {
             _ if plan.replica_first && self.forward_to_replica(at, req, bytes, now) => return,
             _ => {}
         }
-        let (server, slot) = match target {
-            Target::Replicas => return self.forward_replicated(at, req, bytes, now),
-            Target::Zones(step) => return self.forward_zoned(at, step, req, bytes, now),
-            Target::Slot => {
+        let (server, slot) = match (target, owner) {
+            (Target::Replicas, _) => return self.forward_replicated(at, req, bytes, now),
+            (Target::Zones(step), _) => return self.forward_zoned(at, step, req, bytes, now),
+            (Target::Slot, _) => {
                 // Kept until the reply, to follow MOVED and ASK.
                 let key = req.routing_key(bytes);
                 let server = self.pools[at.pool].cluster_server(key.as_ref(), req.op, at.client_id);
@@ -149,6 +150,8 @@ impl Worker<'_> {
                 };
                 (server, slot)
             }
+            // Placed already (a migrating pool's key that did not move).
+            (Target::Key, Some(server)) => (server as usize, ReplySlot::default()),
             // Key, Keyless (Blocking and Scan went above).
             _ => {
                 let keyless = target == Target::Keyless;
@@ -379,7 +382,7 @@ impl Worker<'_> {
         };
         match self.pools[at.pool].split(&req, groups.len()) {
             Split::Refused(out) => self.conns.push_ready(at.token, out, false),
-            Split::Whole => self.forward_single(at, plan, &req, bytes, now),
+            Split::Whole => self.forward_single(at, plan, &req, bytes, None, now),
             Split::Fragments => {
                 let to = at.reply_to();
                 self.send_split(to, at.pool, req, bytes, &groups, now);

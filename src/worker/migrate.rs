@@ -48,8 +48,8 @@ use std::time::Instant;
 /// of its key can tell.
 enum Placed {
     /// It names one key only, which every earlier placement put where it
-    /// is now (most requests).
-    Stays,
+    /// is now (most requests), on `server`.
+    Stays { server: usize },
     /// It names one key only, on one owner now (`new`), which an earlier
     /// placement put elsewhere.
     Moved { new: usize },
@@ -79,20 +79,38 @@ impl PoolRt {
             return Placed::Other;
         }
         let key = req.routing_key(bytes);
-        let Some(new) = self.server_for(&key, now) else {
+        let (Some(new), hash) = self.server_and_hash(&key, now) else {
             return Placed::Other;
         };
-        match self.migration.as_mut().map(|m| m.moved_single(&key, new)) {
+        match self
+            .migration
+            .as_mut()
+            .map(|m| m.moved_single(&key, hash, new))
+        {
             Some(true) => Placed::Moved { new },
-            Some(false) => Placed::Stays,
+            Some(false) => Placed::Stays { server: new },
             None => Placed::Other,
         }
     }
 }
 
+/// What [`Worker::hold_for_moved_keys`] did with a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Hold {
+    /// Held: its moved keys are being pulled, or its read of a moved key
+    /// was sent where the key is.
+    Held,
+    /// It goes its usual way; `owner`: its one key's server, when placing
+    /// the key on every ring found it (so that it is not placed again; a
+    /// `u32` so that it is passed on in one register).
+    Go { owner: Option<u32> },
+}
+
+const GO: Hold = Hold::Go { owner: None };
+
 impl Worker<'_> {
     /// A request of a migrating pool: if any of its keys changed owner,
-    /// hold it and pull those keys over first. Returns true when held.
+    /// hold it and pull those keys over first.
     pub(super) fn hold_for_moved_keys(
         &mut self,
         token: Token,
@@ -100,20 +118,24 @@ impl Worker<'_> {
         bytes: &[u8],
         then: AfterPull,
         now: Instant,
-    ) -> bool {
+    ) -> Hold {
         let Some(c) = self.conns.client(token.0) else {
-            return false;
+            return GO;
         };
         let pool = c.pool();
         let pulls = match self.pools[pool].placed(req, bytes, now) {
-            Placed::Stays => return false,
+            Placed::Stays { server } => {
+                return Hold::Go {
+                    owner: u32::try_from(server).ok(),
+                }
+            }
             // Its one key, placed on every ring already, with where it may
             // still be (what `moved_pulls` would find, without placing it
             // again): a read asks there, anything else pulls it.
             Placed::Moved { new } => {
                 let key = req.routing_key(bytes);
                 let Some(m) = self.pools[pool].migration.as_mut() else {
-                    return false;
+                    return GO;
                 };
                 let olds = m.take_found();
                 let read = then == AfterPull::Route
@@ -134,7 +156,7 @@ impl Worker<'_> {
                 }
                 match pull {
                     Some(pull) => vec![pull],
-                    None => return true,
+                    None => return Hold::Held,
                 }
             }
             Placed::Other => {
@@ -147,7 +169,7 @@ impl Worker<'_> {
                             new,
                         };
                         if self.read_where_it_is(token, req, bytes, moved, now) {
-                            return true;
+                            return Hold::Held;
                         }
                     }
                 }
@@ -155,7 +177,7 @@ impl Worker<'_> {
             }
         };
         if pulls.is_empty() {
-            return false;
+            return GO;
         }
         let n = pulls.len();
         self.stats
@@ -179,7 +201,7 @@ impl Worker<'_> {
             let step = g.pulls.start(idx);
             self.pull_run(token, step, now);
         }
-        true
+        Hold::Held
     }
 
     /// A read of one moved key's value (`Request::reads_one_value`) is not
@@ -274,7 +296,7 @@ impl Worker<'_> {
             self.shadow_copy(shadow, req, bytes, now);
         }
         if let Some(c) = self.conns.client_mut(token.0) {
-            c.set_gate(Box::new(Gate::reading(req, seq)));
+            c.hold_for_read();
         }
         self.send_or_fail(
             ReplyTo::new(token, id, Some(seq), None),
@@ -295,7 +317,7 @@ impl Worker<'_> {
         let Some(c) = self.conns.client_mut(token.0) else {
             return;
         };
-        if c.gate().is_none_or(|g| g.read != Some(seq)) {
+        if !c.read_answered() {
             return;
         }
         let found = c
@@ -303,7 +325,6 @@ impl Worker<'_> {
             .and_then(|s| s.retry.as_ref())
             .and_then(|r| r.found_at())
             .filter(|_| found);
-        c.take_gate();
         let pool = c.pool();
         // Parse what the client sent meanwhile, if it did: a client that
         // waits for each answer sent nothing, and reading its socket again
@@ -409,7 +430,7 @@ impl Worker<'_> {
                         return;
                     };
                     let (req, bytes) = (g.req.clone(), g.bytes.clone());
-                    self.dispatch_routed(token, req, &bytes, now);
+                    self.dispatch_routed(token, req, &bytes, None, now);
                     return;
                 }
                 Step::Release { sent } => {
@@ -500,7 +521,7 @@ impl Worker<'_> {
         now: Instant,
     ) {
         match then {
-            AfterPull::Route => self.dispatch_routed(token, req, bytes, now),
+            AfterPull::Route => self.dispatch_routed(token, req, bytes, None, now),
             AfterPull::Txn => self.txn_pulled(token, &req, bytes, now),
         }
     }

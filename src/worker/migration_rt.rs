@@ -13,11 +13,8 @@ use std::sync::Arc;
 /// Where a pool's keys were before the reload.
 #[derive(Debug)]
 pub struct MigrationRt {
-    /// Each earlier configuration's placement (newest first), with, per
-    /// server of it (placement index), its index in the pool's servers
-    /// (servers the pool no longer has are appended there, off the ring),
-    /// and its number of replicas.
-    olds: Vec<(Placement, Vec<usize>, usize)>,
+    /// Each earlier configuration's placement, newest first.
+    olds: Vec<Old>,
     /// Room for an old placement's owners of one key, and for where a
     /// key may still be, reused (`moved_single`).
     scratch: Vec<usize>,
@@ -31,6 +28,22 @@ pub struct MigrationRt {
     /// at a time: keys of a server it has not reached yet are all still
     /// there, those of one it has walked all moved.
     reads: Vec<ReadOrder>,
+}
+
+/// One earlier configuration's placement of a migrating pool.
+#[derive(Debug)]
+struct Old {
+    placement: Placement,
+    /// Per server of it (placement index), its index in the pool's
+    /// servers (servers the pool no longer has are appended there, off
+    /// the ring).
+    index: Vec<usize>,
+    /// Its number of replicas.
+    replicas: usize,
+    /// It hashes keys as the pool does now (the same hash function and
+    /// hash tag; only its servers changed, as in most migrations): a
+    /// key's hash made for its owner now places it here too.
+    same_hash: bool,
 }
 
 /// Reads of moved keys (`Worker::read_where_it_is`) ask first where most
@@ -124,7 +137,12 @@ impl MigrationRt {
                     servers.len() - 1
                 })
                 .collect();
-            out.push((old, index, prev.replicas.max(1) as usize));
+            out.push(Old {
+                same_hash: prev.hash == cfg.hash && prev.hash_tag == cfg.hash_tag,
+                placement: old,
+                index,
+                replicas: prev.replicas.max(1) as usize,
+            });
         }
         if out.is_empty() {
             return None;
@@ -177,15 +195,38 @@ impl MigrationRt {
     /// one owner now, and it may still be somewhere: `old_owners(key,
     /// &[new])` is then not empty, and is what [`Self::take_found`] gives,
     /// found without allocating (every request of a migrating pool asks).
-    pub fn moved_single(&mut self, key: &[u8], new: usize) -> bool {
+    /// `hash`: the key's hash its owner now was found by, if it was
+    /// hashed; an earlier placement that hashes the same way places the
+    /// key by it without hashing it again.
+    pub fn moved_single(&mut self, key: &[u8], hash: Option<u32>, new: usize) -> bool {
+        // One earlier ring of one copy, hashed as now (a server added or
+        // removed): its owner, placed from the hash.
+        if let ([old], Some(h)) = (&self.olds[..], hash) {
+            if old.same_hash && old.replicas == 1 && old.placement.hashes() {
+                self.found.clear();
+                let owner = old.placement.server_for_hash(h);
+                let Some(o) = owner.and_then(|i| old.index.get(i).copied()) else {
+                    return false;
+                };
+                self.found.push(o);
+                return o != new;
+            }
+        }
         let mut set = std::mem::take(&mut self.scratch);
         let mut found = std::mem::take(&mut self.found);
         found.clear();
         let mut moved = false;
-        for (p, index, r) in &self.olds {
-            p.replicas_for(key, *r, &mut set);
+        for old in &self.olds {
+            let p = &old.placement;
+            match hash {
+                Some(h) if old.same_hash && old.replicas == 1 && p.hashes() => {
+                    set.clear();
+                    set.extend(p.server_for_hash(h));
+                }
+                _ => p.replicas_for(key, old.replicas, &mut set),
+            }
             let mut owners = 0;
-            for o in set.iter().filter_map(|&i| index.get(i).copied()) {
+            for o in set.iter().filter_map(|&i| old.index.get(i).copied()) {
                 owners += 1;
                 moved |= o != new;
                 if !found.contains(&o) {
@@ -219,9 +260,12 @@ impl MigrationRt {
         let mut out = Vec::new();
         let mut moved = false;
         let mut set = Vec::new();
-        for (p, index, r) in &self.olds {
-            p.replicas_for(key, *r, &mut set);
-            let owners: Vec<usize> = set.iter().filter_map(|&i| index.get(i).copied()).collect();
+        for old in &self.olds {
+            old.placement.replicas_for(key, old.replicas, &mut set);
+            let owners: Vec<usize> = set
+                .iter()
+                .filter_map(|&i| old.index.get(i).copied())
+                .collect();
             moved |= owners.len() != news.len() || owners.iter().any(|o| !news.contains(o));
             for o in owners {
                 if !out.contains(&o) {
@@ -243,7 +287,13 @@ mod tests {
     use crate::config::{Config, PoolConfig};
 
     fn pool(servers: &[u16]) -> PoolConfig {
-        let mut text = "p:\n  listen: 127.0.0.1:39999\n  migration: true\n  servers:\n".to_string();
+        pool_hashed(servers, "fnv1a_64")
+    }
+
+    fn pool_hashed(servers: &[u16], hash: &str) -> PoolConfig {
+        let mut text = format!(
+            "p:\n  listen: 127.0.0.1:39999\n  hash: {hash}\n  migration: true\n  servers:\n"
+        );
         for port in servers {
             text.push_str(&format!("   - 127.0.0.1:{port}:1\n"));
         }
@@ -253,33 +303,61 @@ mod tests {
             .remove(0)
     }
 
+    /// For 2,000 keys, whether each moved and where it may still be, as
+    /// `moved_single` finds it without allocating, with the key's hash
+    /// made once for its owner now and without, and as a full look
+    /// (`old_owners`) finds it. The keys that moved and stayed, and the
+    /// pool's servers with the ones it no longer has.
+    fn moved_as_a_full_look(cfg: &PoolConfig, olds: &[PoolConfig]) -> (usize, usize, usize) {
+        let mut servers: Vec<_> = cfg.servers.iter().map(|s| server_rt(cfg, s)).collect();
+        let mut m = MigrationRt::new(cfg, olds, &mut servers).unwrap();
+        let new_ring = crate::migrate::placement(cfg);
+        assert!(new_ring.hashes());
+        let (mut moved, mut stayed) = (0, 0);
+        for k in 0..2000 {
+            let key = format!("key:{k}");
+            let new = new_ring.server_for(key.as_bytes()).unwrap();
+            let full = m.old_owners(key.as_bytes(), &[new]);
+            let hash = new_ring.key_hash(key.as_bytes());
+            let hashed = m.moved_single(key.as_bytes(), Some(hash), new);
+            let found_hashed = m.take_found();
+            m.give_back_found(Vec::new());
+            if m.moved_single(key.as_bytes(), None, new) {
+                assert!(hashed, "{key}");
+                let found = m.take_found();
+                assert_eq!(found, full, "{key}");
+                assert_eq!(found_hashed, full, "{key}");
+                m.give_back_found(found);
+                moved += 1;
+            } else {
+                assert!(!hashed && full.is_empty(), "{key}: {full:?}");
+                stayed += 1;
+            }
+        }
+        (moved, stayed, servers.len())
+    }
+
     #[test]
     fn a_key_found_moved_without_allocating_has_the_old_owners_a_full_look_finds() {
         // Two earlier placements (newest first): one server added, then
         // one replaced; the new one has both changes.
         let cfg = pool(&[30001, 30002, 30004, 30005]);
         let olds = [pool(&[30001, 30002, 30004]), pool(&[30001, 30002, 30003])];
-        let mut servers: Vec<_> = cfg.servers.iter().map(|s| server_rt(&cfg, s)).collect();
-        let mut m = MigrationRt::new(&cfg, &olds, &mut servers).unwrap();
-        let new_ring = crate::migrate::placement(&cfg);
-        let (mut moved, mut stayed) = (0, 0);
-        for k in 0..2000 {
-            let key = format!("key:{k}");
-            let new = new_ring.server_for(key.as_bytes()).unwrap();
-            let full = m.old_owners(key.as_bytes(), &[new]);
-            if m.moved_single(key.as_bytes(), new) {
-                let found = m.take_found();
-                assert_eq!(found, full, "{key}");
-                m.give_back_found(found);
-                moved += 1;
-            } else {
-                assert!(full.is_empty(), "{key}: {full:?}");
-                stayed += 1;
-            }
-        }
+        let (moved, stayed, servers) = moved_as_a_full_look(&cfg, &olds);
         // Both cases were met, the old server off the ring among the owners.
         assert!(moved > 200 && stayed > 200, "{moved} {stayed}");
-        assert_eq!(servers.len(), 5);
+        assert_eq!(servers, 5);
+        // One earlier placement, hashed as now (a server added: the key
+        // placed on it from the hash made once), or by another hash
+        // function (hashed again).
+        for old in [
+            pool(&[30001, 30002, 30004]),
+            pool_hashed(&[30001, 30002, 30004], "murmur"),
+        ] {
+            let (moved, stayed, servers) = moved_as_a_full_look(&cfg, &[old]);
+            assert!(moved > 200 && stayed > 200, "{moved} {stayed}");
+            assert_eq!(servers, 4);
+        }
     }
 
     #[test]

@@ -208,14 +208,29 @@ impl PoolRt {
     /// The server that owns `key`, first rebuilding the ring if an ejected
     /// server's retry time has come (twemproxy's `server_pool_update`).
     pub fn server_for(&mut self, key: &[u8], now: Instant) -> Option<usize> {
-        if let Some(t) = self.next_rebuild {
-            if now >= t {
-                self.rebuild(now);
-            }
-        }
+        self.rebuild_when_due(now);
         match &self.routes {
             Some(r) => r.server_for(&self.cfg.routing, key),
             None => self.placement.server_for(key),
+        }
+    }
+
+    /// [`Self::server_for`], and the key's hash when the pool's own ring
+    /// placed it by one (no prefix routes): a migrating pool places the
+    /// key on its earlier rings too, by the same hash.
+    pub fn server_and_hash(&mut self, key: &[u8], now: Instant) -> (Option<usize>, Option<u32>) {
+        self.rebuild_when_due(now);
+        if self.routes.is_none() && self.placement.hashes() {
+            let h = self.placement.key_hash(key);
+            return (self.placement.server_for_hash(h), Some(h));
+        }
+        (self.server_for(key, now), None)
+    }
+
+    #[inline]
+    fn rebuild_when_due(&mut self, now: Instant) {
+        if self.next_rebuild.is_some_and(|t| now >= t) {
+            self.rebuild(now);
         }
     }
 

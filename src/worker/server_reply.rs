@@ -240,7 +240,7 @@ impl Worker<'_> {
         else {
             return;
         };
-        let Some(c) = self.conns.client_mut(ct.0) else {
+        let Some(mut c) = self.conns.client_mut(ct.0) else {
             return;
         };
         if c.id() != id {
@@ -253,12 +253,24 @@ impl Worker<'_> {
                 // (A zone read is looked at: it may fail over on a miss, and
                 // its answer by another zone is counted.)
                 // (So is a migrating pool's read of a moved key: it goes on
-                // to the next server on a miss.)
-                let zone_read = front
-                    .retry
-                    .as_ref()
-                    .is_some_and(|r| r.on_miss || self.pools[c.pool()].route.is_zoned());
-                if !front.ready && front.multi.is_none() && !zone_read {
+                // to the next server on a miss; a value found ends it here.)
+                let (zone_read, moved_hit) = match front.retry.as_deref() {
+                    None => (false, false),
+                    Some(r) => {
+                        let p = &self.pools[c.pool()];
+                        let plain = !p.route.is_zoned() && !p.route.warms();
+                        let read = r.on_miss || !plain;
+                        (read, read && plain && !is_error && !p.proto.is_miss(bytes))
+                    }
+                };
+                if !front.ready && front.multi.is_none() && (!zone_read || moved_hit) {
+                    if moved_hit {
+                        self.read_settled(ct, seq, true);
+                        match self.conns.client_mut(ct.0) {
+                            Some(again) => c = again,
+                            None => return,
+                        }
+                    }
                     c.pop_head();
                     let rest = if bytes.len() >= WRITE_THROUGH_MIN {
                         &bytes[c.write_through(bytes)..]

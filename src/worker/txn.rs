@@ -18,6 +18,7 @@
 use super::conn::Open;
 use super::conn::{Conn, ConnTable, ReplySlot, ReplyTo, ServerRef, Waiter};
 use super::fleet_hold::FleetStep;
+use super::migrate::Hold;
 use super::pull::AfterPull;
 use super::transaction::{self, Answer, Place, Txn};
 use super::Worker;
@@ -112,7 +113,7 @@ impl Worker<'_> {
         }
         if self.pools[pool].route.is_migrating() && !req.keys.is_empty() {
             put(&mut self.conns, token, Some(t));
-            if self.hold_for_moved_keys(token, req, bytes, AfterPull::Txn, now) {
+            if self.hold_for_moved_keys(token, req, bytes, AfterPull::Txn, now) == Hold::Held {
                 return TxnStep::Held;
             }
             t = take(&mut self.conns, token);
