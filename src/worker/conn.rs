@@ -57,6 +57,10 @@ pub struct Redirect {
     pub feeding: Option<ServerRef>,
 }
 
+/// The servers a read asks in turn: inline up to four (a moved key's read
+/// asks two or three; every such read would allocate otherwise).
+pub type Servers = smallvec::SmallVec<[usize; 4]>;
+
 /// What a failed read of a replicated pool (or a missed read of a moved
 /// key) needs to be sent again.
 #[derive(Debug)]
@@ -66,7 +70,7 @@ pub struct Retry {
     /// Its bytes.
     pub bytes: Vec<u8>,
     /// The replicas, in the order they are tried.
-    pub replicas: Vec<usize>,
+    pub replicas: Servers,
     /// Index of the next replica to try.
     pub next: usize,
     /// A miss is asked of the next server too: a migrating pool's read of

@@ -307,7 +307,7 @@ impl Worker<'_> {
             retry: Some(Box::new(Retry {
                 req: req.clone(),
                 bytes: bytes.to_vec(),
-                replicas,
+                replicas: replicas.into(),
                 next: 1,
                 on_miss: false,
                 learns: false,

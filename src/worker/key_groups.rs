@@ -448,7 +448,7 @@ mod tests {
         let mut r = crate::worker::conn::Retry {
             req: request(b"*2\r\n$3\r\nGET\r\n$1\r\na\r\n"),
             bytes: b"*2\r\n$3\r\nGET\r\n$1\r\na\r\n".to_vec(),
-            replicas: vec![4, 2, 7],
+            replicas: [4, 2, 7].into_iter().collect(),
             next: 1,
             on_miss: false,
             learns: false,

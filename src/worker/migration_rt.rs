@@ -4,6 +4,7 @@
 //! per old owner the order reads of moved keys ask servers in
 //! (`ReadOrder`). What the worker does with it is `migrate.rs`'.
 
+use super::conn::Servers;
 use super::server_rt::{server_rt, ServerRt};
 use crate::config::PoolConfig;
 use crate::hash::Placement;
@@ -84,19 +85,18 @@ impl ReadOrder {
     /// first, the new owner, the old ones, and the new one again: a key
     /// found on no old owner may have been copied over (and its old copy
     /// deleted) after the first read.
-    pub fn servers(self, olds: &[usize], new: usize) -> Vec<usize> {
+    pub fn servers(self, olds: &[usize], new: usize) -> Servers {
         if self.new_first() {
             return Self::new_first_order(olds, new);
         }
-        let mut out = Vec::with_capacity(olds.len() + 1);
-        out.extend_from_slice(olds);
+        let mut out = Servers::from_slice(olds);
         out.push(new);
         out
     }
 
     /// The new owner first, then the old ones, then the new one again.
-    pub fn new_first_order(olds: &[usize], new: usize) -> Vec<usize> {
-        let mut out = Vec::with_capacity(olds.len() + 2);
+    pub fn new_first_order(olds: &[usize], new: usize) -> Servers {
+        let mut out = Servers::new();
         out.push(new);
         out.extend_from_slice(olds);
         out.push(new);
@@ -364,7 +364,7 @@ mod tests {
     fn reads_ask_the_old_owners_first_until_keys_are_found_on_the_new_one() {
         let mut o = ReadOrder::default();
         // Nothing known: the old owners (newest first), then the new one.
-        assert_eq!(o.servers(&[1, 0], 2), vec![1, 0, 2]);
+        assert_eq!(o.servers(&[1, 0], 2)[..], [1, 0, 2]);
         o.found(false);
         o.found(true);
         assert!(!o.new_first(), "a tie keeps the old owners first");
@@ -372,8 +372,8 @@ mod tests {
         // Mostly found on the new owner: it is asked first, and last again
         // (a key copied over between the first read and the old owners').
         assert!(o.new_first());
-        assert_eq!(o.servers(&[1, 0], 2), vec![2, 1, 0, 2]);
-        assert_eq!(o.servers(&[0], 2), vec![2, 0, 2]);
+        assert_eq!(o.servers(&[1, 0], 2)[..], [2, 1, 0, 2]);
+        assert_eq!(o.servers(&[0], 2)[..], [2, 0, 2]);
     }
 
     #[test]

@@ -577,7 +577,7 @@ mod tests {
             retry: Some(Box::new(Retry {
                 req: req.clone(),
                 bytes: b"get k\r\n".to_vec(),
-                replicas: vec![0, 1],
+                replicas: [0, 1].into_iter().collect(),
                 next,
                 on_miss: false,
                 learns: false,
