@@ -37,6 +37,14 @@ and the same map of moved keys, so that the machine's drift (other jobs
 on this 2-core host move a round's figures by ±15 %) cancels out. Serving
 moved keys while nothing moves is in both rounds of a pair (its cost:
 `--rate 1`).
+--twin (with --paired) adds a third round to each pair, first: the same
+load through a second walnut (2 workers, CPU 1) serving the same servers
+by the configuration before the reload, without a migration. It is the
+steady state at the same moment: what a pool costs when nothing
+migrates, against rounds a few seconds apart rather than minutes, so that
+the machine's drift between the steady phase and the migration does not
+count. (It reads a moved key where the key was: on the server the key
+left, a nil; a nil costs a server about what a 100-byte value does.)
 --memcached runs walnut's migration over 3 memcacheds instead; the keys
 are loaded through walnut by a pipelined writer, whose keys/s are
 reported as memcached's write rate here, and the load is bench/loadgen's
@@ -86,9 +94,11 @@ def migration_state(port: int) -> dict[str, str]:
     return {}
 
 
-def conf(listen: int, servers: list[int], rate: int, redis: bool = True) -> str:
+def conf(listen: int, servers: list[int], rate: int, redis: bool = True,
+         migration: bool = True) -> str:
     lines = ["rd:", f"  listen: {HOST}:{listen}", "  hash: fnv1a_64", "  distribution: ketama",
-             f"  redis: {'true' if redis else 'false'}", "  timeout: 5000", "  migration: true",
+             f"  redis: {'true' if redis else 'false'}", "  timeout: 5000",
+             f"  migration: {'true' if migration else 'false'}",
              f"  migration_rate: {rate}", "  servers:"]
     lines += [f"    - {HOST}:{p}:1" for p in servers]
     return "\n".join(lines) + "\n"
@@ -268,6 +278,9 @@ def main() -> None:
                     help="start on 3 servers and remove the third (scale-in)")
     ap.add_argument("--paired", action="store_true",
                     help="while migrating, rounds in pairs: the migrator paused, then running")
+    ap.add_argument("--twin", action="store_true",
+                    help="with --paired: a round through a walnut without migration on the "
+                         "servers before the reload, before each pair")
     ap.add_argument("--round-seconds", type=float, default=2.0,
                     help="with --memcached: seconds per load round")
     ap.add_argument("--out", default=str(HERE / "results" / "migration-run.md"))
@@ -279,7 +292,7 @@ def main() -> None:
         print(f"anchor: redis-cli --cluster reshard {anchor}", flush=True)
     ports = [free_port() for _ in range(3)]
     servers: list[Proc] = []
-    walnut = None
+    walnut = twin = None
     try:
         start = memcached if args.memcached else redis_server
         servers = [start(p, work, SERVER_CPU) for p in ports]
@@ -300,6 +313,14 @@ def main() -> None:
             load_rate = load_memcache(listen, args.keys,
                                       b"key:%012d" if args.no_load else b"key:%010d")
         print(f"loaded {args.keys} keys in {time.monotonic() - t:.1f} s", flush=True)
+        twin_listen = free_port()
+        if args.twin:
+            twin_cfg = work / "twin.yml"
+            twin_cfg.write_text(conf(twin_listen, before, args.rate, redis, migration=False))
+            twin = Proc([WALNUT, "-c", str(twin_cfg), "-s", str(free_port()),
+                         "-o", str(work / "twin.log"), "--workers", "2",
+                         "--cpu-affinity", "none"],
+                        SERVER_CPU, work / "twin.stdout").start([twin_listen])
 
         mc_seconds = args.round_seconds if args.memcached else 0.0
         steady = [] if args.no_load else phase(listen, servers, args.keys, args.round,
@@ -324,6 +345,7 @@ def main() -> None:
 
         cpu: dict[str, float] = {}
         paused: list[dict] = []
+        twins: list[dict] = []
         if args.no_load:
             # CPU seconds of the migrator (its last reading before it
             # exits) and of the servers over the migration.
@@ -343,6 +365,9 @@ def main() -> None:
         elif args.paired:
             paused, migrating = [], []
             while True:
+                if twin:
+                    twins += phase(twin_listen, servers, args.keys, args.round, lambda n: True,
+                                   twin.pid, mc_seconds)
                 admin(adm, "migration pause rd")
                 paused += phase(listen, servers, args.keys, args.round, lambda n: True,
                                 walnut.pid, mc_seconds)
@@ -367,6 +392,8 @@ def main() -> None:
         print(f"migration: {st}", flush=True)
         dbsizes = [int(cli(p, "dbsize")) if redis else curr_items(p) for p in ports]
     finally:
+        if twin:
+            twin.stop()
         if walnut:
             walnut.stop()
         for s in servers:
@@ -419,6 +446,20 @@ def main() -> None:
             f"p99 {med(paused, 'p99'):.3f} ms (against steady: requests/s "
             + (f"{med(paused, 'rps') / med(steady, 'rps') - 1:+.1%})." if steady else "n/a)."),
         ]
+    if twins:
+        trios = list(zip(twins, paused, migrating))[:len(pairs)]
+        lines += ["", f"Twin rounds (--twin), {len(trios)} trios (twin, paused, running), "
+                      "medians of each trio's ratios against its twin round:"]
+        for name, i in (("paused", 1), ("running", 2)):
+            r = {k: statistics.median(t[i][k] / t[0][k] for t in trios if t[0].get(k) and t[i].get(k))
+                 for k in ("rps", "p50", "p99", "walnut_cpu_ms_per_1k", "server_cpu_ms_per_1k")}
+            each = ", ".join(f"{t[i]['rps'] / t[0]['rps'] - 1:+.1%}" for t in trios)
+            lines.append(
+                f"- {name} against twin: requests/s {r['rps'] - 1:+.1%}, p50 ×{r['p50']:.2f}, "
+                f"p99 ×{r['p99']:.2f}; walnut's CPU per 1k ×{r['walnut_cpu_ms_per_1k']:.2f}, "
+                f"the servers' ×{r['server_cpu_ms_per_1k']:.2f}. Each trio's requests/s: {each}.")
+        lines.append(f"Twin rounds' medians: {med(twins, 'rps'):.0f} rps, p50 {med(twins, 'p50'):.3f}, "
+                     f"p99 {med(twins, 'p99'):.3f} ms.")
     lines += [
         "",
         f"Migration: {secs:.1f} s from the reload to `state=done` (the last round ends after it);",
