@@ -61,6 +61,10 @@ pub struct Redirect {
 /// asks two or three; every such read would allocate otherwise).
 pub type Servers = smallvec::SmallVec<[usize; 4]>;
 
+/// A read's request bytes kept to send it again: inline up to 64 (a GET
+/// of a key of up to 40 bytes; its box is then the one allocation).
+pub type ReadBytes = smallvec::SmallVec<[u8; 64]>;
+
 /// What a failed read of a replicated pool (or a missed read of a moved
 /// key) needs to be sent again.
 #[derive(Debug)]
@@ -68,7 +72,7 @@ pub struct Retry {
     /// The request.
     pub req: Request,
     /// Its bytes.
-    pub bytes: Vec<u8>,
+    pub bytes: ReadBytes,
     /// The replicas, in the order they are tried.
     pub replicas: Servers,
     /// Index of the next replica to try.

@@ -4,7 +4,7 @@
 
 use super::conn::Open;
 use super::conn::{
-    ConnTable, Fragment, Multi, MultiMode, Origin, Redirect, ReplySlot, ReplyTo, Retry,
+    ConnTable, Fragment, Multi, MultiMode, Origin, ReadBytes, Redirect, ReplySlot, ReplyTo, Retry,
 };
 use super::fault::ServerFault;
 use super::key_groups::{KeyGroups, Placed, Split};
@@ -306,7 +306,7 @@ impl Worker<'_> {
         let slot = ReplySlot {
             retry: Some(Box::new(Retry {
                 req: req.clone(),
-                bytes: bytes.to_vec(),
+                bytes: ReadBytes::from_slice(bytes),
                 replicas: replicas.into(),
                 next: 1,
                 on_miss: false,

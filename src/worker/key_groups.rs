@@ -447,7 +447,7 @@ mod tests {
     fn a_failed_read_tries_each_replica_once_in_order() {
         let mut r = crate::worker::conn::Retry {
             req: request(b"*2\r\n$3\r\nGET\r\n$1\r\na\r\n"),
-            bytes: b"*2\r\n$3\r\nGET\r\n$1\r\na\r\n".to_vec(),
+            bytes: b"*2\r\n$3\r\nGET\r\n$1\r\na\r\n"[..].into(),
             replicas: [4, 2, 7].into_iter().collect(),
             next: 1,
             on_miss: false,

@@ -34,7 +34,7 @@
 //! the request then goes on to the new owner.
 
 use super::conn::Open;
-use super::conn::{ConnTable, ReplySlot, ReplyTo, Retry, Waiter};
+use super::conn::{ConnTable, ReadBytes, ReplySlot, ReplyTo, Retry, Waiter};
 use super::conn_state::Gate;
 use super::migration_rt::ReadOrder;
 use super::pool::PoolRt;
@@ -272,7 +272,7 @@ impl Worker<'_> {
         let slot = ReplySlot {
             retry: Some(Box::new(Retry {
                 req: req.clone(),
-                bytes: bytes.to_vec(),
+                bytes: ReadBytes::from_slice(bytes),
                 replicas: servers,
                 next: 1,
                 on_miss: true,

@@ -576,7 +576,7 @@ mod tests {
         let read = |next: usize| ReplySlot {
             retry: Some(Box::new(Retry {
                 req: req.clone(),
-                bytes: b"get k\r\n".to_vec(),
+                bytes: b"get k\r\n"[..].into(),
                 replicas: [0, 1].into_iter().collect(),
                 next,
                 on_miss: false,
