@@ -479,7 +479,9 @@ impl Worker<'_> {
         if !self.flush_client(token) {
             return;
         }
-        self.client_drained(token);
+        if let Some(st) = super::stream_reply::client_drained(&mut self.conns, token) {
+            self.resume.push(st);
+        }
         let Some(c) = self.conns.client_mut(token.0) else {
             return;
         };

@@ -174,7 +174,7 @@ impl Worker<'_> {
     /// Queue more of the spool a connection is fed from, up to
     /// `STREAM_HIGH` bytes, once its output is below `STREAM_LOW`. Returns
     /// whether bytes were queued.
-    fn feed_spool(&mut self, st: Token, now: Instant) -> bool {
+    pub(super) fn feed_spool(&mut self, st: Token, now: Instant) -> bool {
         let Some(s) = self.conns.server(st.0) else {
             return false;
         };
@@ -211,19 +211,5 @@ impl Worker<'_> {
             }
         }
         added > 0
-    }
-
-    /// After a write to a connection fed from a spool: refill its output
-    /// once it drained below `STREAM_LOW`. True when it should be written
-    /// again at once (all of it was written and more was queued).
-    pub(super) fn refill_feed(&mut self, st: Token, now: Instant) -> bool {
-        let Some(s) = self.conns.server(st.0) else {
-            return false;
-        };
-        if s.feed().is_none() || s.is_connecting() {
-            return false;
-        }
-        let drained = s.wbuf().is_empty();
-        self.feed_spool(st, now) && drained
     }
 }

@@ -5,7 +5,7 @@
 //! controller (the master's channel) is read once per pass and says when
 //! to stop: at once, gracefully, or by handing clients to a successor.
 
-use super::conn::Conn;
+use super::conn::{Conn, ConnTable};
 use super::tokens::{self, TokenKind};
 use super::{Control, Stop, Worker, FLUSH_ROUNDS};
 use crate::stats::WorkerField;
@@ -165,7 +165,17 @@ impl Worker<'_> {
         self.recorder.every_second(&self.stats, now);
         self.sweep_idle(now);
         self.sweep_server_handshakes(now);
-        self.sweep_stalled_streams(now);
+        // A client that reads none of a large reply holds a shared
+        // connection up: it goes.
+        for client in super::stream_reply::stalled_readers(&self.conns, now) {
+            if self.conns.client_ref(client).is_some() {
+                crate::log_notice!(
+                    "client not reading a large reply for {} s: closing it",
+                    super::STREAM_STALL.as_secs()
+                );
+                self.close_client(client.token, true);
+            }
+        }
         self.probe_servers(now);
         if self.trim.due() {
             crate::log_debug!("returned free heap memory to the kernel");

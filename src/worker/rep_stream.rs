@@ -136,7 +136,7 @@ impl RepStream {
         Some(RepStream::new(ClientRef::new(ct, id), hold, Instant::now()))
     }
 
-    fn new(client: ClientRef, hold: Option<Hold>, now: Instant) -> RepStream {
+    pub(super) fn new(client: ClientRef, hold: Option<Hold>, now: Instant) -> RepStream {
         RepStream {
             client: Some(client),
             cursor: ReplyCursor::new(),

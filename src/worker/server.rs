@@ -165,13 +165,17 @@ impl Worker<'_> {
         {
             // Requests may now wait behind a reply paused for its
             // lagging client: if they are someone else's, read on.
-            self.spool_rest(token);
+            self.resume
+                .extend(super::stream_reply::spool_rest(&mut self.conns, token));
         }
         // A connection fed from a spool is refilled as it drains, and
         // written again while its socket takes more.
         loop {
             self.write_server_once(token, now);
-            if !self.refill_feed(token, now) {
+            let Some(drained) = self.conns.server(token.0).and_then(|s| s.refills()) else {
+                return;
+            };
+            if !(self.feed_spool(token, now) && drained) {
                 return;
             }
         }

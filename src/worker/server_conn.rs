@@ -678,6 +678,14 @@ impl Server {
         self.feed.as_ref()
     }
 
+    /// Whether its output is refilled from a spool after a write: it is
+    /// fed from one and connected (`Some`, with whether all it was sent
+    /// went out, so it may be written again at once).
+    #[inline]
+    pub fn refills(&self) -> Option<bool> {
+        (self.feed.is_some() && !self.is_connecting()).then(|| self.wbuf.is_empty())
+    }
+
     /// Start or end (`None`) sending a kept request again on it.
     #[inline]
     pub fn set_feed(&mut self, feed: Option<Feed>) {

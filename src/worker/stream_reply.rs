@@ -12,7 +12,7 @@
 //! connection, it is not read while that client has more than
 //! [`STREAM_HIGH`] bytes unwritten (the worker holds little of the reply
 //! however large it is), and a client that reads none of it for
-//! [`STREAM_STALL`] is closed. Once another request waits on that
+//! [`STREAM_STALL`](super::STREAM_STALL) is closed. Once another request waits on that
 //! connection (it is shared: other clients' replies come behind this
 //! one), the connection is never held back for one client: the rest of
 //! the reply is moved out of the way into a spool of its client's
@@ -35,7 +35,7 @@
 use super::conn::{ClientRef, Conn, ConnTable, ServerRef, Waiter};
 use super::fault::ServerFault;
 use super::rep_stream::Dest;
-use super::{Worker, STREAM_LOW, STREAM_STALL};
+use super::{Worker, STREAM_LOW};
 use crate::stats::ServerField;
 use mio::Token;
 use std::time::Instant;
@@ -52,31 +52,57 @@ pub(super) fn unblock_reply(
     rs.unblock(drop_client).then_some(r.token)
 }
 
-impl Worker<'_> {
-    /// The client's output drained below the low mark: read the server
-    /// streaming a reply to it again.
-    pub(super) fn client_drained(&mut self, ct: Token) {
-        let Some(c) = self.conns.client_mut(ct.0) else {
-            return;
-        };
-        let Some((from, low)) = c.drained_below(STREAM_LOW) else {
-            return;
-        };
-        // The client took some of it: not stalled.
-        if let Some(r) = self
-            .conns
-            .server_ref_mut(from)
-            .and_then(|s| s.rstream_mut())
-        {
-            r.progressed(Instant::now());
-        }
-        if low {
-            if let Some(st) = unblock_reply(&mut self.conns, from, false) {
-                self.resume.push(st);
-            }
-        }
+/// The client `ct`'s output drained below the low mark: the server
+/// streaming a reply to it hears that it took some (not stalled) and, if
+/// the output is low enough, reads again: the connection to resume, if
+/// it was paused.
+pub(super) fn client_drained(conns: &mut slab::Slab<Conn>, ct: Token) -> Option<Token> {
+    let (from, low) = conns.client_mut(ct.0)?.drained_below(STREAM_LOW)?;
+    if let Some(r) = conns.server_ref_mut(from).and_then(|s| s.rstream_mut()) {
+        r.progressed(Instant::now());
     }
+    if low {
+        return unblock_reply(conns, from, false);
+    }
+    None
+}
 
+/// If the server connection `st` is paused for one client's streamed
+/// reply and someone else's request waits on it: the rest of that reply
+/// is moved out of the way, into a spool its client drains as it reads
+/// (held to its output limit), and `st` is returned, to be read on.
+pub(super) fn spool_rest(conns: &mut slab::Slab<Conn>, st: Token) -> Option<Token> {
+    let s = conns.server_mut(st.0)?;
+    let paused_for = s.rstream().and_then(|r| r.paused_for())?;
+    if !s.others_wait(paused_for) {
+        return None;
+    }
+    // The reply streams to the head of its client's replies: the rest
+    // of it joins that slot once complete, behind what already passed.
+    let seq = paused_for.and_then(|cr| conns.client_ref_mut(cr)).map(|c| {
+        c.release_reply_wait();
+        c.head_seq()
+    });
+    if let Some(r) = conns.server_mut(st.0).and_then(|s| s.rstream_mut()) {
+        r.spool_rest(seq);
+    }
+    Some(st)
+}
+
+/// The clients that have not read any of a streamed reply for
+/// [`super::STREAM_STALL`]: the server connection they hold is shared, and the
+/// replies of the other clients on it wait behind theirs.
+pub(super) fn stalled_readers(conns: &slab::Slab<Conn>, now: Instant) -> Vec<ClientRef> {
+    conns
+        .iter()
+        .filter_map(|(_, c)| match c {
+            Conn::Server(s) => s.rstream().and_then(|r| r.stalled(now)),
+            _ => None,
+        })
+        .collect()
+}
+
+impl Worker<'_> {
     /// Pass what the server's input holds of a streamed reply. True when
     /// the reply is complete (parse the next one).
     pub(super) fn pass_reply_stream(&mut self, st: Token, now: Instant) -> bool {
@@ -173,38 +199,10 @@ impl Worker<'_> {
                 // Write now; the server stays paused only if the client
                 // lags and nothing else waits on this connection.
                 if self.flush_client(ct) {
-                    self.client_drained(ct);
+                    self.resume.extend(client_drained(&mut self.conns, ct));
                 }
-                self.spool_rest(st);
+                self.resume.extend(spool_rest(&mut self.conns, st));
             }
-        }
-    }
-
-    /// If the server connection is paused for one client's streamed reply
-    /// and someone else's request waits on it: move the rest of that reply
-    /// out of the way, into a spool its client drains as it reads (held to
-    /// its output limit), and read the connection on.
-    pub(super) fn spool_rest(&mut self, st: Token) {
-        let Some(s) = self.conns.server_mut(st.0) else {
-            return;
-        };
-        let Some(paused_for) = s.rstream().and_then(|r| r.paused_for()) else {
-            return;
-        };
-        if !s.others_wait(paused_for) {
-            return;
-        }
-        self.resume.push(st);
-        // The reply streams to the head of its client's replies: the rest
-        // of it joins that slot once complete, behind what already passed.
-        let seq = paused_for
-            .and_then(|cr| self.conns.client_ref_mut(cr))
-            .map(|c| {
-                c.release_reply_wait();
-                c.head_seq()
-            });
-        if let Some(r) = self.conns.server_mut(st.0).and_then(|s| s.rstream_mut()) {
-            r.spool_rest(seq);
         }
     }
 
@@ -255,27 +253,8 @@ impl Worker<'_> {
             }
         }
     }
-
-    /// Close the clients that have not read any of a streamed reply for
-    /// [`STREAM_STALL`]: the server connection they hold is shared, and the
-    /// replies of the other clients on it wait behind theirs.
-    pub(super) fn sweep_stalled_streams(&mut self, now: Instant) {
-        let stalled: Vec<ClientRef> = self
-            .conns
-            .iter()
-            .filter_map(|(_, c)| match c {
-                Conn::Server(s) => s.rstream().and_then(|r| r.stalled(now)),
-                _ => None,
-            })
-            .collect();
-        for client in stalled {
-            if self.conns.client_ref(client).is_some() {
-                crate::log_notice!(
-                    "client not reading a large reply for {} s: closing it",
-                    STREAM_STALL.as_secs()
-                );
-                self.close_client(client.token, true);
-            }
-        }
-    }
 }
+
+#[cfg(test)]
+#[path = "stream_reply_tests.rs"]
+mod tests;
