@@ -622,14 +622,9 @@ impl Worker<'_> {
         {
             self.resume.push(st);
         }
-        self.txn_close(c.take_txn());
-        self.pubsub_close(c.take_subs());
-        // Blocked requests end with their client: their connections go.
-        for r in c.take_blocked() {
-            if self.conns.server_ref(r).is_some() {
-                self.retire_server(r.token);
-            }
-        }
+        // Its transaction's, push and blocked requests' connections end
+        // with it.
+        self.retire_all(c.take_own_conns());
         let pool = c.pool();
         crate::log_pverb!(
             "client {} of pool '{}' closed ({})",

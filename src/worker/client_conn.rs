@@ -482,6 +482,21 @@ impl Client {
         }
     }
 
+    /// The connection `r` its transaction is pinned to was lost, and the
+    /// server's WATCH and MULTI state with it: the transaction ends and
+    /// the client closes once the errors of its requests in flight are
+    /// written: carrying on would run its next commands outside the
+    /// transaction it believes it is in, or send them to a connection
+    /// that no longer exists. False when `r` is not its transaction's.
+    pub fn txn_lost(&mut self, r: ServerRef) -> bool {
+        if self.txn().is_none_or(|t| t.conn() != Some(r)) {
+            return false;
+        }
+        self.set_txn(None);
+        self.close_after_replies();
+        true
+    }
+
     /// Its subscriptions.
     #[inline]
     pub fn subs(&self) -> Option<&Subs> {
@@ -616,6 +631,20 @@ impl Client {
         let blocked = std::mem::take(&mut r.blocked);
         self.tidy();
         blocked
+    }
+
+    /// The connections it holds for itself alone, taken (it closes):
+    /// its transaction's, its push connections, its blocking requests'.
+    pub fn take_own_conns(&mut self) -> Vec<ServerRef> {
+        let mut own: Vec<ServerRef> = self.take_txn().and_then(|t| t.conn()).into_iter().collect();
+        own.extend(
+            self.take_subs()
+                .into_iter()
+                .flat_map(|s| s.conns)
+                .map(|(_, r)| r),
+        );
+        own.extend(self.take_blocked());
+        own
     }
 
     /// Sequence number the next request gets.

@@ -252,3 +252,40 @@ fn a_ready_reply_may_close_the_client_after_it() {
         ]
     );
 }
+
+#[test]
+fn a_closing_client_gives_up_the_connections_it_holds_alone() {
+    let mut c = client();
+    assert!(c.take_own_conns().is_empty());
+    let r = |t: usize| ServerRef::new(mio::Token(t), t as u64 + 100);
+    let mut txn = Txn::default();
+    let _ = txn.pinned(r(1), 0, "WATCH");
+    c.set_txn(Some(Box::new(txn)));
+    let mut subs = Subs::default();
+    subs.opened(0, r(2));
+    subs.opened(1, r(3));
+    c.set_subs(Some(Box::new(subs)));
+    c.block_on(vec![r(4)], r(5));
+    assert_eq!(c.take_own_conns(), vec![r(1), r(2), r(3), r(4), r(5)]);
+    assert!(c.txn().is_none() && c.subs().is_none() && c.blocked().is_empty());
+    assert!(c.take_own_conns().is_empty(), "once");
+}
+
+#[test]
+fn a_lost_transaction_connection_ends_the_transaction_and_the_client() {
+    let mut c = client();
+    let r = |t: usize| ServerRef::new(mio::Token(t), t as u64 + 100);
+    assert!(!c.txn_lost(r(1)), "no transaction");
+    let mut txn = Txn::default();
+    let _ = txn.pinned(r(1), 0, "WATCH");
+    c.set_txn(Some(Box::new(txn)));
+    assert!(!c.txn_lost(r(2)), "another connection");
+    assert!(
+        !c.txn_lost(ServerRef::new(mio::Token(1), 7)),
+        "its slot, reused"
+    );
+    assert!(c.txn().is_some() && !c.closing);
+    assert!(c.txn_lost(r(1)));
+    assert!(c.txn().is_none(), "ended");
+    assert!(c.closing, "closed once its replies are written");
+}

@@ -185,18 +185,9 @@ impl Worker<'_> {
             if done {
                 // It subscribes to nothing any more: its connections close.
                 let subs = self.conns.client_mut(ct.0).and_then(|c| c.take_subs());
-                self.pubsub_close(subs);
+                self.retire_all(subs.into_iter().flat_map(|s| s.conns).map(|(_, r)| r));
             }
         }
         off
-    }
-
-    /// Close the push connections of `subs` (the client leaves).
-    pub(super) fn pubsub_close(&mut self, subs: Option<Box<Subs>>) {
-        for (_, r) in subs.map(|s| s.conns).unwrap_or_default() {
-            if self.conns.server_ref(r).is_some() {
-                self.retire_server(r.token);
-            }
-        }
     }
 }

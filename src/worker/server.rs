@@ -24,6 +24,15 @@ impl Worker<'_> {
         self.forget_server(token, &mut s);
     }
 
+    /// Close the dedicated connections `conns` that are still open.
+    pub(super) fn retire_all(&mut self, conns: impl IntoIterator<Item = ServerRef>) {
+        for r in conns {
+            if self.conns.server_ref(r).is_some() {
+                self.retire_server(r.token);
+            }
+        }
+    }
+
     /// A shared connection to an address the server left: it takes no new
     /// request and closes once what it was sent is answered.
     pub(super) fn retire_when_answered(&mut self, token: Token) {
@@ -339,8 +348,17 @@ impl Worker<'_> {
                 self.close_client(client.token, true);
             }
         }
-        if let Some(ct) = s.pinned() {
-            self.txn_lost(ct, token, s.id());
+        // A transaction's connection: its client goes (`Client::txn_lost`).
+        let r = ServerRef::new(token, s.id());
+        if let Some(ct) = s
+            .pinned()
+            .filter(|ct| self.conns.client_mut(ct.0).is_some_and(|c| c.txn_lost(r)))
+        {
+            crate::log_info!(
+                "pool '{}': a transaction's server connection was lost: closing its client",
+                self.pools[s.pool()].cfg.name
+            );
+            self.maybe_finish_client(ct);
         }
     }
 }

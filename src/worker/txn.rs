@@ -56,6 +56,21 @@ fn put(conns: &mut Slab<Conn>, token: Token, t: Option<Txn>) {
     }
 }
 
+/// A transaction's connection `r` is let go: returned, to be closed now,
+/// if nothing is in flight on it; else unpinned, and retired once its last
+/// reply is in.
+fn let_go(conns: &mut Slab<Conn>, r: ServerRef) -> Option<Token> {
+    let s = conns.server_ref_mut(r)?;
+    if s.inflight().is_empty() {
+        return Some(r.token);
+    }
+    // Looked up with its id: a slot reused by another connection is not
+    // unpinned, though `Client::txn_lost` already ends a transaction whose
+    // connection closed.
+    s.pin(None);
+    None
+}
+
 /// Put it back when there is anything to keep ([`Txn::keep`]).
 fn put_kept(conns: &mut Slab<Conn>, token: Token, t: Txn) {
     put(conns, token, t.keep().then_some(t));
@@ -83,7 +98,9 @@ impl Worker<'_> {
             if let Some(r) = discard {
                 // The server forgets the queued commands.
                 self.txn_send(r.token, txn::DISCARD, now);
-                self.txn_release(r);
+                if let Some(st) = let_go(&mut self.conns, r) {
+                    self.retire_server(st);
+                }
             }
             put_kept(&mut self.conns, token, t);
             self.conns.push_ready(token, reply, false);
@@ -186,63 +203,12 @@ impl Worker<'_> {
             if c.txn().is_some_and(|t| t.ends_on(st)));
         let idle = matches!(self.conns.server(st.0), Some(s) if s.inflight().is_empty());
         if ending && idle {
-            if let Some(r) = take(&mut self.conns, ct).end() {
-                self.txn_release(r);
+            if let Some(st) = take(&mut self.conns, ct)
+                .end()
+                .and_then(|r| let_go(&mut self.conns, r))
+            {
+                self.retire_server(st);
             }
-        }
-    }
-
-    /// The connection client `ct`'s transaction was pinned to (`st`, id
-    /// `sid`) closed on an error or a timeout, and the server's WATCH and
-    /// MULTI state went with it. The client is closed once the errors of
-    /// its requests in flight are written: carrying on would run its next
-    /// commands outside the transaction it believes it is in, or send
-    /// them to a connection that no longer exists (no reply, ever).
-    pub(super) fn txn_lost(&mut self, ct: Token, st: Token, sid: u64) {
-        let lost = matches!(self.conns.client(ct.0), Some(c)
-            if c.txn().is_some_and(|t| t.conn() == Some(ServerRef::new(st, sid))));
-        if !lost {
-            return;
-        }
-        let pool = match self.conns.get_mut(ct.0) {
-            Some(Conn::Client(c)) => {
-                c.set_txn(None);
-                c.close_after_replies();
-                c.pool()
-            }
-            _ => return,
-        };
-        crate::log_info!(
-            "pool '{}': a transaction's server connection was lost: closing its client",
-            self.pools[pool].cfg.name
-        );
-        self.maybe_finish_client(ct);
-    }
-
-    /// The client leaves: its pinned connection goes.
-    pub(super) fn txn_close(&mut self, t: Option<Box<Txn>>) {
-        if let Some(r) = t.and_then(|t| t.conn()) {
-            if self.conns.server_ref(r).is_some() {
-                self.retire_server(r.token);
-            }
-        }
-    }
-
-    /// A transaction's connection is let go: closed now if nothing is
-    /// in flight on it, else unpinned and retired once its last reply is
-    /// in.
-    fn txn_release(&mut self, r: ServerRef) {
-        let idle = self
-            .conns
-            .server_ref(r)
-            .is_some_and(|s| s.inflight().is_empty());
-        if idle {
-            self.retire_server(r.token);
-        } else if let Some(s) = self.conns.server_ref_mut(r) {
-            // Looked up with its id: a slot reused by another connection
-            // is not unpinned, though `txn_lost` already ends a
-            // transaction whose connection closed.
-            s.pin(None);
         }
     }
 
@@ -256,3 +222,7 @@ impl Worker<'_> {
         self.enqueue(st, to, op, |o| o.extend_from_slice(cmd), now);
     }
 }
+
+#[cfg(test)]
+#[path = "txn_tests.rs"]
+mod tests;

@@ -1,0 +1,61 @@
+//! When a transaction's connection is let go (`let_go`), on a table of
+//! connections built on a socket pair (nothing is written to it).
+
+use super::*;
+use crate::net::Stream;
+use crate::proto::{Limits, Parse, Protocol};
+use crate::stats::slowlog::KeyPrefix;
+use crate::worker::conn::Server;
+
+/// A connected dedicated connection pinned to client `Token(3)`.
+fn pinned(conns: &mut Slab<Conn>) -> ServerRef {
+    let (sock, _) = mio::net::UnixStream::pair().expect("socket pair");
+    let mut s = Server::new(Stream::Unix(sock), 9, (0, 0, 0), Instant::now(), true);
+    s.set_connected();
+    s.pin(Some(Token(3)));
+    ServerRef::new(Token(conns.insert(Conn::Server(Box::new(s)))), 9)
+}
+
+#[test]
+fn an_idle_connection_is_closed_at_once() {
+    let mut conns = Slab::new();
+    let r = pinned(&mut conns);
+    assert_eq!(let_go(&mut conns, r), Some(r.token));
+}
+
+#[test]
+fn a_busy_connection_is_unpinned_and_kept_for_its_replies() {
+    let mut conns = Slab::new();
+    let r = pinned(&mut conns);
+    let bytes = b"*1\r\n$4\r\nEXEC\r\n";
+    let Ok(Parse::Done(req)) = Protocol::Redis.parse_request(bytes, &Limits::default()) else {
+        panic!("request parses");
+    };
+    let s = conns.server_mut(r.token.0).expect("server");
+    let _ = s.queue(
+        Some(Waiter::Internal),
+        req.op,
+        |w| w.extend_from_slice(bytes),
+        Instant::now(),
+        KeyPrefix::new(b""),
+    );
+    assert_eq!(let_go(&mut conns, r), None);
+    assert_eq!(
+        conns.server(r.token.0).and_then(|s| s.pinned()),
+        None,
+        "unpinned"
+    );
+}
+
+#[test]
+fn a_reused_slot_is_not_touched() {
+    let mut conns = Slab::new();
+    let r = pinned(&mut conns);
+    let stale = ServerRef::new(r.token, 8);
+    assert_eq!(let_go(&mut conns, stale), None);
+    assert_eq!(
+        conns.server(r.token.0).and_then(|s| s.pinned()),
+        Some(Token(3)),
+        "still pinned"
+    );
+}
