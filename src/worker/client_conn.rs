@@ -438,17 +438,10 @@ impl Client {
     }
 
     /// Hold its next requests until the read of a moved key it just
-    /// queued is answered ([`Client::read_answered`]).
+    /// queued is answered ([`Client::read_settled`]).
     #[inline]
     pub fn hold_for_read(&mut self) {
         self.moved_read = true;
-    }
-
-    /// The read of a moved key it was held for has its answer: whether
-    /// it was held (and now goes on).
-    #[inline]
-    pub fn read_answered(&mut self) -> bool {
-        std::mem::take(&mut self.moved_read)
     }
 
     /// The transaction under way.

@@ -10,6 +10,36 @@
 use super::Client;
 use crate::worker::handle::ServerRef;
 
+/// A moved key's read let its client go on ([`Client::read_settled`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct ReadSettled {
+    /// The key's newest old owner, and whether the new owner answered
+    /// (`None`: not found, or the read does not teach the order).
+    pub found_at: Option<(usize, bool)>,
+    /// The client has input to parse.
+    pub parse_on: bool,
+}
+
+impl ReadSettled {
+    /// Carried out: the client (`token`) parsed again if it has input,
+    /// and where the key was found counted for the pool's next reads'
+    /// order (`migration`: the pool's, if it still migrates).
+    #[inline]
+    pub fn carry_out(
+        self,
+        token: mio::Token,
+        resume: &mut Vec<mio::Token>,
+        migration: Option<&mut crate::worker::migration_rt::MigrationRt>,
+    ) {
+        if self.parse_on {
+            resume.push(token);
+        }
+        if let (Some((old, on_new)), Some(m)) = (self.found_at, migration) {
+            m.read_found(old, on_new);
+        }
+    }
+}
+
 /// What follows a read of the client's input, once it is parsed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AfterRead {
@@ -138,6 +168,31 @@ impl Client {
         }
         self.solo = false;
         false
+    }
+
+    /// The read of a moved key in slot `seq` has its answer (`found`: a
+    /// value, not a miss everywhere or an error): the client's hold
+    /// ([`Client::hold_for_read`]) ends if it waited for that read. Then: where the key was found (its
+    /// newest old owner, and whether the new owner answered), for the
+    /// pool's next reads' order, and whether to parse what the client
+    /// sent meanwhile (a client that waits for each answer sent nothing,
+    /// and reading its socket again would only find it empty).
+    pub fn read_settled(&mut self, seq: u64, found: bool) -> Option<ReadSettled> {
+        // The read held for is the last request queued: nothing was
+        // parsed after it.
+        if !self.moved_read || seq + 1 != self.next_seq() {
+            return None;
+        }
+        self.moved_read = false;
+        let found_at = self
+            .slot_mut(seq)
+            .and_then(|s| s.retry.as_ref())
+            .and_then(|r| r.found_at())
+            .filter(|_| found);
+        Some(ReadSettled {
+            found_at,
+            parse_on: self.must_read_again() || !self.input().is_empty(),
+        })
     }
 
     /// Input was left in the socket and nothing stops reading it now: the

@@ -157,3 +157,40 @@ fn finished_once_every_reply_is_in_and_written() {
     c.close_after_replies();
     assert!(c.finished());
 }
+
+#[test]
+fn a_settled_read_of_a_moved_key_lets_its_client_go_on() {
+    let bytes = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
+    let Ok(crate::proto::Parse::Done(req)) =
+        Protocol::Redis.parse_request(bytes, &Limits::default())
+    else {
+        panic!("request parses");
+    };
+    let mut c = client();
+    assert_eq!(c.read_settled(0, true), None, "no gate");
+    let seq = c.next_seq();
+    c.push_reply(ReplySlot::default());
+    // Asked of old owners 2 then 1, then the new owner 0; the second
+    // asked (1) answered.
+    c.slot_mut(seq).expect("slot").retry = Some(Box::new(crate::worker::conn::Retry {
+        req: req.clone(),
+        bytes: bytes[..].into(),
+        replicas: [2, 1, 0].into_iter().collect(),
+        next: 2,
+        on_miss: true,
+        learns: true,
+    }));
+    c.hold_for_read();
+    assert_eq!(c.read_settled(seq + 1, true), None, "another slot's answer");
+    assert!(!c.parse_now(None), "held");
+    let settled = c.read_settled(seq, true).expect("settled");
+    assert_eq!(settled.found_at, Some((2, false)), "found on an old owner");
+    assert!(!settled.parse_on, "nothing sent meanwhile");
+    assert!(c.parse_now(None), "it goes on");
+    assert_eq!(c.read_settled(seq, true), None, "once");
+    // A miss everywhere teaches nothing; input sent meanwhile is parsed.
+    c.hold_for_read();
+    c.rbuf.extend(b"*1\r\n$4\r\nPING\r\n");
+    let settled = c.read_settled(seq, false).expect("settled");
+    assert_eq!((settled.found_at, settled.parse_on), (None, true));
+}

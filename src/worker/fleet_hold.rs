@@ -288,7 +288,7 @@ impl Worker<'_> {
             Wait::InStep
         } else if p.fleet_fenced
             && p.migration.is_some()
-            && !self.moved_pulls(pool, req, bytes, now).is_empty()
+            && !self.pools[pool].moved_pulls(req, bytes, now).is_empty()
         {
             Wait::Barrier
         } else {

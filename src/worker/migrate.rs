@@ -92,6 +92,52 @@ impl PoolRt {
             None => Placed::Other,
         }
     }
+
+    /// The pulls a request of a migrating pool needs: one per key it
+    /// names that an earlier placement put elsewhere (none when it is not
+    /// migrating).
+    pub(super) fn moved_pulls(&mut self, req: &Request, bytes: &[u8], now: Instant) -> Vec<Pull> {
+        let keys: Vec<std::borrow::Cow<[u8]>> = match (req.op, &req.route) {
+            // Every key the command names, not only the one it is routed
+            // by: each moved one must be on its new owner before the
+            // command runs there, or what the command writes to it would
+            // be overwritten by, or shadow, the old copy pulled later.
+            (Op::Redis(op), Route::Single | Route::Multi) => {
+                crate::proto::redis::command_keys(op.cmd, req, bytes)
+                    .into_iter()
+                    .map(std::borrow::Cow::Owned)
+                    .collect()
+            }
+            // The key placement uses (a meta request's `b` key decoded).
+            (_, Route::Single) => vec![req.routing_key(bytes)],
+            (_, Route::Multi) => req
+                .keys
+                .iter()
+                .map(|r| std::borrow::Cow::Borrowed(&bytes[r.clone()]))
+                .collect(),
+            _ => return Vec::new(),
+        };
+        let mut pulls = Vec::new();
+        for key in &keys {
+            let key = key.as_ref();
+            let Some(new) = self.server_for(key, now) else {
+                continue;
+            };
+            let r = self.cfg.replicas.max(1) as usize;
+            let mut news = vec![new];
+            if r > 1 {
+                self.placement.replicas_for(key, r, &mut news);
+            }
+            let Some(m) = self.migration.as_ref() else {
+                return Vec::new();
+            };
+            let olds = m.old_owners(key, &news);
+            if !olds.is_empty() && !pulls.iter().any(|p: &Pull| p.key() == key) {
+                pulls.push(Pull::new(key.to_vec(), olds, news));
+            }
+        }
+        pulls
+    }
 }
 
 /// What [`Worker::hold_for_moved_keys`] did with a request.
@@ -160,7 +206,7 @@ impl Worker<'_> {
                 }
             }
             Placed::Other => {
-                let pulls = self.moved_pulls(pool, req, bytes, now);
+                let pulls = self.pools[pool].moved_pulls(req, bytes, now);
                 if let ([pull], AfterPull::Route) = (&pulls[..], then) {
                     if let [new] = pull.news()[..] {
                         let moved = MovedKey {
@@ -309,85 +355,6 @@ impl Worker<'_> {
         true
     }
 
-    /// The read of a moved key in the client's slot `seq` has its answer
-    /// (`found`: a value, not a miss everywhere or an error): the client
-    /// goes on, and where the key was found is counted for the next
-    /// reads' order.
-    pub(super) fn read_settled(&mut self, token: Token, seq: u64, found: bool) {
-        let Some(c) = self.conns.client_mut(token.0) else {
-            return;
-        };
-        if !c.read_answered() {
-            return;
-        }
-        let found = c
-            .slot_mut(seq)
-            .and_then(|s| s.retry.as_ref())
-            .and_then(|r| r.found_at())
-            .filter(|_| found);
-        let pool = c.pool();
-        // Parse what the client sent meanwhile, if it did: a client that
-        // waits for each answer sent nothing, and reading its socket again
-        // would only find it empty.
-        if c.must_read_again() || !c.input().is_empty() {
-            self.resume.push(token);
-        }
-        if let (Some((old, on_new)), Some(m)) = (found, self.pools[pool].migration.as_mut()) {
-            m.read_found(old, on_new);
-        }
-    }
-
-    /// The pulls a request of a migrating pool needs: one per key it
-    /// names that an earlier placement put elsewhere.
-    pub(super) fn moved_pulls(
-        &mut self,
-        pool: usize,
-        req: &Request,
-        bytes: &[u8],
-        now: Instant,
-    ) -> Vec<Pull> {
-        let keys: Vec<std::borrow::Cow<[u8]>> = match (req.op, &req.route) {
-            // Every key the command names, not only the one it is routed
-            // by: each moved one must be on its new owner before the
-            // command runs there, or what the command writes to it would
-            // be overwritten by, or shadow, the old copy pulled later.
-            (Op::Redis(op), Route::Single | Route::Multi) => {
-                crate::proto::redis::command_keys(op.cmd, req, bytes)
-                    .into_iter()
-                    .map(std::borrow::Cow::Owned)
-                    .collect()
-            }
-            // The key placement uses (a meta request's `b` key decoded).
-            (_, Route::Single) => vec![req.routing_key(bytes)],
-            (_, Route::Multi) => req
-                .keys
-                .iter()
-                .map(|r| std::borrow::Cow::Borrowed(&bytes[r.clone()]))
-                .collect(),
-            _ => return Vec::new(),
-        };
-        let mut pulls = Vec::new();
-        for key in &keys {
-            let key = key.as_ref();
-            let Some(new) = self.pools[pool].server_for(key, now) else {
-                continue;
-            };
-            let r = self.pools[pool].cfg.replicas.max(1) as usize;
-            let mut news = vec![new];
-            if r > 1 {
-                self.pools[pool].placement.replicas_for(key, r, &mut news);
-            }
-            let Some(m) = self.pools[pool].migration.as_ref() else {
-                return Vec::new();
-            };
-            let olds = m.old_owners(key, &news);
-            if !olds.is_empty() && !pulls.iter().any(|p: &Pull| p.key() == key) {
-                pulls.push(Pull::new(key.to_vec(), olds, news));
-            }
-        }
-        pulls
-    }
-
     /// A reply to one of a pull's requests (`None`: the server could not
     /// be reached): the pull says what follows.
     pub(super) fn pull_reply(
@@ -526,3 +493,7 @@ impl Worker<'_> {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "migrate_tests.rs"]
+mod tests;

@@ -88,7 +88,14 @@ impl Worker<'_> {
         }
         if moved_read {
             let found = !(answer.is_error || self.pools[at.pool].proto.is_miss(&answer.reply));
-            self.read_settled(token, seq, found);
+            // The client goes on; where the key was found is counted for
+            // the next reads' order.
+            if let Some(c) = self.conns.client_mut(token.0) {
+                if let Some(settled) = c.read_settled(seq, found) {
+                    let m = self.pools[c.pool()].migration.as_deref_mut();
+                    settled.carry_out(token, &mut self.resume, m);
+                }
+            }
         }
         if let Some(fi) =
             frag.filter(|_| self.pools[at.pool].route.is_zoned() && (unreachable || is_error))

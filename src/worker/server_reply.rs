@@ -240,7 +240,7 @@ impl Worker<'_> {
         else {
             return;
         };
-        let Some(mut c) = self.conns.client_mut(ct.0) else {
+        let Some(c) = self.conns.client_mut(ct.0) else {
             return;
         };
         if c.id() != id {
@@ -265,10 +265,9 @@ impl Worker<'_> {
                 };
                 if !front.ready && front.multi.is_none() && (!zone_read || moved_hit) {
                     if moved_hit {
-                        self.read_settled(ct, seq, true);
-                        match self.conns.client_mut(ct.0) {
-                            Some(again) => c = again,
-                            None => return,
+                        if let Some(settled) = c.read_settled(seq, true) {
+                            let m = self.pools[c.pool()].migration.as_deref_mut();
+                            settled.carry_out(ct, &mut self.resume, m);
                         }
                     }
                     c.pop_head();
