@@ -52,10 +52,12 @@
 
 use super::conn::Open;
 use super::conn::{Conn, ConnTable, ReplySlot, ReplyTo, ReqStream, ServerRef, SrvStream, Waiter};
+use super::dirty::Dirty;
 use super::fault::ServerFault;
 use super::req_stream::{FeedStep, PairOut, ReqAction};
 use super::{Worker, STREAM_HIGH, STREAM_LOW, STREAM_THRESHOLD};
 use crate::proto::redis::{self, StreamHead, StreamKind, StreamMachine};
+use crate::stats::shm::StatsSlot;
 use crate::stats::{PoolField, ServerField, WorkerField};
 use mio::Token;
 use std::time::Instant;
@@ -84,32 +86,55 @@ pub(super) fn drained_client(conns: &mut slab::Slab<Conn>, st: Token) -> Option<
     c.stream_mut()?.resume().then_some(ct)
 }
 
-/// Copy the first `n` bytes of client `ct`'s input (`held`: of its held
-/// bytes, consumed) to the server connection `s` its request streams to.
-/// Returns whether `s`'s output was empty before.
-fn queue_passing(
+/// Where the bytes a streamed request passes come from: the first `n` of
+/// its client's input, or of the bytes it held (consumed as they pass).
+#[derive(Debug, Clone, Copy)]
+enum Passing {
+    Input(usize),
+    Held(usize),
+}
+
+/// Copy the bytes `pass` names from client `ct` to the server connection
+/// `to` its request streams to, counted as request bytes; `to` is marked
+/// to be written if its output was empty. Returns whether its output is
+/// now over the high mark (false when either connection is gone).
+fn stream_out(
+    conns: &mut slab::Slab<Conn>,
+    stats: &StatsSlot,
+    dirty: &mut Dirty,
     ct: Token,
-    c: &mut super::conn::Client,
-    s: &mut super::conn::Server,
-    n: usize,
-    held: bool,
+    to: ServerRef,
+    pass: Passing,
 ) -> bool {
+    let (c, s) = match conns.get2_mut(ct.0, to.token.0) {
+        Some((Conn::Client(c), Conn::Server(s))) if s.id() == to.id => (c, s),
+        _ => return false,
+    };
     let before = s.wbuf().len();
     let cid = c.id();
     // The streamed request is the connection's last.
     let is_it =
         |w: &Waiter| matches!(*w, Waiter::Client { token, id, .. } if token == ct && id == cid);
-    match c.stream_mut().and_then(|rs| rs.held_mut()) {
-        Some(spool) if held => {
+    let n = match (pass, c.stream_mut().and_then(|rs| rs.held_mut())) {
+        (Passing::Held(n), Some(spool)) => {
             s.queue_more(|w| w.extend(&spool.front()[..n]), is_it);
             spool.consume(n);
+            n
         }
-        _ => {
+        (Passing::Held(n) | Passing::Input(n), _) => {
             s.queue_more(|w| w.extend(&c.input().bytes()[..n]), is_it);
             super::cluster_stream::spool_passing(c, n);
+            n
         }
+    };
+    let (pool, server) = (s.pool(), s.server());
+    let over = s.wbuf().len() > STREAM_HIGH;
+    stats.server_add(pool, server, ServerField::RequestBytes, n as u64);
+    stats.server_add(pool, server, ServerField::InQueueBytes, n as u64);
+    if before == 0 {
+        dirty.server(to.token);
     }
-    before == 0
+    over
 }
 
 impl Worker<'_> {
@@ -363,7 +388,14 @@ impl Worker<'_> {
             _ => return false,
         };
         let over = match target {
-            Some(ServerRef { token: st, id: sid }) => self.stream_out(token, st, sid, n, false),
+            Some(to) => stream_out(
+                &mut self.conns,
+                &self.stats,
+                &mut self.dirty,
+                token,
+                to,
+                Passing::Input(n),
+            ),
             None => false,
         };
         let Some(c) = self.conns.client_mut(token.0) else {
@@ -481,7 +513,9 @@ impl Worker<'_> {
             };
             match rs.feed(s.wbuf().len()) {
                 FeedStep::Pass(n) => {
-                    self.stream_out(ct, st, sid, n, true);
+                    let to = ServerRef::new(st, sid);
+                    let pass = Passing::Held(n);
+                    stream_out(&mut self.conns, &self.stats, &mut self.dirty, ct, to, pass);
                     continue;
                 }
                 FeedStep::Done => return true,
@@ -499,28 +533,6 @@ impl Worker<'_> {
         }
     }
 
-    /// Copy the first `n` bytes of a client's input (`held`: of its held
-    /// bytes, consumed) to the server connection its request streams to,
-    /// counted as request bytes. Returns whether the server's output is
-    /// now over the high mark.
-    fn stream_out(&mut self, ct: Token, st: Token, sid: u64, n: usize, held: bool) -> bool {
-        let (c, s) = match self.conns.get2_mut(ct.0, st.0) {
-            Some((Conn::Client(c), Conn::Server(s))) if s.id() == sid => (c, s),
-            _ => return false,
-        };
-        let first = queue_passing(ct, c, s, n, held);
-        let (pool, server) = (s.pool(), s.server());
-        let over = s.wbuf().len() > STREAM_HIGH;
-        self.stats
-            .server_add(pool, server, ServerField::RequestBytes, n as u64);
-        self.stats
-            .server_add(pool, server, ServerField::InQueueBytes, n as u64);
-        if first {
-            self.dirty.server(st);
-        }
-        over
-    }
-
     /// A streamed request cannot be completed: its server connection holds
     /// half a command and is closed (`why` is the client's doing, so the
     /// server is not counted as failing).
@@ -531,3 +543,7 @@ impl Worker<'_> {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "stream_tests.rs"]
+mod tests;
