@@ -27,25 +27,88 @@ pub struct WarmCopy {
     cold: usize,
     /// The key.
     key: Vec<u8>,
+    /// The pool's protocol.
+    proto: Protocol,
     /// Redis: the `DUMP` payload, once read.
     dump: Option<Vec<u8>>,
+}
+
+/// What follows a reply to a copy's read on the warm pool.
+#[derive(Debug, PartialEq, Eq)]
+pub enum WarmStep {
+    /// Ask the warm owner this too (Redis: the TTL after the `DUMP`).
+    Ask(Vec<u8>),
+    /// Store this on the cold owner (its reply dropped); the copy is done.
+    Store(Vec<u8>),
+    /// Nothing to copy (a miss, a key gone meanwhile, a reply not
+    /// understood, or the warm owner could not be reached): done.
+    Done,
+}
+
+impl WarmCopy {
+    /// A copy of `key` of warm-up pool `pool` (protocol `proto`) from its
+    /// warm owner to its cold one, and the read to ask the warm owner.
+    pub fn start(
+        pool: usize,
+        proto: Protocol,
+        key: &[u8],
+        (warm, cold): (usize, usize),
+    ) -> (WarmCopy, Vec<u8>) {
+        let first = match proto {
+            Protocol::Redis => dump(key),
+            Protocol::Memcache => mc_get(key),
+        };
+        let copy = WarmCopy {
+            pool,
+            warm,
+            cold,
+            key: key.to_vec(),
+            proto,
+            dump: None,
+        };
+        (copy, first)
+    }
+
+    /// The warm owner answered the copy's read (`None`: it could not be
+    /// reached): what follows. The store never overwrites: without
+    /// `REPLACE`, or in add mode, so a newer value written to the cold
+    /// pool meanwhile wins.
+    pub fn answer(&mut self, reply: Option<&[u8]>) -> WarmStep {
+        let Some(reply) = reply else {
+            return WarmStep::Done;
+        };
+        match self.proto {
+            Protocol::Redis if self.dump.is_none() => match bulk_payload(reply) {
+                // The DUMP: now its TTL.
+                Some(p) => {
+                    self.dump = Some(p.to_vec());
+                    WarmStep::Ask(pttl(&self.key))
+                }
+                None => WarmStep::Done,
+            },
+            Protocol::Redis => {
+                let ttl = integer(reply).unwrap_or(-2);
+                let payload = self.dump.take().unwrap_or_default();
+                if ttl == -2 {
+                    WarmStep::Done
+                } else {
+                    WarmStep::Store(restore(&self.key, ttl, &payload))
+                }
+            }
+            Protocol::Memcache => match meta_value(reply) {
+                Some(v) => WarmStep::Store(mc_store(&self.key, v.flags, v.ttl, v.value)),
+                None => WarmStep::Done,
+            },
+        }
+    }
 }
 
 impl Worker<'_> {
     /// A read of `key` that missed on the cold owner `cold` was answered
     /// by the warm owner `warm`: copy the key over (fire and forget).
     pub(super) fn warm_copy(&mut self, pool: usize, key: &[u8], warm: usize, cold: usize) {
-        let idx = self.warms.insert(WarmCopy {
-            pool,
-            warm,
-            cold,
-            key: key.to_vec(),
-            dump: None,
-        });
-        let first = match self.pools[pool].proto {
-            Protocol::Redis => dump(key),
-            Protocol::Memcache => mc_get(key),
-        };
+        let (copy, first) = WarmCopy::start(pool, self.pools[pool].proto, key, (warm, cold));
+        let idx = self.warms.insert(copy);
         if !self.warm_send(pool, warm, Some(idx), &first) {
             self.warms.remove(idx);
         }
@@ -88,44 +151,20 @@ impl Worker<'_> {
             return;
         };
         let (pool, warm, cold) = (w.pool, w.warm, w.cold);
-        let Some(reply) = reply else {
-            self.warms.remove(idx);
-            return;
-        };
-        let key = w.key.clone();
-        let store = match self.pools[pool].proto {
-            Protocol::Redis if w.dump.is_none() => {
-                // The DUMP: now its TTL.
-                match bulk_payload(reply) {
-                    Some(p) => w.dump = Some(p.to_vec()),
-                    None => {
-                        self.warms.remove(idx);
-                        return;
-                    }
-                }
-                if !self.warm_send(pool, warm, Some(idx), &pttl(&key)) {
+        match w.answer(reply) {
+            WarmStep::Ask(next) => {
+                if !self.warm_send(pool, warm, Some(idx), &next) {
                     self.warms.remove(idx);
                 }
-                return;
             }
-            Protocol::Redis => {
-                let ttl = integer(reply).unwrap_or(-2);
-                let payload = w.dump.take().unwrap_or_default();
-                if ttl == -2 {
-                    None
-                } else {
-                    Some(restore(&key, ttl, &payload))
-                }
+            WarmStep::Store(store) => {
+                self.warms.remove(idx);
+                // Its reply is dropped.
+                self.warm_send(pool, cold, None, &store);
             }
-            Protocol::Memcache => {
-                meta_value(reply).map(|v| mc_store(&key, v.flags, v.ttl, v.value))
+            WarmStep::Done => {
+                self.warms.remove(idx);
             }
-        };
-        self.warms.remove(idx);
-        if let Some(store) = store {
-            // Without REPLACE / in add mode: a newer value written to the
-            // cold pool meanwhile wins. The reply is dropped.
-            self.warm_send(pool, cold, None, &store);
         }
     }
 }
@@ -142,3 +181,7 @@ impl ReplySlot {
         Some((key, r.replicas[r.next - 1], r.replicas[0]))
     }
 }
+
+#[cfg(test)]
+#[path = "warm_tests.rs"]
+mod tests;
