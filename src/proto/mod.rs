@@ -237,6 +237,20 @@ impl Protocol {
         }
     }
 
+    /// The operation of a request the proxy wrote itself (a pull's or a
+    /// warm-up's command: no client limit applies), if it parses whole.
+    pub fn own_request_op(self, bytes: &[u8]) -> Option<Op> {
+        let limits = Limits {
+            max_value: usize::MAX,
+            max_keys: usize::MAX,
+            pre_auth: false,
+        };
+        match self.parse_request(bytes, &limits) {
+            Ok(Parse::Done(r)) => Some(r.op),
+            _ => None,
+        }
+    }
+
     /// Whether `reply`, to a single-key read, says the key is not there
     /// (memcached `END`, meta `EN`; Redis a null or an empty collection).
     pub fn is_miss(self, reply: &[u8]) -> bool {
@@ -503,5 +517,34 @@ mod tests {
         let (op, ping) = Protocol::Redis.probe();
         assert_eq!(parse(Protocol::Redis, ping).op, op);
         assert!(copied(b"+OK\r\n") && copied(b"NS\r\n") && !copied(b"-ERR x\r\n"));
+    }
+
+    #[test]
+    fn the_proxys_own_requests_parse_past_the_client_limits() {
+        // A value larger than any client may send (RESTORE of a big key).
+        let mut big = b"*4\r\n$7\r\nRESTORE\r\n$1\r\nk\r\n$1\r\n0\r\n".to_vec();
+        let n = Limits::default().max_value + 1;
+        big.extend_from_slice(format!("${n}\r\n").as_bytes());
+        big.resize(big.len() + n, b'x');
+        big.extend_from_slice(b"\r\n");
+        assert!(!matches!(
+            Protocol::Redis.parse_request(&big, &Limits::default()),
+            Ok(Parse::Done(_))
+        ));
+        let op = Protocol::Redis.own_request_op(&big).expect("parses");
+        assert_eq!(
+            op,
+            parse(Protocol::Redis, b"*2\r\n$7\r\nRESTORE\r\n$1\r\nk\r\n").op
+        );
+        let mg = b"mg k v f t\r\n";
+        assert_eq!(
+            Protocol::Memcache.own_request_op(mg),
+            Some(parse(Protocol::Memcache, mg).op)
+        );
+        assert_eq!(
+            Protocol::Redis.own_request_op(b"*2\r\n$4\r\nDUMP"),
+            None,
+            "not whole"
+        );
     }
 }

@@ -40,7 +40,7 @@ use super::migration_rt::ReadOrder;
 use super::pool::PoolRt;
 use super::pull::{follows_copies, AfterPull, Pull, PullPart, Pulls, Sends, Step};
 use super::Worker;
-use crate::proto::{Op, Parse, Protocol, Request, Route};
+use crate::proto::{Op, Protocol, Request, Route};
 use mio::Token;
 use std::time::Instant;
 
@@ -448,16 +448,10 @@ impl Worker<'_> {
             return false;
         };
         let (pool, id) = (c.pool(), c.id());
-        let proto = self.pools[pool].proto;
-        let limits = crate::proto::Limits {
-            max_value: usize::MAX,
-            max_keys: usize::MAX,
-            pre_auth: false,
-        };
-        let Ok(Parse::Done(r)) = proto.parse_request(bytes, &limits) else {
+        let Some(op) = self.pools[pool].proto.own_request_op(bytes) else {
             return false;
         };
-        let slot = self.conn_slot(token, pool, server, id, r.op);
+        let slot = self.conn_slot(token, pool, server, id, op);
         let Ok(st) = self.server_conn(pool, server, slot, now, Open::Shared) else {
             return false;
         };
@@ -470,7 +464,7 @@ impl Worker<'_> {
         self.enqueue(
             st,
             Some(waiter),
-            r.op,
+            op,
             |out| out.extend_from_slice(bytes),
             now,
         );

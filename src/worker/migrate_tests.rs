@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::config::{Config, PoolConfig};
-use crate::proto::Limits;
+use crate::proto::{Limits, Parse};
 
 fn pool(servers: &[u16]) -> PoolConfig {
     let mut text =

@@ -13,7 +13,7 @@ use super::Worker;
 use crate::migrate::commands::{dump, mc_get, mc_store, pttl, restore};
 use crate::proto::memcache::moving::meta_value;
 use crate::proto::redis::moving::{bulk_payload, integer};
-use crate::proto::{Parse, Protocol};
+use crate::proto::Protocol;
 use std::time::Instant;
 
 /// One key being copied from the warm pool to the cold one.
@@ -117,13 +117,7 @@ impl Worker<'_> {
     /// Queue one of the copy's requests; `idx`: its reply comes back to
     /// [`Self::warm_reply`] (else it is dropped).
     fn warm_send(&mut self, pool: usize, server: usize, idx: Option<usize>, bytes: &[u8]) -> bool {
-        let limits = crate::proto::Limits {
-            max_value: usize::MAX,
-            max_keys: usize::MAX,
-            pre_auth: false,
-        };
-        let proto = self.pools[pool].proto;
-        let Ok(Parse::Done(r)) = proto.parse_request(bytes, &limits) else {
+        let Some(op) = self.pools[pool].proto.own_request_op(bytes) else {
             return false;
         };
         let now = Instant::now();
@@ -137,7 +131,7 @@ impl Worker<'_> {
         self.enqueue(
             st,
             Some(waiter),
-            r.op,
+            op,
             |out| out.extend_from_slice(bytes),
             now,
         );
