@@ -37,13 +37,14 @@ and the same map of moved keys, so that the machine's drift (other jobs
 on this 2-core host move a round's figures by ±15 %) cancels out. Serving
 moved keys while nothing moves is in both rounds of a pair (its cost:
 `--rate 1`).
---twin (with --paired) adds a third round to each pair, first: the same
+--twin (with --paired) adds a third round to each pair: the same
 load through a second walnut (2 workers, CPU 1) serving the same servers
 by the configuration before the reload, without a migration. It is the
 steady state at the same moment: what a pool costs when nothing
 migrates, against rounds a few seconds apart rather than minutes, so that
 the machine's drift between the steady phase and the migration does not
-count. (It reads a moved key where the key was: on the server the key
+count. The three rounds of a cycle take turns coming first. (It reads a
+moved key where the key was: on the server the key
 left, a nil; a nil costs a server about what a 100-byte value does.)
 --memcached runs walnut's migration over 3 memcacheds instead; the keys
 are loaded through walnut by a pipelined writer, whose keys/s are
@@ -277,7 +278,7 @@ def main() -> None:
     ap.add_argument("--remove", action="store_true",
                     help="start on 3 servers and remove the third (scale-in)")
     ap.add_argument("--paired", action="store_true",
-                    help="while migrating, rounds in pairs: the migrator paused, then running")
+                    help="while migrating, rounds in pairs: the migrator paused, then running (with --twin, in turn)")
     ap.add_argument("--twin", action="store_true",
                     help="with --paired: a round through a walnut without migration on the "
                          "servers before the reload, before each pair")
@@ -364,18 +365,25 @@ def main() -> None:
             migrating = []
         elif args.paired:
             paused, migrating = [], []
+            # With a twin, each cycle's three rounds in turn first, so that
+            # no kind of round always follows the same other one.
+            kinds = ["twin", "paused", "running"] if twin else ["paused", "running"]
+            cycle = 0
             while True:
-                if twin:
-                    twins += phase(twin_listen, servers, args.keys, args.round, lambda n: True,
-                                   twin.pid, mc_seconds)
-                admin(adm, "migration pause rd")
-                paused += phase(listen, servers, args.keys, args.round, lambda n: True,
-                                walnut.pid, mc_seconds)
-                admin(adm, "migration resume rd")
-                migrating += phase(listen, servers, args.keys, args.round, lambda n: True,
-                                   walnut.pid, mc_seconds)
+                order = kinds[cycle % len(kinds):] + kinds[:cycle % len(kinds)] if twin else kinds
+                cycle += 1
+                for kind in order:
+                    if kind == "twin":
+                        twins += phase(twin_listen, servers, args.keys, args.round,
+                                       lambda n: True, twin.pid, mc_seconds)
+                        continue
+                    admin(adm, f"migration {'pause' if kind == 'paused' else 'resume'} rd")
+                    (paused if kind == "paused" else migrating).extend(
+                        phase(listen, servers, args.keys, args.round, lambda n: True,
+                              walnut.pid, mc_seconds))
                 if finished(len(migrating)):
                     break
+            admin(adm, "migration resume rd")
         else:
             migrating = phase(listen, servers, args.keys, args.round, finished, walnut.pid,
                               mc_seconds)
@@ -439,7 +447,7 @@ def main() -> None:
         each = ", ".join(f"{b['rps'] / a['rps'] - 1:+.1%}" for a, b in pairs)
         lines += [
             "",
-            f"Paired rounds (--paired), {len(pairs)} pairs, each the migrator paused then running: "
+            f"Paired rounds (--paired), {len(pairs)} pairs, each the migrator paused and running: "
             f"running against paused, median of the pairs: requests/s {ratio['rps'] - 1:+.1%}, "
             f"p50 ×{ratio['p50']:.2f}, p99 ×{ratio['p99']:.2f}. Each pair's requests/s: {each}.",
             f"Paused rounds' medians: {med(paused, 'rps'):.0f} rps, p50 {med(paused, 'p50'):.3f}, "

@@ -63,6 +63,18 @@ fn region() -> Region {
     Region::new(names.layout(), 1).expect("stats region")
 }
 
+/// `stream_out` of `n` bytes of the client's input.
+fn pass(
+    conns: &mut slab::Slab<Conn>,
+    stats: &StatsSlot,
+    dirty: &mut Dirty,
+    ct: Token,
+    to: ServerRef,
+    n: usize,
+) -> bool {
+    stream_out(conns, stats, dirty, ct, to, Passing::Input(n))
+}
+
 #[test]
 fn a_clients_bytes_pass_to_its_server_and_mark_it_to_write() {
     let mut conns = slab::Slab::new();
@@ -72,14 +84,7 @@ fn a_clients_bytes_pass_to_its_server_and_mark_it_to_write() {
     let stats = region.slot(0);
     let mut dirty = Dirty::default();
     // The head was queued already: the connection is not marked again.
-    assert!(!stream_out(
-        &mut conns,
-        &stats,
-        &mut dirty,
-        ct,
-        to,
-        Passing::Input(4)
-    ));
+    assert!(!pass(&mut conns, &stats, &mut dirty, ct, to, 4));
     assert!(dirty.take_servers().is_empty());
     let s = conns.server(to.token.0).expect("server");
     assert!(s.wbuf().bytes().ends_with(b"$6\r\nabcd"));
@@ -92,14 +97,7 @@ fn a_clients_bytes_pass_to_its_server_and_mark_it_to_write() {
     assert_eq!(conns.client(ct.0).map(|c| c.input().len()), Some(8));
     // A connection gone, or another one in its slot: nothing passes.
     let stale = ServerRef::new(to.token, 8);
-    assert!(!stream_out(
-        &mut conns,
-        &stats,
-        &mut dirty,
-        ct,
-        stale,
-        Passing::Input(4)
-    ));
+    assert!(!pass(&mut conns, &stats, &mut dirty, ct, stale, 4));
 }
 
 #[test]
@@ -110,33 +108,12 @@ fn a_connection_with_nothing_queued_is_marked_and_a_full_one_says_so() {
     // Nothing queued yet (the head went out): marked to be written.
     let mut conns = slab::Slab::new();
     let (ct, to) = streaming(&mut conns, b"abcdef\r\n", b"");
-    assert!(!stream_out(
-        &mut conns,
-        &stats,
-        &mut dirty,
-        ct,
-        to,
-        Passing::Input(8)
-    ));
+    assert!(!pass(&mut conns, &stats, &mut dirty, ct, to, 8));
     assert_eq!(dirty.take_servers(), vec![to.token]);
     // At the high mark, then past it.
     let mut conns = slab::Slab::new();
     let (ct, to) = streaming(&mut conns, b"abcdef\r\n", &vec![b'x'; STREAM_HIGH - 1]);
-    assert!(!stream_out(
-        &mut conns,
-        &stats,
-        &mut dirty,
-        ct,
-        to,
-        Passing::Input(1)
-    ));
-    assert!(stream_out(
-        &mut conns,
-        &stats,
-        &mut dirty,
-        ct,
-        to,
-        Passing::Input(1)
-    ));
+    assert!(!pass(&mut conns, &stats, &mut dirty, ct, to, 1));
+    assert!(pass(&mut conns, &stats, &mut dirty, ct, to, 1));
     assert!(dirty.take_servers().is_empty());
 }
