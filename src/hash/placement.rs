@@ -113,12 +113,6 @@ impl Placement {
     pub fn server_for_hash(&self, h: u32) -> Option<usize> {
         self.ring.dispatch(h)
     }
-
-    /// Whether `other` hashes keys as this placement does (the same hash
-    /// function and hash tag): a key's hash for one is its hash for both.
-    pub fn same_hash(&self, other: &Placement) -> bool {
-        self.hash == other.hash && self.hash_tag == other.hash_tag
-    }
 }
 
 impl Placement {

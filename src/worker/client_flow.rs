@@ -172,11 +172,12 @@ impl Client {
 
     /// The read of a moved key in slot `seq` has its answer (`found`: a
     /// value, not a miss everywhere or an error): the client's hold
-    /// ([`Client::hold_for_read`]) ends if it waited for that read. Then: where the key was found (its
-    /// newest old owner, and whether the new owner answered), for the
-    /// pool's next reads' order, and whether to parse what the client
-    /// sent meanwhile (a client that waits for each answer sent nothing,
-    /// and reading its socket again would only find it empty).
+    /// ([`Client::hold_for_read`]) ends if it waited for that read. Then:
+    /// where the key was found (its newest old owner, and whether the new
+    /// owner answered), for the pool's next reads' order, and whether to
+    /// parse what the client sent meanwhile (a client that waits for each
+    /// answer sent nothing, and reading its socket again would only find
+    /// it empty).
     pub fn read_settled(&mut self, seq: u64, found: bool) -> Option<ReadSettled> {
         // The read held for is the last request queued: nothing was
         // parsed after it.
