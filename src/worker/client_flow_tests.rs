@@ -179,6 +179,7 @@ fn a_settled_read_of_a_moved_key_lets_its_client_go_on() {
         next: 2,
         on_miss: true,
         learns: true,
+        pull_on_miss: false,
     }));
     c.hold_for_read();
     assert_eq!(c.read_settled(seq + 1, true), None, "another slot's answer");

@@ -84,6 +84,10 @@ pub struct Retry {
     /// reads (`ReadOrder`): not when the order came from the migrator's
     /// map of moved keys.
     pub learns: bool,
+    /// A miss of the last server pulls the key instead of being the
+    /// answer: a memcached read of a key the migrator's map says moved,
+    /// asked of its new owner only (`migrate.rs`, `Worker::pull_missed`).
+    pub pull_on_miss: bool,
 }
 
 impl Retry {

@@ -311,6 +311,7 @@ impl Worker<'_> {
                 next: 1,
                 on_miss: false,
                 learns: false,
+                pull_on_miss: false,
             })),
             ..ReplySlot::default()
         };

@@ -452,6 +452,7 @@ mod tests {
             next: 1,
             on_miss: false,
             learns: false,
+            pull_on_miss: false,
         };
         assert_eq!(r.take_next(), Some(2));
         assert_eq!(r.take_next(), Some(7));

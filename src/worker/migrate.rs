@@ -18,7 +18,9 @@
 //!
 //! A Redis `GET` of a moved key is not pulled but read where the key is
 //! (`read_where_it_is`): the migrator moves it, and the read costs a
-//! `GET` or two rather than a pull's five commands on two servers.
+//! `GET` or two rather than a pull's five commands on two servers. A
+//! memcached `get` of a key the migrator says it moved is read on the new
+//! owner, and pulled only if it misses there (`pull_missed`).
 //!
 //! A pull's steps (what each reply leads to) are decided by `Pulls`
 //! (`pull.rs`), without sockets; the worker here queues the commands it
@@ -268,6 +270,10 @@ impl Worker<'_> {
     ///
     /// The client's next requests wait for the answer, as for a pull, so
     /// a write it sent after the read cannot run before the read.
+    ///
+    /// memcached: only a key the migrator's map says moved, and only on
+    /// its new owner (a miss there pulls it, `pull_missed`): no key is
+    /// left on an old owner by a read (see below).
     fn read_where_it_is(
         &mut self,
         token: Token,
@@ -282,16 +288,7 @@ impl Worker<'_> {
         };
         let (pool, id) = (c.pool(), c.id());
         let p = &self.pools[pool];
-        // Redis only: the migrator must find every key a read leaves
-        // behind, and `SCAN` returns every key that stays on a server
-        // through the scan; memcached's `lru_crawler metadump` misses
-        // items moved between LRU lists while it crawls, which are the
-        // ones clients read.
-        if p.proto != Protocol::Redis
-            || req.route != Route::Single
-            || !req.reads_one_value()
-            || p.proto.conn_class(req.op) != 0
-        {
+        if req.route != Route::Single || !req.reads_one_value() || p.proto.conn_class(req.op) != 0 {
             return false;
         }
         let plan = p.route.plan(req);
@@ -308,7 +305,20 @@ impl Worker<'_> {
         // The migrator's map says where the key is, else where reads
         // found keys of its old owner lately.
         let known = m.known_moved(key);
-        let servers = if known {
+        // memcached: only a key the map says moved, read on its new owner
+        // alone, a miss there pulling it (`pull_missed`). A key read on
+        // an old owner must be pulled: the migrator must find every key a
+        // read leaves behind, and where Redis's `SCAN` returns every key
+        // that stays on a server through the scan, memcached's
+        // `lru_crawler metadump` misses items moved between LRU lists
+        // while it crawls, which are the ones clients read.
+        let memcache = p.proto == Protocol::Memcache;
+        if memcache && !known {
+            return false;
+        }
+        let servers = if memcache {
+            std::iter::once(new).collect()
+        } else if known {
             ReadOrder::new_first_order(olds, new)
         } else {
             m.read_order(olds[0]).servers(olds, new)
@@ -323,6 +333,7 @@ impl Worker<'_> {
                 next: 1,
                 on_miss: true,
                 learns: !known,
+                pull_on_miss: memcache,
             })),
             ..ReplySlot::default()
         };
@@ -396,8 +407,8 @@ impl Worker<'_> {
                     let Some(g) = self.conns.client(token.0).and_then(|c| c.gate()) else {
                         return;
                     };
-                    let (req, bytes) = (g.req.clone(), g.bytes.clone());
-                    self.dispatch_routed(token, req, &bytes, None, now);
+                    let (req, bytes, then) = (g.req.clone(), g.bytes.clone(), g.then);
+                    self.go_on(token, req, &bytes, then, now);
                     return;
                 }
                 Step::Release { sent } => {
@@ -484,7 +495,39 @@ impl Worker<'_> {
         match then {
             AfterPull::Route => self.dispatch_routed(token, req, bytes, None, now),
             AfterPull::Txn => self.txn_pulled(token, &req, bytes, now),
+            AfterPull::Read { seq } => {
+                if let Some(c) = self.conns.client(token.0) {
+                    let (id, pool) = (c.id(), c.pool());
+                    self.retry_read(token, id, seq, pool);
+                }
+            }
         }
+    }
+
+    /// A memcached read of a key the migrator's map says moved missed on
+    /// the new owner, the one server asked (`Retry::pull_on_miss`): the
+    /// map guessed wrong (keys share its bits) or the key is gone from
+    /// there. The key is pulled as any moved key, and the read asked of
+    /// the new owner again behind its copy, its answer going into the
+    /// same slot (true). False: nothing to pull (the migration ended, or
+    /// the slot is not such a read): the miss is the answer.
+    pub(super) fn pull_missed(&mut self, token: Token, seq: u64, now: Instant) -> bool {
+        let Some(r) = (self.conns.client_mut(token.0))
+            .and_then(|c| c.slot_mut(seq))
+            .and_then(|s| s.retry.as_mut())
+            .filter(|r| r.pull_on_miss)
+        else {
+            return false;
+        };
+        r.pull_on_miss = false;
+        let Some(&new) = r.replicas.last() else {
+            return false;
+        };
+        // The server `retry_read` sends it to once the key is pulled.
+        r.replicas.push(new);
+        let (req, bytes) = (r.req.clone(), r.bytes.to_vec());
+        let then = AfterPull::Read { seq };
+        self.hold_for_moved_keys(token, &req, &bytes, then, now) == Hold::Held
     }
 }
 

@@ -28,6 +28,10 @@ pub enum AfterPull {
     Route,
     /// To its client's transaction connection (see `txn.rs`).
     Txn,
+    /// Into the slot `seq` its client's read already took: a memcached
+    /// read of a moved key that missed on the new owner, asked there again
+    /// once its key is pulled (`Worker::pull_missed`, `migrate.rs`).
+    Read { seq: u64 },
 }
 
 /// One key pulled from its old owners to its new ones.
@@ -172,7 +176,7 @@ impl Default for Pulls {
 /// memcached binary request's (its connection class), a replica read's
 /// (the route's plan).
 pub fn follows_copies(req: &Request, then: AfterPull, proto: Protocol, route: &PoolRoute) -> bool {
-    then == AfterPull::Route
+    matches!(then, AfterPull::Route | AfterPull::Read { .. })
         && req.route == Route::Single
         && req.op.reads_only()
         && proto.conn_class(req.op) == 0

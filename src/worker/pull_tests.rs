@@ -436,6 +436,14 @@ fn only_a_plain_read_on_the_usual_connection_follows_its_copies() {
         Protocol::Memcache,
         &mc
     ));
+    // A read that missed on the new owner, asked there again into its
+    // slot once pulled: behind its copy as well.
+    assert!(follows_copies(
+        &text,
+        AfterPull::Read { seq: 7 },
+        Protocol::Memcache,
+        &mc
+    ));
     // A binary GET of "k": its own connection class.
     let mut bin = vec![0x80, 0x00, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1];
     bin.extend_from_slice(&[0; 12]);

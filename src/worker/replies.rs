@@ -88,6 +88,13 @@ impl Worker<'_> {
         }
         if moved_read {
             let found = !(answer.is_error || self.pools[at.pool].proto.is_miss(&answer.reply));
+            // A memcached read asked of the new owner alone: a miss there
+            // pulls the key, and the read is asked again behind its copy.
+            if !found && !answer.is_error && self.pull_missed(token, seq, std::time::Instant::now())
+            {
+                self.stats.worker_add(WorkerField::MovedRereads, 1);
+                return;
+            }
             // The client goes on; where the key was found is counted for
             // the next reads' order.
             if let Some(c) = self.conns.client_mut(token.0) {
@@ -588,6 +595,7 @@ mod tests {
                 next,
                 on_miss: false,
                 learns: false,
+                pull_on_miss: false,
             })),
             ..ReplySlot::default()
         };

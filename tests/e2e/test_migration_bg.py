@@ -269,6 +269,94 @@ def test_reads_ask_where_the_migrator_says_the_key_is(procs):
     assert rereads <= 2, (rereads, reads)
 
 
+def test_memcached_reads_ask_the_new_owner_of_a_key_the_migrator_moved(procs):
+    """A memcached `get` of a key the migrator says it moved is asked of
+    the new owner alone, not pulled (a pull asks the old owner first: two
+    round trips where one does). Keys not moved yet are still pulled. A
+    miss on the new owner pulls the key all the same (the map is shared by
+    keys, and may be wrong): a value left on the old owner is found,
+    moved, and answered; a key on neither is a miss."""
+    mcs = procs.memcacheds(3)
+    port = free_port()
+
+    def conf(n: int) -> str:
+        return to_yaml({"mc": memcache_pool(mcs[:n], listen=f"{HOST}:{port}", migration=True,
+                                            migration_rate=100)})
+
+    p = Proxy("walnut", procs.workdir, {}, extra_args=["--workers", "1"])
+    p.conf_path.write_text(conf(2))
+    p.ports = {"mc": port}
+    procs.started.append(p)
+    p.start()
+    mc = MemcacheClient((HOST, port))
+    direct = [MemcacheClient((HOST, m.port)) for m in mcs]
+    for i in range(N):
+        mc.set(key(i), f"v{i}".encode(), noreply=False)
+    first = {i: next(s for s in (0, 1) if direct[s].get(key(i)) is not None) for i in range(N)}
+    p.conf_path.write_text(conf(3))
+    p.signal(signal.SIGHUP)
+    wait_until(lambda: int(state(p.admin_port, "mc").get("moved", 0)) > 120, 30, what="keys moving")
+    assert admin(p.admin_port, "migration pause mc").startswith("OK")
+
+    def items(s: int) -> int:
+        return int(direct[s].stats()[b"curr_items"])
+
+    held = [-1]
+
+    def settled() -> bool:
+        n, held[0] = held[0], items(2)
+        return n == held[0]
+
+    wait_until(settled, 10, interval=0.3, what="the paused migrator's last batch")
+    by_migrator = {i for i in range(N) if direct[2].get(key(i)) is not None}
+    assert len(by_migrator) == held[0] > 0
+
+    def counted(name: str) -> float:
+        return sum(v for k, v in metrics(p.admin_port).items() if k.startswith(name + "{"))
+
+    reads0 = counted("walnut_worker_moved_reads_total")
+    pulled0 = counted("walnut_worker_pulled_keys_total")
+    rereads0 = counted("walnut_worker_moved_rereads_total")
+    for i in range(N):
+        assert mc.get(key(i)) == f"v{i}".encode(), i
+    reads = counted("walnut_worker_moved_reads_total") - reads0
+    pulled = counted("walnut_worker_pulled_keys_total") - pulled0
+    rereads = counted("walnut_worker_moved_rereads_total") - rereads0
+    # Every moving key is on the new server now: moved by the migrator,
+    # or pulled by its read; and on no other server.
+    moving = {i for i in range(N) if direct[2].get(key(i)) is not None}
+    assert by_migrator < moving
+    for i in moving:
+        assert direct[first[i]].get(key(i)) is None, i
+    print(f"{len(moving)} moving keys, {len(by_migrator)} moved by the migrator; "
+          f"{reads:.0f} read on the new owner, {pulled:.0f} pulled, {rereads:.0f} pulled after a miss")
+    # The migrator's keys were read on their new owner, not pulled: only
+    # the others were (one whose bit another key set after a miss there).
+    assert reads >= len(by_migrator), (reads, len(by_migrator))
+    assert pulled == len(moving) - len(by_migrator), (pulled, len(moving), len(by_migrator))
+    assert rereads <= pulled, (rereads, pulled)
+
+    # The map wrong: a key it says moved still (or again) on its old owner
+    # only. Found there, moved, answered.
+    wrong = sorted(by_migrator)[:5]
+    for i in wrong:
+        direct[2].delete(key(i), noreply=False)
+        direct[first[i]].set(key(i), f"back{i}".encode(), noreply=False)
+    pulled0 = counted("walnut_worker_pulled_keys_total")
+    for i in wrong:
+        assert mc.get(key(i)) == f"back{i}".encode(), i
+        assert direct[2].get(key(i)) == f"back{i}".encode(), i
+        assert direct[first[i]].get(key(i)) is None, i
+    assert counted("walnut_worker_pulled_keys_total") - pulled0 == len(wrong)
+    # A key on neither server: a miss, and the client goes on.
+    gone = sorted(by_migrator)[5]
+    direct[2].delete(key(gone), noreply=False)
+    assert mc.get(key(gone)) is None
+    assert mc.get(key(0)) == b"v0"
+    mc.set(key(gone), b"again", noreply=False)
+    assert mc.get(key(gone)) == b"again"
+
+
 def test_the_pace_knows_when_the_pool_has_clients(procs):
     """The master passes the pool's client requests, as its workers count
     them, to the migrator, whose pace then backs off at a smaller rise of
