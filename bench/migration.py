@@ -46,6 +46,12 @@ the machine's drift between the steady phase and the migration does not
 count. The three rounds of a cycle take turns coming first. (It reads a
 moved key where the key was: on the server the key
 left, a nil; a nil costs a server about what a 100-byte value does.)
+--twin-after: the twin serves the configuration after the reload instead
+(the pool the change makes, without a migration): when a server is added,
+the clients then spread over three servers instead of two, which costs the
+servers more per request (fewer requests per wake-up), and --twin mixes
+that cost into the migration's. (It reads a key not moved yet on its new
+owner: a nil.)
 --memcached runs walnut's migration over 3 memcacheds instead; the keys
 are loaded through walnut by a pipelined writer, whose keys/s are
 reported as memcached's write rate here, and the load is bench/loadgen's
@@ -282,6 +288,8 @@ def main() -> None:
     ap.add_argument("--twin", action="store_true",
                     help="with --paired: a round through a walnut without migration on the "
                          "servers before the reload, before each pair")
+    ap.add_argument("--twin-after", action="store_true",
+                    help="with --twin: the twin serves the configuration after the reload")
     ap.add_argument("--round-seconds", type=float, default=2.0,
                     help="with --memcached: seconds per load round")
     ap.add_argument("--out", default=str(HERE / "results" / "migration-run.md"))
@@ -317,7 +325,8 @@ def main() -> None:
         twin_listen = free_port()
         if args.twin:
             twin_cfg = work / "twin.yml"
-            twin_cfg.write_text(conf(twin_listen, before, args.rate, redis, migration=False))
+            twin_servers = after_ports if args.twin_after else before
+            twin_cfg.write_text(conf(twin_listen, twin_servers, args.rate, redis, migration=False))
             twin = Proc([WALNUT, "-c", str(twin_cfg), "-s", str(free_port()),
                          "-o", str(work / "twin.log"), "--workers", "2",
                          "--cpu-affinity", "none"],
@@ -456,7 +465,8 @@ def main() -> None:
         ]
     if twins:
         trios = list(zip(twins, paused, migrating))[:len(pairs)]
-        lines += ["", f"Twin rounds (--twin), {len(trios)} trios (twin, paused, running), "
+        which = "the configuration after the reload" if args.twin_after else "the configuration before"
+        lines += ["", f"Twin rounds (--twin, {which}), {len(trios)} trios (twin, paused, running), "
                       "medians of each trio's ratios against its twin round:"]
         for name, i in (("paused", 1), ("running", 2)):
             r = {k: statistics.median(t[i][k] / t[0][k] for t in trios if t[0].get(k) and t[i].get(k))
