@@ -132,6 +132,14 @@ impl Request {
         }
     }
 
+    /// [`Request::reads_one_value`], or a memcached `gets` of a single
+    /// key: asked of one server only (a migrating memcached pool reads a
+    /// moved key on its new owner alone), its cas unique is that server's,
+    /// the one a `cas` of the key goes to.
+    pub fn reads_one_value_of_its_owner(&self) -> bool {
+        self.reads_one_value() || self.op == Op::Mc(memcache::McOp::Gets) && self.keys.len() == 1
+    }
+
     /// The bytes a single-key request (its bytes `bytes`) is placed by:
     /// its first key, or for a meta request with the `b` flag the key it
     /// encodes (base64); empty for a request without keys.
@@ -495,6 +503,14 @@ mod tests {
         assert!(!one(Protocol::Memcache, b"gat 10 a\r\n"));
         assert!(!one(Protocol::Memcache, b"mg a v\r\n"));
         assert!(!one(Protocol::Memcache, b"set a 0 0 1\r\nx\r\n"));
+        // Of its one owner: a `gets` of one key too, nothing else more.
+        let owner = |p, b: &[u8]| parse(p, b).reads_one_value_of_its_owner();
+        assert!(owner(Protocol::Memcache, b"gets a\r\n"));
+        assert!(owner(Protocol::Memcache, b"get a\r\n"));
+        assert!(owner(Protocol::Redis, b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"));
+        assert!(!owner(Protocol::Memcache, b"gets a b\r\n"));
+        assert!(!owner(Protocol::Memcache, b"gat 10 a\r\n"));
+        assert!(!owner(Protocol::Memcache, b"mg a v c\r\n"));
     }
 
     #[test]

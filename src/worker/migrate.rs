@@ -288,7 +288,15 @@ impl Worker<'_> {
         };
         let (pool, id) = (c.pool(), c.id());
         let p = &self.pools[pool];
-        if req.route != Route::Single || !req.reads_one_value() || p.proto.conn_class(req.op) != 0 {
+        // memcached reads the key on its new owner only (below): a `gets`
+        // too, its cas unique the new owner's.
+        let memcache = p.proto == Protocol::Memcache;
+        let reads = if memcache {
+            req.reads_one_value_of_its_owner()
+        } else {
+            req.reads_one_value()
+        };
+        if req.route != Route::Single || !reads || p.proto.conn_class(req.op) != 0 {
             return false;
         }
         let plan = p.route.plan(req);
@@ -312,7 +320,6 @@ impl Worker<'_> {
         // that stays on a server through the scan, memcached's
         // `lru_crawler metadump` misses items moved between LRU lists
         // while it crawls, which are the ones clients read.
-        let memcache = p.proto == Protocol::Memcache;
         if memcache && !known {
             return false;
         }

@@ -318,7 +318,9 @@ def test_memcached_reads_ask_the_new_owner_of_a_key_the_migrator_moved(procs):
     pulled0 = counted("walnut_worker_pulled_keys_total")
     rereads0 = counted("walnut_worker_moved_rereads_total")
     for i in range(N):
-        assert mc.get(key(i)) == f"v{i}".encode(), i
+        # A `gets` too (its cas unique is the new owner's).
+        got = mc.gets(key(i))[0] if i % 3 == 0 else mc.get(key(i))
+        assert got == f"v{i}".encode(), i
     reads = counted("walnut_worker_moved_reads_total") - reads0
     pulled = counted("walnut_worker_pulled_keys_total") - pulled0
     rereads = counted("walnut_worker_moved_rereads_total") - rereads0
@@ -335,6 +337,12 @@ def test_memcached_reads_ask_the_new_owner_of_a_key_the_migrator_moved(procs):
     assert reads >= len(by_migrator), (reads, len(by_migrator))
     assert pulled == len(moving) - len(by_migrator), (pulled, len(moving), len(by_migrator))
     assert rereads <= pulled, (rereads, pulled)
+    # A `gets` of a moved key, then a `cas` with what it returned: stored.
+    for i in sorted(by_migrator)[10:15]:
+        value, cas = mc.gets(key(i))
+        assert value == f"v{i}".encode() and cas, i
+        assert mc.cas(key(i), b"swapped", cas, noreply=False) is True, i
+        assert direct[2].get(key(i)) == b"swapped", i
 
     # The map wrong: a key it says moved still (or again) on its old owner
     # only. Found there, moved, answered.
