@@ -228,6 +228,18 @@ mod tests {
         Duration::from_secs_f64(v / 1000.0)
     }
 
+    /// A pace of at most 100,000 after five calm no-ops of `rtt` ms
+    /// without clients (slow start: 32,000), and the time of the last.
+    fn warmed(rtt: f64) -> (Pace, Instant) {
+        let mut p = Pace::new(100_000);
+        let mut now = Instant::now();
+        for _ in 0..5 {
+            now += PROBE_EVERY;
+            p.sample_at(ms(rtt), 0, now);
+        }
+        (p, now)
+    }
+
     #[test]
     fn calm_servers_bring_the_pace_to_its_ceiling() {
         let mut p = Pace::new(40_000);
@@ -242,12 +254,7 @@ mod tests {
 
     #[test]
     fn a_busy_server_halves_the_pace_then_it_grows_by_steps() {
-        let mut p = Pace::new(100_000);
-        let mut now = Instant::now();
-        for _ in 0..5 {
-            now += PROBE_EVERY;
-            p.sample_at(ms(0.1), 0, now);
-        }
+        let (mut p, mut now) = warmed(0.1);
         assert_eq!(p.rate(), 32_000);
         for _ in 0..6 {
             now += PROBE_EVERY;
@@ -274,12 +281,7 @@ mod tests {
 
     #[test]
     fn without_clients_a_single_late_no_op_is_not_a_rise() {
-        let mut p = Pace::new(100_000);
-        let mut now = Instant::now();
-        for _ in 0..5 {
-            now += PROBE_EVERY;
-            p.sample_at(ms(0.02), 0, now);
-        }
+        let (mut p, mut now) = warmed(0.02);
         assert_eq!(p.rate(), 32_000);
         // A server's housekeeping: one no-op 4 ms late now and then.
         for i in 0..20 {
