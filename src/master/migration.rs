@@ -88,6 +88,8 @@ pub(super) struct Migration {
     /// progress follows the pool's in `progress`.
     sources: Vec<String>,
     pid: Option<libc::pid_t>,
+    /// Whether its migrator was started (at the placement switch).
+    started: bool,
     pub(super) progress: Progress,
     restart_at: Option<Instant>,
     restarts: u32,
@@ -97,6 +99,17 @@ pub(super) struct Migration {
 }
 
 impl Migration {
+    /// Whether it moves keys from `olds` (newest first) to `new`.
+    fn walks(&self, olds: &[PoolConfig], new: &PoolConfig) -> bool {
+        self.olds.len() == olds.len()
+            && self
+                .olds
+                .iter()
+                .zip(olds)
+                .all(|(a, b)| crate::migrate::same_placement(a, b))
+            && crate::migrate::same_placement(&self.new, new)
+    }
+
     /// The pool's client requests as generation `gen`'s counters say
     /// now (`total`): what they grew by since the last reading goes to
     /// the migrator's pace. A new generation counts afresh, so its first
@@ -120,12 +133,18 @@ impl Migration {
 }
 
 impl Master {
-    /// Make the migrators match the lineage: one for every pool that has
-    /// earlier configurations, walking all of them. A migrator already
-    /// running for the same configurations goes on (a reload that changed
-    /// something else); one for other configurations (the pool changed
-    /// again) is replaced.
-    pub(super) fn start_migrations(&mut self) {
+    /// Make the migrations match the lineage, from the reload that made
+    /// it on: one for every pool that has earlier configurations, walking
+    /// all of them. One already there for the same configurations goes on
+    /// (a reload that changed something else); one for other
+    /// configurations (the pool changed again) is replaced at once by the
+    /// migration to come, pending until the placement switch
+    /// (`start_migrations`), its migrator stopped. So what the admin
+    /// reports after a reload is the new migration, never the end of the
+    /// one it replaced; and that one's migrator, if it ends meanwhile, is
+    /// no longer taken for it (its end would say the new one's keys are
+    /// where they belong, and workers would stop pulling them).
+    pub(super) fn plan_migrations(&mut self) {
         let Some(cfg) = self.current.as_ref().map(|g| g.config.clone()) else {
             return;
         };
@@ -135,20 +154,13 @@ impl Master {
                 continue;
             }
             if let Some(i) = self.migrations.iter().position(|m| m.pool == p.name) {
-                let m = &self.migrations[i];
-                let same = m.olds.len() == olds.len()
-                    && m.olds
-                        .iter()
-                        .zip(&olds)
-                        .all(|(a, b)| crate::migrate::same_placement(a, b))
-                    && crate::migrate::same_placement(&m.new, p);
-                if same {
+                if self.migrations[i].walks(&olds, p) {
                     continue;
                 }
                 let m = self.migrations.remove(i);
                 if let Some(pid) = m.pid {
                     crate::log_notice!(
-                        "pool '{}' changed again: the running migration stops and a new one starts",
+                        "pool '{}' changed again: the running migration stops and a new one starts at the placement switch",
                         p.name
                     );
                     // SAFETY: signalling our own child.
@@ -169,20 +181,30 @@ impl Master {
                     continue;
                 }
             };
-            let mut m = Migration {
+            self.migrations.push(Migration {
                 pool: p.name.clone(),
                 olds,
                 new: p.clone(),
                 sources,
                 pid: None,
+                started: false,
                 progress,
                 restart_at: None,
                 restarts: 0,
                 clients_seen: None,
-            };
-            self.spawn_migrator(&mut m);
-            self.migrations.push(m);
+            });
         }
+    }
+
+    /// At the placement switch: the migrations of the lineage start (those
+    /// already running go on).
+    pub(super) fn start_migrations(&mut self) {
+        self.plan_migrations();
+        let mut ms = std::mem::take(&mut self.migrations);
+        for m in ms.iter_mut().filter(|m| !m.started) {
+            self.spawn_migrator(m);
+        }
+        self.migrations.append(&mut ms);
     }
 
     /// The lineage of the first generation: none, or what a previous
@@ -262,6 +284,7 @@ impl Master {
             unsafe { libc::_exit(code) }
         }
         m.pid = Some(pid);
+        m.started = true;
         m.restart_at = None;
         crate::log_notice!("pool '{}': migrator started, pid {pid}", m.pool);
     }

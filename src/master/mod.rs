@@ -594,8 +594,10 @@ impl Master {
         if before.is_some() {
             // The migrators start at the placement switch (see
             // `migrations_due`): before it, the old generation still reads
-            // and writes keys where the old placement puts them.
+            // and writes keys where the old placement puts them. The
+            // admin reports them, pending, from here on.
             self.pending_migrations = true;
+            self.plan_migrations();
         }
         Ok(changes)
     }

@@ -1,6 +1,7 @@
 """Online scale-out, its edges: a pool changed again while its migration
 runs (keys still on the owner of the first configuration, keys written
-since on the owner of the second: both found, both moved), a reload of
+since on the owner of the second: both found, both moved; the new
+migration is the one reported from the reload on), a reload of
 something else meanwhile (pulling goes on), and a new owner that dies
 mid-migration (the migration waits for it instead of ending with keys
 left behind; only what had already moved to it is lost with it), a hot
@@ -174,6 +175,53 @@ def test_a_second_change_while_a_migration_runs(procs):
     assert redis.Redis(host=HOST, port=rds[0].port).dbsize() == 0
     assert sum(redis.Redis(host=HOST, port=x.port).dbsize() for x in rds) == N
     assert not MemcacheClient((HOST, mcs[0].port)).get_many([key(i) for i in range(N)])
+
+
+def test_a_change_after_a_migration_ended_is_the_one_reported(procs):
+    """The admin reports the migration a reload starts from the reload on:
+    pending until the placement switch, never the end of the one before,
+    which a script waiting for `state=done` would take for the new one's
+    (and then find keys not moved yet)."""
+    rds = [procs.redis() for _ in range(4)]
+    port = free_port()
+
+    def conf(idx: list[int]) -> str:
+        return to_yaml({"rd": redis_pool([rds[i] for i in idx], listen=f"{HOST}:{port}",
+                                         migration=True, migration_rate=100000)})
+
+    p = Proxy("walnut", procs.workdir, {}, extra_args=["--workers", "2"])
+    p.conf_path.write_text(conf([0, 1]))
+    p.ports = {"rd": port}
+    procs.started.append(p)
+    p.start()
+    gen = wait_workers(p.pid, 2)
+    r = redis.Redis(host=HOST, port=port, protocol=2)
+    pipe = r.pipeline(transaction=False)
+    for i in range(500):
+        pipe.set(key(i), f"v{i}")
+    pipe.execute()
+    p.conf_path.write_text(conf([0, 1, 2]))
+    p.signal(signal.SIGHUP)
+    gen = wait_workers(p.pid, 2, exclude=gen.values())
+    wait_until(lambda: state(p.admin_port, "rd").get("state") == "done", 30,
+               what="the first migration to end")
+    assert len(sources(p.admin_port, "rd")) == 2
+
+    # The master reloads before it serves an admin request sent after
+    # the signal; its new workers have not taken over yet (no placement
+    # switch, no migrator started): the migration reported is the new
+    # one, walking the three servers of the configuration before.
+    p.conf_path.write_text(conf([1, 2, 3]))
+    p.signal(signal.SIGHUP)
+    st = state(p.admin_port, "rd")
+    assert st.get("state") in ("pending", "running"), st
+    assert sorted(sources(p.admin_port, "rd")) == sorted(f"{HOST}:{rds[i].port}" for i in (0, 1, 2))
+    wait_until(lambda: state(p.admin_port, "rd").get("state") == "done", 30,
+               what="the second migration to end")
+    # Done means done: every key on its owner of the last configuration.
+    assert redis.Redis(host=HOST, port=rds[0].port).dbsize() == 0
+    for i in range(500):
+        assert r.get(key(i)) == f"v{i}".encode(), i
 
 
 def test_a_new_owner_that_dies_mid_migration(procs):
