@@ -56,6 +56,12 @@ fn err(msg: impl Into<String>) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, msg.into())
 }
 
+/// The server will not list its keys (the command refused, renamed away or
+/// too old): walking it again would not help (`ErrorKind::Unsupported`).
+fn refused(msg: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::Unsupported, msg.into())
+}
+
 /// `%XX` decoding of a metadump key.
 fn url_decode(s: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(s.len());
@@ -251,7 +257,7 @@ impl Conn {
             let n = count.to_string();
             self.send(&resp_command(&[b"SCAN", &cursor, b"COUNT", n.as_bytes()]))?;
             let Resp::Array(Some(mut parts)) = self.resp()? else {
-                return Err(err("SCAN: unexpected reply"));
+                return Err(refused("SCAN: unexpected reply"));
             };
             let (Some(Resp::Array(Some(keys))), Some(Resp::Bulk(Some(next)))) =
                 (parts.pop(), parts.pop())
@@ -282,8 +288,12 @@ impl Conn {
         loop {
             self.send(b"lru_crawler metadump all\r\n")?;
             let first = self.line()?;
-            if first.starts_with(b"BUSY") && tries < 100 {
-                // Another crawl runs: wait for it.
+            if first.starts_with(b"BUSY") {
+                // Another crawl runs: wait for it (10 s at most, then this
+                // walk fails and the next pass tries again).
+                if tries == 100 {
+                    return Err(err("lru_crawler metadump: the crawler stays busy"));
+                }
                 tries += 1;
                 std::thread::sleep(Duration::from_millis(100));
                 continue;
@@ -294,7 +304,7 @@ impl Conn {
                     break;
                 }
                 if line.starts_with(b"ERROR") || line.starts_with(b"CLIENT_ERROR") {
-                    return Err(err(format!(
+                    return Err(refused(format!(
                         "lru_crawler metadump: {} (migration needs memcached 1.6 or later)",
                         String::from_utf8_lossy(&line)
                     )));

@@ -284,10 +284,11 @@ struct Walk<'a> {
     last_log: Instant,
     /// Keys moved in this pass.
     moved: u64,
-    /// Keys that could not be written to their new owner in this pass:
-    /// they stay where they are and are tried again on the next pass, so
-    /// the migration does not end leaving them behind (a new owner that
-    /// is down delays it until it is back).
+    /// Keys that could not be written to their new owner in this pass,
+    /// and walks of old servers that broke off: they stay where they are
+    /// and are tried again on the next pass, so the migration does not
+    /// end leaving them behind (a new owner that is down delays it until
+    /// it is back).
     unplaced: u64,
     /// Where the workers learn which keys are on their new owner now.
     moved_keys: Option<&'a MovedKeys>,
@@ -329,12 +330,26 @@ impl Walk<'_> {
             if progress.aborted() {
                 return Err(Aborted);
             }
-            crate::log_warn!(
-                "migration of pool '{}': old server {}: {e}",
-                plan.new.name,
-                addr_text(from)
-            );
             progress.add_failed(1);
+            if e.kind() == std::io::ErrorKind::Unsupported {
+                crate::log_warn!(
+                    "migration of pool '{}': old server {}: {e}; its keys are not moved",
+                    plan.new.name,
+                    addr_text(from)
+                );
+            } else {
+                // The walk broke off (a timeout, a connection reset):
+                // the keys not walked yet are still there, so the
+                // migration does not end with this pass; the next walks
+                // the server again (one that can no longer be reached
+                // then loses its keys, above).
+                crate::log_warn!(
+                    "migration of pool '{}': old server {}: {e}; walked again in the next pass",
+                    plan.new.name,
+                    addr_text(from)
+                );
+                self.unplaced += 1;
+            }
         }
         Ok(())
     }
