@@ -208,15 +208,26 @@ def test_a_change_after_a_migration_ended_is_the_one_reported(procs):
                what="the first migration to end")
     assert len(sources(p.admin_port, "rd")) == 2
 
-    # The master reloads before it serves an admin request sent after
-    # the signal; its new workers have not taken over yet (no placement
-    # switch, no migrator started): the migration reported is the new
-    # one, walking the three servers of the configuration before.
+    # The first admin reply that shows the reload's generation (`status`
+    # and `migration` answered together, from one state of the master)
+    # comes before the new workers have taken over (no placement switch,
+    # no migrator started yet, unless this test was held off the CPU):
+    # the migration reported is the new one, walking the three servers of
+    # the configuration before, pending (or under way, or done), never
+    # the first one's end.
+    gen_line = next(x for x in admin(p.admin_port, "status").splitlines()
+                    if x.startswith("generation:"))
     p.conf_path.write_text(conf([1, 2, 3]))
     p.signal(signal.SIGHUP)
-    st = state(p.admin_port, "rd")
-    assert st.get("state") in ("pending", "running"), st
-    assert sorted(sources(p.admin_port, "rd")) == sorted(f"{HOST}:{rds[i].port}" for i in (0, 1, 2))
+    reply = wait_until(lambda: (r := admin(p.admin_port, "status\r\nmigration"))
+                       and gen_line not in r.splitlines() and r, 10, interval=0.001,
+                       what="the reload")
+    lines = [dict(w.split("=", 1) for w in line.split() if "=" in w)
+             for line in reply.splitlines()]
+    pool = [kv for kv in lines if kv.get("pool") == "rd" and "source" not in kv]
+    walked = sorted(kv["source"] for kv in lines if kv.get("pool") == "rd" and "source" in kv)
+    assert walked == sorted(f"{HOST}:{rds[i].port}" for i in (0, 1, 2)), (walked, pool)
+    assert pool[0]["state"] in ("pending", "running", "done"), pool
     wait_until(lambda: state(p.admin_port, "rd").get("state") == "done", 30,
                what="the second migration to end")
     # Done means done: every key on its owner of the last configuration.
