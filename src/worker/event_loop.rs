@@ -6,6 +6,8 @@
 //! to stop: at once, gracefully, or by handing clients to a successor.
 
 use super::conn::{Conn, ConnTable};
+use super::fault::ServerFault;
+use super::sweep;
 use super::tokens::{self, TokenKind};
 use super::{Control, Stop, Worker, FLUSH_ROUNDS};
 use crate::stats::WorkerField;
@@ -163,8 +165,19 @@ impl Worker<'_> {
     /// returned.
     fn every_second(&mut self, now: Instant) {
         self.recorder.every_second(&self.stats, now);
-        self.sweep_idle(now);
-        self.sweep_server_handshakes(now);
+        // Clients idle past their pool's bound (or whose TLS handshake
+        // is not finished within it), with nothing in flight.
+        for client in sweep::idle_clients(&mut self.conns, &self.pools, self.ctl.client_idle, now) {
+            crate::log_info!("closing idle client");
+            self.close_client(client, false);
+        }
+        // A server (or something on its port) that accepts and never
+        // finishes the TLS handshake would hold the requests queued
+        // behind it until the pool's `timeout`, or for ever without one:
+        // they fail with the reason, and it counts towards ejection.
+        for (server, ms) in sweep::stalled_server_handshakes(&self.conns, &self.pools, now) {
+            self.close_server(server, ServerFault::TlsHandshakeTimeout { ms }, now);
+        }
         // A client that reads none of a large reply holds a shared
         // connection up: it goes.
         for client in super::stream_reply::stalled_readers(&self.conns, now) {
@@ -214,7 +227,7 @@ impl Worker<'_> {
                     control.stopped_routing();
                 }
                 let since = *stopping.handover_since.get_or_insert(now);
-                let clients = self.conns.iter().any(|(_, c)| matches!(c, Conn::Client(_)));
+                let clients = sweep::any_client(&self.conns);
                 // Relayed TLS clients keep this worker until they end;
                 // so do subscribers and clients in a transaction, which
                 // cross once they leave that state (their server
@@ -233,7 +246,12 @@ impl Worker<'_> {
                 self.fleet_holds_tick(now);
                 self.intake.stop(self.poll.registry());
                 let since = *stopping.graceful_since.get_or_insert(now);
-                self.close_idle_clients(now) || now.duration_since(since) > self.graceful_timeout
+                // Every client with nothing in flight that has been
+                // quiet for a while closes; done when none is left.
+                for client in sweep::quiet_clients(&self.conns, now) {
+                    self.close_client(client, false);
+                }
+                !sweep::any_client(&self.conns) || now.duration_since(since) > self.graceful_timeout
             }
         }
     }

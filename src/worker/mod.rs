@@ -57,6 +57,7 @@ mod spool;
 mod stream;
 mod stream_reply;
 mod subscriber;
+mod sweep;
 mod timers;
 mod tokens;
 mod transaction;
@@ -434,61 +435,6 @@ impl<'a> Worker<'a> {
         self.next_id
     }
 
-    /// Close clients idle longer than their pool's `client_idle_timeout`
-    /// (or the runtime override), with nothing in flight.
-    fn sweep_idle(&mut self, now: Instant) {
-        let overridden = self.ctl.client_idle;
-        let pools = &self.pools;
-        let idle: Vec<usize> = self
-            .conns
-            .iter_mut()
-            .filter_map(|(k, c)| match c {
-                Conn::Client(c) => {
-                    if c.sock().is_handshaking() {
-                        let ms = pools[c.pool()]
-                            .cfg
-                            .security
-                            .listen_tls
-                            .as_ref()
-                            .map_or(10_000, |t| t.handshake_timeout_ms);
-                        if now.duration_since(c.opened()) > Duration::from_millis(ms) {
-                            crate::log_warn!(
-                                "client {} of pool '{}': TLS handshake not finished after {} ms; closing it",
-                                crate::net::peer_of(std::os::fd::AsRawFd::as_raw_fd(c.sock())),
-                                pools[c.pool()].cfg.name,
-                                ms
-                            );
-                            return Some(k);
-                        }
-                        return None;
-                    }
-                    if c.has_pending()
-                        || c.has_output()
-                        || c.stream().is_some()
-                        || c.rstream_from().is_some()
-                        || c.gate().is_some()
-                    {
-                        // Busy (a request in flight, held for its keys or
-                        // the fleet, a reply not yet written): its idle
-                        // time starts after that, so
-                        // a reply arriving in this very loop pass is
-                        // never lost to the sweep.
-                        c.touch(now);
-                        return None;
-                    }
-                    let ms = pools[c.pool()].cfg.client_idle_timeout_ms;
-                    let limit = overridden.or((ms > 0).then(|| Duration::from_millis(ms)))?;
-                    (now.duration_since(c.last_active()) > limit).then_some(k)
-                }
-                _ => None,
-            })
-            .collect();
-        for k in idle {
-            crate::log_info!("closing idle client");
-            self.close_client(Token(k), false);
-        }
-    }
-
     /// Replies were buffered for a client: account them against the
     /// worker's `buffer_budget` (`budget.rs`).
     #[inline]
@@ -530,29 +476,6 @@ impl<'a> Worker<'a> {
             let open = self.stats.get_worker(WorkerField::CurrConnections) as usize;
             self.intake.uncap(open, self.poll.registry());
         }
-    }
-
-    /// Graceful stop: close every client with nothing in flight that has
-    /// been quiet for [`GRACEFUL_IDLE`]; true when none is left.
-    fn close_idle_clients(&mut self, now: Instant) -> bool {
-        let idle: Vec<usize> = self
-            .conns
-            .iter()
-            .filter_map(|(k, c)| match c {
-                Conn::Client(c)
-                    if !c.has_pending()
-                        && !c.has_output()
-                        && now.duration_since(c.last_active()) >= GRACEFUL_IDLE =>
-                {
-                    Some(k)
-                }
-                _ => None,
-            })
-            .collect();
-        for k in idle {
-            self.close_client(Token(k), false);
-        }
-        !self.conns.iter().any(|(_, c)| matches!(c, Conn::Client(_)))
     }
 
     fn on_event(&mut self, token: Token, readable: bool, hup: bool, writable: bool, now: Instant) {

@@ -3,7 +3,7 @@
 //! ejected one back (`server_health_check`).
 
 use super::conn::Open;
-use super::conn::{Conn, ConnTable, Waiter};
+use super::conn::{ConnTable, Waiter};
 use super::fault::{Ending, ServerFault};
 use super::pool::PoolRt;
 use super::server_conn::TimerStep;
@@ -58,36 +58,6 @@ impl Worker<'_> {
             TimerStep::Idle => {}
             TimerStep::Arm(at) => self.timers.arm(at, token, id),
             TimerStep::TimedOut => self.close_server(token, ServerFault::TimedOut, now),
-        }
-    }
-
-    /// Close server connections whose TLS handshake has not finished
-    /// within the pool's `server_tls_handshake_timeout`: a server (or
-    /// something on its port) that accepts and never answers would
-    /// otherwise hold the requests queued behind the handshake until the
-    /// pool's `timeout`, or for ever in a pool without one. The requests
-    /// fail with the reason, the log names the server, and it counts as a
-    /// failure towards ejection.
-    pub(super) fn sweep_server_handshakes(&mut self, now: Instant) {
-        let pools = &self.pools;
-        let stalled: Vec<(usize, u64)> = self
-            .conns
-            .iter()
-            .filter_map(|(k, c)| match c {
-                Conn::Server(s) if s.sock().is_handshaking() => {
-                    let ms = pools[s.pool()]
-                        .cfg
-                        .security
-                        .server_tls
-                        .as_ref()
-                        .map_or(10_000, |t| t.handshake_timeout_ms);
-                    (now.duration_since(s.opened()) > Duration::from_millis(ms)).then_some((k, ms))
-                }
-                _ => None,
-            })
-            .collect();
-        for (k, ms) in stalled {
-            self.close_server(Token(k), ServerFault::TlsHandshakeTimeout { ms }, now);
         }
     }
 }

@@ -1,0 +1,267 @@
+//! Which connections a sweep ends, asked of the connection table: clients
+//! idle past their pool's `client_idle_timeout` or whose TLS handshake
+//! takes too long (once a second), server connections whose TLS handshake
+//! takes too long (once a second), and the clients a graceful stop closes
+//! as soon as they are quiet. Each returns the tokens; the worker closes
+//! them. What one connection's figures say is a pure function
+//! ([`idle_verdict`], [`handshake_over`], [`quiet`]) with unit tests
+//! without sockets.
+
+use super::conn::Conn;
+use super::pool::PoolRt;
+use super::GRACEFUL_IDLE;
+use mio::Token;
+use slab::Slab;
+use std::time::{Duration, Instant};
+
+/// A TLS handshake's bound when the pool names none.
+const HANDSHAKE_DEFAULT_MS: u64 = 10_000;
+
+/// What a client's figures say to the idle sweep.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ClientIdle {
+    /// Its TLS handshake is not finished.
+    pub handshaking: bool,
+    /// A request in flight, held for its keys or the fleet, or a reply
+    /// not yet written.
+    pub busy: bool,
+    /// When it connected.
+    pub opened: Instant,
+    /// When it last sent something (or was last busy).
+    pub last_active: Instant,
+}
+
+/// What the idle sweep does with a client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Swept {
+    /// Nothing: within its bounds, or no idle bound.
+    Keep,
+    /// Busy: its idle time starts after that (touched now), so a reply
+    /// arriving in this very pass is never lost to the sweep.
+    Busy,
+    /// Its TLS handshake took longer than the bound: closed.
+    Handshake,
+    /// Idle longer than the bound: closed.
+    Idle,
+}
+
+/// What the idle sweep does with a client of these figures at `now`:
+/// `handshake` bounds an unfinished TLS handshake, `idle` (if any) a
+/// client with nothing to do.
+pub(super) fn idle_verdict(
+    c: ClientIdle,
+    handshake: Duration,
+    idle: Option<Duration>,
+    now: Instant,
+) -> Swept {
+    if c.handshaking {
+        return if now.duration_since(c.opened) > handshake {
+            Swept::Handshake
+        } else {
+            Swept::Keep
+        };
+    }
+    if c.busy {
+        return Swept::Busy;
+    }
+    match idle {
+        Some(limit) if now.duration_since(c.last_active) > limit => Swept::Idle,
+        _ => Swept::Keep,
+    }
+}
+
+/// Whether a TLS handshake begun at `opened` is over its bound of `ms`
+/// at `now`.
+pub(super) fn handshake_over(opened: Instant, ms: u64, now: Instant) -> bool {
+    now.duration_since(opened) > Duration::from_millis(ms)
+}
+
+/// Whether a graceful stop closes a client now: nothing in flight or to
+/// write, and quiet for [`GRACEFUL_IDLE`] since `last_active`.
+pub(super) fn quiet(pending: bool, output: bool, last_active: Instant, now: Instant) -> bool {
+    !pending && !output && now.duration_since(last_active) >= GRACEFUL_IDLE
+}
+
+/// The clients the idle sweep closes at `now`, in table order: an
+/// unfinished TLS handshake past the pool's bound (logged here), or idle
+/// past `client_idle_timeout` (`overridden` at run time first). A busy
+/// client is touched instead.
+pub(super) fn idle_clients(
+    conns: &mut Slab<Conn>,
+    pools: &[PoolRt],
+    overridden: Option<Duration>,
+    now: Instant,
+) -> Vec<Token> {
+    conns
+        .iter_mut()
+        .filter_map(|(k, c)| {
+            let Conn::Client(c) = c else {
+                return None;
+            };
+            let cfg = &pools[c.pool()].cfg;
+            let handshaking = c.sock().is_handshaking();
+            let ms = if handshaking {
+                cfg.security
+                    .listen_tls
+                    .as_ref()
+                    .map_or(HANDSHAKE_DEFAULT_MS, |t| t.handshake_timeout_ms)
+            } else {
+                0
+            };
+            let figures = ClientIdle {
+                handshaking,
+                busy: !handshaking
+                    && (c.has_pending()
+                        || c.has_output()
+                        || c.stream().is_some()
+                        || c.rstream_from().is_some()
+                        || c.gate().is_some()),
+                opened: c.opened(),
+                last_active: c.last_active(),
+            };
+            let idle = cfg.client_idle_timeout_ms;
+            let limit = overridden.or((idle > 0).then(|| Duration::from_millis(idle)));
+            match idle_verdict(figures, Duration::from_millis(ms), limit, now) {
+                Swept::Keep => None,
+                Swept::Busy => {
+                    c.touch(now);
+                    None
+                }
+                Swept::Handshake => {
+                    crate::log_warn!(
+                        "client {} of pool '{}': TLS handshake not finished after {} ms; closing it",
+                        crate::net::peer_of(std::os::fd::AsRawFd::as_raw_fd(c.sock())),
+                        cfg.name,
+                        ms
+                    );
+                    Some(Token(k))
+                }
+                Swept::Idle => Some(Token(k)),
+            }
+        })
+        .collect()
+}
+
+/// The server connections whose TLS handshake has not finished within
+/// their pool's `server_tls_handshake_timeout` at `now`, with that bound
+/// in ms, in table order.
+pub(super) fn stalled_server_handshakes(
+    conns: &Slab<Conn>,
+    pools: &[PoolRt],
+    now: Instant,
+) -> Vec<(Token, u64)> {
+    conns
+        .iter()
+        .filter_map(|(k, c)| match c {
+            Conn::Server(s) if s.sock().is_handshaking() => {
+                let ms = pools[s.pool()]
+                    .cfg
+                    .security
+                    .server_tls
+                    .as_ref()
+                    .map_or(HANDSHAKE_DEFAULT_MS, |t| t.handshake_timeout_ms);
+                handshake_over(s.opened(), ms, now).then_some((Token(k), ms))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The clients a graceful stop closes at `now` ([`quiet`]), in table
+/// order.
+pub(super) fn quiet_clients(conns: &Slab<Conn>, now: Instant) -> Vec<Token> {
+    conns
+        .iter()
+        .filter_map(|(k, c)| match c {
+            Conn::Client(c) if quiet(c.has_pending(), c.has_output(), c.last_active(), now) => {
+                Some(Token(k))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Whether any client is left in the table.
+pub(super) fn any_client(conns: &Slab<Conn>) -> bool {
+    conns.iter().any(|(_, c)| matches!(c, Conn::Client(_)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn client(handshaking: bool, busy: bool, opened: Instant, last_active: Instant) -> ClientIdle {
+        ClientIdle {
+            handshaking,
+            busy,
+            opened,
+            last_active,
+        }
+    }
+
+    #[test]
+    fn an_unfinished_handshake_is_closed_past_its_bound_only() {
+        let t0 = Instant::now();
+        let shaking = client(true, false, t0, t0);
+        let bound = 100 * MS;
+        assert_eq!(idle_verdict(shaking, bound, None, t0 + bound), Swept::Keep);
+        assert_eq!(
+            idle_verdict(shaking, bound, None, t0 + bound + MS),
+            Swept::Handshake
+        );
+        // Handshaking counts before busy and before the idle bound: it is
+        // not touched, and not closed as idle.
+        let busy = client(true, true, t0, t0);
+        assert_eq!(
+            idle_verdict(busy, bound, Some(MS), t0 + 50 * MS),
+            Swept::Keep
+        );
+    }
+
+    #[test]
+    fn a_busy_client_is_touched_however_long_it_was_quiet() {
+        let t0 = Instant::now();
+        let busy = client(false, true, t0, t0);
+        assert_eq!(
+            idle_verdict(busy, MS, Some(MS), t0 + 60_000 * MS),
+            Swept::Busy
+        );
+        assert_eq!(idle_verdict(busy, MS, None, t0), Swept::Busy);
+    }
+
+    #[test]
+    fn an_idle_client_is_closed_past_its_bound_and_kept_without_one() {
+        let t0 = Instant::now();
+        let c = client(false, false, t0, t0 + 10 * MS);
+        let bound = Some(100 * MS);
+        assert_eq!(idle_verdict(c, MS, bound, t0 + 110 * MS), Swept::Keep);
+        assert_eq!(idle_verdict(c, MS, bound, t0 + 111 * MS), Swept::Idle);
+        assert_eq!(idle_verdict(c, MS, None, t0 + 3_600_000 * MS), Swept::Keep);
+    }
+
+    #[test]
+    fn a_handshake_bound_is_passed_only_after_it() {
+        let t0 = Instant::now();
+        assert!(!handshake_over(t0, 50, t0 + 50 * MS));
+        assert!(handshake_over(t0, 50, t0 + 51 * MS));
+        assert!(!handshake_over(t0, 50, t0), "no time passed");
+    }
+
+    #[test]
+    fn a_graceful_stop_closes_only_quiet_clients_with_nothing_to_do() {
+        let t0 = Instant::now();
+        let later = t0 + GRACEFUL_IDLE;
+        assert!(
+            quiet(false, false, t0, later),
+            "quiet for exactly the bound"
+        );
+        assert!(
+            !quiet(false, false, t0, later - MS),
+            "not quiet long enough"
+        );
+        assert!(!quiet(true, false, t0, later), "a request in flight");
+        assert!(!quiet(false, true, t0, later), "replies to write");
+    }
+}
