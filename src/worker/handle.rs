@@ -56,3 +56,42 @@ impl ClientRef {
         ClientRef { token, id }
     }
 }
+
+/// Where connection ids come from: each connection the worker opens or
+/// takes gets the next, never one given before (a token is reused once
+/// its connection closes, an id is not: see [`ServerRef`], [`ClientRef`]).
+#[derive(Debug)]
+pub struct ConnIds {
+    last: u64,
+}
+
+impl Default for ConnIds {
+    /// No id given yet: the first is 2.
+    fn default() -> ConnIds {
+        ConnIds { last: 1 }
+    }
+}
+
+impl ConnIds {
+    /// The next connection id.
+    #[inline]
+    pub fn next(&mut self) -> u64 {
+        self.last += 1;
+        self.last
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connection_ids_are_never_given_twice() {
+        let mut ids = ConnIds::default();
+        assert_eq!(ids.next(), 2, "the worker's first id");
+        assert_eq!(ids.next(), 3);
+        let seen: std::collections::HashSet<u64> = (0..1000).map(|_| ids.next()).collect();
+        assert_eq!(seen.len(), 1000);
+        assert!(!seen.contains(&2) && !seen.contains(&3));
+    }
+}

@@ -281,7 +281,7 @@ impl Worker<'_> {
         pool: usize,
         now: Instant,
     ) -> Option<Token> {
-        let id = self.next_id();
+        let id = self.ids.next();
         crate::log_pverb!(
             "client {} connected to pool '{}'",
             crate::net::peer_of(std::os::fd::AsRawFd::as_raw_fd(&sock)),

@@ -238,7 +238,8 @@ pub struct Worker<'a> {
     dirty: dirty::Dirty,
     /// Connections paused by a stream's backpressure that may read again.
     resume: Vec<Token>,
-    next_id: u64,
+    /// Connection ids, never given twice (`handle.rs`).
+    ids: handle::ConnIds,
     bufs: conn::BufPool,
     ctl: WorkerCtl,
     /// Bytes of replies buffered for all clients, against `buffer_budget`.
@@ -350,7 +351,7 @@ impl<'a> Worker<'a> {
             timers: timers::Timers::default(),
             dirty: dirty::Dirty::default(),
             resume: Vec::new(),
-            next_id: 1,
+            ids: handle::ConnIds::default(),
             bufs: conn::BufPool::default(),
             ctl: WorkerCtl {
                 quickack: config.process.tcp_quickack,
@@ -428,11 +429,6 @@ impl<'a> Worker<'a> {
                 }
             }
         }
-    }
-
-    fn next_id(&mut self) -> u64 {
-        self.next_id += 1;
-        self.next_id
     }
 
     /// Replies were buffered for a client: account them against the

@@ -106,7 +106,7 @@ impl Worker<'_> {
                 return Err(fault);
             }
         };
-        let id = self.next_id();
+        let id = self.ids.next();
         let entry = self.conns.vacant_entry();
         let token = Token(entry.key());
         if let Err(e) =
