@@ -8,6 +8,7 @@
 use super::conn::{Conn, ConnTable};
 use super::fault::ServerFault;
 use super::sweep;
+use super::timers;
 use super::tokens::{self, TokenKind};
 use super::{Control, Stop, Worker, FLUSH_ROUNDS};
 use crate::stats::WorkerField;
@@ -38,7 +39,29 @@ impl Worker<'_> {
             )?;
         }
         loop {
-            let timeout = self.poll_timeout();
+            // How long the wait may last: until the nearest timer, at
+            // most a second; not at all when output or reads are left
+            // from this pass.
+            let before = Instant::now();
+            let wait = timers::PassWait {
+                timer: self.timers.wait(before),
+                held: self.hold_deadlines.wait(before),
+                late: self.read_deadlines.wait(before),
+                queued: !self.dirty.is_empty() || !self.resume.is_empty(),
+                stopping: !self.intake.accepting(),
+                handing_over: self.handover.is_some(),
+                fleet: self.fleet_holds.wait(before),
+                handin_again: self.handin.again(),
+                gated: self.gate.is_some(),
+            };
+            let retry_lock = if wait.gated {
+                None
+            } else {
+                // accept_mutex mode, not holding it: try again by then.
+                let reg = self.poll.registry();
+                self.intake.trylock(reg, self.region, self.slot)
+            };
+            let timeout = Some(wait.timeout(retry_lock));
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() != std::io::ErrorKind::Interrupted {
                     return Err(e);
@@ -76,51 +99,6 @@ impl Worker<'_> {
                 return Ok(());
             }
         }
-    }
-
-    /// How long the next wait may last: until the nearest timer, at most a
-    /// second; not at all when output or reads are left from this pass.
-    fn poll_timeout(&mut self) -> Option<Duration> {
-        let now = Instant::now();
-        let mut timeout = Some(self.timers.wait(now));
-        if let Some(held) = self.hold_deadlines.wait(now) {
-            // Replies held for the rest of their batch leave by then.
-            timeout = timeout.map(|t| t.min(held));
-        }
-        if let Some(late) = self.read_deadlines.wait(now) {
-            // Replies waiting under a receive low-water mark are read by then.
-            timeout = timeout.map(|t| t.min(late));
-        }
-        if !self.dirty.is_empty() || !self.resume.is_empty() {
-            // Output queued by the last flush itself (see flush_dirty).
-            timeout = Some(Duration::ZERO);
-        }
-        if !self.intake.accepting() {
-            // Graceful stop: look at idle clients often.
-            timeout = timeout.map(|t| t.min(super::GRACEFUL_IDLE / 2));
-        }
-        if self.handover.is_some() {
-            // A full handover queue is tried again soon.
-            timeout = timeout.map(|t| t.min(super::HANDOVER_RETRY));
-        }
-        if let Some(fleet) = self.fleet_holds.wait(now) {
-            // Requests held for the fleet: their deadline, the page.
-            timeout = timeout.map(|t| t.min(fleet));
-        }
-        if self.handin.again() {
-            timeout = Some(Duration::ZERO);
-        }
-        if self.gate.is_some() {
-            timeout = Some(timeout.map_or(super::GATE_POLL, |t| t.min(super::GATE_POLL)));
-        }
-        if self.gate.is_none() {
-            let reg = self.poll.registry();
-            if let Some(delay) = self.intake.trylock(reg, self.region, self.slot) {
-                // accept_mutex mode, not holding it: try again by then.
-                timeout = Some(timeout.map_or(delay, |t| t.min(delay)));
-            }
-        }
-        timeout
     }
 
     /// Every ready socket of this pass; whether the master's channel is

@@ -43,6 +43,72 @@ impl Timers {
     }
 }
 
+/// What bounds the event loop's next wait, gathered before it: the
+/// soonest timer, the deadlines of held replies and of reads under a
+/// low-water mark, and what this worker is in the middle of
+/// ([`PassWait::timeout`]).
+#[derive(Debug, Clone, Copy)]
+pub struct PassWait {
+    /// Until the soonest timer ([`Timers::wait`]).
+    pub timer: Duration,
+    /// Until replies held for the rest of their batch leave.
+    pub held: Option<Duration>,
+    /// Until replies waiting under a receive low-water mark are read.
+    pub late: Option<Duration>,
+    /// Output queued by the last flush itself, or connections to read
+    /// again: no wait.
+    pub queued: bool,
+    /// Accepting stopped (a graceful stop): idle clients are looked at
+    /// often.
+    pub stopping: bool,
+    /// Handing clients over: a full handover queue is tried again soon.
+    pub handing_over: bool,
+    /// Until requests held for the fleet are looked at (their deadline,
+    /// the page).
+    pub fleet: Option<Duration>,
+    /// Clients handed in are left to take: no wait.
+    pub handin_again: bool,
+    /// The sentinel gate is shut: looked at often.
+    pub gated: bool,
+}
+
+impl PassWait {
+    /// How long the next wait may last. `retry_lock`: in accept_mutex
+    /// mode, with the gate open and the mutex not taken, how soon to try
+    /// again.
+    pub fn timeout(&self, retry_lock: Option<Duration>) -> Duration {
+        let mut t = self.timer;
+        if let Some(held) = self.held {
+            t = t.min(held);
+        }
+        if let Some(late) = self.late {
+            t = t.min(late);
+        }
+        if self.queued {
+            t = Duration::ZERO;
+        }
+        if self.stopping {
+            t = t.min(super::GRACEFUL_IDLE / 2);
+        }
+        if self.handing_over {
+            t = t.min(super::HANDOVER_RETRY);
+        }
+        if let Some(fleet) = self.fleet {
+            t = t.min(fleet);
+        }
+        if self.handin_again {
+            t = Duration::ZERO;
+        }
+        if self.gated {
+            t = t.min(super::GATE_POLL);
+        }
+        if let Some(delay) = retry_lock {
+            t = t.min(delay);
+        }
+        t
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,5 +133,93 @@ mod tests {
             "a far timer waits a second at most"
         );
         assert_eq!(t.wait(now + Duration::from_secs(6)), Duration::ZERO);
+    }
+
+    fn quiet_pass() -> PassWait {
+        PassWait {
+            timer: MAX_WAIT,
+            held: None,
+            late: None,
+            queued: false,
+            stopping: false,
+            handing_over: false,
+            fleet: None,
+            handin_again: false,
+            gated: false,
+        }
+    }
+
+    #[test]
+    fn a_quiet_pass_waits_for_the_soonest_timer() {
+        let ms = Duration::from_millis;
+        assert_eq!(quiet_pass().timeout(None), MAX_WAIT);
+        let w = PassWait {
+            timer: ms(300),
+            held: Some(ms(2)),
+            late: Some(ms(7)),
+            ..quiet_pass()
+        };
+        assert_eq!(w.timeout(None), ms(2), "held replies leave first");
+        let w = PassWait {
+            timer: ms(300),
+            late: Some(ms(7)),
+            fleet: Some(ms(40)),
+            ..quiet_pass()
+        };
+        assert_eq!(w.timeout(None), ms(7));
+        let w = PassWait {
+            timer: ms(300),
+            fleet: Some(ms(40)),
+            ..quiet_pass()
+        };
+        assert_eq!(w.timeout(None), ms(40));
+        assert_eq!(
+            w.timeout(Some(ms(20))),
+            ms(20),
+            "the accept mutex tried again"
+        );
+    }
+
+    #[test]
+    fn work_left_from_the_pass_does_not_wait() {
+        let ms = Duration::from_millis;
+        let queued = PassWait {
+            queued: true,
+            ..quiet_pass()
+        };
+        assert_eq!(queued.timeout(None), Duration::ZERO);
+        let handin = PassWait {
+            handin_again: true,
+            gated: true,
+            ..quiet_pass()
+        };
+        assert_eq!(handin.timeout(Some(ms(3))), Duration::ZERO);
+    }
+
+    #[test]
+    fn stopping_handing_over_and_the_gate_shorten_the_wait() {
+        use super::super::{GATE_POLL, GRACEFUL_IDLE, HANDOVER_RETRY};
+        let stopping = PassWait {
+            stopping: true,
+            ..quiet_pass()
+        };
+        assert_eq!(stopping.timeout(None), GRACEFUL_IDLE / 2);
+        let handing = PassWait {
+            stopping: true,
+            handing_over: true,
+            ..quiet_pass()
+        };
+        assert_eq!(handing.timeout(None), HANDOVER_RETRY);
+        let gated = PassWait {
+            gated: true,
+            ..quiet_pass()
+        };
+        assert_eq!(gated.timeout(None), GATE_POLL);
+        let sooner = PassWait {
+            timer: Duration::from_millis(1),
+            gated: true,
+            ..quiet_pass()
+        };
+        assert_eq!(sooner.timeout(None), Duration::from_millis(1));
     }
 }
