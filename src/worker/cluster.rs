@@ -18,23 +18,21 @@
 //! also asks for a new map. After `MAX_TRYAGAIN` (1 s in all) the last
 //! reply goes to the client.
 
-use super::cluster_map::TryAgain;
 use super::conn::Open;
-use super::conn::{ClientRef, ConnTable, ReplySlot, ReplyTo, Waiter};
+use super::conn::{ClientRef, Conn, ConnTable, ReplySlot, ReplyTo, Waiter};
 use super::pool::PoolRt;
 use super::Worker;
 use crate::net::Endpoint;
 use crate::proto::redis::cluster::{self, NodeAddr, Redirect};
 use crate::proto::{Op, Request};
 use mio::Token;
-use std::time::{Duration, Instant};
+use slab::Slab;
+use std::time::Instant;
 
 /// Redirections followed for one request before the last one is replied.
 pub const MAX_HOPS: u8 = 5;
 /// TRYAGAIN replies waited out for one request before the last is replied.
 pub const MAX_TRYAGAIN: u8 = 50;
-/// Wait before a request answered TRYAGAIN is sent again.
-const TRYAGAIN_DELAY: Duration = Duration::from_millis(20);
 /// Most servers (seeds and discovered nodes) of one cluster pool.
 const MAX_NODES: usize = 4096;
 use crate::proto::redis::cluster::internal_op;
@@ -107,6 +105,21 @@ impl PoolRt {
                 n
             );
         }
+    }
+
+    /// A `-MOVED` or `-ASK` from server `from`: the server the request
+    /// goes to now (the node named, added to the pool if new; `None`
+    /// when it cannot be, and the reply goes to the client). A MOVED
+    /// also moves its slot in the map at once and asks for a new map.
+    pub(super) fn follow_redirect(&mut self, r: &Redirect, from: usize) -> Option<usize> {
+        let target = self.node_index(&r.to, from)?;
+        if !r.ask {
+            if let Some(c) = self.cluster.as_mut() {
+                c.set(r.slot, target);
+                c.refresh_wanted = true;
+            }
+        }
+        Some(target)
     }
 
     /// The server index of a cluster node, added to the pool if new. An
@@ -202,16 +215,10 @@ impl Worker<'_> {
         else {
             return false;
         };
-        let Some(target) = self.pools[pool].node_index(&r.to, from) else {
+        let Some(target) = self.pools[pool].follow_redirect(r, from) else {
             return false;
         };
-        if !r.ask {
-            if let Some(c) = self.pools[pool].cluster.as_mut() {
-                c.set(r.slot, target);
-                c.refresh_wanted = true;
-            }
-        }
-        if !self.count_attempt(ClientRef::new(ct, id), seq, frag, false) {
+        if !count_attempt(&mut self.conns, ClientRef::new(ct, id), seq, frag, false) {
             return false;
         }
         crate::log_debug!(
@@ -248,21 +255,13 @@ impl Worker<'_> {
         else {
             return false;
         };
-        if !self.count_attempt(ClientRef::new(ct, id), seq, frag, true) {
+        if !count_attempt(&mut self.conns, ClientRef::new(ct, id), seq, frag, true) {
             return false;
         }
-        let at = now + TRYAGAIN_DELAY;
         let Some(c) = self.pools[pool].cluster.as_mut() else {
             return false;
         };
-        c.retries.push(TryAgain {
-            at,
-            token: ct,
-            id,
-            seq,
-            frag,
-            op,
-        });
+        let at = c.wait_out(ClientRef::new(ct, id), seq, frag, op, now);
         self.timers.arm(at, super::tokens::RETRY_TIMER, 0);
         true
     }
@@ -270,15 +269,9 @@ impl Worker<'_> {
     /// Send the requests whose TRYAGAIN delay has passed, routed by the
     /// current map.
     fn cluster_retry_due(&mut self, pool: usize, now: Instant) {
-        let due: Vec<TryAgain> = match self.pools[pool].cluster.as_mut() {
-            Some(c) if c.retries.iter().any(|r| r.at <= now) => {
-                let (due, keep) = std::mem::take(&mut c.retries)
-                    .into_iter()
-                    .partition(|r| r.at <= now);
-                c.retries = keep;
-                due
-            }
-            _ => return,
+        let due = match self.pools[pool].cluster.as_mut() {
+            Some(c) => c.take_due(now),
+            None => return,
         };
         for r in due {
             let Some(key) = self
@@ -298,21 +291,6 @@ impl Worker<'_> {
             };
             self.send_again(pool, server, to, r.op, false, now);
         }
-    }
-
-    /// Count one more redirection (or TRYAGAIN) of a kept request; false
-    /// when its budget is spent or the request is gone.
-    fn count_attempt(
-        &mut self,
-        client: ClientRef,
-        seq: u64,
-        frag: Option<u32>,
-        tryagain: bool,
-    ) -> bool {
-        self.conns
-            .client_ref_mut(client)
-            .and_then(|c| c.slot_mut(seq))
-            .is_some_and(|slot| slot.count_attempt(frag, tryagain))
     }
 
     /// Queue `ASKING` on a connection: the next request may use a slot the
@@ -401,6 +379,22 @@ impl Worker<'_> {
             now,
         );
     }
+}
+
+/// Count one more redirection (or, `tryagain`, TRYAGAIN) of the request
+/// `client` keeps in reply `seq` (or of its fragment `frag`); false when
+/// its budget is spent or the request is gone (`ReplySlot::count_attempt`).
+fn count_attempt(
+    conns: &mut Slab<Conn>,
+    client: ClientRef,
+    seq: u64,
+    frag: Option<u32>,
+    tryagain: bool,
+) -> bool {
+    conns
+        .client_ref_mut(client)
+        .and_then(|c| c.slot_mut(seq))
+        .is_some_and(|slot| slot.count_attempt(frag, tryagain))
 }
 
 /// A kept request, or one fragment of it.
@@ -604,5 +598,53 @@ mod tests {
         assert!(is_read_command("GET") && is_read_command("MGET"));
         assert!(!is_read_command("SET") && !is_read_command("DEL"));
         assert!(!is_read_command("EVAL"));
+    }
+
+    fn redirect(ask: bool, slot: u16, port: u16) -> Redirect {
+        Redirect {
+            ask,
+            slot,
+            to: NodeAddr {
+                host: "127.0.0.1".into(),
+                port,
+            },
+        }
+    }
+
+    #[test]
+    fn a_moved_moves_its_slot_and_asks_for_a_map_an_ask_does_not() {
+        let mut p = pool();
+        let get = internal_op().unwrap();
+        let foo = b"foo"; // slot 12182
+        let slot = cluster::key_slot(foo);
+        p.cluster
+            .as_mut()
+            .unwrap()
+            .map_asked(Some(0), Instant::now());
+        p.cluster.as_mut().unwrap().refreshing = false;
+        let before = p.cluster_server(foo, get, 0);
+        // An ASK to a node not yet known: added, the map unchanged.
+        assert_eq!(p.follow_redirect(&redirect(true, slot, 30003), 0), Some(2));
+        assert_eq!(p.servers.len(), 3);
+        assert_eq!(p.cluster_server(foo, get, 0), before);
+        assert!(!p.cluster.as_ref().unwrap().refresh_wanted);
+        // A MOVED to a known node: the slot is its at once, a map wanted.
+        assert_eq!(p.follow_redirect(&redirect(false, slot, 30003), 1), Some(2));
+        assert_eq!(p.servers.len(), 3, "known: not added again");
+        assert_eq!(p.cluster_server(foo, get, 0), 2);
+        assert!(p.cluster.as_ref().unwrap().refresh_wanted);
+        // An empty host is the host of the node that answered.
+        let mut r = redirect(false, slot, 30001);
+        r.to.host.clear();
+        assert_eq!(p.follow_redirect(&r, 1), Some(0));
+        assert_eq!(p.cluster_server(foo, get, 0), 0);
+    }
+
+    #[test]
+    fn no_attempt_is_counted_for_a_client_gone() {
+        let mut conns = Slab::new();
+        let gone = ClientRef::new(Token(0), 5);
+        assert!(!count_attempt(&mut conns, gone, 0, None, false));
+        assert!(!count_attempt(&mut conns, gone, 0, Some(1), true));
     }
 }

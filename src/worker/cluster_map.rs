@@ -4,6 +4,7 @@
 //! no I/O: `cluster.rs` fills it from `CLUSTER SLOTS` replies and sends
 //! what it says.
 
+use super::handle::ClientRef;
 use crate::proto::redis::cluster::SLOTS;
 use crate::proto::Op;
 use mio::Token;
@@ -17,6 +18,8 @@ const REFRESH_INTERVAL: Duration = Duration::from_millis(100);
 const MAP_MAX_AGE: Duration = Duration::from_secs(10);
 /// A slot no map covers.
 const NONE: u16 = u16::MAX;
+/// Wait before a request answered TRYAGAIN is sent again.
+const TRYAGAIN_DELAY: Duration = Duration::from_millis(20);
 
 /// The slot map of one cluster pool in one worker.
 #[derive(Debug)]
@@ -162,6 +165,42 @@ impl ClusterRt {
             *e = s;
         }
     }
+
+    /// A request (or fragment `frag`) of client `client`, reply `seq`,
+    /// was answered `-TRYAGAIN` at `now`: it waits [`TRYAGAIN_DELAY`].
+    /// Returns when it is due (for the worker's timer).
+    pub(super) fn wait_out(
+        &mut self,
+        client: ClientRef,
+        seq: u64,
+        frag: Option<u32>,
+        op: Op,
+        now: Instant,
+    ) -> Instant {
+        let at = now + TRYAGAIN_DELAY;
+        self.retries.push(TryAgain {
+            at,
+            token: client.token,
+            id: client.id,
+            seq,
+            frag,
+            op,
+        });
+        at
+    }
+
+    /// The requests whose TRYAGAIN wait is over at `now`, taken off, in
+    /// the order they came; the others keep waiting.
+    pub(super) fn take_due(&mut self, now: Instant) -> Vec<TryAgain> {
+        if !self.retries.iter().any(|r| r.at <= now) {
+            return Vec::new();
+        }
+        let (due, keep) = std::mem::take(&mut self.retries)
+            .into_iter()
+            .partition(|r| r.at <= now);
+        self.retries = keep;
+        due
+    }
 }
 
 #[cfg(test)]
@@ -226,5 +265,28 @@ mod tests {
             Some(2),
             "an old map"
         );
+    }
+
+    #[test]
+    fn a_tryagain_waits_its_delay_and_leaves_in_order() {
+        let mut c = ClusterRt::new(1);
+        let t0 = Instant::now();
+        let op = crate::proto::redis::cluster::internal_op().expect("an op");
+        let at = c.wait_out(ClientRef::new(Token(3), 30), 7, None, op, t0);
+        assert_eq!(at, t0 + TRYAGAIN_DELAY);
+        let later = t0 + TRYAGAIN_DELAY / 2;
+        c.wait_out(ClientRef::new(Token(4), 40), 8, Some(2), op, later);
+        c.wait_out(ClientRef::new(Token(5), 50), 9, None, op, t0);
+        assert!(c.take_due(t0).is_empty(), "nothing due yet");
+        let due = c.take_due(at);
+        let who: Vec<(Token, u64, u64, Option<u32>)> =
+            due.iter().map(|r| (r.token, r.id, r.seq, r.frag)).collect();
+        assert_eq!(who, vec![(Token(3), 30, 7, None), (Token(5), 50, 9, None)]);
+        assert_eq!(c.retries.len(), 1, "the later one keeps waiting");
+        assert!(c.take_due(at).is_empty(), "taken once");
+        let due = c.take_due(later + TRYAGAIN_DELAY);
+        assert_eq!(due.len(), 1);
+        assert_eq!((due[0].token, due[0].frag), (Token(4), Some(2)));
+        assert!(c.retries.is_empty());
     }
 }
