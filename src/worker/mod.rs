@@ -401,15 +401,13 @@ impl<'a> Worker<'a> {
         let Some(until) = self.gate else {
             return Ok(());
         };
-        let answered = self.sentinels_answered();
-        if !answered && now < until {
-            return Ok(());
-        }
-        if !answered {
-            crate::log_warn!(
+        match sentinel::gate(until, &self.sentinels, now) {
+            sentinel::GateStep::Shut => return Ok(()),
+            sentinel::GateStep::TimedOut => crate::log_warn!(
                 "no sentinel answered within {} ms: serving clients with the configured addresses",
                 sentinel::GATE.as_millis()
-            );
+            ),
+            sentinel::GateStep::Answered => {}
         }
         self.gate = None;
         // Take clients from now on: handed over and accepted.

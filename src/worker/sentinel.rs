@@ -466,12 +466,32 @@ fn move_master(p: &mut PoolRt, server: usize, to: &NodeAddr, now: Instant) -> Ve
     old
 }
 
-impl Worker<'_> {
-    /// Whether every watching pool's masters were answered for.
-    pub(super) fn sentinels_answered(&self) -> bool {
-        self.sentinels.iter().all(Watch::answered)
-    }
+/// What the sentinel gate does at a loop pass ([`gate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum GateStep {
+    /// Stays shut: no client taken yet.
+    Shut,
+    /// Opens: every watch's masters were answered for.
+    Answered,
+    /// Opens: its time is up before every watch was answered (clients
+    /// are served with the configured addresses).
+    TimedOut,
+}
 
+/// The gate shut until `until`, at `now`, over the pools' `watches`: it
+/// opens once every watch was answered, or at `until` in any case.
+pub(super) fn gate(until: Instant, watches: &[Watch], now: Instant) -> GateStep {
+    let answered = watches.iter().all(Watch::answered);
+    if answered {
+        GateStep::Answered
+    } else if now < until {
+        GateStep::Shut
+    } else {
+        GateStep::TimedOut
+    }
+}
+
+impl Worker<'_> {
     /// Open a conversation for every watch without one whose retry time
     /// has come (called on every loop turn: cheap when there is none).
     pub(super) fn sentinel_maintain(&mut self, now: Instant) {

@@ -196,3 +196,31 @@ fn replies_are_taken_whole_and_in_order() {
     assert_eq!(replies.len(), 1);
     assert_eq!(bad.as_deref(), Some("a reply that is not RESP"));
 }
+
+#[test]
+fn the_gate_opens_once_every_watch_answered_or_its_time_is_up() {
+    let mut p = pool("");
+    let now = Instant::now();
+    let until = now + GATE;
+    assert_eq!(
+        gate(until, &[], now),
+        GateStep::Answered,
+        "nothing to wait for"
+    );
+    let mut w = asked(&p);
+    let mut retire = Vec::new();
+    let waiting = [Watch::new(0, &p)];
+    assert_eq!(gate(until, &waiting, now), GateStep::Shut);
+    assert_eq!(gate(until, &waiting, until), GateStep::TimedOut);
+    let _ = w.said(&master("127.0.0.1", 6379), &mut p, now, &mut retire);
+    let _ = w.said(&master("127.0.0.1", 6380), &mut p, now, &mut retire);
+    assert!(w.answered());
+    let both = [w, Watch::new(1, &p)];
+    assert_eq!(gate(until, &both, now), GateStep::Shut, "one still waits");
+    assert_eq!(gate(until, &both[..1], now), GateStep::Answered);
+    assert_eq!(
+        gate(until, &both[..1], until),
+        GateStep::Answered,
+        "answered in time: no warning"
+    );
+}
