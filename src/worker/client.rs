@@ -640,6 +640,6 @@ impl Worker<'_> {
         } else {
             self.stats.pool_add(pool, PoolField::ClientEof, 1);
         }
-        self.maybe_uncap();
+        self.intake.client_left(&self.stats, self.poll.registry());
     }
 }

@@ -270,7 +270,7 @@ impl Worker<'_> {
         self.stats.pool_sub(pool, PoolField::ClientConnections, 1);
         self.stats.worker_sub(WorkerField::CurrConnections, 1);
         self.stats.worker_add(WorkerField::HandedOut, 1);
-        self.maybe_uncap();
+        self.intake.client_left(&self.stats, self.poll.registry());
         // Dropping `c` closes this process's copy of the descriptor; the
         // successor holds the connection now.
         Some(c)

@@ -231,15 +231,19 @@ impl<'a> Intake<'a> {
         }
     }
 
-    /// Whether accepting is paused at the cap.
-    #[inline]
-    pub(super) fn capped(&self) -> bool {
-        self.cap.capped()
+    /// A client left (closed or handed over): while paused at the cap,
+    /// resume accepting once the clients held (`stats`' count) are below
+    /// 90% of it.
+    pub(super) fn client_left(&mut self, stats: &StatsSlot<'_>, reg: &Registry) {
+        if self.cap.capped() {
+            let open = stats.get_worker(WorkerField::CurrConnections) as usize;
+            self.uncap(open, reg);
+        }
     }
 
     /// A client left, `open` are held now: resume accepting once below
     /// 90% of the cap.
-    pub(super) fn uncap(&mut self, open: usize, reg: &Registry) {
+    fn uncap(&mut self, open: usize, reg: &Registry) {
         if !self.cap.below(open) {
             return;
         }
@@ -313,5 +317,29 @@ impl Worker<'_> {
             .pool_add(pool, crate::stats::PoolField::ClientConnections, 1);
         self.stats.worker_add(WorkerField::CurrConnections, 1);
         Some(token)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::shm::Layout;
+
+    #[test]
+    fn a_capped_intake_accepts_again_below_ninety_percent() {
+        let region = Region::new(Layout::new(vec![1], vec![0]), 1).expect("stats region");
+        let stats = region.slot(0);
+        let poll = mio::Poll::new().expect("poll");
+        let mut intake = Intake::new(Vec::new(), ListenerMode::Reuseport, None, 0, 10);
+        stats.worker_set(WorkerField::CurrConnections, 5);
+        intake.client_left(&stats, poll.registry());
+        assert!(!intake.cap.capped(), "never capped: nothing changes");
+        assert!(intake.cap.reached(9), "the tenth client caps it");
+        stats.worker_set(WorkerField::CurrConnections, 9);
+        intake.client_left(&stats, poll.registry());
+        assert!(intake.cap.capped(), "9 of 10 is not below 90 %");
+        stats.worker_set(WorkerField::CurrConnections, 8);
+        intake.client_left(&stats, poll.registry());
+        assert!(!intake.cap.capped(), "8 of 10 is");
     }
 }

@@ -464,14 +464,6 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// A client closed: resume accepting once below 90% of the cap.
-    pub(super) fn maybe_uncap(&mut self) {
-        if self.intake.capped() {
-            let open = self.stats.get_worker(WorkerField::CurrConnections) as usize;
-            self.intake.uncap(open, self.poll.registry());
-        }
-    }
-
     fn on_event(&mut self, token: Token, readable: bool, hup: bool, writable: bool, now: Instant) {
         match self.conns.get(token.0) {
             Some(Conn::Client(_)) => {
