@@ -20,16 +20,7 @@ impl Worker<'_> {
     /// `version`, Redis `PING`); its first reply takes it back.
     pub(super) fn probe_servers(&mut self, now: Instant) {
         for pool in 0..self.pools.len() {
-            if let Some(t) = self.pools[pool].next_rebuild {
-                if now >= t {
-                    self.pools[pool].rebuild(now);
-                }
-            }
-            for server in 0..self.pools[pool].servers.len() {
-                let s = &self.pools[pool].servers[server];
-                if !s.probing || s.conns[0].is_some() {
-                    continue;
-                }
+            for server in self.pools[pool].probes_due(now) {
                 let Ok(token) = self.server_conn(pool, server, 0, now, Open::Probe) else {
                     continue;
                 };
@@ -65,6 +56,21 @@ impl Worker<'_> {
 /// A server's failures and recovery, kept by its pool: `at` is the pool's
 /// index in the stats, `stats` where its gauges and counters go.
 impl PoolRt {
+    /// Once a second: the ring rebuilt when an ejection's time is up
+    /// (`next_rebuild`), and the servers to probe now, in order: those
+    /// waiting for a health probe with none under way.
+    pub(super) fn probes_due(&mut self, now: Instant) -> Vec<usize> {
+        if self.next_rebuild.is_some_and(|t| now >= t) {
+            self.rebuild(now);
+        }
+        self.servers
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.probing && s.conns[0].is_none())
+            .map(|(i, _)| i)
+            .collect()
+    }
+
     /// Record a failure of server `idx` (`fault` is what clients are told
     /// while reconnection backs off); returns true if it was ejected.
     pub fn record_failure(&mut self, idx: usize, now: Instant, fault: &ServerFault) -> bool {

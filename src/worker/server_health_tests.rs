@@ -97,3 +97,25 @@ fn an_ended_connection_is_counted_by_how_it_ended_and_only_a_fault_backs_off() {
     assert_eq!(region.server_sum(0, 1, ServerField::ServerErr), 1);
     assert_eq!(p.servers[1].failures, 1);
 }
+
+#[test]
+fn an_ejected_server_is_probed_once_its_time_is_up_and_one_probe_at_a_time() {
+    let mut p = pool(
+        "  auto_eject_hosts: true\n  server_failure_limit: 1\n  server_retry_timeout: 500\n  server_health_check: true\n",
+    );
+    let region = stats();
+    let st = region.slot(0);
+    let now = Instant::now();
+    assert!(p.probes_due(now).is_empty(), "nothing ejected");
+    p.note_failure(0, 1, now, &ServerFault::TimedOut, &st);
+    assert!(p.servers[1].ejected_until.is_some());
+    let later = now + Duration::from_millis(499);
+    assert!(p.probes_due(later).is_empty(), "still ejected");
+    let over = now + Duration::from_millis(500);
+    assert_eq!(p.probes_due(over), vec![1], "its ejection is over: probed");
+    assert!(p.servers[1].probing && p.next_rebuild.is_none());
+    p.servers[1].conns[0] = Some(Token(7));
+    assert!(p.probes_due(over).is_empty(), "a probe is under way");
+    p.servers[1].conns[0] = None;
+    assert_eq!(p.probes_due(over), vec![1], "that probe's connection ended");
+}
