@@ -12,7 +12,7 @@ use super::pull::AfterPull;
 use super::server_conn::Queued;
 use super::stream::StreamStart;
 use super::txn::TxnStep;
-use super::{over_output_limit, Worker, READ_BUDGET, READ_CHUNK, STREAM_LOW, STREAM_THRESHOLD};
+use super::{Worker, READ_BUDGET, READ_CHUNK, STREAM_LOW, STREAM_THRESHOLD};
 use crate::proto::{Local, Parse, Request, Route};
 use crate::stats::{PoolField, WorkerField};
 use mio::Token;
@@ -513,7 +513,9 @@ impl Worker<'_> {
         let Some(c) = self.conns.client(token.0) else {
             return;
         };
-        if over_output_limit(self.ctl.output_limit(&self.pools[c.pool()]), c.out_len()) {
+        if c.output_over(self.ctl.output_limit(&self.pools[c.pool()]))
+            .is_some()
+        {
             self.flush_client(token);
         }
     }
@@ -549,8 +551,8 @@ impl Worker<'_> {
             }
         }
         c.return_idle_output(&mut self.bufs);
-        if over_output_limit(limit, c.out_len()) {
-            let (pool, len) = (c.pool(), c.out_len());
+        if let Some(len) = c.output_over(limit) {
+            let pool = c.pool();
             self.close_over_limit(token, pool, len, "buffered");
             return false;
         }

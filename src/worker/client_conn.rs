@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 
 #[path = "client_flow.rs"]
 mod flow;
+#[path = "client_limit.rs"]
+mod limit;
 pub use flow::{AfterRead, InputPass};
 
 /// What [`Client::hold_output`] decided for the queued output.

@@ -219,7 +219,7 @@ impl WorkerCtl {
 /// Whether a client keeping `bytes` of replies (written out or held) is
 /// over its output `limit` (0: none).
 #[inline]
-fn over_output_limit(limit: usize, bytes: usize) -> bool {
+pub(crate) fn over_output_limit(limit: usize, bytes: usize) -> bool {
     limit > 0 && bytes > limit
 }
 

@@ -233,22 +233,13 @@ impl Worker<'_> {
         if seq == c.head_seq() {
             self.drain_head(token);
         }
-        self.check_held_limit(token);
-    }
-
-    /// Held replies count against `client_output_limit` like written-out
-    /// ones: a client that pipelines large reads and reads nothing is
-    /// closed, as it would be if they sat in its output buffer.
-    fn check_held_limit(&mut self, token: Token) {
+        // Held replies count against the output limit too.
         let Some(c) = self.conns.client(token.0) else {
             return;
         };
-        let limit = self.ctl.output_limit(&self.pools[c.pool()]);
-        let held: usize = c.slots().map(ReplySlot::held_len).sum();
-        let total = held + c.out_len();
-        if super::over_output_limit(limit, total) {
-            let pool = c.pool();
-            self.close_over_limit(token, pool, total, "held");
+        let pool = c.pool();
+        if let Some(kept) = c.kept_over(self.ctl.output_limit(&self.pools[pool])) {
+            self.close_over_limit(token, pool, kept, "held");
         }
     }
 
@@ -344,19 +335,6 @@ impl ReplySlot {
                 self.retry = None;
             }
         }
-    }
-
-    /// Bytes of the replies this slot holds in chunks (its own and its
-    /// fragments').
-    fn held_len(&self) -> usize {
-        let frags = self.multi.as_ref().map_or(0, |m| {
-            m.frags
-                .iter()
-                .filter_map(|f| f.held.as_ref())
-                .map(|h| h.len())
-                .sum()
-        });
-        self.held.as_ref().map_or(0, |h| h.len()) + frags
     }
 
     /// A fragment was replaced by retries: count it as answered.
