@@ -268,7 +268,10 @@ impl Worker<'_> {
         pass: &mut InputPass,
         now: Instant,
     ) -> bool {
-        self.log_parse_error(token, pool, &err.reply, input);
+        if let Some(c) = self.conns.client(token.0) {
+            let name = &self.pools[pool].cfg.name;
+            crate::log_pverb!("{}", c.bad_request(name, &err.reply, input));
+        }
         let close = err.close;
         if let Some(req) = err.forward {
             // Routed in the refused request's place (proto::RequestError).
@@ -584,25 +587,6 @@ impl Worker<'_> {
     }
 
     /// Drop a client. Replies still coming from servers for it are discarded.
-    /// `-v 11`: a request the client got an error for, with the peer, the
-    /// error and the first bytes it sent.
-    fn log_parse_error(&self, token: Token, pool: usize, reply: &[u8], input: &[u8]) {
-        if crate::log::level() < crate::log::level::PVERB {
-            return;
-        }
-        let Some(c) = self.conns.client(token.0) else {
-            return;
-        };
-        let head = &input[..input.len().min(64)];
-        crate::log_pverb!(
-            "client {} of pool '{}': bad request: {} (it began {:?})",
-            crate::net::peer_of(std::os::fd::AsRawFd::as_raw_fd(c.sock())),
-            self.pools[pool].cfg.name,
-            String::from_utf8_lossy(reply).trim_end(),
-            String::from_utf8_lossy(head)
-        );
-    }
-
     pub(super) fn close_client(&mut self, token: Token, error: bool) {
         let Some(_) = self.conns.client(token.0) else {
             return;

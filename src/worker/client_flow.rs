@@ -3,7 +3,8 @@
 //! streamed request going alone, input left in the socket) and what the
 //! worker does with the client follows from them (`read_now`,
 //! `parse_now`, `must_pause`, `after_read`, `finished`), as `Client`
-//! methods; what one parse pass used and left (`InputPass`). The worker
+//! methods; what one parse pass used and left (`InputPass`), and how a
+//! request it refused is logged (`BadRequest`). The worker
 //! reads, parses, writes and closes as they say; unit tests in
 //! `client_flow_tests.rs` on a socket pair, without a worker.
 
@@ -85,7 +86,53 @@ impl InputPass {
     }
 }
 
+/// A request the parser refused, as `-v 11` logs it
+/// ([`Client::bad_request`]): the client's peer, its pool, the error it
+/// got and the first bytes it sent. The peer is looked up only when the
+/// line is written.
+pub struct BadRequest<'a> {
+    client: &'a Client,
+    pool: &'a str,
+    reply: &'a [u8],
+    input: &'a [u8],
+}
+
+/// Most of the refused input a log line shows: enough to recognise the
+/// request, not a whole value.
+const BAD_HEAD: usize = 64;
+
+impl std::fmt::Display for BadRequest<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let head = &self.input[..self.input.len().min(BAD_HEAD)];
+        write!(
+            f,
+            "client {} of pool '{}': bad request: {} (it began {:?})",
+            crate::net::peer_of(std::os::fd::AsRawFd::as_raw_fd(self.client.sock())),
+            self.pool,
+            String::from_utf8_lossy(self.reply).trim_end(),
+            String::from_utf8_lossy(head)
+        )
+    }
+}
+
 impl Client {
+    /// The log line of a request of pool `pool` refused with `reply`,
+    /// the unparsed `input` starting with it.
+    #[cold]
+    pub fn bad_request<'a>(
+        &'a self,
+        pool: &'a str,
+        reply: &'a [u8],
+        input: &'a [u8],
+    ) -> BadRequest<'a> {
+        BadRequest {
+            client: self,
+            pool,
+            reply,
+            input,
+        }
+    }
+
     /// The peer closed its side.
     #[inline]
     pub fn is_eof(&self) -> bool {

@@ -195,3 +195,26 @@ fn a_settled_read_of_a_moved_key_lets_its_client_go_on() {
     let settled = c.read_settled(seq, false).expect("settled");
     assert_eq!((settled.found_at, settled.parse_on), (None, true));
 }
+
+#[test]
+fn a_refused_request_is_logged_with_its_error_and_first_bytes() {
+    let c = client();
+    let input = [b'x'; 100];
+    let line = c
+        .bad_request("cache", b"ERROR unknown command\r\n", &input)
+        .to_string();
+    let head = "x".repeat(64);
+    assert_eq!(
+        line,
+        format!(
+            "client unix of pool 'cache': bad request: ERROR unknown command (it began \"{head}\")"
+        )
+    );
+    let line = c
+        .bad_request("cache", b"-ERR syntax\r\n", b"a\r\n")
+        .to_string();
+    assert!(
+        line.ends_with("bad request: -ERR syntax (it began \"a\\r\\n\")"),
+        "{line}"
+    );
+}
