@@ -1,7 +1,8 @@
 //! Replies coming back: filling a client's slot, joining the fragments of
 //! split requests, and retrying failed reads on other replicas.
 
-use super::conn::{ConnTable, Multi, MultiMode, ReplySlot, ReplyTo};
+use super::conn::{Client, ConnTable, Multi, MultiMode, ReplySlot, ReplyTo};
+use super::pool::PoolRt;
 use super::spool::Spool;
 use super::Worker;
 use crate::stats::{PoolField, WorkerField};
@@ -25,6 +26,17 @@ struct Answer {
     reply: Vec<u8>,
     is_error: bool,
     unreachable: bool,
+}
+
+impl Answer {
+    /// A read that found nothing, in `proto`.
+    fn miss(proto: crate::proto::Protocol) -> Answer {
+        Answer {
+            reply: proto.empty_read().to_vec(),
+            is_error: false,
+            unreachable: false,
+        }
+    }
 }
 
 impl Worker<'_> {
@@ -114,14 +126,20 @@ impl Worker<'_> {
                 .is_some_and(|slot| slot.zone_fallback_failed(fi as usize));
             if fell_back {
                 // Keys another zone missed, not found here either.
-                answer = Answer {
-                    reply: self.pools[at.pool].proto.empty_read().to_vec(),
-                    is_error: false,
-                    unreachable: false,
-                };
+                answer = Answer::miss(self.pools[at.pool].proto);
             }
         }
-        self.fill_slot(at, answer);
+        let p = &self.pools[at.pool];
+        let Some(c) = self.conns.client_mut(token.0) else {
+            return;
+        };
+        let filled = c.fill_reply(seq, frag, answer, p.proto, p.failover_zones());
+        if filled.failover {
+            self.stats.pool_add(at.pool, PoolField::ZoneFailovers, 1);
+        }
+        if filled.head {
+            self.drain_head(token);
+        }
     }
 
     /// A server that could not be reached: the read, or the fragment, sent
@@ -187,28 +205,6 @@ impl Worker<'_> {
         false
     }
 
-    /// The answer into its slot, or into its fragment of a split request
-    /// (merged once the last fragment is in); the client's head slot is
-    /// then written out.
-    #[inline]
-    fn fill_slot(&mut self, at: At, answer: Answer) {
-        let (pool, seq) = (at.pool, at.seq);
-        let p = &self.pools[pool];
-        let zones = (p.route.is_zoned() && !p.route.warms()).then_some(&p.cfg.routing);
-        let Some(c) = self.conns.client_mut(at.token.0) else {
-            return;
-        };
-        let Some(slot) = c.slot_mut(seq) else {
-            return;
-        };
-        if slot.fill(at.frag, answer, p.proto, zones) {
-            self.stats.pool_add(pool, PoolField::ZoneFailovers, 1);
-        }
-        if seq == c.head_seq() {
-            self.drain_head(at.token);
-        }
-    }
-
     /// Deliver a large reply that was held in chunks (see `stream.rs`): to
     /// its slot, or to its fragment of a split request.
     pub(super) fn held_done(
@@ -226,11 +222,7 @@ impl Worker<'_> {
             return;
         }
         let proto = self.pools[c.pool()].proto;
-        let Some(slot) = c.slot_mut(seq) else {
-            return;
-        };
-        slot.fill_held(frag, held, proto);
-        if seq == c.head_seq() {
+        if c.fill_held_reply(seq, frag, held, proto) {
             self.drain_head(token);
         }
         // Held replies count against the output limit too.
@@ -253,6 +245,69 @@ impl Worker<'_> {
             self.dirty.client(token);
         }
         self.add_out(added);
+    }
+}
+
+/// What filling one of a client's slots leads to
+/// ([`Client::fill_reply`]).
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Filled {
+    /// The slot is the first reply the client is owed: what is ready goes
+    /// to its output now (a later slot waits for the ones before it).
+    head: bool,
+    /// A zone pool's request was answered by another zone than the local
+    /// one (counted as a failover).
+    failover: bool,
+}
+
+/// A client's replies filled as they come back.
+impl Client {
+    /// `answer` into slot `seq`, or into its fragment `frag` of a split
+    /// request (`ReplySlot::fill`; `zones` as there). Nothing when the
+    /// slot is gone.
+    #[inline]
+    fn fill_reply(
+        &mut self,
+        seq: u64,
+        frag: Option<u32>,
+        answer: Answer,
+        proto: crate::proto::Protocol,
+        zones: Option<&crate::config::Routing>,
+    ) -> Filled {
+        let head = seq == self.head_seq();
+        let Some(slot) = self.slot_mut(seq) else {
+            return Filled::default();
+        };
+        let failover = slot.fill(frag, answer, proto, zones);
+        Filled { head, failover }
+    }
+
+    /// A large reply held in chunks into slot `seq`, or into its fragment
+    /// `frag`. Whether the slot is the first reply owed (what is ready
+    /// then goes to the output); false when the slot is gone.
+    fn fill_held_reply(
+        &mut self,
+        seq: u64,
+        frag: Option<u32>,
+        held: Box<Spool>,
+        proto: crate::proto::Protocol,
+    ) -> bool {
+        let head = seq == self.head_seq();
+        let Some(slot) = self.slot_mut(seq) else {
+            return false;
+        };
+        slot.fill_held(frag, held, proto);
+        head
+    }
+}
+
+impl PoolRt {
+    /// A zone pool's routing, by which a reply tells whether another zone
+    /// than the local one answered; none for a warm-up pool and a pool
+    /// without zones: their replies count no failover.
+    #[inline]
+    fn failover_zones(&self) -> Option<&crate::config::Routing> {
+        (self.route.is_zoned() && !self.route.warms()).then_some(&self.cfg.routing)
     }
 }
 
@@ -586,5 +641,71 @@ mod tests {
         // Not a zone pool: never counted as a zone's failover.
         let mut plain = read(2);
         assert!(!plain.fill(None, answer(hit, false), Protocol::Memcache, None));
+    }
+
+    #[test]
+    fn a_reply_for_the_first_slot_owed_goes_out_a_later_one_waits() {
+        let (sock, _peer) = mio::net::UnixStream::pair().expect("socket pair");
+        let session = crate::proto::redis::local::Session::new(1, None, false);
+        let mut c = Client::new(
+            crate::net::Stream::Unix(sock),
+            1,
+            0,
+            session,
+            std::time::Instant::now(),
+        );
+        let (first, second) = (c.next_seq(), c.next_seq() + 1);
+        c.push_reply(ReplySlot::default());
+        c.push_reply(ReplySlot::default());
+        let filled = c.fill_reply(
+            second,
+            None,
+            answer(b"+OK\r\n", false),
+            Protocol::Redis,
+            None,
+        );
+        assert_eq!(
+            filled,
+            Filled {
+                head: false,
+                failover: false
+            },
+            "waits for the first"
+        );
+        assert!(c.slot(second).is_some_and(|s| s.ready));
+        let filled = c.fill_reply(
+            first,
+            None,
+            answer(b"$1\r\nv\r\n", false),
+            Protocol::Redis,
+            None,
+        );
+        assert_eq!(
+            filled,
+            Filled {
+                head: true,
+                failover: false
+            }
+        );
+        let gone = c.fill_reply(
+            second + 1,
+            None,
+            answer(b"+OK\r\n", false),
+            Protocol::Redis,
+            None,
+        );
+        assert_eq!(gone, Filled::default(), "no such slot");
+        // A large reply held in chunks, likewise.
+        let third = second + 1;
+        c.push_reply(ReplySlot::default());
+        assert!(!c.fill_held_reply(third, None, Box::default(), Protocol::Redis));
+        assert!(c.slot(third).is_some_and(|s| s.ready && s.held.is_some()));
+        c.pop_head();
+        c.pop_head();
+        assert!(
+            c.fill_held_reply(third, None, Box::default(), Protocol::Redis),
+            "first now"
+        );
+        assert!(!c.fill_held_reply(third + 1, None, Box::default(), Protocol::Redis));
     }
 }
