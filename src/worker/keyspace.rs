@@ -72,18 +72,14 @@ impl Worker<'_> {
     /// server and its cursor there (`proto::redis::keyspace`); the reply's
     /// cursor is rewritten on its way back (`process_replies`).
     pub(super) fn forward_scan(&mut self, at: Origin, req: &Request, bytes: &[u8], now: Instant) {
-        use crate::proto::redis::keyspace;
-        let Some(cursor) = keyspace::scan_cursor(bytes) else {
-            self.conns
-                .push_ready(at.token, keyspace::INVALID_CURSOR.to_vec(), false);
-            return;
+        let (server, out) = match self.pools[at.pool].scan(bytes) {
+            Scan::Refused(out) => {
+                self.conns.push_ready(at.token, out.to_vec(), false);
+                return;
+            }
+            Scan::Send { server, out } => (server, out),
         };
-        let walk = self.pools[at.pool].scan_walk();
-        let n = walk.len();
-        let (nth, there) = keyspace::scan_split(cursor, n);
-        let server = walk.get(nth).copied().unwrap_or(0);
         let seq = self.push_slot(at.token, req.noreply, ReplySlot::default());
-        let out = keyspace::scan_request(bytes, there);
         self.send_or_fail(
             ReplyTo::new(at.token, at.client_id, seq, None),
             at.pool,
@@ -106,6 +102,16 @@ pub(super) enum Broadcast {
     /// with the pool's client count (`proto::redis::info`), else the
     /// replies merged as a broadcast's.
     Send { targets: Vec<usize>, info: bool },
+}
+
+/// Where a client's SCAN goes.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Scan {
+    /// Answered here: its cursor is not a number.
+    Refused(&'static [u8]),
+    /// Sent to `server` as `out`: the client's request with the cursor
+    /// that server gave.
+    Send { server: usize, out: Vec<u8> },
 }
 
 /// What a pool lets go to every server, and the servers a SCAN walks.
@@ -157,6 +163,22 @@ impl PoolRt {
                 cfg.name
             )),
             _ => None,
+        }
+    }
+
+    /// Where a SCAN (`bytes`) goes: the client's cursor names the server,
+    /// its place in the walk (`scan_walk`), and the cursor there
+    /// (`proto::redis::keyspace`).
+    pub(super) fn scan(&self, bytes: &[u8]) -> Scan {
+        use crate::proto::redis::keyspace;
+        let Some(cursor) = keyspace::scan_cursor(bytes) else {
+            return Scan::Refused(keyspace::INVALID_CURSOR);
+        };
+        let walk = self.scan_walk();
+        let (nth, there) = keyspace::scan_split(cursor, walk.len());
+        Scan::Send {
+            server: walk.get(nth).copied().unwrap_or(0),
+            out: keyspace::scan_request(bytes, there),
         }
     }
 
@@ -275,5 +297,29 @@ mod tests {
                 info: false
             }
         );
+    }
+
+    #[test]
+    fn a_scan_goes_to_the_server_its_cursor_names_with_that_servers_cursor() {
+        let p = pool(RD);
+        let scan = |cursor: &str| {
+            let req = format!(
+                "*4\r\n$4\r\nSCAN\r\n${}\r\n{cursor}\r\n$5\r\nCOUNT\r\n$2\r\n10\r\n",
+                cursor.len()
+            );
+            p.scan(req.as_bytes())
+        };
+        let to = |server: usize, there: &str| Scan::Send {
+            server,
+            out: format!(
+                "*4\r\n$4\r\nSCAN\r\n${}\r\n{there}\r\n$5\r\nCOUNT\r\n$2\r\n10\r\n",
+                there.len()
+            )
+            .into_bytes(),
+        };
+        assert_eq!(scan("0"), to(0, "0"), "the walk starts on the first server");
+        // Three servers: cursor 3 * 7 + 2 is the third's cursor 7.
+        assert_eq!(scan("23"), to(2, "7"));
+        assert_eq!(scan("x"), Scan::Refused(b"-ERR invalid cursor\r\n"));
     }
 }
