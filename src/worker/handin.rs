@@ -5,10 +5,10 @@
 //! been accepted. [`HandIn`] owns the sockets and acts with the poll
 //! registry passed in; what it returns is a client for the worker to adopt.
 
-use super::conn::ConnTable;
+use super::conn::{BufPool, Client, ConnTable};
 use super::handover::Handed;
 use super::{tokens, Worker};
-use crate::config::AclUser;
+use crate::config::{AclUser, PoolConfig};
 use crate::net::handover::{self, Received};
 use crate::proto::redis::local::{Names, Session};
 use crate::stats::WorkerField;
@@ -173,6 +173,33 @@ impl Handed {
         Ok(i)
     }
 
+    /// What it carries, taken up by `c`, the client made for it in the
+    /// pool configured as `cfg` now: its session under that
+    /// configuration (`take_session`; open when the pool has neither
+    /// password nor ACL users), the input still to discard, the unparsed
+    /// start of its next request (in a buffer from `bufs`, only when
+    /// there is one: an idle client holds no memory) and the replies not
+    /// yet written. The bytes of output queued (0: nothing to write).
+    pub(super) fn carry_into(
+        mut self,
+        c: &mut Client,
+        cfg: &PoolConfig,
+        bufs: &mut BufPool,
+    ) -> usize {
+        let open = cfg.redis_auth.is_none() && cfg.security.users.is_empty();
+        c.set_session(self.take_session(c.session().id, open, &cfg.security.users));
+        c.swallow_next(self.swallow as usize);
+        if !self.input.is_empty() {
+            let mut rbuf = bufs.take();
+            rbuf.extend(&self.input);
+            c.put_input(rbuf);
+        }
+        if !self.output.is_empty() {
+            c.queue_output(&self.output, bufs);
+        }
+        self.output.len()
+    }
+
     /// The client's session (connection `id`) under its pool's present
     /// configuration: `open` when the pool has neither password nor ACL
     /// users, `users` its ACL users. Its names are moved into it.
@@ -215,7 +242,7 @@ impl Worker<'_> {
 
     /// Take up a client handed over by a predecessor.
     pub(super) fn adopt(&mut self, msg: &[u8], fd: OwnedFd, now: Instant) {
-        let Some(mut h) = Handed::decode(msg) else {
+        let Some(h) = Handed::decode(msg) else {
             crate::log_warn!("handover message not understood: connection closed");
             return;
         };
@@ -258,22 +285,13 @@ impl Worker<'_> {
             return;
         };
         self.stats.worker_add(WorkerField::HandedIn, 1);
-        let cfg = &self.pools[pool].cfg;
-        let open = cfg.redis_auth.is_none() && cfg.security.users.is_empty();
         let Some(c) = self.conns.client_mut(token.0) else {
             return;
         };
-        c.set_session(h.take_session(c.session().id, open, &cfg.security.users));
-        c.swallow_next(h.swallow as usize);
-        if !h.input.is_empty() {
-            let mut rbuf = self.bufs.take();
-            rbuf.extend(&h.input);
-            c.put_input(rbuf);
-        }
-        if !h.output.is_empty() {
-            c.queue_output(&h.output, &mut self.bufs);
+        let out = h.carry_into(c, &self.pools[pool].cfg, &mut self.bufs);
+        if out > 0 {
             self.dirty.client(token);
-            self.add_out(h.output.len());
+            self.add_out(out);
         }
         // Whatever the client sent meanwhile is in the socket: read it
         // (with the carried input) as if it had just arrived.
@@ -353,5 +371,53 @@ mod tests {
         let mut h = Handed::default();
         assert!(!h.take_session(1, false, &[]).authenticated);
         assert!(h.take_session(1, true, &[]).authenticated);
+    }
+
+    #[test]
+    fn a_handed_client_takes_up_its_input_output_and_session() {
+        let cfg = |yaml: &str| {
+            let c = crate::config::Config::from_str(yaml, std::path::Path::new("t.yml"))
+                .expect("config parses");
+            c.pools[0].clone()
+        };
+        let open = cfg(
+            "rd:\n  listen: 127.0.0.1:22995\n  redis: true\n  servers:\n    - 127.0.0.1:6379:1 a\n",
+        );
+        let client = || {
+            let (sock, _peer) = mio::net::UnixStream::pair().expect("socket pair");
+            Client::new(
+                crate::net::Stream::Unix(sock),
+                9,
+                0,
+                Session::new(9, Some(b"pw"), false),
+                Instant::now(),
+            )
+        };
+        let mut bufs = BufPool::default();
+        let mut c = client();
+        let h = Handed {
+            swallow: 3,
+            input: b"*1\r\n$4\r\nPI".to_vec(),
+            output: b"+PONG\r\n".to_vec(),
+            ..Handed::default()
+        };
+        assert_eq!(
+            h.carry_into(&mut c, &open, &mut bufs),
+            7,
+            "its replies queued"
+        );
+        assert_eq!(c.swallow(), 3);
+        assert_eq!(c.input().bytes(), b"*1\r\n$4\r\nPI");
+        assert_eq!(c.output().bytes(), b"+PONG\r\n");
+        assert_eq!(c.session().id, 9, "the connection's own id");
+        assert!(c.session().authenticated, "an open pool now");
+        // Nothing carried: nothing queued, no buffer lent.
+        let mut c = client();
+        assert_eq!(Handed::default().carry_into(&mut c, &open, &mut bufs), 0);
+        assert!(c.input().is_empty() && !c.has_output());
+        let closed = cfg("rd:\n  listen: 127.0.0.1:22995\n  redis: true\n  redis_auth: pw\n  servers:\n    - 127.0.0.1:6379:1 a\n");
+        let mut c = client();
+        Handed::default().carry_into(&mut c, &closed, &mut bufs);
+        assert!(!c.session().authenticated, "it never logged in");
     }
 }
