@@ -10,7 +10,6 @@ use super::handover::CARRY_MAX;
 use super::migrate::Hold;
 use super::pull::AfterPull;
 use super::server_conn::Queued;
-use super::stream::StreamStart;
 use super::txn::TxnStep;
 use super::{Worker, READ_BUDGET, READ_CHUNK, STREAM_LOW, STREAM_THRESHOLD};
 use crate::proto::{Local, Parse, Request, Route};
@@ -241,18 +240,8 @@ impl Worker<'_> {
             return;
         };
         let len = head.req.len;
-        match self.start_stream(token, head, &input[..len], now) {
-            StreamStart::Started => {
-                pass.off += len;
-                pass.need = 0;
-                pass.streamed = true;
-            }
-            StreamStart::Wait => {
-                pass.need = 0;
-                pass.paused = true;
-            }
-            StreamStart::No => {}
-        }
+        let start = self.start_stream(token, head, &input[..len], now);
+        pass.stream_start(len, start);
     }
 
     /// A request the parser refused: its error reply (or the request

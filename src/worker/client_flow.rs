@@ -10,6 +10,7 @@
 
 use super::Client;
 use crate::worker::handle::ServerRef;
+use crate::worker::stream::StreamStart;
 
 /// A moved key's read let its client go on ([`Client::read_settled`]).
 #[derive(Debug, PartialEq, Eq)]
@@ -70,6 +71,26 @@ pub struct InputPass {
 }
 
 impl InputPass {
+    /// What a large request's head, `len` bytes, becoming a streamed one
+    /// leaves: started, its head is used and its rest passes as it
+    /// arrives (the client's input is parsed again for it); waiting for
+    /// the earlier replies, reading pauses and nothing more is needed to
+    /// parse again; not streamable, it is gathered whole as parsed.
+    pub(in crate::worker) fn stream_start(&mut self, len: usize, start: StreamStart) {
+        match start {
+            StreamStart::Started => {
+                self.off += len;
+                self.need = 0;
+                self.streamed = true;
+            }
+            StreamStart::Wait => {
+                self.need = 0;
+                self.paused = true;
+            }
+            StreamStart::No => {}
+        }
+    }
+
     /// A refused request that is not closed on takes `skip` bytes (at
     /// least one) of the `left` still unparsed: past them when they are
     /// there, else all of them and the rest discarded as it comes.

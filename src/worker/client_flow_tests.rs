@@ -218,3 +218,32 @@ fn a_refused_request_is_logged_with_its_error_and_first_bytes() {
         "{line}"
     );
 }
+
+#[test]
+fn a_streamed_requests_start_leaves_the_pass_as_it_went() {
+    use crate::worker::stream::StreamStart;
+    let pass = |start| {
+        let mut p = InputPass {
+            off: 10,
+            need: 5000,
+            ..InputPass::default()
+        };
+        p.stream_start(40, start);
+        (p.off, p.need, p.paused, p.streamed)
+    };
+    assert_eq!(
+        pass(StreamStart::Started),
+        (50, 0, false, true),
+        "its head used"
+    );
+    assert_eq!(
+        pass(StreamStart::Wait),
+        (10, 0, true, false),
+        "reading pauses"
+    );
+    assert_eq!(
+        pass(StreamStart::No),
+        (10, 5000, false, false),
+        "gathered whole"
+    );
+}
