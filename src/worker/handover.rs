@@ -21,6 +21,7 @@ use super::{relay, Worker};
 use crate::net::handover::{self, MAX_MESSAGE};
 use crate::stats::{PoolField, WorkerField};
 use mio::Token;
+use slab::Slab;
 use std::os::fd::AsRawFd;
 
 const MAGIC: &[u8; 4] = b"WNH1";
@@ -170,19 +171,34 @@ impl Handed {
     }
 }
 
-/// Whether a client is at a request boundary and may cross now: nothing
-/// in flight or held, no streamed value half passed, not pinned here (a
-/// transaction, a subscriber), and what it carries fits in the message.
-fn may_cross(c: &Client) -> bool {
-    !c.is_closing()
-        && !c.is_eof()
-        && !c.has_pending()
-        && c.stream().is_none()
-        && c.gate().is_none()
-        && c.txn().is_none()
-        && c.subs().is_none()
-        && c.rstream_from().is_none()
-        && c.input().len() + c.out_len() <= CARRY_MAX
+impl Client {
+    /// Whether it is at a request boundary and may cross now: nothing
+    /// in flight or held, no streamed value half passed, not pinned here
+    /// (a transaction, a subscriber), not leaving, and what it carries
+    /// fits in `carry` bytes of the message.
+    fn may_cross(&self, carry: usize) -> bool {
+        !self.is_closing()
+            && !self.is_eof()
+            && !self.has_pending()
+            && self.stream().is_none()
+            && self.gate().is_none()
+            && self.txn().is_none()
+            && self.subs().is_none()
+            && self.rstream_from().is_none()
+            && self.input().len() + self.out_len() <= carry
+    }
+}
+
+/// The clients that cross to the successor now, in table order (the
+/// rest are served here until they may).
+fn crossing(conns: &Slab<Conn>) -> Vec<usize> {
+    conns
+        .iter()
+        .filter_map(|(k, c)| match c {
+            Conn::Client(c) if c.may_cross(CARRY_MAX) => Some(k),
+            _ => None,
+        })
+        .collect()
 }
 
 impl Worker<'_> {
@@ -205,15 +221,7 @@ impl Worker<'_> {
         let Some(target) = self.handover.clone() else {
             return true;
         };
-        let ready: Vec<usize> = self
-            .conns
-            .iter()
-            .filter_map(|(k, c)| match c {
-                Conn::Client(c) if may_cross(c) => Some(k),
-                _ => None,
-            })
-            .collect();
-        for k in ready {
+        for k in crossing(&self.conns) {
             let Some(c) = self.conns.client(k) else {
                 continue;
             };
@@ -320,5 +328,49 @@ mod tests {
         let mut bad = m;
         bad[0] = b'X';
         assert_eq!(Handed::decode(&bad), None);
+    }
+
+    #[test]
+    fn a_client_crosses_at_a_request_boundary_with_what_fits() {
+        use crate::worker::conn::{BufPool, ReplySlot};
+        let client = || {
+            let (sock, _peer) = mio::net::UnixStream::pair().expect("socket pair");
+            let session = crate::proto::redis::local::Session::new(1, None, false);
+            Client::new(
+                crate::net::Stream::Unix(sock),
+                1,
+                0,
+                session,
+                std::time::Instant::now(),
+            )
+        };
+        let mut conns = Slab::new();
+        let idle = conns.insert(Conn::Client(Box::new(client())));
+        let mut c = client();
+        c.push_reply(ReplySlot::default());
+        let owed = conns.insert(Conn::Client(Box::new(c)));
+        let mut c = client();
+        c.set_eof();
+        let gone = conns.insert(Conn::Client(Box::new(c)));
+        let mut c = client();
+        c.queue_output(&[b'x'; 60], &mut BufPool::default());
+        let output = conns.insert(Conn::Client(Box::new(c)));
+        assert_eq!(
+            crossing(&conns),
+            vec![idle, output],
+            "not while owed a reply nor once gone"
+        );
+        let Some(Conn::Client(c)) = conns.get(owed) else {
+            panic!("a client");
+        };
+        assert!(!c.may_cross(CARRY_MAX));
+        let Some(Conn::Client(c)) = conns.get(gone) else {
+            panic!("a client");
+        };
+        assert!(!c.may_cross(CARRY_MAX));
+        let Some(Conn::Client(c)) = conns.get(output) else {
+            panic!("a client");
+        };
+        assert!(c.may_cross(60) && !c.may_cross(59), "its output must fit");
     }
 }
