@@ -37,9 +37,9 @@
 //!   streamed reply), and only for memcached pools, whose every command
 //!   is answered at once.
 
-use super::conn::ConnTable;
+use super::conn::{ConnTable, Server};
 use super::Worker;
-use mio::Token;
+use crate::proto::Protocol;
 use std::time::{Duration, Instant};
 
 /// Fewest bytes of any reply (memcached's `OK\r\n` and `HD\r\n` have 4;
@@ -140,45 +140,58 @@ impl ReplyFloor {
     }
 }
 
-impl Worker<'_> {
-    /// After a read of server connection `token` (`got`: it brought
-    /// bytes): the mark for the replies it still owes, and the time by
-    /// which they are read anyway.
-    pub(super) fn set_read_mark(&mut self, token: Token, got: bool, now: Instant) {
-        let Some(s) = self.conns.server_mut(token.0) else {
-            return;
-        };
-        let proto = self.pools[s.pool()].proto;
-        let owed = s.inflight().len();
+/// A server connection's receive mark, as its reads go: it holds the
+/// mark and the replies it owes.
+impl Server {
+    /// After a read (`got`: it brought bytes): the mark set for the
+    /// replies still owed. Returns the time by which they are read anyway
+    /// when a mark over one byte was set (for the worker's deadlines).
+    #[inline]
+    pub(super) fn mark_after_read(
+        &mut self,
+        proto: Protocol,
+        got: bool,
+        now: Instant,
+    ) -> Option<Instant> {
+        let owed = self.inflight().len();
         // Whether a mark is set at all follows from the fewest bytes any
         // reply has (so clients that do not pipeline never get one); how
         // high, from the replies seen lately.
-        let mark = if got && s.reads_in_batches(proto) && mark_for(owed, REPLY_MIN) >= MARK_MIN {
-            next_mark(s.read_mark().0, mark_for(owed, s.reply_floor.per_reply()))
+        let mark = if got && self.reads_in_batches(proto) && mark_for(owed, REPLY_MIN) >= MARK_MIN {
+            next_mark(
+                self.read_mark().0,
+                mark_for(owed, self.reply_floor.per_reply()),
+            )
         } else {
             1
         };
-        if s.read_mark().0 == 1 && mark == 1 {
-            return;
+        if self.read_mark().0 == 1 && mark == 1 {
+            return None;
         }
-        if !s.set_read_mark(mark, now) {
-            return;
+        if !self.set_read_mark(mark, now) {
+            return None;
         }
-        if mark > 1 {
-            let id = s.id();
-            self.read_deadlines.push(now + READ_WAIT, (token, id));
-        }
+        (mark > 1).then_some(now + READ_WAIT)
     }
 
+    /// Whether this is connection `id` and its mark was set `READ_WAIT`
+    /// before `now` with no read since: what is there is read now.
+    pub(super) fn read_overdue(&self, id: u64, now: Instant) -> bool {
+        let (mark, since) = self.read_mark();
+        self.id() == id && mark > 1 && since + READ_WAIT <= now
+    }
+}
+
+impl Worker<'_> {
     /// Server connections whose mark was set `READ_WAIT` ago with no read
     /// since: read now, what is there (their next mark follows from it).
     pub(super) fn read_late(&mut self, now: Instant) {
         while let Some((token, id)) = self.read_deadlines.pop_due(now) {
-            let Some(s) = self.conns.server(token.0) else {
-                continue;
-            };
-            let (mark, since) = s.read_mark();
-            if s.id() == id && mark > 1 && since + READ_WAIT <= now {
+            if self
+                .conns
+                .server(token.0)
+                .is_some_and(|s| s.read_overdue(id, now))
+            {
                 self.read_server(token, now, false);
             }
         }
@@ -253,5 +266,90 @@ mod tests {
                 assert!(next_mark(current, want) <= want, "{current} {owed}");
             }
         }
+    }
+
+    /// A connected plain TCP connection shared by requests, over loopback
+    /// (its peer returned, to keep it open).
+    fn conn(now: Instant) -> (Server, std::net::TcpStream) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+        let sock = std::net::TcpStream::connect(l.local_addr().expect("address")).expect("connect");
+        let (peer, _) = l.accept().expect("accept");
+        let sock = crate::net::Stream::Tcp(mio::net::TcpStream::from_std(sock));
+        let mut s = Server::new(sock, 4, (0, 0, 0), now, false);
+        s.set_connected();
+        (s, peer)
+    }
+
+    /// `n` memcached `get`s owed on `s`.
+    fn owe(s: &mut Server, n: usize, now: Instant) {
+        let bytes = b"get k\r\n";
+        let Ok(crate::proto::Parse::Done(req)) =
+            Protocol::Memcache.parse_request(bytes, &Default::default())
+        else {
+            panic!("request parses");
+        };
+        for _ in 0..n {
+            let _ = s.queue(
+                Some(super::super::conn::Waiter::Internal),
+                req.op,
+                |w| w.extend_from_slice(bytes),
+                now,
+                crate::stats::slowlog::KeyPrefix::new(b""),
+            );
+        }
+    }
+
+    #[test]
+    fn a_mark_is_set_for_many_replies_owed_and_read_late_past_its_wait() {
+        let t = Instant::now();
+        let (mut s, _peer) = conn(t);
+        owe(&mut s, 50, t);
+        assert_eq!(
+            s.mark_after_read(Protocol::Memcache, true, t),
+            None,
+            "few owed"
+        );
+        owe(&mut s, 150, t);
+        assert_eq!(
+            s.mark_after_read(Protocol::Redis, true, t),
+            None,
+            "a Redis pool's connection"
+        );
+        assert_eq!(
+            s.mark_after_read(Protocol::Memcache, false, t),
+            None,
+            "a read that brought nothing"
+        );
+        assert_eq!(
+            s.mark_after_read(Protocol::Memcache, true, t),
+            Some(t + READ_WAIT)
+        );
+        assert_eq!(s.read_mark().0, mark_for(200, REPLY_MIN));
+        // Read anyway once its wait is over, if the slot is still its.
+        assert!(!s.read_overdue(4, t));
+        assert!(s.read_overdue(4, t + READ_WAIT));
+        assert!(!s.read_overdue(5, t + READ_WAIT), "another connection");
+        // The same mark again (no system call): its time and deadline renewed.
+        let later = t + READ_WAIT;
+        assert_eq!(
+            s.mark_after_read(Protocol::Memcache, true, later),
+            Some(later + READ_WAIT)
+        );
+        assert_eq!(s.read_mark(), (mark_for(200, REPLY_MIN), later));
+        // Nothing brought: back to one byte, nothing to read late.
+        assert_eq!(s.mark_after_read(Protocol::Memcache, false, later), None);
+        assert_eq!(s.read_mark().0, 1);
+        assert!(!s.read_overdue(4, later + READ_WAIT));
+    }
+
+    #[test]
+    fn a_connection_of_its_own_is_never_marked() {
+        let t = Instant::now();
+        let (sock, _peer) = mio::net::UnixStream::pair().expect("socket pair");
+        let mut s = Server::new(crate::net::Stream::Unix(sock), 4, (0, 0, 0), t, true);
+        s.set_connected();
+        owe(&mut s, 500, t);
+        assert_eq!(s.mark_after_read(Protocol::Memcache, true, t), None);
+        assert_eq!(s.read_mark().0, 1);
     }
 }

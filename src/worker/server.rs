@@ -276,7 +276,13 @@ impl Worker<'_> {
             }
         }
         self.process_replies(token, now);
-        self.set_read_mark(token, got, now);
+        // The mark for the replies it still owes, and the time by which
+        // they are read anyway.
+        if let Some(s) = self.conns.server_mut(token.0) {
+            if let Some(at) = s.mark_after_read(self.pools[s.pool()].proto, got, now) {
+                self.read_deadlines.push(at, (token, s.id()));
+            }
+        }
     }
 
     /// Close a server connection for `fault`; every request waiting on it
