@@ -4,12 +4,13 @@
 //! map, the proxy's own connection setup), with the server's counters
 //! added once per pass.
 
-use super::conn::{ConnTable, Inflight, RepStream, ReplyTo, Waiter};
+use super::conn::{Conn, ConnTable, Inflight, RepStream, ReplyTo, Waiter};
 use super::fault::ServerFault;
 use super::{Worker, WRITE_THROUGH_MIN};
 use crate::proto::{Parse, Response};
 use crate::stats::ServerField;
 use mio::Token;
+use slab::Slab;
 use std::time::Instant;
 
 impl Worker<'_> {
@@ -66,16 +67,8 @@ impl Worker<'_> {
             self.process_replies(token, now);
             return;
         }
-        if let Some(s) = self.conns.server(token.0) {
-            if let Some(ct) = s.pinned() {
-                self.txn_replied(token, ct);
-            } else if s.is_dedicated()
-                && s.inflight().is_empty()
-                && s.stream().is_none()
-                && s.rbuf().is_empty()
-            {
-                self.retire_server(token);
-            }
+        if let Some(st) = done_after_replies(&mut self.conns, token) {
+            self.retire_server(st);
         }
     }
 
@@ -295,6 +288,20 @@ impl Worker<'_> {
     }
 }
 
+/// After a pass of replies on connection `st`: the connection to close
+/// now, if any: a transaction's once the reply that ends the transaction
+/// is in (`txn::replied`), or one of a request's own (a blocking command,
+/// a streamed request) once everything on it is answered and read.
+#[inline]
+fn done_after_replies(conns: &mut Slab<Conn>, st: Token) -> Option<Token> {
+    let s = conns.server(st.0)?;
+    if let Some(ct) = s.pinned() {
+        return super::txn::replied(conns, st, ct);
+    }
+    let answered = s.inflight().is_empty() && s.stream().is_none() && s.rbuf().is_empty();
+    (s.is_dedicated() && answered).then_some(st)
+}
+
 /// What one pass over a server connection's input matched, with its
 /// counters added to the shared stats once per pass rather than per reply.
 #[derive(Debug, Default)]
@@ -330,5 +337,51 @@ impl ReplyBatch {
         stats.server_sub(pool, server, ServerField::OutQueueBytes, self.request_bytes);
         stats.server_add(pool, server, ServerField::Responses, self.replies);
         stats.server_add(pool, server, ServerField::ResponseBytes, self.reply_bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::Stream;
+    use crate::proto::{Limits, Parse, Protocol};
+    use crate::stats::slowlog::KeyPrefix;
+    use crate::worker::conn::Server;
+
+    /// A connected server connection (`dedicated`: a request's own) on a
+    /// socket pair, in the table.
+    fn conn(conns: &mut Slab<Conn>, dedicated: bool) -> Token {
+        let (sock, _) = mio::net::UnixStream::pair().expect("socket pair");
+        let mut s = Server::new(Stream::Unix(sock), 9, (0, 0, 0), Instant::now(), dedicated);
+        s.set_connected();
+        Token(conns.insert(Conn::Server(Box::new(s))))
+    }
+
+    fn owe_one(conns: &mut Slab<Conn>, st: Token) {
+        let bytes = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
+        let Ok(Parse::Done(req)) = Protocol::Redis.parse_request(bytes, &Limits::default()) else {
+            panic!("request parses");
+        };
+        let s = conns.server_mut(st.0).expect("server");
+        let _ = s.queue(
+            Some(Waiter::Internal),
+            req.op,
+            |w| w.extend_from_slice(bytes),
+            Instant::now(),
+            KeyPrefix::new(b""),
+        );
+    }
+
+    #[test]
+    fn a_connection_of_its_own_closes_once_answered_a_shared_one_stays() {
+        let mut conns = Slab::new();
+        let shared = conn(&mut conns, false);
+        assert_eq!(done_after_replies(&mut conns, shared), None);
+        let own = conn(&mut conns, true);
+        owe_one(&mut conns, own);
+        assert_eq!(done_after_replies(&mut conns, own), None, "still owed");
+        let _ = conns.server_mut(own.0).and_then(|s| s.pop_answered());
+        assert_eq!(done_after_replies(&mut conns, own), Some(own));
+        assert_eq!(done_after_replies(&mut conns, Token(7)), None, "gone");
     }
 }

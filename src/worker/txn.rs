@@ -71,6 +71,21 @@ fn let_go(conns: &mut Slab<Conn>, r: ServerRef) -> Option<Token> {
     None
 }
 
+/// A reply came back on connection `st`, pinned to client `ct`: the
+/// connection to close now when it was the reply that ends the
+/// transaction and nothing else is in flight on it (the client's
+/// transaction ends, `Txn::end`, and the connection is let go).
+pub(super) fn replied(conns: &mut Slab<Conn>, st: Token, ct: Token) -> Option<Token> {
+    let ending = conns
+        .client(ct.0)
+        .is_some_and(|c| c.txn().is_some_and(|t| t.ends_on(st)));
+    let idle = conns.server(st.0).is_some_and(|s| s.inflight().is_empty());
+    if !(ending && idle) {
+        return None;
+    }
+    take(conns, ct).end().and_then(|r| let_go(conns, r))
+}
+
 /// Put it back when there is anything to keep ([`Txn::keep`]).
 fn put_kept(conns: &mut Slab<Conn>, token: Token, t: Txn) {
     put(conns, token, t.keep().then_some(t));
@@ -193,23 +208,6 @@ impl Worker<'_> {
         let seq = self.push_slot(token, req.noreply, ReplySlot::default());
         let to = ReplyTo::new(token, client_id, seq, None);
         self.enqueue(st, to.waiter(), req.op, |o| o.extend_from_slice(bytes), now);
-    }
-
-    /// A reply came back on connection `st`, pinned to client `ct`: after
-    /// the one that ends the transaction, the connection is closed and the
-    /// client unpinned.
-    pub(super) fn txn_replied(&mut self, st: Token, ct: Token) {
-        let ending = matches!(self.conns.client(ct.0), Some(c)
-            if c.txn().is_some_and(|t| t.ends_on(st)));
-        let idle = matches!(self.conns.server(st.0), Some(s) if s.inflight().is_empty());
-        if ending && idle {
-            if let Some(st) = take(&mut self.conns, ct)
-                .end()
-                .and_then(|r| let_go(&mut self.conns, r))
-            {
-                self.retire_server(st);
-            }
-        }
     }
 
     /// A command the transaction sends of its own accord (MULTI,

@@ -59,3 +59,45 @@ fn a_reused_slot_is_not_touched() {
         "still pinned"
     );
 }
+
+/// A client on a socket pair.
+fn client() -> Box<crate::worker::client_conn::Client> {
+    let (sock, _) = mio::net::UnixStream::pair().expect("socket pair");
+    let session = crate::proto::redis::local::Session::new(1, None, false);
+    let c =
+        crate::worker::client_conn::Client::new(Stream::Unix(sock), 1, 0, session, Instant::now());
+    Box::new(c)
+}
+
+/// Client `Token(3)` in the table (after the connection `r`), its
+/// transaction pinned to `r` with `name` sent on it.
+fn client_in(conns: &mut Slab<Conn>, r: ServerRef, name: &str) {
+    let mut c = client();
+    let mut t = Txn::default();
+    let _ = t.pinned(r, 0, name);
+    c.set_txn(Some(Box::new(t)));
+    while conns.vacant_key() < 3 {
+        conns.insert(Conn::Client(client()));
+    }
+    conns.insert(Conn::Client(c));
+}
+
+#[test]
+fn the_reply_that_ends_a_transaction_closes_its_connection() {
+    let mut conns = Slab::new();
+    let r = pinned(&mut conns);
+    client_in(&mut conns, r, "UNWATCH");
+    assert_eq!(replied(&mut conns, r.token, Token(3)), Some(r.token));
+    assert!(conns.client(3).is_some_and(|c| c.txn().is_none()), "ended");
+}
+
+#[test]
+fn a_reply_inside_a_transaction_keeps_it() {
+    let mut conns = Slab::new();
+    let r = pinned(&mut conns);
+    client_in(&mut conns, r, "WATCH");
+    assert_eq!(replied(&mut conns, r.token, Token(3)), None);
+    assert!(conns.client(3).is_some_and(|c| c.txn().is_some()), "kept");
+    // Another connection's reply does not end it either.
+    assert_eq!(replied(&mut conns, Token(1), Token(3)), None);
+}
