@@ -23,7 +23,7 @@ use super::conn::{ClientRef, Conn, ConnTable, ReplySlot, ReplyTo, Waiter};
 use super::pool::PoolRt;
 use super::Worker;
 use crate::net::Endpoint;
-use crate::proto::redis::cluster::{self, NodeAddr, Redirect};
+use crate::proto::redis::cluster::{self, ClusterError, NodeAddr, Redirect};
 use crate::proto::{Op, Request};
 use mio::Token;
 use slab::Slab;
@@ -36,6 +36,20 @@ pub const MAX_TRYAGAIN: u8 = 50;
 /// Most servers (seeds and discovered nodes) of one cluster pool.
 const MAX_NODES: usize = 4096;
 use crate::proto::redis::cluster::internal_op;
+
+/// Where a request answered with a cluster error goes again
+/// (`PoolRt::cluster_answer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Again {
+    /// After a wait (TRYAGAIN, CLUSTERDOWN), routed by the map then.
+    Wait,
+    /// Now, to server `to`, after a MOVED or ASK (`kind`) for `slot`.
+    Redirect {
+        to: usize,
+        slot: u16,
+        kind: &'static str,
+    },
+}
 
 /// A cluster pool's slot map and its refresh, kept by the pool: the key's
 /// node, the map taken from a `CLUSTER SLOTS` reply (nodes new to the pool
@@ -122,6 +136,35 @@ impl PoolRt {
         Some(target)
     }
 
+    /// An error reply from server `from` for a request the client keeps
+    /// (`kept`: one it sent with a reply slot, which can be sent again):
+    /// whether it is sent again and where. A TRYAGAIN waits; so does a
+    /// CLUSTERDOWN (the node's view of the cluster is changing, a
+    /// failover), which also asks for a new map whether the request is
+    /// kept or not; a MOVED or ASK goes to the node named
+    /// (`follow_redirect`). `None`: the reply goes to the client.
+    pub(super) fn cluster_answer(
+        &mut self,
+        reply: &[u8],
+        from: usize,
+        kept: bool,
+    ) -> Option<Again> {
+        self.cluster.as_ref()?;
+        match cluster::cluster_error(reply)? {
+            ClusterError::TryAgain => kept.then_some(Again::Wait),
+            ClusterError::Down => {
+                self.cluster_node_failed();
+                kept.then_some(Again::Wait)
+            }
+            ClusterError::Redirect(r) if kept => Some(Again::Redirect {
+                to: self.follow_redirect(&r, from)?,
+                slot: r.slot,
+                kind: r.name(),
+            }),
+            ClusterError::Redirect(_) => None,
+        }
+    }
+
     /// The server index of a cluster node, added to the pool if new. An
     /// empty host is the host of server `asked`.
     pub(super) fn node_index(&mut self, node: &NodeAddr, asked: usize) -> Option<usize> {
@@ -193,17 +236,18 @@ impl Worker<'_> {
         }
     }
 
-    /// A `-MOVED` or `-ASK` reply from server `from` for a client's request
-    /// (or fragment): send the request to the node named, after `ASKING`.
-    /// Returns false when the reply must go to the client as it is
-    /// (too many hops, unknown node, the client is gone).
-    pub(super) fn cluster_redirect(
+    /// A client's request (or fragment) answered with a cluster error
+    /// that sends it again (`PoolRt::cluster_answer`): to the node a
+    /// MOVED or ASK named, after `ASKING`, or after `TRYAGAIN_DELAY`, up
+    /// to `MAX_HOPS` redirections and `MAX_TRYAGAIN` waits. Returns false
+    /// when the reply must go to the client as it is (a budget spent, the
+    /// client gone).
+    pub(super) fn cluster_again(
         &mut self,
         pool: usize,
-        from: usize,
         to: ReplyTo,
         op: Op,
-        r: &Redirect,
+        again: Again,
         now: Instant,
     ) -> bool {
         let ReplyTo {
@@ -215,54 +259,39 @@ impl Worker<'_> {
         else {
             return false;
         };
-        let Some(target) = self.pools[pool].follow_redirect(r, from) else {
-            return false;
-        };
-        if !count_attempt(&mut self.conns, ClientRef::new(ct, id), seq, frag, false) {
-            return false;
-        }
-        crate::log_debug!(
-            "pool '{}': {} slot {} to {}",
-            self.pools[pool].cfg.name,
-            r.name(),
-            r.slot,
-            self.pools[pool].servers[target].name
-        );
-        // ASKING for a MOVED too: while a migration ends, the old owner
-        // already says MOVED but the new one, still importing, would send
-        // the request back (MOVED) until it learns the slot is its own;
-        // ASKING makes it serve it. A node that owns the slot ignores it.
-        self.send_again(pool, target, to, op, true, now);
-        true
-    }
-
-    /// A `-TRYAGAIN` reply (a multi-key request on a slot whose keys are
-    /// being migrated): the request is sent again after `TRYAGAIN_DELAY`,
-    /// up to `MAX_TRYAGAIN` times. False: pass the reply on.
-    pub(super) fn cluster_tryagain(
-        &mut self,
-        pool: usize,
-        to: ReplyTo,
-        op: Op,
-        now: Instant,
-    ) -> bool {
-        let ReplyTo {
-            token: ct,
-            id,
-            seq: Some(seq),
-            frag,
-        } = to
-        else {
-            return false;
-        };
-        if !count_attempt(&mut self.conns, ClientRef::new(ct, id), seq, frag, true) {
+        let client = ClientRef::new(ct, id);
+        let wait = again == Again::Wait;
+        if !count_attempt(&mut self.conns, client, seq, frag, wait) {
             return false;
         }
-        let Some(c) = self.pools[pool].cluster.as_mut() else {
-            return false;
-        };
-        let at = c.wait_out(ClientRef::new(ct, id), seq, frag, op, now);
-        self.timers.arm(at, super::tokens::RETRY_TIMER, 0);
+        match again {
+            Again::Wait => {
+                let Some(c) = self.pools[pool].cluster.as_mut() else {
+                    return false;
+                };
+                let at = c.wait_out(client, seq, frag, op, now);
+                self.timers.arm(at, super::tokens::RETRY_TIMER, 0);
+            }
+            Again::Redirect {
+                to: target,
+                slot,
+                kind,
+            } => {
+                crate::log_debug!(
+                    "pool '{}': {} slot {} to {}",
+                    self.pools[pool].cfg.name,
+                    kind,
+                    slot,
+                    self.pools[pool].servers[target].name
+                );
+                // ASKING for a MOVED too: while a migration ends, the old
+                // owner already says MOVED but the new one, still
+                // importing, would send the request back (MOVED) until it
+                // learns the slot is its own; ASKING makes it serve it. A
+                // node that owns the slot ignores it.
+                self.send_again(pool, target, to, op, true, now);
+            }
+        }
         true
     }
 
@@ -646,5 +675,49 @@ mod tests {
         let gone = ClientRef::new(Token(0), 5);
         assert!(!count_attempt(&mut conns, gone, 0, None, false));
         assert!(!count_attempt(&mut conns, gone, 0, Some(1), true));
+    }
+
+    #[test]
+    fn a_cluster_error_says_whether_and_where_a_request_goes_again() {
+        let mut p = pool();
+        let wanted =
+            |p: &mut PoolRt| std::mem::take(&mut p.cluster.as_mut().unwrap().refresh_wanted);
+        wanted(&mut p);
+        assert_eq!(
+            p.cluster_answer(b"-ERR no\r\n", 0, true),
+            None,
+            "another error"
+        );
+        let tryagain = b"-TRYAGAIN Multiple keys request during rehashing of slot\r\n";
+        assert_eq!(p.cluster_answer(tryagain, 0, true), Some(Again::Wait));
+        assert_eq!(p.cluster_answer(tryagain, 0, false), None, "not kept");
+        assert!(!wanted(&mut p));
+        // A CLUSTERDOWN asks for a new map, kept or not.
+        let down = b"-CLUSTERDOWN The cluster is down\r\n";
+        assert_eq!(p.cluster_answer(down, 0, false), None);
+        assert!(wanted(&mut p));
+        assert_eq!(p.cluster_answer(down, 0, true), Some(Again::Wait));
+        assert!(wanted(&mut p));
+        // A redirection of a request not kept changes nothing.
+        let moved = b"-MOVED 12182 127.0.0.1:30003\r\n";
+        assert_eq!(p.cluster_answer(moved, 0, false), None);
+        assert_eq!(p.servers.len(), 2, "the node named not added");
+        assert!(!wanted(&mut p));
+        let ask = b"-ASK 12182 127.0.0.1:30003\r\n";
+        let to_new = Again::Redirect {
+            to: 2,
+            slot: 12182,
+            kind: "ASK",
+        };
+        assert_eq!(p.cluster_answer(ask, 0, true), Some(to_new));
+        assert!(!wanted(&mut p), "an ASK leaves the map");
+        let moved = b"-MOVED 12182 127.0.0.1:30002\r\n";
+        let to_known = Again::Redirect {
+            to: 1,
+            slot: 12182,
+            kind: "MOVED",
+        };
+        assert_eq!(p.cluster_answer(moved, 0, true), Some(to_known));
+        assert!(wanted(&mut p), "a MOVED asks for a new map");
     }
 }

@@ -174,22 +174,12 @@ impl Worker<'_> {
             bytes
         };
         if let Some(to) = front.waiter.reply_to() {
-            let cluster = is_error && self.pools[pool].cluster.is_some();
-            use crate::proto::redis::cluster::{cluster_error, ClusterError};
-            let redirected = cluster
-                && match cluster_error(bytes) {
-                    Some(ClusterError::TryAgain) => self.cluster_tryagain(pool, to, front.op, now),
-                    Some(ClusterError::Down) => {
-                        // Not run: the node's view of the cluster is changing
-                        // (a failover). Ask for a new map, and send it again.
-                        self.pools[pool].cluster_node_failed();
-                        self.cluster_tryagain(pool, to, front.op, now)
-                    }
-                    Some(ClusterError::Redirect(r)) => {
-                        self.cluster_redirect(pool, server, to, front.op, &r, now)
-                    }
-                    None => false,
-                };
+            // A cluster pool's error may send the request again.
+            let redirected = is_error
+                && self.pools[pool].cluster.is_some()
+                && self.pools[pool]
+                    .cluster_answer(bytes, server, to.seq.is_some())
+                    .is_some_and(|again| self.cluster_again(pool, to, front.op, again, now));
             if !redirected {
                 self.recorder
                     .record_reply(&self.stats, &self.pools, (pool, server), front, now);
