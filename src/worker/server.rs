@@ -2,11 +2,12 @@
 //! batched writes, reads, failures and ejection (replies are matched to
 //! their requests in `server_reply.rs`).
 
-use super::conn::{Conn, ConnTable, Lost, Open, RepStream, Server, ServerRef, Waiter};
+use super::conn::{ClientRef, Conn, ConnTable, Lost, Open, RepStream, Server, ServerRef, Waiter};
 use super::fault::{IoFault, ServerFault};
 use super::{Worker, READ_BUDGET, READ_CHUNK};
 use crate::stats::{PoolField, ServerField, WorkerField};
 use mio::{Interest, Token};
+use slab::Slab;
 use std::io::{ErrorKind, Write};
 use std::time::Instant;
 
@@ -297,23 +298,10 @@ impl Worker<'_> {
         };
         let _ = self.poll.registry().deregister(s.sock_mut());
         let (pool, server) = (s.pool(), s.server());
-        if let Some(ss) = s.set_stream(None) {
-            // The rest of the request it streamed is dropped as it
-            // arrives (its reply is the connection's error below).
-            let lost = ServerRef::new(token, s.id());
-            if let Some(c) = self.conns.client_mut(ss.client.0) {
-                if c.id() == ss.client_id && c.stream_mut().is_some_and(|rs| rs.server_lost(lost)) {
-                    self.resume.push(ss.client);
-                }
-            }
-        }
-        // The client that got part of a streamed reply cannot be answered
-        // (one that got none of it gets the error below).
-        let half_answered = s.set_rstream(None).and_then(RepStream::half_answered);
+        let left = fallout(&mut self.conns, token, &mut s);
+        self.resume.extend(left.resume);
         self.forget_server(token, &mut s);
-        if let Some(sub) = s.push_to() {
-            // Its subscriptions there are gone: the subscriber is told by
-            // its connection closing, as by a Redis of its own.
+        if let Some(sub) = left.subscriber {
             if self.conns.client_ref(sub).is_some() {
                 crate::log_info!(
                     "pool '{}': server '{}' lost under a subscriber: closing it",
@@ -349,22 +337,166 @@ impl Worker<'_> {
                 }
             }
         }
-        if let Some(client) = half_answered {
+        if let Some(client) = left.half_answered {
             if self.conns.client_ref(client).is_some() {
                 self.close_client(client.token, true);
             }
         }
         // A transaction's connection: its client goes (`Client::txn_lost`).
-        let r = ServerRef::new(token, s.id());
-        if let Some(ct) = s
-            .pinned()
-            .filter(|ct| self.conns.client_mut(ct.0).is_some_and(|c| c.txn_lost(r)))
-        {
+        if let Some(ct) = left.pinned.filter(|ct| {
+            self.conns
+                .client_mut(ct.0)
+                .is_some_and(|c| c.txn_lost(left.lost))
+        }) {
             crate::log_info!(
                 "pool '{}': a transaction's server connection was lost: closing its client",
                 self.pools[s.pool()].cfg.name
             );
             self.maybe_finish_client(ct);
         }
+    }
+}
+
+/// Who a server connection leaves behind when it closes, besides the
+/// requests it carried (each of those is its `Inflight::lost`'s).
+#[derive(Debug, PartialEq, Eq)]
+struct Fallout {
+    /// The connection, by token and id.
+    lost: ServerRef,
+    /// The client whose large request streamed to it, to read on (it was
+    /// paused for it): the rest of its request is dropped as it arrives,
+    /// and its reply is the connection's error.
+    resume: Option<Token>,
+    /// The subscriber it pushed to: its subscriptions there are gone, so
+    /// it is closed, as by a Redis of its own that went away.
+    subscriber: Option<ClientRef>,
+    /// The client that got part of a reply streamed from it: it cannot be
+    /// answered, and is closed (one that got none gets the error reply).
+    half_answered: Option<ClientRef>,
+    /// The client whose transaction it carried: it goes if the
+    /// transaction was still on it (`Client::txn_lost`).
+    pinned: Option<Token>,
+}
+
+/// Server connection `s`, at `st` and taken out of the table, closes:
+/// what it streamed in either direction is let go (the client streaming
+/// a request to it hears that it is lost, `ReqStream::server_lost`), and
+/// who else it served is named for the loop to deal with in turn, each
+/// checked to be still there when its turn comes.
+fn fallout(conns: &mut Slab<Conn>, st: Token, s: &mut Server) -> Fallout {
+    let lost = ServerRef::new(st, s.id());
+    let resume = s.set_stream(None).and_then(|ss| {
+        let c = conns
+            .client_mut(ss.client.0)
+            .filter(|c| c.id() == ss.client_id)?;
+        c.stream_mut()?.server_lost(lost).then_some(ss.client)
+    });
+    Fallout {
+        lost,
+        resume,
+        subscriber: s.push_to(),
+        half_answered: s.set_rstream(None).and_then(RepStream::half_answered),
+        pinned: s.pinned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::Stream;
+    use crate::proto::redis::{stream_head, StreamMachine};
+    use crate::proto::Limits;
+    use crate::worker::conn::{Client, ReqStream, SrvStream};
+
+    fn server(dedicated: bool) -> Server {
+        let (sock, _) = mio::net::UnixStream::pair().expect("socket pair");
+        let mut s = Server::new(Stream::Unix(sock), 9, (0, 0, 0), Instant::now(), dedicated);
+        s.set_connected();
+        s
+    }
+
+    fn client(id: u64) -> Box<Client> {
+        let (sock, _) = mio::net::UnixStream::pair().expect("socket pair");
+        let session = crate::proto::redis::local::Session::new(1, None, false);
+        Box::new(Client::new(
+            Stream::Unix(sock),
+            id,
+            0,
+            session,
+            Instant::now(),
+        ))
+    }
+
+    #[test]
+    fn a_plain_connection_leaves_nobody_behind() {
+        let mut conns = Slab::new();
+        let mut s = server(false);
+        let left = fallout(&mut conns, Token(4), &mut s);
+        assert_eq!(
+            left,
+            Fallout {
+                lost: ServerRef::new(Token(4), 9),
+                resume: None,
+                subscriber: None,
+                half_answered: None,
+                pinned: None,
+            }
+        );
+    }
+
+    #[test]
+    fn a_subscriber_and_a_transaction_are_named() {
+        let mut conns = Slab::new();
+        let mut s = server(true);
+        s.subscribe_for(Token(2), 20);
+        let left = fallout(&mut conns, Token(4), &mut s);
+        assert_eq!(left.subscriber, Some(ClientRef::new(Token(2), 20)));
+        let mut s = server(true);
+        s.pin(Some(Token(3)));
+        assert_eq!(fallout(&mut conns, Token(4), &mut s).pinned, Some(Token(3)));
+    }
+
+    #[test]
+    fn a_client_paused_streaming_to_it_reads_on_without_it() {
+        let mut conns = Slab::new();
+        let ct = Token(conns.insert(Conn::Client(client(30))));
+        let st = Token(4);
+        let limits = Limits {
+            max_value: 4096,
+            max_keys: 64,
+            pre_auth: false,
+        };
+        let data = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$10\r\n0123";
+        let head = (1..=data.len())
+            .find_map(|n| stream_head(&data[..n], &limits, 8))
+            .expect("a streamed head");
+        let mut rs = ReqStream::single(
+            StreamMachine::new(&head, limits, 8),
+            Some(ServerRef::new(st, 9)),
+        );
+        rs.pause();
+        conns.client_mut(ct.0).expect("client").start_stream(rs);
+        let mut s = server(true);
+        let stream = || SrvStream {
+            client: ct,
+            client_id: 30,
+        };
+        // Another client in its slot: not touched.
+        s.set_stream(Some(SrvStream {
+            client: ct,
+            client_id: 31,
+        }));
+        assert_eq!(fallout(&mut conns, st, &mut s).resume, None);
+        assert!(s.stream().is_none(), "let go all the same");
+        s.set_stream(Some(stream()));
+        assert_eq!(fallout(&mut conns, st, &mut s).resume, Some(ct));
+        let c = conns.client_mut(ct.0).expect("client");
+        assert_eq!(
+            c.stream_mut().and_then(|rs| rs.server()),
+            None,
+            "the rest dropped"
+        );
+        s.set_stream(Some(stream()));
+        assert_eq!(fallout(&mut conns, st, &mut s).resume, None, "once");
     }
 }
