@@ -33,6 +33,7 @@ use super::Worker;
 use crate::proto::redis::pubsub;
 use crate::proto::{Op, Parse, Request};
 use mio::Token;
+use slab::Slab;
 use std::time::Instant;
 
 impl Worker<'_> {
@@ -155,26 +156,11 @@ impl Worker<'_> {
             };
             let frame = &input[off..off + rsp.len];
             off += rsp.len;
-            // The connection's own handshake (AUTH, SELECT, HELLO 3) is
-            // answered first: those replies are not the client's.
-            if let Some(s) = self.conns.server_mut(st.0) {
-                if s.pop_answered().is_some() {
-                    continue;
-                }
-            }
-            let Some(c) = self.conns.client_mut(ct.0) else {
+            let to = ClientRef::new(ct, cid);
+            let Some((out, done)) = frame_for(&mut self.conns, st, to, frame, server, cluster)
+            else {
                 continue;
             };
-            if c.id() != cid {
-                continue;
-            }
-            let Some(subs) = c.subs_mut() else {
-                continue;
-            };
-            let Some(out) = subs.pushed(frame, server, cluster) else {
-                continue;
-            };
-            let done = subs.is_idle();
             self.conns.push_ready(ct, out, false);
             if let Some(c) = self.conns.client_mut(ct.0) {
                 let added = c.drain_ready(&mut self.bufs);
@@ -189,5 +175,122 @@ impl Worker<'_> {
             }
         }
         off
+    }
+}
+
+/// One whole frame from push connection `st` (to `server`, of a Redis
+/// Cluster pool when `cluster`) for client `to`: what the client gets,
+/// and whether it then subscribes to nothing (its connections close).
+/// `None` when nothing goes to it: the reply to the connection's own
+/// handshake (AUTH, SELECT, HELLO 3, answered first), a client gone or
+/// no longer subscribed, a confirmation `Subs::pushed` drops.
+fn frame_for(
+    conns: &mut Slab<Conn>,
+    st: Token,
+    to: ClientRef,
+    frame: &[u8],
+    server: usize,
+    cluster: bool,
+) -> Option<(Vec<u8>, bool)> {
+    if conns
+        .server_mut(st.0)
+        .is_some_and(|s| s.pop_answered().is_some())
+    {
+        return None;
+    }
+    let subs = conns.client_ref_mut(to)?.subs_mut()?;
+    let out = subs.pushed(frame, server, cluster)?;
+    Some((out, subs.is_idle()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::Stream;
+    use crate::stats::slowlog::KeyPrefix;
+    use crate::worker::conn::{Client, Server, Waiter};
+
+    const SUBSCRIBED: &[u8] = b"*3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n";
+    const MESSAGE: &[u8] = b"*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$2\r\nhi\r\n";
+    const UNSUBSCRIBED: &[u8] = b"*3\r\n$11\r\nunsubscribe\r\n$2\r\nch\r\n:0\r\n";
+
+    /// A push connection at `Token(0)` for client `Token(1)` (id 10, which
+    /// subscribes when `subs`), its handshake's reply owed.
+    fn table(subs: bool) -> Slab<Conn> {
+        let mut conns = Slab::new();
+        let (sock, _) = mio::net::UnixStream::pair().expect("socket pair");
+        let mut s = Server::new(Stream::Unix(sock), 9, (0, 0, 0), Instant::now(), true);
+        s.set_connected();
+        s.subscribe_for(Token(1), 10);
+        let op = subscribe_op().expect("an op");
+        let _ = s.queue(
+            Some(Waiter::Internal),
+            op,
+            |w| w.extend_from_slice(b"*1\r\n$4\r\nPING\r\n"),
+            Instant::now(),
+            KeyPrefix::new(b""),
+        );
+        conns.insert(Conn::Server(Box::new(s)));
+        let (sock, _) = mio::net::UnixStream::pair().expect("socket pair");
+        let session = crate::proto::redis::local::Session::new(1, None, false);
+        let mut c = Client::new(Stream::Unix(sock), 10, 0, session, Instant::now());
+        if subs {
+            c.set_subs(Some(Box::default()));
+        }
+        conns.insert(Conn::Client(Box::new(c)));
+        conns
+    }
+
+    #[test]
+    fn frames_go_to_the_subscriber_until_it_subscribes_to_nothing() {
+        let mut conns = table(true);
+        let (st, to) = (Token(0), ClientRef::new(Token(1), 10));
+        assert_eq!(
+            frame_for(&mut conns, st, to, b"+OK\r\n", 0, false),
+            None,
+            "the handshake's reply"
+        );
+        let got = |conns: &mut Slab<Conn>, frame| frame_for(conns, st, to, frame, 0, false);
+        assert_eq!(
+            got(&mut conns, SUBSCRIBED),
+            Some((SUBSCRIBED.to_vec(), false))
+        );
+        assert_eq!(got(&mut conns, MESSAGE), Some((MESSAGE.to_vec(), false)));
+        assert_eq!(
+            got(&mut conns, UNSUBSCRIBED),
+            Some((UNSUBSCRIBED.to_vec(), true))
+        );
+    }
+
+    #[test]
+    fn nothing_goes_to_a_client_gone_or_not_subscribed() {
+        let mut conns = table(false);
+        let st = Token(0);
+        let _ = frame_for(
+            &mut conns,
+            st,
+            ClientRef::new(Token(1), 10),
+            b"+OK\r\n",
+            0,
+            false,
+        );
+        let not_subscribed = ClientRef::new(Token(1), 10);
+        assert_eq!(
+            frame_for(&mut conns, st, not_subscribed, MESSAGE, 0, false),
+            None
+        );
+        let mut conns = table(true);
+        let _ = frame_for(
+            &mut conns,
+            st,
+            ClientRef::new(Token(1), 10),
+            b"+OK\r\n",
+            0,
+            false,
+        );
+        let another = ClientRef::new(Token(1), 11);
+        assert_eq!(frame_for(&mut conns, st, another, MESSAGE, 0, false), None);
+        let gone = ClientRef::new(Token(2), 10);
+        assert_eq!(frame_for(&mut conns, st, gone, MESSAGE, 0, false), None);
     }
 }
