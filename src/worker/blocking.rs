@@ -8,6 +8,8 @@ use super::conn::Origin;
 use super::conn::{Conn, ConnTable, ReplySlot, ReplyTo, ServerRef};
 use super::Worker;
 use crate::proto::Request;
+use mio::Token;
+use slab::Slab;
 use std::time::Instant;
 
 impl Worker<'_> {
@@ -42,19 +44,7 @@ impl Worker<'_> {
         };
         s.set_blocking();
         let sid = s.id();
-        // Forget connections of earlier blocking requests already answered.
-        let live: Vec<ServerRef> = match self.conns.get(at.token.0) {
-            Some(Conn::Client(c)) => c
-                .blocked()
-                .iter()
-                .copied()
-                .filter(|&r| self.conns.server_ref(r).is_some())
-                .collect(),
-            _ => Vec::new(),
-        };
-        if let Some(c) = self.conns.client_mut(at.token.0) {
-            c.block_on(live, ServerRef::new(st, sid));
-        }
+        block_on(&mut self.conns, at.token, ServerRef::new(st, sid));
         let proto = self.pools[at.pool].proto;
         self.enqueue(
             st,
@@ -63,5 +53,57 @@ impl Worker<'_> {
             |out| proto.write_request(req, bytes, out),
             now,
         );
+    }
+}
+
+/// Client `ct` blocks on connection `r` too: the connections of its
+/// earlier blocking requests that are closed (answered) are forgotten, so
+/// that a client blocking again and again holds only those still open.
+fn block_on(conns: &mut Slab<Conn>, ct: Token, r: ServerRef) {
+    let live: Vec<ServerRef> = match conns.get(ct.0) {
+        Some(Conn::Client(c)) => c
+            .blocked()
+            .iter()
+            .copied()
+            .filter(|&r| conns.server_ref(r).is_some())
+            .collect(),
+        _ => return,
+    };
+    if let Some(c) = conns.client_mut(ct.0) {
+        c.block_on(live, r);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::Stream;
+    use crate::worker::conn::{Client, Server};
+
+    #[test]
+    fn a_client_blocking_again_holds_only_its_open_connections() {
+        let mut conns = Slab::new();
+        let (sock, _) = mio::net::UnixStream::pair().expect("socket pair");
+        let session = crate::proto::redis::local::Session::new(1, None, false);
+        let c = Client::new(Stream::Unix(sock), 10, 0, session, Instant::now());
+        let ct = Token(conns.insert(Conn::Client(Box::new(c))));
+        let open = |conns: &mut Slab<Conn>, id: u64| {
+            let (sock, _) = mio::net::UnixStream::pair().expect("socket pair");
+            let s = Server::new(Stream::Unix(sock), id, (0, 0, 0), Instant::now(), true);
+            ServerRef::new(Token(conns.insert(Conn::Server(Box::new(s)))), id)
+        };
+        let (a, b) = (open(&mut conns, 1), open(&mut conns, 2));
+        block_on(&mut conns, ct, a);
+        block_on(&mut conns, ct, b);
+        let blocked = |conns: &Slab<Conn>| conns.client(ct.0).map(|c| c.blocked().to_vec());
+        assert_eq!(blocked(&conns), Some(vec![a, b]));
+        // `a` answered and closed, its slot taken by another connection.
+        conns.remove(a.token.0);
+        let c = open(&mut conns, 3);
+        assert_eq!(c.token, a.token);
+        let d = open(&mut conns, 4);
+        block_on(&mut conns, ct, d);
+        assert_eq!(blocked(&conns), Some(vec![b, d]), "a forgotten, c not its");
+        block_on(&mut conns, Token(9), d);
     }
 }
