@@ -172,44 +172,198 @@ impl Worker<'_> {
     }
 
     /// Queue more of the spool a connection is fed from, up to
-    /// `STREAM_HIGH` bytes, once its output is below `STREAM_LOW`. Returns
-    /// whether bytes were queued.
+    /// `STREAM_HIGH` bytes, once its output is below `STREAM_LOW`
+    /// ([`feed`]). Returns whether bytes were queued.
     pub(super) fn feed_spool(&mut self, st: Token, now: Instant) -> bool {
-        let Some(s) = self.conns.server(st.0) else {
-            return false;
-        };
-        let Some(f) = s.feed() else {
-            return false;
-        };
-        if s.wbuf().len() >= STREAM_LOW {
-            return false;
-        }
-        let (ct, cid, seq) = (f.client, f.client_id, f.seq);
-        let fed = match self.conns.get2_mut(st.0, ct.0) {
-            Some((Conn::Server(s), Conn::Client(c))) if c.id() == cid => kept_spool(c, seq)
-                .and_then(|sp| s.feed_more(sp, STREAM_HIGH, now))
-                .map(|(added, done)| (added, done, s.pool(), s.server())),
-            _ => None,
-        };
-        let Some((added, done, pool, server)) = fed else {
-            let sid = self.conns.server(st.0).map_or(0, |s| s.id());
-            self.abort_server_stream(st, sid, ServerFault::HalfResentClientLeft);
-            return false;
-        };
-        self.stats
-            .server_add(pool, server, ServerField::RequestBytes, added as u64);
-        self.stats
-            .server_add(pool, server, ServerField::InQueueBytes, added as u64);
-        if added > 0 {
-            self.dirty.server(st);
-        }
-        if done {
-            if let Some(c) = self.conns.client_mut(ct.0) {
-                if let Some(rd) = c.slot_mut(seq).and_then(|s| s.redirect.as_mut()) {
-                    rd.feeding = None;
+        match feed(&mut self.conns, st, now) {
+            Fed::Idle => false,
+            Fed::ClientLeft(sid) => {
+                self.abort_server_stream(st, sid, ServerFault::HalfResentClientLeft);
+                false
+            }
+            Fed::Queued {
+                added,
+                pool,
+                server,
+            } => {
+                self.stats
+                    .server_add(pool, server, ServerField::RequestBytes, added as u64);
+                self.stats
+                    .server_add(pool, server, ServerField::InQueueBytes, added as u64);
+                if added > 0 {
+                    self.dirty.server(st);
                 }
+                added > 0
             }
         }
-        added > 0
+    }
+}
+
+/// What feeding a connection from the spool of the request it sends
+/// again came to ([`feed`]).
+#[derive(Debug, PartialEq, Eq)]
+enum Fed {
+    /// Nothing: it is not fed, or its output is not low enough yet.
+    Idle,
+    /// `added` bytes queued (none when the spool holds no more yet), to
+    /// be counted for server `server` of pool `pool`.
+    Queued {
+        added: usize,
+        pool: usize,
+        server: usize,
+    },
+    /// Its client went away (or its request with it): the connection,
+    /// id given, holds half a command and is to be closed.
+    ClientLeft(u64),
+}
+
+/// Feed connection `st` more of the spool its request is kept in, up to
+/// `STREAM_HIGH` bytes, once its output is below `STREAM_LOW`; once the
+/// spool is queued whole the request's slot no longer names it as the
+/// connection feeding (`Redirect::feeding`).
+fn feed(conns: &mut slab::Slab<Conn>, st: Token, now: Instant) -> Fed {
+    let Some(s) = conns.server(st.0) else {
+        return Fed::Idle;
+    };
+    let Some(f) = s.feed() else {
+        return Fed::Idle;
+    };
+    if s.wbuf().len() >= STREAM_LOW {
+        return Fed::Idle;
+    }
+    let (ct, cid, seq) = (f.client, f.client_id, f.seq);
+    let fed = match conns.get2_mut(st.0, ct.0) {
+        Some((Conn::Server(s), Conn::Client(c))) if c.id() == cid => kept_spool(c, seq)
+            .and_then(|sp| s.feed_more(sp, STREAM_HIGH, now))
+            .map(|(added, done)| (added, done, s.pool(), s.server())),
+        _ => None,
+    };
+    let Some((added, done, pool, server)) = fed else {
+        return Fed::ClientLeft(conns.server(st.0).map_or(0, |s| s.id()));
+    };
+    if done {
+        if let Some(c) = conns.client_mut(ct.0) {
+            if let Some(rd) = c.slot_mut(seq).and_then(|s| s.redirect.as_mut()) {
+                rd.feeding = None;
+            }
+        }
+    }
+    Fed::Queued {
+        added,
+        pool,
+        server,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::Stream;
+    use crate::proto::{Limits, Parse, Protocol};
+    use crate::worker::conn::Server;
+
+    /// Client `Token(0)` (id 10) keeping a request of `len` bytes in the
+    /// spool of its slot, and a connection at `Token(1)` fed from it.
+    fn table(len: usize) -> (slab::Slab<Conn>, u64) {
+        let mut conns = slab::Slab::new();
+        let bytes = b"*1\r\n$4\r\nPING\r\n";
+        let Ok(Parse::Done(req)) = Protocol::Redis.parse_request(bytes, &Limits::default()) else {
+            panic!("request parses");
+        };
+        let (sock, _) = mio::net::UnixStream::pair().expect("socket pair");
+        let session = crate::proto::redis::local::Session::new(1, None, false);
+        let mut c = Client::new(Stream::Unix(sock), 10, 0, session, Instant::now());
+        let seq = c.next_seq();
+        let mut slot = ReplySlot::streamed(true, &req, bytes);
+        let kept = slot.redirect.as_mut().and_then(|r| r.spool.as_mut());
+        kept.expect("a spool").push(&vec![b'x'; len]);
+        let at = SpoolReader::new(
+            slot.redirect
+                .as_ref()
+                .and_then(|r| r.spool.as_ref())
+                .expect("a spool"),
+        );
+        c.push_reply(slot);
+        let ct = Token(conns.insert(Conn::Client(Box::new(c))));
+        let (sock, _) = mio::net::UnixStream::pair().expect("socket pair");
+        let mut s = Server::new(Stream::Unix(sock), 20, (0, 1, 0), Instant::now(), true);
+        s.set_connected();
+        s.set_feed(Some(Feed {
+            client: ct,
+            client_id: 10,
+            seq,
+            at,
+        }));
+        let st = Token(conns.insert(Conn::Server(Box::new(s))));
+        if let Some(rd) = conns
+            .client_mut(ct.0)
+            .and_then(|c| c.slot_mut(seq))
+            .and_then(|s| s.redirect.as_mut())
+        {
+            rd.feeding = Some(ServerRef::new(st, 20));
+        }
+        (conns, seq)
+    }
+
+    fn feeding(conns: &slab::Slab<Conn>, seq: u64) -> Option<ServerRef> {
+        conns.client(0)?.slot(seq)?.redirect.as_ref()?.feeding
+    }
+
+    fn queued(conns: &slab::Slab<Conn>) -> usize {
+        conns.server(1).map_or(0, |s| s.wbuf().len())
+    }
+
+    #[test]
+    fn a_spool_is_fed_up_to_the_high_mark_then_waits_for_the_output_to_drain() {
+        let t = Instant::now();
+        let (mut conns, seq) = table(2 * STREAM_HIGH);
+        let Fed::Queued {
+            added,
+            pool,
+            server,
+        } = feed(&mut conns, Token(1), t)
+        else {
+            panic!("fed");
+        };
+        assert!(added >= STREAM_HIGH && added == queued(&conns));
+        assert_eq!((pool, server), (0, 1), "counted for its server");
+        assert!(feeding(&conns, seq).is_some(), "more to come");
+        assert_eq!(
+            feed(&mut conns, Token(1), t),
+            Fed::Idle,
+            "output not drained"
+        );
+        assert_eq!(
+            feed(&mut conns, Token(5), t),
+            Fed::Idle,
+            "no such connection"
+        );
+    }
+
+    #[test]
+    fn a_spool_queued_whole_ends_the_feed() {
+        let t = Instant::now();
+        let (mut conns, seq) = table(100);
+        let whole = 14 + 100;
+        assert_eq!(
+            feed(&mut conns, Token(1), t),
+            Fed::Queued {
+                added: whole,
+                pool: 0,
+                server: 1
+            }
+        );
+        assert_eq!(queued(&conns), whole);
+        assert_eq!(feeding(&conns, seq), None, "the slot no longer names it");
+        assert_eq!(feed(&mut conns, Token(1), t), Fed::Idle, "fed from nothing");
+    }
+
+    #[test]
+    fn a_client_gone_leaves_half_a_command() {
+        let t = Instant::now();
+        let (mut conns, _) = table(100);
+        conns.remove(0);
+        assert_eq!(feed(&mut conns, Token(1), t), Fed::ClientLeft(20));
+        assert_eq!(queued(&conns), 0, "nothing queued");
     }
 }
