@@ -7,7 +7,7 @@ use super::conn::{
     ConnTable, Fragment, Multi, MultiMode, Origin, ReadBytes, Redirect, ReplySlot, ReplyTo, Retry,
 };
 use super::fault::ServerFault;
-use super::key_groups::{KeyGroups, Placed, Split};
+use super::key_groups::{KeyGroups, Owners, Placed, Split};
 use super::zones::{owners_slot, zone_tag};
 use super::{Worker, WRITE_THROUGH_MIN};
 use crate::proto::{Op, Request};
@@ -127,12 +127,22 @@ impl Worker<'_> {
         match target {
             Target::Blocking => return self.forward_blocking(at, req, bytes, now),
             Target::Scan => return self.forward_scan(at, req, bytes, now),
-            _ if plan.replica_first && self.forward_to_replica(at, req, bytes, now) => return,
+            _ if plan.replica_first => {
+                if let Some(o) = self.pools[at.pool].replica_read(req, bytes, at.client_id, now) {
+                    return self.send_owners(at.reply_to(), at.pool, req, bytes, o, now);
+                }
+            }
             _ => {}
         }
         let (server, slot) = match (target, owner) {
-            (Target::Replicas, _) => return self.forward_replicated(at, req, bytes, now),
-            (Target::Zones(step), _) => return self.forward_zoned(at, step, req, bytes, now),
+            (Target::Replicas, _) => {
+                let o = self.pools[at.pool].replicas(req, bytes, now);
+                return self.send_owners(at.reply_to(), at.pool, req, bytes, o, now);
+            }
+            (Target::Zones(step), _) => {
+                let o = self.pools[at.pool].zone_owners(step, req, bytes, now);
+                return self.send_owners(at.reply_to(), at.pool, req, bytes, o, now);
+            }
             (Target::Slot, _) => {
                 // Kept until the reply, to follow MOVED and ASK.
                 let key = req.routing_key(bytes);
@@ -235,56 +245,27 @@ impl Worker<'_> {
         }
     }
 
-    /// Replicated pool: reads go to one replica (the rest kept for
-    /// failover), writes to every replica.
-    fn forward_replicated(&mut self, at: Origin, req: &Request, bytes: &[u8], now: Instant) {
-        let key = req.routing_key(bytes);
-        let key = key.as_ref();
-        let _ = self.pools[at.pool].server_for(key, now);
-        let r = self.pools[at.pool].cfg.replicas as usize;
-        let mut replicas = Vec::with_capacity(r);
-        self.pools[at.pool]
-            .placement
-            .replicas_for(key, r, &mut replicas);
-        let read = matches!(req.op, Op::Mc(op) if op.is_read());
-        let to = at.reply_to();
-        if read {
-            self.send_replicated_read(to, at.pool, req, bytes, replicas, now);
-        } else {
-            self.send_replicated_write(to, at.pool, req, bytes, replicas, now);
-        }
-    }
-
-    /// A sentinel pool's single-key read, to a replica of its shard by
-    /// `read_from` (the master kept to fail over to when the replica
-    /// cannot be reached). False when the master serves it.
-    fn forward_to_replica(
+    /// A request for a key several servers hold, sent to them as the
+    /// pool said (`Owners`).
+    fn send_owners(
         &mut self,
-        at: Origin,
+        to: ReplyTo,
+        pool: usize,
         req: &Request,
         bytes: &[u8],
+        owners: Owners,
         now: Instant,
-    ) -> bool {
-        let Op::Redis(op) = req.op else {
-            return false;
-        };
-        if req.keys.is_empty() || !crate::proto::redis::commands::is_read_command(op.cmd.name()) {
-            return false;
+    ) {
+        match owners {
+            Owners::Read(s) => self.send_replicated_read(to, pool, req, bytes, s, now),
+            Owners::Write(s) => self.send_replicated_write(to, pool, req, bytes, s, now),
+            Owners::ZoneWrite(s) => self.send_zone_write(to, pool, req, bytes, s, now),
         }
-        let key = req.routing_key(bytes);
-        let Some(master) = self.pools[at.pool].server_for(key.as_ref(), now) else {
-            return false;
-        };
-        let Some(order) = self.pools[at.pool].read_order(master, at.client_id, now) else {
-            return false;
-        };
-        self.send_replicated_read(at.reply_to(), at.pool, req, bytes, order, now);
-        true
     }
 
     /// A read of a key several servers hold: to the first of `replicas`,
     /// the others kept to fail over to.
-    pub(super) fn send_replicated_read(
+    fn send_replicated_read(
         &mut self,
         to: ReplyTo,
         pool: usize,
@@ -328,7 +309,7 @@ impl Worker<'_> {
 
     /// A write of a key several servers hold: to every one of `replicas`,
     /// answered with the first success.
-    pub(super) fn send_replicated_write(
+    fn send_replicated_write(
         &mut self,
         to: ReplyTo,
         pool: usize,

@@ -47,6 +47,21 @@ pub(super) enum Split {
     Fragments,
 }
 
+/// The servers a request for a key several servers hold goes to, and
+/// how (`PoolRt::replicas`, `replica_read`, `zone_owners`): the worker
+/// sends it as this says (`Worker::send_owners`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Owners {
+    /// A read: to the first, the others kept to fail over to in order.
+    Read(Vec<usize>),
+    /// A write: to every one, answered with the first success once all
+    /// have answered.
+    Write(Vec<usize>),
+    /// A zone pool's `async` write: to every zone, answered by the local
+    /// zone, or by the next that succeeds when it fails.
+    ZoneWrite(Vec<usize>),
+}
+
 /// Where a request for one server goes (`PoolRt::place`).
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Placed {
@@ -60,6 +75,45 @@ pub(super) enum Placed {
 }
 
 impl PoolRt {
+    /// `replicas: n`: the servers of `req`'s key on the ring (the ring
+    /// rebuilt first if an ejection's time is up); a memcached read goes
+    /// to one after another, anything else to every one.
+    pub(super) fn replicas(&mut self, req: &Request, bytes: &[u8], now: Instant) -> Owners {
+        let key = req.routing_key(bytes);
+        let key = key.as_ref();
+        let _ = self.server_for(key, now);
+        let r = self.cfg.replicas as usize;
+        let mut replicas = Vec::with_capacity(r);
+        self.placement.replicas_for(key, r, &mut replicas);
+        if matches!(req.op, Op::Mc(op) if op.is_read()) {
+            Owners::Read(replicas)
+        } else {
+            Owners::Write(replicas)
+        }
+    }
+
+    /// A Sentinel pool's single-key read: to a replica of its key's
+    /// master that is up, by `read_from` and the client (`read_order`),
+    /// the master kept to fail over to. `None` when the master serves it
+    /// (not a read, no replica up, or `read_from` picked the master).
+    pub(super) fn replica_read(
+        &mut self,
+        req: &Request,
+        bytes: &[u8],
+        client_id: u64,
+        now: Instant,
+    ) -> Option<Owners> {
+        let Op::Redis(op) = req.op else {
+            return None;
+        };
+        if req.keys.is_empty() || !crate::proto::redis::commands::is_read_command(op.cmd.name()) {
+            return None;
+        }
+        let key = req.routing_key(bytes);
+        let master = self.server_for(key.as_ref(), now)?;
+        self.read_order(master, client_id, now).map(Owners::Read)
+    }
+
     /// The server of `req`, a request for one server: its key's owner, or
     /// for a command without a key (`keyless`) the keyless server;
     /// refused when it names several keys that live apart.
@@ -495,5 +549,54 @@ mod tests {
             p.place(&request(time), time, true, 1, now),
             Placed::NoServer
         );
+    }
+
+    fn mc(bytes: &[u8]) -> Request {
+        match Protocol::Memcache.parse_request(bytes, &Limits::default()) {
+            Ok(Parse::Done(r)) => r,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_replicated_read_tries_each_replica_in_turn_and_a_write_goes_to_all() {
+        let mut p = replicated();
+        let now = Instant::now();
+        let mut ring = Vec::new();
+        p.placement.replicas_for(b"k", 2, &mut ring);
+        assert_eq!(ring.len(), 2);
+        let get = b"get k\r\n";
+        assert_eq!(p.replicas(&mc(get), get, now), Owners::Read(ring.clone()));
+        let set = b"set k 0 0 1\r\nv\r\n";
+        assert_eq!(p.replicas(&mc(set), set, now), Owners::Write(ring.clone()));
+        let delete = b"delete k\r\n";
+        assert_eq!(p.replicas(&mc(delete), delete, now), Owners::Write(ring));
+    }
+
+    #[test]
+    fn a_sentinel_read_goes_to_a_replica_that_is_up_with_its_master_kept() {
+        let mut p = pool("  sentinels:\n    - 127.0.0.1:26379\n  read_from: prefer-replica\n");
+        let now = Instant::now();
+        let get = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
+        let master = p.server_for(b"k", now).expect("a master");
+        assert_eq!(
+            p.replica_read(&request(get), get, 1, now),
+            None,
+            "no replica known"
+        );
+        // Another server stands for the master's replica.
+        let replica = (master + 1) % 3;
+        p.replicas_of[master] = vec![replica];
+        assert_eq!(
+            p.replica_read(&request(get), get, 1, now),
+            Some(Owners::Read(vec![replica, master]))
+        );
+        let set = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n";
+        assert_eq!(p.replica_read(&request(set), set, 1, now), None, "a write");
+        let time = b"*1\r\n$4\r\nTIME\r\n";
+        assert_eq!(p.replica_read(&request(time), time, 1, now), None, "no key");
+        // The replica resting after a failure: the master serves it.
+        p.servers[replica].retry_at = Some(now + std::time::Duration::from_secs(5));
+        assert_eq!(p.replica_read(&request(get), get, 1, now), None);
     }
 }

@@ -31,10 +31,10 @@
 //! its misses stay misses.)
 
 use super::conn::Open;
-use super::conn::Origin;
 use super::conn::{ConnTable, Fragment, Multi, MultiMode, ReplySlot, ReplyTo};
 use super::fault::ServerFault;
 use super::handle::FragOf;
+use super::key_groups::Owners;
 use super::pool::PoolRt;
 use super::Worker;
 use crate::config::Routing;
@@ -45,36 +45,12 @@ use smallvec::SmallVec;
 use std::time::Instant;
 
 impl Worker<'_> {
-    /// A single-key request of a zone pool that goes to several zones
-    /// itself (`ZoneRoute::single`): a read, or a write outside warm-up.
-    pub(super) fn forward_zoned(
-        &mut self,
-        at: Origin,
-        step: ZoneStep,
-        req: &Request,
-        bytes: &[u8],
-        now: Instant,
-    ) {
-        let key = req.routing_key(bytes);
-        let _ = self.pools[at.pool].server_for(key.as_ref(), now);
-        let mut owners = Vec::with_capacity(4);
-        if let Some(r) = &self.pools[at.pool].routes {
-            r.owners(key.as_ref(), &mut owners);
-        }
-        let (to, pool) = (at.reply_to(), at.pool);
-        match step {
-            ZoneStep::Read => self.send_replicated_read(to, pool, req, bytes, owners, now),
-            ZoneStep::SyncWrite => self.send_replicated_write(to, pool, req, bytes, owners, now),
-            ZoneStep::AsyncWrite => self.send_zone_write(to, pool, req, bytes, owners, now),
-        }
-    }
-
     /// An async single-key write: one fragment per zone that has a live
     /// owner of the key (see [`MultiMode::Zones`]). A remote zone's
     /// fragment is bounded as a copy is: it is not queued on a connection
     /// that already holds as much as a shadow's may, so a stalled remote
     /// zone costs no memory (the drop is counted as a copy's).
-    fn send_zone_write(
+    pub(super) fn send_zone_write(
         &mut self,
         to: ReplyTo,
         pool: usize,
@@ -376,6 +352,30 @@ impl ReplySlot {
 
 /// A zone pool's owners of a key, zone by zone.
 impl PoolRt {
+    /// A single-key request of a zone pool that goes to several zones
+    /// itself (`ZoneRoute::single`): the owners of its key, the local
+    /// zone's first (the ring rebuilt first if an ejection's time is up),
+    /// read one after another or written to all as `step` says.
+    pub(super) fn zone_owners(
+        &mut self,
+        step: ZoneStep,
+        req: &Request,
+        bytes: &[u8],
+        now: Instant,
+    ) -> Owners {
+        let key = req.routing_key(bytes);
+        let _ = self.server_for(key.as_ref(), now);
+        let mut owners = Vec::with_capacity(4);
+        if let Some(r) = &self.routes {
+            r.owners(key.as_ref(), &mut owners);
+        }
+        match step {
+            ZoneStep::Read => Owners::Read(owners),
+            ZoneStep::SyncWrite => Owners::Write(owners),
+            ZoneStep::AsyncWrite => Owners::ZoneWrite(owners),
+        }
+    }
+
     /// The owner of `key` in the first zone after `zone` that has one, with
     /// that zone.
     fn next_zone_owner(&self, key: &[u8], zone: u8) -> Option<(usize, u8)> {
@@ -397,3 +397,7 @@ impl PoolRt {
             .find(|&s| self.cfg.routing.zone_of(s) == zone as usize)
     }
 }
+
+#[cfg(test)]
+#[path = "zones_tests.rs"]
+mod tests;
