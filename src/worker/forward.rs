@@ -478,23 +478,25 @@ impl Worker<'_> {
         frag: usize,
         pool: usize,
     ) -> bool {
-        if self.pools[pool].route.zones().is_some() {
-            return self.zone_retry_fragment(
-                super::handle::FragOf {
-                    token,
-                    id: client_id,
-                    seq,
-                    fi: frag,
-                },
-                pool,
-            );
-        }
         let Some(m) = (self.conns.client_mut(token.0))
             .and_then(|c| c.slot_mut(seq))
             .and_then(|s| s.multi.as_mut())
         else {
             return false;
         };
+        if self.pools[pool].route.zones().is_some() {
+            // A zone pool's keys go to their next zone.
+            let Some((keys, zone)) = m.zone_retry(frag) else {
+                return false;
+            };
+            let at = super::handle::FragOf {
+                token,
+                id: client_id,
+                seq,
+                fi: frag,
+            };
+            return self.zone_next(at, pool, &keys, zone, true);
+        }
         let Some((attempt, groups)) = self.pools[pool].next_replicas(m, frag) else {
             return false;
         };

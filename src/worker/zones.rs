@@ -34,7 +34,7 @@ use super::conn::Open;
 use super::conn::{ConnTable, Fragment, Multi, MultiMode, ReplySlot, ReplyTo};
 use super::fault::ServerFault;
 use super::handle::FragOf;
-use super::key_groups::Owners;
+use super::key_groups::{KeyGroups, Owners};
 use super::pool::PoolRt;
 use super::Worker;
 use crate::config::Routing;
@@ -104,100 +104,49 @@ impl Worker<'_> {
     }
 
     /// The reply of fragment `fi` of a zone pool's multi-key read came
-    /// (not yet stored in it): with `zone_failover: miss` (and in
-    /// warm-up) the keys it has no value for move to new fragments of the
-    /// same request, to their owners in the next zone (see the header);
-    /// in warm-up, the values a fragment of the warm pool found are
-    /// copied to the cold pool as a single read's. Returns the reply to
-    /// store in the fragment when its misses moved.
+    /// (not yet stored in it): the values it found in the warm pool are
+    /// copied to the cold pool, its misses move to new fragments of the
+    /// same request, as the pool says (`PoolRt::zone_answer`). Returns the
+    /// reply to store in the fragment when its misses moved.
     pub(super) fn zone_fragment(
         &mut self,
         at: FragOf,
         pool: usize,
         reply: &[u8],
     ) -> Option<Vec<u8>> {
-        let FragOf { token, id, seq, fi } = at;
-        let p = &self.pools[pool];
-        let (proto, miss, warm) = (p.proto, p.route.zone_fails_over_on_miss(), p.route.warms());
-        let c = self.conns.client_mut(token.0)?;
-        let m = c.slot_mut(seq).and_then(|s| s.multi.as_ref())?;
-        let f = m.frags.get(fi)?;
-        let copies = warm && f.attempt != 0;
-        if m.mode != MultiMode::Split || !m.req.op.reads_only() || !(miss || copies) {
-            return None;
+        let FragOf { token, seq, fi, .. } = at;
+        let m = self.conns.client(token.0)?.slot(seq)?.multi.as_ref()?;
+        let answer = self.pools[pool].zone_answer(m, fi, reply)?;
+        for (key, warm, cold) in answer.copies {
+            self.warm_copy(pool, &key, warm, cold);
         }
-        let missed = proto.missed_keys(&m.bytes, &m.req, &f.keys, reply)?;
-        let mut is_missed = vec![false; m.req.keys.len()];
-        for &k in &missed {
-            is_missed[k] = true;
-        }
-        let zone = f.attempt;
-        let key = |i: usize| m.req.keys.get(i).and_then(|r| m.bytes.get(r.clone()));
-        let hits: Vec<Vec<u8>> = if copies {
-            f.keys
-                .iter()
-                .filter(|&&k| !is_missed[k])
-                .filter_map(|&k| key(k).map(<[u8]>::to_vec))
-                .collect()
-        } else {
-            Vec::new()
-        };
-        for k in hits {
-            let owners = (
-                self.pools[pool].zone_owner(&k, zone),
-                self.pools[pool].zone_owner(&k, 0),
-            );
-            if let (Some(w), Some(c)) = owners {
-                self.warm_copy(pool, &k, w, c);
-            }
-        }
-        if !(miss
-            && !missed.is_empty()
-            && self.zone_next(FragOf { token, id, seq, fi }, pool, &missed, zone, false))
-        {
+        if answer.moves.is_empty() || !self.zone_next(at, pool, &answer.moves, answer.zone, false) {
             return None;
         }
         // The missed keys are the new fragments' now: each key is answered
         // by one fragment, which both merges (whole and held) expect.
-        let c = self.conns.client_mut(token.0)?;
-        let f = c
-            .slot_mut(seq)
-            .and_then(|s| s.multi.as_mut())
-            .and_then(|m| m.frags.get_mut(fi))?;
-        f.keys.retain(|&k| !is_missed[k]);
-        Some(proto.drop_misses(reply.to_vec()))
-    }
-
-    /// Fragment `fi` of a zone pool's multi-key read failed (its server
-    /// lost, or an error reply): its keys go to their owners in the next
-    /// zone, as new fragments that take its place. False when there is no
-    /// next zone (or it is not such a read).
-    pub(super) fn zone_retry_fragment(&mut self, at: FragOf, pool: usize) -> bool {
-        let FragOf { token, id, seq, fi } = at;
-        let Some(c) = self.conns.client_mut(token.0) else {
-            return false;
-        };
-        let Some(m) = c.slot_mut(seq).and_then(|s| s.multi.as_ref()) else {
-            return false;
-        };
-        let Some(f) = m.frags.get(fi) else {
-            return false;
-        };
-        if m.mode != MultiMode::Split || !m.req.op.reads_only() {
-            return false;
+        let m = self
+            .conns
+            .client_mut(token.0)?
+            .slot_mut(seq)?
+            .multi
+            .as_mut()?;
+        let mut moved = vec![false; m.req.keys.len()];
+        for &k in &answer.moves {
+            moved[k] = true;
         }
-        let (keys, zone) = (f.keys.clone(), f.attempt);
-        self.zone_next(FragOf { token, id, seq, fi }, pool, &keys, zone, true)
+        m.frags.get_mut(fi)?.keys.retain(|&k| !moved[k]);
+        Some(self.pools[pool].proto.drop_misses(reply.to_vec()))
     }
 
     /// Read `keys` (indices into the request's keys) of the multi-key read
     /// `seq` from their owners in the zone after `zone`, one new fragment
-    /// per server. `replace`: they were fragment `fi`'s, which failed and
-    /// now answers nothing; else they are its misses (fallback fragments,
-    /// whose failure is a miss). The new fragments are counted in the
-    /// slot before any is sent, so that none completes it early. False
-    /// when no key has an owner in a later zone.
-    fn zone_next(
+    /// per server (`PoolRt::next_zone_groups`, counted in the slot before
+    /// any is sent by `Multi::zone_fragments`, so that none completes it
+    /// early). `replace`: they were fragment `fi`'s, which failed and now
+    /// answers nothing; else they are its misses. False when no key has an
+    /// owner in a later zone.
+    pub(super) fn zone_next(
         &mut self,
         at: FragOf,
         pool: usize,
@@ -206,54 +155,20 @@ impl Worker<'_> {
         replace: bool,
     ) -> bool {
         let FragOf { token, id, seq, fi } = at;
-        let Some(c) = self.conns.client_mut(token.0) else {
+        let Some(m) = (self.conns.client_mut(token.0))
+            .and_then(|c| c.slot_mut(seq))
+            .and_then(|s| s.multi.as_mut())
+        else {
             return false;
         };
-        let Some(m) = c.slot_mut(seq).and_then(|s| s.multi.as_ref()) else {
-            return false;
-        };
-        let (req, bytes) = (m.req.clone(), m.bytes.clone());
-        let fallback = !replace || m.frags.get(fi).is_some_and(|f| f.fallback);
-        // Per server of a later zone: its zone and keys, in client order.
-        let mut groups: SmallVec<[(usize, u8, Vec<usize>); 4]> = SmallVec::new();
-        for &i in keys {
-            let Some(key) = req.keys.get(i).and_then(|r| bytes.get(r.clone())) else {
-                continue;
-            };
-            let Some((server, z)) = self.pools[pool].next_zone_owner(key, zone) else {
-                continue;
-            };
-            match groups.iter_mut().find(|(s, _, _)| *s == server) {
-                Some((_, _, v)) => v.push(i),
-                None => groups.push((server, z, vec![i])),
-            }
-        }
+        let p = &self.pools[pool];
+        let groups = p.next_zone_groups(m, keys, zone);
         if groups.is_empty() {
             return false;
         }
-        let proto = self.pools[pool].proto;
-        let Some(c) = self.conns.client_mut(token.0) else {
-            return false;
-        };
-        let Some(m) = c.slot_mut(seq).and_then(|s| s.multi.as_mut()) else {
-            return false;
-        };
-        if replace {
-            if let Some(f) = m.frags.get_mut(fi) {
-                f.keys.clear();
-                f.reply = proto.empty_read().to_vec();
-            }
-        }
-        let base = m.frags.len();
-        for (_, z, keys) in &groups {
-            m.frags.push(Fragment {
-                keys: keys.clone(),
-                attempt: *z,
-                fallback,
-                ..Fragment::default()
-            });
-        }
-        m.remaining += groups.len();
+        let proto = p.proto;
+        let base = m.zone_fragments(fi, &groups, replace, proto.empty_read());
+        let (req, bytes) = (m.req.clone(), m.bytes.clone());
         self.stats.pool_add(
             pool,
             crate::stats::PoolField::Fragments,
@@ -275,25 +190,12 @@ impl Worker<'_> {
 
     /// The other zones' copies of a write, fire and forget (the local
     /// zone's reply is the client's), for a write whose plan says so
-    /// (`ZoneRoute::copies`).
+    /// (`ZoneRoute::copies`), to the servers the pool names
+    /// (`PoolRt::zone_copy_groups`).
     pub(super) fn zone_copy(&mut self, pool: usize, req: &Request, bytes: &[u8], now: Instant) {
         let proto = self.pools[pool].proto;
-        let mut owners = Vec::with_capacity(4);
-        // Per remote zone, the keys grouped by their owner there.
-        let mut groups: SmallVec<[(usize, Vec<usize>); 4]> = SmallVec::new();
-        for (i, r) in req.keys.iter().enumerate() {
-            if let Some(rt) = &self.pools[pool].routes {
-                rt.owners(&bytes[r.clone()], &mut owners);
-            }
-            for &server in owners.iter().skip(1) {
-                match groups.iter_mut().find(|(s, _)| *s == server) {
-                    Some((_, v)) => v.push(i),
-                    None => groups.push((server, vec![i])),
-                }
-            }
-        }
         let whole = req.keys.len() == 1;
-        for (server, keys) in groups {
+        for (server, keys) in self.pools[pool].zone_copy_groups(req, bytes) {
             self.shadow_send(pool, Some(server), req.op, now, |out| {
                 if whole {
                     proto.write_request(req, bytes, out)
@@ -350,8 +252,153 @@ impl ReplySlot {
     }
 }
 
+/// Per server of a later zone, the keys of a multi-key read that move
+/// there (indices in client order), with that zone.
+pub(super) type ZoneGroups = SmallVec<[(usize, u8, Vec<usize>); 4]>;
+
+/// What the reply of a zone pool's multi-key read fragment leads to
+/// (`PoolRt::zone_answer`).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct ZoneAnswer {
+    /// The zone that answered (the fragment's).
+    pub zone: u8,
+    /// The keys it had no value for (indices into the request's keys), to
+    /// read from the next zone (`zone_failover: miss`, warm-up); empty
+    /// when misses stay misses.
+    pub moves: Vec<usize>,
+    /// The values it found in the warm pool, each copied to the cold
+    /// pool: the key, its warm owner and its cold owner.
+    pub copies: Vec<(Vec<u8>, usize, usize)>,
+}
+
+impl Multi {
+    /// Fragment `fi` of a zone pool's multi-key read failed (its server
+    /// lost, or an error reply): its keys and its zone, for their owners
+    /// in the next zone to take its place. `None` when it is not such a
+    /// read.
+    pub(super) fn zone_retry(&self, fi: usize) -> Option<(Vec<usize>, u8)> {
+        let f = self.frags.get(fi)?;
+        if self.mode != MultiMode::Split || !self.req.op.reads_only() {
+            return None;
+        }
+        Some((f.keys.clone(), f.attempt))
+    }
+
+    /// Add one fragment per group (`PoolRt::next_zone_groups`), counted
+    /// before any is sent; returns the first one's index. `replace`: the
+    /// keys were fragment `fi`'s, which failed and now answers nothing
+    /// (`empty`, the protocol's empty read); the new fragments are
+    /// fallbacks (a failure is a miss) unless `fi` was the local zone's.
+    pub(super) fn zone_fragments(
+        &mut self,
+        fi: usize,
+        groups: &ZoneGroups,
+        replace: bool,
+        empty: &[u8],
+    ) -> usize {
+        let fallback = !replace || self.frags.get(fi).is_some_and(|f| f.fallback);
+        if replace {
+            if let Some(f) = self.frags.get_mut(fi) {
+                f.keys.clear();
+                f.reply = empty.to_vec();
+            }
+        }
+        let base = self.frags.len();
+        for (_, zone, keys) in groups {
+            self.frags.push(Fragment {
+                keys: keys.clone(),
+                attempt: *zone,
+                fallback,
+                ..Fragment::default()
+            });
+        }
+        self.remaining += groups.len();
+        base
+    }
+}
+
 /// A zone pool's owners of a key, zone by zone.
 impl PoolRt {
+    /// The reply of fragment `fi` of `m` came: with `zone_failover: miss`
+    /// (and in warm-up) the keys it has no value for move to the next
+    /// zone; in warm-up, the values a fragment of the warm pool found are
+    /// copied to the cold pool. `None` when neither applies (not a zone
+    /// pool's split read, or a reply not looked into).
+    pub(super) fn zone_answer(&self, m: &Multi, fi: usize, reply: &[u8]) -> Option<ZoneAnswer> {
+        let (miss, warm) = (self.route.zone_fails_over_on_miss(), self.route.warms());
+        let f = m.frags.get(fi)?;
+        let copies = warm && f.attempt != 0;
+        if m.mode != MultiMode::Split || !m.req.op.reads_only() || !(miss || copies) {
+            return None;
+        }
+        let missed = self.proto.missed_keys(&m.bytes, &m.req, &f.keys, reply)?;
+        let zone = f.attempt;
+        let mut answer = ZoneAnswer {
+            zone,
+            moves: Vec::new(),
+            copies: Vec::new(),
+        };
+        if copies {
+            let mut is_missed = vec![false; m.req.keys.len()];
+            for &k in &missed {
+                is_missed[k] = true;
+            }
+            let key = |i: usize| m.req.keys.get(i).and_then(|r| m.bytes.get(r.clone()));
+            for &k in f.keys.iter().filter(|&&k| !is_missed[k]) {
+                let Some(key) = key(k) else {
+                    continue;
+                };
+                if let (Some(w), Some(c)) = (self.zone_owner(key, zone), self.zone_owner(key, 0)) {
+                    answer.copies.push((key.to_vec(), w, c));
+                }
+            }
+        }
+        if miss {
+            answer.moves = missed;
+        }
+        Some(answer)
+    }
+
+    /// Where `keys` (indices into `m`'s keys) go after zone `zone`: per
+    /// server of the first later zone that owns each, its zone and keys,
+    /// in client order. Empty when no key has an owner in a later zone.
+    pub(super) fn next_zone_groups(&self, m: &Multi, keys: &[usize], zone: u8) -> ZoneGroups {
+        let mut groups = ZoneGroups::new();
+        for &i in keys {
+            let Some(key) = m.req.keys.get(i).and_then(|r| m.bytes.get(r.clone())) else {
+                continue;
+            };
+            let Some((server, z)) = self.next_zone_owner(key, zone) else {
+                continue;
+            };
+            match groups.iter_mut().find(|(s, _, _)| *s == server) {
+                Some((_, _, v)) => v.push(i),
+                None => groups.push((server, z, vec![i])),
+            }
+        }
+        groups
+    }
+
+    /// The other zones' copies of `req`, a write: per owner of its keys
+    /// in a zone other than the local one, the keys it owns (indices in
+    /// client order).
+    pub(super) fn zone_copy_groups(&self, req: &Request, bytes: &[u8]) -> KeyGroups {
+        let mut owners = Vec::with_capacity(4);
+        let mut groups = KeyGroups::new();
+        for (i, r) in req.keys.iter().enumerate() {
+            if let Some(rt) = &self.routes {
+                rt.owners(&bytes[r.clone()], &mut owners);
+            }
+            for &server in owners.iter().skip(1) {
+                match groups.iter_mut().find(|(s, _)| *s == server) {
+                    Some((_, v)) => v.push(i),
+                    None => groups.push((server, vec![i])),
+                }
+            }
+        }
+        groups
+    }
+
     /// A single-key request of a zone pool that goes to several zones
     /// itself (`ZoneRoute::single`): the owners of its key, the local
     /// zone's first (the ring rebuilt first if an ejection's time is up),

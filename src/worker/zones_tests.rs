@@ -55,3 +55,102 @@ fn a_single_key_request_goes_to_its_owner_in_each_zone_local_first() {
         Owners::Read(vec![1])
     );
 }
+
+/// A split read of `bytes` with one fragment of every key, from the local
+/// zone.
+fn read(bytes: &[u8]) -> Multi {
+    let req = mc(bytes);
+    Multi {
+        frags: vec![Fragment {
+            keys: (0..req.keys.len()).collect(),
+            ..Fragment::default()
+        }],
+        remaining: 1,
+        error: None,
+        mode: MultiMode::Split,
+        bytes: bytes.to_vec(),
+        req,
+    }
+}
+
+const GET: &[u8] = b"get a b c d\r\n";
+
+#[test]
+fn a_fragments_misses_move_to_their_owner_in_the_next_zone() {
+    let p = pool(ZONES);
+    let mut m = read(GET);
+    let reply = b"VALUE a 0 1\r\n1\r\nEND\r\n";
+    assert_eq!(
+        p.zone_answer(&m, 0, reply),
+        Some(ZoneAnswer {
+            zone: 0,
+            moves: vec![1, 2, 3],
+            copies: Vec::new()
+        })
+    );
+    let groups = p.next_zone_groups(&m, &[1, 2, 3], 0);
+    assert_eq!(groups.as_slice(), &[(1, 1, vec![1, 2, 3])]);
+    assert!(
+        p.next_zone_groups(&m, &[1, 2, 3], 1).is_empty(),
+        "no zone after the last"
+    );
+    assert_eq!(m.zone_fragments(0, &groups, false, b"END\r\n"), 1);
+    assert_eq!(m.remaining, 2, "counted before it is sent");
+    assert_eq!(
+        m.frags[0].keys,
+        vec![0, 1, 2, 3],
+        "its misses leave it later"
+    );
+    let f = &m.frags[1];
+    assert_eq!(
+        (f.attempt, f.fallback, f.keys.clone()),
+        (1, true, vec![1, 2, 3])
+    );
+    // With `zone_failover: error` a miss is the answer.
+    let p = pool("  zones:\n   - a\n   - b\n  zone_failover: error\n");
+    assert_eq!(p.zone_answer(&read(GET), 0, reply), None);
+    // Not a read.
+    let mut w = read(GET);
+    w.mode = MultiMode::Zones;
+    assert_eq!(w.zone_retry(0), None);
+    assert_eq!(pool(ZONES).zone_answer(&w, 0, reply), None);
+}
+
+#[test]
+fn a_failed_local_fragment_moves_whole_and_a_warm_hit_is_copied_to_the_cold_pool() {
+    let p = pool("  warm_up:\n   - a\n   - b\n");
+    let mut m = read(GET);
+    let (keys, zone) = m.zone_retry(0).expect("a zone pool's read");
+    assert_eq!((keys.as_slice(), zone), (&[0, 1, 2, 3][..], 0));
+    let groups = p.next_zone_groups(&m, &keys, zone);
+    assert_eq!(m.zone_fragments(0, &groups, true, b"END\r\n"), 1);
+    assert!(m.frags[0].keys.is_empty() && m.frags[0].reply == b"END\r\n");
+    assert!(
+        !m.frags[1].fallback,
+        "the local zone's keys: a failure is the answer"
+    );
+    assert_eq!(m.remaining, 2);
+    // The warm pool found `b`: copied from its warm owner to its cold one.
+    let answer = p
+        .zone_answer(&m, 1, b"VALUE b 0 1\r\n2\r\nEND\r\n")
+        .expect("a warm-up read");
+    assert_eq!(answer.zone, 1);
+    assert_eq!(answer.copies, vec![(b"b".to_vec(), 1, 0)]);
+    // A local fragment's hits are not copied anywhere.
+    let m = read(GET);
+    let local = p.zone_answer(&m, 0, b"VALUE b 0 1\r\n2\r\nEND\r\n");
+    assert!(local.is_some_and(|a| a.copies.is_empty() && a.moves == vec![0, 2, 3]));
+}
+
+#[test]
+fn a_write_is_copied_to_its_keys_owners_in_the_other_zones() {
+    let mut p = pool("  warm_up:\n   - a\n   - b\n");
+    let delete = b"delete k\r\n";
+    let groups = p.zone_copy_groups(&mc(delete), delete);
+    assert_eq!(groups.as_slice(), &[(1, vec![0])]);
+    // The warm pool's server ejected: no copy.
+    let now = Instant::now();
+    p.servers[1].ejected_until = Some(now + std::time::Duration::from_secs(30));
+    p.rebuild(now);
+    assert!(p.zone_copy_groups(&mc(delete), delete).is_empty());
+}
