@@ -36,7 +36,7 @@
 //! the request then goes on to the new owner.
 
 use super::conn::Open;
-use super::conn::{ConnTable, ReadBytes, ReplySlot, ReplyTo, Retry, Waiter};
+use super::conn::{ConnTable, ReadBytes, ReplySlot, ReplyTo, Retry, Servers, Waiter};
 use super::conn_state::Gate;
 use super::migration_rt::ReadOrder;
 use super::pool::PoolRt;
@@ -62,11 +62,27 @@ enum Placed {
 
 /// One moved key of a request: where it may still be (`olds`, newest
 /// placement first) and its one owner now.
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 struct MovedKey<'a> {
     key: &'a [u8],
     olds: &'a [usize],
     new: usize,
+}
+
+/// A read of a moved key asked where the key is (`PoolRt::moved_read`).
+#[derive(Debug, PartialEq, Eq)]
+struct MovedRead {
+    /// The servers asked in turn, the next one after a miss.
+    servers: Servers,
+    /// The migrator's map did not know where the key is: the server that
+    /// has it tells later reads of its old owner's keys where to ask first
+    /// (`Retry::learns`).
+    learns: bool,
+    /// memcached: a miss on the new owner pulls the key (`pull_missed`).
+    pull_on_miss: bool,
+    /// The request's plan: what rides along with it (its prefix route
+    /// counted, its shadow copy).
+    plan: crate::route::Plan,
 }
 
 impl PoolRt {
@@ -93,6 +109,61 @@ impl PoolRt {
             Some(false) => Placed::Stays { server: new },
             None => Placed::Other,
         }
+    }
+
+    /// Whether a read of moved key `moved` is asked where the key is
+    /// rather than pulled (see `Worker::read_where_it_is`), and of which
+    /// servers in turn. `None`: it is pulled (not a single read of one
+    /// value on a plain connection, a route that places it otherwise, or
+    /// memcached with a key the migrator's map does not know moved).
+    fn moved_read(&self, req: &Request, moved: MovedKey) -> Option<MovedRead> {
+        let MovedKey { key, olds, new } = moved;
+        // memcached reads the key on its new owner only (below): a `gets`
+        // too, its cas unique the new owner's.
+        let memcache = self.proto == Protocol::Memcache;
+        let reads = if memcache {
+            req.reads_one_value_of_its_owner()
+        } else {
+            req.reads_one_value()
+        };
+        if req.route != Route::Single || !reads || self.proto.conn_class(req.op) != 0 {
+            return None;
+        }
+        let plan = self.route.plan(req);
+        if plan.target != crate::route::Target::Key
+            || plan.replica_first
+            || self.route.is_zoned()
+            || self.route.is_cluster()
+        {
+            return None;
+        }
+        let m = self.migration.as_ref()?;
+        // The migrator's map says where the key is, else where reads
+        // found keys of its old owner lately.
+        let known = m.known_moved(key);
+        // memcached: only a key the map says moved, read on its new owner
+        // alone, a miss there pulling it (`pull_missed`). A key read on
+        // an old owner must be pulled: the migrator must find every key a
+        // read leaves behind, and where Redis's `SCAN` returns every key
+        // that stays on a server through the scan, memcached's
+        // `lru_crawler metadump` misses items moved between LRU lists
+        // while it crawls, which are the ones clients read.
+        if memcache && !known {
+            return None;
+        }
+        let servers = if memcache {
+            std::iter::once(new).collect()
+        } else if known {
+            ReadOrder::new_first_order(olds, new)
+        } else {
+            m.read_order(olds[0]).servers(olds, new)
+        };
+        Some(MovedRead {
+            servers,
+            learns: !known,
+            pull_on_miss: memcache,
+            plan,
+        })
     }
 
     /// The pulls a request of a migrating pool needs: one per key it
@@ -282,65 +353,24 @@ impl Worker<'_> {
         moved: MovedKey,
         now: Instant,
     ) -> bool {
-        let MovedKey { key, olds, new } = moved;
         let Some(c) = self.conns.client(token.0) else {
             return false;
         };
         let (pool, id) = (c.pool(), c.id());
-        let p = &self.pools[pool];
-        // memcached reads the key on its new owner only (below): a `gets`
-        // too, its cas unique the new owner's.
-        let memcache = p.proto == Protocol::Memcache;
-        let reads = if memcache {
-            req.reads_one_value_of_its_owner()
-        } else {
-            req.reads_one_value()
-        };
-        if req.route != Route::Single || !reads || p.proto.conn_class(req.op) != 0 {
-            return false;
-        }
-        let plan = p.route.plan(req);
-        if plan.target != crate::route::Target::Key
-            || plan.replica_first
-            || p.route.is_zoned()
-            || p.route.is_cluster()
-        {
-            return false;
-        }
-        let Some(m) = p.migration.as_ref() else {
+        let Some(read) = self.pools[pool].moved_read(req, moved) else {
             return false;
         };
-        // The migrator's map says where the key is, else where reads
-        // found keys of its old owner lately.
-        let known = m.known_moved(key);
-        // memcached: only a key the map says moved, read on its new owner
-        // alone, a miss there pulling it (`pull_missed`). A key read on
-        // an old owner must be pulled: the migrator must find every key a
-        // read leaves behind, and where Redis's `SCAN` returns every key
-        // that stays on a server through the scan, memcached's
-        // `lru_crawler metadump` misses items moved between LRU lists
-        // while it crawls, which are the ones clients read.
-        if memcache && !known {
-            return false;
-        }
-        let servers = if memcache {
-            std::iter::once(new).collect()
-        } else if known {
-            ReadOrder::new_first_order(olds, new)
-        } else {
-            m.read_order(olds[0]).servers(olds, new)
-        };
-        let first = servers[0];
-        let proto = p.proto;
+        let (first, plan) = (read.servers[0], read.plan);
+        let proto = self.pools[pool].proto;
         let slot = ReplySlot {
             retry: Some(Box::new(Retry {
                 req: req.clone(),
                 bytes: ReadBytes::from_slice(bytes),
-                replicas: servers,
+                replicas: read.servers,
                 next: 1,
                 on_miss: true,
-                learns: !known,
-                pull_on_miss: memcache,
+                learns: read.learns,
+                pull_on_miss: read.pull_on_miss,
             })),
             ..ReplySlot::default()
         };
@@ -352,7 +382,7 @@ impl Worker<'_> {
         // What routing a request does besides sending it
         // (`dispatch_routed`): its key noted for the hot keys, its prefix
         // route counted, its copy to a shadow pool.
-        self.recorder.note_key(pool, key);
+        self.recorder.note_key(pool, moved.key);
         if plan.count_routes {
             self.pools[pool].count_routes(pool, req, bytes, &self.stats);
         }

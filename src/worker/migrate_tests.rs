@@ -7,8 +7,12 @@ use crate::config::{Config, PoolConfig};
 use crate::proto::{Limits, Parse};
 
 fn pool(servers: &[u16]) -> PoolConfig {
-    let mut text =
-        "p:\n  listen: 127.0.0.1:39999\n  redis: true\n  migration: true\n  servers:\n".to_string();
+    pool_of("  redis: true\n", servers)
+}
+
+/// A migrating pool of `servers`; `extra` adds keys to it.
+fn pool_of(extra: &str, servers: &[u16]) -> PoolConfig {
+    let mut text = format!("p:\n  listen: 127.0.0.1:39999\n{extra}  migration: true\n  servers:\n");
     for port in servers {
         text.push_str(&format!("   - 127.0.0.1:{port}:1\n"));
     }
@@ -65,4 +69,88 @@ fn every_moved_key_a_command_names_is_pulled_once() {
     // The same servers and no earlier placement: not migrating.
     let mut calm = PoolRt::new(&new, &[]);
     assert_eq!(pulled(&mut calm, &["GET", moved]), Vec::<Vec<u8>>::new());
+}
+
+fn parse(proto: Protocol, bytes: &[u8]) -> Request {
+    let Ok(Parse::Done(req)) = proto.parse_request(bytes, &Limits::default()) else {
+        panic!("{bytes:?} parses");
+    };
+    req
+}
+
+/// A key of `p` that moved, where it may still be and its owner now, as
+/// a read of it (`read`) finds them.
+fn moved_key(
+    p: &mut PoolRt,
+    proto: Protocol,
+    read: impl Fn(&str) -> Vec<u8>,
+) -> (String, Vec<usize>, usize) {
+    let now = Instant::now();
+    (0..200)
+        .find_map(|k| {
+            let key = format!("key:{k}");
+            let bytes = read(&key);
+            let pulls = p.moved_pulls(&parse(proto, &bytes), &bytes, now);
+            let pull = pulls.first()?;
+            Some((key, pull.olds().to_vec(), pull.news()[0]))
+        })
+        .expect("a key that moved")
+}
+
+/// The migrator's map, which says it moved `key`.
+fn mark_moved(p: &mut PoolRt, key: &str) {
+    let m = p.migration.as_mut().expect("migrating");
+    let map = crate::migrate::moved::MovedKeys::new().expect("moved keys map");
+    m.set_moved_keys(Some(std::sync::Arc::new(map)));
+    m.mark_moved(key.as_bytes());
+}
+
+#[test]
+fn a_redis_read_of_a_moved_key_is_asked_where_the_key_is_and_a_write_pulls_it() {
+    let mut p = PoolRt::new(&pool(&[30001, 30002, 30003]), &[pool(&[30001, 30002])]);
+    let (key, olds, new) = moved_key(&mut p, Protocol::Redis, |k| command(&["GET", k]));
+    let moved = MovedKey {
+        key: key.as_bytes(),
+        olds: &olds,
+        new,
+    };
+    let get = parse(Protocol::Redis, &command(&["GET", &key]));
+    let read = p.moved_read(&get, moved).expect("read where it is");
+    let m = p.migration.as_ref().expect("migrating");
+    assert_eq!(read.servers, m.read_order(olds[0]).servers(&olds, new));
+    assert!(read.learns && !read.pull_on_miss);
+    assert!(read.plan.shadow.is_none() && !read.plan.count_routes);
+    // A write, or a read of more than one value: pulled.
+    let set = parse(Protocol::Redis, &command(&["SET", &key, "v"]));
+    assert_eq!(p.moved_read(&set, moved), None);
+    let mget = parse(Protocol::Redis, &command(&["MGET", &key, "other"]));
+    assert_eq!(p.moved_read(&mget, moved), None);
+    // The migrator says it moved: its new owner asked first, nothing to
+    // learn.
+    mark_moved(&mut p, &key);
+    let read = p.moved_read(&get, moved).expect("read where it is");
+    assert_eq!(read.servers, ReadOrder::new_first_order(&olds, new));
+    assert_eq!(read.servers[0], new);
+    assert!(!read.learns);
+}
+
+#[test]
+fn a_memcached_read_of_a_moved_key_goes_to_its_new_owner_once_the_migrator_says_so() {
+    let mut p = PoolRt::new(
+        &pool_of("", &[30001, 30002, 30003]),
+        &[pool_of("", &[30001, 30002])],
+    );
+    let get = |k: &str| format!("get {k}\r\n").into_bytes();
+    let (key, olds, new) = moved_key(&mut p, Protocol::Memcache, get);
+    let moved = MovedKey {
+        key: key.as_bytes(),
+        olds: &olds,
+        new,
+    };
+    let read = parse(Protocol::Memcache, &get(&key));
+    assert_eq!(p.moved_read(&read, moved), None, "not known moved: pulled");
+    mark_moved(&mut p, &key);
+    let r = p.moved_read(&read, moved).expect("read on the new owner");
+    assert_eq!(r.servers.as_slice(), &[new]);
+    assert!(r.pull_on_miss && !r.learns, "a miss there pulls it");
 }
