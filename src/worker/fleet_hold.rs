@@ -37,14 +37,15 @@
 //! [`FleetHolds`] owns the held requests and decides, without sockets:
 //! whether a request may be held and until when (`admit`), which held
 //! requests go on or are refused at `now` (`due`, returning [`Ended`]
-//! values), and how long the loop may wait (`wait`). The `Worker` finds
-//! out what a request waits for (`fleet_gate`) and carries out what
-//! `FleetHolds` returns: it sets and takes the client's gate, routes a
+//! values), and how long the loop may wait (`wait`); the pool says what a
+//! request waits for (`PoolRt::fleet_wait`). The `Worker` asks it
+//! (`fleet_gate`) and carries out what `FleetHolds` returns: it sets and takes the client's gate, routes a
 //! released request, writes a refusal.
 
 use super::conn::ConnTable;
 use super::conn_state::Gate;
 use super::migrate::Hold;
+use super::pool::PoolRt;
 use super::pull::AfterPull;
 use super::Worker;
 use crate::proto::Request;
@@ -243,6 +244,40 @@ impl FleetHolds {
     }
 }
 
+/// What a fleet member's request must wait for, as its pool tells.
+impl PoolRt {
+    /// A migrating pool of a fleet member whose barrier has not passed:
+    /// its moved keys must not be routed yet.
+    pub(super) fn fenced(&self) -> bool {
+        self.fleet_fenced && self.migration.is_some()
+    }
+
+    /// What a fleet member's request of this pool must wait for before it
+    /// is routed, if anything: only a `migration: true` pool waits, for
+    /// the member in step with the fleet (`in_step`, asked only then: its
+    /// lease may have ended and the others gone on without it,
+    /// `fleet/page.rs`), for every request; for the fleet's barrier, when
+    /// it names a moved key (another member may still write the key to
+    /// its old owner).
+    pub(super) fn fleet_wait(
+        &mut self,
+        in_step: impl FnOnce() -> bool,
+        req: &Request,
+        bytes: &[u8],
+        now: Instant,
+    ) -> Option<Wait> {
+        if !self.cfg.migration {
+            None
+        } else if !in_step() {
+            Some(Wait::InStep)
+        } else if self.fenced() && !self.moved_pulls(req, bytes, now).is_empty() {
+            Some(Wait::Barrier)
+        } else {
+            None
+        }
+    }
+}
+
 impl Worker<'_> {
     /// A request of `pool` about to be routed: go, or held, or refused
     /// (see the module's doc). `then`: where it goes once it may.
@@ -262,12 +297,9 @@ impl Worker<'_> {
         self.fleet_gate_slow(token, pool, req, bytes, then, now)
     }
 
-    /// What a fleet member's request of a `migration: true` pool must
-    /// wait for before it is routed, if anything: the member in step with
-    /// the fleet (its lease may have ended and the others gone on without
-    /// it, `fleet/page.rs`), for every request; the fleet's barrier, for
-    /// one naming a moved key (another member may still write the key to
-    /// its old owner). Then held, or refused, as `FleetHolds` admits it.
+    /// A fleet member's request that must wait for what its pool says
+    /// (`PoolRt::fleet_wait`): held, or refused, as `FleetHolds` admits
+    /// it.
     fn fleet_gate_slow(
         &mut self,
         token: Token,
@@ -280,18 +312,8 @@ impl Worker<'_> {
         let Some(page) = self.fleet else {
             return FleetStep::Go;
         };
-        let p = &self.pools[pool];
-        if !p.cfg.migration {
-            return FleetStep::Go;
-        }
-        let why = if !page.in_step() {
-            Wait::InStep
-        } else if p.fleet_fenced
-            && p.migration.is_some()
-            && !self.pools[pool].moved_pulls(req, bytes, now).is_empty()
-        {
-            Wait::Barrier
-        } else {
+        let in_step = || page.in_step();
+        let Some(why) = self.pools[pool].fleet_wait(in_step, req, bytes, now) else {
             return FleetStep::Go;
         };
         let bound = Duration::from_millis(page.hold_ms());
@@ -331,11 +353,7 @@ impl Worker<'_> {
         let ended = self.fleet_holds.due(
             now,
             in_step,
-            |pool| {
-                pools
-                    .get(pool)
-                    .is_some_and(|p| p.fleet_fenced && p.migration.is_some())
-            },
+            |pool| pools.get(pool).is_some_and(PoolRt::fenced),
             |token, id| {
                 conns
                     .client(token.0)

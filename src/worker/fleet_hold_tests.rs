@@ -1,5 +1,6 @@
 //! `FleetHolds` without sockets: what may be held and until when, what a
-//! pass releases or refuses, and how long the loop may wait.
+//! pass releases or refuses, and how long the loop may wait; and what a
+//! request waits for, on a pool built from configuration text.
 
 use super::*;
 
@@ -179,4 +180,90 @@ fn the_loop_waits_for_the_nearest_deadline_and_polls_the_page() {
     assert_eq!(h.wait(t0 + ms(150)), Some(Duration::ZERO));
     hold(&mut h, 3, 0, Wait::InStep, t0 + ms(40));
     assert_eq!(h.wait(t0 + ms(40)), Some(PAGE_POLL));
+}
+
+/// Pool `p` over `servers` (`migration` as given), migrating from the
+/// first two when it is.
+fn fleet_pool(migration: bool) -> PoolRt {
+    let cfg = |servers: &[u16]| {
+        let mut text = format!(
+            "p:\n  listen: 127.0.0.1:39999\n  redis: true\n  migration: {migration}\n  servers:\n"
+        );
+        for port in servers {
+            text.push_str(&format!("   - 127.0.0.1:{port}:1\n"));
+        }
+        crate::config::Config::from_str(&text, std::path::Path::new("t.yml"))
+            .expect("config parses")
+            .pools
+            .remove(0)
+    };
+    let olds = if migration {
+        vec![cfg(&[30001, 30002])]
+    } else {
+        Vec::new()
+    };
+    PoolRt::new(&cfg(&[30001, 30002, 30003]), &olds)
+}
+
+/// `GET key`, parsed, and its bytes.
+fn get(key: &str) -> (Request, Vec<u8>) {
+    let bytes = format!("*2\r\n$3\r\nGET\r\n${}\r\n{key}\r\n", key.len()).into_bytes();
+    match crate::proto::Protocol::Redis.parse_request(&bytes, &crate::proto::Limits::default()) {
+        Ok(crate::proto::Parse::Done(r)) => (r, bytes),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_request_waits_for_the_member_in_step_and_a_moved_key_for_the_barrier() {
+    let now = Instant::now();
+    let mut p = fleet_pool(true);
+    let keys: Vec<String> = (0..200).map(|k| format!("key:{k}")).collect();
+    let moved = |p: &mut PoolRt, k: &str| {
+        let (req, bytes) = get(k);
+        !p.moved_pulls(&req, &bytes, now).is_empty()
+    };
+    let gone = keys
+        .iter()
+        .find(|k| moved(&mut p, k))
+        .expect("a key that moved");
+    let stays = keys
+        .iter()
+        .find(|k| !moved(&mut p, k))
+        .expect("a key that stayed");
+    let (gone, stays) = (get(gone), get(stays));
+    let yes = || true;
+    // Not in step: every request waits, moved key or not.
+    assert_eq!(
+        p.fleet_wait(|| false, &stays.0, &stays.1, now),
+        Some(Wait::InStep)
+    );
+    // In step, the barrier passed: nothing to wait for.
+    assert!(!p.fenced());
+    assert_eq!(p.fleet_wait(yes, &gone.0, &gone.1, now), None);
+    // Before the barrier's go: a moved key waits, one that stayed goes.
+    p.fleet_fenced = true;
+    assert!(p.fenced());
+    assert_eq!(
+        p.fleet_wait(yes, &gone.0, &gone.1, now),
+        Some(Wait::Barrier)
+    );
+    assert_eq!(p.fleet_wait(yes, &stays.0, &stays.1, now), None);
+    // The migration over: fenced no more.
+    p.migration = None;
+    assert!(!p.fenced());
+    assert_eq!(p.fleet_wait(yes, &gone.0, &gone.1, now), None);
+}
+
+#[test]
+fn a_pool_without_migration_never_waits_nor_asks_the_page() {
+    let mut p = fleet_pool(false);
+    let (req, bytes) = get("k");
+    let asked = std::cell::Cell::new(false);
+    let in_step = || {
+        asked.set(true);
+        false
+    };
+    assert_eq!(p.fleet_wait(in_step, &req, &bytes, Instant::now()), None);
+    assert!(!asked.get(), "the page is not read for it");
 }
