@@ -552,19 +552,34 @@ impl Worker<'_> {
         let Some(r) = (self.conns.client_mut(token.0))
             .and_then(|c| c.slot_mut(seq))
             .and_then(|s| s.retry.as_mut())
-            .filter(|r| r.pull_on_miss)
         else {
             return false;
         };
-        r.pull_on_miss = false;
-        let Some(&new) = r.replicas.last() else {
+        if !r.pull_after_miss() {
             return false;
-        };
-        // The server `retry_read` sends it to once the key is pulled.
-        r.replicas.push(new);
+        }
         let (req, bytes) = (r.req.clone(), r.bytes.to_vec());
         let then = AfterPull::Read { seq };
         self.hold_for_moved_keys(token, &req, &bytes, then, now) == Hold::Held
+    }
+}
+
+impl Retry {
+    /// A read that pulls its key after a miss on the new owner
+    /// (`pull_on_miss`, memcached) missed there: true, once, when the key
+    /// is to be pulled, the new owner then asked again behind the copy
+    /// (the server `retry_read` sends to next). False: the miss is the
+    /// answer.
+    fn pull_after_miss(&mut self) -> bool {
+        if !self.pull_on_miss {
+            return false;
+        }
+        self.pull_on_miss = false;
+        let Some(&new) = self.replicas.last() else {
+            return false;
+        };
+        self.replicas.push(new);
+        true
     }
 }
 

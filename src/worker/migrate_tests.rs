@@ -153,4 +153,19 @@ fn a_memcached_read_of_a_moved_key_goes_to_its_new_owner_once_the_migrator_says_
     let r = p.moved_read(&read, moved).expect("read on the new owner");
     assert_eq!(r.servers.as_slice(), &[new]);
     assert!(r.pull_on_miss && !r.learns, "a miss there pulls it");
+    // Its miss pulls the key once, the new owner asked again after.
+    let bytes = get(&key);
+    let mut retry = Retry {
+        req: parse(Protocol::Memcache, &bytes),
+        bytes: ReadBytes::from_slice(&bytes),
+        replicas: r.servers,
+        next: 1,
+        on_miss: true,
+        learns: r.learns,
+        pull_on_miss: r.pull_on_miss,
+    };
+    assert!(retry.pull_after_miss());
+    assert_eq!(retry.take_next(), Some(new), "asked again once pulled");
+    assert!(!retry.pull_after_miss(), "a second miss is the answer");
+    assert_eq!(retry.take_next(), None);
 }
