@@ -7,6 +7,7 @@
 
 use super::conn::{Conn, ConnTable};
 use super::fault::ServerFault;
+use super::params;
 use super::sweep;
 use super::timers;
 use super::tokens::{self, TokenKind};
@@ -91,7 +92,13 @@ impl Worker<'_> {
             self.stats
                 .worker_set(WorkerField::Heartbeat, crate::util::epoch_us());
             let stop = control.check(&mut self.ctl, control_ready);
-            self.apply_ctl();
+            // The parameters the controller changed, given to the
+            // recorder and the pools; a pool's new server timeout times
+            // its connections anew.
+            self.recorder.knobs(self.ctl.latency, self.ctl.slowlog_us);
+            for (pool, timeout) in self.ctl.apply_to(&mut self.pools) {
+                params::rearm(&mut self.conns, &mut self.timers, pool, timeout);
+            }
             // After the controller's messages: a barrier's go releases
             // the requests held for it in this pass.
             self.fleet_holds_tick(now);

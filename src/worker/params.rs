@@ -1,55 +1,67 @@
 //! The run-time parameters the controller changed (`WorkerCtl`, set in
 //! `Control::check`), applied once a pass to the parts they belong to:
-//! the recorder's knobs, a pool's fleet barrier and migration, and a
-//! pool's server timeout with its connections' timers re-armed.
+//! a pool's fleet barrier and migration, and a pool's server timeout
+//! ([`WorkerCtl::apply_to`]), that pool's connections' timers re-armed
+//! for the new timeout ([`rearm`]). None of it is a `Worker` method: the
+//! loop hands the pools, connections and timers over.
 
 use super::conn::Conn;
 use super::pool::PoolRt;
-use super::Worker;
+use super::timers::Timers;
+use super::WorkerCtl;
 use mio::Token;
+use slab::Slab;
+use std::time::Duration;
 
-impl Worker<'_> {
-    /// Apply the parameters the controller changed.
-    pub(super) fn apply_ctl(&mut self) {
-        self.recorder.knobs(self.ctl.latency, self.ctl.slowlog_us);
-        for pool in std::mem::take(&mut self.ctl.fleet_go) {
-            if let Some(p) = self.pools.get_mut(pool) {
+impl WorkerCtl {
+    /// Give the pools what the controller changed in them (a barrier
+    /// passed, a migration ended, a new server timeout), each change
+    /// taken once. Returns the pools whose timeout changed, with the new
+    /// one, for their connections' timers ([`rearm`]).
+    pub(super) fn apply_to(&mut self, pools: &mut [PoolRt]) -> Vec<(usize, Option<Duration>)> {
+        for pool in std::mem::take(&mut self.fleet_go) {
+            if let Some(p) = pools.get_mut(pool) {
                 p.fleet_passed();
             }
         }
-        for pool in std::mem::take(&mut self.ctl.migration_done) {
-            if let Some(p) = self.pools.get_mut(pool) {
+        for pool in std::mem::take(&mut self.migration_done) {
+            if let Some(p) = pools.get_mut(pool) {
                 p.migration_ended();
             }
         }
-        if self.ctl.pool_timeouts.is_empty() {
-            return;
-        }
-        for (pool, ms) in std::mem::take(&mut self.ctl.pool_timeouts) {
-            let Some(p) = self.pools.get_mut(pool) else {
+        let mut changed = Vec::new();
+        for (pool, ms) in std::mem::take(&mut self.pool_timeouts) {
+            let Some(p) = pools.get_mut(pool) else {
                 continue;
             };
             p.cfg.timeout_ms = (ms > 0).then_some(ms);
-            let timeout = p.timeout();
-            // Re-arm the timers of this pool's connections for the new
-            // timeout (a stale timer re-reads the timeout when it fires).
-            let mut arm = Vec::new();
-            for (k, c) in self.conns.iter_mut() {
-                let Conn::Server(s) = c else { continue };
-                if s.pool() != pool {
-                    continue;
-                }
-                match (s.inflight().front().map(|f| f.sent_at), timeout) {
-                    (Some(f), Some(t)) => {
-                        s.set_timer_armed(true);
-                        arm.push((f + t, Token(k), s.id()));
-                    }
-                    _ => s.set_timer_armed(false),
-                }
+            changed.push((pool, p.timeout()));
+        }
+        changed
+    }
+}
+
+/// Re-arm the timers of `pool`'s server connections for its new
+/// `timeout`: one due that long after the oldest request in flight, and
+/// none without a request or a timeout. A timer armed before is not
+/// taken back: it is stale when it fires (it re-reads the timeout then).
+pub(super) fn rearm(
+    conns: &mut Slab<Conn>,
+    timers: &mut Timers,
+    pool: usize,
+    timeout: Option<Duration>,
+) {
+    for (k, c) in conns.iter_mut() {
+        let Conn::Server(s) = c else { continue };
+        if s.pool() != pool {
+            continue;
+        }
+        match (s.inflight().front().map(|f| f.sent_at), timeout) {
+            (Some(f), Some(t)) => {
+                s.set_timer_armed(true);
+                timers.arm(f + t, Token(k), s.id());
             }
-            for (at, token, id) in arm {
-                self.timers.arm(at, token, id);
-            }
+            _ => s.set_timer_armed(false),
         }
     }
 }
@@ -80,3 +92,7 @@ impl PoolRt {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "params_tests.rs"]
+mod tests;
