@@ -85,8 +85,9 @@ impl Worker<'_> {
             self.end_pass(now);
             if self.handover.is_some() && !self.hand_over_ready() {
                 // Nobody to hand to: finish the clients here, as a
-                // graceful stop does.
-                self.resume_all_clients();
+                // graceful stop does, each read again (what they sent
+                // meanwhile waits in their sockets).
+                self.resume.extend(sweep::clients(&self.conns));
                 stopping.graceful_since.get_or_insert(now);
             }
             self.stats

@@ -485,15 +485,4 @@ impl<'a> Worker<'a> {
             None => {}
         }
     }
-
-    /// Read every client again (a handover that could not go on: what
-    /// they sent meanwhile waits in their sockets, and edge-triggered
-    /// epoll will not report it again).
-    fn resume_all_clients(&mut self) {
-        for (k, c) in self.conns.iter() {
-            if matches!(c, Conn::Client(_)) {
-                self.resume.push(Token(k));
-            }
-        }
-    }
 }

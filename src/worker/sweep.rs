@@ -181,6 +181,16 @@ pub(super) fn quiet_clients(conns: &Slab<Conn>, now: Instant) -> Vec<Token> {
         .collect()
 }
 
+/// Every client in the table, in table order: those a handover that
+/// could not go on reads again (what they sent meanwhile waits in their
+/// sockets, and edge-triggered epoll will not report it again).
+pub(super) fn clients(conns: &Slab<Conn>) -> impl Iterator<Item = Token> + '_ {
+    conns.iter().filter_map(|(k, c)| match c {
+        Conn::Client(_) => Some(Token(k)),
+        Conn::Server(_) => None,
+    })
+}
+
 /// Whether any client is left in the table.
 pub(super) fn any_client(conns: &Slab<Conn>) -> bool {
     conns.iter().any(|(_, c)| matches!(c, Conn::Client(_)))
@@ -263,5 +273,28 @@ mod tests {
         );
         assert!(!quiet(true, false, t0, later), "a request in flight");
         assert!(!quiet(false, true, t0, later), "replies to write");
+    }
+
+    #[test]
+    fn every_client_and_no_server_connection_is_named() {
+        use crate::net::Stream;
+        use crate::proto::redis::local::Session;
+        use crate::worker::conn::{Client, Server};
+        let now = Instant::now();
+        let mut conns = Slab::new();
+        let client = |conns: &mut Slab<Conn>| {
+            let (sock, _) = mio::net::UnixStream::pair().expect("socket pair");
+            let c = Client::new(Stream::Unix(sock), 1, 0, Session::new(1, None, false), now);
+            Token(conns.insert(Conn::Client(Box::new(c))))
+        };
+        assert_eq!(clients(&conns).count(), 0);
+        assert!(!any_client(&conns));
+        let a = client(&mut conns);
+        let (sock, _) = mio::net::UnixStream::pair().expect("socket pair");
+        let s = Server::new(Stream::Unix(sock), 2, (0, 0, 0), now, true);
+        conns.insert(Conn::Server(Box::new(s)));
+        let b = client(&mut conns);
+        assert_eq!(clients(&conns).collect::<Vec<_>>(), vec![a, b]);
+        assert!(any_client(&conns));
     }
 }
