@@ -25,6 +25,36 @@ struct Stopping {
     handover_since: Option<Instant>,
 }
 
+/// What a handover's stop still waits for.
+#[derive(Debug, Clone, Copy)]
+struct Left {
+    /// A client here, or one handed in and not yet taken.
+    clients: bool,
+    /// A TLS client relayed to the successor (it keeps this worker
+    /// until it ends).
+    relays: bool,
+    /// A subscriber or a client in a transaction: its server connections
+    /// are this worker's, it crosses once it leaves that state.
+    pinned: bool,
+}
+
+impl Stopping {
+    /// Whether a handover's stop is done at `now`: every client handed
+    /// over, or `bound` past since handing over began; either way only
+    /// once no relayed client and no client pinned here is left.
+    fn handover_done(&mut self, left: Left, bound: Duration, now: Instant) -> bool {
+        let since = *self.handover_since.get_or_insert(now);
+        (!left.clients || now.duration_since(since) > bound) && !left.relays && !left.pinned
+    }
+
+    /// Whether a graceful stop is done at `now`: no client left, or
+    /// `bound` past since it began.
+    fn graceful_done(&mut self, clients: bool, bound: Duration, now: Instant) -> bool {
+        let since = *self.graceful_since.get_or_insert(now);
+        !clients || now.duration_since(since) > bound
+    }
+}
+
 impl Worker<'_> {
     /// Run the loop until the controller says stop (and, for a graceful
     /// stop, until every client's requests are answered).
@@ -212,32 +242,25 @@ impl Worker<'_> {
                     stopping.handover_since.get_or_insert(now);
                     control.stopped_routing();
                 }
-                let since = *stopping.handover_since.get_or_insert(now);
-                let clients = sweep::any_client(&self.conns);
-                // Relayed TLS clients keep this worker until they end;
-                // so do subscribers and clients in a transaction, which
-                // cross once they leave that state (their server
-                // connections are this worker's).
-                let pinned = self
-                    .conns
-                    .iter()
-                    .any(|(_, c)| matches!(c, Conn::Client(c) if c.is_stateful()));
-                ((!clients && self.handin.none_waiting())
-                    || now.duration_since(since) > self.graceful_timeout)
-                    && self.relays.is_empty()
-                    && !pinned
+                let left = Left {
+                    clients: sweep::any_client(&self.conns) || !self.handin.none_waiting(),
+                    relays: !self.relays.is_empty(),
+                    pinned: sweep::any_pinned(&self.conns),
+                };
+                stopping.handover_done(left, self.graceful_timeout, now)
             }
             Stop::Graceful | Stop::Handover => {
                 self.fleet_holds.close();
                 self.fleet_holds_tick(now);
                 self.intake.stop(self.poll.registry());
-                let since = *stopping.graceful_since.get_or_insert(now);
+                stopping.graceful_since.get_or_insert(now);
                 // Every client with nothing in flight that has been
                 // quiet for a while closes; done when none is left.
                 for client in sweep::quiet_clients(&self.conns, now) {
                     self.close_client(client, false);
                 }
-                !sweep::any_client(&self.conns) || now.duration_since(since) > self.graceful_timeout
+                let clients = sweep::any_client(&self.conns);
+                stopping.graceful_done(clients, self.graceful_timeout, now)
             }
         }
     }
@@ -287,5 +310,76 @@ impl Worker<'_> {
         // Clients given output while these were written (more of a held
         // reply) stay marked: the next round writes them.
         self.dirty.give_clients(clients);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LEFT: Left = Left {
+        clients: false,
+        relays: false,
+        pinned: false,
+    };
+
+    #[test]
+    fn a_handover_ends_once_its_clients_crossed_or_its_time_is_up() {
+        let bound = Duration::from_secs(5);
+        let t0 = Instant::now();
+        let mut s = Stopping::default();
+        let clients = Left {
+            clients: true,
+            ..LEFT
+        };
+        assert!(
+            !s.handover_done(clients, bound, t0),
+            "clients left to hand over"
+        );
+        assert_eq!(s.handover_since, Some(t0), "the handover's time starts");
+        assert!(
+            !s.handover_done(clients, bound, t0 + bound),
+            "within the bound"
+        );
+        assert!(s.handover_done(clients, bound, t0 + bound + Duration::from_millis(1)));
+        assert!(
+            s.handover_done(LEFT, bound, t0 + Duration::from_millis(1)),
+            "none left"
+        );
+    }
+
+    #[test]
+    fn relayed_and_pinned_clients_hold_a_handover_past_its_bound() {
+        let bound = Duration::from_secs(5);
+        let t0 = Instant::now();
+        let late = t0 + Duration::from_secs(60);
+        let mut s = Stopping {
+            handover_since: Some(t0),
+            ..Stopping::default()
+        };
+        let relays = Left {
+            relays: true,
+            ..LEFT
+        };
+        let pinned = Left {
+            pinned: true,
+            clients: true,
+            ..LEFT
+        };
+        assert!(!s.handover_done(relays, bound, late));
+        assert!(!s.handover_done(pinned, bound, late));
+        assert!(s.handover_done(LEFT, bound, late));
+    }
+
+    #[test]
+    fn a_graceful_stop_ends_once_no_client_is_left_or_its_time_is_up() {
+        let bound = Duration::from_secs(5);
+        let t0 = Instant::now();
+        let mut s = Stopping::default();
+        assert!(!s.graceful_done(true, bound, t0));
+        assert_eq!(s.graceful_since, Some(t0));
+        assert!(!s.graceful_done(true, bound, t0 + bound));
+        assert!(s.graceful_done(true, bound, t0 + bound + Duration::from_millis(1)));
+        assert!(s.graceful_done(false, bound, t0), "no client left");
     }
 }

@@ -191,6 +191,15 @@ pub(super) fn clients(conns: &Slab<Conn>) -> impl Iterator<Item = Token> + '_ {
     })
 }
 
+/// Whether a client is pinned to this worker: a subscriber or a client
+/// in a transaction, whose server connections are this worker's (it
+/// crosses in a handover once it leaves that state).
+pub(super) fn any_pinned(conns: &Slab<Conn>) -> bool {
+    conns
+        .iter()
+        .any(|(_, c)| matches!(c, Conn::Client(c) if c.is_stateful()))
+}
+
 /// Whether any client is left in the table.
 pub(super) fn any_client(conns: &Slab<Conn>) -> bool {
     conns.iter().any(|(_, c)| matches!(c, Conn::Client(_)))
@@ -296,5 +305,9 @@ mod tests {
         let b = client(&mut conns);
         assert_eq!(clients(&conns).collect::<Vec<_>>(), vec![a, b]);
         assert!(any_client(&conns));
+        assert!(
+            !any_pinned(&conns),
+            "neither subscribed nor in a transaction"
+        );
     }
 }
