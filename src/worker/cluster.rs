@@ -51,6 +51,15 @@ pub(super) enum Again {
     },
 }
 
+/// A request waited out that goes again now (`PoolRt::retries_due`):
+/// to `server`, answered to `to`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Resend {
+    pub server: usize,
+    pub to: ReplyTo,
+    pub op: Op,
+}
+
 /// A cluster pool's slot map and its refresh, kept by the pool: the key's
 /// node, the map taken from a `CLUSTER SLOTS` reply (nodes new to the pool
 /// added as servers), and what asks for a new one.
@@ -119,6 +128,34 @@ impl PoolRt {
                 n
             );
         }
+    }
+
+    /// The requests whose TRYAGAIN delay has passed, each with the server
+    /// the map of this moment routes its (first) key to; those whose
+    /// client is gone, or no longer keeps them, are dropped.
+    pub(super) fn retries_due(&mut self, conns: &Slab<Conn>, now: Instant) -> Vec<Resend> {
+        let due = match self.cluster.as_mut() {
+            Some(c) => c.take_due(now),
+            None => return Vec::new(),
+        };
+        due.into_iter()
+            .filter_map(|r| {
+                let key = conns
+                    .client_ref(ClientRef::new(r.token, r.id))
+                    .and_then(|c| c.slot(r.seq))
+                    .and_then(|slot| slot.kept_first_key(r.frag))?;
+                Some(Resend {
+                    server: self.cluster_server(&key, r.op, r.id),
+                    to: ReplyTo {
+                        token: r.token,
+                        id: r.id,
+                        seq: Some(r.seq),
+                        frag: r.frag,
+                    },
+                    op: r.op,
+                })
+            })
+            .collect()
     }
 
     /// A `-MOVED` or `-ASK` from server `from`: the server the request
@@ -202,7 +239,9 @@ impl Worker<'_> {
             if self.pools[pool].cluster.is_none() {
                 continue;
             }
-            self.cluster_retry_due(pool, now);
+            for r in self.pools[pool].retries_due(&self.conns, now) {
+                self.send_again(pool, r.server, r.to, r.op, false, now);
+            }
             let Some(start) = self.pools[pool]
                 .cluster
                 .as_mut()
@@ -293,33 +332,6 @@ impl Worker<'_> {
             }
         }
         true
-    }
-
-    /// Send the requests whose TRYAGAIN delay has passed, routed by the
-    /// current map.
-    fn cluster_retry_due(&mut self, pool: usize, now: Instant) {
-        let due = match self.pools[pool].cluster.as_mut() {
-            Some(c) => c.take_due(now),
-            None => return,
-        };
-        for r in due {
-            let Some(key) = self
-                .conns
-                .client_ref(ClientRef::new(r.token, r.id))
-                .and_then(|c| c.slot(r.seq))
-                .and_then(|slot| slot.kept_first_key(r.frag))
-            else {
-                continue;
-            };
-            let server = self.pools[pool].cluster_server(&key, r.op, r.id);
-            let to = ReplyTo {
-                token: r.token,
-                id: r.id,
-                seq: Some(r.seq),
-                frag: r.frag,
-            };
-            self.send_again(pool, server, to, r.op, false, now);
-        }
     }
 
     /// Queue `ASKING` on a connection: the next request may use a slot the
@@ -719,5 +731,55 @@ mod tests {
         };
         assert_eq!(p.cluster_answer(moved, 0, true), Some(to_known));
         assert!(wanted(&mut p), "a MOVED asks for a new map");
+    }
+
+    #[test]
+    fn a_request_waited_out_goes_where_its_key_is_routed_when_due() {
+        use super::super::conn::{Client, Redirect};
+        use crate::net::Stream;
+        let mut p = pool();
+        let (req, bytes) = cmd(b"*2\r\n$3\r\nGET\r\n$3\r\nfoo\r\n");
+        let op = req.op;
+        // Client 10 at Token(0) keeps GET foo in its reply 0.
+        let mut conns = Slab::new();
+        let (sock, _) = mio::net::UnixStream::pair().expect("socket pair");
+        let session = crate::proto::redis::local::Session::new(1, None, false);
+        let mut c = Client::new(Stream::Unix(sock), 10, 0, session, Instant::now());
+        c.push_reply(ReplySlot {
+            redirect: Some(Box::new(Redirect {
+                req,
+                bytes,
+                hops: 0,
+                tries: 0,
+                spool: None,
+                feeding: None,
+            })),
+            ..ReplySlot::default()
+        });
+        conns.insert(Conn::Client(Box::new(c)));
+        let now = Instant::now();
+        let c = p.cluster.as_mut().unwrap();
+        let kept = ClientRef::new(Token(0), 10);
+        let _ = c.wait_out(kept, 0, None, op, now);
+        let _ = c.wait_out(ClientRef::new(Token(0), 11), 0, None, op, now);
+        let _ = c.wait_out(kept, 1, None, op, now);
+        assert!(p.retries_due(&conns, now).is_empty(), "not due yet");
+        // The map of the moment routes foo's slot (12182) to the second seed.
+        p.cluster
+            .as_mut()
+            .unwrap()
+            .set(cluster::key_slot(b"foo"), 1);
+        let later = now + std::time::Duration::from_secs(1);
+        let again = Resend {
+            server: 1,
+            to: ReplyTo::new(Token(0), 10, Some(0), None),
+            op,
+        };
+        assert_eq!(
+            p.retries_due(&conns, later),
+            vec![again],
+            "another client's and a reply not kept are dropped"
+        );
+        assert!(p.retries_due(&conns, later).is_empty(), "taken once");
     }
 }
