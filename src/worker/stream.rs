@@ -57,6 +57,7 @@ use super::fault::ServerFault;
 use super::req_stream::{FeedStep, PairOut, ReqAction};
 use super::{Worker, STREAM_HIGH, STREAM_LOW, STREAM_THRESHOLD};
 use crate::proto::redis::{self, StreamHead, StreamKind, StreamMachine};
+use crate::proto::Op;
 use crate::stats::shm::StatsSlot;
 use crate::stats::{PoolField, ServerField, WorkerField};
 use mio::Token;
@@ -84,6 +85,34 @@ pub(super) fn drained_client(conns: &mut slab::Slab<Conn>, st: Token) -> Option<
     let (ct, cid) = (ss.client, ss.client_id);
     let c = conns.client_mut(ct.0).filter(|c| c.id() == cid)?;
     c.stream_mut()?.resume().then_some(ct)
+}
+
+/// The pairs of client `token`'s pair-by-pair MSET not sent yet, when its
+/// streamed request fails: each a fragment of its reply, answered with an
+/// error of operation `op` in `pool`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Unsent {
+    pub pool: usize,
+    pub op: Op,
+    pub pairs: Vec<ReplyTo>,
+}
+
+/// What of client `token`'s streamed request is left unsent: none but
+/// for an MSET sent pair by pair whose reply is still owed.
+pub(super) fn unsent_pairs(conns: &slab::Slab<Conn>, token: Token) -> Option<Unsent> {
+    let c = conns.client(token.0)?;
+    let rs = c.stream()?;
+    let seq = rs.pairs_seq()?;
+    let op = c.slot(seq)?.multi.as_ref()?.req.op;
+    let (cid, at) = (c.id(), Some(seq));
+    let pairs = rs.pairs_unsent();
+    Some(Unsent {
+        pool: c.pool(),
+        op,
+        pairs: pairs
+            .map(|i| ReplyTo::new(token, cid, at, Some(i as u32)))
+            .collect(),
+    })
 }
 
 /// Where the bytes a streamed request passes come from: the first `n` of
@@ -372,7 +401,23 @@ impl Worker<'_> {
                     return true;
                 }
                 ReqAction::Fail(reply) => {
-                    self.fail_stream(token, reply);
+                    // A protocol error: the MSET's pairs not sent fail
+                    // first (so that its reply completes), a server
+                    // connection holding half the request is closed, and
+                    // the client gets the error and is closed.
+                    if let Some(u) = unsent_pairs(&self.conns, token) {
+                        let mut out = Vec::new();
+                        let proto = self.pools[u.pool].proto;
+                        ServerFault::UnsentAfterBadPair.write_reply(proto, u.op, &mut out);
+                        for to in u.pairs {
+                            self.fragment_done(to, out.clone(), true, false);
+                        }
+                    }
+                    let half = self.conns.client_mut(token.0).and_then(|c| c.take_stream());
+                    if let Some(ServerRef { token: st, id }) = half.and_then(|rs| rs.server()) {
+                        self.abort_server_stream(st, id, ServerFault::HalfSentBadArg);
+                    }
+                    self.conns.push_ready(token, reply, true);
                     return false;
                 }
             }
@@ -414,41 +459,6 @@ impl Worker<'_> {
             Some(rs) => !rs.pause_if_lagging(queued),
             None => true,
         }
-    }
-
-    /// A protocol error in a streamed request: the client gets it and is
-    /// closed; a server connection holding half the request is closed, and
-    /// an MSET's pairs not sent fail (so that its reply completes).
-    fn fail_stream(&mut self, token: Token, reply: Vec<u8>) {
-        let Some(c) = self.conns.client_mut(token.0) else {
-            return;
-        };
-        let (pool, client_id) = (c.pool(), c.id());
-        let unsent = c
-            .stream()
-            .and_then(|rs| Some((rs.pairs_seq()?, rs.pairs_unsent())));
-        let op = unsent
-            .as_ref()
-            .and_then(|(seq, _)| Some(c.slot(*seq)?.multi.as_ref()?.req.op));
-        if let (Some((seq, unsent)), Some(op)) = (unsent, op) {
-            let mut out = Vec::new();
-            ServerFault::UnsentAfterBadPair.write_reply(self.pools[pool].proto, op, &mut out);
-            for i in unsent {
-                self.fragment_done(
-                    ReplyTo::new(token, client_id, Some(seq), Some(i as u32)),
-                    out.clone(),
-                    true,
-                    false,
-                );
-            }
-        }
-        let Some(c) = self.conns.client_mut(token.0) else {
-            return;
-        };
-        if let Some(ServerRef { token: st, id: sid }) = c.take_stream().and_then(|rs| rs.server()) {
-            self.abort_server_stream(st, sid, ServerFault::HalfSentBadArg);
-        }
-        self.conns.push_ready(token, reply, true);
     }
 
     /// The key of a request held in a spool was read: route it, then the

@@ -117,3 +117,50 @@ fn a_connection_with_nothing_queued_is_marked_and_a_full_one_says_so() {
     assert!(pass(&mut conns, &stats, &mut dirty, ct, to, 1));
     assert!(dirty.take_servers().is_empty());
 }
+
+/// A client at a new table's first token whose streamed request is `data`
+/// (its head found with a threshold of 8 bytes): an MSET's reply slot is
+/// its reply 0.
+fn client_streaming(data: &[u8]) -> slab::Slab<Conn> {
+    let limits = Limits::default();
+    let head = (1..=data.len())
+        .find_map(|n| redis::stream_head(&data[..n], &limits, 8))
+        .expect("a streamed head");
+    let machine = StreamMachine::new(&head, limits, 8);
+    let (sock, _) = mio::net::UnixStream::pair().expect("socket pair");
+    let now = Instant::now();
+    let mut c = Client::new(
+        Stream::Unix(sock),
+        CID,
+        0,
+        Session::new(1, None, false),
+        now,
+    );
+    let rs = match head.kind {
+        StreamKind::Pairs => {
+            let (slot, _) = ReqStream::pairs_slot(&head);
+            c.push_reply(slot);
+            ReqStream::pairs(machine, 0)
+        }
+        _ => ReqStream::single(machine, None),
+    };
+    c.start_stream(rs);
+    let mut conns = slab::Slab::new();
+    conns.insert(Conn::Client(Box::new(c)));
+    conns
+}
+
+#[test]
+fn a_failed_mset_fails_the_pairs_it_did_not_send() {
+    let mset = b"*5\r\n$4\r\nMSET\r\n$1\r\na\r\n$10\r\n0123456789\r\n$1\r\nb\r\n$1\r\nx\r\n";
+    let conns = client_streaming(mset);
+    let u = unsent_pairs(&conns, Token(0)).expect("pairs unsent");
+    assert_eq!(u.pool, 0);
+    assert!(matches!(u.op, crate::proto::Op::Redis(o) if o.cmd.name() == "MSET"));
+    let frag = |i| ReplyTo::new(Token(0), CID, Some(0), Some(i));
+    assert_eq!(u.pairs, vec![frag(0), frag(1)]);
+    assert_eq!(unsent_pairs(&conns, Token(1)), None, "no such client");
+    let set = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$10\r\n0123456789\r\n";
+    let conns = client_streaming(set);
+    assert_eq!(unsent_pairs(&conns, Token(0)), None, "no pairs");
+}
