@@ -166,6 +166,43 @@ fn stream_out(
     over
 }
 
+/// How far feeding a streamed request's held bytes went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HeldFed {
+    /// All passed, or a connection is gone (a server that failed is
+    /// seen by `pass_stream`).
+    Done,
+    /// The server connection's output holds enough: it is written first.
+    Full,
+}
+
+/// Pass client `ct`'s held bytes to the server connection `to` its request
+/// streams to, as much as its output takes (`ReqStream::feed`).
+fn feed_held(
+    conns: &mut slab::Slab<Conn>,
+    stats: &StatsSlot,
+    dirty: &mut Dirty,
+    ct: Token,
+    to: ServerRef,
+) -> HeldFed {
+    loop {
+        let (c, s) = match conns.get2_mut(ct.0, to.token.0) {
+            Some((Conn::Client(c), Conn::Server(s))) if s.id() == to.id => (c, s),
+            _ => return HeldFed::Done,
+        };
+        let Some(rs) = c.stream() else {
+            return HeldFed::Done;
+        };
+        match rs.feed(s.wbuf().len()) {
+            FeedStep::Pass(n) => {
+                stream_out(conns, stats, dirty, ct, to, Passing::Held(n));
+            }
+            FeedStep::Done => return HeldFed::Done,
+            FeedStep::Full => return HeldFed::Full,
+        }
+    }
+}
+
 impl Worker<'_> {
     /// Route a request whose large argument is still arriving and queue its
     /// head on a connection of its own.
@@ -374,11 +411,24 @@ impl Worker<'_> {
             };
             match rs.next(rbuf) {
                 ReqAction::More => return false,
-                ReqAction::FeedHeld(r) => {
-                    if !self.feed_script_spool(token, r.token, r.id, now) {
+                ReqAction::FeedHeld(r) => loop {
+                    let fed = feed_held(&mut self.conns, &self.stats, &mut self.dirty, token, r);
+                    if fed == HeldFed::Done {
+                        break;
+                    }
+                    // The server has enough queued: write it, and wait if
+                    // it lags.
+                    self.write_server(r.token, now);
+                    let queued = self.conns.server_ref(r).map(|s| s.wbuf().len());
+                    if queued.is_some_and(|n| n >= STREAM_HIGH) {
+                        if let Some(rs) =
+                            self.conns.client_mut(token.0).and_then(|c| c.stream_mut())
+                        {
+                            rs.pause();
+                        }
                         return false;
                     }
-                }
+                },
                 ReqAction::Forward(n) => {
                     if !self.forward_stream(token, n, now) {
                         return false;
@@ -506,40 +556,6 @@ impl Worker<'_> {
         }
         if let Some(rs) = self.conns.client_mut(token.0).and_then(|c| c.stream_mut()) {
             rs.routed(target);
-        }
-    }
-
-    /// Pass held bytes to the server as its output drains. True when all
-    /// passed, false when the client waits for the server (or is gone).
-    fn feed_script_spool(&mut self, ct: Token, st: Token, sid: u64, now: Instant) -> bool {
-        loop {
-            let (c, s) = match self.conns.get2_mut(ct.0, st.0) {
-                Some((Conn::Client(c), Conn::Server(s))) if s.id() == sid => (c, s),
-                // The server failed: pass_stream sees it.
-                _ => return true,
-            };
-            let Some(rs) = c.stream() else {
-                return true;
-            };
-            match rs.feed(s.wbuf().len()) {
-                FeedStep::Pass(n) => {
-                    let to = ServerRef::new(st, sid);
-                    let pass = Passing::Held(n);
-                    stream_out(&mut self.conns, &self.stats, &mut self.dirty, ct, to, pass);
-                    continue;
-                }
-                FeedStep::Done => return true,
-                FeedStep::Full => {}
-            }
-            // The server has enough queued: write it, and wait if it lags.
-            self.write_server(st, now);
-            let lagging = matches!(self.conns.server(st.0), Some(s) if s.id() == sid && s.wbuf().len() >= STREAM_HIGH);
-            if lagging {
-                if let Some(rs) = self.conns.client_mut(ct.0).and_then(|c| c.stream_mut()) {
-                    rs.pause();
-                }
-                return false;
-            }
         }
     }
 

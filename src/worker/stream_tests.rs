@@ -164,3 +164,44 @@ fn a_failed_mset_fails_the_pairs_it_did_not_send() {
     let conns = client_streaming(set);
     assert_eq!(unsent_pairs(&conns, Token(0)), None, "no pairs");
 }
+
+#[test]
+fn held_bytes_pass_until_the_server_holds_enough() {
+    let eval = b"*4\r\n$4\r\nEVAL\r\n$10\r\n0123456789\r\n$1\r\n1\r\n$1\r\nk\r\n";
+    let limits = Limits::default();
+    let head = (1..=eval.len())
+        .find_map(|n| redis::stream_head(&eval[..n], &limits, 8))
+        .expect("a streamed head");
+    assert_eq!(head.kind, StreamKind::Spool);
+    let held = &eval[..head.req.len];
+    let region = region();
+    let stats = region.slot(0);
+    let mut dirty = Dirty::default();
+    for queued in [0, STREAM_HIGH] {
+        let mut conns = slab::Slab::new();
+        let (ct, to) = streaming(&mut conns, b"$1\r\n", &vec![b'x'; queued]);
+        let mut rs = ReqStream::held(StreamMachine::new(&head, limits, 8), held);
+        rs.routed(Some(to));
+        conns.client_mut(ct.0).expect("client").start_stream(rs);
+        let wbuf = |conns: &slab::Slab<Conn>| conns.server(to.token.0).map(|s| s.wbuf().len());
+        if queued == 0 {
+            assert_eq!(
+                feed_held(&mut conns, &stats, &mut dirty, ct, to),
+                HeldFed::Done
+            );
+            assert_eq!(wbuf(&conns), Some(held.len()), "all passed");
+            let stale = ServerRef::new(to.token, 8);
+            assert_eq!(
+                feed_held(&mut conns, &stats, &mut dirty, ct, stale),
+                HeldFed::Done,
+                "another connection in its slot"
+            );
+        } else {
+            assert_eq!(
+                feed_held(&mut conns, &stats, &mut dirty, ct, to),
+                HeldFed::Full
+            );
+            assert_eq!(wbuf(&conns), Some(STREAM_HIGH), "nothing passed");
+        }
+    }
+}
