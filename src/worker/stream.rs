@@ -166,6 +166,45 @@ fn stream_out(
     over
 }
 
+/// What passing a streamed request's input on came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Forwarded {
+    /// The client is gone.
+    Gone,
+    /// Passed (or dropped, when the request has no server to go to).
+    Passed,
+    /// Passed, and server connection `st` now holds more than the high
+    /// mark: it is written now, and the client paused if it still lags.
+    Over(Token),
+}
+
+/// Pass the first `n` bytes of client `ct`'s input to the server its
+/// request streams to (dropped when it has none); they leave its input.
+fn forward_input(
+    conns: &mut slab::Slab<Conn>,
+    stats: &StatsSlot,
+    dirty: &mut Dirty,
+    ct: Token,
+    n: usize,
+) -> Forwarded {
+    let target = match conns.get(ct.0) {
+        Some(Conn::Client(c)) => c.stream().and_then(|rs| rs.server()),
+        _ => return Forwarded::Gone,
+    };
+    let over = match target {
+        Some(to) => stream_out(conns, stats, dirty, ct, to, Passing::Input(n)),
+        None => false,
+    };
+    let Some(c) = conns.client_mut(ct.0) else {
+        return Forwarded::Gone;
+    };
+    c.consume_input(n);
+    match (over, target) {
+        (true, Some(to)) => Forwarded::Over(to.token),
+        _ => Forwarded::Passed,
+    }
+}
+
 /// How far feeding a streamed request's held bytes went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum HeldFed {
@@ -430,8 +469,22 @@ impl Worker<'_> {
                     }
                 },
                 ReqAction::Forward(n) => {
-                    if !self.forward_stream(token, n, now) {
-                        return false;
+                    let (stats, dirty) = (&self.stats, &mut self.dirty);
+                    match forward_input(&mut self.conns, stats, dirty, token, n) {
+                        Forwarded::Gone => return false,
+                        Forwarded::Passed => {}
+                        Forwarded::Over(st) => {
+                            // Write now; pause the client only if the
+                            // server lags.
+                            self.write_server(st, now);
+                            let queued = self.conns.server(st.0).map(|s| s.wbuf().len());
+                            let rs = self.conns.client_mut(token.0).and_then(|c| c.stream_mut());
+                            if let (Some(q), Some(rs)) = (queued, rs) {
+                                if rs.pause_if_lagging(q) {
+                                    return false;
+                                }
+                            }
+                        }
                     }
                 }
                 ReqAction::Route(key) => self.route_spool(token, &key, now),
@@ -471,43 +524,6 @@ impl Worker<'_> {
                     return false;
                 }
             }
-        }
-    }
-
-    /// Pass the first `n` bytes of the client's input to the server its
-    /// request streams to (dropped when it has none). False when the
-    /// client is paused until the server drains, or gone.
-    fn forward_stream(&mut self, token: Token, n: usize, now: Instant) -> bool {
-        let target = match self.conns.get(token.0) {
-            Some(Conn::Client(c)) => c.stream().and_then(|rs| rs.server()),
-            _ => return false,
-        };
-        let over = match target {
-            Some(to) => stream_out(
-                &mut self.conns,
-                &self.stats,
-                &mut self.dirty,
-                token,
-                to,
-                Passing::Input(n),
-            ),
-            None => false,
-        };
-        let Some(c) = self.conns.client_mut(token.0) else {
-            return false;
-        };
-        c.consume_input(n);
-        let (true, Some(ServerRef { token: st, .. })) = (over, target) else {
-            return true;
-        };
-        // Write now; pause the client only if the server lags.
-        self.write_server(st, now);
-        let Some(queued) = self.conns.server(st.0).map(|s| s.wbuf().len()) else {
-            return true;
-        };
-        match self.conns.client_mut(token.0).and_then(|c| c.stream_mut()) {
-            Some(rs) => !rs.pause_if_lagging(queued),
-            None => true,
         }
     }
 

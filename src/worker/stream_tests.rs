@@ -205,3 +205,34 @@ fn held_bytes_pass_until_the_server_holds_enough() {
         }
     }
 }
+
+#[test]
+fn input_passes_on_and_a_server_over_its_mark_is_named() {
+    let set = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$10\r\n0123456789\r\n";
+    let limits = Limits::default();
+    let head = (1..=set.len())
+        .find_map(|n| redis::stream_head(&set[..n], &limits, 8))
+        .expect("a streamed head");
+    let region = region();
+    let stats = region.slot(0);
+    let mut dirty = Dirty::default();
+    for queued in [0, STREAM_HIGH] {
+        let mut conns = slab::Slab::new();
+        let (ct, to) = streaming(&mut conns, b"0123456789\r\n", &vec![b'x'; queued]);
+        let rs = ReqStream::single(StreamMachine::new(&head, limits, 8), Some(to));
+        conns.client_mut(ct.0).expect("client").start_stream(rs);
+        let fwd = forward_input(&mut conns, &stats, &mut dirty, ct, 4);
+        let input = conns.client(ct.0).map(|c| c.input().len());
+        assert_eq!(input, Some(8), "the bytes passed left the input");
+        if queued == 0 {
+            assert_eq!(fwd, Forwarded::Passed);
+        } else {
+            assert_eq!(fwd, Forwarded::Over(to.token), "over the high mark");
+        }
+        let gone = Token(ct.0 + 7);
+        assert_eq!(
+            forward_input(&mut conns, &stats, &mut dirty, gone, 1),
+            Forwarded::Gone
+        );
+    }
+}
