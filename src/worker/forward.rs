@@ -5,6 +5,7 @@
 use super::conn::Open;
 use super::conn::{
     ConnTable, Fragment, Multi, MultiMode, Origin, ReadBytes, Redirect, ReplySlot, ReplyTo, Retry,
+    Waiter,
 };
 use super::fault::ServerFault;
 use super::key_groups::{KeyGroups, Owners, Placed, Split};
@@ -81,6 +82,32 @@ impl Worker<'_> {
     ) -> Result<mio::Token, ServerFault> {
         let slot = self.conn_slot(to.token, pool, server, to.id, op);
         self.server_conn(pool, server, slot, now, Open::Shared)
+    }
+
+    /// Queue one of the proxy's own requests (a warm-up copy's, a pull's)
+    /// on `server`, its reply going to `waiter`: on the connection slot
+    /// `client` (token, id) uses for that server, or else the first. False
+    /// when it cannot be queued (not a request the proxy knows, or no
+    /// connection).
+    pub(super) fn send_own(
+        &mut self,
+        pool: usize,
+        server: usize,
+        client: Option<(Token, u64)>,
+        waiter: Waiter,
+        bytes: &[u8],
+        now: Instant,
+    ) -> bool {
+        let Some(op) = self.pools[pool].proto.own_request_op(bytes) else {
+            return false;
+        };
+        let slot = client.map_or(0, |(token, id)| self.conn_slot(token, pool, server, id, op));
+        let Ok(st) = self.server_conn(pool, server, slot, now, Open::Shared) else {
+            return false;
+        };
+        let write = |out: &mut Vec<u8>| out.extend_from_slice(bytes);
+        self.enqueue(st, Some(waiter), op, write, now);
+        true
     }
 
     /// `send_to`, and on failure the error goes to the waiting slot.

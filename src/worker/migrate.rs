@@ -35,12 +35,11 @@
 //! An old owner that cannot be reached loses its keys (as in twemproxy);
 //! the request then goes on to the new owner.
 
-use super::conn::Open;
 use super::conn::{ConnTable, ReadBytes, ReplySlot, ReplyTo, Retry, Servers, Waiter};
 use super::conn_state::Gate;
 use super::migration_rt::ReadOrder;
 use super::pool::PoolRt;
-use super::pull::{follows_copies, AfterPull, Pull, PullPart, Pulls, Sends, Step};
+use super::pull::{follows_copies, AfterPull, Pull, PullPart, Pulls, Step};
 use super::Worker;
 use crate::proto::{Op, Protocol, Request, Route};
 use mio::Token;
@@ -428,13 +427,33 @@ impl Worker<'_> {
     }
 
     /// Carry out what a held request's pulls said, and what that leads to
-    /// (a command that cannot be queued moves the pull on at once).
+    /// (a command that cannot be queued moves the pull on at once): each
+    /// command on each server it names, on the client's connection slot
+    /// for that server, a server's commands after one that is not queued
+    /// left out, and on how many servers all went told back.
     fn pull_run(&mut self, token: Token, mut step: Step, now: Instant) {
+        let Some(c) = self.conns.client(token.0) else {
+            return;
+        };
+        let (pool, id) = (c.pool(), c.id());
         loop {
             match step {
                 Step::Wait => return,
                 Step::Send(sends) => {
-                    let ok = self.pull_sends(token, &sends, now);
+                    let mut ok = 0;
+                    for &server in &sends.to {
+                        let all = sends.cmds.iter().all(|&(part, ref bytes)| {
+                            let idx = sends.idx as u32;
+                            let waiter = Waiter::Pull {
+                                token,
+                                id,
+                                idx,
+                                part,
+                            };
+                            self.send_own(pool, server, Some((token, id)), waiter, bytes, now)
+                        });
+                        ok += all as usize;
+                    }
                     let Some(g) = self.conns.client_mut(token.0).and_then(|c| c.gate_mut()) else {
                         return;
                     };
@@ -465,58 +484,6 @@ impl Worker<'_> {
                 }
             }
         }
-    }
-
-    /// Queue a pull's commands on their servers: on how many servers all
-    /// went.
-    fn pull_sends(&mut self, token: Token, s: &Sends, now: Instant) -> usize {
-        let mut ok = 0;
-        for &server in &s.to {
-            if s.cmds
-                .iter()
-                .all(|(part, bytes)| self.pull_send(token, server, s.idx, *part, bytes, now))
-            {
-                ok += 1;
-            }
-        }
-        ok
-    }
-
-    /// Queue one of the proxy's own requests of a pull.
-    fn pull_send(
-        &mut self,
-        token: Token,
-        server: usize,
-        idx: usize,
-        part: PullPart,
-        bytes: &[u8],
-        now: Instant,
-    ) -> bool {
-        let Some(c) = self.conns.client(token.0) else {
-            return false;
-        };
-        let (pool, id) = (c.pool(), c.id());
-        let Some(op) = self.pools[pool].proto.own_request_op(bytes) else {
-            return false;
-        };
-        let slot = self.conn_slot(token, pool, server, id, op);
-        let Ok(st) = self.server_conn(pool, server, slot, now, Open::Shared) else {
-            return false;
-        };
-        let waiter = Waiter::Pull {
-            token,
-            id,
-            idx: idx as u32,
-            part,
-        };
-        self.enqueue(
-            st,
-            Some(waiter),
-            op,
-            |out| out.extend_from_slice(bytes),
-            now,
-        );
-        true
     }
 
     /// A request that waited (for its keys' pulls, or for the fleet) goes

@@ -275,7 +275,7 @@ pub struct Worker<'a> {
     /// Requests seen by `shadow_sample` (shadow.rs).
     shadow_tick: u64,
     /// Keys being copied from a warm pool to a cold one (warm.rs).
-    warms: Slab<warm::WarmCopy>,
+    warms: warm::Warms,
     /// Handing clients over to this successor.
     handover: Option<String>,
     /// Clients whose output is held, with when the hold ends, oldest
@@ -379,7 +379,7 @@ impl<'a> Worker<'a> {
             gate: (!sentinels.is_empty()).then(|| Instant::now() + sentinel::GATE),
             sentinels,
             shadow_tick: 0,
-            warms: Slab::new(),
+            warms: warm::Warms::default(),
             handover: None,
             hold_deadlines: deadlines::Deadlines::new(),
             read_deadlines: deadlines::Deadlines::new(),

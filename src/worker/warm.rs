@@ -7,13 +7,13 @@
 //! (add), Redis `DUMP` + `PTTL` then `RESTORE` without `REPLACE`. Writes
 //! go to the cold pool only; deletes to both.
 
-use super::conn::Open;
 use super::conn::{ReplySlot, Waiter};
 use super::Worker;
 use crate::migrate::commands::{dump, mc_get, mc_store, pttl, restore};
 use crate::proto::memcache::moving::meta_value;
 use crate::proto::redis::moving::{bulk_payload, integer};
 use crate::proto::Protocol;
+use slab::Slab;
 use std::time::Instant;
 
 /// One key being copied from the warm pool to the cold one.
@@ -103,62 +103,107 @@ impl WarmCopy {
     }
 }
 
+/// The warm-up copies under way, by index (a copy's reads come back to
+/// it as `Waiter::Warm { idx }`): which request of a copy goes where next
+/// is theirs, the worker only queues it.
+#[derive(Debug, Default)]
+pub struct Warms(Slab<WarmCopy>);
+
+/// One request of a copy to queue on `server` of warm-up pool `pool`, its
+/// reply back to copy `idx` (`None`: the store, its reply dropped).
+#[derive(Debug, PartialEq, Eq)]
+pub struct WarmSend {
+    pub pool: usize,
+    pub server: usize,
+    pub idx: Option<usize>,
+    pub bytes: Vec<u8>,
+}
+
+impl Warms {
+    /// A read of `key` that missed on the cold owner was answered by the
+    /// warm owner: a copy starts, with its read of the warm owner.
+    pub fn start(
+        &mut self,
+        pool: usize,
+        proto: Protocol,
+        key: &[u8],
+        owners: (usize, usize),
+    ) -> WarmSend {
+        let (copy, bytes) = WarmCopy::start(pool, proto, key, owners);
+        let server = copy.warm;
+        let idx = self.0.insert(copy);
+        WarmSend {
+            pool,
+            server,
+            idx: Some(idx),
+            bytes,
+        }
+    }
+
+    /// A reply to copy `idx`'s read (`None`: it failed): what to queue
+    /// next, if anything. A copy that stores, or has nothing to copy, is
+    /// over.
+    pub fn reply(&mut self, idx: usize, reply: Option<&[u8]>) -> Option<WarmSend> {
+        let w = self.0.get_mut(idx)?;
+        let (pool, warm, cold) = (w.pool, w.warm, w.cold);
+        match w.answer(reply) {
+            WarmStep::Ask(bytes) => Some(WarmSend {
+                pool,
+                server: warm,
+                idx: Some(idx),
+                bytes,
+            }),
+            WarmStep::Store(bytes) => {
+                self.0.remove(idx);
+                Some(WarmSend {
+                    pool,
+                    server: cold,
+                    idx: None,
+                    bytes,
+                })
+            }
+            WarmStep::Done => {
+                self.0.remove(idx);
+                None
+            }
+        }
+    }
+
+    /// `send` could not be queued: its copy, waiting for it, is over.
+    pub fn unsent(&mut self, send: &WarmSend) {
+        if let Some(idx) = send.idx {
+            self.0.try_remove(idx);
+        }
+    }
+}
+
+impl WarmSend {
+    /// Who its reply goes to.
+    pub fn waiter(&self) -> Waiter {
+        match self.idx {
+            Some(i) => Waiter::Warm { idx: i as u32 },
+            None => Waiter::Internal,
+        }
+    }
+}
+
 impl Worker<'_> {
     /// A read of `key` that missed on the cold owner `cold` was answered
     /// by the warm owner `warm`: copy the key over (fire and forget).
     pub(super) fn warm_copy(&mut self, pool: usize, key: &[u8], warm: usize, cold: usize) {
-        let (copy, first) = WarmCopy::start(pool, self.pools[pool].proto, key, (warm, cold));
-        let idx = self.warms.insert(copy);
-        if !self.warm_send(pool, warm, Some(idx), &first) {
-            self.warms.remove(idx);
+        let s = (self.warms).start(pool, self.pools[pool].proto, key, (warm, cold));
+        if !self.send_own(s.pool, s.server, None, s.waiter(), &s.bytes, Instant::now()) {
+            self.warms.unsent(&s);
         }
-    }
-
-    /// Queue one of the copy's requests; `idx`: its reply comes back to
-    /// [`Self::warm_reply`] (else it is dropped).
-    fn warm_send(&mut self, pool: usize, server: usize, idx: Option<usize>, bytes: &[u8]) -> bool {
-        let Some(op) = self.pools[pool].proto.own_request_op(bytes) else {
-            return false;
-        };
-        let now = Instant::now();
-        let Ok(st) = self.server_conn(pool, server, 0, now, Open::Shared) else {
-            return false;
-        };
-        let waiter = match idx {
-            Some(i) => Waiter::Warm { idx: i as u32 },
-            None => Waiter::Internal,
-        };
-        self.enqueue(
-            st,
-            Some(waiter),
-            op,
-            |out| out.extend_from_slice(bytes),
-            now,
-        );
-        true
     }
 
     /// A reply to a copy's read on the warm pool (`None`: it failed).
     pub(super) fn warm_reply(&mut self, idx: u32, reply: Option<&[u8]>) {
-        let idx = idx as usize;
-        let Some(w) = self.warms.get_mut(idx) else {
+        let Some(s) = self.warms.reply(idx as usize, reply) else {
             return;
         };
-        let (pool, warm, cold) = (w.pool, w.warm, w.cold);
-        match w.answer(reply) {
-            WarmStep::Ask(next) => {
-                if !self.warm_send(pool, warm, Some(idx), &next) {
-                    self.warms.remove(idx);
-                }
-            }
-            WarmStep::Store(store) => {
-                self.warms.remove(idx);
-                // Its reply is dropped.
-                self.warm_send(pool, cold, None, &store);
-            }
-            WarmStep::Done => {
-                self.warms.remove(idx);
-            }
+        if !self.send_own(s.pool, s.server, None, s.waiter(), &s.bytes, Instant::now()) {
+            self.warms.unsent(&s);
         }
     }
 }

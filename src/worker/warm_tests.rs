@@ -64,3 +64,40 @@ fn a_memcached_value_is_read_with_its_flags_and_ttl_and_added() {
         WarmStep::Done
     );
 }
+
+#[test]
+fn a_copy_reads_the_warm_owner_then_stores_on_the_cold_one_and_is_over() {
+    let mut w = Warms::default();
+    let first = w.start(2, Protocol::Redis, b"k", (3, 1));
+    assert_eq!((first.pool, first.server), (2, 3));
+    assert_eq!(first.bytes, dump(b"k"));
+    let idx = first.idx.expect("its reply comes back");
+    assert!(matches!(first.waiter(), Waiter::Warm { idx: i } if i as usize == idx));
+    let ttl = w.reply(idx, Some(b"$3\r\nabc\r\n")).expect("the TTL");
+    assert_eq!((ttl.server, ttl.idx, ttl.bytes), (3, Some(idx), pttl(b"k")));
+    let store = w.reply(idx, Some(b":5000\r\n")).expect("stored");
+    assert_eq!((store.pool, store.server, store.idx), (2, 1, None));
+    assert_eq!(store.bytes, restore(b"k", 5000, b"abc"));
+    assert!(
+        matches!(store.waiter(), Waiter::Internal),
+        "its reply dropped"
+    );
+    assert_eq!(w.reply(idx, Some(b":5000\r\n")), None, "the copy is over");
+}
+
+#[test]
+fn a_copy_with_nothing_to_copy_or_a_read_not_queued_is_over() {
+    let mut w = Warms::default();
+    let first = w.start(0, Protocol::Memcache, b"k", (3, 1));
+    let idx = first.idx.unwrap();
+    assert_eq!(w.reply(idx, Some(b"EN\r\n")), None, "a miss");
+    assert_eq!(w.reply(idx, Some(b"VA 1 f0 t-1\r\nx\r\n")), None, "over");
+    let first = w.start(0, Protocol::Memcache, b"k", (3, 1));
+    w.unsent(&first);
+    let idx = first.idx.unwrap();
+    assert_eq!(w.reply(idx, Some(b"VA 1 f0 t-1\r\nx\r\n")), None, "over");
+    // Another copy's slot is left alone.
+    let other = w.start(0, Protocol::Memcache, b"j", (3, 1));
+    let store = w.reply(other.idx.unwrap(), Some(b"VA 1 f0 t-1\r\nx\r\n"));
+    assert_eq!(store.map(|s| s.bytes), Some(mc_store(b"j", 0, -1, b"x")));
+}
