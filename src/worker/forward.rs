@@ -4,18 +4,15 @@
 
 use super::conn::Open;
 use super::conn::{
-    ConnTable, Fragment, Multi, MultiMode, Origin, ReadBytes, Redirect, ReplySlot, ReplyTo, Retry,
-    Waiter,
+    ConnTable, Fragment, Multi, MultiMode, Origin, Redirect, ReplySlot, ReplyTo, Waiter,
 };
 use super::fault::ServerFault;
-use super::key_groups::{KeyGroups, Owners, Placed, Split};
-use super::zones::{owners_slot, zone_tag};
+use super::key_groups::{KeyGroups, Owners, OwnersSend, Placed, Split};
 use super::{Worker, WRITE_THROUGH_MIN};
 use crate::proto::{Op, Request};
 use crate::route::{Plan, Target};
 use crate::stats::PoolField;
 use mio::Token;
-use smallvec::SmallVec;
 use std::time::Instant;
 
 impl Worker<'_> {
@@ -273,7 +270,8 @@ impl Worker<'_> {
     }
 
     /// A request for a key several servers hold, sent to them as the
-    /// pool said (`Owners`).
+    /// pool said (`Owners`): a read to its first server, the others kept
+    /// in its slot to fail over to; a write to every one, a fragment each.
     fn send_owners(
         &mut self,
         to: ReplyTo,
@@ -283,84 +281,25 @@ impl Worker<'_> {
         owners: Owners,
         now: Instant,
     ) {
-        match owners {
-            Owners::Read(s) => self.send_replicated_read(to, pool, req, bytes, s, now),
-            Owners::Write(s) => self.send_replicated_write(to, pool, req, bytes, s, now),
-            Owners::ZoneWrite(s) => self.send_zone_write(to, pool, req, bytes, s, now),
-        }
-    }
-
-    /// A read of a key several servers hold: to the first of `replicas`,
-    /// the others kept to fail over to.
-    fn send_replicated_read(
-        &mut self,
-        to: ReplyTo,
-        pool: usize,
-        req: &Request,
-        bytes: &[u8],
-        mut replicas: Vec<usize>,
-        now: Instant,
-    ) {
-        if replicas.is_empty() {
-            self.reply_no_server(to.token, pool, req);
-            return;
-        }
-        let proto = self.pools[pool].proto;
-        if self.pools[pool].cfg.replica_read_random && replicas.len() > 1 {
-            let n = (crate::util::epoch_us() as usize ^ to.id as usize) % replicas.len();
-            replicas.rotate_left(n);
-        }
-        let first = replicas[0];
-        let slot = ReplySlot {
-            retry: Some(Box::new(Retry {
-                req: req.clone(),
-                bytes: ReadBytes::from_slice(bytes),
-                replicas: replicas.into(),
-                next: 1,
-                on_miss: false,
-                learns: false,
-                pull_on_miss: false,
-            })),
-            ..ReplySlot::default()
+        let send = match owners {
+            Owners::Read(s) => self.pools[pool].replicated_read(req, bytes, s, to.id),
+            Owners::Write(s) => self.pools[pool].replicated_write(req, s),
+            Owners::ZoneWrite(s) => return self.send_zone_write(to, pool, req, bytes, s, now),
         };
-        let seq = self.push_slot(to.token, req.noreply, slot);
-        self.send_or_fail(
-            ReplyTo { seq, ..to },
-            pool,
-            first,
-            |out| proto.write_request(req, bytes, out),
-            req.op,
-            now,
-        );
-    }
-
-    /// A write of a key several servers hold: to every one of `replicas`,
-    /// answered with the first success.
-    fn send_replicated_write(
-        &mut self,
-        to: ReplyTo,
-        pool: usize,
-        req: &Request,
-        bytes: &[u8],
-        replicas: Vec<usize>,
-        now: Instant,
-    ) {
-        if replicas.is_empty() {
-            self.reply_no_server(to.token, pool, req);
-            return;
-        }
+        let Some(OwnersSend {
+            slot,
+            to: servers,
+            frags,
+        }) = send
+        else {
+            return self.reply_no_server(to.token, pool, req);
+        };
         let proto = self.pools[pool].proto;
-        let routing = &self.pools[pool].cfg.routing;
-        let zones: SmallVec<[u8; 4]> = replicas.iter().map(|&s| zone_tag(routing, s)).collect();
-        let slot = owners_slot(req, &zones, MultiMode::Replicate);
         let seq = self.push_slot(to.token, req.noreply, slot);
-        for (i, server) in replicas.into_iter().enumerate() {
+        for (i, server) in servers.into_iter().enumerate() {
+            let frag = frags.then_some(i as u32);
             self.send_or_fail(
-                ReplyTo {
-                    seq,
-                    frag: Some(i as u32),
-                    ..to
-                },
+                ReplyTo { seq, frag, ..to },
                 pool,
                 server,
                 |out| proto.write_request(req, bytes, out),

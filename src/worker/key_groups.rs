@@ -7,8 +7,9 @@
 //! pool's placement, asked by the executors (`forward.rs`, `blocking.rs`,
 //! `stream.rs`).
 
-use super::conn::{Multi, MultiMode};
+use super::conn::{Multi, MultiMode, ReadBytes, ReplySlot, Retry};
 use super::pool::PoolRt;
+use super::zones::{owners_slot, zone_tag};
 use crate::proto::redis::CmdClass;
 use crate::proto::{Op, Request};
 use smallvec::SmallVec;
@@ -62,6 +63,17 @@ pub(super) enum Owners {
     ZoneWrite(Vec<usize>),
 }
 
+/// How a read or a write for a key several servers hold is sent
+/// (`PoolRt::replicated_read`, `replicated_write`): the slot its client
+/// keeps for the reply, and the servers it goes to now, each as a
+/// fragment of that slot (`frags`) or the request whole.
+#[derive(Debug)]
+pub(super) struct OwnersSend {
+    pub slot: ReplySlot,
+    pub to: Vec<usize>,
+    pub frags: bool,
+}
+
 /// Where a request for one server goes (`PoolRt::place`).
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Placed {
@@ -112,6 +124,64 @@ impl PoolRt {
         let key = req.routing_key(bytes);
         let master = self.server_for(key.as_ref(), now)?;
         self.read_order(master, client_id, now).map(Owners::Read)
+    }
+
+    /// A read of a key the servers `replicas` hold (`Owners::Read`): to
+    /// the first, the others kept in the slot to fail over to in order
+    /// (`replica_read_random`: turned by the time and the client, so
+    /// clients spread over them). `None`: no server.
+    pub(super) fn replicated_read(
+        &self,
+        req: &Request,
+        bytes: &[u8],
+        mut replicas: Vec<usize>,
+        client_id: u64,
+    ) -> Option<OwnersSend> {
+        let first = *replicas.first()?;
+        let first = if self.cfg.replica_read_random && replicas.len() > 1 {
+            let n = (crate::util::epoch_us() as usize ^ client_id as usize) % replicas.len();
+            replicas.rotate_left(n);
+            replicas[0]
+        } else {
+            first
+        };
+        let slot = ReplySlot {
+            retry: Some(Box::new(Retry {
+                req: req.clone(),
+                bytes: ReadBytes::from_slice(bytes),
+                replicas: replicas.into(),
+                next: 1,
+                on_miss: false,
+                learns: false,
+                pull_on_miss: false,
+            })),
+            ..ReplySlot::default()
+        };
+        Some(OwnersSend {
+            slot,
+            to: vec![first],
+            frags: false,
+        })
+    }
+
+    /// A write of a key the servers `replicas` hold (`Owners::Write`): to
+    /// every one, a fragment each knowing its server's zone, answered with
+    /// the first success. `None`: no server.
+    pub(super) fn replicated_write(
+        &self,
+        req: &Request,
+        replicas: Vec<usize>,
+    ) -> Option<OwnersSend> {
+        if replicas.is_empty() {
+            return None;
+        }
+        let routing = &self.cfg.routing;
+        let zones: SmallVec<[u8; 4]> = replicas.iter().map(|&s| zone_tag(routing, s)).collect();
+        Some(OwnersSend {
+            slot: owners_slot(req, &zones, MultiMode::Replicate),
+            to: replicas,
+            frags: true,
+        })
     }
 
     /// The server of `req`, a request for one server: its key's owner, or
@@ -598,5 +668,47 @@ mod tests {
         // The replica resting after a failure: the master serves it.
         p.servers[replica].retry_at = Some(now + std::time::Duration::from_secs(5));
         assert_eq!(p.replica_read(&request(get), get, 1, now), None);
+    }
+
+    #[test]
+    fn a_replicated_read_keeps_the_others_to_fall_over_to_and_a_write_is_a_fragment_each() {
+        let p = replicated();
+        let get = b"get k\r\n";
+        let r = p
+            .replicated_read(&mc(get), get, vec![1, 0], 7)
+            .expect("a server");
+        assert_eq!((r.to, r.frags), (vec![1], false));
+        let retry = r.slot.retry.expect("kept to fall over");
+        assert_eq!((&retry.replicas[..], retry.next), (&[1, 0][..], 1));
+        assert!(r.slot.multi.is_none());
+        assert!(
+            p.replicated_read(&mc(get), get, vec![], 7).is_none(),
+            "none"
+        );
+        let set = b"set k 0 0 1\r\nv\r\n";
+        let w = p.replicated_write(&mc(set), vec![0, 1]).expect("servers");
+        assert_eq!((w.to, w.frags), (vec![0, 1], true));
+        let m = w.slot.multi.expect("one fragment per server");
+        assert_eq!(
+            (m.frags.len(), m.remaining, m.mode),
+            (2, 2, MultiMode::Replicate)
+        );
+        assert!(w.slot.retry.is_none());
+        assert!(p.replicated_write(&mc(set), vec![]).is_none(), "none");
+    }
+
+    #[test]
+    fn a_random_replicated_read_starts_anywhere_but_keeps_every_replica_once() {
+        let mut p = replicated();
+        p.cfg.replica_read_random = true;
+        let get = b"get k\r\n";
+        for id in 0..8 {
+            let r = p.replicated_read(&mc(get), get, vec![0, 1, 2], id).unwrap();
+            let retry = r.slot.retry.unwrap();
+            assert_eq!(r.to, vec![retry.replicas[0]], "the first of the order");
+            let mut all = retry.replicas.to_vec();
+            all.sort_unstable();
+            assert_eq!(all, vec![0, 1, 2]);
+        }
     }
 }
