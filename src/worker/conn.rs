@@ -191,6 +191,36 @@ impl Multi {
     }
 }
 
+/// The zone of server `s` as a fragment's `attempt` carries it.
+pub(super) fn zone_tag(routing: &crate::config::Routing, s: usize) -> u8 {
+    routing.zone_of(s).min(u8::MAX as usize) as u8
+}
+
+impl ReplySlot {
+    /// The reply slot of a request sent to several owners of its key, a
+    /// fragment each, in the order of `zones` (each owner's zone: a zone
+    /// pool's fragments know their zone, see `finish_multi`).
+    pub(super) fn for_owners(req: &Request, zones: &[u8], mode: MultiMode) -> ReplySlot {
+        ReplySlot {
+            multi: Some(Box::new(Multi {
+                req: req.clone(),
+                bytes: Vec::new(),
+                frags: zones
+                    .iter()
+                    .map(|&zone| Fragment {
+                        attempt: zone,
+                        ..Fragment::default()
+                    })
+                    .collect(),
+                remaining: zones.len(),
+                error: None,
+                mode,
+            })),
+            ..ReplySlot::default()
+        }
+    }
+}
+
 /// One server's share of a multi-key request.
 #[derive(Debug, Default)]
 pub struct Fragment {

@@ -7,9 +7,9 @@
 //! pool's placement, asked by the executors (`forward.rs`, `blocking.rs`,
 //! `stream.rs`).
 
+use super::conn::zone_tag;
 use super::conn::{Multi, MultiMode, ReadBytes, ReplySlot, Retry};
 use super::pool::PoolRt;
-use super::zones::{owners_slot, zone_tag};
 use crate::proto::redis::CmdClass;
 use crate::proto::{Op, Request};
 use smallvec::SmallVec;
@@ -178,7 +178,7 @@ impl PoolRt {
         let routing = &self.cfg.routing;
         let zones: SmallVec<[u8; 4]> = replicas.iter().map(|&s| zone_tag(routing, s)).collect();
         Some(OwnersSend {
-            slot: owners_slot(req, &zones, MultiMode::Replicate),
+            slot: ReplySlot::for_owners(req, &zones, MultiMode::Replicate),
             to: replicas,
             frags: true,
         })

@@ -31,13 +31,12 @@
 //! its misses stay misses.)
 
 use super::conn::Open;
-use super::conn::{ConnTable, Fragment, Multi, MultiMode, ReplySlot, ReplyTo};
+use super::conn::{zone_tag, ConnTable, Fragment, Multi, MultiMode, ReplySlot, ReplyTo};
 use super::fault::ServerFault;
 use super::handle::FragOf;
 use super::key_groups::{KeyGroups, Owners};
 use super::pool::PoolRt;
 use super::Worker;
-use crate::config::Routing;
 use crate::proto::Request;
 use crate::route::ZoneStep;
 use crate::stats::WorkerField;
@@ -65,7 +64,7 @@ impl Worker<'_> {
         }
         let routing = &self.pools[pool].cfg.routing;
         let zones: SmallVec<[u8; 4]> = owners.iter().map(|&s| zone_tag(routing, s)).collect();
-        let slot = owners_slot(req, &zones, MultiMode::Zones);
+        let slot = ReplySlot::for_owners(req, &zones, MultiMode::Zones);
         let seq = self.push_slot(to.token, req.noreply, slot);
         let proto = self.pools[pool].proto;
         for (i, (server, zone)) in owners.into_iter().zip(zones).enumerate() {
@@ -204,34 +203,6 @@ impl Worker<'_> {
                 }
             });
         }
-    }
-}
-
-/// The zone of server `s` as a fragment's `attempt` carries it.
-pub(super) fn zone_tag(routing: &Routing, s: usize) -> u8 {
-    routing.zone_of(s).min(u8::MAX as usize) as u8
-}
-
-/// The reply slot of a request sent to several owners of its key, a
-/// fragment each, in the order of `zones` (each owner's zone: a zone
-/// pool's fragments know their zone, see `finish_multi`).
-pub(super) fn owners_slot(req: &Request, zones: &[u8], mode: MultiMode) -> ReplySlot {
-    ReplySlot {
-        multi: Some(Box::new(Multi {
-            req: req.clone(),
-            bytes: Vec::new(),
-            frags: zones
-                .iter()
-                .map(|&zone| Fragment {
-                    attempt: zone,
-                    ..Fragment::default()
-                })
-                .collect(),
-            remaining: zones.len(),
-            error: None,
-            mode,
-        })),
-        ..ReplySlot::default()
     }
 }
 
