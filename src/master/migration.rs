@@ -101,12 +101,7 @@ pub(super) struct Migration {
 impl Migration {
     /// Whether it moves keys from `olds` (newest first) to `new`.
     fn walks(&self, olds: &[PoolConfig], new: &PoolConfig) -> bool {
-        self.olds.len() == olds.len()
-            && self
-                .olds
-                .iter()
-                .zip(olds)
-                .all(|(a, b)| crate::migrate::same_placement(a, b))
+        crate::migrate::same_placements(&self.olds, olds)
             && crate::migrate::same_placement(&self.new, new)
     }
 

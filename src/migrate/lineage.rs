@@ -3,7 +3,7 @@
 //! changed the pool until its migration ends, handed to each generation's
 //! workers and to the migrator, and down to a new binary in a hot upgrade.
 
-use super::{placement_changed, same_placement, MovedKeys};
+use super::{placement_changed, same_placement, same_placements, MovedKeys};
 use crate::config::PoolConfig;
 use std::sync::Arc;
 
@@ -56,9 +56,8 @@ impl Lineage {
                 continue;
             }
             let before = self.of(&p.name);
-            let goes_on = earlier.is_some_and(|c| same_placement(c, p))
-                && before.len() == chain.len()
-                && before.iter().zip(&chain).all(|(a, b)| same_placement(a, b));
+            let goes_on =
+                earlier.is_some_and(|c| same_placement(c, p)) && same_placements(before, &chain);
             let moved = match self.moved_keys(&p.name) {
                 Some(m) if goes_on => Some(m),
                 _ => MovedKeys::new().map(Arc::new).ok(),

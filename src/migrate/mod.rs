@@ -545,6 +545,12 @@ pub fn same_placement(a: &PoolConfig, b: &PoolConfig) -> bool {
         })
 }
 
+/// Whether two lists of a pool's configurations place every key alike,
+/// one by one (the earlier configurations of two migrations).
+pub fn same_placements(a: &[PoolConfig], b: &[PoolConfig]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| same_placement(x, y))
+}
+
 /// A server address as text (for logs).
 pub fn addr_text(a: &ServerAddr) -> String {
     match a {

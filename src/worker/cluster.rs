@@ -574,11 +574,10 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_kept_request_is_sent_again_within_its_budgets() {
-        use super::super::conn::{Fragment, Multi, MultiMode, Redirect};
-        let (req, bytes) = cmd(b"*2\r\n$3\r\nGET\r\n$3\r\nfoo\r\n");
-        let mut slot = ReplySlot {
+    /// A reply slot keeping its request for a redirection, none followed.
+    fn kept(req: Request, bytes: Vec<u8>) -> ReplySlot {
+        use super::super::conn::Redirect;
+        ReplySlot {
             redirect: Some(Box::new(Redirect {
                 req,
                 bytes,
@@ -588,7 +587,14 @@ mod tests {
                 feeding: None,
             })),
             ..ReplySlot::default()
-        };
+        }
+    }
+
+    #[test]
+    fn a_kept_request_is_sent_again_within_its_budgets() {
+        use super::super::conn::{Fragment, Multi, MultiMode};
+        let (req, bytes) = cmd(b"*2\r\n$3\r\nGET\r\n$3\r\nfoo\r\n");
+        let mut slot = kept(req, bytes);
         assert_eq!(slot.kept_first_key(None).as_deref(), Some(&b"foo"[..]));
         assert!(slot.kept_first_key(Some(0)).is_none(), "no fragments kept");
         for _ in 0..MAX_HOPS {
@@ -735,7 +741,7 @@ mod tests {
 
     #[test]
     fn a_request_waited_out_goes_where_its_key_is_routed_when_due() {
-        use super::super::conn::{Client, Redirect};
+        use super::super::conn::Client;
         use crate::net::Stream;
         let mut p = pool();
         let (req, bytes) = cmd(b"*2\r\n$3\r\nGET\r\n$3\r\nfoo\r\n");
@@ -745,17 +751,7 @@ mod tests {
         let (sock, _) = mio::net::UnixStream::pair().expect("socket pair");
         let session = crate::proto::redis::local::Session::new(1, None, false);
         let mut c = Client::new(Stream::Unix(sock), 10, 0, session, Instant::now());
-        c.push_reply(ReplySlot {
-            redirect: Some(Box::new(Redirect {
-                req,
-                bytes,
-                hops: 0,
-                tries: 0,
-                spool: None,
-                feeding: None,
-            })),
-            ..ReplySlot::default()
-        });
+        c.push_reply(kept(req, bytes));
         conns.insert(Conn::Client(Box::new(c)));
         let now = Instant::now();
         let c = p.cluster.as_mut().unwrap();

@@ -241,6 +241,14 @@ mod tests {
         conns
     }
 
+    /// [`table`] with its handshake's reply passed.
+    fn answered(subs: bool) -> Slab<Conn> {
+        let mut conns = table(subs);
+        let to = ClientRef::new(Token(1), 10);
+        let _ = frame_for(&mut conns, Token(0), to, b"+OK\r\n", 0, false);
+        conns
+    }
+
     #[test]
     fn frames_go_to_the_subscriber_until_it_subscribes_to_nothing() {
         let mut conns = table(true);
@@ -264,30 +272,14 @@ mod tests {
 
     #[test]
     fn nothing_goes_to_a_client_gone_or_not_subscribed() {
-        let mut conns = table(false);
         let st = Token(0);
-        let _ = frame_for(
-            &mut conns,
-            st,
-            ClientRef::new(Token(1), 10),
-            b"+OK\r\n",
-            0,
-            false,
-        );
+        let mut conns = answered(false);
         let not_subscribed = ClientRef::new(Token(1), 10);
         assert_eq!(
             frame_for(&mut conns, st, not_subscribed, MESSAGE, 0, false),
             None
         );
-        let mut conns = table(true);
-        let _ = frame_for(
-            &mut conns,
-            st,
-            ClientRef::new(Token(1), 10),
-            b"+OK\r\n",
-            0,
-            false,
-        );
+        let mut conns = answered(true);
         let another = ClientRef::new(Token(1), 11);
         assert_eq!(frame_for(&mut conns, st, another, MESSAGE, 0, false), None);
         let gone = ClientRef::new(Token(2), 10);

@@ -184,17 +184,13 @@ def test_a_change_after_a_migration_ended_is_the_one_reported(procs):
     which a script waiting for `state=done` would take for the new one's
     (and then find keys not moved yet)."""
     rds = [procs.redis() for _ in range(4)]
-    port = free_port()
+    p, _ = redis_migrating(procs, rds, rate=100000, workers=2)  # on rds[0], rds[1]
+    port = p.ports["rd"]
 
     def conf(idx: list[int]) -> str:
         return to_yaml({"rd": redis_pool([rds[i] for i in idx], listen=f"{HOST}:{port}",
                                          migration=True, migration_rate=100000)})
 
-    p = Proxy("walnut", procs.workdir, {}, extra_args=["--workers", "2"])
-    p.conf_path.write_text(conf([0, 1]))
-    p.ports = {"rd": port}
-    procs.started.append(p)
-    p.start()
     gen = wait_workers(p.pid, 2)
     r = redis.Redis(host=HOST, port=port, protocol=2)
     pipe = r.pipeline(transaction=False)
