@@ -8,17 +8,6 @@ use super::Worker;
 use crate::stats::{PoolField, WorkerField};
 use mio::Token;
 
-/// Where a reply goes: client `id` at `token`, its slot `seq` (and
-/// fragment `frag` of a split request), in `pool`.
-#[derive(Clone, Copy)]
-struct At {
-    token: Token,
-    id: u64,
-    seq: u64,
-    frag: Option<u32>,
-    pool: usize,
-}
-
 /// A reply as it came back: `is_error`, the reply is an error;
 /// `unreachable`, the server could not be reached (the reply is the error
 /// to send if no other replica can answer).
@@ -65,32 +54,42 @@ impl Worker<'_> {
         if c.id() != id {
             return;
         }
-        let at = At {
-            token,
-            id,
-            seq,
-            frag,
-            pool: c.pool(),
-        };
-        let route = &self.pools[at.pool].route;
-        // A migrating pool's read of a moved key, asked where it may be
-        // (looked at by its slot: the migration may have ended since).
-        let moved_read = frag.is_none()
-            && c.slot_mut(seq)
-                .and_then(|s| s.retry.as_ref())
-                .is_some_and(|r| r.on_miss);
-        let zone_miss = moved_read || frag.is_none() && route.zone_fails_over_on_miss();
-        let has_retry =
-            (unreachable || zone_miss) && c.slot_mut(seq).is_some_and(|s| s.retry.is_some());
+        let pool = c.pool();
+        let p = &self.pools[pool];
+        let on_miss = p.route.zone_fails_over_on_miss();
+        let (moved_read, retry) = c.read_retry(seq, frag, unreachable, on_miss);
         let mut answer = Answer {
             reply,
             is_error,
             unreachable,
         };
-        let sent_on = if unreachable {
-            self.retry_unreachable(at, has_retry)
-        } else {
-            self.zone_answer(at, zone_miss && has_retry, &mut answer)
+        let sent_on = match p.send_on(frag, &answer, retry) {
+            SendOn::Read => self.retry_read(token, id, seq, pool),
+            SendOn::Fragment(fi) => {
+                let sent = self.retry_fragment(token, id, seq, fi, pool);
+                let slot = self.conns.client_mut(token.0).and_then(|c| c.slot_mut(seq));
+                if let Some(slot) = slot.filter(|_| sent) {
+                    // Replaced by its retries: answered as far as the
+                    // merge counts.
+                    slot.fragment_settled();
+                }
+                sent
+            }
+            SendOn::WarmCopy => {
+                let slot = self.conns.client(token.0).and_then(|c| c.slot(seq));
+                if let Some((key, warm, cold)) = slot.and_then(ReplySlot::warm_hit) {
+                    self.warm_copy(pool, &key, warm, cold);
+                }
+                false
+            }
+            SendOn::ZoneFragment(fi) => {
+                let at = super::handle::FragOf { token, id, seq, fi };
+                if let Some(kept) = self.zone_fragment(at, pool, &answer.reply) {
+                    answer.reply = kept;
+                }
+                false
+            }
+            SendOn::Fill => false,
         };
         if sent_on {
             if moved_read {
@@ -99,7 +98,7 @@ impl Worker<'_> {
             return;
         }
         if moved_read {
-            let found = !(answer.is_error || self.pools[at.pool].proto.is_miss(&answer.reply));
+            let found = !(answer.is_error || self.pools[pool].proto.is_miss(&answer.reply));
             // A memcached read asked of the new owner alone: a miss there
             // pulls the key, and the read is asked again behind its copy.
             if !found && !answer.is_error && self.pull_missed(token, seq, std::time::Instant::now())
@@ -116,93 +115,20 @@ impl Worker<'_> {
                 }
             }
         }
-        if let Some(fi) =
-            frag.filter(|_| self.pools[at.pool].route.is_zoned() && (unreachable || is_error))
-        {
-            let fell_back = self
-                .conns
-                .client_mut(token.0)
-                .and_then(|c| c.slot_mut(seq))
-                .is_some_and(|slot| slot.zone_fallback_failed(fi as usize));
-            if fell_back {
-                // Keys another zone missed, not found here either.
-                answer = Answer::miss(self.pools[at.pool].proto);
-            }
-        }
-        let p = &self.pools[at.pool];
+        let p = &self.pools[pool];
         let Some(c) = self.conns.client_mut(token.0) else {
             return;
         };
-        let filled = c.fill_reply(seq, frag, answer, p.proto, p.failover_zones());
+        // A zone pool's fragment that failed: it may be the last zone
+        // asked for keys the others missed.
+        let zone_failed = p.route.is_zoned() && (unreachable || is_error);
+        let filled = c.fill_reply(seq, frag, answer, p.proto, p.failover_zones(), zone_failed);
         if filled.failover {
-            self.stats.pool_add(at.pool, PoolField::ZoneFailovers, 1);
+            self.stats.pool_add(pool, PoolField::ZoneFailovers, 1);
         }
         if filled.head {
             self.drain_head(token);
         }
-    }
-
-    /// A server that could not be reached: the read, or the fragment, sent
-    /// to the next replica when there is one (true: sent on).
-    #[inline]
-    fn retry_unreachable(&mut self, at: At, has_retry: bool) -> bool {
-        let At {
-            token,
-            id,
-            seq,
-            frag,
-            pool,
-        } = at;
-        if frag.is_none() && has_retry && self.retry_read(token, id, seq, pool) {
-            return true;
-        }
-        if let Some(fi) = frag {
-            if self.retry_fragment(token, id, seq, fi as usize, pool) {
-                if let Some(slot) = self.conns.client_mut(token.0).and_then(|c| c.slot_mut(seq)) {
-                    slot.fragment_settled();
-                }
-                return true;
-            }
-        }
-        false
-    }
-
-    /// A zone pool's answer: a read that missed (`missed_retry`: it has a
-    /// next zone) is sent on to the next zone (true), a warm-up pool's hit
-    /// is copied to the cold pool, and a multi-key read's fragment keeps
-    /// what it found, its misses going elsewhere.
-    #[inline]
-    fn zone_answer(&mut self, at: At, missed_retry: bool, answer: &mut Answer) -> bool {
-        let pool = at.pool;
-        if missed_retry {
-            let miss = self.pools[pool].proto.is_miss(&answer.reply);
-            if miss && self.retry_read(at.token, at.id, at.seq, pool) {
-                return true;
-            }
-            if !miss && !answer.is_error && self.pools[pool].route.warms() {
-                let hit = self
-                    .conns
-                    .client(at.token.0)
-                    .and_then(|c| c.slot(at.seq))
-                    .and_then(ReplySlot::warm_hit);
-                if let Some((key, warm, cold)) = hit {
-                    self.warm_copy(pool, &key, warm, cold);
-                }
-            }
-        }
-        let zoned = self.pools[pool].route.is_zoned();
-        if let Some(fi) = at.frag.filter(|_| zoned && !answer.is_error) {
-            let frag = super::handle::FragOf {
-                token: at.token,
-                id: at.id,
-                seq: at.seq,
-                fi: fi as usize,
-            };
-            if let Some(kept) = self.zone_fragment(frag, pool, &answer.reply) {
-                answer.reply = kept;
-            }
-        }
-        false
     }
 
     /// Deliver a large reply that was held in chunks (see `stream.rs`): to
@@ -248,6 +174,83 @@ impl Worker<'_> {
     }
 }
 
+/// What a reply does before it fills its slot ([`PoolRt::send_on`]).
+#[derive(Debug, PartialEq, Eq)]
+enum SendOn {
+    /// The read goes on to its next replica (its server unreachable) or
+    /// its next zone (it missed); filled as it came when none is left.
+    Read,
+    /// The fragment's keys go on to their next replicas or zone, its
+    /// server unreachable; filled as it came when they have none.
+    Fragment(usize),
+    /// A warm-up pool's read found its key in the warm pool: the value is
+    /// copied to the cold one, and the reply fills the slot.
+    WarmCopy,
+    /// A zone pool's multi-key read fragment: what it found is kept, its
+    /// misses move on (`Worker::zone_fragment`).
+    ZoneFragment(usize),
+    /// Filled as it came.
+    Fill,
+}
+
+impl PoolRt {
+    /// What `answer`, to a request or its fragment `frag`, does before it
+    /// fills the client's slot. `retry`: the request has a next server to
+    /// go to for this answer (`Client::read_retry`).
+    #[inline]
+    fn send_on(&self, frag: Option<u32>, answer: &Answer, retry: bool) -> SendOn {
+        if answer.unreachable {
+            return match frag {
+                Some(fi) => SendOn::Fragment(fi as usize),
+                None if retry => SendOn::Read,
+                None => SendOn::Fill,
+            };
+        }
+        if retry {
+            // A read that fails over on a miss (a zone pool's, or a
+            // moved key's asked where it may be).
+            if self.proto.is_miss(&answer.reply) {
+                return SendOn::Read;
+            }
+            if !answer.is_error && self.route.warms() {
+                return SendOn::WarmCopy;
+            }
+            return SendOn::Fill;
+        }
+        match frag {
+            Some(fi) if self.route.is_zoned() && !answer.is_error => {
+                SendOn::ZoneFragment(fi as usize)
+            }
+            _ => SendOn::Fill,
+        }
+    }
+}
+
+/// A client's reads that may go on to another server.
+impl Client {
+    /// For an answer to slot `seq` (or its fragment `frag`): whether the
+    /// slot is a migrating pool's read of a moved key, asked where it may
+    /// be (looked at by its slot: the migration may have ended since), and
+    /// whether it has a next server to go to for this answer: the server
+    /// was `unreachable`, or the read fails over on a miss (a moved key's,
+    /// or `on_miss`: a zone pool's that does).
+    #[inline]
+    fn read_retry(
+        &mut self,
+        seq: u64,
+        frag: Option<u32>,
+        unreachable: bool,
+        on_miss: bool,
+    ) -> (bool, bool) {
+        let Some(r) = self.slot_mut(seq).and_then(|s| s.retry.as_ref()) else {
+            return (false, false);
+        };
+        let moved_read = frag.is_none() && r.on_miss;
+        let zone_miss = moved_read || frag.is_none() && on_miss;
+        (moved_read, unreachable || zone_miss)
+    }
+}
+
 /// What filling one of a client's slots leads to
 /// ([`Client::fill_reply`]).
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -263,21 +266,29 @@ struct Filled {
 /// A client's replies filled as they come back.
 impl Client {
     /// `answer` into slot `seq`, or into its fragment `frag` of a split
-    /// request (`ReplySlot::fill`; `zones` as there). Nothing when the
-    /// slot is gone.
+    /// request (`ReplySlot::fill`; `zones` as there). `zone_failed`: a
+    /// zone pool's fragment failed; when its keys were ones another zone
+    /// missed, they are not found here either: answered as a miss.
+    /// Nothing when the slot is gone.
     #[inline]
     fn fill_reply(
         &mut self,
         seq: u64,
         frag: Option<u32>,
-        answer: Answer,
+        mut answer: Answer,
         proto: crate::proto::Protocol,
         zones: Option<&crate::config::Routing>,
+        zone_failed: bool,
     ) -> Filled {
         let head = seq == self.head_seq();
         let Some(slot) = self.slot_mut(seq) else {
             return Filled::default();
         };
+        if let Some(fi) = frag.filter(|_| zone_failed) {
+            if slot.zone_fallback_failed(fi as usize) {
+                answer = Answer::miss(proto);
+            }
+        }
         let failover = slot.fill(frag, answer, proto, zones);
         Filled { head, failover }
     }
@@ -529,183 +540,5 @@ fn merge(proto: crate::proto::Protocol, m: &Multi) -> Vec<u8> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::conn::{Fragment, Retry};
-    use super::*;
-    use crate::proto::{Limits, Parse, Protocol};
-
-    fn split(text: &[u8], frags: Vec<Vec<usize>>, mode: MultiMode) -> ReplySlot {
-        let Ok(Parse::Done(req)) = Protocol::Redis.parse_request(text, &Limits::default()) else {
-            panic!("parses");
-        };
-        let n = frags.len();
-        ReplySlot {
-            multi: Some(Box::new(Multi {
-                req,
-                bytes: text.to_vec(),
-                frags: frags
-                    .into_iter()
-                    .map(|keys| Fragment {
-                        keys,
-                        ..Fragment::default()
-                    })
-                    .collect(),
-                remaining: n,
-                error: None,
-                mode,
-            })),
-            ..ReplySlot::default()
-        }
-    }
-
-    fn answer(reply: &[u8], is_error: bool) -> Answer {
-        Answer {
-            reply: reply.to_vec(),
-            is_error,
-            unreachable: false,
-        }
-    }
-
-    const MGET: &[u8] = b"*4\r\n$4\r\nMGET\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n";
-
-    #[test]
-    fn a_split_read_is_merged_in_key_order_once_every_fragment_answered() {
-        let mut slot = split(MGET, vec![vec![0, 2], vec![1]], MultiMode::Split);
-        let r = Protocol::Redis;
-        assert!(!slot.fill(Some(1), answer(b"*1\r\n$2\r\nvb\r\n", false), r, None));
-        assert!(!slot.ready, "one fragment still to answer");
-        assert!(!slot.fill(
-            Some(0),
-            answer(b"*2\r\n$2\r\nva\r\n$-1\r\n", false),
-            r,
-            None
-        ));
-        assert!(slot.ready && slot.multi.is_none());
-        assert_eq!(slot.out, b"*3\r\n$2\r\nva\r\n$2\r\nvb\r\n$-1\r\n");
-    }
-
-    #[test]
-    fn a_split_requests_first_error_is_its_reply() {
-        let mut slot = split(MGET, vec![vec![0], vec![1], vec![2]], MultiMode::Split);
-        let r = Protocol::Redis;
-        slot.fill(Some(2), answer(b"-ERR first\r\n", true), r, None);
-        slot.fill(Some(0), answer(b"-ERR second\r\n", true), r, None);
-        assert!(!slot.ready);
-        slot.fill(Some(1), answer(b"*1\r\n$1\r\nx\r\n", false), r, None);
-        assert!(slot.ready);
-        assert_eq!(slot.out, b"-ERR first\r\n");
-    }
-
-    #[test]
-    fn a_fragment_replaced_by_retries_and_a_late_zone_answer_are_settled() {
-        let mut slot = split(MGET, vec![vec![0], vec![1, 2]], MultiMode::Split);
-        slot.fragment_settled();
-        assert_eq!(slot.multi.as_ref().map(|m| m.remaining), Some(1));
-        // A reply for a slot whose split request was already answered.
-        let mut plain = ReplySlot::default();
-        assert!(!plain.fill(Some(0), answer(b"+OK\r\n", false), Protocol::Redis, None));
-        assert!(!plain.ready);
-    }
-
-    #[test]
-    fn a_zone_read_answered_by_another_zone_is_a_failover() {
-        let yaml = "a:\n  listen: 127.0.0.1:22121\n  servers:\n   - 127.0.0.1:11211:1\n\
-                    b:\n  listen: 127.0.0.1:22122\n  servers:\n   - 127.0.0.1:11212:1\n\
-                    z:\n  listen: 127.0.0.1:22123\n  zones:\n   - a\n   - b\n";
-        let c = crate::config::Config::from_str(yaml, std::path::Path::new("t.yml"))
-            .expect("config parses");
-        let routing = &c.pools[2].routing;
-        let Ok(Parse::Done(req)) =
-            Protocol::Memcache.parse_request(b"get k\r\n", &Limits::default())
-        else {
-            panic!("parses");
-        };
-        let read = |next: usize| ReplySlot {
-            retry: Some(Box::new(Retry {
-                req: req.clone(),
-                bytes: b"get k\r\n"[..].into(),
-                replicas: [0, 1].into_iter().collect(),
-                next,
-                on_miss: false,
-                learns: false,
-                pull_on_miss: false,
-            })),
-            ..ReplySlot::default()
-        };
-        let hit = b"VALUE k 0 1\r\nv\r\nEND\r\n";
-        let mut local = read(1);
-        assert!(!local.fill(None, answer(hit, false), Protocol::Memcache, Some(routing)));
-        assert!(local.ready && local.retry.is_none() && local.out == hit);
-        let mut other = read(2);
-        assert!(other.fill(None, answer(hit, false), Protocol::Memcache, Some(routing)));
-        // Not a zone pool: never counted as a zone's failover.
-        let mut plain = read(2);
-        assert!(!plain.fill(None, answer(hit, false), Protocol::Memcache, None));
-    }
-
-    #[test]
-    fn a_reply_for_the_first_slot_owed_goes_out_a_later_one_waits() {
-        let (sock, _peer) = mio::net::UnixStream::pair().expect("socket pair");
-        let session = crate::proto::redis::local::Session::new(1, None, false);
-        let mut c = Client::new(
-            crate::net::Stream::Unix(sock),
-            1,
-            0,
-            session,
-            std::time::Instant::now(),
-        );
-        let (first, second) = (c.next_seq(), c.next_seq() + 1);
-        c.push_reply(ReplySlot::default());
-        c.push_reply(ReplySlot::default());
-        let filled = c.fill_reply(
-            second,
-            None,
-            answer(b"+OK\r\n", false),
-            Protocol::Redis,
-            None,
-        );
-        assert_eq!(
-            filled,
-            Filled {
-                head: false,
-                failover: false
-            },
-            "waits for the first"
-        );
-        assert!(c.slot(second).is_some_and(|s| s.ready));
-        let filled = c.fill_reply(
-            first,
-            None,
-            answer(b"$1\r\nv\r\n", false),
-            Protocol::Redis,
-            None,
-        );
-        assert_eq!(
-            filled,
-            Filled {
-                head: true,
-                failover: false
-            }
-        );
-        let gone = c.fill_reply(
-            second + 1,
-            None,
-            answer(b"+OK\r\n", false),
-            Protocol::Redis,
-            None,
-        );
-        assert_eq!(gone, Filled::default(), "no such slot");
-        // A large reply held in chunks, likewise.
-        let third = second + 1;
-        c.push_reply(ReplySlot::default());
-        assert!(!c.fill_held_reply(third, None, Box::default(), Protocol::Redis));
-        assert!(c.slot(third).is_some_and(|s| s.ready && s.held.is_some()));
-        c.pop_head();
-        c.pop_head();
-        assert!(
-            c.fill_held_reply(third, None, Box::default(), Protocol::Redis),
-            "first now"
-        );
-        assert!(!c.fill_held_reply(third + 1, None, Box::default(), Protocol::Redis));
-    }
-}
+#[path = "replies_tests.rs"]
+mod tests;
