@@ -607,14 +607,12 @@ impl Worker<'_> {
             self.pools[pool].cfg.name,
             if error { "error" } else { "eof" }
         );
-        self.pools[pool].clients = self.pools[pool].clients.saturating_sub(1);
-        self.stats.pool_sub(pool, PoolField::ClientConnections, 1);
-        self.stats.worker_sub(WorkerField::CurrConnections, 1);
         if error {
             self.stats.pool_add(pool, PoolField::ClientErr, 1);
         } else {
             self.stats.pool_add(pool, PoolField::ClientEof, 1);
         }
-        self.intake.client_left(&self.stats, self.poll.registry());
+        let (reg, p) = (self.poll.registry(), &mut self.pools[pool]);
+        self.intake.client_left(&c, p, &self.stats, reg);
     }
 }

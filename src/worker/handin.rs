@@ -281,7 +281,9 @@ impl Worker<'_> {
         if tcp {
             crate::net::tune_client(&sock, self.pools[pool].cfg.tcpkeepalive);
         }
-        let Some(token) = self.insert_client(sock, pool, now) else {
+        let c = self.pools[pool].new_client(sock, pool, self.ids.next(), now);
+        let (reg, p) = (self.poll.registry(), &mut self.pools[pool]);
+        let Some(token) = self.intake.admit(&mut self.conns, reg, c, p, &self.stats) else {
             return;
         };
         self.stats.worker_add(WorkerField::HandedIn, 1);

@@ -19,8 +19,7 @@ use super::conn::{Client, Conn, ConnTable};
 use super::pool::PoolRt;
 use super::{relay, Worker};
 use crate::net::handover::{self, MAX_MESSAGE};
-use crate::stats::{PoolField, WorkerField};
-use mio::Token;
+use crate::stats::WorkerField;
 use slab::Slab;
 use std::os::fd::AsRawFd;
 
@@ -245,10 +244,20 @@ impl Worker<'_> {
             };
             match handover::send(&target, &msg, fd) {
                 Ok(()) => {
-                    let gone = self.forget_client(Token(k));
-                    if let (Some(c), Some((ours, _))) = (gone, pair) {
+                    // It leaves without being closed: dropping it closes
+                    // this process's copy of the descriptor, the successor
+                    // holds the connection now (a TLS client's is relayed).
+                    let Some(Conn::Client(mut c)) = self.conns.try_remove(k) else {
+                        continue;
+                    };
+                    let reg = self.poll.registry();
+                    let _ = reg.deregister(c.sock_mut());
+                    self.out.sub(c.out_len(), &self.stats);
+                    self.stats.worker_add(WorkerField::HandedOut, 1);
+                    let p = &mut self.pools[c.pool()];
+                    self.intake.client_left(&c, p, &self.stats, reg);
+                    if let Some((ours, _)) = pair {
                         let (sock, out) = c.into_sock_and_output();
-                        let reg = self.poll.registry();
                         self.relays.start(reg, sock, ours, out.bytes().to_vec());
                     }
                 }
@@ -263,25 +272,6 @@ impl Worker<'_> {
             }
         }
         true
-    }
-
-    /// A client handed over: it leaves this worker without being closed
-    /// (returned, for a TLS client to be relayed).
-    fn forget_client(&mut self, token: Token) -> Option<Box<Client>> {
-        let Some(Conn::Client(mut c)) = self.conns.try_remove(token.0) else {
-            return None;
-        };
-        let _ = self.poll.registry().deregister(c.sock_mut());
-        self.out.sub(c.out_len(), &self.stats);
-        let pool = c.pool();
-        self.pools[pool].clients = self.pools[pool].clients.saturating_sub(1);
-        self.stats.pool_sub(pool, PoolField::ClientConnections, 1);
-        self.stats.worker_sub(WorkerField::CurrConnections, 1);
-        self.stats.worker_add(WorkerField::HandedOut, 1);
-        self.intake.client_left(&self.stats, self.poll.registry());
-        // Dropping `c` closes this process's copy of the descriptor; the
-        // successor holds the connection now.
-        Some(c)
     }
 }
 

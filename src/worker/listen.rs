@@ -1,8 +1,9 @@
 //! The worker's intake of new clients: its listening sockets, registered
 //! per listener mode (see `accept.rs`), the accept policy with its
 //! `max_connections` cap, and accepting. [`Intake`] owns all of it and
-//! acts with the poll registry passed in; the worker only adds the
-//! clients it returns to the loop ([`Worker::insert_client`]).
+//! acts with the poll registry passed in; the worker makes a client of
+//! each it returns ([`PoolRt::new_client`]) for the intake to admit
+//! into the connection table ([`Intake::admit`]), which counts it.
 
 use super::accept::{self, AcceptMutex, AcceptPolicy, Cap};
 use super::conn::{self, Conn};
@@ -12,8 +13,9 @@ use super::Worker;
 use crate::config::ListenerMode;
 use crate::net::{Listener, Stream};
 use crate::stats::shm::{Region, StatsSlot};
-use crate::stats::WorkerField;
+use crate::stats::{PoolField, WorkerField};
 use mio::{Interest, Registry, Token};
+use slab::Slab;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
@@ -231,10 +233,49 @@ impl<'a> Intake<'a> {
         }
     }
 
-    /// A client left (closed or handed over): while paused at the cap,
-    /// resume accepting once the clients held (`stats`' count) are below
-    /// 90% of it.
-    pub(super) fn client_left(&mut self, stats: &StatsSlot<'_>, reg: &Registry) {
+    /// A new client, accepted or handed over, joins the connection table
+    /// and is watched: counted in its pool (`pool`, at index `idx`) and
+    /// in the worker's clients. Its token; none when it could not be
+    /// watched (it is closed then, uncounted).
+    pub(super) fn admit(
+        &mut self,
+        conns: &mut Slab<Conn>,
+        reg: &Registry,
+        mut c: conn::Client,
+        pool: &mut PoolRt,
+        stats: &StatsSlot<'_>,
+    ) -> Option<Token> {
+        let idx = c.pool();
+        crate::log_pverb!(
+            "client {} connected to pool '{}'",
+            crate::net::peer_of(c.sock().as_raw_fd()),
+            pool.cfg.name
+        );
+        let entry = conns.vacant_entry();
+        let token = Token(entry.key());
+        reg.register(c.sock_mut(), token, Interest::READABLE | Interest::WRITABLE)
+            .ok()?;
+        entry.insert(Conn::Client(Box::new(c)));
+        pool.clients += 1;
+        stats.pool_add(idx, PoolField::ClientConnections, 1);
+        stats.worker_add(WorkerField::CurrConnections, 1);
+        Some(token)
+    }
+
+    /// Client `c` left (closed or handed over, out of the connection
+    /// table and no longer watched): it no longer counts in its pool
+    /// (`pool`) nor in the worker's clients, and, while paused at the cap,
+    /// accepting resumes once the clients held are below 90% of it.
+    pub(super) fn client_left(
+        &mut self,
+        c: &conn::Client,
+        pool: &mut PoolRt,
+        stats: &StatsSlot<'_>,
+        reg: &Registry,
+    ) {
+        pool.clients = pool.clients.saturating_sub(1);
+        stats.pool_sub(c.pool(), PoolField::ClientConnections, 1);
+        stats.worker_sub(WorkerField::CurrConnections, 1);
         if self.cap.capped() {
             let open = stats.get_worker(WorkerField::CurrConnections) as usize;
             self.uncap(open, reg);
@@ -254,6 +295,24 @@ impl<'a> Intake<'a> {
     }
 }
 
+impl PoolRt {
+    /// A new client of this pool (at index `idx`) on `sock`, connection
+    /// `id`: its session starts logged in unless the pool has a password
+    /// (`redis_auth`) or ACL users.
+    pub(super) fn new_client(
+        &self,
+        sock: Stream,
+        idx: usize,
+        id: u64,
+        now: Instant,
+    ) -> conn::Client {
+        let auth = self.cfg.redis_auth.as_deref().map(str::as_bytes);
+        let users = !self.cfg.security.users.is_empty();
+        let session = crate::proto::redis::local::Session::new(id, auth, users);
+        conn::Client::new(sock, id, idx, session, now)
+    }
+}
+
 impl Worker<'_> {
     /// A listener is readable: accept what it has and add the clients.
     pub(super) fn accept(&mut self, idx: usize, now: Instant) {
@@ -266,7 +325,10 @@ impl Worker<'_> {
                 .accept(idx, first, open, reg, &self.stats, &self.pools)
             {
                 Accepted::Client(sock, pool) => {
-                    if self.insert_client(sock, pool, now).is_some() {
+                    let c = self.pools[pool].new_client(sock, pool, self.ids.next(), now);
+                    let p = &mut self.pools[pool];
+                    let reg = self.poll.registry();
+                    if (self.intake.admit(&mut self.conns, reg, c, p, &self.stats)).is_some() {
                         self.stats.worker_add(WorkerField::TotalConnections, 1);
                     }
                 }
@@ -276,48 +338,6 @@ impl Worker<'_> {
             first = false;
         }
     }
-
-    /// Add a client connection of `pool` (accepted, or handed over by a
-    /// predecessor) and watch it.
-    pub(super) fn insert_client(
-        &mut self,
-        mut sock: crate::net::Stream,
-        pool: usize,
-        now: Instant,
-    ) -> Option<Token> {
-        let id = self.ids.next();
-        crate::log_pverb!(
-            "client {} connected to pool '{}'",
-            crate::net::peer_of(std::os::fd::AsRawFd::as_raw_fd(&sock)),
-            self.pools[pool].cfg.name
-        );
-        let entry = self.conns.vacant_entry();
-        let token = Token(entry.key());
-        self.poll
-            .registry()
-            .register(&mut sock, token, Interest::READABLE | Interest::WRITABLE)
-            .ok()?;
-        entry.insert(Conn::Client(Box::new(conn::Client::new(
-            sock,
-            id,
-            pool,
-            crate::proto::redis::local::Session::new(
-                id,
-                self.pools[pool]
-                    .cfg
-                    .redis_auth
-                    .as_deref()
-                    .map(str::as_bytes),
-                !self.pools[pool].cfg.security.users.is_empty(),
-            ),
-            now,
-        ))));
-        self.pools[pool].clients += 1;
-        self.stats
-            .pool_add(pool, crate::stats::PoolField::ClientConnections, 1);
-        self.stats.worker_add(WorkerField::CurrConnections, 1);
-        Some(token)
-    }
 }
 
 #[cfg(test)]
@@ -325,21 +345,77 @@ mod tests {
     use super::*;
     use crate::stats::shm::Layout;
 
+    /// Redis pool `a` (one server) as configured with `extra`.
+    fn pool(extra: &str) -> PoolRt {
+        let yaml = format!(
+            "a:\n  listen: 127.0.0.1:22121\n  redis: true\n{extra}  servers:\n   - 127.0.0.1:6379:1\n"
+        );
+        let c = crate::config::Config::from_str(&yaml, std::path::Path::new("t.yml"))
+            .expect("config parses");
+        PoolRt::new(&c.pools[0], &[])
+    }
+
+    /// A client of pool 0 on one end of a socket pair (the other kept).
+    fn client(p: &PoolRt, id: u64) -> (conn::Client, mio::net::UnixStream) {
+        let (sock, peer) = mio::net::UnixStream::pair().expect("socket pair");
+        (
+            p.new_client(Stream::Unix(sock), 0, id, Instant::now()),
+            peer,
+        )
+    }
+
     #[test]
-    fn a_capped_intake_accepts_again_below_ninety_percent() {
+    fn a_new_client_is_logged_in_unless_its_pool_has_a_password() {
+        let open = pool("");
+        let (c, _peer) = client(&open, 7);
+        assert!(c.session().authenticated && c.id() == 7 && c.pool() == 0);
+        let shut = pool("  redis_auth: secret\n");
+        let (c, _peer) = client(&shut, 8);
+        assert!(!c.session().authenticated);
+    }
+
+    #[test]
+    fn clients_admitted_and_left_are_counted_and_a_capped_intake_accepts_again_below_ninety_percent(
+    ) {
         let region = Region::new(Layout::new(vec![1], vec![0]), 1).expect("stats region");
         let stats = region.slot(0);
         let poll = mio::Poll::new().expect("poll");
+        let reg = poll.registry();
         let mut intake = Intake::new(Vec::new(), ListenerMode::Reuseport, None, 0, 10);
-        stats.worker_set(WorkerField::CurrConnections, 5);
-        intake.client_left(&stats, poll.registry());
+        let mut p = pool("");
+        let mut conns = Slab::new();
+        let mut peers = Vec::new();
+        for id in 0..9 {
+            let (c, peer) = client(&p, id);
+            peers.push(peer);
+            assert!(intake.admit(&mut conns, reg, c, &mut p, &stats).is_some());
+        }
+        assert_eq!(p.clients, 9);
+        assert_eq!(stats.get_pool(0, PoolField::ClientConnections), 9);
+        assert_eq!(stats.get_worker(WorkerField::CurrConnections), 9);
+        let leave = |conns: &mut Slab<Conn>, intake: &mut Intake, p: &mut PoolRt| {
+            let k = conns.iter().next().map(|(k, _)| k).expect("a client");
+            let Conn::Client(c) = conns.remove(k) else {
+                panic!("a client");
+            };
+            intake.client_left(&c, p, &stats, reg);
+        };
+        leave(&mut conns, &mut intake, &mut p);
+        assert_eq!((p.clients, conns.len()), (8, 8));
+        assert_eq!(stats.get_pool(0, PoolField::ClientConnections), 8);
         assert!(!intake.cap.capped(), "never capped: nothing changes");
-        assert!(intake.cap.reached(9), "the tenth client caps it");
-        stats.worker_set(WorkerField::CurrConnections, 9);
-        intake.client_left(&stats, poll.registry());
+        for id in 9..11 {
+            // The tenth client caps it.
+            let open = stats.get_worker(WorkerField::CurrConnections) as usize;
+            assert_eq!(intake.cap.reached(open), open == 9);
+            let (c, peer) = client(&p, id);
+            peers.push(peer);
+            intake.admit(&mut conns, reg, c, &mut p, &stats);
+        }
+        leave(&mut conns, &mut intake, &mut p);
         assert!(intake.cap.capped(), "9 of 10 is not below 90 %");
-        stats.worker_set(WorkerField::CurrConnections, 8);
-        intake.client_left(&stats, poll.registry());
+        leave(&mut conns, &mut intake, &mut p);
         assert!(!intake.cap.capped(), "8 of 10 is");
+        assert_eq!(stats.get_worker(WorkerField::CurrConnections), 8);
     }
 }
