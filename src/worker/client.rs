@@ -102,12 +102,29 @@ impl Worker<'_> {
         self.maybe_finish_client(token);
     }
 
-    /// Parse and route every complete request in the client's input.
+    /// Parse and route every complete request in the client's input,
+    /// when it is to be parsed now (`Client::parse_now`), once a streamed
+    /// request took its share, and `need` bytes are there.
     fn process_input(&mut self, token: Token, now: Instant) {
-        if !self.input_parseable(token, now) {
+        // While handing over: the most a client's handover carries.
+        let handing = self.handover.as_ref().map(|_| CARRY_MAX);
+        let Some(c) = self.conns.client_mut(token.0) else {
+            return;
+        };
+        if !c.parse_now(handing) {
             return;
         }
-        let Some(c) = self.conns.client_mut(token.0) else {
+        if c.stream().is_some() && !self.pass_stream(token, now) {
+            if let Some(c) = self.conns.client_mut(token.0) {
+                c.return_idle_input(&mut self.bufs);
+            }
+            return;
+        }
+        let Some(c) = self
+            .conns
+            .client_mut(token.0)
+            .filter(|c| c.ready_to_parse())
+        else {
             return;
         };
         let mut rbuf = c.take_input();
@@ -141,33 +158,6 @@ impl Worker<'_> {
         if pass.streamed {
             self.process_input(token, now);
         }
-    }
-
-    /// Whether the client's input is to be parsed now (`Client::parse_now`),
-    /// once a streamed request took its share, and `need` bytes are there.
-    fn input_parseable(&mut self, token: Token, now: Instant) -> bool {
-        // While handing over: the most a client's handover carries.
-        let handing = self.handover.as_ref().map(|_| CARRY_MAX);
-        let Some(c) = self.conns.client_mut(token.0) else {
-            return false;
-        };
-        if !c.parse_now(handing) {
-            return false;
-        }
-        if c.stream().is_some() {
-            let done = self.pass_stream(token, now);
-            let Some(c) = self.conns.client_mut(token.0) else {
-                return false;
-            };
-            if !done {
-                c.return_idle_input(&mut self.bufs);
-                return false;
-            }
-        }
-        let Some(c) = self.conns.client(token.0) else {
-            return false;
-        };
-        c.ready_to_parse()
     }
 
     /// Parse and dispatch the requests at the start of `input` until one is
@@ -213,71 +203,34 @@ impl Worker<'_> {
                 Ok(Parse::Incomplete { hint }) => {
                     pass.need = hint;
                     if hint > STREAM_THRESHOLD && proto == crate::proto::Protocol::Redis {
-                        self.stream_from(token, input, &limits, &mut pass, now);
+                        // A large argument: the request is forwarded as it
+                        // arrives once its head is parsed.
+                        let head =
+                            crate::proto::redis::stream_head(input, &limits, STREAM_THRESHOLD);
+                        if let Some(head) = head {
+                            let len = head.req.len;
+                            let start = self.start_stream(token, head, &input[..len], now);
+                            pass.stream_start(len, start);
+                        }
                     }
                     return pass;
                 }
                 Err(err) => {
-                    if !self.refused(token, pool, err, input, &mut pass, now) {
+                    let (close, skip) = (err.close, err.skip);
+                    let name = &self.pools[pool].cfg.name;
+                    let c = self.conns.client_mut(token.0);
+                    if let Some(req) = c.and_then(|c| c.refuse(err, name, input)) {
+                        // Routed in the refused request's place.
+                        pass.requests += 1;
+                        let len = req.len;
+                        self.dispatch(token, *req, &input[..len], now);
+                    }
+                    if close || !pass.skip_refused(skip, input.len()) {
                         return pass;
                     }
                 }
             }
         }
-    }
-
-    /// An incomplete Redis request with a large argument: forwarded as it
-    /// arrives once its head is parsed.
-    fn stream_from(
-        &mut self,
-        token: Token,
-        input: &[u8],
-        limits: &crate::proto::Limits,
-        pass: &mut InputPass,
-        now: Instant,
-    ) {
-        let Some(head) = crate::proto::redis::stream_head(input, limits, STREAM_THRESHOLD) else {
-            return;
-        };
-        let len = head.req.len;
-        let start = self.start_stream(token, head, &input[..len], now);
-        pass.stream_start(len, start);
-    }
-
-    /// A request the parser refused: its error reply (or the request
-    /// routed in its place), and the input it takes. Whether parsing goes
-    /// on.
-    #[cold]
-    fn refused(
-        &mut self,
-        token: Token,
-        pool: usize,
-        err: crate::proto::RequestError,
-        input: &[u8],
-        pass: &mut InputPass,
-        now: Instant,
-    ) -> bool {
-        if let Some(c) = self.conns.client(token.0) {
-            let name = &self.pools[pool].cfg.name;
-            crate::log_pverb!("{}", c.bad_request(name, &err.reply, input));
-        }
-        let close = err.close;
-        if let Some(req) = err.forward {
-            // Routed in the refused request's place (proto::RequestError).
-            pass.requests += 1;
-            let len = req.len;
-            self.dispatch(token, *req, &input[..len], now);
-        } else {
-            // Refused while queueing: the transaction aborts at
-            // EXEC, as redis-server's does.
-            if let Some(c) = self.conns.client_mut(token.0) {
-                if let Some(t) = c.txn_mut() {
-                    t.refused();
-                }
-            }
-            self.conns.push_ready(token, err.reply, close);
-        }
-        !close && pass.skip_refused(err.skip, input.len())
     }
 
     /// Route one request. Returns true when the client must not be read further.

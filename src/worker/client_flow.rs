@@ -154,6 +154,30 @@ impl Client {
         }
     }
 
+    /// A request the parser refused (`err`, at the start of the unparsed
+    /// `input`) in the pool named `pool`, logged (`bad_request`). A
+    /// request routed in its place is returned
+    /// (`proto::RequestError::forward`); else its error reply is queued,
+    /// and a transaction being queued aborts at EXEC, as redis-server's
+    /// does.
+    #[cold]
+    pub fn refuse(
+        &mut self,
+        err: crate::proto::RequestError,
+        pool: &str,
+        input: &[u8],
+    ) -> Option<Box<crate::proto::Request>> {
+        crate::log_pverb!("{}", self.bad_request(pool, &err.reply, input));
+        if err.forward.is_some() {
+            return err.forward;
+        }
+        if let Some(t) = self.txn_mut() {
+            t.refused();
+        }
+        self.push_ready(err.reply, err.close);
+        None
+    }
+
     /// The peer closed its side.
     #[inline]
     pub fn is_eof(&self) -> bool {

@@ -247,3 +247,30 @@ fn a_streamed_requests_start_leaves_the_pass_as_it_went() {
         "gathered whole"
     );
 }
+
+#[test]
+fn a_refused_request_queues_its_error_unless_another_is_routed_in_its_place() {
+    let refused =
+        |input: &[u8], limits: &Limits| match Protocol::Memcache.parse_request(input, limits) {
+            Err(e) => e,
+            Ok(p) => panic!("accepted: {p:?}"),
+        };
+    let mut c = client();
+    let input = b"bogus\r\nget k\r\n";
+    let first = c.next_seq();
+    assert!(c
+        .refuse(refused(input, &Limits::default()), "cache", input)
+        .is_none());
+    let slot = c.slot(first).expect("its error is owed");
+    assert!(slot.ready && slot.out == b"ERROR\r\n" && !slot.close_after);
+    // A value too large: the key's delete goes in its place, nothing is
+    // queued for it here.
+    let limits = Limits {
+        max_value: 10,
+        ..Limits::default()
+    };
+    let input = b"set k 0 0 100\r\n0123456789";
+    let forward = c.refuse(refused(input, &limits), "cache", input);
+    assert!(forward.is_some_and(|r| r.len <= input.len()));
+    assert_eq!(c.next_seq(), first + 1, "no slot for it");
+}
