@@ -7,6 +7,7 @@ use super::spool::Spool;
 use super::Worker;
 use crate::stats::{PoolField, WorkerField};
 use mio::Token;
+use std::time::Instant;
 
 /// A reply as it came back: `is_error`, the reply is an error;
 /// `unreachable`, the server could not be reached (the reply is the error
@@ -69,8 +70,7 @@ impl Worker<'_> {
                 let sent = self.retry_fragment(token, id, seq, fi, pool);
                 let slot = self.conns.client_mut(token.0).and_then(|c| c.slot_mut(seq));
                 if let Some(slot) = slot.filter(|_| sent) {
-                    // Replaced by its retries: answered as far as the
-                    // merge counts.
+                    // Replaced by its retries: answered, for the merge.
                     slot.fragment_settled();
                 }
                 sent
@@ -91,17 +91,15 @@ impl Worker<'_> {
             }
             SendOn::Fill => false,
         };
-        if sent_on {
-            if moved_read {
-                self.stats.worker_add(WorkerField::MovedRereads, 1);
-            }
+        if sent_on && !moved_read {
             return;
         }
         if moved_read {
             let found = !(answer.is_error || self.pools[pool].proto.is_miss(&answer.reply));
-            // A memcached read asked of the new owner alone: a miss there
-            // pulls the key, and the read is asked again behind its copy.
-            if !found && !answer.is_error && self.pull_missed(token, seq, std::time::Instant::now())
+            // Asked again: sent on to its next server, or, a memcached read
+            // asked of the new owner alone, a miss there pulls the key and
+            // the read is asked again behind its copy.
+            if sent_on || !found && !answer.is_error && self.pull_missed(token, seq, Instant::now())
             {
                 self.stats.worker_add(WorkerField::MovedRereads, 1);
                 return;
@@ -119,15 +117,19 @@ impl Worker<'_> {
         let Some(c) = self.conns.client_mut(token.0) else {
             return;
         };
-        // A zone pool's fragment that failed: it may be the last zone
-        // asked for keys the others missed.
+        // A failed zone fragment may be the last asked for others' misses.
         let zone_failed = p.route.is_zoned() && (unreachable || is_error);
         let filled = c.fill_reply(seq, frag, answer, p.proto, p.failover_zones(), zone_failed);
         if filled.failover {
             self.stats.pool_add(pool, PoolField::ZoneFailovers, 1);
         }
         if filled.head {
-            self.drain_head(token);
+            // The first reply owed: what is ready goes to its output.
+            let added = c.drain_ready(&mut self.bufs);
+            if c.has_output() {
+                self.dirty.client(token);
+            }
+            self.add_out(added);
         }
     }
 
@@ -147,30 +149,22 @@ impl Worker<'_> {
         if c.id() != id {
             return;
         }
-        let proto = self.pools[c.pool()].proto;
-        if c.fill_held_reply(seq, frag, held, proto) {
-            self.drain_head(token);
+        let pool = c.pool();
+        if c.fill_held_reply(seq, frag, held, self.pools[pool].proto) {
+            // The first reply owed: what is ready goes to its output.
+            let added = c.drain_ready(&mut self.bufs);
+            if c.has_output() {
+                self.dirty.client(token);
+            }
+            self.add_out(added);
         }
         // Held replies count against the output limit too.
         let Some(c) = self.conns.client(token.0) else {
             return;
         };
-        let pool = c.pool();
         if let Some(kept) = c.kept_over(self.ctl.output_limit(&self.pools[pool])) {
             self.close_over_limit(token, pool, kept, "held");
         }
-    }
-
-    /// The client's head slot may be ready: move what is ready to its output.
-    fn drain_head(&mut self, token: Token) {
-        let Some(c) = self.conns.client_mut(token.0) else {
-            return;
-        };
-        let added = c.drain_ready(&mut self.bufs);
-        if c.has_output() {
-            self.dirty.client(token);
-        }
-        self.add_out(added);
     }
 }
 
