@@ -8,8 +8,8 @@ use super::fault::ServerFault;
 use super::fleet_hold::FleetStep;
 use super::handover::CARRY_MAX;
 use super::migrate::Hold;
+use super::pool::PoolRt;
 use super::pull::AfterPull;
-use super::server_conn::Queued;
 use super::txn::TxnStep;
 use super::{Worker, READ_BUDGET, READ_CHUNK, STREAM_LOW, STREAM_THRESHOLD};
 use crate::proto::{Local, Parse, Request, Route};
@@ -360,7 +360,9 @@ impl Worker<'_> {
         }
     }
 
-    /// Queue request bytes on a server connection.
+    /// Queue request bytes on a server connection; then the lists it joins
+    /// (`Queued`: to count, to write) and its timeout timer
+    /// (`Server::arm_once`).
     #[inline]
     pub(super) fn enqueue(
         &mut self,
@@ -370,13 +372,25 @@ impl Worker<'_> {
         write: impl FnOnce(&mut Vec<u8>),
         now: Instant,
     ) {
-        self.enqueue_with(st, waiter.is_some(), now, |s, key| {
-            s.queue(waiter, op, write, now, key)
-        });
+        let Some(s) = self.conns.server_mut(st.0) else {
+            return;
+        };
+        let waits = waiter.is_some();
+        let q = s.queue(waiter, op, write, now, self.recorder.slow_key());
+        if q.first_uncounted {
+            self.counting.push(st);
+        }
+        if let Some(at) = s.arm_once(waits, &self.pools, now) {
+            self.timers.arm(at, st, s.id());
+        }
+        if q.first_out {
+            self.dirty.server(st);
+        }
     }
 
     /// Queue a request that goes as it came, written at once from `bytes`
-    /// when nothing waits before it (`Server::queue_through`).
+    /// when nothing waits before it (`Server::queue_through`); then as
+    /// `enqueue`.
     pub(super) fn enqueue_through(
         &mut self,
         st: Token,
@@ -385,34 +399,16 @@ impl Worker<'_> {
         bytes: &[u8],
         now: Instant,
     ) {
-        self.enqueue_with(st, waiter.is_some(), now, |s, key| {
-            s.queue_through(waiter, op, bytes, now, key)
-        });
-    }
-
-    /// Queue on a server connection with `queue`; then the lists it joins
-    /// (to count, to write) and its timeout timer.
-    #[inline(always)]
-    fn enqueue_with(
-        &mut self,
-        st: Token,
-        waits: bool,
-        now: Instant,
-        queue: impl FnOnce(&mut Server, crate::stats::slowlog::KeyPrefix) -> Queued,
-    ) {
         let Some(s) = self.conns.server_mut(st.0) else {
             return;
         };
-        let q = queue(s, self.recorder.slow_key());
+        let waits = waiter.is_some();
+        let q = s.queue_through(waiter, op, bytes, now, self.recorder.slow_key());
         if q.first_uncounted {
             self.counting.push(st);
         }
-        if !s.timer_armed() && waits {
-            if let Some(t) = self.pools[s.pool()].timeout() {
-                s.set_timer_armed(true);
-                let id = s.id();
-                self.timers.arm(now + t, st, id);
-            }
+        if let Some(at) = s.arm_once(waits, &self.pools, now) {
+            self.timers.arm(at, st, s.id());
         }
         if q.first_out {
             self.dirty.server(st);
@@ -567,5 +563,67 @@ impl Worker<'_> {
         }
         let (reg, p) = (self.poll.registry(), &mut self.pools[pool]);
         self.intake.client_left(&c, p, &self.stats, reg);
+    }
+}
+
+/// A server connection's timeout timer as requests are queued on it.
+impl Server {
+    /// A request was queued at `now`; `waits`: a client waits for its
+    /// reply. The deadline to arm the connection's timer for when that
+    /// starts the pool's `timeout` (none: no timeout, nothing waits, or
+    /// the timer is armed already; it is re-armed from the oldest request
+    /// as it fires, `Server::timer_fired`). `pools`: the worker's, the
+    /// connection's among them.
+    #[inline(always)]
+    pub(super) fn arm_once(
+        &mut self,
+        waits: bool,
+        pools: &[PoolRt],
+        now: Instant,
+    ) -> Option<Instant> {
+        if self.timer_armed() || !waits {
+            return None;
+        }
+        let t = pools[self.pool()].timeout()?;
+        self.set_timer_armed(true);
+        Some(now + t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connections_timer_is_armed_by_the_first_request_waited_for() {
+        let yaml =
+            "a:\n  listen: 127.0.0.1:22121\n  timeout: 400\n  servers:\n   - 127.0.0.1:11211:1\n\
+                    b:\n  listen: 127.0.0.1:22122\n  servers:\n   - 127.0.0.1:11212:1\n";
+        let c = crate::config::Config::from_str(yaml, std::path::Path::new("t.yml"))
+            .expect("config parses");
+        let pools: Vec<PoolRt> = c.pools.iter().map(|p| PoolRt::new(p, &[])).collect();
+        let server = |pool: usize| {
+            let (sock, peer) = mio::net::UnixStream::pair().expect("socket pair");
+            let s = Server::new(
+                crate::net::Stream::Unix(sock),
+                1,
+                (pool, 0, 0),
+                Instant::now(),
+                true,
+            );
+            (s, peer)
+        };
+        let now = Instant::now();
+        let (mut s, _peer) = server(0);
+        assert_eq!(s.arm_once(false, &pools, now), None, "nothing waits");
+        assert!(!s.timer_armed());
+        let at = now + std::time::Duration::from_millis(400);
+        assert_eq!(s.arm_once(true, &pools, now), Some(at));
+        assert!(s.timer_armed());
+        assert_eq!(s.arm_once(true, &pools, now), None, "armed already");
+        // A pool without a timeout: never armed.
+        let (mut s, _peer) = server(1);
+        assert_eq!(s.arm_once(true, &pools, now), None);
+        assert!(!s.timer_armed());
     }
 }
