@@ -215,7 +215,7 @@ impl Worker<'_> {
     /// pass added to the shared counters.
     fn end_pass(&mut self, now: Instant) {
         self.read_late(now);
-        self.release_held(now);
+        self.hold_deadlines.release_due(now, &mut self.dirty);
         self.flush_dirty(now);
         self.count_queued_all();
         self.recorder.end_pass(&self.stats);

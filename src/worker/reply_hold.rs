@@ -26,6 +26,8 @@
 
 use super::client_conn::Hold;
 use super::conn::ConnTable;
+use super::deadlines::Deadlines;
+use super::dirty::Dirty;
 use super::Worker;
 use mio::Token;
 use std::time::{Duration, Instant};
@@ -57,17 +59,20 @@ impl Worker<'_> {
             }
         }
     }
+}
 
-    /// Clients whose hold ends by `now` are written in this pass's flush.
-    /// A client written or closed since it was held is marked anyway (a
-    /// reused token may even name a server connection): its flush then
-    /// finds nothing to hold and little or nothing to write. After
-    /// `config set reply_hold` shortens the bound, a newer deadline can
-    /// sit behind an older one: that client is written by the older one,
-    /// or sooner by any pass that marks it.
-    pub(super) fn release_held(&mut self, now: Instant) {
-        while let Some(token) = self.hold_deadlines.pop_due(now) {
-            self.dirty.client(token);
+/// The deadlines of held clients.
+impl Deadlines<Token> {
+    /// Clients whose hold ends by `now` are marked in `dirty`, to be
+    /// written in this pass's flush. A client written or closed since it
+    /// was held is marked anyway (a reused token may even name a server
+    /// connection): its flush then finds nothing to hold and little or
+    /// nothing to write. After `config set reply_hold` shortens the bound,
+    /// a newer deadline can sit behind an older one: that client is
+    /// written by the older one, or sooner by any pass that marks it.
+    pub(super) fn release_due(&mut self, now: Instant, dirty: &mut Dirty) {
+        while let Some(token) = self.pop_due(now) {
+            dirty.client(token);
         }
     }
 }
@@ -75,4 +80,25 @@ impl Worker<'_> {
 /// `_walnut: reply_hold` in µs as the worker keeps it (0: off).
 pub fn bound(us: u64) -> Option<Duration> {
     (us > 0).then(|| Duration::from_micros(us))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_held_client_is_marked_to_be_written_once_its_deadline_passes() {
+        let now = Instant::now();
+        let mut held = Deadlines::new();
+        held.push(now + Duration::from_micros(200), Token(7));
+        held.push(now + Duration::from_micros(400), Token(9));
+        let mut dirty = Dirty::default();
+        held.release_due(now, &mut dirty);
+        assert!(dirty.is_empty());
+        held.release_due(now + Duration::from_micros(300), &mut dirty);
+        assert_eq!(dirty.take_clients(), vec![Token(7)]);
+        held.release_due(now + Duration::from_micros(400), &mut dirty);
+        assert_eq!(dirty.take_clients(), vec![Token(9)]);
+        assert!(dirty.take_servers().is_empty());
+    }
 }
