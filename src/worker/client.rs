@@ -99,7 +99,11 @@ impl Worker<'_> {
                 }
             }
         }
-        self.maybe_finish_client(token);
+        // Nothing more to do (quit sent, or peer gone and every reply
+        // written): it closes.
+        if self.conns.client(token.0).is_some_and(|c| c.finished()) {
+            self.close_client(token, false);
+        }
     }
 
     /// Parse and route every complete request in the client's input,
@@ -443,7 +447,11 @@ impl Worker<'_> {
             self.read_client(token, std::time::Instant::now(), true);
             return;
         }
-        self.maybe_finish_client(token);
+        // Nothing more to do (quit sent, or peer gone and every reply
+        // written): it closes.
+        if self.conns.client(token.0).is_some_and(|c| c.finished()) {
+            self.close_client(token, false);
+        }
     }
 
     /// Replies were queued for a client: if that took its output over
@@ -511,17 +519,6 @@ impl Worker<'_> {
             self.ctl.output_limit(&self.pools[pool])
         );
         self.close_client(token, true);
-    }
-
-    /// Close a client that has nothing more to do (quit sent, or peer gone
-    /// and every reply written).
-    pub(super) fn maybe_finish_client(&mut self, token: Token) {
-        let Some(c) = self.conns.client(token.0) else {
-            return;
-        };
-        if c.finished() {
-            self.close_client(token, false);
-        }
     }
 
     /// Drop a client. Replies still coming from servers for it are discarded.

@@ -352,7 +352,9 @@ impl Worker<'_> {
                 "pool '{}': a transaction's server connection was lost: closing its client",
                 self.pools[s.pool()].cfg.name
             );
-            self.maybe_finish_client(ct);
+            if self.conns.client(ct.0).is_some_and(|c| c.finished()) {
+                self.close_client(ct, false)
+            }
         }
     }
 }
