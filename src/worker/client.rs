@@ -11,10 +11,11 @@ use super::migrate::Hold;
 use super::pool::PoolRt;
 use super::pull::AfterPull;
 use super::txn::TxnStep;
-use super::{Worker, READ_BUDGET, READ_CHUNK, STREAM_LOW, STREAM_THRESHOLD};
+use super::{Worker, WorkerCtl, READ_BUDGET, READ_CHUNK, STREAM_LOW, STREAM_THRESHOLD};
 use crate::proto::{Local, Parse, Request, Route};
 use crate::stats::{PoolField, WorkerField};
 use mio::Token;
+use slab::Slab;
 use std::io::{ErrorKind, Write};
 use std::os::fd::AsRawFd;
 use std::time::Instant;
@@ -454,21 +455,6 @@ impl Worker<'_> {
         }
     }
 
-    /// Replies were queued for a client: if that took its output over
-    /// `client_output_limit`, write what the socket takes now and close the
-    /// client if it is still over (so one burst of replies cannot grow the
-    /// buffer far past the limit before the end of the loop iteration).
-    pub(super) fn check_output_limit(&mut self, token: Token) {
-        let Some(c) = self.conns.client(token.0) else {
-            return;
-        };
-        if c.output_over(self.ctl.output_limit(&self.pools[c.pool()]))
-            .is_some()
-        {
-            self.flush_client(token);
-        }
-    }
-
     /// Write queued output; close the client on a socket error or when
     /// more than `client_output_limit` bytes stay unwritten. Returns
     /// whether the client is still open.
@@ -563,6 +549,22 @@ impl Worker<'_> {
     }
 }
 
+/// A client's output limit as replies are queued for it.
+impl WorkerCtl {
+    /// Whether replies just queued took the client at `token` over its
+    /// `client_output_limit` (`pools`: the worker's, its pool among
+    /// them). The worker then writes what the socket takes at once and
+    /// closes the client if it is still over (`Worker::flush_client`), so
+    /// one burst of replies cannot grow the buffer far past the limit
+    /// before the end of the loop's pass.
+    #[inline]
+    pub(super) fn output_over(&self, conns: &Slab<Conn>, token: Token, pools: &[PoolRt]) -> bool {
+        conns
+            .client(token.0)
+            .is_some_and(|c| c.output_over(self.output_limit(&pools[c.pool()])).is_some())
+    }
+}
+
 /// A server connection's timeout timer as requests are queued on it.
 impl Server {
     /// A request was queued at `now`; `waits`: a client waits for its
@@ -622,5 +624,52 @@ mod tests {
         let (mut s, _peer) = server(1);
         assert_eq!(s.arm_once(true, &pools, now), None);
         assert!(!s.timer_armed());
+    }
+
+    #[test]
+    fn replies_queued_past_a_clients_output_limit_are_written_at_once() {
+        let yaml = "a:\n  listen: 127.0.0.1:22121\n  client_output_limit: 100\n  servers:\n   - 127.0.0.1:11211:1\n";
+        let c = crate::config::Config::from_str(yaml, std::path::Path::new("t.yml"))
+            .expect("config parses");
+        let pools = vec![PoolRt::new(&c.pools[0], &[])];
+        let mut ctl = WorkerCtl {
+            quickack: false,
+            client_idle: None,
+            latency: false,
+            slowlog_us: 0,
+            pool_names: vec!["a".into()],
+            pool_timeouts: Vec::new(),
+            client_output_limit: None,
+            client_max_inflight: None,
+            handover_to: None,
+            migration_done: Vec::new(),
+            fleet_go: Vec::new(),
+            reply_hold: None,
+        };
+        let (sock, _peer) = mio::net::UnixStream::pair().expect("socket pair");
+        let client = pools[0].new_client(crate::net::Stream::Unix(sock), 0, 1, Instant::now());
+        let mut conns = Slab::new();
+        let t = Token(conns.insert(Conn::Client(Box::new(client))));
+        let mut bufs = super::super::conn::BufPool::default();
+        let mut out = |conns: &mut Slab<Conn>, n: usize| {
+            if let Some(c) = conns.client_mut(t.0) {
+                c.queue_output(&vec![b'x'; n], &mut bufs);
+            }
+        };
+        out(&mut conns, 100);
+        assert!(!ctl.output_over(&conns, t, &pools), "at the pool's limit");
+        out(&mut conns, 1);
+        assert!(ctl.output_over(&conns, t, &pools));
+        ctl.client_output_limit = Some(0);
+        assert!(
+            !ctl.output_over(&conns, t, &pools),
+            "the override: no limit"
+        );
+        ctl.client_output_limit = Some(50);
+        assert!(ctl.output_over(&conns, t, &pools), "the override first");
+        assert!(
+            !ctl.output_over(&conns, Token(t.0 + 1), &pools),
+            "no client"
+        );
     }
 }

@@ -167,7 +167,9 @@ impl Worker<'_> {
                 self.dirty.client(ct);
                 self.add_out(added);
             }
-            self.check_output_limit(ct);
+            if self.ctl.output_over(&self.conns, ct, &self.pools) {
+                self.flush_client(ct);
+            }
             if done {
                 // It subscribes to nothing any more: its connections close.
                 let subs = self.conns.client_mut(ct.0).and_then(|c| c.take_subs());

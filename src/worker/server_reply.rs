@@ -294,7 +294,9 @@ impl Worker<'_> {
             }
         }
         self.fragment_done(to, bytes.to_vec(), is_error, false);
-        self.check_output_limit(ct);
+        if self.ctl.output_over(&self.conns, ct, &self.pools) {
+            self.flush_client(ct);
+        }
     }
 }
 
