@@ -38,9 +38,12 @@
 //! whether a request may be held and until when (`admit`), which held
 //! requests go on or are refused at `now` (`due`, returning [`Ended`]
 //! values), and how long the loop may wait (`wait`); the pool says what a
-//! request waits for (`PoolRt::fleet_wait`). The `Worker` asks it
-//! (`fleet_gate`) and carries out what `FleetHolds` returns: it sets and takes the client's gate, routes a
-//! released request, writes a refusal.
+//! request waits for (`PoolRt::fleet_wait`), and what a request at the
+//! gate comes to (`gate`, an [`Admit`]: go, hold until when, or refuse
+//! with which error); the pool writes the refusal (`fleet_refusal`). The
+//! `Worker` asks it (`fleet_gate`) and carries out what `FleetHolds`
+//! returns: it sets and takes the client's gate, routes a released
+//! request, writes a refusal.
 
 use super::conn::ConnTable;
 use super::conn_state::Gate;
@@ -92,6 +95,19 @@ pub(super) enum FleetStep {
     Held,
     /// Refused (the error is queued as its reply).
     Refused,
+}
+
+/// What a request the fleet may hold comes to at the gate
+/// (`FleetHolds::gate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Admit {
+    /// Nothing to wait for: route it.
+    Go,
+    /// Hold it until `until`, waiting for `why`.
+    Hold { why: Wait, until: Instant },
+    /// Refuse it at once with this error (the worker stops, or its wait's
+    /// deadline passed).
+    Refuse(&'static str),
 }
 
 /// One held request: its client (token and id), its pool, what it waits
@@ -158,6 +174,28 @@ impl FleetHolds {
         };
         let until = since + bound;
         (!self.closed && now < until).then_some(until)
+    }
+
+    /// A request of `pool` (the pool and its index) about to be routed:
+    /// what it waits for, as its pool says (`PoolRt::fleet_wait`, with
+    /// `in_step` asked only of a `migration: true` pool), and whether it
+    /// may wait (`admit`, the bound asked only then).
+    pub(super) fn gate(
+        &mut self,
+        (pool, index): (&mut PoolRt, usize),
+        in_step: impl FnOnce() -> bool,
+        bound: impl FnOnce() -> Duration,
+        req: &Request,
+        bytes: &[u8],
+        now: Instant,
+    ) -> Admit {
+        let Some(why) = pool.fleet_wait(in_step, req, bytes, now) else {
+            return Admit::Go;
+        };
+        match self.admit(index, why, now, bound()) {
+            Some(until) => Admit::Hold { why, until },
+            None => Admit::Refuse(why.error()),
+        }
     }
 
     /// Hold the request of client `token` (`id`) admitted until `until`.
@@ -276,31 +314,21 @@ impl PoolRt {
             None
         }
     }
+
+    /// The reply refusing `req` with a fleet hold's `error`.
+    pub(super) fn fleet_refusal(&self, req: &Request, error: &str) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.proto.server_error(req.op, error, &mut out);
+        out
+    }
 }
 
 impl Worker<'_> {
     /// A request of `pool` about to be routed: go, or held, or refused
-    /// (see the module's doc). `then`: where it goes once it may.
+    /// (see the module's doc), as `FleetHolds::gate` says. `then`: where
+    /// it goes once it may.
     #[inline]
     pub(super) fn fleet_gate(
-        &mut self,
-        token: Token,
-        pool: usize,
-        req: &Request,
-        bytes: &[u8],
-        then: AfterPull,
-        now: Instant,
-    ) -> FleetStep {
-        if self.fleet.is_none() {
-            return FleetStep::Go;
-        }
-        self.fleet_gate_slow(token, pool, req, bytes, then, now)
-    }
-
-    /// A fleet member's request that must wait for what its pool says
-    /// (`PoolRt::fleet_wait`): held, or refused, as `FleetHolds` admits
-    /// it.
-    fn fleet_gate_slow(
         &mut self,
         token: Token,
         pool: usize,
@@ -313,31 +341,26 @@ impl Worker<'_> {
             return FleetStep::Go;
         };
         let in_step = || page.in_step();
-        let Some(why) = self.pools[pool].fleet_wait(in_step, req, bytes, now) else {
-            return FleetStep::Go;
+        let bound = || Duration::from_millis(page.hold_ms());
+        let p = &mut self.pools[pool];
+        let error = match (self.fleet_holds).gate((p, pool), in_step, bound, req, bytes, now) {
+            Admit::Go => return FleetStep::Go,
+            Admit::Refuse(error) => error,
+            Admit::Hold { why, until } => match self.conns.client_mut(token.0) {
+                Some(c) => {
+                    c.set_gate(Box::new(Gate::held(req, bytes, then)));
+                    let id = c.id();
+                    self.fleet_holds.hold((token, id), pool, why, now, until);
+                    self.stats.worker_add(WorkerField::FleetHeld, 1);
+                    return FleetStep::Held;
+                }
+                None => why.error(),
+            },
         };
-        let bound = Duration::from_millis(page.hold_ms());
-        if let Some(until) = self.fleet_holds.admit(pool, why, now, bound) {
-            if let Some(c) = self.conns.client_mut(token.0) {
-                c.set_gate(Box::new(Gate::held(req, bytes, then)));
-                let id = c.id();
-                self.fleet_holds.hold((token, id), pool, why, now, until);
-                self.stats.worker_add(WorkerField::FleetHeld, 1);
-                return FleetStep::Held;
-            }
-        }
-        self.fleet_refuse(token, req, why.error());
-        FleetStep::Refused
-    }
-
-    fn fleet_refuse(&mut self, token: Token, req: &Request, e: &'static str) {
         self.stats.worker_add(WorkerField::FleetRefused, 1);
-        let Some(c) = self.conns.client(token.0) else {
-            return;
-        };
-        let mut out = Vec::new();
-        self.pools[c.pool()].proto.server_error(req.op, e, &mut out);
+        let out = self.pools[pool].fleet_refusal(req, error);
         self.conns.push_ready(token, out, false);
+        FleetStep::Refused
     }
 
     /// Once a pass: carry out what `FleetHolds::due` says of the held
@@ -372,7 +395,9 @@ impl Worker<'_> {
             } = *gate;
             let token = e.token;
             if let Some(error) = e.refused {
-                self.fleet_refuse(token, &req, error);
+                self.stats.worker_add(WorkerField::FleetRefused, 1);
+                let out = self.pools[e.pool].fleet_refusal(&req, error);
+                self.conns.push_ready(token, out, false);
             } else if self.fleet_gate(token, e.pool, &req, &bytes, then, now) == FleetStep::Go {
                 let migrating = self.pools[e.pool].route.is_migrating();
                 if !(migrating

@@ -267,3 +267,67 @@ fn a_pool_without_migration_never_waits_nor_asks_the_page() {
     assert_eq!(p.fleet_wait(in_step, &req, &bytes, Instant::now()), None);
     assert!(!asked.get(), "the page is not read for it");
 }
+
+#[test]
+fn the_gate_holds_a_request_until_its_waits_deadline_or_refuses_it() {
+    let t0 = Instant::now();
+    let mut p = fleet_pool(true);
+    let mut h = FleetHolds::default();
+    let (req, bytes) = get("k");
+    let bound = || BOUND;
+    // Not in step: held, the wait's bound from its first request.
+    assert_eq!(
+        h.gate((&mut p, 0), || false, bound, &req, &bytes, t0),
+        Admit::Hold {
+            why: Wait::InStep,
+            until: t0 + BOUND
+        }
+    );
+    // In step: it goes.
+    assert_eq!(
+        h.gate((&mut p, 0), || true, bound, &req, &bytes, t0),
+        Admit::Go
+    );
+    // Past the wait's deadline: refused with the error it waited for.
+    assert_eq!(
+        h.gate((&mut p, 0), || false, bound, &req, &bytes, t0 + BOUND),
+        Admit::Refuse(FLEET_LAPSED)
+    );
+    // The worker stops: refused at once.
+    let mut closed = FleetHolds::default();
+    closed.close();
+    assert_eq!(
+        closed.gate((&mut p, 0), || false, bound, &req, &bytes, t0),
+        Admit::Refuse(FLEET_LAPSED)
+    );
+}
+
+#[test]
+fn the_gate_asks_neither_the_page_nor_the_bound_for_a_pool_without_migration() {
+    let mut p = fleet_pool(false);
+    let mut h = FleetHolds::default();
+    let (req, bytes) = get("k");
+    let asked = std::cell::Cell::new(false);
+    let in_step = || {
+        asked.set(true);
+        false
+    };
+    let bound = || {
+        asked.set(true);
+        BOUND
+    };
+    let now = Instant::now();
+    assert_eq!(
+        h.gate((&mut p, 0), in_step, bound, &req, &bytes, now),
+        Admit::Go
+    );
+    assert!(!asked.get());
+}
+
+#[test]
+fn a_refusal_is_the_pools_error_reply() {
+    let p = fleet_pool(true);
+    let (req, _) = get("k");
+    let out = p.fleet_refusal(&req, FLEET_MOVING);
+    assert_eq!(out, format!("-ERR {FLEET_MOVING}\r\n").into_bytes());
+}
