@@ -7,13 +7,99 @@ use super::conn::{
     ConnTable, Fragment, Multi, MultiMode, Origin, Redirect, ReplySlot, ReplyTo, Waiter,
 };
 use super::fault::ServerFault;
-use super::key_groups::{KeyGroups, Owners, OwnersSend, Placed, Split};
+use super::key_groups::{KeyGroups, Placed, Split};
 use super::{Worker, WRITE_THROUGH_MIN};
 use crate::proto::{Op, Request};
 use crate::route::{Plan, Target};
-use crate::stats::PoolField;
+use crate::stats::{PoolField, WorkerField};
 use mio::Token;
+use smallvec::SmallVec;
+use std::borrow::Cow;
 use std::time::Instant;
+
+/// How a request goes out, as the type that owns what it is decided on
+/// planned it (the pool's placement, a `Multi`'s fragments): the reply
+/// slot its client keeps for it, the servers it goes to and what each is
+/// sent. `Worker::send_plan` carries it out and decides nothing.
+#[derive(Debug)]
+pub(super) struct SendPlan {
+    /// The slot its client keeps for the reply (`None`: the request's
+    /// slot is there already, as for keys sent again).
+    pub slot: Option<ReplySlot>,
+    /// The servers, in order, each with the keys of its part (indices
+    /// into the request's keys; empty: the request names them all).
+    pub to: KeyGroups,
+    /// The first server's fragment of the slot, the next ones' following
+    /// (`None`: the request whole, to its one server).
+    pub frag: Option<u32>,
+    /// What each server is sent.
+    pub write: Write,
+    /// A zone pool's `async` write: per server (same index), whether it is
+    /// a remote zone's, bounded as a copy is: not queued on a connection
+    /// that already holds as much as a shadow's may (its fragment then
+    /// fails, counted as a dropped copy), so that a stalled remote zone
+    /// costs no memory. Empty for any other plan.
+    pub bounded: SmallVec<[bool; 4]>,
+}
+
+/// What each server of a `SendPlan` is sent.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Write {
+    /// The request, as its protocol writes it for a server.
+    Request,
+    /// The request's bytes as they came (a broadcast).
+    Raw,
+    /// These bytes (a SCAN with its server's cursor, INFO's own).
+    Bytes(Cow<'static, [u8]>),
+}
+
+/// A request that a plan does not send.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum NotSent {
+    /// No server to send it to: the pool's error.
+    NoServer,
+    /// Answered here with these bytes (empty: nothing, a memcached
+    /// `noreply` refusal).
+    Answered(Vec<u8>),
+}
+
+impl SendPlan {
+    /// The request whole to `server`, written as `write`, its reply into
+    /// `slot`.
+    pub(super) fn whole(slot: ReplySlot, server: usize, write: Write) -> SendPlan {
+        let mut to = KeyGroups::new();
+        to.push((server, Vec::new()));
+        SendPlan {
+            slot: Some(slot),
+            to,
+            frag: None,
+            write,
+            bounded: SmallVec::new(),
+        }
+    }
+
+    /// The request to each of `servers`, a fragment each (from 0) of
+    /// `slot`, written as `write`.
+    pub(super) fn each(
+        slot: ReplySlot,
+        servers: impl IntoIterator<Item = usize>,
+        write: Write,
+    ) -> SendPlan {
+        SendPlan {
+            slot: Some(slot),
+            to: servers.into_iter().map(|s| (s, Vec::new())).collect(),
+            frag: Some(0),
+            write,
+            bounded: SmallVec::new(),
+        }
+    }
+
+    /// The servers it goes to, in order.
+    #[cfg(test)]
+    pub(super) fn servers(&self) -> Vec<usize> {
+        self.to.iter().map(|&(s, _)| s).collect()
+    }
+}
 
 impl Worker<'_> {
     /// The server connection slot a client uses for a server: fixed per
@@ -150,22 +236,31 @@ impl Worker<'_> {
         let target = plan.target;
         match target {
             Target::Blocking => return self.forward_blocking(at, req, bytes, now),
-            Target::Scan => return self.forward_scan(at, req, bytes, now),
+            Target::Scan => {
+                let sends = self.pools[at.pool].scan_plan(bytes);
+                return self.send_plan(at.reply_to(), at.pool, req, bytes, sends, now);
+            }
             _ if plan.replica_first => {
-                if let Some(o) = self.pools[at.pool].replica_read(req, bytes, at.client_id, now) {
-                    return self.send_owners(at.reply_to(), at.pool, req, bytes, o, now);
+                let p = &mut self.pools[at.pool];
+                if let Some(o) = p.replica_read(req, bytes, at.client_id, now) {
+                    let sends = p.owners_plan(o, req, bytes, at.client_id);
+                    return self.send_plan(at.reply_to(), at.pool, req, bytes, sends, now);
                 }
             }
             _ => {}
         }
         let (server, slot) = match (target, owner) {
             (Target::Replicas, _) => {
-                let o = self.pools[at.pool].replicas(req, bytes, now);
-                return self.send_owners(at.reply_to(), at.pool, req, bytes, o, now);
+                let p = &mut self.pools[at.pool];
+                let o = p.replicas(req, bytes, now);
+                let sends = p.owners_plan(o, req, bytes, at.client_id);
+                return self.send_plan(at.reply_to(), at.pool, req, bytes, sends, now);
             }
             (Target::Zones(step), _) => {
-                let o = self.pools[at.pool].zone_owners(step, req, bytes, now);
-                return self.send_owners(at.reply_to(), at.pool, req, bytes, o, now);
+                let p = &mut self.pools[at.pool];
+                let o = p.zone_owners(step, req, bytes, now);
+                let sends = p.owners_plan(o, req, bytes, at.client_id);
+                return self.send_plan(at.reply_to(), at.pool, req, bytes, sends, now);
             }
             (Target::Slot, _) => {
                 // Kept until the reply, to follow MOVED and ASK.
@@ -269,43 +364,66 @@ impl Worker<'_> {
         }
     }
 
-    /// A request for a key several servers hold, sent to them as the
-    /// pool said (`Owners`): a read to its first server, the others kept
-    /// in its slot to fail over to; a write to every one, a fragment each.
-    fn send_owners(
+    /// Carry out a request's plan (`SendPlan`): its slot pushed, then
+    /// each server sent its part; a request the plan does not send is
+    /// answered as it says.
+    pub(super) fn send_plan(
         &mut self,
         to: ReplyTo,
         pool: usize,
         req: &Request,
         bytes: &[u8],
-        owners: Owners,
+        plan: Result<SendPlan, NotSent>,
         now: Instant,
     ) {
-        let send = match owners {
-            Owners::Read(s) => self.pools[pool].replicated_read(req, bytes, s, to.id),
-            Owners::Write(s) => self.pools[pool].replicated_write(req, s),
-            Owners::ZoneWrite(s) => return self.send_zone_write(to, pool, req, bytes, s, now),
-        };
-        let Some(OwnersSend {
+        let SendPlan {
             slot,
             to: servers,
-            frags,
-        }) = send
-        else {
-            return self.reply_no_server(to.token, pool, req);
+            frag,
+            write,
+            bounded,
+        } = match plan {
+            Ok(plan) => plan,
+            Err(NotSent::NoServer) => return self.reply_no_server(to.token, pool, req),
+            Err(NotSent::Answered(out)) => {
+                if !out.is_empty() {
+                    self.conns.push_ready(to.token, out, false);
+                }
+                return;
+            }
+        };
+        let seq = match slot {
+            Some(slot) => self.push_slot(to.token, req.noreply, slot),
+            None => to.seq,
         };
         let proto = self.pools[pool].proto;
-        let seq = self.push_slot(to.token, req.noreply, slot);
-        for (i, server) in servers.into_iter().enumerate() {
-            let frag = frags.then_some(i as u32);
-            self.send_or_fail(
-                ReplyTo { seq, frag, ..to },
-                pool,
-                server,
-                |out| proto.write_request(req, bytes, out),
-                req.op,
-                now,
-            );
+        for (i, (server, _)) in servers.iter().enumerate() {
+            let (server, frag) = (*server, frag.map(|f| f + i as u32));
+            let to = ReplyTo { seq, frag, ..to };
+            if bounded.get(i) == Some(&true) {
+                let cs = self.conn_slot(to.token, pool, server, to.id, req.op);
+                let full = self
+                    .server_conn(pool, server, cs, now, Open::Shared)
+                    .is_ok_and(|st| {
+                        !self
+                            .conns
+                            .server(st.0)
+                            .is_some_and(super::shadow::has_copy_room)
+                    });
+                if full {
+                    self.stats.worker_add(WorkerField::ShadowDropped, 1);
+                    let mut out = Vec::new();
+                    ServerFault::ZoneQueueFull.write_reply(proto, req.op, &mut out);
+                    self.fragment_done(to, out, true, true);
+                    continue;
+                }
+            }
+            let write = |out: &mut Vec<u8>| match &write {
+                Write::Request => proto.write_request(req, bytes, out),
+                Write::Raw => out.extend_from_slice(bytes),
+                Write::Bytes(b) => out.extend_from_slice(b),
+            };
+            self.send_or_fail(to, pool, server, write, req.op, now);
         }
     }
 

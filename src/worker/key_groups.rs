@@ -9,6 +9,7 @@
 
 use super::conn::zone_tag;
 use super::conn::{Multi, MultiMode, ReadBytes, ReplySlot, Retry};
+use super::forward::{NotSent, SendPlan, Write};
 use super::pool::PoolRt;
 use crate::proto::redis::CmdClass;
 use crate::proto::{Op, Request};
@@ -63,17 +64,6 @@ pub(super) enum Owners {
     ZoneWrite(Vec<usize>),
 }
 
-/// How a read or a write for a key several servers hold is sent
-/// (`PoolRt::replicated_read`, `replicated_write`): the slot its client
-/// keeps for the reply, and the servers it goes to now, each as a
-/// fragment of that slot (`frags`) or the request whole.
-#[derive(Debug)]
-pub(super) struct OwnersSend {
-    pub slot: ReplySlot,
-    pub to: Vec<usize>,
-    pub frags: bool,
-}
-
 /// Where a request for one server goes (`PoolRt::place`).
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Placed {
@@ -126,6 +116,25 @@ impl PoolRt {
         self.read_order(master, client_id, now).map(Owners::Read)
     }
 
+    /// How a request for a key the servers `owners` hold is sent: as a
+    /// read (`replicated_read`), a write (`replicated_write`) or a zone
+    /// pool's `async` write (`zone_write`) says. `NoServer` when there is
+    /// none.
+    pub(super) fn owners_plan(
+        &self,
+        owners: Owners,
+        req: &Request,
+        bytes: &[u8],
+        client_id: u64,
+    ) -> Result<SendPlan, NotSent> {
+        match owners {
+            Owners::Read(s) => self.replicated_read(req, bytes, s, client_id),
+            Owners::Write(s) => self.replicated_write(req, s),
+            Owners::ZoneWrite(s) => self.zone_write(req, s),
+        }
+        .ok_or(NotSent::NoServer)
+    }
+
     /// A read of a key the servers `replicas` hold (`Owners::Read`): to
     /// the first, the others kept in the slot to fail over to in order
     /// (`replica_read_random`: turned by the time and the client, so
@@ -136,7 +145,7 @@ impl PoolRt {
         bytes: &[u8],
         mut replicas: Vec<usize>,
         client_id: u64,
-    ) -> Option<OwnersSend> {
+    ) -> Option<SendPlan> {
         let first = *replicas.first()?;
         let first = if self.cfg.replica_read_random && replicas.len() > 1 {
             let n = (crate::util::epoch_us() as usize ^ client_id as usize) % replicas.len();
@@ -157,31 +166,20 @@ impl PoolRt {
             })),
             ..ReplySlot::default()
         };
-        Some(OwnersSend {
-            slot,
-            to: vec![first],
-            frags: false,
-        })
+        Some(SendPlan::whole(slot, first, Write::Request))
     }
 
     /// A write of a key the servers `replicas` hold (`Owners::Write`): to
     /// every one, a fragment each knowing its server's zone, answered with
     /// the first success. `None`: no server.
-    pub(super) fn replicated_write(
-        &self,
-        req: &Request,
-        replicas: Vec<usize>,
-    ) -> Option<OwnersSend> {
+    pub(super) fn replicated_write(&self, req: &Request, replicas: Vec<usize>) -> Option<SendPlan> {
         if replicas.is_empty() {
             return None;
         }
         let routing = &self.cfg.routing;
         let zones: SmallVec<[u8; 4]> = replicas.iter().map(|&s| zone_tag(routing, s)).collect();
-        Some(OwnersSend {
-            slot: ReplySlot::for_owners(req, &zones, MultiMode::Replicate),
-            to: replicas,
-            frags: true,
-        })
+        let slot = ReplySlot::for_owners(req, &zones, MultiMode::Replicate);
+        Some(SendPlan::each(slot, replicas, Write::Request))
     }
 
     /// The server of `req`, a request for one server: its key's owner, or
@@ -677,24 +675,35 @@ mod tests {
         let r = p
             .replicated_read(&mc(get), get, vec![1, 0], 7)
             .expect("a server");
-        assert_eq!((r.to, r.frags), (vec![1], false));
-        let retry = r.slot.retry.expect("kept to fall over");
+        assert_eq!(
+            (r.servers(), r.frag, &r.write),
+            (vec![1], None, &Write::Request)
+        );
+        let slot = r.slot.expect("a slot");
+        let retry = slot.retry.expect("kept to fall over");
         assert_eq!((&retry.replicas[..], retry.next), (&[1, 0][..], 1));
-        assert!(r.slot.multi.is_none());
+        assert!(slot.multi.is_none());
         assert!(
             p.replicated_read(&mc(get), get, vec![], 7).is_none(),
             "none"
         );
         let set = b"set k 0 0 1\r\nv\r\n";
         let w = p.replicated_write(&mc(set), vec![0, 1]).expect("servers");
-        assert_eq!((w.to, w.frags), (vec![0, 1], true));
-        let m = w.slot.multi.expect("one fragment per server");
+        assert_eq!((w.servers(), w.frag), (vec![0, 1], Some(0)));
+        assert!(w.bounded.is_empty(), "every write waited for");
+        let slot = w.slot.expect("a slot");
+        let m = slot.multi.expect("one fragment per server");
         assert_eq!(
             (m.frags.len(), m.remaining, m.mode),
             (2, 2, MultiMode::Replicate)
         );
-        assert!(w.slot.retry.is_none());
+        assert!(slot.retry.is_none());
         assert!(p.replicated_write(&mc(set), vec![]).is_none(), "none");
+        assert_eq!(
+            p.owners_plan(Owners::Write(vec![]), &mc(set), set, 7)
+                .unwrap_err(),
+            NotSent::NoServer
+        );
     }
 
     #[test]
@@ -704,8 +713,12 @@ mod tests {
         let get = b"get k\r\n";
         for id in 0..8 {
             let r = p.replicated_read(&mc(get), get, vec![0, 1, 2], id).unwrap();
-            let retry = r.slot.retry.unwrap();
-            assert_eq!(r.to, vec![retry.replicas[0]], "the first of the order");
+            let retry = r.slot.as_ref().unwrap().retry.as_ref().unwrap();
+            assert_eq!(
+                r.servers(),
+                vec![retry.replicas[0]],
+                "the first of the order"
+            );
             let mut all = retry.replicas.to_vec();
             all.sort_unstable();
             assert_eq!(all, vec![0, 1, 2]);

@@ -3,7 +3,8 @@
 //! PUBSUB, FLUSHALL/FLUSHDB behind `allow_flush`, SCRIPT), or walked
 //! server by server (SCAN), and memcached's `flush_all`.
 
-use super::conn::{ConnTable, Fragment, Multi, MultiMode, Origin, ReplySlot, ReplyTo};
+use super::conn::{Fragment, Multi, MultiMode, Origin, ReplySlot};
+use super::forward::{NotSent, SendPlan, Write};
 use super::pool::PoolRt;
 use super::Worker;
 use crate::proto::{Op, Request};
@@ -13,7 +14,7 @@ use std::time::Instant;
 impl Worker<'_> {
     /// Send a request to every server of the pool (memcached flush_all when
     /// the pool has `allow_flush`, Redis SCRIPT LOAD/FLUSH), as the pool's
-    /// `broadcast` plan says.
+    /// plan says (`PoolRt::broadcast_plan`).
     pub(super) fn forward_broadcast(
         &mut self,
         at: Origin,
@@ -21,73 +22,10 @@ impl Worker<'_> {
         bytes: &[u8],
         now: Instant,
     ) {
-        let (targets, info) = match self.pools[at.pool].broadcast(&req) {
-            Broadcast::Refused(out) => {
-                if !out.is_empty() {
-                    self.conns.push_ready(at.token, out, false);
-                }
-                return;
-            }
-            Broadcast::Send { targets, info } => (targets, info),
-        };
-        let n = targets.len();
-        let mode = if info {
-            MultiMode::Info(crate::proto::redis::info::ProxyFigures {
-                connected_clients: self.stats.pool_total(at.pool, PoolField::ClientConnections),
-            })
-        } else {
-            MultiMode::Broadcast
-        };
-        let slot = ReplySlot {
-            multi: Some(Box::new(Multi {
-                req: req.clone(),
-                bytes: Vec::new(),
-                frags: (0..n).map(|_| Fragment::default()).collect(),
-                remaining: n,
-                error: None,
-                mode,
-            })),
-            ..ReplySlot::default()
-        };
-        let seq = self.push_slot(at.token, req.noreply, slot);
-        let bytes = if info {
-            crate::proto::redis::info::INFO
-        } else {
-            bytes
-        };
-        for (fi, s) in targets.into_iter().enumerate() {
-            let frag = Some(fi as u32);
-            self.send_or_fail(
-                ReplyTo::new(at.token, at.client_id, seq, frag),
-                at.pool,
-                s,
-                |out| out.extend_from_slice(bytes),
-                req.op,
-                now,
-            );
-        }
-    }
-
-    /// SCAN over every server in turn: the client's cursor names the
-    /// server and its cursor there (`proto::redis::keyspace`); the reply's
-    /// cursor is rewritten on its way back (`process_replies`).
-    pub(super) fn forward_scan(&mut self, at: Origin, req: &Request, bytes: &[u8], now: Instant) {
-        let (server, out) = match self.pools[at.pool].scan(bytes) {
-            Scan::Refused(out) => {
-                self.conns.push_ready(at.token, out.to_vec(), false);
-                return;
-            }
-            Scan::Send { server, out } => (server, out),
-        };
-        let seq = self.push_slot(at.token, req.noreply, ReplySlot::default());
-        self.send_or_fail(
-            ReplyTo::new(at.token, at.client_id, seq, None),
-            at.pool,
-            server,
-            |o| o.extend_from_slice(&out),
-            req.op,
-            now,
-        );
+        let stats = &self.stats;
+        let clients = || stats.pool_total(at.pool, PoolField::ClientConnections);
+        let sends = self.pools[at.pool].broadcast_plan(&req, clients);
+        self.send_plan(at.reply_to(), at.pool, &req, bytes, sends, now);
     }
 }
 
@@ -143,6 +81,44 @@ impl PoolRt {
         Broadcast::Send { targets, info }
     }
 
+    /// How a request for every server is sent (`broadcast`): one fragment
+    /// per server, merged as a broadcast's, or for INFO each server asked
+    /// its default sections, merged into walnut's own answer with the
+    /// pool's client count (`clients`, asked only then); a refusal is
+    /// answered here.
+    pub(super) fn broadcast_plan(
+        &self,
+        req: &Request,
+        clients: impl FnOnce() -> u64,
+    ) -> Result<SendPlan, NotSent> {
+        let (targets, info) = match self.broadcast(req) {
+            Broadcast::Refused(out) => return Err(NotSent::Answered(out)),
+            Broadcast::Send { targets, info } => (targets, info),
+        };
+        let n = targets.len();
+        let (mode, write) = if info {
+            let figures = crate::proto::redis::info::ProxyFigures {
+                connected_clients: clients(),
+            };
+            let own = Write::Bytes(crate::proto::redis::info::INFO.into());
+            (MultiMode::Info(figures), own)
+        } else {
+            (MultiMode::Broadcast, Write::Raw)
+        };
+        let slot = ReplySlot {
+            multi: Some(Box::new(Multi {
+                req: req.clone(),
+                bytes: Vec::new(),
+                frags: (0..n).map(|_| Fragment::default()).collect(),
+                remaining: n,
+                error: None,
+                mode,
+            })),
+            ..ReplySlot::default()
+        };
+        Ok(SendPlan::each(slot, targets, write))
+    }
+
     /// Why a Redis command for every server is refused in this pool, if it is.
     fn broadcast_refused(&self, op: Op) -> Option<String> {
         let Op::Redis(op) = op else {
@@ -179,6 +155,20 @@ impl PoolRt {
         Scan::Send {
             server: walk.get(nth).copied().unwrap_or(0),
             out: keyspace::scan_request(bytes, there),
+        }
+    }
+
+    /// How a SCAN (`bytes`) is sent (`scan`): whole to the server its
+    /// cursor names, with that server's cursor; refused here when its
+    /// cursor is not a number.
+    pub(super) fn scan_plan(&self, bytes: &[u8]) -> Result<SendPlan, NotSent> {
+        match self.scan(bytes) {
+            Scan::Refused(out) => Err(NotSent::Answered(out.to_vec())),
+            Scan::Send { server, out } => Ok(SendPlan::whole(
+                ReplySlot::default(),
+                server,
+                Write::Bytes(out.into()),
+            )),
         }
     }
 
@@ -321,5 +311,54 @@ mod tests {
         // Three servers: cursor 3 * 7 + 2 is the third's cursor 7.
         assert_eq!(scan("23"), to(2, "7"));
         assert_eq!(scan("x"), Scan::Refused(b"-ERR invalid cursor\r\n"));
+    }
+
+    #[test]
+    fn a_scan_is_sent_whole_with_its_servers_cursor_or_answered_here() {
+        let p = pool(RD);
+        let req = b"*2\r\n$4\r\nSCAN\r\n$2\r\n23\r\n";
+        let plan = p.scan_plan(req).expect("sent");
+        assert_eq!((plan.servers(), plan.frag), (vec![2], None));
+        let out = b"*2\r\n$4\r\nSCAN\r\n$1\r\n7\r\n";
+        assert_eq!(plan.write, Write::Bytes(out.to_vec().into()));
+        assert!(plan.slot.is_some_and(|s| s.multi.is_none()));
+        let bad = b"*2\r\n$4\r\nSCAN\r\n$1\r\nx\r\n";
+        assert_eq!(
+            p.scan_plan(bad).unwrap_err(),
+            NotSent::Answered(b"-ERR invalid cursor\r\n".to_vec())
+        );
+    }
+
+    #[test]
+    fn a_broadcast_is_a_fragment_per_server_and_info_asks_the_client_count_only_for_itself() {
+        let p = pool(RD);
+        let asked = std::cell::Cell::new(false);
+        let clients = || {
+            asked.set(true);
+            3
+        };
+        let dbsize = p
+            .broadcast_plan(&redis(&["DBSIZE"]), clients)
+            .expect("sent");
+        assert!(!asked.get());
+        assert_eq!((dbsize.servers(), dbsize.frag), (vec![0, 1, 2], Some(0)));
+        assert_eq!(dbsize.write, Write::Raw);
+        let m = dbsize.slot.and_then(|s| s.multi).expect("merged");
+        assert_eq!((m.frags.len(), m.remaining), (3, 3));
+        assert_eq!(m.mode, MultiMode::Broadcast);
+        let clients = || {
+            asked.set(true);
+            3
+        };
+        let info = p.broadcast_plan(&redis(&["INFO"]), clients).expect("sent");
+        assert!(asked.get());
+        let own = crate::proto::redis::info::INFO;
+        assert_eq!(info.write, Write::Bytes(own.into()));
+        let m = info.slot.and_then(|s| s.multi).expect("merged");
+        assert!(matches!(m.mode, MultiMode::Info(f) if f.connected_clients == 3));
+        assert!(matches!(
+            p.broadcast_plan(&redis(&["KEYS", "*"]), || 0),
+            Err(NotSent::Answered(out)) if !out.is_empty()
+        ));
     }
 }

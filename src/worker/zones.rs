@@ -30,78 +30,18 @@
 //! (A fragment reply large enough to be held in chunks is not looked at:
 //! its misses stay misses.)
 
-use super::conn::Open;
 use super::conn::{zone_tag, ConnTable, Fragment, Multi, MultiMode, ReplySlot, ReplyTo};
-use super::fault::ServerFault;
+use super::forward::{SendPlan, Write};
 use super::handle::FragOf;
 use super::key_groups::{KeyGroups, Owners};
 use super::pool::PoolRt;
 use super::Worker;
 use crate::proto::Request;
 use crate::route::ZoneStep;
-use crate::stats::WorkerField;
 use smallvec::SmallVec;
 use std::time::Instant;
 
 impl Worker<'_> {
-    /// An async single-key write: one fragment per zone that has a live
-    /// owner of the key (see [`MultiMode::Zones`]). A remote zone's
-    /// fragment is bounded as a copy is: it is not queued on a connection
-    /// that already holds as much as a shadow's may, so a stalled remote
-    /// zone costs no memory (the drop is counted as a copy's).
-    pub(super) fn send_zone_write(
-        &mut self,
-        to: ReplyTo,
-        pool: usize,
-        req: &Request,
-        bytes: &[u8],
-        owners: Vec<usize>,
-        now: Instant,
-    ) {
-        if owners.is_empty() {
-            self.reply_no_server(to.token, pool, req);
-            return;
-        }
-        let routing = &self.pools[pool].cfg.routing;
-        let zones: SmallVec<[u8; 4]> = owners.iter().map(|&s| zone_tag(routing, s)).collect();
-        let slot = ReplySlot::for_owners(req, &zones, MultiMode::Zones);
-        let seq = self.push_slot(to.token, req.noreply, slot);
-        let proto = self.pools[pool].proto;
-        for (i, (server, zone)) in owners.into_iter().zip(zones).enumerate() {
-            let to = ReplyTo {
-                seq,
-                frag: Some(i as u32),
-                ..to
-            };
-            if zone != 0 {
-                let cs = self.conn_slot(to.token, pool, server, to.id, req.op);
-                let full = self
-                    .server_conn(pool, server, cs, now, Open::Shared)
-                    .is_ok_and(|st| {
-                        !self
-                            .conns
-                            .server(st.0)
-                            .is_some_and(super::shadow::has_copy_room)
-                    });
-                if full {
-                    self.stats.worker_add(WorkerField::ShadowDropped, 1);
-                    let mut out = Vec::new();
-                    ServerFault::ZoneQueueFull.write_reply(proto, req.op, &mut out);
-                    self.fragment_done(to, out, true, true);
-                    continue;
-                }
-            }
-            self.send_or_fail(
-                to,
-                pool,
-                server,
-                |out| proto.write_request(req, bytes, out),
-                req.op,
-                now,
-            );
-        }
-    }
-
     /// The reply of fragment `fi` of a zone pool's multi-key read came
     /// (not yet stored in it): the values it found in the warm pool are
     /// copied to the cold pool, its misses move to new fragments of the
@@ -368,6 +308,22 @@ impl PoolRt {
             }
         }
         groups
+    }
+
+    /// An async single-key write (`Owners::ZoneWrite`): one fragment per
+    /// zone that has a live owner of the key, `owners` (see
+    /// [`MultiMode::Zones`]), a remote zone's bounded as a copy is (so a
+    /// stalled remote zone costs no memory). `None`: no owner.
+    pub(super) fn zone_write(&self, req: &Request, owners: Vec<usize>) -> Option<SendPlan> {
+        if owners.is_empty() {
+            return None;
+        }
+        let routing = &self.cfg.routing;
+        let zones: SmallVec<[u8; 4]> = owners.iter().map(|&s| zone_tag(routing, s)).collect();
+        let slot = ReplySlot::for_owners(req, &zones, MultiMode::Zones);
+        let mut plan = SendPlan::each(slot, owners, Write::Request);
+        plan.bounded = zones.iter().map(|&z| z != 0).collect();
+        Some(plan)
     }
 
     /// A single-key request of a zone pool that goes to several zones

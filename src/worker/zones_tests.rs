@@ -154,3 +154,24 @@ fn a_write_is_copied_to_its_keys_owners_in_the_other_zones() {
     p.rebuild(now);
     assert!(p.zone_copy_groups(&mc(delete), delete).is_empty());
 }
+
+#[test]
+fn an_async_write_is_a_fragment_per_zone_the_remote_ones_bounded_as_copies() {
+    let mut p = pool(ZONES);
+    let now = Instant::now();
+    let set = b"set k 0 0 1\r\nv\r\n";
+    let w = p.zone_write(&mc(set), vec![0, 1]).expect("owners");
+    assert_eq!((w.servers(), w.frag), (vec![0, 1], Some(0)));
+    assert_eq!(&w.bounded[..], &[false, true], "the local zone waited for");
+    let m = w.slot.and_then(|s| s.multi).expect("a fragment per zone");
+    assert_eq!(m.mode, MultiMode::Zones);
+    let zones: Vec<u8> = m.frags.iter().map(|f| f.attempt).collect();
+    assert_eq!(zones, vec![0, 1]);
+    // Only the remote zone left: its one fragment is still bounded.
+    let w = p.zone_write(&mc(set), vec![1]).expect("an owner");
+    assert_eq!(&w.bounded[..], &[true]);
+    assert!(p.zone_write(&mc(set), vec![]).is_none());
+    let o = p.zone_owners(ZoneStep::AsyncWrite, &mc(set), set, now);
+    let plan = p.owners_plan(o, &mc(set), set, 1).expect("sent");
+    assert_eq!(plan.bounded.len(), 2);
+}
