@@ -3,11 +3,10 @@
 //! one replica with the next tried on failure (reads).
 
 use super::conn::Open;
-use super::conn::{
-    ConnTable, Fragment, Multi, MultiMode, Origin, Redirect, ReplySlot, ReplyTo, Waiter,
-};
+use super::conn::{ConnTable, Origin, Redirect, ReplySlot, ReplyTo, Waiter};
 use super::fault::ServerFault;
 use super::key_groups::{KeyGroups, Placed, Split};
+use super::pool::PoolRt;
 use super::{Worker, WRITE_THROUGH_MIN};
 use crate::proto::{Op, Request};
 use crate::route::{Plan, Target};
@@ -26,8 +25,8 @@ pub(super) struct SendPlan {
     /// The slot its client keeps for the reply (`None`: the request's
     /// slot is there already, as for keys sent again).
     pub slot: Option<ReplySlot>,
-    /// The servers, in order, each with the keys of its part (indices
-    /// into the request's keys; empty: the request names them all).
+    /// The servers, in order, each with its fragment's keys (indices into
+    /// the request's keys; empty unless `write` is `Fragment`).
     pub to: KeyGroups,
     /// The first server's fragment of the slot, the next ones' following
     /// (`None`: the request whole, to its one server).
@@ -51,6 +50,8 @@ pub(super) enum Write {
     Raw,
     /// These bytes (a SCAN with its server's cursor, INFO's own).
     Bytes(Cow<'static, [u8]>),
+    /// The fragment of the request naming the server's keys.
+    Fragment,
 }
 
 /// A request that a plan does not send.
@@ -397,7 +398,7 @@ impl Worker<'_> {
             None => to.seq,
         };
         let proto = self.pools[pool].proto;
-        for (i, (server, _)) in servers.iter().enumerate() {
+        for (i, (server, keys)) in servers.iter().enumerate() {
             let (server, frag) = (*server, frag.map(|f| f + i as u32));
             let to = ReplyTo { seq, frag, ..to };
             if bounded.get(i) == Some(&true) {
@@ -422,6 +423,7 @@ impl Worker<'_> {
                 Write::Request => proto.write_request(req, bytes, out),
                 Write::Raw => out.extend_from_slice(bytes),
                 Write::Bytes(b) => out.extend_from_slice(b),
+                Write::Fragment => proto.write_fragment(bytes, req, keys, out),
             };
             self.send_or_fail(to, pool, server, write, req.op, now);
         }
@@ -450,57 +452,11 @@ impl Worker<'_> {
             Split::Refused(out) => self.conns.push_ready(at.token, out, false),
             Split::Whole => self.forward_single(at, plan, &req, bytes, None, now),
             Split::Fragments => {
-                let to = at.reply_to();
-                self.send_split(to, at.pool, req, bytes, &groups, now);
+                let n = groups.len() as u64;
+                self.stats.pool_add(at.pool, PoolField::Fragments, n);
+                let sends = Ok(PoolRt::split_plan(&req, bytes, groups));
+                self.send_plan(at.reply_to(), at.pool, &req, bytes, sends, now);
             }
-        }
-    }
-
-    /// One fragment per group, each to its server, answered into one slot
-    /// of client `to` that merges them.
-    #[inline]
-    fn send_split(
-        &mut self,
-        to: ReplyTo,
-        pool: usize,
-        req: Request,
-        bytes: &[u8],
-        groups: &KeyGroups,
-        now: Instant,
-    ) {
-        self.stats
-            .pool_add(pool, PoolField::Fragments, groups.len() as u64);
-        let frags = groups
-            .iter()
-            .map(|(_, keys)| Fragment {
-                keys: keys.clone(),
-                ..Fragment::default()
-            })
-            .collect();
-        let op = req.op;
-        let slot = ReplySlot {
-            multi: Some(Box::new(Multi {
-                req: req.clone(),
-                bytes: bytes.to_vec(),
-                frags,
-                remaining: groups.len(),
-                error: None,
-                mode: MultiMode::Split,
-            })),
-            ..ReplySlot::default()
-        };
-        let seq = self.push_slot(to.token, req.noreply, slot);
-        let proto = self.pools[pool].proto;
-        for (fi, (server, keys)) in groups.iter().enumerate() {
-            let frag = Some(fi as u32);
-            self.send_or_fail(
-                ReplyTo::new(to.token, to.id, seq, frag),
-                pool,
-                *server,
-                |out| proto.write_fragment(bytes, &req, keys, out),
-                op,
-                now,
-            );
         }
     }
 
@@ -551,9 +507,11 @@ impl Worker<'_> {
         true
     }
 
-    /// Send the keys of a failed fragment of a replicated multi-get to
-    /// their next replicas, as new fragments of the same request. Returns
-    /// false when the keys have no further replica.
+    /// Send the keys of failed fragment `frag` of a split read again, as
+    /// new fragments of the same request: a replicated pool's to their
+    /// next replicas (`PoolRt::replica_retry`), a zone pool's to their
+    /// next zone (`Multi::zone_retry`, `PoolRt::zone_next`). False when
+    /// the keys have nowhere further to go.
     pub(super) fn retry_fragment(
         &mut self,
         token: Token,
@@ -568,37 +526,24 @@ impl Worker<'_> {
         else {
             return false;
         };
-        if self.pools[pool].route.zones().is_some() {
-            // A zone pool's keys go to their next zone.
-            let Some((keys, zone)) = m.zone_retry(frag) else {
-                return false;
-            };
-            let at = super::handle::FragOf {
-                token,
-                id: client_id,
-                seq,
-                fi: frag,
-            };
-            return self.zone_next(at, pool, &keys, zone, true);
-        }
-        let Some((attempt, groups)) = self.pools[pool].next_replicas(m, frag) else {
+        let p = &self.pools[pool];
+        let zoned = p.route.zones().is_some();
+        let sends = if zoned {
+            m.zone_retry(frag)
+                .and_then(|(keys, zone)| p.zone_next(m, frag, &keys, zone, true))
+        } else {
+            p.replica_retry(m, frag)
+        };
+        let Some(sends) = sends else {
             return false;
         };
-        let base = m.refragment(frag, groups.iter().map(|(_, keys)| keys), attempt);
         let (req, bytes) = (m.req.clone(), m.bytes.clone());
-        let proto = self.pools[pool].proto;
-        let now = Instant::now();
-        for (gi, (server, keys)) in groups.iter().enumerate() {
-            let fi = Some((base + gi) as u32);
-            self.send_or_fail(
-                ReplyTo::new(token, client_id, Some(seq), fi),
-                pool,
-                *server,
-                |out| proto.write_fragment(&bytes, &req, keys, out),
-                req.op,
-                now,
-            );
+        if zoned {
+            let n = sends.to.len() as u64;
+            self.stats.pool_add(pool, PoolField::Fragments, n);
         }
+        let to = ReplyTo::new(token, client_id, Some(seq), None);
+        self.send_plan(to, pool, &req, &bytes, Ok(sends), Instant::now());
         true
     }
 }

@@ -38,6 +38,7 @@ use super::pool::PoolRt;
 use super::Worker;
 use crate::proto::Request;
 use crate::route::ZoneStep;
+use crate::stats::PoolField;
 use smallvec::SmallVec;
 use std::time::Instant;
 
@@ -53,15 +54,22 @@ impl Worker<'_> {
         pool: usize,
         reply: &[u8],
     ) -> Option<Vec<u8>> {
-        let FragOf { token, seq, fi, .. } = at;
+        let FragOf { token, id, seq, fi } = at;
         let m = self.conns.client(token.0)?.slot(seq)?.multi.as_ref()?;
         let answer = self.pools[pool].zone_answer(m, fi, reply)?;
         for (key, warm, cold) in answer.copies {
             self.warm_copy(pool, &key, warm, cold);
         }
-        if answer.moves.is_empty() || !self.zone_next(at, pool, &answer.moves, answer.zone, false) {
+        if answer.moves.is_empty() {
             return None;
         }
+        let m = (self.conns.client_mut(token.0)?.slot_mut(seq)?.multi).as_mut()?;
+        let sends = self.pools[pool].zone_next(m, fi, &answer.moves, answer.zone, false)?;
+        let (req, bytes) = (m.req.clone(), m.bytes.clone());
+        let n = sends.to.len() as u64;
+        self.stats.pool_add(pool, PoolField::Fragments, n);
+        let to = ReplyTo::new(token, id, Some(seq), None);
+        self.send_plan(to, pool, &req, &bytes, Ok(sends), Instant::now());
         // The missed keys are the new fragments' now: each key is answered
         // by one fragment, which both merges (whole and held) expect.
         let m = self
@@ -76,55 +84,6 @@ impl Worker<'_> {
         }
         m.frags.get_mut(fi)?.keys.retain(|&k| !moved[k]);
         Some(self.pools[pool].proto.drop_misses(reply.to_vec()))
-    }
-
-    /// Read `keys` (indices into the request's keys) of the multi-key read
-    /// `seq` from their owners in the zone after `zone`, one new fragment
-    /// per server (`PoolRt::next_zone_groups`, counted in the slot before
-    /// any is sent by `Multi::zone_fragments`, so that none completes it
-    /// early). `replace`: they were fragment `fi`'s, which failed and now
-    /// answers nothing; else they are its misses. False when no key has an
-    /// owner in a later zone.
-    pub(super) fn zone_next(
-        &mut self,
-        at: FragOf,
-        pool: usize,
-        keys: &[usize],
-        zone: u8,
-        replace: bool,
-    ) -> bool {
-        let FragOf { token, id, seq, fi } = at;
-        let Some(m) = (self.conns.client_mut(token.0))
-            .and_then(|c| c.slot_mut(seq))
-            .and_then(|s| s.multi.as_mut())
-        else {
-            return false;
-        };
-        let p = &self.pools[pool];
-        let groups = p.next_zone_groups(m, keys, zone);
-        if groups.is_empty() {
-            return false;
-        }
-        let proto = p.proto;
-        let base = m.zone_fragments(fi, &groups, replace, proto.empty_read());
-        let (req, bytes) = (m.req.clone(), m.bytes.clone());
-        self.stats.pool_add(
-            pool,
-            crate::stats::PoolField::Fragments,
-            groups.len() as u64,
-        );
-        let now = Instant::now();
-        for (gi, (server, _, keys)) in groups.iter().enumerate() {
-            self.send_or_fail(
-                ReplyTo::new(token, id, Some(seq), Some((base + gi) as u32)),
-                pool,
-                *server,
-                |out| proto.write_fragment(&bytes, &req, keys, out),
-                req.op,
-                now,
-            );
-        }
-        true
     }
 
     /// The other zones' copies of a write, fire and forget (the local
@@ -288,6 +247,35 @@ impl PoolRt {
             }
         }
         groups
+    }
+
+    /// Read `keys` (indices into `m`'s keys) of a multi-key read from
+    /// their owners in the zone after `zone`, one new fragment per server
+    /// (`next_zone_groups`), counted in `m` before any is sent
+    /// (`Multi::zone_fragments`), so that none completes it early.
+    /// `replace`: they were fragment `fi`'s, which failed and now answers
+    /// nothing; else they are its misses. `None` when no key has an owner
+    /// in a later zone.
+    pub(super) fn zone_next(
+        &self,
+        m: &mut Multi,
+        fi: usize,
+        keys: &[usize],
+        zone: u8,
+        replace: bool,
+    ) -> Option<SendPlan> {
+        let groups = self.next_zone_groups(m, keys, zone);
+        if groups.is_empty() {
+            return None;
+        }
+        let base = m.zone_fragments(fi, &groups, replace, self.proto.empty_read());
+        Some(SendPlan {
+            slot: None,
+            to: groups.into_iter().map(|(s, _, keys)| (s, keys)).collect(),
+            frag: Some(base as u32),
+            write: Write::Fragment,
+            bounded: SmallVec::new(),
+        })
     }
 
     /// The other zones' copies of `req`, a write: per owner of its keys

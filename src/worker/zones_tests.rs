@@ -175,3 +175,17 @@ fn an_async_write_is_a_fragment_per_zone_the_remote_ones_bounded_as_copies() {
     let plan = p.owners_plan(o, &mc(set), set, 1).expect("sent");
     assert_eq!(plan.bounded.len(), 2);
 }
+
+#[test]
+fn missed_keys_go_to_the_next_zone_as_new_fragments_of_the_read() {
+    let p = pool(ZONES);
+    let mut m = read(GET);
+    let next = p.zone_next(&mut m, 0, &[1, 3], 0, false).expect("zone b");
+    assert!(next.slot.is_none(), "the read's slot is there already");
+    assert_eq!((next.frag, &next.write), (Some(1), &Write::Fragment));
+    assert_eq!(next.to.as_slice(), &[(1, vec![1, 3])]);
+    assert_eq!((m.frags.len(), m.remaining), (2, 2), "counted before sent");
+    assert!(m.frags[1].fallback, "a miss's read: its failure is a miss");
+    // No zone after the last.
+    assert!(p.zone_next(&mut m, 1, &[1, 3], 1, false).is_none());
+}
