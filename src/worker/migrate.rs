@@ -17,10 +17,10 @@
 //! migration is done, take the ordinary path untouched.
 //!
 //! A Redis `GET` of a moved key is not pulled but read where the key is
-//! (`read_where_it_is`): the migrator moves it, and the read costs a
-//! `GET` or two rather than a pull's five commands on two servers. A
-//! memcached `get` of a key the migrator says it moved is read on the new
-//! owner, and pulled only if it misses there (`pull_missed`).
+//! (`PoolRt::moving`, a `Moving::Read`): the migrator moves it, and the
+//! read costs a `GET` or two rather than a pull's five commands on two
+//! servers. A memcached `get` of a key the migrator says it moved is read
+//! on the new owner, and pulled only if it misses there (`pull_missed`).
 //!
 //! A pull's steps (what each reply leads to) are decided by `Pulls`
 //! (`pull.rs`), without sockets; the worker here queues the commands it
@@ -70,7 +70,7 @@ struct MovedKey<'a> {
 
 /// A read of a moved key asked where the key is (`PoolRt::moved_read`).
 #[derive(Debug, PartialEq, Eq)]
-struct MovedRead {
+pub(super) struct MovedRead {
     /// The servers asked in turn, the next one after a miss.
     servers: Servers,
     /// The migrator's map did not know where the key is: the server that
@@ -84,7 +84,103 @@ struct MovedRead {
     plan: crate::route::Plan,
 }
 
+/// What a request of a migrating pool comes to (`PoolRt::moving`).
+#[derive(Debug)]
+pub(super) enum Moving {
+    /// It goes its usual way (see [`Hold::Go`]).
+    Go { owner: Option<u32> },
+    /// A read of a moved key, asked where the key is.
+    Read(MovedRead),
+    /// Its moved keys, each pulled over before it goes.
+    Pull(Vec<Pull>),
+}
+
+impl MovedRead {
+    /// The slot its client keeps for the read of `req` (`bytes`): a
+    /// `Retry` that asks the next server after a miss.
+    fn slot(self, req: &Request, bytes: &[u8]) -> ReplySlot {
+        ReplySlot {
+            retry: Some(Box::new(Retry {
+                req: req.clone(),
+                bytes: ReadBytes::from_slice(bytes),
+                replicas: self.servers,
+                next: 1,
+                on_miss: true,
+                learns: self.learns,
+                pull_on_miss: self.pull_on_miss,
+            })),
+            ..ReplySlot::default()
+        }
+    }
+}
+
 impl PoolRt {
+    /// What a request of a migrating pool comes to: a request whose keys
+    /// did not move goes (with its one key's server, when placing it found
+    /// it); a read of one moved key (`reads`: one to route, not one a
+    /// transaction or a read after a miss holds) is asked where the key is
+    /// when `moved_read` says so; any other with moved keys pulls them.
+    pub(super) fn moving(
+        &mut self,
+        req: &Request,
+        bytes: &[u8],
+        reads: bool,
+        now: Instant,
+    ) -> Moving {
+        let pulls = match self.placed(req, bytes, now) {
+            Placed::Stays { server } => {
+                let owner = u32::try_from(server).ok();
+                return Moving::Go { owner };
+            }
+            // Its one key, placed on every ring already, with where it may
+            // still be (what `moved_pulls` would find, without placing it
+            // again): a read asks there, anything else pulls it.
+            Placed::Moved { new } => {
+                let key = req.routing_key(bytes);
+                let Some(m) = self.migration.as_mut() else {
+                    return Moving::Go { owner: None };
+                };
+                let olds = m.take_found();
+                let moved = MovedKey {
+                    key: &key,
+                    olds: &olds,
+                    new,
+                };
+                let read = reads.then(|| self.moved_read(req, moved)).flatten();
+                let pull = read
+                    .is_none()
+                    .then(|| Pull::new(key.into_owned(), olds.clone(), vec![new]));
+                if let Some(m) = self.migration.as_mut() {
+                    m.give_back_found(olds);
+                }
+                match (read, pull) {
+                    (Some(read), _) => return Moving::Read(read),
+                    (None, pull) => pull.into_iter().collect(),
+                }
+            }
+            Placed::Other => {
+                let pulls = self.moved_pulls(req, bytes, now);
+                if let ([pull], true) = (&pulls[..], reads) {
+                    if let [new] = pull.news()[..] {
+                        let moved = MovedKey {
+                            key: pull.key(),
+                            olds: pull.olds(),
+                            new,
+                        };
+                        if let Some(read) = self.moved_read(req, moved) {
+                            return Moving::Read(read);
+                        }
+                    }
+                }
+                pulls
+            }
+        };
+        if pulls.is_empty() {
+            return Moving::Go { owner: None };
+        }
+        Moving::Pull(pulls)
+    }
+
     /// Where a request stands (see [`Placed`]): told apart from the rest
     /// without allocating, its key placed once on each ring.
     fn placed(&mut self, req: &Request, bytes: &[u8], now: Instant) -> Placed {
@@ -111,7 +207,7 @@ impl PoolRt {
     }
 
     /// Whether a read of moved key `moved` is asked where the key is
-    /// rather than pulled (see `Worker::read_where_it_is`), and of which
+    /// rather than pulled (see `Worker::hold_for_moved_keys`), and of which
     /// servers in turn. `None`: it is pulled (not a single read of one
     /// value on a plain connection, a route that places it otherwise, or
     /// memcached with a key the migrator's map does not know moved).
@@ -228,7 +324,31 @@ const GO: Hold = Hold::Go { owner: None };
 
 impl Worker<'_> {
     /// A request of a migrating pool: if any of its keys changed owner,
-    /// hold it and pull those keys over first.
+    /// hold it and pull those keys over first, or read its moved key
+    /// where it is, as the pool says (`PoolRt::moving`).
+    ///
+    /// A read of one moved key's value (`Request::reads_one_value`) is not
+    /// pulled: it is asked of the servers the key may be on, in turn,
+    /// until one has it (`ReadOrder::servers`, a `Retry` that goes on after
+    /// a miss), and the key is left where it is for the migrator. A read
+    /// then costs what it costs without a migration, plus a second read
+    /// when the first server asked no longer (or not yet) has the key,
+    /// against four more commands on two servers for a pull.
+    ///
+    /// What any of them has is the key's value, because an old owner and
+    /// the new one never hold different values of a key: the new owner
+    /// gets one only by a copy (never over a value it has), or by a write,
+    /// and a write of a moved key runs only once its pull has deleted the
+    /// old copies (`Pulls`, `pull.rs`). And a key leaves an old owner only once
+    /// the new one has it, so a read that finds it on none of the old
+    /// owners finds it on the new one, asked last.
+    ///
+    /// The client's next requests wait for the answer, as for a pull, so
+    /// a write it sent after the read cannot run before the read.
+    ///
+    /// memcached: only a key the migrator's map says moved, and only on
+    /// its new owner (a miss there pulls it, `pull_missed`): no key is
+    /// left on an old owner by a read (see `PoolRt::moved_read`).
     pub(super) fn hold_for_moved_keys(
         &mut self,
         token: Token,
@@ -240,63 +360,41 @@ impl Worker<'_> {
         let Some(c) = self.conns.client(token.0) else {
             return GO;
         };
-        let pool = c.pool();
-        let pulls = match self.pools[pool].placed(req, bytes, now) {
-            Placed::Stays { server } => {
-                return Hold::Go {
-                    owner: u32::try_from(server).ok(),
+        let (pool, id) = (c.pool(), c.id());
+        let reads = then == AfterPull::Route;
+        let pulls = match self.pools[pool].moving(req, bytes, reads, now) {
+            Moving::Go { owner } => return Hold::Go { owner },
+            Moving::Pull(pulls) => pulls,
+            Moving::Read(read) => {
+                let (first, plan) = (read.servers[0], read.plan);
+                let seq = self.push_slot(token, false, read.slot(req, bytes));
+                self.stats
+                    .worker_add(crate::stats::WorkerField::MovedReads, 1);
+                // What routing a request does besides sending it
+                // (`dispatch_routed`): its key noted for the hot keys, its
+                // prefix route counted, its copy to a shadow pool.
+                self.recorder.note_key(pool, &req.routing_key(bytes));
+                if plan.count_routes {
+                    self.pools[pool].count_routes(pool, req, bytes, &self.stats);
                 }
-            }
-            // Its one key, placed on every ring already, with where it may
-            // still be (what `moved_pulls` would find, without placing it
-            // again): a read asks there, anything else pulls it.
-            Placed::Moved { new } => {
-                let key = req.routing_key(bytes);
-                let Some(m) = self.pools[pool].migration.as_mut() else {
-                    return GO;
-                };
-                let olds = m.take_found();
-                let read = then == AfterPull::Route
-                    && self.read_where_it_is(
-                        token,
-                        req,
-                        bytes,
-                        MovedKey {
-                            key: &key,
-                            olds: &olds,
-                            new,
-                        },
-                        now,
-                    );
-                let pull = (!read).then(|| Pull::new(key.into_owned(), olds.clone(), vec![new]));
-                if let Some(m) = self.pools[pool].migration.as_mut() {
-                    m.give_back_found(olds);
+                if let Some(shadow) = plan.shadow {
+                    self.shadow_copy(shadow, req, bytes, now);
                 }
-                match pull {
-                    Some(pull) => vec![pull],
-                    None => return Hold::Held,
+                if let Some(c) = self.conns.client_mut(token.0) {
+                    c.hold_for_read();
                 }
-            }
-            Placed::Other => {
-                let pulls = self.pools[pool].moved_pulls(req, bytes, now);
-                if let ([pull], AfterPull::Route) = (&pulls[..], then) {
-                    if let [new] = pull.news()[..] {
-                        let moved = MovedKey {
-                            key: pull.key(),
-                            olds: pull.olds(),
-                            new,
-                        };
-                        if self.read_where_it_is(token, req, bytes, moved, now) {
-                            return Hold::Held;
-                        }
-                    }
-                }
-                pulls
+                let proto = self.pools[pool].proto;
+                self.send_or_fail(
+                    ReplyTo::new(token, id, seq, None),
+                    pool,
+                    first,
+                    |out| proto.write_request(req, bytes, out),
+                    req.op,
+                    now,
+                );
+                return Hold::Held;
             }
         };
-        if pulls.is_empty() {
-            return GO;
-        }
         let n = pulls.len();
         self.stats
             .worker_add(crate::stats::WorkerField::Pulled, n as u64);
@@ -320,86 +418,6 @@ impl Worker<'_> {
             self.pull_run(token, step, now);
         }
         Hold::Held
-    }
-
-    /// A read of one moved key's value (`Request::reads_one_value`) is not
-    /// pulled: it is asked of the servers the key may be on, in turn,
-    /// until one has it (`ReadOrder::servers`, a `Retry` that goes on after
-    /// a miss), and the key is left where it is for the migrator. A read
-    /// then costs what it costs without a migration, plus a second read
-    /// when the first server asked no longer (or not yet) has the key,
-    /// against four more commands on two servers for a pull.
-    ///
-    /// What any of them has is the key's value, because an old owner and
-    /// the new one never hold different values of a key: the new owner
-    /// gets one only by a copy (never over a value it has), or by a write,
-    /// and a write of a moved key runs only once its pull has deleted the
-    /// old copies (`Pulls`, `pull.rs`). And a key leaves an old owner only once
-    /// the new one has it, so a read that finds it on none of the old
-    /// owners finds it on the new one, asked last.
-    ///
-    /// The client's next requests wait for the answer, as for a pull, so
-    /// a write it sent after the read cannot run before the read.
-    ///
-    /// memcached: only a key the migrator's map says moved, and only on
-    /// its new owner (a miss there pulls it, `pull_missed`): no key is
-    /// left on an old owner by a read (see below).
-    fn read_where_it_is(
-        &mut self,
-        token: Token,
-        req: &Request,
-        bytes: &[u8],
-        moved: MovedKey,
-        now: Instant,
-    ) -> bool {
-        let Some(c) = self.conns.client(token.0) else {
-            return false;
-        };
-        let (pool, id) = (c.pool(), c.id());
-        let Some(read) = self.pools[pool].moved_read(req, moved) else {
-            return false;
-        };
-        let (first, plan) = (read.servers[0], read.plan);
-        let proto = self.pools[pool].proto;
-        let slot = ReplySlot {
-            retry: Some(Box::new(Retry {
-                req: req.clone(),
-                bytes: ReadBytes::from_slice(bytes),
-                replicas: read.servers,
-                next: 1,
-                on_miss: true,
-                learns: read.learns,
-                pull_on_miss: read.pull_on_miss,
-            })),
-            ..ReplySlot::default()
-        };
-        let Some(seq) = self.push_slot(token, false, slot) else {
-            return false;
-        };
-        self.stats
-            .worker_add(crate::stats::WorkerField::MovedReads, 1);
-        // What routing a request does besides sending it
-        // (`dispatch_routed`): its key noted for the hot keys, its prefix
-        // route counted, its copy to a shadow pool.
-        self.recorder.note_key(pool, moved.key);
-        if plan.count_routes {
-            self.pools[pool].count_routes(pool, req, bytes, &self.stats);
-        }
-        if let Some(shadow) = plan.shadow {
-            self.shadow_copy(shadow, req, bytes, now);
-        }
-        if let Some(c) = self.conns.client_mut(token.0) {
-            c.hold_for_read();
-        }
-        self.send_or_fail(
-            ReplyTo::new(token, id, Some(seq), None),
-            pool,
-            first,
-            |out| proto.write_request(req, bytes, out),
-            req.op,
-            now,
-        );
-        true
     }
 
     /// A reply to one of a pull's requests (`None`: the server could not

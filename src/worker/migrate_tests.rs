@@ -169,3 +169,49 @@ fn a_memcached_read_of_a_moved_key_goes_to_its_new_owner_once_the_migrator_says_
     assert!(!retry.pull_after_miss(), "a second miss is the answer");
     assert_eq!(retry.take_next(), None);
 }
+
+#[test]
+fn a_migrating_pools_request_goes_is_read_where_its_key_is_or_pulls_it() {
+    let now = Instant::now();
+    let mut p = PoolRt::new(&pool(&[30001, 30002, 30003]), &[pool(&[30001, 30002])]);
+    let (key, olds, new) = moved_key(&mut p, Protocol::Redis, |k| command(&["GET", k]));
+    let get = command(&["GET", &key]);
+    let req = parse(Protocol::Redis, &get);
+    // A read to route: asked where the key may be, the old owners first.
+    let Moving::Read(read) = p.moving(&req, &get, true, now) else {
+        panic!("read where it is");
+    };
+    let m = p.migration.as_ref().expect("migrating");
+    assert_eq!(read.servers, m.read_order(olds[0]).servers(&olds, new));
+    let slot = read.slot(&req, &get);
+    let retry = slot.retry.expect("goes on after a miss");
+    assert!(retry.on_miss && retry.learns && retry.next == 1);
+    // The same read held by a transaction: pulled.
+    let Moving::Pull(pulls) = p.moving(&req, &get, false, now) else {
+        panic!("pulled");
+    };
+    assert_eq!(pulls.len(), 1);
+    assert_eq!(
+        (pulls[0].key(), pulls[0].news()),
+        (key.as_bytes(), &[new][..])
+    );
+    // A write of it: pulled.
+    let set = command(&["SET", &key, "v"]);
+    let req = parse(Protocol::Redis, &set);
+    assert!(matches!(p.moving(&req, &set, true, now), Moving::Pull(p) if p.len() == 1));
+    // A key that stayed goes, with its server.
+    let stays = (0..200)
+        .map(|k| format!("key:{k}"))
+        .find(|k| {
+            let b = command(&["GET", k]);
+            p.moved_pulls(&parse(Protocol::Redis, &b), &b, now)
+                .is_empty()
+        })
+        .expect("a key that stayed");
+    let get = command(&["GET", &stays]);
+    let server = p.server_for(stays.as_bytes(), now).expect("a server");
+    assert!(matches!(
+        p.moving(&parse(Protocol::Redis, &get), &get, true, now),
+        Moving::Go { owner: Some(s) } if s as usize == server
+    ));
+}

@@ -47,7 +47,7 @@ struct Old {
     same_hash: bool,
 }
 
-/// Reads of moved keys (`Worker::read_where_it_is`) ask first where most
+/// Reads of moved keys (`Moving::Read`, `migrate.rs`) ask first where most
 /// were found lately: the old owners while few keys have moved, the new
 /// owner once most have. Either order is correct, the better one saves a
 /// round trip and a server's work per read.

@@ -358,7 +358,7 @@ impl Pulls {
     /// cost the key. The pull is done once every delete is answered: a
     /// write of the key runs only then, so an old owner never holds a
     /// value of the key other than the new owner's (what
-    /// `Worker::read_where_it_is` relies on).
+    /// a moved key read where it is relies on, `Worker::hold_for_moved_keys`).
     fn finish(&mut self, idx: usize) -> Step {
         let Some(p) = self.pulls.get(idx) else {
             return Step::Wait;
