@@ -7,7 +7,7 @@ use super::conn::{ConnTable, Origin, Redirect, ReplySlot, ReplyTo, Waiter};
 use super::fault::ServerFault;
 use super::key_groups::{KeyGroups, Placed, Split};
 use super::pool::PoolRt;
-use super::{Worker, WRITE_THROUGH_MIN};
+use super::Worker;
 use crate::proto::{Op, Request};
 use crate::route::{Plan, Target};
 use crate::stats::{PoolField, WorkerField};
@@ -297,8 +297,14 @@ impl Worker<'_> {
         let to = ReplyTo::new(at.token, at.client_id, seq, None);
         // Written at once only when it is the client's last request: a
         // pipeline's requests share one write (cheaper than a write each).
-        if self.ends_input && bytes.len() >= WRITE_THROUGH_MIN && !proto.rewrites(req.op) {
-            self.send_through_or_fail(to, at.pool, server, bytes, req.op, now);
+        // A large one the server gets as it came is written from the
+        // client's input, and with nothing queued before it on the
+        // connection only what the socket does not take is copied.
+        if self.ends_input && self.pools[at.pool].writes_through(req, bytes.len()) {
+            match self.conn_for(to, at.pool, server, req.op, now) {
+                Ok(st) => self.enqueue_through(st, to.waiter(), req.op, bytes, now),
+                Err(fault) => self.fail_unsent(to, at.pool, req.op, &fault),
+            }
             return;
         }
         self.send_or_fail(
@@ -309,30 +315,6 @@ impl Worker<'_> {
             req.op,
             now,
         );
-    }
-
-    /// `send_or_fail` for a large request the server gets as it came: with
-    /// nothing queued before it on the connection, it is written from the
-    /// client's input at once, and only what the socket does not take is
-    /// copied (`Server::queue_through`).
-    fn send_through_or_fail(
-        &mut self,
-        to: ReplyTo,
-        pool: usize,
-        server: usize,
-        bytes: &[u8],
-        op: Op,
-        now: Instant,
-    ) {
-        if self.pools[pool].route.strips() {
-            let write = |out: &mut Vec<u8>| out.extend_from_slice(bytes);
-            self.send_or_fail(to, pool, server, write, op, now);
-            return;
-        }
-        match self.conn_for(to, pool, server, op, now) {
-            Ok(st) => self.enqueue_through(st, to.waiter(), op, bytes, now),
-            Err(fault) => self.fail_unsent(to, pool, op, &fault),
-        }
     }
 
     /// Reserve the next reply slot (none for noreply); returns its sequence.

@@ -200,6 +200,16 @@ impl PoolRt {
         }
     }
 
+    /// Whether a request of `len` bytes may be written to its server
+    /// straight from the client's input (`Server::queue_through`), as it
+    /// came: large enough for a write of its own to pay
+    /// (`WRITE_THROUGH_MIN`), not rewritten by its protocol, and not a
+    /// route pool's whose keys lose a prefix on the way.
+    #[inline]
+    pub(super) fn writes_through(&self, req: &crate::proto::Request, len: usize) -> bool {
+        len >= super::WRITE_THROUGH_MIN && !self.proto.rewrites(req.op) && !self.route.strips()
+    }
+
     /// Server timeout, if any.
     pub fn timeout(&self) -> Option<Duration> {
         self.cfg.timeout_ms.map(Duration::from_millis)
@@ -316,4 +326,45 @@ fn build_placement(cfg: &PoolConfig, servers: &[ServerRt]) -> Placement {
         })
         .collect();
     Placement::new(cfg.hash, cfg.distribution, cfg.hash_tag, &ring)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::proto::{Parse, Request};
+
+    fn pool(yaml: &str) -> PoolRt {
+        let c = Config::from_str(yaml, std::path::Path::new("t.yml")).expect("config parses");
+        PoolRt::new(c.pools.last().expect("a pool"), &[])
+    }
+
+    fn parse(p: &PoolRt, bytes: &[u8]) -> Request {
+        match p.proto.parse_request(bytes, &Limits::default()) {
+            Ok(Parse::Done(r)) => r,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_large_request_is_written_through_unless_rewritten_or_stripped() {
+        let rd = pool(
+            "r:\n  listen: 127.0.0.1:22990\n  redis: true\n  servers:\n   - 127.0.0.1:6379:1\n",
+        );
+        let set = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n";
+        let req = parse(&rd, set);
+        assert!(rd.writes_through(&req, super::super::WRITE_THROUGH_MIN));
+        assert!(
+            !rd.writes_through(&req, super::super::WRITE_THROUGH_MIN - 1),
+            "small"
+        );
+        // memcached `get` is rewritten on its way (as `gets` may be).
+        let mc = pool("m:\n  listen: 127.0.0.1:22991\n  servers:\n   - 127.0.0.1:11211:1\n");
+        let set = b"set k 0 0 1\r\nv\r\n";
+        let len = super::super::WRITE_THROUGH_MIN;
+        assert_eq!(
+            mc.writes_through(&parse(&mc, set), len),
+            !Protocol::Memcache.rewrites(parse(&mc, set).op)
+        );
+    }
 }
