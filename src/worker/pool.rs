@@ -366,5 +366,16 @@ mod tests {
             mc.writes_through(&parse(&mc, set), len),
             !Protocol::Memcache.rewrites(parse(&mc, set).op)
         );
+        // A route pool whose keys lose their prefix: rewritten on the way.
+        let routes = |strip: &str| {
+            format!(
+                "users:\n  listen: 127.0.0.1:22992\n  redis: true\n  servers:\n   - 127.0.0.1:6379:1\n\
+                 front:\n  listen: 127.0.0.1:22993\n  redis: true\n  routes:\n   - \"user: users{strip}\"\n"
+            )
+        };
+        let (kept, stripped) = (pool(&routes("")), pool(&routes(" strip")));
+        let set = b"*3\r\n$3\r\nSET\r\n$6\r\nuser:k\r\n$1\r\nv\r\n";
+        assert!(kept.writes_through(&parse(&kept, set), len));
+        assert!(!stripped.writes_through(&parse(&stripped, set), len));
     }
 }
