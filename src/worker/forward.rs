@@ -1,6 +1,9 @@
 //! Sending requests to servers: one server, split per server, every
 //! server, and for replicated memcached pools every replica (writes) or
-//! one replica with the next tried on failure (reads).
+//! one replica with the next tried on failure (reads). Where a request
+//! goes beyond one server is planned by the type that decides it, as a
+//! [`SendPlan`], and carried out here (`send_plan`) without a decision of
+//! its own.
 
 use super::conn::Open;
 use super::conn::{ConnTable, Origin, Redirect, ReplySlot, ReplyTo, Waiter};
