@@ -21,6 +21,7 @@
 //! Each worker keeps its own conversation: nothing is shared between
 //! processes, and a worker restarted after a crash asks again.
 
+use super::conn::{ConnTable, Server};
 use super::pool::PoolRt;
 use super::Worker;
 use crate::net::{Endpoint, Stream};
@@ -513,8 +514,16 @@ impl Worker<'_> {
             now,
             &mut retire,
         );
+        // Each takes no new request; one that owes nothing closes now,
+        // the others once answered.
         for t in retire {
-            self.retire_when_answered(t);
+            if self
+                .conns
+                .server_mut(t.0)
+                .is_some_and(Server::retire_when_answered)
+            {
+                self.retire_server(t);
+            }
         }
     }
 }

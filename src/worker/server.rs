@@ -34,18 +34,6 @@ impl Worker<'_> {
         }
     }
 
-    /// A shared connection to an address the server left: it takes no new
-    /// request and closes once what it was sent is answered.
-    pub(super) fn retire_when_answered(&mut self, token: Token) {
-        let Some(s) = self.conns.server_mut(token.0) else {
-            return;
-        };
-        s.retire_when_answered();
-        if s.is_done() {
-            self.retire_server(token);
-        }
-    }
-
     /// A server connection leaves the worker: its connection slot is freed
     /// and its queues leave the server's gauges.
     fn forget_server(&mut self, token: Token, s: &mut super::conn::Server) {

@@ -704,10 +704,12 @@ impl Server {
         self.dedicated
     }
 
-    /// Take no new request: close once answered.
+    /// Take no new request: close once answered. True when nothing is
+    /// owed already: it closes now.
     #[inline]
-    pub fn retire_when_answered(&mut self) {
+    pub fn retire_when_answered(&mut self) -> bool {
         self.dedicated = true;
+        self.is_done()
     }
 
     /// Nothing is waiting on it, moving on it, or left to parse.

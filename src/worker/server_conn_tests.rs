@@ -84,3 +84,17 @@ fn a_large_value_moving_is_never_cut() {
     assert_eq!(s.timer_fired(Some(T), late), TimerStep::Arm(late + T));
     assert_eq!(s.timer_fired(Some(T), late + T), TimerStep::TimedOut);
 }
+
+#[test]
+fn a_retired_connection_closes_now_only_when_it_owes_nothing() {
+    let t = Instant::now();
+    let (mut s, _peer) = server(t);
+    assert!(!s.is_dedicated());
+    assert!(s.retire_when_answered(), "nothing owed: closed now");
+    let (mut s, _peer) = server(t);
+    queue(&mut s, t);
+    assert!(!s.retire_when_answered(), "a request owed: once answered");
+    assert!(s.is_dedicated(), "and it takes no new request");
+    let _ = s.pop_answered();
+    assert!(s.is_done());
+}
