@@ -4,7 +4,9 @@
 
 use super::conn::{ClientRef, Conn, ConnTable, Lost, Open, RepStream, Server, ServerRef, Waiter};
 use super::fault::{IoFault, ServerFault};
+use super::pool::PoolRt;
 use super::{Worker, READ_BUDGET, READ_CHUNK};
+use crate::stats::shm::StatsSlot;
 use crate::stats::{PoolField, ServerField, WorkerField};
 use mio::{Interest, Token};
 use slab::Slab;
@@ -22,7 +24,7 @@ impl Worker<'_> {
             return;
         };
         let _ = self.poll.registry().deregister(s.sock_mut());
-        self.forget_server(token, &mut s);
+        self.pools[s.pool()].conn_closed(token, &mut s, &self.stats);
     }
 
     /// Close the dedicated connections `conns` that are still open.
@@ -32,13 +34,6 @@ impl Worker<'_> {
                 self.retire_server(r.token);
             }
         }
-    }
-
-    /// A server connection leaves the worker: its connection slot is freed
-    /// and its queues leave the server's gauges.
-    fn forget_server(&mut self, token: Token, s: &mut super::conn::Server) {
-        s.leave_gauges(&self.stats);
-        self.pools[s.pool()].servers[s.server()].forget_conn(s.slot(), token);
     }
 
     /// The connection in `slot` to a server, for what `open` says: the
@@ -288,7 +283,7 @@ impl Worker<'_> {
         let (pool, server) = (s.pool(), s.server());
         let left = fallout(&mut self.conns, token, &mut s);
         self.resume.extend(left.resume);
-        self.forget_server(token, &mut s);
+        self.pools[s.pool()].conn_closed(token, &mut s, &self.stats);
         if let Some(sub) = left.subscriber {
             if self.conns.client_ref(sub).is_some() {
                 crate::log_info!(
@@ -344,6 +339,17 @@ impl Worker<'_> {
                 self.close_client(ct, false)
             }
         }
+    }
+}
+
+/// A pool's record of its servers' connections.
+impl PoolRt {
+    /// Server connection `s`, at `token`, closed: what it still held
+    /// leaves its server's gauges, and the slot it held is free (unless a
+    /// newer connection holds it already).
+    pub(super) fn conn_closed(&mut self, token: Token, s: &mut Server, stats: &StatsSlot) {
+        s.leave_gauges(stats);
+        self.servers[s.server()].forget_conn(s.slot(), token);
     }
 }
 
@@ -415,6 +421,28 @@ mod tests {
             session,
             Instant::now(),
         ))
+    }
+
+    #[test]
+    fn a_closed_connection_frees_its_slot_unless_a_newer_one_holds_it() {
+        use crate::stats::carry::Names;
+        use crate::stats::shm::Region;
+        let yaml = "p:\n  listen: 127.0.0.1:22999\n  servers:\n    - 127.0.0.1:30001:1\n";
+        let c = crate::config::Config::from_str(yaml, std::path::Path::new("t.yml"))
+            .expect("config parses");
+        let mut p = PoolRt::new(&c.pools[0], &[]);
+        let names = Names {
+            pools: vec!["p".into()],
+            servers: vec![vec!["a".into()]],
+            routes: vec![Vec::new()],
+        };
+        let region = Region::new(names.layout(), 1).expect("stats region");
+        let stats = region.slot(0);
+        p.servers[0].conns[0] = Some(Token(4));
+        p.conn_closed(Token(5), &mut server(false), &stats);
+        assert_eq!(p.servers[0].conns[0], Some(Token(4)), "a newer one's");
+        p.conn_closed(Token(4), &mut server(false), &stats);
+        assert_eq!(p.servers[0].conns[0], None, "free");
     }
 
     #[test]
