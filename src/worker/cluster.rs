@@ -60,6 +60,17 @@ pub(super) struct Resend {
     pub op: Op,
 }
 
+/// When a request answered with a cluster error goes again
+/// (`PoolRt::redo`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Redo {
+    /// At this time (the retry timer armed for it), routed by the map
+    /// then (`PoolRt::retries_due`).
+    At(Instant),
+    /// Now, after `ASKING`, to server `to`.
+    Now(usize),
+}
+
 /// A cluster pool's slot map and its refresh, kept by the pool: the key's
 /// node, the map taken from a `CLUSTER SLOTS` reply (nodes new to the pool
 /// added as servers), and what asks for a new one.
@@ -202,6 +213,43 @@ impl PoolRt {
         }
     }
 
+    /// A client's request (or fragment) answered with a cluster error
+    /// that sends it again (`cluster_answer`): when, within its budgets
+    /// (`MAX_HOPS` redirections, `MAX_TRYAGAIN` waits, counted on its
+    /// slot). A wait is kept here until `TRYAGAIN_DELAY` passed; a MOVED
+    /// or ASK goes to the node named now. `None`: the reply goes to the
+    /// client as it is (a budget spent, the request or its client gone).
+    pub(super) fn redo(
+        &mut self,
+        conns: &mut Slab<Conn>,
+        to: ReplyTo,
+        op: Op,
+        again: Again,
+        now: Instant,
+    ) -> Option<Redo> {
+        let seq = to.seq?;
+        let client = ClientRef::new(to.token, to.id);
+        if !count_attempt(conns, client, seq, to.frag, again == Again::Wait) {
+            return None;
+        }
+        match again {
+            Again::Wait => {
+                let c = self.cluster.as_mut()?;
+                Some(Redo::At(c.wait_out(client, seq, to.frag, op, now)))
+            }
+            Again::Redirect { to, slot, kind } => {
+                crate::log_debug!(
+                    "pool '{}': {} slot {} to {}",
+                    self.cfg.name,
+                    kind,
+                    slot,
+                    self.servers[to].name
+                );
+                Some(Redo::Now(to))
+            }
+        }
+    }
+
     /// The server index of a cluster node, added to the pool if new. An
     /// empty host is the host of server `asked`.
     pub(super) fn node_index(&mut self, node: &NodeAddr, asked: usize) -> Option<usize> {
@@ -275,65 +323,6 @@ impl Worker<'_> {
         }
     }
 
-    /// A client's request (or fragment) answered with a cluster error
-    /// that sends it again (`PoolRt::cluster_answer`): to the node a
-    /// MOVED or ASK named, after `ASKING`, or after `TRYAGAIN_DELAY`, up
-    /// to `MAX_HOPS` redirections and `MAX_TRYAGAIN` waits. Returns false
-    /// when the reply must go to the client as it is (a budget spent, the
-    /// client gone).
-    pub(super) fn cluster_again(
-        &mut self,
-        pool: usize,
-        to: ReplyTo,
-        op: Op,
-        again: Again,
-        now: Instant,
-    ) -> bool {
-        let ReplyTo {
-            token: ct,
-            id,
-            seq: Some(seq),
-            frag,
-        } = to
-        else {
-            return false;
-        };
-        let client = ClientRef::new(ct, id);
-        let wait = again == Again::Wait;
-        if !count_attempt(&mut self.conns, client, seq, frag, wait) {
-            return false;
-        }
-        match again {
-            Again::Wait => {
-                let Some(c) = self.pools[pool].cluster.as_mut() else {
-                    return false;
-                };
-                let at = c.wait_out(client, seq, frag, op, now);
-                self.timers.arm(at, super::tokens::RETRY_TIMER, 0);
-            }
-            Again::Redirect {
-                to: target,
-                slot,
-                kind,
-            } => {
-                crate::log_debug!(
-                    "pool '{}': {} slot {} to {}",
-                    self.pools[pool].cfg.name,
-                    kind,
-                    slot,
-                    self.pools[pool].servers[target].name
-                );
-                // ASKING for a MOVED too: while a migration ends, the old
-                // owner already says MOVED but the new one, still
-                // importing, would send the request back (MOVED) until it
-                // learns the slot is its own; ASKING makes it serve it. A
-                // node that owns the slot ignores it.
-                self.send_again(pool, target, to, op, true, now);
-            }
-        }
-        true
-    }
-
     /// Queue `ASKING` on a connection: the next request may use a slot the
     /// node is importing (its reply is the proxy's own, dropped).
     pub(super) fn queue_asking(&mut self, st: Token, now: Instant) {
@@ -350,7 +339,7 @@ impl Worker<'_> {
 
     /// Queue a kept request (or fragment) again on server `target`,
     /// after `ASKING` if `asking`.
-    fn send_again(
+    pub(super) fn send_again(
         &mut self,
         pool: usize,
         target: usize,
@@ -737,6 +726,43 @@ mod tests {
         };
         assert_eq!(p.cluster_answer(moved, 0, true), Some(to_known));
         assert!(wanted(&mut p), "a MOVED asks for a new map");
+    }
+
+    #[test]
+    fn a_request_goes_again_now_or_later_within_its_budgets() {
+        use super::super::conn::Client;
+        use crate::net::Stream;
+        let mut p = pool();
+        let (req, bytes) = cmd(b"*2\r\n$3\r\nGET\r\n$3\r\nfoo\r\n");
+        let op = req.op;
+        let mut conns = Slab::new();
+        let (sock, _) = mio::net::UnixStream::pair().expect("socket pair");
+        let session = crate::proto::redis::local::Session::new(1, None, false);
+        let mut c = Client::new(Stream::Unix(sock), 10, 0, session, Instant::now());
+        c.push_reply(kept(req, bytes));
+        conns.insert(Conn::Client(Box::new(c)));
+        let now = Instant::now();
+        let to = ReplyTo::new(Token(0), 10, Some(0), None);
+        let moved = Again::Redirect {
+            to: 1,
+            slot: 12182,
+            kind: "MOVED",
+        };
+        assert_eq!(p.redo(&mut conns, to, op, moved, now), Some(Redo::Now(1)));
+        let later = now + crate::worker::cluster_map::TRYAGAIN_DELAY;
+        assert_eq!(
+            p.redo(&mut conns, to, op, Again::Wait, now),
+            Some(Redo::At(later))
+        );
+        assert_eq!(p.retries_due(&conns, later).len(), 1, "kept to wait out");
+        for _ in 1..MAX_HOPS {
+            assert!(p.redo(&mut conns, to, op, moved, now).is_some());
+        }
+        assert_eq!(p.redo(&mut conns, to, op, moved, now), None, "spent");
+        let other = ReplyTo::new(Token(0), 11, Some(0), None);
+        assert_eq!(p.redo(&mut conns, other, op, Again::Wait, now), None);
+        let unkept = ReplyTo::new(Token(0), 10, None, None);
+        assert_eq!(p.redo(&mut conns, unkept, op, Again::Wait, now), None);
     }
 
     #[test]

@@ -19,7 +19,7 @@ const MAP_MAX_AGE: Duration = Duration::from_secs(10);
 /// A slot no map covers.
 const NONE: u16 = u16::MAX;
 /// Wait before a request answered TRYAGAIN is sent again.
-const TRYAGAIN_DELAY: Duration = Duration::from_millis(20);
+pub(super) const TRYAGAIN_DELAY: Duration = Duration::from_millis(20);
 
 /// The slot map of one cluster pool in one worker.
 #[derive(Debug)]

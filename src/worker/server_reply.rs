@@ -4,6 +4,7 @@
 //! map, the proxy's own connection setup), with the server's counters
 //! added once per pass.
 
+use super::cluster::Redo;
 use super::conn::{Conn, ConnTable, Inflight, RepStream, ReplyTo, Waiter};
 use super::fault::ServerFault;
 use super::{Worker, WRITE_THROUGH_MIN};
@@ -207,8 +208,8 @@ impl Worker<'_> {
     }
 
     /// A cluster pool's error reply for a client's request: whether the
-    /// request is sent again, as the pool says (`PoolRt::cluster_answer`,
-    /// carried out by `cluster_again`). Out of line and cold: inlined into
+    /// request is sent again, and when, as the pool says
+    /// (`PoolRt::cluster_answer`, `PoolRt::redo`). Out of line and cold: inlined into
     /// `process_replies`, its code cost every reply ~20 instructions
     /// (registers saved and moved around the loop) for replies that are
     /// almost never cluster errors.
@@ -223,9 +224,21 @@ impl Worker<'_> {
         bytes: &[u8],
         now: Instant,
     ) -> bool {
-        self.pools[pool]
+        let p = &mut self.pools[pool];
+        let redo = p
             .cluster_answer(bytes, server, to.seq.is_some())
-            .is_some_and(|again| self.cluster_again(pool, to, op, again, now))
+            .and_then(|again| p.redo(&mut self.conns, to, op, again, now));
+        match redo {
+            None => return false,
+            Some(Redo::At(at)) => self.timers.arm(at, super::tokens::RETRY_TIMER, 0),
+            // ASKING for a MOVED too: while a migration ends, the old
+            // owner already says MOVED but the new one, still importing,
+            // would send the request back (MOVED) until it learns the
+            // slot is its own; ASKING makes it serve it. A node that owns
+            // the slot ignores it.
+            Some(Redo::Now(target)) => self.send_again(pool, target, to, op, true, now),
+        }
+        true
     }
 
     /// Hand one reply to the client that waits for it.
