@@ -20,12 +20,13 @@
 
 use super::conn::Open;
 use super::conn::{ClientRef, Conn, ConnTable, ReplySlot, ReplyTo, Waiter};
+use super::fault::ServerFault;
 use super::pool::PoolRt;
+use super::spool::SpoolReader;
 use super::Worker;
 use crate::net::Endpoint;
 use crate::proto::redis::cluster::{self, ClusterError, NodeAddr, Redirect};
 use crate::proto::{Op, Request};
-use mio::Token;
 use slab::Slab;
 use std::time::Instant;
 
@@ -323,22 +324,10 @@ impl Worker<'_> {
         }
     }
 
-    /// Queue `ASKING` on a connection: the next request may use a slot the
-    /// node is importing (its reply is the proxy's own, dropped).
-    pub(super) fn queue_asking(&mut self, st: Token, now: Instant) {
-        if let Some(iop) = internal_op() {
-            self.enqueue(
-                st,
-                Some(Waiter::Internal),
-                iop,
-                |out| out.extend_from_slice(cluster::ASKING),
-                now,
-            );
-        }
-    }
-
-    /// Queue a kept request (or fragment) again on server `target`,
-    /// after `ASKING` if `asking`.
+    /// Queue a kept request (or fragment) again on server `target`, as
+    /// `resending` says, after `ASKING` if `asking` (the next request may
+    /// use a slot the node is importing; its reply is the proxy's own,
+    /// dropped).
     pub(super) fn send_again(
         &mut self,
         pool: usize,
@@ -348,67 +337,99 @@ impl Worker<'_> {
         asking: bool,
         now: Instant,
     ) {
-        let ReplyTo {
-            token: ct,
-            id,
-            seq: Some(seq),
-            frag,
-        } = to
-        else {
+        let Some(what) = resending(&self.conns, to) else {
             return;
         };
-        if frag.is_none() && super::cluster_stream::kept_is_spooled(&self.conns, ct, id, seq) {
-            self.send_again_spooled(pool, target, to, op, asking, now);
-            return;
-        }
-        let Some((req, bytes, keys)) = self
-            .conns
-            .client_ref(ClientRef::new(ct, id))
-            .and_then(|c| c.slot(seq))
-            .and_then(|slot| slot.kept(frag))
-            .map(|k| {
-                (
-                    k.req.clone(),
-                    k.bytes.to_vec(),
-                    k.keys.map(<[usize]>::to_vec),
-                )
-            })
-        else {
-            return;
+        let open = match what {
+            Resending::Refused(fault) => {
+                self.fail_unsent(to, pool, op, &fault);
+                return;
+            }
+            Resending::Whole { .. } => Open::Shared,
+            Resending::Spooled(_) => Open::Dedicated,
         };
-        let proto = self.pools[pool].proto;
-        let cslot = self.conn_slot(ct, pool, target, id, op);
-        let st = match self.server_conn(pool, target, cslot, now, Open::Shared) {
+        let cslot = self.conn_slot(to.token, pool, target, to.id, op);
+        let st = match self.server_conn(pool, target, cslot, now, open) {
             Ok(st) => st,
             Err(fault) => {
-                self.fail_unsent(
-                    ReplyTo {
-                        token: ct,
-                        id,
-                        seq: Some(seq),
-                        frag,
-                    },
-                    pool,
-                    op,
-                    &fault,
-                );
+                self.fail_unsent(to, pool, op, &fault);
                 return;
             }
         };
-        if asking {
-            self.queue_asking(st, now);
+        if let (true, Some(iop)) = (asking, internal_op()) {
+            self.enqueue(
+                st,
+                Some(Waiter::Internal),
+                iop,
+                |out| out.extend_from_slice(cluster::ASKING),
+                now,
+            );
         }
-        self.enqueue(
-            st,
-            ReplyTo::new(ct, id, Some(seq), frag).waiter(),
-            op,
-            |out| match &keys {
-                Some(k) => proto.write_fragment(&bytes, &req, k, out),
-                None => proto.write_request(&req, &bytes, out),
-            },
-            now,
-        );
+        match what {
+            Resending::Whole { req, bytes, keys } => {
+                let proto = self.pools[pool].proto;
+                self.enqueue(
+                    st,
+                    to.waiter(),
+                    op,
+                    |out| match &keys {
+                        Some(k) => proto.write_fragment(&bytes, &req, k, out),
+                        None => proto.write_request(&req, &bytes, out),
+                    },
+                    now,
+                );
+            }
+            Resending::Spooled(at) => {
+                // Its bytes follow from the spool, as the connection
+                // drains.
+                self.enqueue(st, to.waiter(), op, |_| {}, now);
+                super::cluster_stream::start_feed(&mut self.conns, st, to, at);
+                self.feed_spool(st, now);
+            }
+            Resending::Refused(_) => {}
+        }
     }
+}
+
+/// What a kept request is sent again as (`resending`).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Resending {
+    /// Its bytes (of the fragment with these keys, by index into the
+    /// request's), written again on a shared connection.
+    Whole {
+        req: Request,
+        bytes: Vec<u8>,
+        keys: Option<Vec<usize>>,
+    },
+    /// A streamed request, fed from its spool, read from `at`, on a new
+    /// connection of its own.
+    Spooled(SpoolReader),
+    /// It cannot go again: it fails with this.
+    Refused(ServerFault),
+}
+
+/// What the request (or fragment) kept for reply `to` is sent again as;
+/// `None` when it or its client is gone.
+pub(super) fn resending(conns: &Slab<Conn>, to: ReplyTo) -> Option<Resending> {
+    let seq = to.seq?;
+    let c = conns.client_ref(ClientRef::new(to.token, to.id))?;
+    if to.frag.is_none() {
+        if let Some(spool) = super::cluster_stream::kept_spool(c, seq) {
+            if c.stream().is_some() {
+                // A node answers once it has read the whole request: a
+                // redirection before the client sent all of it cannot be
+                // followed (the rest goes to the first node).
+                return Some(Resending::Refused(ServerFault::RedirectedMidRequest));
+            }
+            return Some(Resending::Spooled(SpoolReader::new(spool)));
+        }
+    }
+    let k = c.slot(seq)?.kept(to.frag)?;
+    Some(Resending::Whole {
+        req: k.req.clone(),
+        bytes: k.bytes.to_vec(),
+        keys: k.keys.map(<[usize]>::to_vec),
+    })
 }
 
 /// Count one more redirection (or, `tryagain`, TRYAGAIN) of the request
@@ -510,6 +531,7 @@ impl ReplySlot {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mio::Token;
 
     /// A cluster pool of two seeds, built from configuration text.
     fn pool() -> PoolRt {
@@ -763,6 +785,76 @@ mod tests {
         assert_eq!(p.redo(&mut conns, other, op, Again::Wait, now), None);
         let unkept = ReplyTo::new(Token(0), 10, None, None);
         assert_eq!(p.redo(&mut conns, unkept, op, Again::Wait, now), None);
+    }
+
+    #[test]
+    fn a_kept_request_goes_again_whole_as_a_fragment_or_from_its_spool() {
+        use super::super::conn::{Client, Fragment, Multi, MultiMode};
+        use crate::net::Stream;
+        use crate::proto::redis::{stream_head, StreamMachine};
+        use crate::worker::conn::ReqStream;
+        let mut conns = Slab::new();
+        let (sock, _) = mio::net::UnixStream::pair().expect("socket pair");
+        let session = crate::proto::redis::local::Session::new(1, None, false);
+        let mut c = Client::new(Stream::Unix(sock), 10, 0, session, Instant::now());
+        // Reply 0 keeps GET foo, reply 1 an MGET's fragments, reply 2 a
+        // streamed SET in its spool.
+        let (get, get_bytes) = cmd(b"*2\r\n$3\r\nGET\r\n$3\r\nfoo\r\n");
+        c.push_reply(kept(get.clone(), get_bytes.clone()));
+        let (mget, mget_bytes) = cmd(b"*3\r\n$4\r\nMGET\r\n$1\r\na\r\n$1\r\nb\r\n");
+        c.push_reply(ReplySlot {
+            multi: Some(Box::new(Multi {
+                req: mget.clone(),
+                bytes: mget_bytes.clone(),
+                frags: vec![Fragment {
+                    keys: vec![1],
+                    ..Fragment::default()
+                }],
+                remaining: 1,
+                error: None,
+                mode: MultiMode::Split,
+            })),
+            ..ReplySlot::default()
+        });
+        let spooled = ReplySlot::streamed(true, &get, b"*3\r\n$3\r\nSET\r\n");
+        let at = SpoolReader::new(
+            spooled
+                .redirect
+                .as_ref()
+                .and_then(|r| r.spool.as_ref())
+                .expect("a spool"),
+        );
+        c.push_reply(spooled);
+        conns.insert(Conn::Client(Box::new(c)));
+        let to = |seq, frag| ReplyTo::new(Token(0), 10, Some(seq), frag);
+        let whole = Resending::Whole {
+            req: get,
+            bytes: get_bytes,
+            keys: None,
+        };
+        assert_eq!(resending(&conns, to(0, None)), Some(whole));
+        let frag = Resending::Whole {
+            req: mget,
+            bytes: mget_bytes,
+            keys: Some(vec![1]),
+        };
+        assert_eq!(resending(&conns, to(1, Some(0))), Some(frag));
+        assert_eq!(resending(&conns, to(2, None)), Some(Resending::Spooled(at)));
+        assert_eq!(resending(&conns, to(1, Some(3))), None, "no such fragment");
+        let gone = ReplyTo::new(Token(0), 11, Some(0), None);
+        assert_eq!(resending(&conns, gone), None, "another client");
+        // Its client still sending it: refused.
+        let limits = crate::proto::Limits::default();
+        let data = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$10\r\n0123";
+        let head = (1..=data.len())
+            .find_map(|n| stream_head(&data[..n], &limits, 8))
+            .expect("a streamed head");
+        let rs = ReqStream::single(StreamMachine::new(&head, limits, 8), None);
+        conns.client_mut(0).expect("client").start_stream(rs);
+        assert_eq!(
+            resending(&conns, to(2, None)),
+            Some(Resending::Refused(ServerFault::RedirectedMidRequest))
+        );
     }
 
     #[test]

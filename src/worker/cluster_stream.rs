@@ -18,18 +18,17 @@
 //! queued on it. A client that goes away while its request is being sent
 //! again leaves that connection with half a command: it is closed.
 
-use super::conn::Open;
 use super::conn::{Client, Conn, ConnTable, Feed, Redirect, ReplySlot, ReplyTo, ServerRef};
 use super::fault::ServerFault;
 use super::spool::{Spool, SpoolReader};
 use super::{Worker, STREAM_HIGH, STREAM_LOW};
-use crate::proto::{Op, Request};
+use crate::proto::Request;
 use crate::stats::ServerField;
 use mio::Token;
 use std::time::Instant;
 
 /// The spool of the kept request of slot `seq` of a client.
-fn kept_spool(c: &Client, seq: u64) -> Option<&Spool> {
+pub(super) fn kept_spool(c: &Client, seq: u64) -> Option<&Spool> {
     c.slot(seq)?.redirect.as_ref()?.spool.as_ref()
 }
 
@@ -38,12 +37,6 @@ fn kept_spool(c: &Client, seq: u64) -> Option<&Spool> {
 /// client's last: nothing else is parsed while it streams).
 pub(super) fn spool_passing(c: &mut Client, n: usize) {
     c.keep_input_in_last(n);
-}
-
-/// Whether the kept request of slot `seq` of client `ct` (`id`) is a
-/// streamed one (sent again from its spool).
-pub(super) fn kept_is_spooled(conns: &slab::Slab<Conn>, ct: Token, id: u64, seq: u64) -> bool {
-    matches!(conns.client(ct.0), Some(c) if c.id() == id && kept_spool(c, seq).is_some())
 }
 
 /// A client leaves: the connection its kept request is being sent again
@@ -80,97 +73,27 @@ impl ReplySlot {
     }
 }
 
-impl Worker<'_> {
-    /// Send a streamed request kept in its spool again, to server `target`
-    /// (after `ASKING` if `asking`), on a new dedicated connection fed from
-    /// the spool as it drains.
-    pub(super) fn send_again_spooled(
-        &mut self,
-        pool: usize,
-        target: usize,
-        to: ReplyTo,
-        op: Op,
-        asking: bool,
-        now: Instant,
-    ) {
-        let ReplyTo {
-            token: ct,
-            id,
-            seq: Some(seq),
-            ..
-        } = to
-        else {
-            return;
-        };
-        let Some(c) = self.conns.client(ct.0) else {
-            return;
-        };
-        if c.id() != id {
-            return;
-        }
-        if c.stream().is_some() {
-            // A node answers once it has read the whole request: a
-            // redirection before the client sent all of it cannot be
-            // followed (the rest goes to the first node).
-            self.fail_unsent(
-                ReplyTo {
-                    token: ct,
-                    id,
-                    seq: Some(seq),
-                    frag: None,
-                },
-                pool,
-                op,
-                &ServerFault::RedirectedMidRequest,
-            );
-            return;
-        }
-        let cslot = self.conn_slot(ct, pool, target, id, op);
-        let st = match self.server_conn(pool, target, cslot, now, Open::Dedicated) {
-            Ok(st) => st,
-            Err(fault) => {
-                self.fail_unsent(
-                    ReplyTo {
-                        token: ct,
-                        id,
-                        seq: Some(seq),
-                        frag: None,
-                    },
-                    pool,
-                    op,
-                    &fault,
-                );
-                return;
-            }
-        };
-        if asking {
-            self.queue_asking(st, now);
-        }
-        // Its bytes follow from the spool.
-        let waiter = ReplyTo::new(ct, id, Some(seq), None).waiter();
-        self.enqueue(st, waiter, op, |_| {}, now);
-        let at = match self.conns.get(ct.0) {
-            Some(Conn::Client(c)) => kept_spool(c, seq).map(SpoolReader::new),
-            _ => None,
-        };
-        let (Some(at), Some(Conn::Server(s))) = (at, self.conns.get_mut(st.0)) else {
-            return;
-        };
-        s.set_feed(Some(Feed {
-            client: ct,
-            client_id: id,
-            seq,
-            at,
-        }));
-        let sid = s.id();
-        if let Some(c) = self.conns.client_mut(ct.0) {
-            if let Some(rd) = c.slot_mut(seq).and_then(|s| s.redirect.as_mut()) {
-                rd.feeding = Some(ServerRef::new(st, sid));
-            }
-        }
-        self.feed_spool(st, now);
+/// Connection `st` sends the request kept for reply `to` again, fed from
+/// its spool from `at`: the slot names it as the connection feeding
+/// (`Redirect::feeding`).
+pub(super) fn start_feed(conns: &mut slab::Slab<Conn>, st: Token, to: ReplyTo, at: SpoolReader) {
+    let (Some(seq), Some(s)) = (to.seq, conns.server_mut(st.0)) else {
+        return;
+    };
+    s.set_feed(Some(Feed {
+        client: to.token,
+        client_id: to.id,
+        seq,
+        at,
+    }));
+    let sid = s.id();
+    let slot = conns.client_mut(to.token.0).and_then(|c| c.slot_mut(seq));
+    if let Some(rd) = slot.and_then(|s| s.redirect.as_mut()) {
+        rd.feeding = Some(ServerRef::new(st, sid));
     }
+}
 
+impl Worker<'_> {
     /// Queue more of the spool a connection is fed from, up to
     /// `STREAM_HIGH` bytes, once its output is below `STREAM_LOW`
     /// ([`feed`]). Returns whether bytes were queued.
