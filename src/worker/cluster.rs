@@ -18,6 +18,7 @@
 //! also asks for a new map. After `MAX_TRYAGAIN` (1 s in all) the last
 //! reply goes to the client.
 
+use super::cluster_stream::{feed, Fed};
 use super::conn::Open;
 use super::conn::{ClientRef, Conn, ConnTable, ReplySlot, ReplyTo, Waiter};
 use super::fault::ServerFault;
@@ -384,7 +385,10 @@ impl Worker<'_> {
                 // drains.
                 self.enqueue(st, to.waiter(), op, |_| {}, now);
                 super::cluster_stream::start_feed(&mut self.conns, st, to, at);
-                self.feed_spool(st, now);
+                let fed = feed(&mut self.conns, &self.stats, &mut self.dirty, st, now);
+                if let Fed::ClientLeft(sid) = fed {
+                    self.abort_server_stream(st, sid, ServerFault::HalfResentClientLeft);
+                }
             }
             Resending::Refused(_) => {}
         }

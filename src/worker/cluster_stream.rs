@@ -19,10 +19,11 @@
 //! again leaves that connection with half a command: it is closed.
 
 use super::conn::{Client, Conn, ConnTable, Feed, Redirect, ReplySlot, ReplyTo, ServerRef};
-use super::fault::ServerFault;
+use super::dirty::Dirty;
 use super::spool::{Spool, SpoolReader};
-use super::{Worker, STREAM_HIGH, STREAM_LOW};
+use super::{STREAM_HIGH, STREAM_LOW};
 use crate::proto::Request;
+use crate::stats::shm::StatsSlot;
 use crate::stats::ServerField;
 use mio::Token;
 use std::time::Instant;
@@ -93,58 +94,41 @@ pub(super) fn start_feed(conns: &mut slab::Slab<Conn>, st: Token, to: ReplyTo, a
     }
 }
 
-impl Worker<'_> {
-    /// Queue more of the spool a connection is fed from, up to
-    /// `STREAM_HIGH` bytes, once its output is below `STREAM_LOW`
-    /// ([`feed`]). Returns whether bytes were queued.
-    pub(super) fn feed_spool(&mut self, st: Token, now: Instant) -> bool {
-        match feed(&mut self.conns, st, now) {
-            Fed::Idle => false,
-            Fed::ClientLeft(sid) => {
-                self.abort_server_stream(st, sid, ServerFault::HalfResentClientLeft);
-                false
-            }
-            Fed::Queued {
-                added,
-                pool,
-                server,
-            } => {
-                self.stats
-                    .server_add(pool, server, ServerField::RequestBytes, added as u64);
-                self.stats
-                    .server_add(pool, server, ServerField::InQueueBytes, added as u64);
-                if added > 0 {
-                    self.dirty.server(st);
-                }
-                added > 0
-            }
-        }
-    }
-}
-
 /// What feeding a connection from the spool of the request it sends
 /// again came to ([`feed`]).
 #[derive(Debug, PartialEq, Eq)]
-enum Fed {
+pub(super) enum Fed {
     /// Nothing: it is not fed, or its output is not low enough yet.
     Idle,
-    /// `added` bytes queued (none when the spool holds no more yet), to
-    /// be counted for server `server` of pool `pool`.
-    Queued {
-        added: usize,
-        pool: usize,
-        server: usize,
-    },
+    /// This many bytes queued (none when the spool holds no more yet).
+    Queued(usize),
     /// Its client went away (or its request with it): the connection,
     /// id given, holds half a command and is to be closed.
     ClientLeft(u64),
 }
 
+impl Fed {
+    /// Bytes were queued: the connection is written again.
+    pub(super) fn queued(&self) -> bool {
+        matches!(*self, Fed::Queued(n) if n > 0)
+    }
+}
+
 /// Feed connection `st` more of the spool its request is kept in, up to
-/// `STREAM_HIGH` bytes, once its output is below `STREAM_LOW`; once the
-/// spool is queued whole the request's slot no longer names it as the
-/// connection feeding (`Redirect::feeding`).
-fn feed(conns: &mut slab::Slab<Conn>, st: Token, now: Instant) -> Fed {
+/// `STREAM_HIGH` bytes, once its output is below `STREAM_LOW`; what is
+/// queued is counted as its server's request bytes, and the connection
+/// marked to be written. Once the spool is queued whole the request's
+/// slot no longer names it as the connection feeding
+/// (`Redirect::feeding`). Out of line: only a request sent again from its
+/// spool is fed, and the write it follows is every request's.
+#[inline(never)]
+pub(super) fn feed(
+    conns: &mut slab::Slab<Conn>,
+    stats: &StatsSlot,
+    dirty: &mut Dirty,
+    st: Token,
+    now: Instant,
+) -> Fed {
     let Some(s) = conns.server(st.0) else {
         return Fed::Idle;
     };
@@ -171,11 +155,12 @@ fn feed(conns: &mut slab::Slab<Conn>, st: Token, now: Instant) -> Fed {
             }
         }
     }
-    Fed::Queued {
-        added,
-        pool,
-        server,
+    stats.server_add(pool, server, ServerField::RequestBytes, added as u64);
+    stats.server_add(pool, server, ServerField::InQueueBytes, added as u64);
+    if added > 0 {
+        dirty.server(st);
     }
+    Fed::Queued(added)
 }
 
 #[cfg(test)]
@@ -183,7 +168,18 @@ mod tests {
     use super::*;
     use crate::net::Stream;
     use crate::proto::{Limits, Parse, Protocol};
+    use crate::stats::carry::Names;
+    use crate::stats::shm::Region;
     use crate::worker::conn::Server;
+
+    fn region() -> Region {
+        let names = Names {
+            pools: vec!["p".into()],
+            servers: vec![vec!["a".into(), "b".into()]],
+            routes: vec![Vec::new()],
+        };
+        Region::new(names.layout(), 1).expect("stats region")
+    }
 
     /// Client `Token(0)` (id 10) keeping a request of `len` bytes in the
     /// spool of its slot, and a connection at `Token(1)` fed from it.
@@ -239,25 +235,23 @@ mod tests {
     #[test]
     fn a_spool_is_fed_up_to_the_high_mark_then_waits_for_the_output_to_drain() {
         let t = Instant::now();
+        let region = region();
+        let stats = region.slot(0);
+        let mut dirty = Dirty::default();
         let (mut conns, seq) = table(2 * STREAM_HIGH);
-        let Fed::Queued {
-            added,
-            pool,
-            server,
-        } = feed(&mut conns, Token(1), t)
-        else {
+        let Fed::Queued(added) = feed(&mut conns, &stats, &mut dirty, Token(1), t) else {
             panic!("fed");
         };
         assert!(added >= STREAM_HIGH && added == queued(&conns));
-        assert_eq!((pool, server), (0, 1), "counted for its server");
+        assert_eq!(dirty.take_servers(), vec![Token(1)], "to be written");
         assert!(feeding(&conns, seq).is_some(), "more to come");
         assert_eq!(
-            feed(&mut conns, Token(1), t),
+            feed(&mut conns, &stats, &mut dirty, Token(1), t),
             Fed::Idle,
             "output not drained"
         );
         assert_eq!(
-            feed(&mut conns, Token(5), t),
+            feed(&mut conns, &stats, &mut dirty, Token(5), t),
             Fed::Idle,
             "no such connection"
         );
@@ -266,27 +260,32 @@ mod tests {
     #[test]
     fn a_spool_queued_whole_ends_the_feed() {
         let t = Instant::now();
+        let region = region();
+        let stats = region.slot(0);
+        let mut dirty = Dirty::default();
         let (mut conns, seq) = table(100);
         let whole = 14 + 100;
-        assert_eq!(
-            feed(&mut conns, Token(1), t),
-            Fed::Queued {
-                added: whole,
-                pool: 0,
-                server: 1
-            }
-        );
+        let fed = feed(&mut conns, &stats, &mut dirty, Token(1), t);
+        assert_eq!(fed, Fed::Queued(whole));
+        assert!(fed.queued());
         assert_eq!(queued(&conns), whole);
         assert_eq!(feeding(&conns, seq), None, "the slot no longer names it");
-        assert_eq!(feed(&mut conns, Token(1), t), Fed::Idle, "fed from nothing");
+        let fed = feed(&mut conns, &stats, &mut dirty, Token(1), t);
+        assert_eq!(fed, Fed::Idle, "fed from nothing");
+        assert!(!fed.queued());
     }
 
     #[test]
     fn a_client_gone_leaves_half_a_command() {
         let t = Instant::now();
+        let region = region();
+        let stats = region.slot(0);
+        let mut dirty = Dirty::default();
         let (mut conns, _) = table(100);
         conns.remove(0);
-        assert_eq!(feed(&mut conns, Token(1), t), Fed::ClientLeft(20));
+        let fed = feed(&mut conns, &stats, &mut dirty, Token(1), t);
+        assert_eq!(fed, Fed::ClientLeft(20));
+        assert!(dirty.take_servers().is_empty());
         assert_eq!(queued(&conns), 0, "nothing queued");
     }
 }

@@ -2,6 +2,7 @@
 //! batched writes, reads, failures and ejection (replies are matched to
 //! their requests in `server_reply.rs`).
 
+use super::cluster_stream::{feed, Fed};
 use super::conn::{ClientRef, Conn, ConnTable, Lost, Open, RepStream, Server, ServerRef, Waiter};
 use super::fault::{IoFault, ServerFault};
 use super::pool::PoolRt;
@@ -168,7 +169,11 @@ impl Worker<'_> {
             let Some(drained) = self.conns.server(token.0).and_then(|s| s.refills()) else {
                 return;
             };
-            if !(self.feed_spool(token, now) && drained) {
+            let fed = feed(&mut self.conns, &self.stats, &mut self.dirty, token, now);
+            if let Fed::ClientLeft(sid) = fed {
+                self.abort_server_stream(token, sid, ServerFault::HalfResentClientLeft);
+            }
+            if !(fed.queued() && drained) {
                 return;
             }
         }
