@@ -165,7 +165,14 @@ impl Worker<'_> {
         // A connection fed from a spool is refilled as it drains, and
         // written again while its socket takes more.
         loop {
-            self.write_server_once(token, now);
+            match write_queued(&mut self.conns, &self.stats, token) {
+                Wrote::Idle => {}
+                Wrote::Failed(fault) => {
+                    self.close_server(token, fault, now);
+                    return;
+                }
+                Wrote::Written(resume) => self.resume.extend(resume),
+            }
             let Some(drained) = self.conns.server(token.0).and_then(|s| s.refills()) else {
                 return;
             };
@@ -185,34 +192,6 @@ impl Worker<'_> {
         for t in std::mem::take(&mut self.counting) {
             if let Some(s) = self.conns.server_mut(t.0) {
                 s.count_queued(&self.stats);
-            }
-        }
-    }
-
-    fn write_server_once(&mut self, token: Token, now: Instant) {
-        let Some(s) = self.conns.server_mut(token.0) else {
-            return;
-        };
-        if s.is_connecting() {
-            return;
-        }
-        if s.sock().is_tls() {
-            if let Err(e) = s.sock_mut().flush() {
-                self.close_server(token, ServerFault::Socket(IoFault::from(&e)), now);
-                return;
-            }
-        }
-        if let Err(e) = s.write_out() {
-            self.close_server(token, ServerFault::Socket(IoFault::from(&e)), now);
-            return;
-        }
-        let streaming = s.stream().is_some();
-        s.count_queued(&self.stats);
-        s.count_written(&self.stats);
-        if streaming {
-            // Below the low mark: the client streaming to it reads again.
-            if let Some(ct) = super::stream::drained_client(&mut self.conns, token) {
-                self.resume.push(ct);
             }
         }
     }
@@ -347,6 +326,50 @@ impl Worker<'_> {
     }
 }
 
+/// What writing a server connection's queued requests came to
+/// (`write_queued`).
+#[derive(Debug, PartialEq, Eq)]
+enum Wrote {
+    /// Nothing: it is gone, or still connecting.
+    Idle,
+    /// Its socket failed: it is closed for this.
+    Failed(ServerFault),
+    /// Written as far as its socket took, and counted; the client
+    /// streaming a request to it that reads again now it is below the
+    /// low mark, if any.
+    Written(Option<Token>),
+}
+
+/// Write what server connection `st` has queued (one write for
+/// everything queued this iteration), its requests counted as queued
+/// and, once written whole, as sent.
+#[inline]
+fn write_queued(conns: &mut Slab<Conn>, stats: &StatsSlot, st: Token) -> Wrote {
+    let Some(s) = conns.server_mut(st.0) else {
+        return Wrote::Idle;
+    };
+    if s.is_connecting() {
+        return Wrote::Idle;
+    }
+    if s.sock().is_tls() {
+        if let Err(e) = s.sock_mut().flush() {
+            return Wrote::Failed(ServerFault::Socket(IoFault::from(&e)));
+        }
+    }
+    if let Err(e) = s.write_out() {
+        return Wrote::Failed(ServerFault::Socket(IoFault::from(&e)));
+    }
+    let streaming = s.stream().is_some();
+    s.count_queued(stats);
+    s.count_written(stats);
+    // Below the low mark: the client streaming to it reads again.
+    Wrote::Written(if streaming {
+        super::stream::drained_client(conns, st)
+    } else {
+        None
+    })
+}
+
 /// A pool's record of its servers' connections.
 impl PoolRt {
     /// Server connection `s`, at `token`, closed: what it still held
@@ -448,6 +471,67 @@ mod tests {
         assert_eq!(p.servers[0].conns[0], Some(Token(4)), "a newer one's");
         p.conn_closed(Token(4), &mut server(false), &stats);
         assert_eq!(p.servers[0].conns[0], None, "free");
+    }
+
+    #[test]
+    fn queued_requests_are_written_once_connected_and_a_failed_socket_named() {
+        use crate::stats::carry::Names;
+        use crate::stats::shm::Region;
+        use std::io::Read;
+        let names = Names {
+            pools: vec!["p".into()],
+            servers: vec![vec!["a".into()]],
+            routes: vec![Vec::new()],
+        };
+        let region = Region::new(names.layout(), 1).expect("stats region");
+        let stats = region.slot(0);
+        let mut conns = Slab::new();
+        let (sock, mut peer) = std::os::unix::net::UnixStream::pair().expect("socket pair");
+        sock.set_nonblocking(true).expect("non-blocking");
+        let sock = mio::net::UnixStream::from_std(sock);
+        let s = Server::new(Stream::Unix(sock), 9, (0, 0, 0), Instant::now(), false);
+        let st = Token(conns.insert(Conn::Server(Box::new(s))));
+        let ping = b"*1\r\n$4\r\nPING\r\n";
+        let Ok(crate::proto::Parse::Done(req)) =
+            crate::proto::Protocol::Redis.parse_request(ping, &Limits::default())
+        else {
+            panic!("request parses");
+        };
+        let _ = conns.server_mut(st.0).expect("server").queue(
+            Some(Waiter::Internal),
+            req.op,
+            |w| w.extend_from_slice(ping),
+            Instant::now(),
+            Default::default(),
+        );
+        assert_eq!(
+            write_queued(&mut conns, &stats, st),
+            Wrote::Idle,
+            "connecting"
+        );
+        conns.server_mut(st.0).expect("server").set_connected();
+        assert_eq!(write_queued(&mut conns, &stats, st), Wrote::Written(None));
+        assert!(conns.server(st.0).is_some_and(|s| s.wbuf().is_empty()));
+        let mut got = [0; 14];
+        peer.read_exact(&mut got).expect("written");
+        assert_eq!(&got, ping);
+        drop(peer);
+        let _ = conns.server_mut(st.0).expect("server").queue(
+            Some(Waiter::Internal),
+            req.op,
+            |w| w.extend_from_slice(ping),
+            Instant::now(),
+            Default::default(),
+        );
+        assert!(matches!(
+            write_queued(&mut conns, &stats, st),
+            Wrote::Failed(ServerFault::Socket(_))
+        ));
+        assert_eq!(
+            write_queued(&mut conns, &stats, Token(7)),
+            Wrote::Idle,
+            "gone"
+        );
     }
 
     #[test]
