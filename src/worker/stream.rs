@@ -242,6 +242,29 @@ fn feed_held(
     }
 }
 
+/// The connection of its own client `ct`'s pair-by-pair MSET uses for
+/// `server`: the one it opened before, while that is still open
+/// (answered connections are closed); none, and a new one is opened.
+fn known_pair_conn(conns: &slab::Slab<Conn>, ct: Token, server: usize) -> Option<Token> {
+    let r = conns.client(ct.0)?.stream()?.pair_conn(server)?;
+    conns.server_ref(r).map(|_| r.token)
+}
+
+/// Connection `st` was opened for the pairs of client `ct`'s MSET that go
+/// to `server`: its next pairs for that server go on it too.
+fn pair_conn_opened(
+    conns: &mut slab::Slab<Conn>,
+    ct: Token,
+    server: usize,
+    st: Token,
+) -> Result<Token, ServerFault> {
+    let sid = conns.server(st.0).ok_or(ServerFault::NoServer)?.id();
+    if let Some(rs) = conns.client_mut(ct.0).and_then(|c| c.stream_mut()) {
+        rs.set_pair_conn(server, ServerRef::new(st, sid));
+    }
+    Ok(st)
+}
+
 impl Worker<'_> {
     /// Route a request whose large argument is still arriving and queue its
     /// head on a connection of its own.
@@ -379,11 +402,18 @@ impl Worker<'_> {
             return;
         };
         self.recorder.note_key(pool, &pair_key);
-        let st = match self.pair_conn(token, pool, server, client_id, op, now) {
-            Ok(st) => st,
-            Err(fault) => {
-                self.fail_unsent(to, pool, op, &fault);
-                return;
+        let st = match known_pair_conn(&self.conns, token, server) {
+            Some(st) => st,
+            None => {
+                let slot = self.conn_slot(token, pool, server, client_id, op);
+                let opened = self.server_conn(pool, server, slot, now, Open::Dedicated);
+                match opened.and_then(|st| pair_conn_opened(&mut self.conns, token, server, st)) {
+                    Ok(st) => st,
+                    Err(fault) => {
+                        self.fail_unsent(to, pool, op, &fault);
+                        return;
+                    }
+                }
             }
         };
         let cmd = pair.cmd;
@@ -402,39 +432,6 @@ impl Worker<'_> {
         if let Some(rs) = self.conns.client_mut(token.0).and_then(|c| c.stream_mut()) {
             rs.set_server(ServerRef::new(st, sid));
         }
-    }
-
-    /// The connection of its own a pair-by-pair MSET uses for `server`:
-    /// the one it opened before while that is still open (answered
-    /// connections are closed), else a new one.
-    fn pair_conn(
-        &mut self,
-        token: Token,
-        pool: usize,
-        server: usize,
-        client_id: u64,
-        op: crate::proto::Op,
-        now: Instant,
-    ) -> Result<Token, ServerFault> {
-        let known = match self.conns.get(token.0) {
-            Some(Conn::Client(c)) => c.stream().and_then(|rs| rs.pair_conn(server)),
-            _ => None,
-        };
-        if let Some(r) = known {
-            if self.conns.server_ref(r).is_some() {
-                return Ok(r.token);
-            }
-        }
-        let slot = self.conn_slot(token, pool, server, client_id, op);
-        let st = self.server_conn(pool, server, slot, now, Open::Dedicated)?;
-        let sid = match self.conns.get(st.0) {
-            Some(Conn::Server(s)) => s.id(),
-            _ => return Err(ServerFault::NoServer),
-        };
-        if let Some(rs) = self.conns.client_mut(token.0).and_then(|c| c.stream_mut()) {
-            rs.set_pair_conn(server, ServerRef::new(st, sid));
-        }
-        Ok(st)
     }
 
     /// Pass what the client's input holds of its streamed request. True

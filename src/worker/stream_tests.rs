@@ -236,3 +236,26 @@ fn input_passes_on_and_a_server_over_its_mark_is_named() {
         );
     }
 }
+
+#[test]
+fn an_mset_pairs_go_on_the_connection_opened_for_their_server_while_open() {
+    let set = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$10\r\n0123456789\r\n";
+    let limits = Limits::default();
+    let head = (1..=set.len())
+        .find_map(|n| redis::stream_head(&set[..n], &limits, 8))
+        .expect("a streamed head");
+    let mut conns = slab::Slab::new();
+    let (ct, to) = streaming(&mut conns, b"\r\n", b"");
+    let rs = ReqStream::pairs(StreamMachine::new(&head, limits, 8), 0);
+    conns.client_mut(ct.0).expect("client").start_stream(rs);
+    assert_eq!(known_pair_conn(&conns, ct, 0), None, "none opened yet");
+    assert_eq!(pair_conn_opened(&mut conns, ct, 0, to.token), Ok(to.token));
+    assert_eq!(known_pair_conn(&conns, ct, 0), Some(to.token));
+    assert_eq!(known_pair_conn(&conns, ct, 1), None, "another server's");
+    conns.remove(to.token.0);
+    assert_eq!(known_pair_conn(&conns, ct, 0), None, "closed once answered");
+    assert_eq!(
+        pair_conn_opened(&mut conns, ct, 0, to.token),
+        Err(ServerFault::NoServer)
+    );
+}
