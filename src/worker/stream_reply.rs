@@ -32,10 +32,12 @@
 //! reply's `RepStream`'s to say (`rep_stream.rs`); this side moves the
 //! bytes.
 
-use super::conn::{ClientRef, Conn, ConnTable, ServerRef, Waiter};
+use super::conn::{BufPool, ClientRef, Conn, ConnTable, Inflight, ServerRef, Waiter};
+use super::dirty::Dirty;
 use super::fault::ServerFault;
-use super::rep_stream::Dest;
+use super::rep_stream::{Dest, Hold};
 use super::{Worker, STREAM_LOW};
+use crate::stats::shm::StatsSlot;
 use crate::stats::ServerField;
 use mio::Token;
 use std::time::Instant;
@@ -102,6 +104,132 @@ pub(super) fn stalled_readers(conns: &slab::Slab<Conn>, now: Instant) -> Vec<Cli
         .collect()
 }
 
+/// The next `n` bytes of server connection `st`'s streamed reply are
+/// held for client `to`'s slot (`RepStream::keep`), within its output
+/// limit (`limit`, by pool); past it the rest of the reply is read and
+/// dropped, and the client, its pool and the bytes it kept are returned,
+/// to be closed. A client gone: the rest is dropped.
+fn hold_piece(
+    conns: &mut slab::Slab<Conn>,
+    st: Token,
+    to: ClientRef,
+    n: usize,
+    limit: impl Fn(usize) -> usize,
+) -> Option<(Token, usize, usize)> {
+    match conns.get2_mut(st.0, to.token.0) {
+        Some((Conn::Server(s), Conn::Client(c))) if c.id() == to.id => {
+            let (r, input) = s.rstream_and_input()?;
+            let kept = r.keep(&input.bytes()[..n], c.out_len(), limit(c.pool()))?;
+            Some((to.token, c.pool(), kept))
+        }
+        Some((Conn::Server(s), _)) => {
+            if let Some(r) = s.rstream_mut() {
+                r.drop_client();
+            }
+            None
+        }
+        _ => None,
+    }
+}
+
+/// The next `n` bytes of server connection `st`'s streamed reply pass to
+/// client `to`'s output (`done`: the last of it): the bytes added, and the
+/// client if the server now pauses for it (`RepStream::pause_if_lagging`),
+/// which is written at once. A client gone: the rest is dropped.
+fn pass_piece(
+    conns: &mut slab::Slab<Conn>,
+    bufs: &mut BufPool,
+    dirty: &mut Dirty,
+    st: Token,
+    to: ClientRef,
+    n: usize,
+    done: bool,
+) -> (usize, Option<Token>) {
+    match conns.get2_mut(st.0, to.token.0) {
+        Some((Conn::Server(s), Conn::Client(c))) if c.id() == to.id => {
+            c.queue_output(&s.rbuf().bytes()[..n], bufs);
+            let out = c.out_len();
+            let mut over = None;
+            if s.rstream_mut()
+                .is_some_and(|r| r.pause_if_lagging(out, done))
+            {
+                c.wait_on_reply(ServerRef::new(st, s.id()));
+                over = Some(to.token);
+            }
+            dirty.client(to.token);
+            (n, over)
+        }
+        Some((Conn::Server(s), _)) => {
+            if let Some(r) = s.rstream_mut() {
+                r.drop_client();
+            }
+            (0, None)
+        }
+        _ => (0, None),
+    }
+}
+
+/// What follows a streamed reply's end for its client (`reply_ended`).
+pub(super) enum Then {
+    /// Nothing: its client left, or was not waiting for it at its head.
+    Nothing,
+    /// Its slot was its client's head: the ready replies behind it were
+    /// drained to its output, this many bytes.
+    Drained(usize),
+    /// It was held for its slot: the hold goes to it (`held_done`).
+    Held(ClientRef, Hold),
+}
+
+/// A streamed reply whose last byte passed (`reply_ended`): its server,
+/// the request it answered, and what follows for its client.
+pub(super) struct Ended {
+    pub pool: usize,
+    pub server: usize,
+    pub front: Inflight,
+    pub then: Then,
+}
+
+/// Server connection `st`'s streamed reply passed whole: it and its
+/// request leave the connection, counted like any reply; a client it
+/// passed to at its head takes its next replies. `None`: there was none.
+pub(super) fn reply_ended(
+    conns: &mut slab::Slab<Conn>,
+    stats: &StatsSlot,
+    bufs: &mut BufPool,
+    dirty: &mut Dirty,
+    st: Token,
+) -> Option<Ended> {
+    let s = conns.server_mut(st.0)?;
+    let rs = s.set_rstream(None)?;
+    let front = s.pop_answered()?;
+    let (passed, client, hold) = rs.end();
+    let (pool, server) = (s.pool(), s.server());
+    stats.server_sub(pool, server, ServerField::OutQueue, 1);
+    stats.server_sub(pool, server, ServerField::OutQueueBytes, front.len as u64);
+    stats.server_add(pool, server, ServerField::Responses, 1);
+    stats.server_add(pool, server, ServerField::ResponseBytes, passed as u64);
+    let then = match (client, hold) {
+        (None, _) => Then::Nothing,
+        (Some(c), Some(h)) => Then::Held(c, h),
+        (Some(cr), None) => match (conns.client_ref_mut(cr), front.waiter) {
+            (Some(c), Waiter::Client { seq, .. }) if c.head_seq() == seq => {
+                c.pop_head();
+                c.release_reply_wait();
+                let added = c.drain_ready(bufs);
+                dirty.client(cr.token);
+                Then::Drained(added)
+            }
+            _ => Then::Nothing,
+        },
+    };
+    Some(Ended {
+        pool,
+        server,
+        front,
+        then,
+    })
+}
+
 impl Worker<'_> {
     /// Pass what the server's input holds of a streamed reply. True when
     /// the reply is complete (parse the next one).
@@ -110,7 +238,6 @@ impl Worker<'_> {
             let Some(s) = self.conns.server_mut(st.0) else {
                 return false;
             };
-            let sid = s.id();
             let Some((rs, input)) = s.rstream_and_input() else {
                 return true;
             };
@@ -133,54 +260,18 @@ impl Worker<'_> {
                     return false;
                 }
             };
-            let mut added = 0;
-            let mut over = None;
-            let mut over_limit = None;
+            let (mut added, mut over, mut over_limit) = (0, None, None);
             match rs.dest() {
                 // Held for its slot, as long as its client is there and
                 // within its output limit.
-                Dest::Hold(ClientRef { token: ct, id: cid }) => {
-                    match self.conns.get2_mut(st.0, ct.0) {
-                        Some((Conn::Server(s), Conn::Client(c))) if c.id() == cid => {
-                            let limit = self.ctl.output_limit(&self.pools[c.pool()]);
-                            if let Some((r, input)) = s.rstream_and_input() {
-                                // Past the limit the rest of the reply is
-                                // read and dropped; the client goes.
-                                if let Some(kept) = r.keep(&input.bytes()[..n], c.out_len(), limit)
-                                {
-                                    over_limit = Some((ct, c.pool(), kept));
-                                }
-                            }
-                        }
-                        Some((Conn::Server(s), _)) => {
-                            if let Some(r) = s.rstream_mut() {
-                                r.drop_client();
-                            }
-                        }
-                        _ => {}
-                    }
+                Dest::Hold(to) => {
+                    let (ctl, pools) = (&self.ctl, &self.pools);
+                    let limit = |pool: usize| ctl.output_limit(&pools[pool]);
+                    over_limit = hold_piece(&mut self.conns, st, to, n, limit);
                 }
-                Dest::Pass(ClientRef { token: ct, id: cid }) => {
-                    match self.conns.get2_mut(st.0, ct.0) {
-                        Some((Conn::Server(s), Conn::Client(c))) if c.id() == cid => {
-                            c.queue_output(&s.rbuf().bytes()[..n], &mut self.bufs);
-                            added = n;
-                            let out = c.out_len();
-                            if s.rstream_mut()
-                                .is_some_and(|r| r.pause_if_lagging(out, done))
-                            {
-                                c.wait_on_reply(ServerRef::new(st, sid));
-                                over = Some(ct);
-                            }
-                            self.dirty.client(ct);
-                        }
-                        Some((Conn::Server(s), _)) => {
-                            if let Some(r) = s.rstream_mut() {
-                                r.drop_client();
-                            }
-                        }
-                        _ => {}
-                    }
+                Dest::Pass(to) => {
+                    let (bufs, dirty) = (&mut self.bufs, &mut self.dirty);
+                    (added, over) = pass_piece(&mut self.conns, bufs, dirty, st, to, n, done);
                 }
                 Dest::Drop => {}
             }
@@ -192,7 +283,26 @@ impl Worker<'_> {
                 self.close_over_limit(ct, pool, kept, "buffered or held");
             }
             if done {
-                self.finish_reply_stream(st, now);
+                let (bufs, dirty) = (&mut self.bufs, &mut self.dirty);
+                let Some(end) = reply_ended(&mut self.conns, &self.stats, bufs, dirty, st) else {
+                    return true;
+                };
+                let (pool, server) = (end.pool, end.server);
+                if self.pools[pool].record_success(server, now) {
+                    self.pools[pool].server_back(pool, server, &self.stats);
+                }
+                self.recorder.record_reply(
+                    &self.stats,
+                    &self.pools,
+                    (pool, server),
+                    &end.front,
+                    now,
+                );
+                match end.then {
+                    Then::Nothing => {}
+                    Then::Drained(added) => self.add_out(added),
+                    Then::Held(c, h) => self.held_done(c.token, c.id, h.seq, h.frag, h.spool),
+                }
                 return true;
             }
             if let Some(ct) = over {
@@ -202,54 +312,6 @@ impl Worker<'_> {
                     self.resume.extend(client_drained(&mut self.conns, ct));
                 }
                 self.resume.extend(spool_rest(&mut self.conns, st));
-            }
-        }
-    }
-
-    /// The last byte of a streamed reply passed: account it like any reply.
-    fn finish_reply_stream(&mut self, st: Token, now: Instant) {
-        let Some(s) = self.conns.server_mut(st.0) else {
-            return;
-        };
-        let Some(rs) = s.set_rstream(None) else {
-            return;
-        };
-        let Some(front) = s.pop_answered() else {
-            return;
-        };
-        let (passed, client, hold) = rs.end();
-        let (pool, server) = (s.pool(), s.server());
-        self.stats
-            .server_sub(pool, server, ServerField::OutQueue, 1);
-        self.stats
-            .server_sub(pool, server, ServerField::OutQueueBytes, front.len as u64);
-        self.stats
-            .server_add(pool, server, ServerField::Responses, 1);
-        self.stats
-            .server_add(pool, server, ServerField::ResponseBytes, passed as u64);
-        if self.pools[pool].record_success(server, now) {
-            self.pools[pool].server_back(pool, server, &self.stats);
-        }
-        self.recorder
-            .record_reply(&self.stats, &self.pools, (pool, server), &front, now);
-        let Some(client) = client else {
-            return;
-        };
-        if let Some(h) = hold {
-            self.held_done(client.token, client.id, h.seq, h.frag, h.spool);
-            return;
-        }
-        let Some(c) = self.conns.client_ref_mut(client) else {
-            return;
-        };
-        let ct = client.token;
-        if let Waiter::Client { seq, .. } = front.waiter {
-            if c.head_seq() == seq {
-                c.pop_head();
-                c.release_reply_wait();
-                let added = c.drain_ready(&mut self.bufs);
-                self.dirty.client(ct);
-                self.add_out(added);
             }
         }
     }

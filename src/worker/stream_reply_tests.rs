@@ -194,3 +194,67 @@ fn a_connection_fed_from_a_spool_is_refilled_once_connected() {
     s.set_feed(None);
     assert_eq!(s.refills(), None);
 }
+
+fn region() -> crate::stats::shm::Region {
+    let names = crate::stats::carry::Names {
+        pools: vec!["p".into()],
+        servers: vec![vec!["a".into()]],
+        routes: vec![Vec::new()],
+    };
+    crate::stats::shm::Region::new(names.layout(), 1).expect("stats region")
+}
+
+fn dest(conns: &slab::Slab<Conn>, st: Token) -> Option<Dest> {
+    conns.server(st.0)?.rstream().map(|r| r.dest())
+}
+
+#[test]
+fn a_piece_passes_to_its_client_and_a_client_gone_drops_the_rest() {
+    let mut conns = slab::Slab::new();
+    let (ct, st) = streaming(&mut conns, Instant::now());
+    let mut bufs = BufPool::default();
+    let mut dirty = Dirty::default();
+    let to = ClientRef::new(ct, CID);
+    let passed = pass_piece(&mut conns, &mut bufs, &mut dirty, st, to, 0, false);
+    assert_eq!(passed, (0, None), "nothing lags");
+    assert_eq!(dirty.take_clients(), vec![ct], "its output to be written");
+    assert_eq!(dest(&conns, st), Some(Dest::Pass(to)));
+    let other = ClientRef::new(ct, CID + 1);
+    let passed = pass_piece(&mut conns, &mut bufs, &mut dirty, st, other, 0, false);
+    assert_eq!(passed, (0, None));
+    assert!(dirty.take_clients().is_empty());
+    assert_eq!(dest(&conns, st), Some(Dest::Drop), "the rest dropped");
+    // Held for its slot: a client gone drops the rest too.
+    let (ct, st) = streaming(&mut conns, Instant::now());
+    let gone = ClientRef::new(ct, CID + 1);
+    assert_eq!(hold_piece(&mut conns, st, gone, 0, |_| 0), None);
+    assert_eq!(dest(&conns, st), Some(Dest::Drop));
+}
+
+#[test]
+fn a_reply_streamed_whole_leaves_its_connection_and_its_client_goes_on() {
+    let region = region();
+    let stats = region.slot(0);
+    let mut bufs = BufPool::default();
+    let mut dirty = Dirty::default();
+    let mut conns = slab::Slab::new();
+    let (ct, st) = streaming(&mut conns, Instant::now());
+    let end = reply_ended(&mut conns, &stats, &mut bufs, &mut dirty, st).expect("ended");
+    assert_eq!((end.pool, end.server), (0, 0));
+    assert!(
+        matches!(end.front.waiter, Waiter::Client { token, id: CID, seq: 0, .. } if token == ct)
+    );
+    assert!(matches!(end.then, Then::Drained(0)), "its head answered");
+    assert_eq!(dirty.take_clients(), vec![ct]);
+    let s = conns.server(st.0).expect("server");
+    assert!(s.rstream().is_none() && s.inflight().is_empty());
+    assert!(conns.client(ct.0).is_some_and(|c| c.head().is_none()));
+    let again = reply_ended(&mut conns, &stats, &mut bufs, &mut dirty, st);
+    assert!(again.is_none(), "once");
+    // Its client gone: nothing follows for it.
+    let (ct, st) = streaming(&mut conns, Instant::now());
+    conns.remove(ct.0);
+    let end = reply_ended(&mut conns, &stats, &mut bufs, &mut dirty, st).expect("ended");
+    assert!(matches!(end.then, Then::Nothing));
+    assert!(dirty.take_clients().is_empty());
+}
