@@ -51,9 +51,12 @@
 //! So does a reply the cursor finds malformed.
 
 use super::conn::Open;
-use super::conn::{Conn, ConnTable, ReplySlot, ReplyTo, ReqStream, ServerRef, SrvStream, Waiter};
+use super::conn::{
+    Client, Conn, ConnTable, ReplySlot, ReplyTo, ReqStream, ServerRef, SrvStream, Waiter,
+};
 use super::dirty::Dirty;
 use super::fault::ServerFault;
+use super::pool::PoolRt;
 use super::req_stream::{FeedStep, PairOut, ReqAction};
 use super::{Worker, STREAM_HIGH, STREAM_LOW, STREAM_THRESHOLD};
 use crate::proto::redis::{self, StreamHead, StreamKind, StreamMachine};
@@ -265,6 +268,45 @@ fn pair_conn_opened(
     Ok(st)
 }
 
+/// Whether a request whose head is `head` streams from client `c` in pool
+/// `p` (`fleet`: this worker is a fleet member's); if not, it is buffered
+/// whole.
+fn streams_here(c: &Client, p: &PoolRt, fleet: bool, head: &StreamHead) -> bool {
+    let req = &head.req;
+    if (!c.session().authenticated && redis::local::needs_auth(req)) || c.session().user.is_some() {
+        // Refused, or checked against its ACL user.
+        return false;
+    }
+    // Redis Cluster: a request whose key came before its large argument
+    // is routed by slot and kept in a spool to follow MOVED and ASK
+    // (cluster_stream.rs); any other is buffered whole.
+    let cluster = p.cluster.is_some();
+    // A migrating pool: buffered whole, so that the keys it names are
+    // pulled to their new owners before it goes (see `migrate.rs`); a
+    // fleet member's `migration: true` pool too, so that it passes the
+    // fleet's checks (`fleet_gate`).
+    let route = &p.route;
+    if route.copies() > 1
+        || (cluster && req.keys.is_empty())
+        || route.is_migrating()
+        || (fleet && p.cfg.migration)
+    {
+        return false;
+    }
+    !(head.kind == StreamKind::Single && req.keys.is_empty())
+}
+
+/// Server connection `st` carries client `ct`'s (`cid`) streamed request
+/// from now on: its name for the client's side, none when it is gone.
+fn stream_to(conns: &mut slab::Slab<Conn>, st: Token, ct: Token, cid: u64) -> Option<ServerRef> {
+    let s = conns.server_mut(st.0)?;
+    s.set_stream(Some(SrvStream {
+        client: ct,
+        client_id: cid,
+    }));
+    Some(ServerRef::new(st, s.id()))
+}
+
 impl Worker<'_> {
     /// Route a request whose large argument is still arriving and queue its
     /// head on a connection of its own.
@@ -278,31 +320,8 @@ impl Worker<'_> {
         let Some(c) = self.conns.client_mut(token.0) else {
             return StreamStart::No;
         };
-        let pool = c.pool();
-        let req = &head.req;
-        if (!c.session().authenticated && redis::local::needs_auth(req))
-            || c.session().user.is_some()
-        {
-            // Refused, or checked against its ACL user: buffered whole.
-            return StreamStart::No;
-        }
-        // Redis Cluster: a request whose key came before its large argument
-        // is routed by slot and kept in a spool to follow MOVED and ASK
-        // (cluster_stream.rs); any other is buffered whole.
-        let cluster = self.pools[pool].cluster.is_some();
-        // A migrating pool: buffered whole, so that the keys it names are
-        // pulled to their new owners before it goes (see `migrate.rs`); a
-        // fleet member's `migration: true` pool too, so that it passes the
-        // fleet's checks (`fleet_gate`).
-        let route = &self.pools[pool].route;
-        if route.copies() > 1
-            || (cluster && req.keys.is_empty())
-            || route.is_migrating()
-            || (self.fleet.is_some() && self.pools[pool].cfg.migration)
-        {
-            return StreamStart::No;
-        }
-        if head.kind == StreamKind::Single && req.keys.is_empty() {
+        let (pool, cid) = (c.pool(), c.id());
+        if !streams_here(c, &self.pools[pool], self.fleet.is_some(), &head) {
             return StreamStart::No;
         }
         c.go_solo();
@@ -324,7 +343,43 @@ impl Worker<'_> {
             }
             StreamKind::Spool => ReqStream::held(machine, bytes),
             StreamKind::Single => {
-                let server = self.start_single(token, &head, bytes, now);
+                // Routed by the key in its head; the head is queued on a
+                // connection of its own (none when the request failed,
+                // answered with the error).
+                let req = &head.req;
+                let key = req.keys.first().map_or(&[][..], |k| &bytes[k.clone()]);
+                let server = match self.pools[pool].key_server(key, req.op, cid, now) {
+                    None => {
+                        self.reply_no_server(token, pool, req);
+                        None
+                    }
+                    Some(server) => {
+                        let slot = self.conn_slot(token, pool, server, cid, req.op);
+                        match self.server_conn(pool, server, slot, now, Open::Dedicated) {
+                            Err(fault) => {
+                                let seq = self.push_slot(token, false, ReplySlot::default());
+                                let to = ReplyTo::new(token, cid, seq, None);
+                                self.fail_unsent(to, pool, req.op, &fault);
+                                None
+                            }
+                            Ok(st) => {
+                                self.recorder.note_key(pool, key);
+                                let cluster = self.pools[pool].cluster.is_some();
+                                let kept = ReplySlot::streamed(cluster, req, bytes);
+                                let seq = self.push_slot(token, false, kept);
+                                let waiter = ReplyTo::new(token, cid, seq, None).waiter();
+                                self.enqueue(
+                                    st,
+                                    waiter,
+                                    req.op,
+                                    |o| o.extend_from_slice(bytes),
+                                    now,
+                                );
+                                stream_to(&mut self.conns, st, token, cid)
+                            }
+                        }
+                    }
+                };
                 ReqStream::single(machine, server)
             }
         };
@@ -333,50 +388,6 @@ impl Worker<'_> {
         }
         self.stats.worker_add(WorkerField::Requests, 1);
         StreamStart::Started
-    }
-
-    /// A request routed by the key in its head: the head is queued on a
-    /// connection of its own to the key's server, which is returned (none
-    /// when the request failed, answered with the error).
-    fn start_single(
-        &mut self,
-        token: Token,
-        head: &StreamHead,
-        bytes: &[u8],
-        now: Instant,
-    ) -> Option<ServerRef> {
-        let c = self.conns.client(token.0)?;
-        let (pool, client_id) = (c.pool(), c.id());
-        let req = &head.req;
-        let key = &bytes[req.keys.first()?.clone()];
-        let Some(server) = self.pools[pool].key_server(key, req.op, client_id, now) else {
-            self.reply_no_server(token, pool, req);
-            return None;
-        };
-        let slot = self.conn_slot(token, pool, server, client_id, req.op);
-        let st = match self.server_conn(pool, server, slot, now, Open::Dedicated) {
-            Ok(st) => st,
-            Err(fault) => {
-                let seq = self.push_slot(token, false, ReplySlot::default());
-                let to = ReplyTo::new(token, client_id, seq, None);
-                self.fail_unsent(to, pool, req.op, &fault);
-                return None;
-            }
-        };
-        let s = self.conns.server(st.0)?;
-        let sid = s.id();
-        self.recorder.note_key(pool, key);
-        let kept = ReplySlot::streamed(self.pools[pool].cluster.is_some(), req, bytes);
-        let seq = self.push_slot(token, false, kept);
-        let waiter = ReplyTo::new(token, client_id, seq, None).waiter();
-        self.enqueue(st, waiter, req.op, |out| out.extend_from_slice(bytes), now);
-        if let Some(s) = self.conns.server_mut(st.0) {
-            s.set_stream(Some(SrvStream {
-                client: token,
-                client_id,
-            }));
-        }
-        Some(ServerRef::new(st, sid))
     }
 
     /// Send the pair at the start of a client's input as `MSET key value`
@@ -421,16 +432,11 @@ impl Worker<'_> {
         if !pair.large {
             return;
         }
-        let Some(s) = self.conns.server_mut(st.0) else {
+        let Some(r) = stream_to(&mut self.conns, st, token, client_id) else {
             return;
         };
-        s.set_stream(Some(SrvStream {
-            client: token,
-            client_id,
-        }));
-        let sid = s.id();
         if let Some(rs) = self.conns.client_mut(token.0).and_then(|c| c.stream_mut()) {
-            rs.set_server(ServerRef::new(st, sid));
+            rs.set_server(r);
         }
     }
 
@@ -550,13 +556,7 @@ impl Worker<'_> {
                         self.recorder.note_key(pool, key);
                         let waiter = ReplyTo::new(token, client_id, seq, None).waiter();
                         self.enqueue(st, waiter, op, |_| {}, now);
-                        if let Some(s) = self.conns.server_mut(st.0) {
-                            s.set_stream(Some(SrvStream {
-                                client: token,
-                                client_id,
-                            }));
-                            target = Some(ServerRef::new(st, s.id()));
-                        }
+                        target = stream_to(&mut self.conns, st, token, client_id);
                     }
                     Err(fault) => self.fail_unsent(
                         ReplyTo::new(token, client_id, seq, None),

@@ -259,3 +259,50 @@ fn an_mset_pairs_go_on_the_connection_opened_for_their_server_while_open() {
         Err(ServerFault::NoServer)
     );
 }
+
+/// A pool of two Redis servers from configuration text (`extra`: more
+/// of its keys).
+fn pool(extra: &str) -> PoolRt {
+    let yaml = format!(
+        "p:\n  listen: 127.0.0.1:22999\n  redis: true\n{extra}  servers:\n    - 127.0.0.1:30001:1\n    - 127.0.0.1:30002:1\n"
+    );
+    let c = crate::config::Config::from_str(&yaml, std::path::Path::new("t.yml"))
+        .expect("config parses");
+    PoolRt::new(&c.pools[0], &[])
+}
+
+#[test]
+fn a_request_streams_where_it_can_be_routed_as_it_arrives() {
+    let limits = Limits::default();
+    let head = |data: &[u8]| {
+        (1..=data.len())
+            .find_map(|n| redis::stream_head(&data[..n], &limits, 8))
+            .expect("a streamed head")
+    };
+    let set = head(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$10\r\n0123456789\r\n");
+    // A script before its key: not routed until the key is read.
+    let eval = head(b"*4\r\n$4\r\nEVAL\r\n$10\r\n0123456789\r\n$1\r\n1\r\n$1\r\nk\r\n");
+    assert_eq!(eval.kind, StreamKind::Spool);
+    let mut conns = slab::Slab::new();
+    let (ct, _) = streaming(&mut conns, b"\r\n", b"");
+    let c = conns.client(ct.0).expect("client");
+    let plain = pool("");
+    assert!(streams_here(c, &plain, false, &set));
+    assert!(streams_here(c, &plain, true, &set), "no migration: true");
+    assert!(streams_here(c, &plain, false, &eval));
+    let cluster = pool("  redis_cluster: true\n");
+    assert!(streams_here(c, &cluster, false, &set), "routed by its slot");
+    assert!(!streams_here(c, &cluster, false, &eval), "its slot unknown");
+}
+
+#[test]
+fn a_connection_carrying_a_streamed_request_names_its_client() {
+    let mut conns = slab::Slab::new();
+    let (ct, to) = streaming(&mut conns, b"\r\n", b"");
+    assert_eq!(stream_to(&mut conns, to.token, ct, CID), Some(to));
+    let s = conns.server(to.token.0).expect("server");
+    assert!(s
+        .stream()
+        .is_some_and(|ss| ss.client == ct && ss.client_id == CID));
+    assert_eq!(stream_to(&mut conns, Token(9), ct, CID), None, "gone");
+}
