@@ -217,7 +217,7 @@ impl Worker<'_> {
         self.read_late(now);
         self.hold_deadlines.release_due(now, &mut self.dirty);
         self.flush_dirty(now);
-        self.count_queued_all();
+        super::server::count_queued(&mut self.conns, &mut self.counting, &self.stats);
         self.recorder.end_pass(&self.stats);
     }
 

@@ -186,16 +186,6 @@ impl Worker<'_> {
         }
     }
 
-    /// Count what was queued this pass on connections not written in it
-    /// (still connecting, or their socket full).
-    pub(super) fn count_queued_all(&mut self) {
-        for t in std::mem::take(&mut self.counting) {
-            if let Some(s) = self.conns.server_mut(t.0) {
-                s.count_queued(&self.stats);
-            }
-        }
-    }
-
     pub(super) fn read_server(&mut self, token: Token, now: Instant, hup: bool) {
         let mut total = 0;
         let mut got = false;
@@ -370,6 +360,18 @@ fn write_queued(conns: &mut Slab<Conn>, stats: &StatsSlot, st: Token) -> Wrote {
     })
 }
 
+/// At the end of a pass: what was queued on the connections `counting`
+/// names and not written in it (still connecting, or their socket full)
+/// is counted now, once per connection (`Server::count_queued`; one gone
+/// since is skipped), and the list starts empty for the next pass.
+pub(super) fn count_queued(conns: &mut Slab<Conn>, counting: &mut Vec<Token>, stats: &StatsSlot) {
+    for t in counting.drain(..) {
+        if let Some(s) = conns.server_mut(t.0) {
+            s.count_queued(stats);
+        }
+    }
+}
+
 /// A pool's record of its servers' connections.
 impl PoolRt {
     /// Server connection `s`, at `token`, closed: what it still held
@@ -532,6 +534,48 @@ mod tests {
             Wrote::Idle,
             "gone"
         );
+    }
+
+    #[test]
+    fn what_a_pass_queued_unwritten_is_counted_once_at_its_end() {
+        use crate::stats::carry::Names;
+        use crate::stats::shm::Region;
+        let names = Names {
+            pools: vec!["p".into()],
+            servers: vec![vec!["a".into()]],
+            routes: vec![Vec::new()],
+        };
+        let region = Region::new(names.layout(), 1).expect("stats region");
+        let stats = region.slot(0);
+        let mut conns = Slab::new();
+        let (sock, _peer) = mio::net::UnixStream::pair().expect("socket pair");
+        let s = Server::new(Stream::Unix(sock), 9, (0, 0, 0), Instant::now(), false);
+        let st = Token(conns.insert(Conn::Server(Box::new(s))));
+        let ping = b"*1\r\n$4\r\nPING\r\n";
+        let Ok(crate::proto::Parse::Done(req)) =
+            crate::proto::Protocol::Redis.parse_request(ping, &Limits::default())
+        else {
+            panic!("request parses");
+        };
+        let q = conns.server_mut(st.0).expect("server").queue(
+            Some(Waiter::Internal),
+            req.op,
+            |w| w.extend_from_slice(ping),
+            Instant::now(),
+            Default::default(),
+        );
+        assert!(q.first_uncounted);
+        // Still connecting: not written, counted at the end of the pass;
+        // a connection gone since is skipped.
+        let mut counting = vec![st, Token(7)];
+        count_queued(&mut conns, &mut counting, &stats);
+        assert!(counting.is_empty(), "the next pass starts empty");
+        let sum = |f| region.server_sum(0, 0, f);
+        assert_eq!(sum(ServerField::Requests), 1);
+        assert_eq!(sum(ServerField::InQueue), 1);
+        assert_eq!(sum(ServerField::RequestBytes), ping.len() as u64);
+        count_queued(&mut conns, &mut vec![st], &stats);
+        assert_eq!(sum(ServerField::Requests), 1, "once");
     }
 
     #[test]
