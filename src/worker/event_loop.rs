@@ -106,7 +106,7 @@ impl Worker<'_> {
             }
             self.resume_streams(now);
             self.cluster_maintain(now);
-            self.sentinel_maintain(now);
+            super::sentinel::maintain(&mut self.sentinels, &self.pools, self.poll.registry(), now);
             self.open_gate(now)?;
             if now.duration_since(last_sweep) >= Duration::from_secs(1) {
                 last_sweep = now;

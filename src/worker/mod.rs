@@ -387,7 +387,12 @@ impl<'a> Worker<'a> {
         };
         w.preconnect();
         w.cluster_maintain(Instant::now());
-        w.sentinel_maintain(Instant::now());
+        sentinel::maintain(
+            &mut w.sentinels,
+            &w.pools,
+            w.poll.registry(),
+            Instant::now(),
+        );
         if w.gate.is_none() {
             // Take clients at once: handed over and accepted.
             w.handin.start(w.poll.registry())?;

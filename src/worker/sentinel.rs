@@ -492,16 +492,17 @@ pub(super) fn gate(until: Instant, watches: &[Watch], now: Instant) -> GateStep 
     }
 }
 
-impl Worker<'_> {
-    /// Open a conversation for every watch without one whose retry time
-    /// has come (called on every loop turn: cheap when there is none).
-    pub(super) fn sentinel_maintain(&mut self, now: Instant) {
-        for (i, w) in self.sentinels.iter_mut().enumerate() {
-            let token = super::tokens::sentinel(i);
-            w.maintain(token, &self.pools[w.pool()], self.poll.registry(), now);
-        }
+/// Every watch of `watches` kept up (`Watch::maintain`: a conversation
+/// opened where none is and the retry time has come, one with replicas
+/// asked again when due), each as its own token and with its pool of
+/// `pools`. Called on every loop turn: cheap when nothing is due.
+pub(super) fn maintain(watches: &mut [Watch], pools: &[PoolRt], registry: &Registry, now: Instant) {
+    for (i, w) in watches.iter_mut().enumerate() {
+        w.maintain(super::tokens::sentinel(i), &pools[w.pool()], registry, now);
     }
+}
 
+impl Worker<'_> {
     /// Readiness on conversation `i`.
     pub(super) fn sentinel_event(&mut self, i: usize, now: Instant) {
         let Some(w) = self.sentinels.get_mut(i) else {

@@ -224,3 +224,32 @@ fn the_gate_opens_once_every_watch_answered_or_its_time_is_up() {
         "answered in time: no warning"
     );
 }
+
+#[test]
+fn a_watch_opens_its_conversation_once_its_retry_time_came() {
+    let p = pool("");
+    let pools = [p];
+    let poll = mio::Poll::new().expect("poll");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listener");
+    let port = listener.local_addr().expect("address").port();
+    let now = Instant::now();
+    let mut watches = [Watch::new(0, &pools[0]), Watch::new(0, &pools[0])];
+    for w in &mut watches {
+        w.sentinels = vec![("127.0.0.1".into(), port)];
+    }
+    watches[0].retry_at = Some(now + Duration::from_secs(1));
+    watches[1].retry_at = Some(now);
+    maintain(&mut watches, &pools, poll.registry(), now);
+    assert!(watches[0].talk.is_none(), "its retry time has not come");
+    assert!(watches[1].talk.is_some(), "asked");
+    assert_eq!(watches[1].opened_at, Some(now));
+    assert_eq!(watches[1].due, watches[1].questions());
+    let later = now + Duration::from_secs(1);
+    maintain(&mut watches, &pools, poll.registry(), later);
+    assert!(watches[0].talk.is_some(), "asked once its time came");
+    assert_eq!(
+        watches[1].opened_at,
+        Some(now),
+        "one conversation at a time"
+    );
+}
