@@ -63,14 +63,15 @@ pub(super) struct Resend {
 }
 
 /// When a request answered with a cluster error goes again
-/// (`PoolRt::redo`).
+/// (`PoolRt::redo`), or a waited-out one goes now (`Worker::redo`
+/// carries either out).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Redo {
     /// At this time (the retry timer armed for it), routed by the map
     /// then (`PoolRt::retries_due`).
     At(Instant),
-    /// Now, after `ASKING`, to server `to`.
-    Now(usize),
+    /// Now, to server `to`, after `ASKING` if `asking`.
+    Now { to: usize, asking: bool },
 }
 
 /// A cluster pool's slot map and its refresh, kept by the pool: the key's
@@ -247,9 +248,35 @@ impl PoolRt {
                     slot,
                     self.servers[to].name
                 );
-                Some(Redo::Now(to))
+                // ASKING for a MOVED too: while a migration ends, the
+                // old owner already says MOVED but the new one, still
+                // importing, would send the request back (MOVED) until
+                // it learns the slot is its own; ASKING makes it serve
+                // it. A node that owns the slot ignores it.
+                Some(Redo::Now { to, asking: true })
             }
         }
+    }
+
+    /// A client's request (or fragment) answered `to` by server `from`
+    /// with error reply `reply`: whether it goes again, and when, as
+    /// `cluster_answer` and `redo` say (`None`: the reply goes to the
+    /// client). Out of line and cold: inlined into the reply loop, its
+    /// code cost every reply ~20 instructions (registers saved and moved
+    /// around the loop) for replies that are almost never cluster errors.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn redo_after(
+        &mut self,
+        conns: &mut Slab<Conn>,
+        to: ReplyTo,
+        op: Op,
+        reply: &[u8],
+        from: usize,
+        now: Instant,
+    ) -> Option<Redo> {
+        let again = self.cluster_answer(reply, from, to.seq.is_some())?;
+        self.redo(conns, to, op, again, now)
     }
 
     /// The server index of a cluster node, added to the pool if new. An
@@ -290,7 +317,11 @@ impl Worker<'_> {
                 continue;
             }
             for r in self.pools[pool].retries_due(&self.conns, now) {
-                self.send_again(pool, r.server, r.to, r.op, false, now);
+                let redo = Redo::Now {
+                    to: r.server,
+                    asking: false,
+                };
+                self.redo(pool, r.to, r.op, redo, now);
             }
             let Some(start) = self.pools[pool]
                 .cluster
@@ -325,19 +356,19 @@ impl Worker<'_> {
         }
     }
 
-    /// Queue a kept request (or fragment) again on server `target`, as
-    /// `resending` says, after `ASKING` if `asking` (the next request may
-    /// use a slot the node is importing; its reply is the proxy's own,
-    /// dropped).
-    pub(super) fn send_again(
-        &mut self,
-        pool: usize,
-        target: usize,
-        to: ReplyTo,
-        op: Op,
-        asking: bool,
-        now: Instant,
-    ) {
+    /// Carry out `redo` for the kept request (or fragment) answered to
+    /// `to`: the retry timer armed for a wait, or the request queued
+    /// again on its server now, as `resending` says, after `ASKING` if
+    /// asked (the next request may use a slot the node is importing; its
+    /// reply is the proxy's own, dropped). Out of line: called from the
+    /// reply loop only for a cluster error.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn redo(&mut self, pool: usize, to: ReplyTo, op: Op, redo: Redo, now: Instant) {
+        let (target, asking) = match redo {
+            Redo::At(at) => return self.timers.arm(at, super::tokens::RETRY_TIMER, 0),
+            Redo::Now { to, asking } => (to, asking),
+        };
         let Some(what) = resending(&self.conns, to) else {
             return;
         };

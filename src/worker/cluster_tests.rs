@@ -241,7 +241,11 @@ fn a_request_goes_again_now_or_later_within_its_budgets() {
         slot: 12182,
         kind: "MOVED",
     };
-    assert_eq!(p.redo(&mut conns, to, op, moved, now), Some(Redo::Now(1)));
+    let now_to_1 = Redo::Now {
+        to: 1,
+        asking: true,
+    };
+    assert_eq!(p.redo(&mut conns, to, op, moved, now), Some(now_to_1));
     let later = now + crate::worker::cluster_map::TRYAGAIN_DELAY;
     assert_eq!(
         p.redo(&mut conns, to, op, Again::Wait, now),
@@ -256,6 +260,40 @@ fn a_request_goes_again_now_or_later_within_its_budgets() {
     assert_eq!(p.redo(&mut conns, other, op, Again::Wait, now), None);
     let unkept = ReplyTo::new(Token(0), 10, None, None);
     assert_eq!(p.redo(&mut conns, unkept, op, Again::Wait, now), None);
+}
+
+#[test]
+fn a_cluster_error_reply_sends_a_kept_request_again_now_later_or_not() {
+    use super::super::conn::Client;
+    use crate::net::Stream;
+    let mut p = pool();
+    let (req, bytes) = cmd(b"*2\r\n$3\r\nGET\r\n$3\r\nfoo\r\n");
+    let op = req.op;
+    let mut conns = Slab::new();
+    let (sock, _) = mio::net::UnixStream::pair().expect("socket pair");
+    let session = crate::proto::redis::local::Session::new(1, None, false);
+    let mut c = Client::new(Stream::Unix(sock), 10, 0, session, Instant::now());
+    c.push_reply(kept(req, bytes));
+    conns.insert(Conn::Client(Box::new(c)));
+    let now = Instant::now();
+    let to = ReplyTo::new(Token(0), 10, Some(0), None);
+    let moved = b"-MOVED 12182 127.0.0.1:30002\r\n";
+    let again = p.redo_after(&mut conns, to, op, moved, 0, now);
+    assert_eq!(
+        again,
+        Some(Redo::Now {
+            to: 1,
+            asking: true
+        })
+    );
+    let tryagain = b"-TRYAGAIN Multiple keys request during rehashing of slot\r\n";
+    let later = now + crate::worker::cluster_map::TRYAGAIN_DELAY;
+    let again = p.redo_after(&mut conns, to, op, tryagain, 0, now);
+    assert_eq!(again, Some(Redo::At(later)));
+    let other = p.redo_after(&mut conns, to, op, b"-ERR no\r\n", 0, now);
+    assert_eq!(other, None, "another error goes to the client");
+    let unkept = ReplyTo::new(Token(0), 10, None, None);
+    assert_eq!(p.redo_after(&mut conns, unkept, op, moved, 0, now), None);
 }
 
 #[test]

@@ -4,7 +4,6 @@
 //! map, the proxy's own connection setup), with the server's counters
 //! added once per pass.
 
-use super::cluster::Redo;
 use super::conn::{BufPool, Client, Conn, ConnTable, Inflight, RepStream, ReplyTo, Waiter};
 use super::fault::ServerFault;
 use super::pool::PoolRt;
@@ -177,10 +176,15 @@ impl Worker<'_> {
         };
         if let Some(to) = front.waiter.reply_to() {
             // A cluster pool's error may send the request again.
-            let redirected = is_error
-                && self.pools[pool].cluster.is_some()
-                && self.cluster_error_reply(pool, server, to, front.op, bytes, now);
-            if !redirected {
+            let redo = if is_error && self.pools[pool].cluster.is_some() {
+                let p = &mut self.pools[pool];
+                p.redo_after(&mut self.conns, to, front.op, bytes, server, now)
+            } else {
+                None
+            };
+            if let Some(redo) = redo {
+                self.redo(pool, to, front.op, redo, now);
+            } else {
                 self.recorder
                     .record_reply(&self.stats, &self.pools, (pool, server), front, now);
                 // (A client gone: the reply is dropped.)
@@ -224,40 +228,6 @@ impl Worker<'_> {
             _ => {}
         }
         None
-    }
-
-    /// A cluster pool's error reply for a client's request: whether the
-    /// request is sent again, and when, as the pool says
-    /// (`PoolRt::cluster_answer`, `PoolRt::redo`). Out of line and cold: inlined into
-    /// `process_replies`, its code cost every reply ~20 instructions
-    /// (registers saved and moved around the loop) for replies that are
-    /// almost never cluster errors.
-    #[cold]
-    #[inline(never)]
-    fn cluster_error_reply(
-        &mut self,
-        pool: usize,
-        server: usize,
-        to: ReplyTo,
-        op: crate::proto::Op,
-        bytes: &[u8],
-        now: Instant,
-    ) -> bool {
-        let p = &mut self.pools[pool];
-        let redo = p
-            .cluster_answer(bytes, server, to.seq.is_some())
-            .and_then(|again| p.redo(&mut self.conns, to, op, again, now));
-        match redo {
-            None => return false,
-            Some(Redo::At(at)) => self.timers.arm(at, super::tokens::RETRY_TIMER, 0),
-            // ASKING for a MOVED too: while a migration ends, the old
-            // owner already says MOVED but the new one, still importing,
-            // would send the request back (MOVED) until it learns the
-            // slot is its own; ASKING makes it serve it. A node that owns
-            // the slot ignores it.
-            Some(Redo::Now(target)) => self.send_again(pool, target, to, op, true, now),
-        }
-        true
     }
 }
 
