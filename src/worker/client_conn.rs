@@ -82,7 +82,7 @@ pub struct Client {
     /// those bytes again, so the client is read as soon as it may read.
     unread: bool,
     /// Parse nothing more until the read of a moved key, asked where the
-    /// key is (`Worker::read_where_it_is`), is answered: a later write of
+    /// key is (`PoolRt::moving`, a `Moving::Read`), is answered: a later write of
     /// the key must not overtake it; as nothing is parsed meanwhile, a
     /// client has one such read at a time. A flag, not a `Gate`: it is
     /// every moved read's cost while a pool migrates.

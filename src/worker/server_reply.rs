@@ -193,7 +193,7 @@ impl Worker<'_> {
                 match c.take_reply(p, to, bytes, is_error, &mut self.bufs, &mut self.resume) {
                     Taken::Gone => {}
                     Taken::Queued(added) => {
-                        // `check_output_limit`, with the client at hand.
+                        // `WorkerCtl::output_over`, with the client at hand.
                         let over = super::over_output_limit(self.ctl.output_limit(p), c.out_len());
                         self.dirty.client(to.token);
                         self.add_out(added);
@@ -203,7 +203,9 @@ impl Worker<'_> {
                     }
                     Taken::Slot => {
                         self.fragment_done(to, bytes.to_vec(), is_error, false);
-                        self.check_output_limit(to.token);
+                        if self.ctl.output_over(&self.conns, to.token, &self.pools) {
+                            self.flush_client(to.token);
+                        }
                     }
                 }
             }
