@@ -9,16 +9,12 @@
 
 use super::conn::zone_tag;
 use super::conn::{Fragment, Multi, MultiMode, ReadBytes, ReplySlot, Retry};
-use super::forward::{NotSent, SendPlan, Write};
 use super::pool::PoolRt;
+use super::send_plan::{KeyGroups, NotSent, SendPlan, Write};
 use crate::proto::redis::CmdClass;
 use crate::proto::{Op, Request};
 use smallvec::SmallVec;
 use std::time::Instant;
-
-/// A split request's key indices per server: (server, indices in client
-/// order), in the order the servers first appear.
-pub(super) type KeyGroups = SmallVec<[(usize, Vec<usize>); 4]>;
 
 /// Key `i` goes to server `s`: into its group, or a new group with room
 /// for the `left` keys from `i` on (one allocation per group, not a

@@ -4,8 +4,8 @@
 //! server by server (SCAN), and memcached's `flush_all`.
 
 use super::conn::{Fragment, Multi, MultiMode, Origin, ReplySlot};
-use super::forward::{NotSent, SendPlan, Write};
 use super::pool::PoolRt;
+use super::send_plan::{NotSent, SendPlan, Write};
 use super::Worker;
 use crate::proto::{Op, Request};
 use crate::stats::PoolField;

@@ -46,6 +46,7 @@ mod replies;
 mod reply_hold;
 mod req_stream;
 mod routes;
+mod send_plan;
 mod sentinel;
 mod server;
 mod server_conn;

@@ -31,10 +31,11 @@
 //! its misses stay misses.)
 
 use super::conn::{zone_tag, ConnTable, Fragment, Multi, MultiMode, ReplySlot, ReplyTo};
-use super::forward::{SendPlan, Write};
 use super::handle::FragOf;
-use super::key_groups::{KeyGroups, Owners};
+use super::key_groups::Owners;
 use super::pool::PoolRt;
+use super::send_plan::KeyGroups;
+use super::send_plan::{SendPlan, Write};
 use super::Worker;
 use crate::proto::Request;
 use crate::route::ZoneStep;

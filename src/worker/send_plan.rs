@@ -1,0 +1,100 @@
+//! How a request goes out once the type that decides it has planned it
+//! (the pool's placement, a zone pool's owners, a `Multi`'s fragments):
+//! a [`SendPlan`] names the reply slot, the servers and what each is sent;
+//! `Worker::send_plan` (`forward.rs`) carries it out without a decision of
+//! its own. The planners (`key_groups.rs`, `zones.rs`, `keyspace.rs`,
+//! `pool.rs`) build these values and are unit-tested on them.
+
+use super::conn::ReplySlot;
+use smallvec::SmallVec;
+use std::borrow::Cow;
+
+/// A split request's key indices per server: (server, indices in client
+/// order), in the order the servers first appear.
+pub(super) type KeyGroups = SmallVec<[(usize, Vec<usize>); 4]>;
+
+/// How a request goes out, as the type that owns what it is decided on
+/// planned it (the pool's placement, a `Multi`'s fragments): the reply
+/// slot its client keeps for it, the servers it goes to and what each is
+/// sent. `Worker::send_plan` carries it out and decides nothing.
+#[derive(Debug)]
+pub(super) struct SendPlan {
+    /// The slot its client keeps for the reply (`None`: the request's
+    /// slot is there already, as for keys sent again).
+    pub slot: Option<ReplySlot>,
+    /// The servers, in order, each with its fragment's keys (indices into
+    /// the request's keys; empty unless `write` is `Fragment`).
+    pub to: KeyGroups,
+    /// The first server's fragment of the slot, the next ones' following
+    /// (`None`: the request whole, to its one server).
+    pub frag: Option<u32>,
+    /// What each server is sent.
+    pub write: Write,
+    /// A zone pool's `async` write: per server (same index), whether it is
+    /// a remote zone's, bounded as a copy is: not queued on a connection
+    /// that already holds as much as a shadow's may (its fragment then
+    /// fails, counted as a dropped copy), so that a stalled remote zone
+    /// costs no memory. Empty for any other plan.
+    pub bounded: SmallVec<[bool; 4]>,
+}
+
+/// What each server of a `SendPlan` is sent.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Write {
+    /// The request, as its protocol writes it for a server.
+    Request,
+    /// The request's bytes as they came (a broadcast).
+    Raw,
+    /// These bytes (a SCAN with its server's cursor, INFO's own).
+    Bytes(Cow<'static, [u8]>),
+    /// The fragment of the request naming the server's keys.
+    Fragment,
+}
+
+/// A request that a plan does not send.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum NotSent {
+    /// No server to send it to: the pool's error.
+    NoServer,
+    /// Answered here with these bytes (empty: nothing, a memcached
+    /// `noreply` refusal).
+    Answered(Vec<u8>),
+}
+
+impl SendPlan {
+    /// The request whole to `server`, written as `write`, its reply into
+    /// `slot`.
+    pub(super) fn whole(slot: ReplySlot, server: usize, write: Write) -> SendPlan {
+        let mut to = KeyGroups::new();
+        to.push((server, Vec::new()));
+        SendPlan {
+            slot: Some(slot),
+            to,
+            frag: None,
+            write,
+            bounded: SmallVec::new(),
+        }
+    }
+
+    /// The request to each of `servers`, a fragment each (from 0) of
+    /// `slot`, written as `write`.
+    pub(super) fn each(
+        slot: ReplySlot,
+        servers: impl IntoIterator<Item = usize>,
+        write: Write,
+    ) -> SendPlan {
+        SendPlan {
+            slot: Some(slot),
+            to: servers.into_iter().map(|s| (s, Vec::new())).collect(),
+            frag: Some(0),
+            write,
+            bounded: SmallVec::new(),
+        }
+    }
+
+    /// The servers it goes to, in order.
+    #[cfg(test)]
+    pub(super) fn servers(&self) -> Vec<usize> {
+        self.to.iter().map(|&(s, _)| s).collect()
+    }
+}
