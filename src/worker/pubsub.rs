@@ -66,71 +66,43 @@ impl Worker<'_> {
                 true
             }
             SubsStep::Command => {
-                self.pubsub_command(token, pool, resp3, name, bytes, now);
-                true
-            }
-        }
-    }
-
-    /// (P|S)SUBSCRIBE and (P|S)UNSUBSCRIBE: the client's subscriptions
-    /// change (`Subs::command`), and the commands it says go out on the
-    /// client's connections to those servers.
-    fn pubsub_command(
-        &mut self,
-        token: Token,
-        pool: usize,
-        resp3: bool,
-        name: &str,
-        bytes: &[u8],
-        now: Instant,
-    ) {
-        let args = pubsub::arguments(bytes);
-        let (mut subs, client_id) = match self.conns.get_mut(token.0) {
-            Some(Conn::Client(c)) => (c.take_subs().map(|b| *b).unwrap_or_default(), c.id()),
-            _ => return,
-        };
-        let sends = subs.command(name, args, resp3, &mut self.pools[pool], client_id, now);
-        if !sends.reply.is_empty() {
-            self.conns.push_ready(token, sends.reply, false);
-        }
-        if let Some(op) = subscribe_op() {
-            for (server, cmd) in sends.to {
-                if let Some(st) = self.pubsub_conn(token, pool, &mut subs, server, now) {
+                let client_id = c.id();
+                // The client's subscriptions change (`Subs::command`) and
+                // the commands it says go out on its push connections to
+                // those servers, each opened when it has none alive.
+                let args = pubsub::arguments(bytes);
+                let mut subs = take_subs(&mut self.conns, token);
+                let sends = subs.command(name, args, resp3, &mut self.pools[pool], client_id, now);
+                if !sends.reply.is_empty() {
+                    self.conns.push_ready(token, sends.reply, false);
+                }
+                for (server, cmd) in sends.to {
+                    let Some(op) = subscribe_op() else {
+                        break;
+                    };
+                    let st = match live_conn(&self.conns, &subs, server) {
+                        Some(st) => st,
+                        None => {
+                            let slot = self.conn_slot(token, pool, server, client_id, op);
+                            let open = self.server_conn(pool, server, slot, now, Open::Dedicated);
+                            let Some(st) = open.ok() else {
+                                continue;
+                            };
+                            let Some(r) = push_opened(&mut self.conns, st, token, client_id) else {
+                                continue;
+                            };
+                            subs.opened(server, r);
+                            st
+                        }
+                    };
                     // No waiter: what the server sends back is pushed
                     // (`pubsub_frames`).
                     self.enqueue(st, None, op, |o| o.extend_from_slice(&cmd), now);
                 }
+                put_subs(&mut self.conns, token, subs);
+                true
             }
         }
-        let keep = subs.keep();
-        if let Some(c) = self.conns.client_mut(token.0) {
-            c.set_subs(keep.then(|| Box::new(subs)));
-        }
-    }
-
-    /// The client's push connection to `server`, opened if needed.
-    fn pubsub_conn(
-        &mut self,
-        token: Token,
-        pool: usize,
-        subs: &mut Subs,
-        server: usize,
-        now: Instant,
-    ) -> Option<Token> {
-        if let Some(r) = subs.conn(server) {
-            if self.conns.server_ref(r).is_some() {
-                return Some(r.token);
-            }
-        }
-        let client_id = self.conns.client(token.0)?.id();
-        let slot = self.conn_slot(token, pool, server, client_id, subscribe_op()?);
-        let st = self
-            .server_conn(pool, server, slot, now, Open::Dedicated)
-            .ok()?;
-        let s = self.conns.server_mut(st.0)?;
-        s.subscribe_for(token, client_id);
-        subs.opened(server, ServerRef::new(st, s.id()));
-        Some(st)
     }
 
     /// Bytes from a push connection: every whole frame goes to its client
@@ -178,6 +150,47 @@ impl Worker<'_> {
         }
         off
     }
+}
+
+/// Client `token`'s subscriptions, taken off it to change (new ones if
+/// none).
+fn take_subs(conns: &mut Slab<Conn>, token: Token) -> Subs {
+    conns
+        .client_mut(token.0)
+        .and_then(|c| c.take_subs())
+        .map(|b| *b)
+        .unwrap_or_default()
+}
+
+/// Put back client `token`'s subscriptions, when there is anything to
+/// keep ([`Subs::keep`]): else it leaves subscribed mode.
+fn put_subs(conns: &mut Slab<Conn>, token: Token, subs: Subs) {
+    if let Some(c) = conns.client_mut(token.0) {
+        let keep = subs.keep();
+        c.set_subs(keep.then(|| Box::new(subs)));
+    }
+}
+
+/// The client's push connection to `server` when it still has one: a
+/// connection closed since (its slot maybe reused) is not it, and one is
+/// opened instead.
+fn live_conn(conns: &Slab<Conn>, subs: &Subs, server: usize) -> Option<Token> {
+    let r = subs.conn(server)?;
+    conns.server_ref(r).map(|_| r.token)
+}
+
+/// Connection `st`, just opened, carries client `token`'s (id
+/// `client_id`) pushes from now on: what the client's `Subs` records it
+/// by (`Subs::opened`).
+fn push_opened(
+    conns: &mut Slab<Conn>,
+    st: Token,
+    token: Token,
+    client_id: u64,
+) -> Option<ServerRef> {
+    let s = conns.server_mut(st.0)?;
+    s.subscribe_for(token, client_id);
+    Some(ServerRef::new(st, s.id()))
 }
 
 /// One whole frame from push connection `st` (to `server`, of a Redis
@@ -286,5 +299,55 @@ mod tests {
         assert_eq!(frame_for(&mut conns, st, another, MESSAGE, 0, false), None);
         let gone = ClientRef::new(Token(2), 10);
         assert_eq!(frame_for(&mut conns, st, gone, MESSAGE, 0, false), None);
+    }
+
+    #[test]
+    fn a_push_connection_closed_since_is_opened_again() {
+        let conns = table(true);
+        let mut subs = Subs::default();
+        assert_eq!(live_conn(&conns, &subs, 0), None, "none yet");
+        subs.opened(0, ServerRef::new(Token(0), 9));
+        assert_eq!(live_conn(&conns, &subs, 0), Some(Token(0)));
+        assert_eq!(live_conn(&conns, &subs, 1), None, "another server");
+        subs.opened(0, ServerRef::new(Token(0), 8));
+        assert_eq!(
+            live_conn(&conns, &subs, 0),
+            None,
+            "its slot holds another connection"
+        );
+    }
+
+    #[test]
+    fn a_connection_opened_carries_its_clients_pushes() {
+        let mut conns = table(true);
+        let (sock, _) = mio::net::UnixStream::pair().expect("socket pair");
+        let s = Server::new(Stream::Unix(sock), 12, (0, 1, 0), Instant::now(), true);
+        let st = Token(conns.insert(Conn::Server(Box::new(s))));
+        let r = push_opened(&mut conns, st, Token(1), 10);
+        assert_eq!(r, Some(ServerRef::new(st, 12)));
+        let s = conns.server(st.0).expect("server");
+        assert_eq!(s.push_to(), Some(ClientRef::new(Token(1), 10)));
+        assert_eq!(
+            push_opened(&mut conns, Token(1), Token(1), 10),
+            None,
+            "a client"
+        );
+    }
+
+    #[test]
+    fn subscriptions_with_nothing_in_them_leave_their_client() {
+        let mut conns = table(true);
+        let mut subs = take_subs(&mut conns, Token(1));
+        assert!(subs.is_idle());
+        assert!(conns.client(1).is_some_and(|c| c.subs().is_none()), "taken");
+        subs.channels.push(b"ch".to_vec());
+        put_subs(&mut conns, Token(1), subs);
+        let subs = take_subs(&mut conns, Token(1));
+        assert_eq!(subs.channels, vec![b"ch".to_vec()], "kept");
+        put_subs(&mut conns, Token(1), Subs::default());
+        assert!(
+            conns.client(1).is_some_and(|c| c.subs().is_none()),
+            "none kept"
+        );
     }
 }
