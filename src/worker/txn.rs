@@ -91,6 +91,34 @@ fn put_kept(conns: &mut Slab<Conn>, token: Token, t: Txn) {
     put(conns, token, t.keep().then_some(t));
 }
 
+/// Client `token`'s transaction, to work on where it is (a new one
+/// started if none); `None` for a client gone.
+fn get_mut(conns: &mut Slab<Conn>, token: Token) -> Option<&mut Txn> {
+    let c = conns.client_mut(token.0)?;
+    if c.txn().is_none() {
+        c.set_txn(Some(Box::default()));
+    }
+    c.txn_mut()
+}
+
+/// Client `token`'s transaction goes when there is nothing in it to keep
+/// ([`Txn::keep`]).
+fn tidy(conns: &mut Slab<Conn>, token: Token) {
+    if let Some(c) = conns.client_mut(token.0) {
+        if c.txn().is_some_and(|t| !t.keep()) {
+            c.set_txn(None);
+        }
+    }
+}
+
+/// Connection `st`, just opened for client `token`'s transaction, is
+/// pinned to it: what the transaction records it by (`Txn::pinned`).
+fn pin_opened(conns: &mut Slab<Conn>, st: Token, token: Token) -> Option<ServerRef> {
+    let s = conns.server_mut(st.0)?;
+    s.pin(Some(token));
+    Some(ServerRef::new(st, s.id()))
+}
+
 impl Worker<'_> {
     /// Whether the request belongs to a transaction (a transaction
     /// command, or any command of a client in one), and what became of it.
@@ -108,16 +136,20 @@ impl Worker<'_> {
             return TxnStep::NotTxn;
         }
         let pool = c.pool();
-        let mut t = take(&mut self.conns, token);
+        let Some(t) = get_mut(&mut self.conns, token) else {
+            return TxnStep::NotTxn;
+        };
         if let Answer::Here { reply, discard } = t.answer(transaction::name_of(req)) {
-            if let Some(r) = discard {
-                // The server forgets the queued commands.
-                self.txn_send(r.token, txn::DISCARD, now);
-                if let Some(st) = let_go(&mut self.conns, r) {
-                    self.retire_server(st);
-                }
+            if let Some((r, op)) = discard.zip(txn::internal_op()) {
+                // The server forgets the queued commands; its answer is
+                // dropped.
+                let cmd = |o: &mut Vec<u8>| o.extend_from_slice(txn::DISCARD);
+                self.enqueue(r.token, Some(Waiter::Internal), op, cmd, now);
             }
-            put_kept(&mut self.conns, token, t);
+            if let Some(st) = discard.and_then(|r| let_go(&mut self.conns, r)) {
+                self.retire_server(st);
+            }
+            tidy(&mut self.conns, token);
             self.conns.push_ready(token, reply, false);
             return TxnStep::Done;
         }
@@ -136,34 +168,30 @@ impl Worker<'_> {
         if !req.keys.is_empty() {
             let step = self.fleet_gate(token, pool, req, bytes, AfterPull::Txn, now);
             if step != FleetStep::Go {
-                put_kept(&mut self.conns, token, t);
+                tidy(&mut self.conns, token);
                 return match step {
                     FleetStep::Held => TxnStep::Held,
                     _ => TxnStep::Done,
                 };
             }
         }
-        if self.pools[pool].route.is_migrating() && !req.keys.is_empty() {
-            put(&mut self.conns, token, Some(t));
-            if self.hold_for_moved_keys(token, req, bytes, AfterPull::Txn, now) == Hold::Held {
-                return TxnStep::Held;
-            }
-            t = take(&mut self.conns, token);
+        if self.pools[pool].route.is_migrating()
+            && !req.keys.is_empty()
+            && self.hold_for_moved_keys(token, req, bytes, AfterPull::Txn, now) == Hold::Held
+        {
+            return TxnStep::Held;
         }
-        self.txn_forward(token, req, bytes, t, now);
+        self.txn_pulled(token, req, bytes, now);
         TxnStep::Done
     }
 
-    /// A transaction's command whose keys were pulled over goes on.
+    /// A command of a transaction (at once, or once the keys it names were
+    /// pulled over) to its pinned connection, opening it first when
+    /// `Txn::place` says so (and sending the MULTI answered here first
+    /// when `Txn::pinned` says so); refused when its keys are on another
+    /// server.
     pub(super) fn txn_pulled(&mut self, token: Token, req: &Request, bytes: &[u8], now: Instant) {
-        let t = take(&mut self.conns, token);
-        self.txn_forward(token, req, bytes, t, now);
-    }
-
-    /// A command of a transaction to its pinned connection, opening it
-    /// first when `Txn::place` says so; refused when its keys are on
-    /// another server.
-    fn txn_forward(&mut self, token: Token, req: &Request, bytes: &[u8], mut t: Txn, now: Instant) {
+        let mut t = take(&mut self.conns, token);
         let (pool, client_id) = match self.conns.get(token.0) {
             Some(Conn::Client(c)) => (c.pool(), c.id()),
             _ => return,
@@ -182,18 +210,8 @@ impl Worker<'_> {
             Place::Send(st) => st,
             Place::Open(server) => {
                 let slot = self.conn_slot(token, pool, server, client_id, req.op);
-                match self.server_conn(pool, server, slot, now, Open::Dedicated) {
-                    Ok(st) => {
-                        let Some(s) = self.conns.server_mut(st.0) else {
-                            return;
-                        };
-                        s.pin(Some(token));
-                        let r = ServerRef::new(st, s.id());
-                        if let Some(multi) = t.pinned(r, server, transaction::name_of(req)) {
-                            self.txn_send(st, multi, now);
-                        }
-                        st
-                    }
+                let st = match self.server_conn(pool, server, slot, now, Open::Dedicated) {
+                    Ok(st) => st,
                     Err(fault) => {
                         put_kept(&mut self.conns, token, t);
                         let mut out = Vec::new();
@@ -201,23 +219,23 @@ impl Worker<'_> {
                         self.conns.push_ready(token, out, false);
                         return;
                     }
+                };
+                let Some(r) = pin_opened(&mut self.conns, st, token) else {
+                    return;
+                };
+                let multi = t.pinned(r, server, transaction::name_of(req));
+                if let Some((multi, op)) = multi.zip(txn::internal_op()) {
+                    // Its answer is dropped: the client had its +OK here.
+                    let cmd = |o: &mut Vec<u8>| o.extend_from_slice(multi);
+                    self.enqueue(st, Some(Waiter::Internal), op, cmd, now);
                 }
+                st
             }
         };
         put(&mut self.conns, token, Some(t));
         let seq = self.push_slot(token, req.noreply, ReplySlot::default());
         let to = ReplyTo::new(token, client_id, seq, None);
         self.enqueue(st, to.waiter(), req.op, |o| o.extend_from_slice(bytes), now);
-    }
-
-    /// A command the transaction sends of its own accord (MULTI,
-    /// DISCARD) on connection `st`; its reply is dropped.
-    fn txn_send(&mut self, st: Token, cmd: &[u8], now: Instant) {
-        let Some(op) = txn::internal_op() else {
-            return;
-        };
-        let to = Some(Waiter::Internal);
-        self.enqueue(st, to, op, |o| o.extend_from_slice(cmd), now);
     }
 }
 

@@ -101,3 +101,40 @@ fn a_reply_inside_a_transaction_keeps_it() {
     // Another connection's reply does not end it either.
     assert_eq!(replied(&mut conns, Token(1), Token(3)), None);
 }
+
+#[test]
+fn a_transaction_is_started_where_none_was_and_goes_once_empty() {
+    let mut conns = Slab::new();
+    let r = pinned(&mut conns);
+    client_in(&mut conns, r, "WATCH");
+    let c = conns.client_mut(3).expect("client");
+    c.set_txn(None);
+    let t = get_mut(&mut conns, Token(3)).expect("started");
+    assert!(!t.keep(), "nothing in it yet");
+    tidy(&mut conns, Token(3));
+    assert!(conns.client(3).is_some_and(|c| c.txn().is_none()), "gone");
+    assert!(get_mut(&mut conns, Token(7)).is_none(), "no client");
+    // One pinned is kept.
+    let t = get_mut(&mut conns, Token(3)).expect("started");
+    let _ = t.pinned(r, 0, "WATCH");
+    tidy(&mut conns, Token(3));
+    assert!(conns.client(3).is_some_and(|c| c.txn().is_some()), "kept");
+}
+
+#[test]
+fn a_connection_opened_for_a_transaction_is_pinned_to_its_client() {
+    let mut conns = Slab::new();
+    let (sock, _) = mio::net::UnixStream::pair().expect("socket pair");
+    let s = Server::new(Stream::Unix(sock), 11, (0, 0, 0), Instant::now(), true);
+    let st = Token(conns.insert(Conn::Server(Box::new(s))));
+    assert_eq!(
+        pin_opened(&mut conns, st, Token(3)),
+        Some(ServerRef::new(st, 11))
+    );
+    assert_eq!(conns.server(st.0).and_then(|s| s.pinned()), Some(Token(3)));
+    assert_eq!(
+        pin_opened(&mut conns, Token(5), Token(3)),
+        None,
+        "none there"
+    );
+}
