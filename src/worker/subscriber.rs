@@ -178,7 +178,7 @@ impl Subs {
         args: Vec<Vec<u8>>,
         out: &mut Vec<u8>,
     ) -> Option<Vec<Vec<u8>>> {
-        let count = if kind == "sunsubscribe" {
+        let count = if pubsub::confirms(kind).is_some_and(|c| c.sharded) {
             self.shard_count
         } else {
             self.count
@@ -207,11 +207,13 @@ impl Subs {
     /// (in a cluster pool a pattern is on one node). Anything else passes
     /// as it is.
     pub fn pushed(&mut self, frame: &[u8], server: usize, cluster: bool) -> Option<Vec<u8>> {
-        let (kind, colon) = match pubsub::frame_kind(frame) {
-            Some((kind, colon)) if pubsub::is_confirmation(&kind) => (kind, colon),
-            _ => return Some(frame.to_vec()),
+        let Some((kind, colon)) = pubsub::frame_kind(frame) else {
+            return Some(frame.to_vec());
         };
-        let sharded = matches!(kind.as_str(), "ssubscribe" | "sunsubscribe");
+        let Some(confirms) = pubsub::confirms(&kind) else {
+            return Some(frame.to_vec());
+        };
+        let sharded = confirms.sharded;
         // How far this server's own count moved.
         let reported = pubsub::confirmation_count(frame, colon);
         let at = match self.server_counts.iter().position(|e| e.0 == server) {
@@ -228,11 +230,11 @@ impl Subs {
         };
         let delta = match reported {
             Some(n) => n - std::mem::replace(last, n),
-            None if kind.contains("unsub") => -1,
+            None if confirms.ends => -1,
             None => 1,
         };
         let first = self.conns.first().map(|(s, ..)| *s) == Some(server);
-        if kind.starts_with('p') && !first && !cluster {
+        if confirms.pattern && !first && !cluster {
             return None;
         }
         let count = if sharded {

@@ -64,6 +64,32 @@ pub fn is_confirmation(kind: &str) -> bool {
     )
 }
 
+/// What a confirmation's kind (lower case, [`is_confirmation`]) says of
+/// the subscription it confirms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Confirms {
+    /// A pattern's (PSUBSCRIBE, PUNSUBSCRIBE).
+    pub pattern: bool,
+    /// A sharded channel's (SSUBSCRIBE, SUNSUBSCRIBE), counted apart.
+    pub sharded: bool,
+    /// One ended (an UNSUBSCRIBE of any kind): without a count, the
+    /// subscriber's count goes down by one, else up by one.
+    pub ends: bool,
+}
+
+/// What confirmation `kind` (lower case) confirms; `None` when it is not
+/// a confirmation.
+pub fn confirms(kind: &str) -> Option<Confirms> {
+    if !is_confirmation(kind) {
+        return None;
+    }
+    Some(Confirms {
+        pattern: kind.starts_with('p'),
+        sharded: matches!(kind, "ssubscribe" | "sunsubscribe"),
+        ends: kind.contains("unsub"),
+    })
+}
+
 /// The count a confirmation carries (its last element, at `colon`).
 pub fn confirmation_count(frame: &[u8], colon: usize) -> Option<i64> {
     frame
@@ -175,5 +201,24 @@ mod tests {
             b"*2\r\n$4\r\npong\r\n$0\r\n\r\n"
         );
         assert!(not_allowed_subscribed("GET").starts_with(b"-ERR Can't execute 'get': "));
+    }
+
+    #[test]
+    fn a_confirmations_kind_says_what_it_confirms() {
+        let c = |pattern, sharded, ends| {
+            Some(Confirms {
+                pattern,
+                sharded,
+                ends,
+            })
+        };
+        assert_eq!(confirms("subscribe"), c(false, false, false));
+        assert_eq!(confirms("unsubscribe"), c(false, false, true));
+        assert_eq!(confirms("psubscribe"), c(true, false, false));
+        assert_eq!(confirms("punsubscribe"), c(true, false, true));
+        assert_eq!(confirms("ssubscribe"), c(false, true, false));
+        assert_eq!(confirms("sunsubscribe"), c(false, true, true));
+        assert_eq!(confirms("message"), None);
+        assert_eq!(confirms("smessage"), None);
     }
 }
