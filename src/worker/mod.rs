@@ -37,6 +37,7 @@ mod migrate;
 mod migration_rt;
 mod params;
 mod pool;
+mod preconnect;
 mod pubsub;
 mod pull;
 mod read_batch;
@@ -386,7 +387,10 @@ impl<'a> Worker<'a> {
             read_deadlines: deadlines::Deadlines::new(),
             fleet_holds: fleet_hold::FleetHolds::default(),
         };
-        w.preconnect();
+        let now = Instant::now();
+        for (pool, server, slot) in preconnect::preconnects(&w.pools) {
+            let _ = w.server_conn(pool, server, slot, now, Open::Shared);
+        }
         w.cluster_maintain(Instant::now());
         sentinel::maintain(
             &mut w.sentinels,
@@ -419,20 +423,6 @@ impl<'a> Worker<'a> {
         // Take clients from now on: handed over and accepted.
         self.handin.start(self.poll.registry())?;
         self.intake.start(self.poll.registry())
-    }
-
-    fn preconnect(&mut self) {
-        let now = Instant::now();
-        for p in 0..self.pools.len() {
-            if !self.pools[p].cfg.preconnect {
-                continue;
-            }
-            for s in 0..self.pools[p].servers.len() {
-                for c in 0..self.pools[p].servers[s].per_protocol() {
-                    let _ = self.server_conn(p, s, c, now, Open::Shared);
-                }
-            }
-        }
     }
 
     /// Replies were buffered for a client: account them against the
