@@ -83,7 +83,7 @@ impl Worker<'_> {
                 handing_over: self.handover.is_some(),
                 fleet: self.fleet_holds.wait(before),
                 handin_again: self.handin.again(),
-                gated: self.gate.is_some(),
+                gated: self.gate.is_shut(),
             };
             let retry_lock = if wait.gated {
                 None
@@ -107,7 +107,11 @@ impl Worker<'_> {
             self.resume_streams(now);
             self.cluster_maintain(now);
             super::sentinel::maintain(&mut self.sentinels, &self.pools, self.poll.registry(), now);
-            self.open_gate(now)?;
+            if self.gate.opens(&self.sentinels, now) {
+                // Take clients from now on: handed over and accepted.
+                self.handin.start(self.poll.registry())?;
+                self.intake.start(self.poll.registry())?;
+            }
             if now.duration_since(last_sweep) >= Duration::from_secs(1) {
                 last_sweep = now;
                 self.every_second(now);

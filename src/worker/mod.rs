@@ -24,6 +24,7 @@ mod event_loop;
 mod fault;
 mod fleet_hold;
 mod forward;
+mod gate;
 mod handin;
 mod handle;
 mod handover;
@@ -270,10 +271,9 @@ pub struct Worker<'a> {
     relays: relay::Relays,
     /// Pools following Redis Sentinel (sentinel.rs).
     sentinels: Vec<sentinel::Watch>,
-    /// Until the sentinels have said where the masters are (or this
-    /// instant passes), no client is taken: neither accepted nor handed
-    /// over (the predecessor keeps serving what it would hand over).
-    gate: Option<Instant>,
+    /// Until the sentinels have said where the masters are (or a while
+    /// passes), no client is taken (`gate.rs`).
+    gate: gate::Gate,
     /// Requests seen by `shadow_sample` (shadow.rs).
     shadow_tick: u64,
     /// Keys being copied from a warm pool to a cold one (warm.rs).
@@ -378,7 +378,7 @@ impl<'a> Worker<'a> {
             counting: Vec::new(),
             handin: handin::HandIn::new(setup.handin),
             relays: relay::Relays::default(),
-            gate: (!sentinels.is_empty()).then(|| Instant::now() + sentinel::GATE),
+            gate: gate::Gate::new(!sentinels.is_empty(), Instant::now()),
             sentinels,
             shadow_tick: 0,
             warms: warm::Warms::default(),
@@ -398,31 +398,12 @@ impl<'a> Worker<'a> {
             w.poll.registry(),
             Instant::now(),
         );
-        if w.gate.is_none() {
+        if !w.gate.is_shut() {
             // Take clients at once: handed over and accepted.
             w.handin.start(w.poll.registry())?;
             w.intake.start(w.poll.registry())?;
         }
         Ok(w)
-    }
-
-    /// Open the gate once the sentinels answered or its time is up.
-    fn open_gate(&mut self, now: Instant) -> std::io::Result<()> {
-        let Some(until) = self.gate else {
-            return Ok(());
-        };
-        match sentinel::gate(until, &self.sentinels, now) {
-            sentinel::GateStep::Shut => return Ok(()),
-            sentinel::GateStep::TimedOut => crate::log_warn!(
-                "no sentinel answered within {} ms: serving clients with the configured addresses",
-                sentinel::GATE.as_millis()
-            ),
-            sentinel::GateStep::Answered => {}
-        }
-        self.gate = None;
-        // Take clients from now on: handed over and accepted.
-        self.handin.start(self.poll.registry())?;
-        self.intake.start(self.poll.registry())
     }
 
     /// Replies were buffered for a client: account them against the
