@@ -1,7 +1,8 @@
 //! The connections with output to write at the end of a pass of the loop:
 //! every request or reply queued in a pass marks its connection, and each
 //! is written once, after the pass, so a pipelined batch goes out in one
-//! write per connection.
+//! write per connection. The connections paused by backpressure that
+//! may read again are listed alike, and read each once (`resumed`).
 
 use mio::Token;
 
@@ -60,6 +61,13 @@ impl Dirty {
     }
 }
 
+/// The connections listed to be read again (paused by a stream's
+/// backpressure or a client's bound, and now free to), each once, in
+/// token order; `list` is left empty.
+pub fn resumed(list: &mut Vec<Token>) -> Vec<Token> {
+    take_marked(list)
+}
+
 /// Mark `token` in `list`, unless it was the last one marked.
 #[inline]
 fn mark(list: &mut Vec<Token>, token: Token) {
@@ -109,5 +117,12 @@ mod tests {
         assert_eq!(d.take_servers(), Vec::<Token>::new());
         assert_eq!(d.take_clients(), vec![Token(9)]);
         assert!(d.is_empty());
+    }
+
+    #[test]
+    fn a_connection_resumed_twice_is_read_once() {
+        let mut list = vec![Token(5), Token(2), Token(5), Token(9), Token(2)];
+        assert_eq!(resumed(&mut list), vec![Token(2), Token(5), Token(9)]);
+        assert!(list.is_empty());
     }
 }

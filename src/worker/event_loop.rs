@@ -5,7 +5,8 @@
 //! controller (the master's channel) is read once per pass and says when
 //! to stop: at once, gracefully, or by handing clients to a successor.
 
-use super::conn::{Conn, ConnTable};
+use super::conn::ConnTable;
+use super::dirty;
 use super::fault::ServerFault;
 use super::params;
 use super::sweep;
@@ -104,7 +105,12 @@ impl Worker<'_> {
             while let Some((token, id)) = self.timers.due(now) {
                 self.server_timer(token, id, now);
             }
-            self.resume_streams(now);
+            // Read again from connections a stream's backpressure had
+            // paused, each once, to the end of what waits (as after a
+            // hang-up).
+            for t in dirty::resumed(&mut self.resume) {
+                self.on_event(t, true, true, false, now);
+            }
             self.cluster_maintain(now);
             super::sentinel::maintain(&mut self.sentinels, &self.pools, self.poll.registry(), now);
             if self.gate.opens(&self.sentinels, now) {
@@ -265,20 +271,6 @@ impl Worker<'_> {
                 }
                 let clients = sweep::any_client(&self.conns);
                 stopping.graceful_done(clients, self.graceful_timeout, now)
-            }
-        }
-    }
-
-    /// Read again from connections a stream's backpressure had paused.
-    fn resume_streams(&mut self, now: Instant) {
-        let mut tokens = std::mem::take(&mut self.resume);
-        tokens.sort_unstable();
-        tokens.dedup();
-        for t in tokens {
-            match self.conns.get(t.0) {
-                Some(Conn::Client(_)) => self.read_client(t, now, true),
-                Some(Conn::Server(_)) => self.read_server(t, now, true),
-                None => {}
             }
         }
     }
