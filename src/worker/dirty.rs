@@ -1,10 +1,15 @@
 //! The connections with output to write at the end of a pass of the loop:
 //! every request or reply queued in a pass marks its connection, and each
 //! is written once, after the pass, so a pipelined batch goes out in one
-//! write per connection. The connections paused by backpressure that
-//! may read again are listed alike, and read each once (`resumed`).
+//! write per connection. Writing can give more output (a client read
+//! again once written to sends requests), written in a few more rounds
+//! (`Dirty::round_due`). The connections paused by backpressure that may
+//! read again are listed alike, and read each once (`resumed`).
 
 use mio::Token;
+
+/// Most write rounds over marked connections in one pass of the loop.
+const FLUSH_ROUNDS: usize = 4;
 
 /// Server connections and clients marked to be written.
 #[derive(Debug, Default)]
@@ -32,6 +37,16 @@ impl Dirty {
     /// Nothing is marked.
     pub fn is_empty(&self) -> bool {
         self.servers.is_empty() && self.clients.is_empty()
+    }
+
+    /// Whether another write round is due after `rounds` of them in this
+    /// pass: anything marked, and fewer than `FLUSH_ROUNDS` done. Writing
+    /// to a client can resume one paused by `client_max_inflight`, whose
+    /// next requests mark servers again: those go now rather than after
+    /// the next (up to 1 s) wait; the rest of a long chain is left for a
+    /// zero-timeout pass of the loop.
+    pub fn round_due(&self, rounds: usize) -> bool {
+        rounds < FLUSH_ROUNDS && !self.is_empty()
     }
 
     /// The server connections marked, each once, in token order; the
@@ -117,6 +132,22 @@ mod tests {
         assert_eq!(d.take_servers(), Vec::<Token>::new());
         assert_eq!(d.take_clients(), vec![Token(9)]);
         assert!(d.is_empty());
+    }
+
+    #[test]
+    fn a_pass_writes_in_a_few_rounds_while_anything_is_marked() {
+        let mut d = Dirty::default();
+        assert!(!d.round_due(0), "nothing marked");
+        d.server(Token(2));
+        assert!(d.round_due(0));
+        assert!(d.round_due(FLUSH_ROUNDS - 1));
+        assert!(
+            !d.round_due(FLUSH_ROUNDS),
+            "the rest waits for the next pass"
+        );
+        let _ = d.take_servers();
+        d.client(Token(4));
+        assert!(d.round_due(1), "a client marked");
     }
 
     #[test]

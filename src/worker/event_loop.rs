@@ -12,7 +12,7 @@ use super::params;
 use super::sweep;
 use super::timers;
 use super::tokens::{self, TokenKind};
-use super::{Control, Stop, Worker, FLUSH_ROUNDS};
+use super::{Control, Stop, Worker};
 use crate::stats::WorkerField;
 use mio::{Events, Interest, Token};
 use std::time::{Duration, Instant};
@@ -275,37 +275,30 @@ impl Worker<'_> {
         }
     }
 
+    /// The marked connections written, in rounds while writing gives
+    /// more (`Dirty::round_due`).
     fn flush_dirty(&mut self, now: Instant) {
-        // Writing to a client can resume one paused by client_max_inflight,
-        // whose next requests make servers dirty again: flush those now
-        // rather than after the next (up to 1 s) wait; the rest of a long
-        // chain is left for a zero-timeout pass of the loop.
-        for _ in 0..FLUSH_ROUNDS {
-            if self.dirty.is_empty() {
-                break;
+        let mut rounds = 0;
+        while self.dirty.round_due(rounds) {
+            rounds += 1;
+            // A connection is marked once per queued message: write each
+            // once (a client that does not read would otherwise cost one
+            // failed write per reply queued in this iteration).
+            let mut servers = self.dirty.take_servers();
+            for t in servers.drain(..) {
+                self.write_server(t, Instant::now());
             }
-            self.flush_dirty_once(now);
-        }
-    }
-
-    fn flush_dirty_once(&mut self, now: Instant) {
-        // A connection is marked once per queued message: write each once
-        // (a client that does not read would otherwise cost one failed
-        // write per reply queued in this iteration).
-        let mut servers = self.dirty.take_servers();
-        for t in servers.drain(..) {
-            self.write_server(t, Instant::now());
-        }
-        self.dirty.give_servers(servers);
-        let mut clients = self.dirty.take_clients();
-        for t in clients.drain(..) {
-            if !self.hold_client(t, now) {
-                self.write_client(t);
+            self.dirty.give_servers(servers);
+            let mut clients = self.dirty.take_clients();
+            for t in clients.drain(..) {
+                if !self.hold_client(t, now) {
+                    self.write_client(t);
+                }
             }
+            // Clients given output while these were written (more of a
+            // held reply) stay marked: the next round writes them.
+            self.dirty.give_clients(clients);
         }
-        // Clients given output while these were written (more of a held
-        // reply) stay marked: the next round writes them.
-        self.dirty.give_clients(clients);
     }
 }
 

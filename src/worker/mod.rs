@@ -103,8 +103,6 @@ const STREAM_HIGH: usize = 1024 * 1024;
 const STREAM_LOW: usize = 256 * 1024;
 /// A client that reads nothing of a streamed reply for this long is closed.
 const STREAM_STALL: Duration = Duration::from_secs(10);
-/// Most write passes over dirty connections in one loop iteration.
-const FLUSH_ROUNDS: usize = 4;
 /// A reply or request at least this long, with nothing queued before it on
 /// the connection it goes to, is written to that socket at once from the
 /// buffer it was read into, rather than copied into the connection's
