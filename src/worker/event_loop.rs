@@ -39,7 +39,36 @@ struct Left {
     pinned: bool,
 }
 
+/// What a pass's end does about the controller's word (`Stopping::step`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StopStep {
+    /// Go on serving.
+    Run,
+    /// End the loop now.
+    Exit,
+    /// Hand the clients over (begun, or going on).
+    Handover,
+    /// Finish the clients here: a graceful stop, or a handover that fell
+    /// back to one (it stays one).
+    Graceful,
+}
+
 impl Stopping {
+    /// What the controller's `stop` comes to at `now`: a handover goes on
+    /// as one only until it fell back to a graceful stop; a graceful stop's
+    /// time starts with it.
+    fn step(&mut self, stop: Stop, now: Instant) -> StopStep {
+        match stop {
+            Stop::Run => StopStep::Run,
+            Stop::Fast => StopStep::Exit,
+            Stop::Handover if self.graceful_since.is_none() => StopStep::Handover,
+            Stop::Graceful | Stop::Handover => {
+                self.graceful_since.get_or_insert(now);
+                StopStep::Graceful
+            }
+        }
+    }
+
     /// Whether a handover's stop is done at `now`: every client handed
     /// over, or `bound` past since handing over began; either way only
     /// once no relayed client and no client pinned here is left.
@@ -240,10 +269,10 @@ impl Worker<'_> {
         control: &mut dyn Control,
         now: Instant,
     ) -> bool {
-        match stop {
-            Stop::Run => false,
-            Stop::Fast => true,
-            Stop::Handover if stopping.graceful_since.is_none() => {
+        match stopping.step(stop, now) {
+            StopStep::Run => false,
+            StopStep::Exit => true,
+            StopStep::Handover => {
                 if let Some(to) = self.ctl.handover_to.take() {
                     // Nothing held is routed once it reports stopped.
                     self.fleet_holds.close();
@@ -259,11 +288,10 @@ impl Worker<'_> {
                 };
                 stopping.handover_done(left, self.graceful_timeout, now)
             }
-            Stop::Graceful | Stop::Handover => {
+            StopStep::Graceful => {
                 self.fleet_holds.close();
                 self.fleet_holds_tick(now);
                 self.intake.stop(self.poll.registry());
-                stopping.graceful_since.get_or_insert(now);
                 // Every client with nothing in flight that has been
                 // quiet for a while closes; done when none is left.
                 for client in sweep::quiet_clients(&self.conns, now) {
@@ -370,5 +398,23 @@ mod tests {
         assert!(!s.graceful_done(true, bound, t0 + bound));
         assert!(s.graceful_done(true, bound, t0 + bound + Duration::from_millis(1)));
         assert!(s.graceful_done(false, bound, t0), "no client left");
+    }
+
+    #[test]
+    fn a_handover_fallen_back_to_a_graceful_stop_stays_one() {
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_secs(1);
+        let mut s = Stopping::default();
+        assert_eq!(s.step(Stop::Run, t0), StopStep::Run);
+        assert_eq!(s.step(Stop::Handover, t0), StopStep::Handover);
+        assert_eq!(s.graceful_since, None);
+        // Nobody to hand to: the loop finishes the clients here.
+        s.graceful_since = Some(t0);
+        assert_eq!(s.step(Stop::Handover, later), StopStep::Graceful);
+        assert_eq!(s.graceful_since, Some(t0), "its time started once");
+        assert_eq!(s.step(Stop::Fast, later), StopStep::Exit);
+        let mut s = Stopping::default();
+        assert_eq!(s.step(Stop::Graceful, later), StopStep::Graceful);
+        assert_eq!(s.graceful_since, Some(later), "its time starts");
     }
 }
