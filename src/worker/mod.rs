@@ -420,22 +420,14 @@ impl<'a> Worker<'a> {
     fn over_budget(&mut self) {
         self.stats.worker_add(WorkerField::BudgetEvictions, 1);
         while self.out.evicting() {
-            let biggest = self
-                .conns
-                .iter()
-                .filter_map(|(k, c)| match c {
-                    Conn::Client(c) if c.has_output() => Some((c.out_len(), k)),
-                    _ => None,
-                })
-                .max();
-            let Some((len, k)) = biggest else {
+            let Some((client, len)) = sweep::biggest_output(&self.conns) else {
                 break;
             };
             let (bytes, budget) = self.out.figures();
             crate::log_notice!(
                 "{bytes} bytes of replies buffered, over buffer_budget {budget}: closing the client holding {len} of them"
             );
-            self.close_client(Token(k), true);
+            self.close_client(client, true);
         }
     }
 

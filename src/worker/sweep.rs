@@ -200,6 +200,21 @@ pub(super) fn any_pinned(conns: &Slab<Conn>) -> bool {
         .any(|(_, c)| matches!(c, Conn::Client(c) if c.is_stateful()))
 }
 
+/// The client holding the most unwritten replies, and how many bytes:
+/// the one a worker over its `buffer_budget` closes first (`budget.rs`);
+/// of two holding as much, the later in the table. `None` when no client
+/// holds any.
+pub(super) fn biggest_output(conns: &Slab<Conn>) -> Option<(Token, usize)> {
+    conns
+        .iter()
+        .filter_map(|(k, c)| match c {
+            Conn::Client(c) if c.has_output() => Some((c.out_len(), k)),
+            _ => None,
+        })
+        .max()
+        .map(|(len, k)| (Token(k), len))
+}
+
 /// Whether any client is left in the table.
 pub(super) fn any_client(conns: &Slab<Conn>) -> bool {
     conns.iter().any(|(_, c)| matches!(c, Conn::Client(_)))
@@ -309,5 +324,33 @@ mod tests {
             !any_pinned(&conns),
             "neither subscribed nor in a transaction"
         );
+    }
+
+    #[test]
+    fn the_client_holding_the_most_output_goes_first() {
+        use crate::net::Stream;
+        use crate::proto::redis::local::Session;
+        use crate::worker::conn::{BufPool, Client, ConnTable};
+        let now = Instant::now();
+        let mut conns = Slab::new();
+        let mut bufs = BufPool::default();
+        let mut client = |conns: &mut Slab<Conn>, out: &[u8]| {
+            let (sock, _) = mio::net::UnixStream::pair().expect("socket pair");
+            let c = Client::new(Stream::Unix(sock), 1, 0, Session::new(1, None, false), now);
+            let t = Token(conns.insert(Conn::Client(Box::new(c))));
+            if !out.is_empty() {
+                conns.push_ready(t, out.to_vec(), false);
+                let _ = conns.client_mut(t.0).map(|c| c.drain_ready(&mut bufs));
+            }
+            t
+        };
+        assert_eq!(biggest_output(&conns), None);
+        let _quiet = client(&mut conns, b"");
+        assert_eq!(biggest_output(&conns), None, "nothing held");
+        let _small = client(&mut conns, b"+OK\r\n");
+        let big = client(&mut conns, b"$5\r\nhello\r\n");
+        assert_eq!(biggest_output(&conns), Some((big, 11)));
+        let same = client(&mut conns, b"$5\r\nworld\r\n");
+        assert_eq!(biggest_output(&conns), Some((same, 11)), "the later");
     }
 }
