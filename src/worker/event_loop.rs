@@ -250,12 +250,33 @@ impl Worker<'_> {
         }
     }
 
-    /// The end of a pass: output written, and what was batched over the
-    /// pass added to the shared counters.
+    /// The end of a pass: output written, the marked connections in
+    /// rounds while writing gives more (`Dirty::round_due`), and what was
+    /// batched over the pass added to the shared counters.
     fn end_pass(&mut self, now: Instant) {
         self.read_late(now);
         self.hold_deadlines.release_due(now, &mut self.dirty);
-        self.flush_dirty(now);
+        let mut rounds = 0;
+        while self.dirty.round_due(rounds) {
+            rounds += 1;
+            // A connection is marked once per queued message: write each
+            // once (a client that does not read would otherwise cost one
+            // failed write per reply queued in this iteration).
+            let mut servers = self.dirty.take_servers();
+            for t in servers.drain(..) {
+                self.write_server(t, Instant::now());
+            }
+            self.dirty.give_servers(servers);
+            let mut clients = self.dirty.take_clients();
+            for t in clients.drain(..) {
+                if !self.hold_client(t, now) {
+                    self.write_client(t);
+                }
+            }
+            // Clients given output while these were written (more of a
+            // held reply) stay marked: the next round writes them.
+            self.dirty.give_clients(clients);
+        }
         super::server::count_queued(&mut self.conns, &mut self.counting, &self.stats);
         self.recorder.end_pass(&self.stats);
     }
@@ -300,32 +321,6 @@ impl Worker<'_> {
                 let clients = sweep::any_client(&self.conns);
                 stopping.graceful_done(clients, self.graceful_timeout, now)
             }
-        }
-    }
-
-    /// The marked connections written, in rounds while writing gives
-    /// more (`Dirty::round_due`).
-    fn flush_dirty(&mut self, now: Instant) {
-        let mut rounds = 0;
-        while self.dirty.round_due(rounds) {
-            rounds += 1;
-            // A connection is marked once per queued message: write each
-            // once (a client that does not read would otherwise cost one
-            // failed write per reply queued in this iteration).
-            let mut servers = self.dirty.take_servers();
-            for t in servers.drain(..) {
-                self.write_server(t, Instant::now());
-            }
-            self.dirty.give_servers(servers);
-            let mut clients = self.dirty.take_clients();
-            for t in clients.drain(..) {
-                if !self.hold_client(t, now) {
-                    self.write_client(t);
-                }
-            }
-            // Clients given output while these were written (more of a
-            // held reply) stay marked: the next round writes them.
-            self.dirty.give_clients(clients);
         }
     }
 }
