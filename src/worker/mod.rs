@@ -57,6 +57,7 @@ mod server_reply;
 mod server_rt;
 mod shadow;
 mod spool;
+mod start_pools;
 mod stream;
 mod stream_reply;
 mod subscriber;
@@ -303,35 +304,13 @@ impl<'a> Worker<'a> {
     /// Build a worker for `config`, serving the given listeners.
     pub fn new(config: &Config, setup: WorkerSetup<'a>) -> std::io::Result<Worker<'a>> {
         let poll = Poll::new()?;
-        let mut pools: Vec<PoolRt> = config
-            .pools
-            .iter()
-            .map(|p| {
-                let mut rt = PoolRt::new(p, setup.lineage.of(&p.name));
-                if let Some(m) = rt.migration.as_mut() {
-                    m.set_moved_keys(setup.lineage.moved_keys(&p.name));
-                }
-                rt
-            })
-            .collect();
-        // A shadow names another pool: its index is known once all are.
-        for i in 0..pools.len() {
-            if let Some(sh) = &pools[i].cfg.routing.shadow {
-                let to = pools.iter().position(|p| p.cfg.name == sh.pool);
-                let migrating = pools[i].migration.is_some();
-                pools[i].route = crate::route::PoolRoute::build(&pools[i].cfg, to, migrating);
-            }
-        }
+        let fenced = setup.fleet.is_some_and(|(_, fenced)| fenced);
+        let pools = start_pools::start_pools(config, setup.lineage, fenced);
         let ls = setup
             .listeners
             .into_iter()
             .map(|l| (Listener::from_fd(l.fd, l.tcp), l.pool))
             .collect();
-        if let Some((_, fenced)) = setup.fleet {
-            for p in pools.iter_mut().filter(|p| p.migration.is_some()) {
-                p.fleet_fenced = fenced;
-            }
-        }
         let sentinels = sentinel::watches(&pools);
         let recorder = latency::Recorder::new(&pools, true, config.process.slowlog_threshold_us);
         let mut w = Worker {
