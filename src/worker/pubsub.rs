@@ -31,7 +31,7 @@ use super::handle::ServerRef;
 use super::subscriber::{self, subscribe_op, Subs, SubsStep};
 use super::Worker;
 use crate::proto::redis::pubsub;
-use crate::proto::{Op, Parse, Request};
+use crate::proto::{Op, Request};
 use mio::Token;
 use slab::Slab;
 use std::time::Instant;
@@ -116,18 +116,14 @@ impl Worker<'_> {
             return 0;
         };
         let (pool, server) = (s.pool(), s.server());
-        let proto = self.pools[pool].proto;
-        let Some(op) = subscribe_op() else {
-            return 0;
-        };
         let cluster = self.pools[pool].cluster.is_some();
         let mut off = 0;
         while off < input.len() {
-            let Ok(Parse::Done(rsp)) = proto.parse_response(&input[off..], op) else {
+            let Some(len) = pubsub::push_frame(&input[off..]) else {
                 break;
             };
-            let frame = &input[off..off + rsp.len];
-            off += rsp.len;
+            let frame = &input[off..off + len];
+            off += len;
             let to = ClientRef::new(ct, cid);
             let Some((out, done)) = frame_for(&mut self.conns, st, to, frame, server, cluster)
             else {

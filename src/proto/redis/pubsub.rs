@@ -143,9 +143,29 @@ pub fn not_allowed_subscribed(name: &str) -> Vec<u8> {
     ))
 }
 
+/// The length of the whole frame `buf` starts with, as a subscriber's
+/// server sends them (pushes and confirmations, in either RESP version);
+/// `None` until all of it is in, or when it is not a frame.
+pub fn push_frame(buf: &[u8]) -> Option<usize> {
+    match resp::parse_response(buf) {
+        Ok(crate::proto::Parse::Done(rsp)) => Some(rsp.len),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_push_frame_is_whole_or_not_yet() {
+        let two = b"*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$2\r\nhi\r\n>3\r\n$7\r\nmessage";
+        assert_eq!(push_frame(two), Some(33), "the first of two");
+        assert_eq!(push_frame(&two[33..]), None, "the second is not all in");
+        assert_eq!(push_frame(b""), None);
+        let resp3 = b">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$2\r\nhi\r\n";
+        assert_eq!(push_frame(resp3), Some(33), "a RESP3 push");
+    }
 
     #[test]
     fn frames() {
