@@ -7,7 +7,7 @@
 //! The migrator sets a key's bit once the key is on its new owner; a
 //! worker reading a moved key asks the new owner first when its bit is
 //! set, the old owners first otherwise (`worker/migrate.rs`,
-//! `read_where_it_is`). Without it a read guesses by where reads found
+//! `PoolRt::moving`). Without it a read guesses by where reads found
 //! keys lately, and while a migration runs about one read in five asked
 //! the wrong server first, then the other one.
 //!

@@ -47,7 +47,7 @@ pub(super) enum Split {
 
 /// The servers a request for a key several servers hold goes to, and
 /// how (`PoolRt::replicas`, `replica_read`, `zone_owners`): the worker
-/// sends it as this says (`Worker::send_owners`).
+/// sends it as this says (`Worker::send_plan`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Owners {
     /// A read: to the first, the others kept to fail over to in order.
