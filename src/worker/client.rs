@@ -10,9 +10,11 @@ use super::handover::CARRY_MAX;
 use super::migrate::Hold;
 use super::pool::PoolRt;
 use super::pull::AfterPull;
+use super::server_conn::Queued;
 use super::txn::TxnStep;
 use super::{Worker, WorkerCtl, READ_BUDGET, READ_CHUNK, STREAM_LOW, STREAM_THRESHOLD};
 use crate::proto::{Local, Parse, Request, Route};
+use crate::stats::slowlog::KeyPrefix;
 use crate::stats::{PoolField, WorkerField};
 use mio::Token;
 use slab::Slab;
@@ -377,20 +379,7 @@ impl Worker<'_> {
         write: impl FnOnce(&mut Vec<u8>),
         now: Instant,
     ) {
-        let Some(s) = self.conns.server_mut(st.0) else {
-            return;
-        };
-        let waits = waiter.is_some();
-        let q = s.queue(waiter, op, write, now, self.recorder.slow_key());
-        if q.first_uncounted {
-            self.counting.push(st);
-        }
-        if let Some(at) = s.arm_once(waits, &self.pools, now) {
-            self.timers.arm(at, st, s.id());
-        }
-        if q.first_out {
-            self.dirty.server(st);
-        }
+        self.queue_on(st, waiter, now, |s, w, key| s.queue(w, op, write, now, key));
     }
 
     /// Queue a request that goes as it came, written at once from `bytes`
@@ -404,11 +393,28 @@ impl Worker<'_> {
         bytes: &[u8],
         now: Instant,
     ) {
+        self.queue_on(st, waiter, now, |s, w, key| {
+            s.queue_through(w, op, bytes, now, key)
+        });
+    }
+
+    /// What `enqueue` and `enqueue_through` share around how they queue
+    /// (`queue`): the connection joins the pass's list to count with its
+    /// first request, has its timer armed as `Server::arm_once` says, and
+    /// is marked to be written with its first output.
+    #[inline(always)]
+    fn queue_on(
+        &mut self,
+        st: Token,
+        waiter: Option<Waiter>,
+        now: Instant,
+        queue: impl FnOnce(&mut Server, Option<Waiter>, KeyPrefix) -> Queued,
+    ) {
         let Some(s) = self.conns.server_mut(st.0) else {
             return;
         };
         let waits = waiter.is_some();
-        let q = s.queue_through(waiter, op, bytes, now, self.recorder.slow_key());
+        let q = queue(s, waiter, self.recorder.slow_key());
         if q.first_uncounted {
             self.counting.push(st);
         }
@@ -633,18 +639,8 @@ mod tests {
             .expect("config parses");
         let pools = vec![PoolRt::new(&c.pools[0], &[])];
         let mut ctl = WorkerCtl {
-            quickack: false,
-            client_idle: None,
-            latency: false,
-            slowlog_us: 0,
             pool_names: vec!["a".into()],
-            pool_timeouts: Vec::new(),
-            client_output_limit: None,
-            client_max_inflight: None,
-            handover_to: None,
-            migration_done: Vec::new(),
-            fleet_go: Vec::new(),
-            reply_hold: None,
+            ..WorkerCtl::default()
         };
         let (sock, _peer) = mio::net::UnixStream::pair().expect("socket pair");
         let client = pools[0].new_client(crate::net::Stream::Unix(sock), 0, 1, Instant::now());

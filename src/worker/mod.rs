@@ -171,7 +171,7 @@ pub struct WorkerSetup<'a> {
 }
 
 /// Runtime knobs a controller can change without restarting the loop.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct WorkerCtl {
     /// Set TCP_QUICKACK after reads.
     pub quickack: bool,
@@ -334,17 +334,11 @@ impl<'a> Worker<'a> {
             bufs: conn::BufPool::default(),
             ctl: WorkerCtl {
                 quickack: config.process.tcp_quickack,
-                client_idle: None,
                 latency: true,
                 slowlog_us: config.process.slowlog_threshold_us,
                 pool_names: config.pools.iter().map(|p| p.name.clone()).collect(),
-                pool_timeouts: Vec::new(),
-                client_output_limit: None,
-                client_max_inflight: None,
-                handover_to: None,
-                migration_done: Vec::new(),
-                fleet_go: Vec::new(),
                 reply_hold: reply_hold::bound(config.process.reply_hold_us),
+                ..WorkerCtl::default()
             },
             out: budget::OutputBudget::new(config.process.buffer_budget),
             graceful_timeout: Duration::from_millis(config.process.graceful_timeout_ms),

@@ -35,18 +35,9 @@ fn pool(migration: bool) -> PoolRt {
 
 fn ctl() -> WorkerCtl {
     WorkerCtl {
-        quickack: false,
-        client_idle: None,
         latency: true,
-        slowlog_us: 0,
         pool_names: vec!["p".into(), "q".into()],
-        pool_timeouts: Vec::new(),
-        client_output_limit: None,
-        client_max_inflight: None,
-        handover_to: None,
-        migration_done: Vec::new(),
-        fleet_go: Vec::new(),
-        reply_hold: None,
+        ..WorkerCtl::default()
     }
 }
 

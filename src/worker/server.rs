@@ -433,6 +433,49 @@ mod tests {
     use crate::proto::redis::{stream_head, StreamMachine};
     use crate::proto::Limits;
     use crate::worker::conn::{Client, ReqStream, SrvStream};
+    use crate::worker::server_conn::Queued;
+
+    const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
+
+    /// A stats region of one pool with one server, and a connection
+    /// table holding a server connection (still connecting) to it over a
+    /// socket pair, whose other end is returned.
+    fn one_server() -> (
+        crate::stats::shm::Region,
+        Slab<Conn>,
+        Token,
+        std::os::unix::net::UnixStream,
+    ) {
+        let names = crate::stats::carry::Names {
+            pools: vec!["p".into()],
+            servers: vec![vec!["a".into()]],
+            routes: vec![Vec::new()],
+        };
+        let region = crate::stats::shm::Region::new(names.layout(), 1).expect("stats region");
+        let mut conns = Slab::new();
+        let (sock, peer) = std::os::unix::net::UnixStream::pair().expect("socket pair");
+        sock.set_nonblocking(true).expect("non-blocking");
+        let sock = mio::net::UnixStream::from_std(sock);
+        let s = Server::new(Stream::Unix(sock), 9, (0, 0, 0), Instant::now(), false);
+        let st = Token(conns.insert(Conn::Server(Box::new(s))));
+        (region, conns, st, peer)
+    }
+
+    /// Queue a PING on connection `st`.
+    fn queue_ping(conns: &mut Slab<Conn>, st: Token) -> Queued {
+        let Ok(crate::proto::Parse::Done(req)) =
+            crate::proto::Protocol::Redis.parse_request(PING, &Limits::default())
+        else {
+            panic!("request parses");
+        };
+        conns.server_mut(st.0).expect("server").queue(
+            Some(Waiter::Internal),
+            req.op,
+            |w| w.extend_from_slice(PING),
+            Instant::now(),
+            Default::default(),
+        )
+    }
 
     fn server(dedicated: bool) -> Server {
         let (sock, _) = mio::net::UnixStream::pair().expect("socket pair");
@@ -477,35 +520,10 @@ mod tests {
 
     #[test]
     fn queued_requests_are_written_once_connected_and_a_failed_socket_named() {
-        use crate::stats::carry::Names;
-        use crate::stats::shm::Region;
         use std::io::Read;
-        let names = Names {
-            pools: vec!["p".into()],
-            servers: vec![vec!["a".into()]],
-            routes: vec![Vec::new()],
-        };
-        let region = Region::new(names.layout(), 1).expect("stats region");
+        let (region, mut conns, st, mut peer) = one_server();
         let stats = region.slot(0);
-        let mut conns = Slab::new();
-        let (sock, mut peer) = std::os::unix::net::UnixStream::pair().expect("socket pair");
-        sock.set_nonblocking(true).expect("non-blocking");
-        let sock = mio::net::UnixStream::from_std(sock);
-        let s = Server::new(Stream::Unix(sock), 9, (0, 0, 0), Instant::now(), false);
-        let st = Token(conns.insert(Conn::Server(Box::new(s))));
-        let ping = b"*1\r\n$4\r\nPING\r\n";
-        let Ok(crate::proto::Parse::Done(req)) =
-            crate::proto::Protocol::Redis.parse_request(ping, &Limits::default())
-        else {
-            panic!("request parses");
-        };
-        let _ = conns.server_mut(st.0).expect("server").queue(
-            Some(Waiter::Internal),
-            req.op,
-            |w| w.extend_from_slice(ping),
-            Instant::now(),
-            Default::default(),
-        );
+        let _ = queue_ping(&mut conns, st);
         assert_eq!(
             write_queued(&mut conns, &stats, st),
             Wrote::Idle,
@@ -516,15 +534,9 @@ mod tests {
         assert!(conns.server(st.0).is_some_and(|s| s.wbuf().is_empty()));
         let mut got = [0; 14];
         peer.read_exact(&mut got).expect("written");
-        assert_eq!(&got, ping);
+        assert_eq!(&got, PING);
         drop(peer);
-        let _ = conns.server_mut(st.0).expect("server").queue(
-            Some(Waiter::Internal),
-            req.op,
-            |w| w.extend_from_slice(ping),
-            Instant::now(),
-            Default::default(),
-        );
+        let _ = queue_ping(&mut conns, st);
         assert!(matches!(
             write_queued(&mut conns, &stats, st),
             Wrote::Failed(ServerFault::Socket(_))
@@ -538,32 +550,9 @@ mod tests {
 
     #[test]
     fn what_a_pass_queued_unwritten_is_counted_once_at_its_end() {
-        use crate::stats::carry::Names;
-        use crate::stats::shm::Region;
-        let names = Names {
-            pools: vec!["p".into()],
-            servers: vec![vec!["a".into()]],
-            routes: vec![Vec::new()],
-        };
-        let region = Region::new(names.layout(), 1).expect("stats region");
+        let (region, mut conns, st, _peer) = one_server();
         let stats = region.slot(0);
-        let mut conns = Slab::new();
-        let (sock, _peer) = mio::net::UnixStream::pair().expect("socket pair");
-        let s = Server::new(Stream::Unix(sock), 9, (0, 0, 0), Instant::now(), false);
-        let st = Token(conns.insert(Conn::Server(Box::new(s))));
-        let ping = b"*1\r\n$4\r\nPING\r\n";
-        let Ok(crate::proto::Parse::Done(req)) =
-            crate::proto::Protocol::Redis.parse_request(ping, &Limits::default())
-        else {
-            panic!("request parses");
-        };
-        let q = conns.server_mut(st.0).expect("server").queue(
-            Some(Waiter::Internal),
-            req.op,
-            |w| w.extend_from_slice(ping),
-            Instant::now(),
-            Default::default(),
-        );
+        let q = queue_ping(&mut conns, st);
         assert!(q.first_uncounted);
         // Still connecting: not written, counted at the end of the pass;
         // a connection gone since is skipped.
@@ -573,7 +562,7 @@ mod tests {
         let sum = |f| region.server_sum(0, 0, f);
         assert_eq!(sum(ServerField::Requests), 1);
         assert_eq!(sum(ServerField::InQueue), 1);
-        assert_eq!(sum(ServerField::RequestBytes), ping.len() as u64);
+        assert_eq!(sum(ServerField::RequestBytes), PING.len() as u64);
         count_queued(&mut conns, &mut vec![st], &stats);
         assert_eq!(sum(ServerField::Requests), 1, "once");
     }
