@@ -73,6 +73,26 @@ fn kept(req: Request, bytes: Vec<u8>) -> ReplySlot {
     }
 }
 
+/// Client 10, on a socket pair.
+fn client10() -> super::super::conn::Client {
+    let (sock, _) = mio::net::UnixStream::pair().expect("socket pair");
+    let session = crate::proto::redis::local::Session::new(1, None, false);
+    let stream = crate::net::Stream::Unix(sock);
+    super::super::conn::Client::new(stream, 10, 0, session, Instant::now())
+}
+
+/// A connection table whose client 10, at `Token(0)`, keeps GET foo in
+/// its reply 0 for a redirection; and GET's op.
+fn keeping_get_foo() -> (Slab<Conn>, crate::proto::Op) {
+    let (req, bytes) = cmd(b"*2\r\n$3\r\nGET\r\n$3\r\nfoo\r\n");
+    let op = req.op;
+    let mut c = client10();
+    c.push_reply(kept(req, bytes));
+    let mut conns = Slab::new();
+    conns.insert(Conn::Client(Box::new(c)));
+    (conns, op)
+}
+
 #[test]
 fn a_kept_request_is_sent_again_within_its_budgets() {
     use super::super::conn::{Fragment, Multi, MultiMode};
@@ -223,17 +243,8 @@ fn a_cluster_error_says_whether_and_where_a_request_goes_again() {
 
 #[test]
 fn a_request_goes_again_now_or_later_within_its_budgets() {
-    use super::super::conn::Client;
-    use crate::net::Stream;
     let mut p = pool();
-    let (req, bytes) = cmd(b"*2\r\n$3\r\nGET\r\n$3\r\nfoo\r\n");
-    let op = req.op;
-    let mut conns = Slab::new();
-    let (sock, _) = mio::net::UnixStream::pair().expect("socket pair");
-    let session = crate::proto::redis::local::Session::new(1, None, false);
-    let mut c = Client::new(Stream::Unix(sock), 10, 0, session, Instant::now());
-    c.push_reply(kept(req, bytes));
-    conns.insert(Conn::Client(Box::new(c)));
+    let (mut conns, op) = keeping_get_foo();
     let now = Instant::now();
     let to = ReplyTo::new(Token(0), 10, Some(0), None);
     let moved = Again::Redirect {
@@ -264,17 +275,8 @@ fn a_request_goes_again_now_or_later_within_its_budgets() {
 
 #[test]
 fn a_cluster_error_reply_sends_a_kept_request_again_now_later_or_not() {
-    use super::super::conn::Client;
-    use crate::net::Stream;
     let mut p = pool();
-    let (req, bytes) = cmd(b"*2\r\n$3\r\nGET\r\n$3\r\nfoo\r\n");
-    let op = req.op;
-    let mut conns = Slab::new();
-    let (sock, _) = mio::net::UnixStream::pair().expect("socket pair");
-    let session = crate::proto::redis::local::Session::new(1, None, false);
-    let mut c = Client::new(Stream::Unix(sock), 10, 0, session, Instant::now());
-    c.push_reply(kept(req, bytes));
-    conns.insert(Conn::Client(Box::new(c)));
+    let (mut conns, op) = keeping_get_foo();
     let now = Instant::now();
     let to = ReplyTo::new(Token(0), 10, Some(0), None);
     let moved = b"-MOVED 12182 127.0.0.1:30002\r\n";
@@ -298,14 +300,11 @@ fn a_cluster_error_reply_sends_a_kept_request_again_now_later_or_not() {
 
 #[test]
 fn a_kept_request_goes_again_whole_as_a_fragment_or_from_its_spool() {
-    use super::super::conn::{Client, Fragment, Multi, MultiMode};
-    use crate::net::Stream;
+    use super::super::conn::{Fragment, Multi, MultiMode};
     use crate::proto::redis::{stream_head, StreamMachine};
     use crate::worker::conn::ReqStream;
     let mut conns = Slab::new();
-    let (sock, _) = mio::net::UnixStream::pair().expect("socket pair");
-    let session = crate::proto::redis::local::Session::new(1, None, false);
-    let mut c = Client::new(Stream::Unix(sock), 10, 0, session, Instant::now());
+    let mut c = client10();
     // Reply 0 keeps GET foo, reply 1 an MGET's fragments, reply 2 a
     // streamed SET in its spool.
     let (get, get_bytes) = cmd(b"*2\r\n$3\r\nGET\r\n$3\r\nfoo\r\n");
@@ -368,18 +367,8 @@ fn a_kept_request_goes_again_whole_as_a_fragment_or_from_its_spool() {
 
 #[test]
 fn a_request_waited_out_goes_where_its_key_is_routed_when_due() {
-    use super::super::conn::Client;
-    use crate::net::Stream;
     let mut p = pool();
-    let (req, bytes) = cmd(b"*2\r\n$3\r\nGET\r\n$3\r\nfoo\r\n");
-    let op = req.op;
-    // Client 10 at Token(0) keeps GET foo in its reply 0.
-    let mut conns = Slab::new();
-    let (sock, _) = mio::net::UnixStream::pair().expect("socket pair");
-    let session = crate::proto::redis::local::Session::new(1, None, false);
-    let mut c = Client::new(Stream::Unix(sock), 10, 0, session, Instant::now());
-    c.push_reply(kept(req, bytes));
-    conns.insert(Conn::Client(Box::new(c)));
+    let (conns, op) = keeping_get_foo();
     let now = Instant::now();
     let c = p.cluster.as_mut().unwrap();
     let kept = ClientRef::new(Token(0), 10);

@@ -169,13 +169,25 @@ impl PoolRt {
     /// every one, a fragment each knowing its server's zone, answered with
     /// the first success. `None`: no server.
     pub(super) fn replicated_write(&self, req: &Request, replicas: Vec<usize>) -> Option<SendPlan> {
-        if replicas.is_empty() {
+        self.owners_write(req, replicas, MultiMode::Replicate)
+    }
+
+    /// A write to every one of `owners`, a fragment each knowing its
+    /// server's zone, merged as `mode` says (a replicated pool's write, a
+    /// zone pool's async one). `None`: no owner.
+    pub(super) fn owners_write(
+        &self,
+        req: &Request,
+        owners: Vec<usize>,
+        mode: MultiMode,
+    ) -> Option<SendPlan> {
+        if owners.is_empty() {
             return None;
         }
         let routing = &self.cfg.routing;
-        let zones: SmallVec<[u8; 4]> = replicas.iter().map(|&s| zone_tag(routing, s)).collect();
-        let slot = ReplySlot::for_owners(req, &zones, MultiMode::Replicate);
-        Some(SendPlan::each(slot, replicas, Write::Request))
+        let zones: SmallVec<[u8; 4]> = owners.iter().map(|&s| zone_tag(routing, s)).collect();
+        let slot = ReplySlot::for_owners(req, &zones, mode);
+        Some(SendPlan::each(slot, owners, Write::Request))
     }
 
     /// The server of `req`, a request for one server: its key's owner, or

@@ -304,14 +304,13 @@ impl PoolRt {
     /// [`MultiMode::Zones`]), a remote zone's bounded as a copy is (so a
     /// stalled remote zone costs no memory). `None`: no owner.
     pub(super) fn zone_write(&self, req: &Request, owners: Vec<usize>) -> Option<SendPlan> {
-        if owners.is_empty() {
-            return None;
-        }
+        let mut plan = self.owners_write(req, owners, MultiMode::Zones)?;
         let routing = &self.cfg.routing;
-        let zones: SmallVec<[u8; 4]> = owners.iter().map(|&s| zone_tag(routing, s)).collect();
-        let slot = ReplySlot::for_owners(req, &zones, MultiMode::Zones);
-        let mut plan = SendPlan::each(slot, owners, Write::Request);
-        plan.bounded = zones.iter().map(|&z| z != 0).collect();
+        plan.bounded = plan
+            .to
+            .iter()
+            .map(|&(s, _)| zone_tag(routing, s) != 0)
+            .collect();
         Some(plan)
     }
 
