@@ -5,8 +5,12 @@
 //! client eviction): memory stays bounded and the clients that read their
 //! replies are not held up.
 
+use super::closes::Close;
+use super::conn::Conn;
 use crate::stats::shm::StatsSlot;
 use crate::stats::WorkerField;
+use mio::Token;
+use slab::Slab;
 
 /// Bytes of replies buffered for all clients of a worker, against its budget.
 #[derive(Debug)]
@@ -51,6 +55,38 @@ impl OutputBudget {
     pub fn figures(&self) -> (usize, usize) {
         (self.bytes, self.budget)
     }
+
+    /// Over the budget: the clients of `conns` to evict, the most first
+    /// ([`OutputBudget::choose`] over `sweep::outputs`), counted as one
+    /// eviction run.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn evictions(&self, conns: &Slab<Conn>, stats: &StatsSlot<'_>) -> Vec<Close> {
+        stats.worker_add(WorkerField::BudgetEvictions, 1);
+        self.choose(super::sweep::outputs(conns))
+    }
+
+    /// Of the clients holding `outputs` (token, bytes of replies), those
+    /// evicted, the most first (of two holding as much, the later in the
+    /// table), until what is left is below 90 % of the budget. Each is
+    /// closed only while eviction still goes on when its turn comes
+    /// (`Close::Evict`).
+    fn choose(&self, outputs: impl Iterator<Item = (Token, usize)>) -> Vec<Close> {
+        let mut held: Vec<(usize, usize)> = outputs.map(|(t, len)| (len, t.0)).collect();
+        held.sort_unstable_by(|a, b| b.cmp(a));
+        let mut left = self.bytes;
+        held.into_iter()
+            .take_while(|&(len, _)| {
+                let evicting = left * 10 > self.budget * 9;
+                left = left.saturating_sub(len);
+                evicting
+            })
+            .map(|(len, k)| Close::Evict {
+                token: Token(k),
+                len,
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -75,5 +111,30 @@ mod tests {
         assert_eq!(region.worker_sum(WorkerField::OutputBytes), 0);
         let mut none = OutputBudget::new(0);
         assert!(!none.add(usize::MAX / 2, &st), "no budget: never over");
+    }
+
+    #[test]
+    fn the_clients_holding_the_most_are_evicted_down_to_ninety_percent() {
+        let b = OutputBudget {
+            bytes: 1100,
+            budget: 1000,
+        };
+        let evict = |token, len| Close::Evict {
+            token: Token(token),
+            len,
+        };
+        let outputs = [(1, 100), (2, 150), (3, 50), (4, 150), (5, 700)];
+        // 1100 less 700 is 400, under 900: the one holding most is enough.
+        assert_eq!(
+            b.choose(outputs.iter().map(|&(t, n)| (Token(t), n))),
+            vec![evict(5, 700)]
+        );
+        let outputs = [(1, 100), (2, 150), (3, 50), (4, 150), (5, 50)];
+        // 1100, 950, 800: of two holding as much, the later goes first.
+        assert_eq!(
+            b.choose(outputs.iter().map(|&(t, n)| (Token(t), n))),
+            vec![evict(4, 150), evict(2, 150)]
+        );
+        assert!(b.choose(std::iter::empty()).is_empty(), "nobody holds any");
     }
 }

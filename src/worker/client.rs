@@ -537,7 +537,7 @@ impl Worker<'_> {
         }
         // Its transaction's, push and blocked requests' connections end
         // with it.
-        self.retire_all(c.take_own_conns());
+        self.close_all(super::closes::retire(c.take_own_conns()));
         let pool = c.pool();
         crate::log_pverb!(
             "client {} of pool '{}' closed ({})",

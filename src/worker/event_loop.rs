@@ -5,9 +5,8 @@
 //! controller (the master's channel) is read once per pass and says when
 //! to stop: at once, gracefully, or by handing clients to a successor.
 
-use super::conn::ConnTable;
+use super::closes::Close;
 use super::dirty;
-use super::fault::ServerFault;
 use super::params;
 use super::sweep;
 use super::timers;
@@ -148,8 +147,18 @@ impl Worker<'_> {
                 self.intake.start(self.poll.registry())?;
             }
             if now.duration_since(last_sweep) >= Duration::from_secs(1) {
+                // Once a second: slow-log line budget, hot keys
+                // published, what the sweep names closed, ejected servers
+                // probed, free heap returned.
                 last_sweep = now;
-                self.every_second(now);
+                self.recorder.every_second(&self.stats, now);
+                let ends =
+                    sweep::each_second(&mut self.conns, &self.pools, self.ctl.client_idle, now);
+                self.close_all(ends);
+                self.probe_servers(now);
+                if self.trim.due() {
+                    crate::log_debug!("returned free heap memory to the kernel");
+                }
             }
             self.end_pass(now);
             if self.handover.is_some() && !self.hand_over_ready() {
@@ -213,41 +222,6 @@ impl Worker<'_> {
             }
         }
         control_ready
-    }
-
-    /// Once a second: slow-log line budget, hot keys published, idle and
-    /// stalled connections swept, ejected servers probed, free heap
-    /// returned.
-    fn every_second(&mut self, now: Instant) {
-        self.recorder.every_second(&self.stats, now);
-        // Clients idle past their pool's bound (or whose TLS handshake
-        // is not finished within it), with nothing in flight.
-        for client in sweep::idle_clients(&mut self.conns, &self.pools, self.ctl.client_idle, now) {
-            crate::log_info!("closing idle client");
-            self.close_client(client, false);
-        }
-        // A server (or something on its port) that accepts and never
-        // finishes the TLS handshake would hold the requests queued
-        // behind it until the pool's `timeout`, or for ever without one:
-        // they fail with the reason, and it counts towards ejection.
-        for (server, ms) in sweep::stalled_server_handshakes(&self.conns, &self.pools, now) {
-            self.close_server(server, ServerFault::TlsHandshakeTimeout { ms }, now);
-        }
-        // A client that reads none of a large reply holds a shared
-        // connection up: it goes.
-        for client in super::stream_reply::stalled_readers(&self.conns, now) {
-            if self.conns.client_ref(client).is_some() {
-                crate::log_notice!(
-                    "client not reading a large reply for {} s: closing it",
-                    super::STREAM_STALL.as_secs()
-                );
-                self.close_client(client.token, true);
-            }
-        }
-        self.probe_servers(now);
-        if self.trim.due() {
-            crate::log_debug!("returned free heap memory to the kernel");
-        }
     }
 
     /// The end of a pass: output written, the marked connections in
@@ -315,9 +289,11 @@ impl Worker<'_> {
                 self.intake.stop(self.poll.registry());
                 // Every client with nothing in flight that has been
                 // quiet for a while closes; done when none is left.
-                for client in sweep::quiet_clients(&self.conns, now) {
-                    self.close_client(client, false);
-                }
+                let quiet = sweep::quiet_clients(&self.conns, now).into_iter();
+                self.close_all(quiet.map(|token| Close::Client {
+                    token,
+                    error: false,
+                }));
                 let clients = sweep::any_client(&self.conns);
                 stopping.graceful_done(clients, self.graceful_timeout, now)
             }

@@ -13,6 +13,7 @@ mod budget;
 mod buffer;
 mod client;
 mod client_conn;
+mod closes;
 mod cluster;
 mod cluster_map;
 mod cluster_stream;
@@ -82,7 +83,6 @@ use std::os::fd::RawFd;
 use crate::config::Config;
 use crate::net::Listener;
 use crate::stats::shm::StatsSlot;
-use crate::stats::WorkerField;
 use conn::Conn;
 use mio::{Poll, Token};
 use slab::Slab;
@@ -378,29 +378,14 @@ impl<'a> Worker<'a> {
     }
 
     /// Replies were buffered for a client: account them against the
-    /// worker's `buffer_budget` (`budget.rs`).
+    /// worker's `buffer_budget`; over it, the clients holding the most
+    /// unwritten replies are disconnected, as `OutputBudget::evictions`
+    /// names them (`budget.rs`).
     #[inline]
     pub(super) fn add_out(&mut self, n: usize) {
         if self.out.add(n, &self.stats) {
-            self.over_budget();
-        }
-    }
-
-    /// Replies were buffered for a client: over the `buffer_budget`, the
-    /// clients holding the most unwritten replies are disconnected (see
-    /// `budget.rs`).
-    #[cold]
-    fn over_budget(&mut self) {
-        self.stats.worker_add(WorkerField::BudgetEvictions, 1);
-        while self.out.evicting() {
-            let Some((client, len)) = sweep::biggest_output(&self.conns) else {
-                break;
-            };
-            let (bytes, budget) = self.out.figures();
-            crate::log_notice!(
-                "{bytes} bytes of replies buffered, over buffer_budget {budget}: closing the client holding {len} of them"
-            );
-            self.close_client(client, true);
+            let evict = self.out.evictions(&self.conns, &self.stats);
+            self.close_all(evict);
         }
     }
 

@@ -141,7 +141,9 @@ impl Worker<'_> {
             if done {
                 // It subscribes to nothing any more: its connections close.
                 let subs = self.conns.client_mut(ct.0).and_then(|c| c.take_subs());
-                self.retire_all(subs.into_iter().flat_map(|s| s.conns).map(|(_, r)| r));
+                self.close_all(super::closes::retire(
+                    subs.into_iter().flat_map(|s| s.conns).map(|(_, r)| r),
+                ));
             }
         }
         off

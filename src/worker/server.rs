@@ -28,15 +28,6 @@ impl Worker<'_> {
         self.pools[s.pool()].conn_closed(token, &mut s, &self.stats);
     }
 
-    /// Close the dedicated connections `conns` that are still open.
-    pub(super) fn retire_all(&mut self, conns: impl IntoIterator<Item = ServerRef>) {
-        for r in conns {
-            if self.conns.server_ref(r).is_some() {
-                self.retire_server(r.token);
-            }
-        }
-    }
-
     /// The connection in `slot` to a server, for what `open` says: the
     /// slot's, opened if there is none, or a new one apart from the slot.
     #[inline]

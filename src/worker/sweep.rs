@@ -7,7 +7,9 @@
 //! ([`idle_verdict`], [`handshake_over`], [`quiet`]) with unit tests
 //! without sockets.
 
+use super::closes::Close;
 use super::conn::Conn;
+use super::fault::ServerFault;
 use super::pool::PoolRt;
 use super::GRACEFUL_IDLE;
 use mio::Token;
@@ -167,6 +169,57 @@ pub(super) fn stalled_server_handshakes(
         .collect()
 }
 
+/// What the once-a-second sweep ends at `now`, in this order: clients
+/// idle past their pool's bound or whose TLS handshake outlasts it
+/// ([`idle_clients`], `overridden` the idle bound set at run time); server
+/// connections whose TLS handshake outlasts its bound (their requests fail
+/// with the reason, which counts towards ejection: a server, or something
+/// on its port, that accepts and never finishes it would otherwise hold
+/// them until the pool's `timeout`, or for ever without one); clients
+/// that read none of a large reply for `STREAM_STALL`, which hold a shared
+/// connection up.
+pub(super) fn each_second(
+    conns: &mut Slab<Conn>,
+    pools: &[PoolRt],
+    overridden: Option<Duration>,
+    now: Instant,
+) -> Vec<Close> {
+    let mut closes: Vec<Close> = idle_clients(conns, pools, overridden, now)
+        .into_iter()
+        .map(|token| {
+            crate::log_info!("closing idle client");
+            Close::Client {
+                token,
+                error: false,
+            }
+        })
+        .collect();
+    closes.extend(
+        stalled_server_handshakes(conns, pools, now)
+            .into_iter()
+            .map(|(token, ms)| Close::Server {
+                token,
+                fault: ServerFault::TlsHandshakeTimeout { ms },
+                at: now,
+            }),
+    );
+    closes.extend(
+        super::stream_reply::stalled_readers(conns, now)
+            .into_iter()
+            .map(|client| {
+                crate::log_notice!(
+                    "client not reading a large reply for {} s: closing it",
+                    super::STREAM_STALL.as_secs()
+                );
+                Close::Named {
+                    client,
+                    error: true,
+                }
+            }),
+    );
+    closes
+}
+
 /// The clients a graceful stop closes at `now` ([`quiet`]), in table
 /// order.
 pub(super) fn quiet_clients(conns: &Slab<Conn>, now: Instant) -> Vec<Token> {
@@ -200,19 +253,14 @@ pub(super) fn any_pinned(conns: &Slab<Conn>) -> bool {
         .any(|(_, c)| matches!(c, Conn::Client(c) if c.is_stateful()))
 }
 
-/// The client holding the most unwritten replies, and how many bytes:
-/// the one a worker over its `buffer_budget` closes first (`budget.rs`);
-/// of two holding as much, the later in the table. `None` when no client
-/// holds any.
-pub(super) fn biggest_output(conns: &Slab<Conn>) -> Option<(Token, usize)> {
-    conns
-        .iter()
-        .filter_map(|(k, c)| match c {
-            Conn::Client(c) if c.has_output() => Some((c.out_len(), k)),
-            _ => None,
-        })
-        .max()
-        .map(|(len, k)| (Token(k), len))
+/// The clients holding unwritten replies, and how many bytes each: those
+/// a worker over its `buffer_budget` chooses from
+/// (`OutputBudget::evictions`).
+pub(super) fn outputs(conns: &Slab<Conn>) -> impl Iterator<Item = (Token, usize)> + '_ {
+    conns.iter().filter_map(|(k, c)| match c {
+        Conn::Client(c) if c.has_output() => Some((Token(k), c.out_len())),
+        _ => None,
+    })
 }
 
 /// Whether any client is left in the table.
@@ -327,7 +375,39 @@ mod tests {
     }
 
     #[test]
-    fn the_client_holding_the_most_output_goes_first() {
+    fn a_second_closes_the_clients_idle_past_their_bound_without_error() {
+        use crate::net::Stream;
+        use crate::proto::redis::local::Session;
+        use crate::worker::conn::{Client, Server};
+        let yaml = "p:\n  listen: 127.0.0.1:22999\n  redis: true\n  client_idle_timeout: 1000\n  servers:\n    - 127.0.0.1:30001:1\n";
+        let c = crate::config::Config::from_str(yaml, std::path::Path::new("t.yml"))
+            .expect("config parses");
+        let pools = vec![PoolRt::new(&c.pools[0], &[])];
+        let t0 = Instant::now();
+        let mut conns = Slab::new();
+        let (sock, _) = mio::net::UnixStream::pair().expect("socket pair");
+        let c = Client::new(Stream::Unix(sock), 1, 0, Session::new(1, None, false), t0);
+        let ct = Token(conns.insert(Conn::Client(Box::new(c))));
+        let (sock, _) = mio::net::UnixStream::pair().expect("socket pair");
+        let s = Server::new(Stream::Unix(sock), 2, (0, 0, 0), t0, true);
+        conns.insert(Conn::Server(Box::new(s)));
+        assert!(each_second(&mut conns, &pools, None, t0 + 500 * MS).is_empty());
+        let later = t0 + 1001 * MS;
+        assert_eq!(
+            each_second(&mut conns, &pools, None, later),
+            vec![Close::Client {
+                token: ct,
+                error: false
+            }]
+        );
+        assert!(
+            each_second(&mut conns, &pools, Some(2000 * MS), later).is_empty(),
+            "the bound set at run time first"
+        );
+    }
+
+    #[test]
+    fn the_clients_holding_output_are_named_with_how_much() {
         use crate::net::Stream;
         use crate::proto::redis::local::Session;
         use crate::worker::conn::{BufPool, Client, ConnTable};
@@ -344,13 +424,14 @@ mod tests {
             }
             t
         };
-        assert_eq!(biggest_output(&conns), None);
+        assert_eq!(outputs(&conns).count(), 0);
         let _quiet = client(&mut conns, b"");
-        assert_eq!(biggest_output(&conns), None, "nothing held");
-        let _small = client(&mut conns, b"+OK\r\n");
+        assert_eq!(outputs(&conns).count(), 0, "nothing held");
+        let small = client(&mut conns, b"+OK\r\n");
         let big = client(&mut conns, b"$5\r\nhello\r\n");
-        assert_eq!(biggest_output(&conns), Some((big, 11)));
-        let same = client(&mut conns, b"$5\r\nworld\r\n");
-        assert_eq!(biggest_output(&conns), Some((same, 11)), "the later");
+        assert_eq!(
+            outputs(&conns).collect::<Vec<_>>(),
+            vec![(small, 5), (big, 11)]
+        );
     }
 }
