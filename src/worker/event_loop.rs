@@ -200,7 +200,8 @@ impl Worker<'_> {
         }
         self.intake.release();
         if self.handin.take_again() {
-            self.handin_ready(now);
+            let handed = self.handin.arrivals(self.poll.registry());
+            self.adopt(handed, now);
         }
         for ev in events.iter() {
             match tokens::kind(ev.token()) {
@@ -210,11 +211,13 @@ impl Worker<'_> {
                     self.on_event(Token(t), readable, hup, ev.is_writable(), now);
                 }
                 TokenKind::Control => control_ready = true,
-                TokenKind::Handin => self.handin_ready(now),
+                TokenKind::Handin => {
+                    let handed = self.handin.arrivals(self.poll.registry());
+                    self.adopt(handed, now);
+                }
                 TokenKind::HandinConn(key) => {
-                    if let Some((msg, fd)) = self.handin.waiting_ready(self.poll.registry(), key) {
-                        self.adopt(&msg, fd, now);
-                    }
+                    let handed = self.handin.waiting_ready(self.poll.registry(), key);
+                    self.adopt(handed, now);
                 }
                 TokenKind::Relay(i) => self.relays.event(self.poll.registry(), i),
                 TokenKind::Sentinel(i) => self.sentinel_event(i, now),

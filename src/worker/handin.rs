@@ -7,6 +7,7 @@
 
 use super::conn::{BufPool, Client, ConnTable};
 use super::handover::Handed;
+use super::pool::PoolRt;
 use super::{tokens, Worker};
 use crate::config::{AclUser, PoolConfig};
 use crate::net::handover::{self, Received};
@@ -88,6 +89,23 @@ impl HandIn {
     /// No handover connection is waiting for its message.
     pub(super) fn none_waiting(&self) -> bool {
         self.waiting.is_empty()
+    }
+
+    /// The clients the hand-in socket holds now, of at most
+    /// `ACCEPT_BATCH` connections (other workers of the successor take the
+    /// rest); after a full batch more may wait, and [`HandIn::again`]
+    /// says to look on the next pass.
+    pub(super) fn arrivals(&mut self, reg: &Registry) -> Vec<(Vec<u8>, OwnedFd)> {
+        let mut got = Vec::new();
+        for _ in 0..ACCEPT_BATCH {
+            match self.accept(reg) {
+                Arrival::Client(msg, fd) => got.push((msg, fd)),
+                Arrival::Nothing => {}
+                Arrival::Done => return got,
+            }
+        }
+        self.again = true;
+        got
     }
 
     /// The next connection on the hand-in socket: its client, or it is
@@ -173,6 +191,39 @@ impl Handed {
         Ok(i)
     }
 
+    /// The client handed over as `msg`, and the pool (index) among
+    /// `pools` that takes it up; `None` (logged) when the message is not
+    /// understood or no pool takes it (`pool_in`): its connection closes.
+    pub(super) fn taken_up(msg: &[u8], pools: &[PoolRt]) -> Option<(Handed, usize)> {
+        let Some(h) = Handed::decode(msg) else {
+            crate::log_warn!("handover message not understood: connection closed");
+            return None;
+        };
+        let by_name = pools.iter().map(|p| {
+            (
+                p.cfg.name.as_str(),
+                p.proto == crate::proto::Protocol::Redis,
+            )
+        });
+        match h.pool_in(by_name) {
+            Ok(pool) => Some((h, pool)),
+            Err(Refused::PoolGone) => {
+                crate::log_notice!(
+                    "handed a client of pool '{}', which is no longer configured: closing it",
+                    h.pool
+                );
+                None
+            }
+            Err(Refused::OtherProtocol) => {
+                crate::log_notice!(
+                    "handed a client of pool '{}', which now speaks another protocol: closing it",
+                    h.pool
+                );
+                None
+            }
+        }
+    }
+
     /// What it carries, taken up by `c`, the client made for it in the
     /// pool configured as `cfg` now: its session under that
     /// configuration (`take_session`; open when the pool has neither
@@ -227,77 +278,47 @@ impl Handed {
 }
 
 impl Worker<'_> {
-    /// Clients are being handed to us: take what the hand-in socket has.
-    pub(super) fn handin_ready(&mut self, now: Instant) {
-        for _ in 0..ACCEPT_BATCH {
-            match self.handin.accept(self.poll.registry()) {
-                Arrival::Client(msg, fd) => self.adopt(&msg, fd, now),
-                Arrival::Nothing => {}
-                Arrival::Done => return,
+    /// Take up the clients `handed` (message and descriptor each) by a
+    /// predecessor, as [`Handed::taken_up`] places them.
+    pub(super) fn adopt(
+        &mut self,
+        handed: impl IntoIterator<Item = (Vec<u8>, OwnedFd)>,
+        now: Instant,
+    ) {
+        for (msg, fd) in handed {
+            let Some((h, pool)) = Handed::taken_up(&msg, &self.pools) else {
+                continue;
+            };
+            let tcp = crate::net::is_tcp(&fd);
+            let raw = fd.into_raw_fd();
+            let sock = if tcp {
+                // SAFETY: `raw` is a connected TCP socket we now own.
+                crate::net::Stream::Tcp(unsafe { mio::net::TcpStream::from_raw_fd(raw) })
+            } else {
+                // SAFETY: `raw` is a connected unix stream socket we now own.
+                crate::net::Stream::Unix(unsafe { mio::net::UnixStream::from_raw_fd(raw) })
+            };
+            if tcp {
+                crate::net::tune_client(&sock, self.pools[pool].cfg.tcpkeepalive);
             }
-        }
-        // More may wait: look again on the next pass of the loop.
-        self.handin.again = true;
-    }
-
-    /// Take up a client handed over by a predecessor.
-    pub(super) fn adopt(&mut self, msg: &[u8], fd: OwnedFd, now: Instant) {
-        let Some(h) = Handed::decode(msg) else {
-            crate::log_warn!("handover message not understood: connection closed");
-            return;
-        };
-        let pools = self.pools.iter();
-        let pool = match h.pool_in(pools.map(|p| {
-            (
-                p.cfg.name.as_str(),
-                p.proto == crate::proto::Protocol::Redis,
-            )
-        })) {
-            Ok(p) => p,
-            Err(Refused::PoolGone) => {
-                crate::log_notice!(
-                    "handed a client of pool '{}', which is no longer configured: closing it",
-                    h.pool
-                );
-                return;
+            let c = self.pools[pool].new_client(sock, pool, self.ids.next(), now);
+            let (reg, p) = (self.poll.registry(), &mut self.pools[pool]);
+            let Some(token) = self.intake.admit(&mut self.conns, reg, c, p, &self.stats) else {
+                continue;
+            };
+            self.stats.worker_add(WorkerField::HandedIn, 1);
+            let Some(c) = self.conns.client_mut(token.0) else {
+                continue;
+            };
+            let out = h.carry_into(c, &self.pools[pool].cfg, &mut self.bufs);
+            if out > 0 {
+                self.dirty.client(token);
+                self.add_out(out);
             }
-            Err(Refused::OtherProtocol) => {
-                crate::log_notice!(
-                    "handed a client of pool '{}', which now speaks another protocol: closing it",
-                    h.pool
-                );
-                return;
-            }
-        };
-        let tcp = crate::net::is_tcp(&fd);
-        let raw = fd.into_raw_fd();
-        let sock = if tcp {
-            // SAFETY: `raw` is a connected TCP socket we now own.
-            crate::net::Stream::Tcp(unsafe { mio::net::TcpStream::from_raw_fd(raw) })
-        } else {
-            // SAFETY: `raw` is a connected unix stream socket we now own.
-            crate::net::Stream::Unix(unsafe { mio::net::UnixStream::from_raw_fd(raw) })
-        };
-        if tcp {
-            crate::net::tune_client(&sock, self.pools[pool].cfg.tcpkeepalive);
+            // Whatever the client sent meanwhile is in the socket: read it
+            // (with the carried input) as if it had just arrived.
+            self.read_client(token, now, true);
         }
-        let c = self.pools[pool].new_client(sock, pool, self.ids.next(), now);
-        let (reg, p) = (self.poll.registry(), &mut self.pools[pool]);
-        let Some(token) = self.intake.admit(&mut self.conns, reg, c, p, &self.stats) else {
-            return;
-        };
-        self.stats.worker_add(WorkerField::HandedIn, 1);
-        let Some(c) = self.conns.client_mut(token.0) else {
-            return;
-        };
-        let out = h.carry_into(c, &self.pools[pool].cfg, &mut self.bufs);
-        if out > 0 {
-            self.dirty.client(token);
-            self.add_out(out);
-        }
-        // Whatever the client sent meanwhile is in the socket: read it
-        // (with the carried input) as if it had just arrived.
-        self.read_client(token, now, true);
     }
 }
 
@@ -421,5 +442,50 @@ mod tests {
         let mut c = client();
         Handed::default().carry_into(&mut c, &closed, &mut bufs);
         assert!(!c.session().authenticated, "it never logged in");
+    }
+
+    #[test]
+    fn a_handed_message_is_taken_up_by_its_pool_or_refused() {
+        let c = crate::config::Config::from_str(
+            "mc:\n  listen: 127.0.0.1:22995\n  servers:\n    - 127.0.0.1:11211:1 a\nrd:\n  listen: 127.0.0.1:22996\n  redis: true\n  servers:\n    - 127.0.0.1:6379:1 b\n",
+            std::path::Path::new("t.yml"),
+        )
+        .expect("config parses");
+        let pools: Vec<PoolRt> = c.pools.iter().map(|p| PoolRt::new(p, &[])).collect();
+        let msg = |pool: &str, redis| {
+            Handed {
+                pool: pool.into(),
+                redis,
+                ..Handed::default()
+            }
+            .encode()
+        };
+        let (h, pool) = Handed::taken_up(&msg("rd", true), &pools).expect("taken up");
+        assert_eq!((h.pool.as_str(), pool), ("rd", 1));
+        assert!(Handed::taken_up(&msg("gone", true), &pools).is_none());
+        assert!(
+            Handed::taken_up(&msg("mc", true), &pools).is_none(),
+            "another protocol now"
+        );
+        assert!(Handed::taken_up(b"?", &pools).is_none(), "not understood");
+    }
+
+    #[test]
+    fn the_hand_in_socket_gives_what_it_holds_and_nothing_without_one() {
+        let poll = mio::Poll::new().expect("poll");
+        let mut none = HandIn::new(None);
+        assert!(none.arrivals(poll.registry()).is_empty());
+        assert!(!none.again(), "nothing to look at again");
+        let name = format!("walnut-handin-test-{}", std::process::id());
+        let sock = handover::listen(&name).expect("listen");
+        let mut h = HandIn::new(Some(sock));
+        assert!(h.arrivals(poll.registry()).is_empty());
+        let (client, _peer) = std::os::unix::net::UnixStream::pair().expect("socket pair");
+        handover::send(&name, b"hello", client.as_raw_fd()).expect("handed");
+        let got = h.arrivals(poll.registry());
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].0, b"hello");
+        assert!(!h.again(), "fewer than a batch: nothing left");
+        assert!(h.none_waiting());
     }
 }
