@@ -231,7 +231,11 @@ impl Worker<'_> {
     /// rounds while writing gives more (`Dirty::round_due`), and what was
     /// batched over the pass added to the shared counters.
     fn end_pass(&mut self, now: Instant) {
-        self.read_late(now);
+        // Marked connections whose bytes waited under the mark too long:
+        // read now, what is there.
+        while let Some(t) = self.read_deadlines.next_late(&self.conns, now) {
+            self.read_server(t, now, false);
+        }
         self.hold_deadlines.release_due(now, &mut self.dirty);
         let mut rounds = 0;
         while self.dirty.round_due(rounds) {

@@ -37,9 +37,11 @@
 //!   streamed reply), and only for memcached pools, whose every command
 //!   is answered at once.
 
-use super::conn::{ConnTable, Server};
-use super::Worker;
+use super::conn::{Conn, ConnTable, Server};
+use super::deadlines::Deadlines;
 use crate::proto::Protocol;
+use mio::Token;
+use slab::Slab;
 use std::time::{Duration, Instant};
 
 /// Fewest bytes of any reply (memcached's `OK\r\n` and `HD\r\n` have 4;
@@ -182,19 +184,23 @@ impl Server {
     }
 }
 
-impl Worker<'_> {
-    /// Server connections whose mark was set `READ_WAIT` ago with no read
-    /// since: read now, what is there (their next mark follows from it).
-    pub(super) fn read_late(&mut self, now: Instant) {
-        while let Some((token, id)) = self.read_deadlines.pop_due(now) {
-            if self
-                .conns
+/// When the marked connections' bytes are read anyway: each one's
+/// deadline, by token and id.
+impl Deadlines<(Token, u64)> {
+    /// The next server connection of `conns` whose mark was set
+    /// `READ_WAIT` before `now` with no read since (`Server::read_overdue`):
+    /// the worker reads what is there (its next mark follows from that
+    /// read). Deadlines of connections gone, or read since, are dropped.
+    pub(super) fn next_late(&mut self, conns: &Slab<Conn>, now: Instant) -> Option<Token> {
+        while let Some((token, id)) = self.pop_due(now) {
+            if conns
                 .server(token.0)
                 .is_some_and(|s| s.read_overdue(id, now))
             {
-                self.read_server(token, now, false);
+                return Some(token);
             }
         }
+        None
     }
 }
 
@@ -340,6 +346,29 @@ mod tests {
         assert_eq!(s.mark_after_read(Protocol::Memcache, false, later), None);
         assert_eq!(s.read_mark().0, 1);
         assert!(!s.read_overdue(4, later + READ_WAIT));
+    }
+
+    #[test]
+    fn a_marked_connection_is_read_late_once_its_wait_is_over() {
+        let t = Instant::now();
+        let (mut s, _peer) = conn(t);
+        owe(&mut s, 200, t);
+        let at = s
+            .mark_after_read(Protocol::Memcache, true, t)
+            .expect("a mark");
+        let mut conns = Slab::new();
+        let st = Token(conns.insert(Conn::Server(Box::new(s))));
+        let mut late = Deadlines::new();
+        late.push(at, (st, 4));
+        late.push(at, (st, 5));
+        late.push(at, (Token(9), 4));
+        assert_eq!(late.next_late(&conns, t), None, "within its wait");
+        assert_eq!(late.next_late(&conns, at), Some(st));
+        assert_eq!(
+            late.next_late(&conns, at),
+            None,
+            "another connection's, and one gone, dropped"
+        );
     }
 
     #[test]
