@@ -83,8 +83,9 @@ use std::os::fd::RawFd;
 use crate::config::Config;
 use crate::net::Listener;
 use crate::stats::shm::StatsSlot;
-use conn::Conn;
+use conn::{Conn, ConnTable};
 use mio::{Poll, Token};
+use server_conn::Writable;
 use slab::Slab;
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
@@ -401,7 +402,20 @@ impl<'a> Worker<'a> {
             }
             Some(Conn::Server(_)) => {
                 if writable {
-                    self.server_writable(token, now);
+                    match self.conns.server_mut(token.0).map(|s| s.writable()) {
+                        Some(Writable::Failed(fault)) => self.close_server(token, fault, now),
+                        Some(w) => {
+                            if let Writable::Connected { pool, server } = w {
+                                crate::log_debug!(
+                                    "pool '{}': connected to server '{}'",
+                                    self.pools[pool].cfg.name,
+                                    self.pools[pool].servers[server].name
+                                );
+                            }
+                            self.write_server(token, now);
+                        }
+                        None => {}
+                    }
                 }
                 if readable {
                     self.read_server(token, now, hup);

@@ -119,31 +119,6 @@ impl Worker<'_> {
         Ok(token)
     }
 
-    pub(super) fn server_writable(&mut self, token: Token, now: Instant) {
-        let Some(s) = self.conns.server_mut(token.0) else {
-            return;
-        };
-        if s.is_connecting() {
-            match s.sock_mut().take_error() {
-                Ok(None) => {
-                    s.set_connected();
-                    let (pool, server) = (s.pool(), s.server());
-                    crate::log_debug!(
-                        "pool '{}': connected to server '{}'",
-                        self.pools[pool].cfg.name,
-                        self.pools[pool].servers[server].name
-                    );
-                }
-                Ok(Some(e)) | Err(e) => {
-                    // Still connecting: no request was written.
-                    self.close_server(token, ServerFault::Connect(IoFault::from(&e)), now);
-                    return;
-                }
-            }
-        }
-        self.write_server(token, now);
-    }
-
     /// Write queued requests (one write for everything queued this iteration).
     pub(super) fn write_server(&mut self, token: Token, now: Instant) {
         if matches!(self.conns.server(token.0), Some(s) if s.rstream().is_some_and(|r| r.is_blocked()))

@@ -7,6 +7,7 @@
 
 use super::buffer::Buffer;
 use super::conn::{ClientRef, Feed, Inflight, RepStream, SrvStream, Waiter};
+use super::fault::{IoFault, ServerFault};
 use super::spool::Spool;
 use crate::net::Stream;
 use crate::proto::Op;
@@ -16,6 +17,18 @@ use mio::Token;
 use std::collections::VecDeque;
 use std::io::{self, ErrorKind, Write};
 use std::time::{Duration, Instant};
+
+/// What a writable event says of a server connection (`Server::writable`).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Writable {
+    /// Connected: write what is queued.
+    Ready,
+    /// Its connect (to server `server` of pool `pool`) just finished:
+    /// write what is queued.
+    Connected { pool: usize, server: usize },
+    /// Its connect failed: it is closed for this.
+    Failed(ServerFault),
+}
 
 /// What a server connection's timeout timer says when it fires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -246,6 +259,26 @@ impl Server {
     #[inline]
     pub fn set_connected(&mut self) {
         self.state = ServerState::Connected;
+    }
+
+    /// What a writable event says of it: still connecting, the connect
+    /// finished (`Connected`) or failed (nothing was written on it then);
+    /// connected already, it is written (`Ready`).
+    #[inline]
+    pub fn writable(&mut self) -> Writable {
+        if !self.is_connecting() {
+            return Writable::Ready;
+        }
+        match self.sock.take_error() {
+            Ok(None) => {
+                self.set_connected();
+                Writable::Connected {
+                    pool: self.pool(),
+                    server: self.server(),
+                }
+            }
+            Ok(Some(e)) | Err(e) => Writable::Failed(ServerFault::Connect(IoFault::from(&e))),
+        }
     }
 
     /// Socket.

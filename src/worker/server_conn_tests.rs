@@ -98,3 +98,12 @@ fn a_retired_connection_closes_now_only_when_it_owes_nothing() {
     let _ = s.pop_answered();
     assert!(s.is_done());
 }
+
+#[test]
+fn a_writable_event_finishes_a_connect_once() {
+    let (mut s, _peer) = server(Instant::now());
+    assert!(s.is_connecting());
+    assert_eq!(s.writable(), Writable::Connected { pool: 0, server: 0 });
+    assert!(!s.is_connecting());
+    assert_eq!(s.writable(), Writable::Ready, "connected already");
+}
