@@ -2,7 +2,8 @@
 //! idle past their pool's `client_idle_timeout` or whose TLS handshake
 //! takes too long (once a second), server connections whose TLS handshake
 //! takes too long (once a second), and the clients a graceful stop closes
-//! as soon as they are quiet. Each returns the tokens; the worker closes
+//! as soon as they are quiet. Each returns the tokens, or, for what a
+//! second's sweep ends (`each_second`), `Close` values; the worker closes
 //! them. What one connection's figures say is a pure function
 //! ([`idle_verdict`], [`handshake_over`], [`quiet`]) with unit tests
 //! without sockets.
