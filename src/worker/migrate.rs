@@ -35,11 +35,11 @@
 //! An old owner that cannot be reached loses its keys (as in twemproxy);
 //! the request then goes on to the new owner.
 
-use super::conn::{ConnTable, ReadBytes, ReplySlot, ReplyTo, Retry, Servers, Waiter};
+use super::conn::{Client, ConnTable, ReadBytes, ReplySlot, ReplyTo, Retry, Servers, Waiter};
 use super::conn_state::Gate;
 use super::migration_rt::ReadOrder;
 use super::pool::PoolRt;
-use super::pull::{follows_copies, AfterPull, Pull, PullPart, Pulls, Step};
+use super::pull::{follows_copies, AfterPull, Pull, Pulls, Step};
 use super::Worker;
 use crate::proto::{Op, Protocol, Request, Route};
 use mio::Token;
@@ -420,36 +420,13 @@ impl Worker<'_> {
         Hold::Held
     }
 
-    /// A reply to one of a pull's requests (`None`: the server could not
-    /// be reached): the pull says what follows.
-    pub(super) fn pull_reply(
-        &mut self,
-        token: Token,
-        id: u64,
-        idx: u32,
-        part: PullPart,
-        reply: Option<&[u8]>,
-        now: Instant,
-    ) {
-        let Some(c) = self.conns.client_mut(token.0) else {
-            return;
-        };
-        if c.id() != id {
-            return;
-        }
-        let Some(g) = c.gate_mut() else {
-            return;
-        };
-        let step = g.pulls.reply(idx as usize, part, reply);
-        self.pull_run(token, step, now);
-    }
-
-    /// Carry out what a held request's pulls said, and what that leads to
-    /// (a command that cannot be queued moves the pull on at once): each
-    /// command on each server it names, on the client's connection slot
-    /// for that server, a server's commands after one that is not queued
-    /// left out, and on how many servers all went told back.
-    fn pull_run(&mut self, token: Token, mut step: Step, now: Instant) {
+    /// Carry out what a held request's pulls said (`Pulls::start`, a
+    /// reply's `Client::pull_reply`), and what that leads to (a command
+    /// that cannot be queued moves the pull on at once): each command on
+    /// each server it names, on the client's connection slot for that
+    /// server, a server's commands after one that is not queued left out,
+    /// and on how many servers all went told back.
+    pub(super) fn pull_run(&mut self, token: Token, mut step: Step, now: Instant) {
         let Some(c) = self.conns.client(token.0) else {
             return;
         };
@@ -526,26 +503,33 @@ impl Worker<'_> {
         }
     }
 
+    /// A memcached read of a moved key missed on its new owner: its key
+    /// pulled and the read asked again behind the copy, if its client
+    /// says so (`Client::pull_after_miss`); true when it is.
+    pub(super) fn pull_missed(&mut self, token: Token, seq: u64, now: Instant) -> bool {
+        let c = self.conns.client_mut(token.0);
+        let Some((req, bytes)) = c.and_then(|c| c.pull_after_miss(seq)) else {
+            return false;
+        };
+        let then = AfterPull::Read { seq };
+        self.hold_for_moved_keys(token, &req, &bytes, then, now) == Hold::Held
+    }
+}
+
+/// A read of a moved key, as its client keeps it.
+impl Client {
     /// A memcached read of a key the migrator's map says moved missed on
     /// the new owner, the one server asked (`Retry::pull_on_miss`): the
     /// map guessed wrong (keys share its bits) or the key is gone from
-    /// there. The key is pulled as any moved key, and the read asked of
-    /// the new owner again behind its copy, its answer going into the
-    /// same slot (true). False: nothing to pull (the migration ended, or
-    /// the slot is not such a read): the miss is the answer.
-    pub(super) fn pull_missed(&mut self, token: Token, seq: u64, now: Instant) -> bool {
-        let Some(r) = (self.conns.client_mut(token.0))
-            .and_then(|c| c.slot_mut(seq))
-            .and_then(|s| s.retry.as_mut())
-        else {
-            return false;
-        };
-        if !r.pull_after_miss() {
-            return false;
-        }
-        let (req, bytes) = (r.req.clone(), r.bytes.to_vec());
-        let then = AfterPull::Read { seq };
-        self.hold_for_moved_keys(token, &req, &bytes, then, now) == Hold::Held
+    /// there. The request whose key is then pulled as any moved key, the
+    /// read asked of the new owner again behind its copy, its answer
+    /// going into the same slot `seq` (`AfterPull::Read`). `None`: the
+    /// slot is not such a read, or it pulled once already: the miss is
+    /// the answer.
+    pub(super) fn pull_after_miss(&mut self, seq: u64) -> Option<(Request, Vec<u8>)> {
+        let r = self.slot_mut(seq)?.retry.as_mut()?;
+        r.pull_after_miss()
+            .then(|| (r.req.clone(), r.bytes.to_vec()))
     }
 }
 

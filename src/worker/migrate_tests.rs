@@ -215,3 +215,45 @@ fn a_migrating_pools_request_goes_is_read_where_its_key_is_or_pulls_it() {
         Moving::Go { owner: Some(s) } if s as usize == server
     ));
 }
+
+/// A client on one end of a socket pair.
+fn client() -> Client {
+    let (sock, _peer) = mio::net::UnixStream::pair().expect("socket pair");
+    let session = crate::proto::redis::local::Session::new(1, None, false);
+    Client::new(
+        crate::net::Stream::Unix(sock),
+        1,
+        0,
+        session,
+        Instant::now(),
+    )
+}
+
+#[test]
+fn a_memcached_read_that_missed_on_the_new_owner_gives_its_request_to_pull_once() {
+    let bytes = b"get k\r\n".to_vec();
+    let read = Retry {
+        req: parse(Protocol::Memcache, &bytes),
+        bytes: ReadBytes::from_slice(&bytes),
+        replicas: std::iter::once(2).collect(),
+        next: 1,
+        on_miss: true,
+        learns: false,
+        pull_on_miss: true,
+    };
+    let mut c = client();
+    let seq = c.next_seq();
+    c.push_reply(ReplySlot {
+        retry: Some(Box::new(read)),
+        ..ReplySlot::default()
+    });
+    assert_eq!(c.pull_after_miss(seq + 1), None, "no such slot");
+    let (req, held) = c.pull_after_miss(seq).expect("pulled");
+    assert_eq!(held, bytes);
+    assert_eq!(req.routing_key(&held).as_ref(), b"k");
+    assert_eq!(c.pull_after_miss(seq), None, "a second miss is the answer");
+    // A plain slot is no such read.
+    let plain = c.next_seq();
+    c.push_reply(ReplySlot::default());
+    assert_eq!(c.pull_after_miss(plain), None);
+}

@@ -5,7 +5,8 @@
 //! to queue on servers (the key read from the next old owner, its copy to
 //! each new owner, the stale old copies' deletes), the request sent right
 //! behind its keys' copies, or every key done and the request released.
-//! The worker only executes those steps (`Worker::pull_run`).
+//! The worker only executes those steps (`Worker::pull_run`), a reply's
+//! asked of its client (`Client::pull_reply`).
 //!
 //! Per key: read it from its old owners in turn, newest placement first
 //! (Redis `DUMP` + `PTTL`, memcached `mg k v f t`), until one has it; copy
@@ -16,6 +17,7 @@
 //! is answered. A copy that failed keeps the old copies. An old owner
 //! that cannot be reached loses its keys (as in twemproxy).
 
+use super::conn::Client;
 use crate::migrate::commands::{del, dump, mc_delete, mc_get, mc_store, pttl, restore};
 use crate::proto::redis::moving as redis_moving;
 use crate::proto::{Protocol, Request, Route};
@@ -410,6 +412,29 @@ impl Pulls {
         }
         self.sent = true;
         Step::Behind
+    }
+}
+
+/// The pulls of a client's held request, kept in its gate.
+impl Client {
+    /// A reply to pull `idx`'s command `part` (`None`: its server could
+    /// not be reached), for this client if it is still the one that asked
+    /// (`id`): what follows (`Pulls::reply`). `Wait` when it is not, or
+    /// nothing is held any more.
+    pub(super) fn pull_reply(
+        &mut self,
+        id: u64,
+        idx: u32,
+        part: PullPart,
+        reply: Option<&[u8]>,
+    ) -> Step {
+        if self.id() != id {
+            return Step::Wait;
+        }
+        match self.gate_mut() {
+            Some(g) => g.pulls.reply(idx as usize, part, reply),
+            None => Step::Wait,
+        }
     }
 }
 

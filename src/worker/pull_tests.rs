@@ -456,3 +456,32 @@ fn only_a_plain_read_on_the_usual_connection_follows_its_copies() {
         &mc
     ));
 }
+
+/// A client on one end of a socket pair.
+fn client() -> Client {
+    let (sock, _peer) = mio::net::UnixStream::pair().expect("socket pair");
+    let session = crate::proto::redis::local::Session::new(1, None, false);
+    let now = std::time::Instant::now();
+    Client::new(crate::net::Stream::Unix(sock), 1, 0, session, now)
+}
+
+#[test]
+fn a_pull_reply_moves_on_the_held_request_of_the_client_that_asked_only() {
+    let mut c = client();
+    let id = c.id();
+    let missing = Some(&b"$-1\r\n"[..]);
+    assert_eq!(c.pull_reply(id, 0, PullPart::Dump, missing), Step::Wait);
+    let bytes = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n".to_vec();
+    let Ok(Parse::Done(req)) = Protocol::Redis.parse_request(&bytes, &Limits::default()) else {
+        panic!("GET parses");
+    };
+    let p = pulls(Protocol::Redis, false, &[(K, &[1, 2], &[0])]);
+    let gate = super::super::conn_state::Gate::pulling(&req, &bytes, p, AfterPull::Route);
+    c.set_gate(Box::new(gate));
+    // Not on its first old owner: the next is asked, for this client
+    // only (a stale id is some closed client's).
+    assert_eq!(c.pull_reply(id, 0, PullPart::Dump, missing), Step::Wait);
+    let gone = Some(&b":-2\r\n"[..]);
+    assert_eq!(c.pull_reply(id + 1, 0, PullPart::Ttl, gone), Step::Wait);
+    assert_eq!(c.pull_reply(id, 0, PullPart::Ttl, gone), read(0, 2, K));
+}

@@ -6,6 +6,7 @@ use super::cluster_stream::{feed, Fed};
 use super::conn::{ClientRef, Conn, ConnTable, Lost, Open, RepStream, Server, ServerRef, Waiter};
 use super::fault::{IoFault, ServerFault};
 use super::pool::PoolRt;
+use super::pull::Step;
 use super::{Worker, READ_BUDGET, READ_CHUNK};
 use crate::stats::shm::StatsSlot;
 use crate::stats::{PoolField, ServerField, WorkerField};
@@ -252,7 +253,11 @@ impl Worker<'_> {
                     id,
                     idx,
                     part,
-                } => self.pull_reply(ct, id, idx, part, None, now),
+                } => {
+                    let step = (self.conns.client_mut(ct.0))
+                        .map_or(Step::Wait, |c| c.pull_reply(id, idx, part, None));
+                    self.pull_run(ct, step, now);
+                }
                 Lost::Warm { idx } => self.warm_reply(idx, None),
                 Lost::Fail { to, reply } => {
                     self.stats.pool_add(pool, PoolField::ForwardError, 1);

@@ -7,6 +7,7 @@
 use super::conn::{BufPool, Client, Conn, ConnTable, Inflight, RepStream, ReplyTo, Waiter};
 use super::fault::ServerFault;
 use super::pool::PoolRt;
+use super::pull::Step;
 use super::{Worker, WRITE_THROUGH_MIN};
 use crate::proto::{Parse, Response};
 use crate::stats::ServerField;
@@ -219,7 +220,9 @@ impl Worker<'_> {
                 part,
             } => {
                 let reply = bytes.to_vec();
-                self.pull_reply(ct, id, idx, part, Some(&reply), now);
+                let step = (self.conns.client_mut(ct.0))
+                    .map_or(Step::Wait, |c| c.pull_reply(id, idx, part, Some(&reply)));
+                self.pull_run(ct, step, now);
             }
             Waiter::Warm { idx } => {
                 let reply = bytes.to_vec();
