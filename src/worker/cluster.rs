@@ -24,6 +24,7 @@ use super::conn::{ClientRef, Conn, ConnTable, ReplySlot, ReplyTo, Waiter};
 use super::fault::ServerFault;
 use super::pool::PoolRt;
 use super::spool::SpoolReader;
+use super::upkeep::{OwnAsk, Upkeep};
 use super::Worker;
 use crate::net::Endpoint;
 use crate::proto::redis::cluster::{self, ClusterError, NodeAddr, Redirect};
@@ -309,53 +310,58 @@ impl PoolRt {
     }
 }
 
-impl Worker<'_> {
-    /// Ask for a new slot map where one is wanted and none is in flight.
-    pub(super) fn cluster_maintain(&mut self, now: Instant) {
-        for pool in 0..self.pools.len() {
-            if self.pools[pool].cluster.is_none() {
-                continue;
-            }
-            for r in self.pools[pool].retries_due(&self.conns, now) {
-                let redo = Redo::Now {
-                    to: r.server,
-                    asking: false,
-                };
-                self.redo(pool, r.to, r.op, redo, now);
-            }
-            let Some(start) = self.pools[pool]
-                .cluster
-                .as_mut()
-                .and_then(|c| c.map_due(now))
-            else {
-                continue;
-            };
-            let n = self.pools[pool].servers.len();
-            let Some(op) = internal_op() else {
-                return;
-            };
-            let mut asked = None;
-            for i in 0..n {
-                let server = (start + i) % n;
-                let Ok(st) = self.server_conn(pool, server, 0, now, Open::Shared) else {
-                    continue;
-                };
-                self.enqueue(
-                    st,
-                    Some(Waiter::SlotMap),
-                    op,
-                    |out| out.extend_from_slice(cluster::CLUSTER_SLOTS),
-                    now,
-                );
-                asked = Some(server);
-                break;
-            }
-            if let Some(c) = self.pools[pool].cluster.as_mut() {
-                c.map_asked(asked, now);
-            }
+/// What a cluster pool asks of its nodes for itself, each pass.
+impl PoolRt {
+    /// The steps this pool (its index `at`) needs sent now, if it is a
+    /// cluster pool: the TRYAGAIN retries due, each to the server the map
+    /// names now (`retries_due`), then a new slot map asked where one is
+    /// wanted and none is in flight (`ClusterRt::map_due`), of its servers
+    /// in turn from the one after the last asked.
+    pub(super) fn cluster_upkeep(
+        &mut self,
+        at: usize,
+        conns: &Slab<Conn>,
+        now: Instant,
+    ) -> Vec<Upkeep> {
+        if self.cluster.is_none() {
+            return Vec::new();
         }
+        let redo = |r: Resend| Upkeep::Redo {
+            pool: at,
+            to: r.to,
+            op: r.op,
+            redo: Redo::Now {
+                to: r.server,
+                asking: false,
+            },
+        };
+        let mut steps: Vec<Upkeep> = self.retries_due(conns, now).into_iter().map(redo).collect();
+        let start = self.cluster.as_mut().and_then(|c| c.map_due(now));
+        if let (Some(start), Some(op)) = (start, internal_op()) {
+            let n = self.servers.len();
+            steps.push(Upkeep::Ask(OwnAsk {
+                pool: at,
+                servers: (0..n).map(|i| (start + i) % n).collect(),
+                open: Open::Shared,
+                op,
+                bytes: cluster::CLUSTER_SLOTS,
+                waiter: Waiter::SlotMap,
+            }));
+        }
+        steps
     }
+}
 
+/// Each pass: what the cluster pools of `pools` ask of their nodes
+/// (`PoolRt::cluster_upkeep`).
+pub(super) fn upkeep_due(pools: &mut [PoolRt], conns: &Slab<Conn>, now: Instant) -> Vec<Upkeep> {
+    let pools = pools.iter_mut().enumerate();
+    pools
+        .flat_map(|(at, p)| p.cluster_upkeep(at, conns, now))
+        .collect()
+}
+
+impl Worker<'_> {
     /// Carry out `redo` for the kept request (or fragment) answered to
     /// `to`: the retry timer armed for a wait, or the request queued
     /// again on its server now, as `resending` says, after `ASKING` if

@@ -394,3 +394,48 @@ fn a_request_waited_out_goes_where_its_key_is_routed_when_due() {
     );
     assert!(p.retries_due(&conns, later).is_empty(), "taken once");
 }
+
+#[test]
+fn a_cluster_pool_sends_its_due_retries_then_asks_its_next_node_for_a_map() {
+    let mut p = pool();
+    let (conns, op) = keeping_get_foo();
+    let now = Instant::now();
+    // Wanted from the start: asked of the seeds in turn, the first first.
+    let steps = p.cluster_upkeep(3, &conns, now);
+    let [Upkeep::Ask(a)] = &steps[..] else {
+        panic!("one map question: {steps:?}")
+    };
+    assert_eq!(
+        (a.pool, &a.servers[..], a.open),
+        (3, &[0, 1][..], Open::Shared)
+    );
+    assert_eq!(a.bytes, cluster::CLUSTER_SLOTS);
+    assert!(matches!(a.waiter, Waiter::SlotMap));
+    // Asked of the first seed: nothing more while it is in flight.
+    let c = p.cluster.as_mut().unwrap();
+    c.map_asked(Some(0), now);
+    let _ = c.wait_out(ClientRef::new(Token(0), 10), 0, None, op, now);
+    assert!(p.cluster_upkeep(3, &conns, now).is_empty(), "nothing due");
+    // A node failed and the wait is over: the retry goes first, then the
+    // map is asked of the next seed.
+    p.cluster_map_failed();
+    let later = now + std::time::Duration::from_secs(1);
+    let steps = p.cluster_upkeep(3, &conns, later);
+    let [Upkeep::Redo {
+        pool: 3,
+        to,
+        redo: Redo::Now { asking: false, .. },
+        ..
+    }, Upkeep::Ask(a)] = &steps[..]
+    else {
+        panic!("a retry, then a map question: {steps:?}")
+    };
+    assert_eq!(*to, ReplyTo::new(Token(0), 10, Some(0), None));
+    assert_eq!(a.servers, vec![1, 0]);
+    // A pool that is not a cluster's asks nothing.
+    let yaml =
+        "rd:\n  listen: 127.0.0.1:22999\n  redis: true\n  servers:\n    - 127.0.0.1:6379:1\n";
+    let c = crate::config::Config::from_str(yaml, std::path::Path::new("t.yml")).expect("parses");
+    let mut plain = PoolRt::new(&c.pools[0], &[]);
+    assert!(plain.cluster_upkeep(0, &conns, later).is_empty());
+}

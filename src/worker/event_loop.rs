@@ -131,7 +131,9 @@ impl Worker<'_> {
             self.stats.tick();
             let control_ready = self.handle_events(&events, now);
             while let Some((token, id)) = self.timers.due(now) {
-                self.server_timer(token, id, now);
+                let step =
+                    super::server_health::timer_fired(&mut self.conns, &self.pools, token, id, now);
+                self.upkeep(step, now);
             }
             // Read again from connections a stream's backpressure had
             // paused, each once, to the end of what waits (as after a
@@ -139,7 +141,8 @@ impl Worker<'_> {
             for t in dirty::resumed(&mut self.resume) {
                 self.on_event(t, true, true, false, now);
             }
-            self.cluster_maintain(now);
+            let due = super::cluster::upkeep_due(&mut self.pools, &self.conns, now);
+            self.upkeep(due, now);
             super::sentinel::maintain(&mut self.sentinels, &self.pools, self.poll.registry(), now);
             if self.gate.opens(&self.sentinels, now) {
                 // Take clients from now on: handed over and accepted.
@@ -155,7 +158,8 @@ impl Worker<'_> {
                 let ends =
                     sweep::each_second(&mut self.conns, &self.pools, self.ctl.client_idle, now);
                 self.close_all(ends);
-                self.probe_servers(now);
+                let probes = super::server_health::probes(&mut self.pools, now);
+                self.upkeep(probes, now);
                 if self.trim.due() {
                     crate::log_debug!("returned free heap memory to the kernel");
                 }
@@ -220,7 +224,12 @@ impl Worker<'_> {
                     self.adopt(handed, now);
                 }
                 TokenKind::Relay(i) => self.relays.event(self.poll.registry(), i),
-                TokenKind::Sentinel(i) => self.sentinel_event(i, now),
+                TokenKind::Sentinel(i) => {
+                    let reg = self.poll.registry();
+                    let due =
+                        super::sentinel::event(&mut self.sentinels, &mut self.pools, reg, i, now);
+                    self.upkeep(due, now);
+                }
                 TokenKind::Listener(_) => {}
             }
         }

@@ -67,6 +67,7 @@ mod timers;
 mod tokens;
 mod transaction;
 mod txn;
+mod upkeep;
 mod warm;
 mod zones;
 
@@ -363,7 +364,8 @@ impl<'a> Worker<'a> {
         for (pool, server, slot) in preconnect::preconnects(&w.pools) {
             let _ = w.server_conn(pool, server, slot, now, Open::Shared);
         }
-        w.cluster_maintain(Instant::now());
+        let due = cluster::upkeep_due(&mut w.pools, &w.conns, Instant::now());
+        w.upkeep(due, Instant::now());
         sentinel::maintain(
             &mut w.sentinels,
             &w.pools,

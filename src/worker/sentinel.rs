@@ -21,9 +21,8 @@
 //! Each worker keeps its own conversation: nothing is shared between
 //! processes, and a worker restarted after a crash asks again.
 
-use super::conn::{ConnTable, Server};
 use super::pool::PoolRt;
-use super::Worker;
+use super::upkeep::Upkeep;
 use crate::net::{Endpoint, Stream};
 use crate::proto::redis::cluster::NodeAddr;
 use crate::proto::redis::sentinel::{self, Said};
@@ -502,31 +501,23 @@ pub(super) fn maintain(watches: &mut [Watch], pools: &[PoolRt], registry: &Regis
     }
 }
 
-impl Worker<'_> {
-    /// Readiness on conversation `i`.
-    pub(super) fn sentinel_event(&mut self, i: usize, now: Instant) {
-        let Some(w) = self.sentinels.get_mut(i) else {
-            return;
-        };
-        let mut retire = Vec::new();
-        w.event(
-            &mut self.pools[w.pool()],
-            self.poll.registry(),
-            now,
-            &mut retire,
-        );
-        // Each takes no new request; one that owes nothing closes now,
-        // the others once answered.
-        for t in retire {
-            if self
-                .conns
-                .server_mut(t.0)
-                .is_some_and(Server::retire_when_answered)
-            {
-                self.retire_server(t);
-            }
-        }
-    }
+/// Readiness on conversation `i` of `watches`, carried on with its pool
+/// of `pools` (`Watch::event`): the connections of a moved master, each
+/// to retire (it takes no new request; one that owes nothing closes now,
+/// the others once answered).
+pub(super) fn event(
+    watches: &mut [Watch],
+    pools: &mut [PoolRt],
+    registry: &Registry,
+    i: usize,
+    now: Instant,
+) -> Vec<Upkeep> {
+    let Some(w) = watches.get_mut(i) else {
+        return Vec::new();
+    };
+    let mut retire = Vec::new();
+    w.event(&mut pools[w.pool()], registry, now, &mut retire);
+    retire.into_iter().map(Upkeep::Retire).collect()
 }
 
 /// `host:port`, an IPv6 host in brackets.

@@ -253,3 +253,16 @@ fn a_watch_opens_its_conversation_once_its_retry_time_came() {
         "one conversation at a time"
     );
 }
+
+#[test]
+fn readiness_of_a_conversation_not_open_retires_nothing() {
+    let mut pools = vec![pool("")];
+    let mut watches = watches(&pools);
+    let poll = mio::Poll::new().expect("poll");
+    let now = Instant::now();
+    assert_eq!(watches.len(), 1);
+    for i in [0, 1] {
+        let due = event(&mut watches, &mut pools, poll.registry(), i, now);
+        assert!(due.is_empty(), "conversation {i}");
+    }
+}

@@ -2,60 +2,69 @@
 //! eject a server (`auto_eject_hosts`), and the probes that take an
 //! ejected one back (`server_health_check`).
 
-use super::conn::Open;
-use super::conn::{ConnTable, Waiter};
+use super::conn::{Conn, ConnTable, Open, Waiter};
 use super::fault::{Ending, ServerFault};
 use super::pool::PoolRt;
 use super::server_conn::TimerStep;
 use super::server_rt::FAIL_LOG_EVERY;
-use super::Worker;
+use super::upkeep::{OwnAsk, Upkeep};
 use crate::stats::shm::StatsSlot;
 use crate::stats::{PoolField, ServerField};
 use mio::Token;
+use slab::Slab;
 use std::time::{Duration, Instant};
 
-impl Worker<'_> {
-    /// Health checks: connect to every server whose retry time came and
-    /// that waits for a probe, and ask it something cheap (memcached
-    /// `version`, Redis `PING`); its first reply takes it back.
-    pub(super) fn probe_servers(&mut self, now: Instant) {
-        for pool in 0..self.pools.len() {
-            for server in self.pools[pool].probes_due(now) {
-                let Ok(token) = self.server_conn(pool, server, 0, now, Open::Probe) else {
-                    continue;
-                };
-                let (op, probe) = self.pools[pool].proto.probe();
-                self.enqueue(
-                    token,
-                    Some(Waiter::Internal),
-                    op,
-                    |out| out.extend_from_slice(probe),
-                    now,
-                );
-            }
-        }
+/// A server connection's timer fired (`token`, armed for connection
+/// `id`): armed again, or its oldest request timed out and the connection
+/// fails, as `Server::timer_fired` says with its pool's `timeout`.
+/// Nothing when the connection is gone, or the token is another's now.
+pub(super) fn timer_fired(
+    conns: &mut Slab<Conn>,
+    pools: &[PoolRt],
+    token: Token,
+    id: u64,
+    now: Instant,
+) -> Option<Upkeep> {
+    let s = conns.server_mut(token.0).filter(|s| s.id() == id)?;
+    match s.timer_fired(pools[s.pool()].timeout(), now) {
+        TimerStep::Idle => None,
+        TimerStep::Arm(at) => Some(Upkeep::Arm { at, token, id }),
+        TimerStep::TimedOut => Some(Upkeep::Close {
+            token,
+            fault: ServerFault::TimedOut,
+        }),
     }
+}
 
-    /// A server connection's timer fired: armed again, or its oldest
-    /// request timed out, as `Server::timer_fired` says.
-    pub(super) fn server_timer(&mut self, token: Token, id: u64, now: Instant) {
-        let Some(s) = self.conns.server_mut(token.0) else {
-            return;
-        };
-        if s.id() != id {
-            return;
-        }
-        match s.timer_fired(self.pools[s.pool()].timeout(), now) {
-            TimerStep::Idle => {}
-            TimerStep::Arm(at) => self.timers.arm(at, token, id),
-            TimerStep::TimedOut => self.close_server(token, ServerFault::TimedOut, now),
-        }
-    }
+/// Once a second: the health probes of every pool of `pools`
+/// (`PoolRt::probes`).
+pub(super) fn probes(pools: &mut [PoolRt], now: Instant) -> Vec<Upkeep> {
+    let pools = pools.iter_mut().enumerate();
+    pools.flat_map(|(at, p)| p.probes(at, now)).collect()
 }
 
 /// A server's failures and recovery, kept by its pool: `at` is the pool's
 /// index in the stats, `stats` where its gauges and counters go.
 impl PoolRt {
+    /// Health checks of this pool (its index `at`): a connection to every
+    /// server whose retry time came and that waits for a probe
+    /// (`probes_due`), asked something cheap (memcached `version`, Redis
+    /// `PING`); its first reply takes it back.
+    pub(super) fn probes(&mut self, at: usize, now: Instant) -> Vec<Upkeep> {
+        let (op, bytes) = self.proto.probe();
+        let ask = |server| {
+            Upkeep::Ask(OwnAsk {
+                pool: at,
+                servers: vec![server],
+                open: Open::Probe,
+                op,
+                bytes,
+                waiter: Waiter::Internal,
+            })
+        };
+        self.probes_due(now).into_iter().map(ask).collect()
+    }
+
     /// Once a second: the ring rebuilt when an ejection's time is up
     /// (`next_rebuild`), and the servers to probe now, in order: those
     /// waiting for a health probe with none under way.

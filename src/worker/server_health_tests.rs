@@ -119,3 +119,69 @@ fn an_ejected_server_is_probed_once_its_time_is_up_and_one_probe_at_a_time() {
     p.servers[1].conns[0] = None;
     assert_eq!(p.probes_due(over), vec![1], "that probe's connection ended");
 }
+
+#[test]
+fn a_due_probe_is_the_protocols_cheap_request_on_the_servers_probe_connection() {
+    let mut p = pool(
+        "  auto_eject_hosts: true\n  server_failure_limit: 1\n  server_retry_timeout: 500\n  server_health_check: true\n",
+    );
+    let region = stats();
+    let now = Instant::now();
+    assert!(p.probes(4, now).is_empty(), "nothing ejected");
+    p.note_failure(0, 1, now, &ServerFault::TimedOut, &region.slot(0));
+    let steps = p.probes(4, now + Duration::from_millis(500));
+    let [Upkeep::Ask(a)] = &steps[..] else {
+        panic!("one probe: {steps:?}")
+    };
+    assert_eq!((a.pool, &a.servers[..], a.open), (4, &[1][..], Open::Probe));
+    assert_eq!((a.op, a.bytes), crate::proto::Protocol::Memcache.probe());
+    assert!(matches!(a.waiter, Waiter::Internal), "its reply is dropped");
+}
+
+#[test]
+fn a_fired_timer_is_armed_again_or_fails_its_connection_and_a_stale_one_does_nothing() {
+    use crate::proto::redis::{Cmd, RedisOp};
+    let p = pool("  timeout: 100\n");
+    let now = Instant::now();
+    let (sock, _peer) = mio::net::UnixStream::pair().expect("socket pair");
+    let server =
+        super::super::conn::Server::new(crate::net::Stream::Unix(sock), 7, (0, 0, 0), now, false);
+    let mut conns = Slab::new();
+    let token = Token(conns.insert(Conn::Server(Box::new(server))));
+    let fire = |conns: &mut Slab<Conn>, id, at| {
+        timer_fired(conns, std::slice::from_ref(&p), token, id, at)
+    };
+    assert!(fire(&mut conns, 7, now).is_none(), "nothing in flight");
+    let cmd = Cmd::lookup(b"PING").expect("PING");
+    let ping = crate::proto::Op::Redis(RedisOp {
+        cmd,
+        class: cmd.class(),
+    });
+    let s = conns.server_mut(token.0).expect("server");
+    s.queue(
+        Some(Waiter::Internal),
+        ping,
+        |o| o.extend_from_slice(b"*1\r\n$4\r\nPING\r\n"),
+        now,
+        Default::default(),
+    );
+    let t = Duration::from_millis(100);
+    assert!(
+        fire(&mut conns, 8, now).is_none(),
+        "another connection's timer"
+    );
+    assert!(fire(&mut conns, 7, now + t / 2).is_some_and(
+        |s| matches!(s, Upkeep::Arm { at, token: k, id: 7 } if at == now + t && k == token)
+    ));
+    assert!(fire(&mut conns, 7, now + t).is_some_and(|s| matches!(
+        s,
+        Upkeep::Close {
+            fault: ServerFault::TimedOut,
+            ..
+        }
+    )));
+    assert!(
+        timer_fired(&mut conns, &[], Token(99), 7, now).is_none(),
+        "gone"
+    );
+}
