@@ -184,7 +184,12 @@ impl Worker<'_> {
             }
             // After the controller's messages: a barrier's go releases
             // the requests held for it in this pass.
-            self.fleet_holds_tick(now);
+            for (token, step) in self
+                .fleet_holds
+                .ended(self.fleet, &self.pools, &self.conns, now)
+            {
+                self.run_held(token, step, now);
+            }
             if self.stopped(stop, &mut stopping, control, now) {
                 return Ok(());
             }
@@ -287,7 +292,12 @@ impl Worker<'_> {
                 if let Some(to) = self.ctl.handover_to.take() {
                     // Nothing held is routed once it reports stopped.
                     self.fleet_holds.close();
-                    self.fleet_holds_tick(now);
+                    for (token, step) in
+                        self.fleet_holds
+                            .ended(self.fleet, &self.pools, &self.conns, now)
+                    {
+                        self.run_held(token, step, now);
+                    }
                     self.begin_handover(to);
                     stopping.handover_since.get_or_insert(now);
                     control.stopped_routing();
@@ -301,7 +311,12 @@ impl Worker<'_> {
             }
             StopStep::Graceful => {
                 self.fleet_holds.close();
-                self.fleet_holds_tick(now);
+                for (token, step) in
+                    self.fleet_holds
+                        .ended(self.fleet, &self.pools, &self.conns, now)
+                {
+                    self.run_held(token, step, now);
+                }
                 self.intake.stop(self.poll.registry());
                 // Every client with nothing in flight that has been
                 // quiet for a while closes; done when none is left.

@@ -42,18 +42,21 @@
 //! gate comes to (`gate`, an [`Admit`]: go, hold until when, or refuse
 //! with which error); the pool writes the refusal (`fleet_refusal`). The
 //! `Worker` asks it (`fleet_gate`) and carries out what `FleetHolds`
-//! returns: it sets and takes the client's gate, routes a released
-//! request, writes a refusal.
+//! returns: it sets the client's gate; an ended hold is its client's
+//! step (`FleetHolds::ended`, a `Step::Unheld`), carried out with the
+//! pulls' steps (`Worker::run_held`: the gate taken, the request routed
+//! again or refused).
 
-use super::conn::ConnTable;
+use super::conn::{Conn, ConnTable};
 use super::conn_state::Gate;
-use super::migrate::Hold;
 use super::pool::PoolRt;
-use super::pull::AfterPull;
+use super::pull::{AfterPull, Step};
 use super::Worker;
+use crate::fleet::page::FleetPage;
 use crate::proto::Request;
 use crate::stats::WorkerField;
 use mio::Token;
+use slab::Slab;
 use std::time::{Duration, Instant};
 
 /// How often the page is looked at while a request waits for the member
@@ -263,6 +266,46 @@ impl FleetHolds {
         ended
     }
 
+    /// Once a pass: the held requests whose wait ended at `now` (`due`),
+    /// each its client's step (`Step::Unheld`: refused, or on through the
+    /// gates again): whether the member is in step asked of `page` (only
+    /// while something waits), whether a pool's barrier passed of
+    /// `pools`, and of `conns` whether the client still holds the request
+    /// for the fleet (not for pulls).
+    pub(super) fn ended(
+        &mut self,
+        page: Option<FleetPage>,
+        pools: &[PoolRt],
+        conns: &Slab<Conn>,
+        now: Instant,
+    ) -> Vec<(Token, Step)> {
+        if self.idle() {
+            return Vec::new();
+        }
+        let in_step = page.is_some_and(|p| p.in_step());
+        let fenced = |pool: usize| pools.get(pool).is_some_and(PoolRt::fenced);
+        let live = |token: Token, id| {
+            conns
+                .client(token.0)
+                .is_some_and(|c| c.id() == id && c.gate().is_some_and(|g| g.pulls.is_empty()))
+        };
+        let step = |e: Ended| {
+            let (pool, since, refused) = (e.pool, e.since, e.refused);
+            (
+                e.token,
+                Step::Unheld {
+                    pool,
+                    since,
+                    refused,
+                },
+            )
+        };
+        self.due(now, in_step, fenced, live)
+            .into_iter()
+            .map(step)
+            .collect()
+    }
+
     /// The worker stops routing: nothing is held from now on, and every
     /// held request is refused at the next `due`.
     pub(super) fn close(&mut self) {
@@ -361,55 +404,6 @@ impl Worker<'_> {
         let out = self.pools[pool].fleet_refusal(req, error);
         self.conns.push_ready(token, out, false);
         FleetStep::Refused
-    }
-
-    /// Once a pass: carry out what `FleetHolds::due` says of the held
-    /// requests: take each ended one's gate, route it again (through
-    /// `fleet_gate`, as one arriving now: it may be held for the other
-    /// reason, or refused) or refuse it, and read its client again.
-    pub(super) fn fleet_holds_tick(&mut self, now: Instant) {
-        if self.fleet_holds.idle() {
-            return;
-        }
-        let in_step = self.fleet.is_some_and(|p| p.in_step());
-        let (pools, conns) = (&self.pools, &self.conns);
-        let ended = self.fleet_holds.due(
-            now,
-            in_step,
-            |pool| pools.get(pool).is_some_and(PoolRt::fenced),
-            |token, id| {
-                conns
-                    .client(token.0)
-                    .is_some_and(|c| c.id() == id && c.gate().is_some_and(|g| g.pulls.is_empty()))
-            },
-        );
-        for e in ended {
-            let Some(gate) = self.conns.client_mut(e.token.0).and_then(|c| c.take_gate()) else {
-                continue;
-            };
-            let waited = now.saturating_duration_since(e.since);
-            self.stats
-                .worker_add(WorkerField::FleetHeldUs, waited.as_micros() as u64);
-            let Gate {
-                req, bytes, then, ..
-            } = *gate;
-            let token = e.token;
-            if let Some(error) = e.refused {
-                self.stats.worker_add(WorkerField::FleetRefused, 1);
-                let out = self.pools[e.pool].fleet_refusal(&req, error);
-                self.conns.push_ready(token, out, false);
-            } else if self.fleet_gate(token, e.pool, &req, &bytes, then, now) == FleetStep::Go {
-                let migrating = self.pools[e.pool].route.is_migrating();
-                if !(migrating
-                    && self.hold_for_moved_keys(token, &req, &bytes, then, now) == Hold::Held)
-                {
-                    self.go_on(token, req, &bytes, then, now);
-                }
-            }
-            // Parse what the client sent meanwhile (nothing while it is
-            // held again).
-            self.resume.push(token);
-        }
     }
 }
 

@@ -331,3 +331,47 @@ fn a_refusal_is_the_pools_error_reply() {
     let out = p.fleet_refusal(&req, FLEET_MOVING);
     assert_eq!(out, format!("-ERR {FLEET_MOVING}\r\n").into_bytes());
 }
+
+/// A client (id `id`) holding `GET k` for the fleet, in `conns`.
+fn held_client(conns: &mut Slab<Conn>, id: u64) -> Token {
+    let (sock, _peer) = mio::net::UnixStream::pair().expect("socket pair");
+    let session = crate::proto::redis::local::Session::new(1, None, false);
+    let stream = crate::net::Stream::Unix(sock);
+    let mut c = super::super::conn::Client::new(stream, id, 0, session, Instant::now());
+    let (req, bytes) = get("k");
+    c.set_gate(Box::new(Gate::held(&req, &bytes, AfterPull::Route)));
+    Token(conns.insert(Conn::Client(Box::new(c))))
+}
+
+#[test]
+fn an_ended_hold_is_its_clients_step_and_a_stale_client_has_none() {
+    let t0 = Instant::now();
+    let pools = [fleet_pool(true)];
+    let mut conns = Slab::new();
+    let (a, b) = (held_client(&mut conns, 10), held_client(&mut conns, 11));
+    let mut h = FleetHolds::default();
+    assert!(h.ended(None, &pools, &conns, t0).is_empty(), "nothing held");
+    let until = h.admit(0, Wait::Barrier, t0, BOUND).expect("held");
+    h.hold((a, 10), 0, Wait::Barrier, t0, until);
+    h.hold((b, 99), 0, Wait::Barrier, t0, until);
+    let until = h.admit(0, Wait::InStep, t0, BOUND).expect("held");
+    h.hold((b, 11), 0, Wait::InStep, t0, until);
+    // The pool is not fenced: a's barrier passed; b's stale entry (another
+    // id) is dropped; b waits for the member in step (no page: not).
+    let go = Step::Unheld {
+        pool: 0,
+        since: t0,
+        refused: None,
+    };
+    assert_eq!(h.ended(None, &pools, &conns, t0 + ms(1)), vec![(a, go)]);
+    let refused = Step::Unheld {
+        pool: 0,
+        since: t0,
+        refused: Some(FLEET_LAPSED),
+    };
+    assert_eq!(
+        h.ended(None, &pools, &conns, t0 + BOUND),
+        vec![(b, refused)]
+    );
+    assert!(h.held.is_empty());
+}

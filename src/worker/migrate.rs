@@ -24,7 +24,7 @@
 //!
 //! A pull's steps (what each reply leads to) are decided by `Pulls`
 //! (`pull.rs`), without sockets; the worker here queues the commands it
-//! asks for and lets the request go when it says so (`pull_run`).
+//! asks for and lets the request go when it says so (`run_held`).
 //!
 //! A pull does not ask an old owner to send the key itself (`MIGRATE`):
 //! `MIGRATE` blocks its source until the target answers, and pulls in
@@ -37,11 +37,13 @@
 
 use super::conn::{Client, ConnTable, ReadBytes, ReplySlot, ReplyTo, Retry, Servers, Waiter};
 use super::conn_state::Gate;
+use super::fleet_hold::FleetStep;
 use super::migration_rt::ReadOrder;
 use super::pool::PoolRt;
 use super::pull::{follows_copies, AfterPull, Pull, Pulls, Step};
 use super::Worker;
 use crate::proto::{Op, Protocol, Request, Route};
+use crate::stats::WorkerField;
 use mio::Token;
 use std::time::Instant;
 
@@ -415,7 +417,7 @@ impl Worker<'_> {
                 continue;
             };
             let step = g.pulls.start(idx);
-            self.pull_run(token, step, now);
+            self.run_held(token, step, now);
         }
         Hold::Held
     }
@@ -425,8 +427,10 @@ impl Worker<'_> {
     /// that cannot be queued moves the pull on at once): each command on
     /// each server it names, on the client's connection slot for that
     /// server, a server's commands after one that is not queued left out,
-    /// and on how many servers all went told back.
-    pub(super) fn pull_run(&mut self, token: Token, mut step: Step, now: Instant) {
+    /// and on how many servers all went told back; or what the fleet
+    /// said of a held request (`FleetHolds::ended`). A request released
+    /// goes on as the step says, and its client is read again.
+    pub(super) fn run_held(&mut self, token: Token, mut step: Step, now: Instant) {
         let Some(c) = self.conns.client(token.0) else {
             return;
         };
@@ -462,7 +466,7 @@ impl Worker<'_> {
                     self.go_on(token, req, &bytes, then, now);
                     return;
                 }
-                Step::Release { sent } => {
+                Step::Release { .. } | Step::Unheld { .. } => {
                     let Some(gate) = self.conns.client_mut(token.0).and_then(|c| c.take_gate())
                     else {
                         return;
@@ -470,10 +474,36 @@ impl Worker<'_> {
                     let Gate {
                         req, bytes, then, ..
                     } = *gate;
-                    if !sent {
-                        self.go_on(token, req, &bytes, then, now);
+                    match step {
+                        Step::Release { sent: false } => self.go_on(token, req, &bytes, then, now),
+                        Step::Unheld {
+                            pool,
+                            since,
+                            refused,
+                        } => {
+                            let waited = now.saturating_duration_since(since).as_micros();
+                            self.stats
+                                .worker_add(WorkerField::FleetHeldUs, waited as u64);
+                            if let Some(error) = refused {
+                                self.stats.worker_add(WorkerField::FleetRefused, 1);
+                                let out = self.pools[pool].fleet_refusal(&req, error);
+                                self.conns.push_ready(token, out, false);
+                            } else if self.fleet_gate(token, pool, &req, &bytes, then, now)
+                                == FleetStep::Go
+                            {
+                                let migrating = self.pools[pool].route.is_migrating();
+                                if !(migrating
+                                    && self.hold_for_moved_keys(token, &req, &bytes, then, now)
+                                        == Hold::Held)
+                                {
+                                    self.go_on(token, req, &bytes, then, now);
+                                }
+                            }
+                        }
+                        _ => {}
                     }
-                    // Parse what the client sent meanwhile.
+                    // Parse what the client sent meanwhile (nothing while
+                    // it is held again).
                     self.resume.push(token);
                     return;
                 }

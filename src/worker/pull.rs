@@ -5,7 +5,7 @@
 //! to queue on servers (the key read from the next old owner, its copy to
 //! each new owner, the stale old copies' deletes), the request sent right
 //! behind its keys' copies, or every key done and the request released.
-//! The worker only executes those steps (`Worker::pull_run`), a reply's
+//! The worker only executes those steps (`Worker::run_held`), a reply's
 //! asked of its client (`Client::pull_reply`).
 //!
 //! Per key: read it from its old owners in turn, newest placement first
@@ -22,6 +22,7 @@ use crate::migrate::commands::{del, dump, mc_delete, mc_get, mc_store, pttl, res
 use crate::proto::redis::moving as redis_moving;
 use crate::proto::{Protocol, Request, Route};
 use crate::route::{PoolRoute, Target};
+use std::time::Instant;
 
 /// Where a held request goes once its keys are on their new owners.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,7 +131,8 @@ pub struct Sends {
     pub cmds: Vec<(PullPart, Vec<u8>)>,
 }
 
-/// What the worker does next for a held request's pulls.
+/// What the worker does next for a held request: its pulls', or the
+/// fleet's hold's (`Unheld`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
     /// Nothing until another reply.
@@ -145,6 +147,15 @@ pub enum Step {
     /// went behind its copies already (`sent`), and the client is read
     /// again.
     Release { sent: bool },
+    /// A fleet hold ended (`FleetHolds::ended`): the gate is over; the
+    /// request of `pool`, held since `since`, is refused with `refused`,
+    /// or else goes on as one arriving now would (through the fleet's
+    /// gate again, then its pulls), and the client is read again.
+    Unheld {
+        pool: usize,
+        since: Instant,
+        refused: Option<&'static str>,
+    },
 }
 
 /// The pulls of one held request.

@@ -256,7 +256,7 @@ impl Worker<'_> {
                 } => {
                     let step = (self.conns.client_mut(ct.0))
                         .map_or(Step::Wait, |c| c.pull_reply(id, idx, part, None));
-                    self.pull_run(ct, step, now);
+                    self.run_held(ct, step, now);
                 }
                 Lost::Warm { idx } => self.warm_reply(idx, None),
                 Lost::Fail { to, reply } => {

@@ -222,7 +222,7 @@ impl Worker<'_> {
                 let reply = bytes.to_vec();
                 let step = (self.conns.client_mut(ct.0))
                     .map_or(Step::Wait, |c| c.pull_reply(id, idx, part, Some(&reply)));
-                self.pull_run(ct, step, now);
+                self.run_held(ct, step, now);
             }
             Waiter::Warm { idx } => {
                 let reply = bytes.to_vec();
