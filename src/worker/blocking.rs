@@ -3,63 +3,46 @@
 //! waits and no pool `timeout` cuts it; the connection closes with its
 //! reply or its client.
 
-use super::conn::Open;
-use super::conn::Origin;
-use super::conn::{Conn, ConnTable, ReplySlot, ReplyTo, ServerRef};
-use super::Worker;
+use super::conn::{Conn, ConnTable, Origin, ReplySlot, ServerRef};
+use super::dedicated::{Dedicated, Reply, Sent, Usage};
+use super::pool::PoolRt;
 use crate::proto::Request;
 use mio::Token;
 use slab::Slab;
 use std::time::Instant;
 
-impl Worker<'_> {
-    /// A blocking command (BLPOP, BLMOVE, XREAD ... BLOCK, ...) on a server
-    /// connection of its own: nothing queued behind it waits, no pool
-    /// `timeout` cuts it, and it closes with its reply or its client.
-    pub(super) fn forward_blocking(
-        &mut self,
-        at: Origin,
-        req: &Request,
-        bytes: &[u8],
-        now: Instant,
-    ) {
-        let key = req.routing_key(bytes);
-        let server = self.pools[at.pool].key_server(key.as_ref(), req.op, at.client_id, now);
-        let Some(server) = server else {
-            self.reply_no_server(at.token, at.pool, req);
-            return;
-        };
-        let seq = self.push_slot(at.token, req.noreply, ReplySlot::default());
-        let to = ReplyTo::new(at.token, at.client_id, seq, None);
-        let slot = self.conn_slot(at.token, at.pool, server, at.client_id, req.op);
-        let st = match self.server_conn(at.pool, server, slot, now, Open::Dedicated) {
-            Ok(st) => st,
-            Err(fault) => {
-                self.fail_unsent(to, at.pool, req.op, &fault);
-                return;
-            }
-        };
-        let Some(s) = self.conns.server_mut(st.0) else {
-            return;
-        };
-        s.set_blocking();
-        let sid = s.id();
-        block_on(&mut self.conns, at.token, ServerRef::new(st, sid));
-        let proto = self.pools[at.pool].proto;
-        self.enqueue(
-            st,
-            to.waiter(),
-            req.op,
-            |out| proto.write_request(req, bytes, out),
-            now,
-        );
+/// How a blocking command (BLPOP, BLMOVE, XREAD ... BLOCK, ...) from `at`
+/// (its pool `p`) goes out: whole, on a connection of its
+/// own to its key's server (`Worker::send_dedicated` carries it out).
+/// Out of line: it is no common request's.
+#[cold]
+pub(super) fn plan<'a>(
+    p: &mut PoolRt,
+    at: Origin,
+    req: &'a Request,
+    bytes: &'a [u8],
+    now: Instant,
+) -> Dedicated<'a> {
+    let key = req.routing_key(bytes);
+    Dedicated {
+        pool: at.pool,
+        server: p.key_server(key.as_ref(), req.op, at.client_id, now),
+        op: req.op,
+        conn: None,
+        usage: Usage::Blocking,
+        reply: Reply::New {
+            slot: ReplySlot::default(),
+            noreply: req.noreply,
+        },
+        note: None,
+        write: Sent::Request(req, bytes),
     }
 }
 
 /// Client `ct` blocks on connection `r` too: the connections of its
 /// earlier blocking requests that are closed (answered) are forgotten, so
 /// that a client blocking again and again holds only those still open.
-fn block_on(conns: &mut Slab<Conn>, ct: Token, r: ServerRef) {
+pub(super) fn block_on(conns: &mut Slab<Conn>, ct: Token, r: ServerRef) {
     let live: Vec<ServerRef> = match conns.get(ct.0) {
         Some(Conn::Client(c)) => c
             .blocked()

@@ -152,7 +152,10 @@ impl Worker<'_> {
         }
         let target = plan.target;
         match target {
-            Target::Blocking => return self.forward_blocking(at, req, bytes, now),
+            Target::Blocking => {
+                let d = super::blocking::plan(&mut self.pools[at.pool], at, req, bytes, now);
+                return self.send_dedicated(at.token, d, now);
+            }
             Target::Scan => {
                 let sends = self.pools[at.pool].scan_plan(bytes);
                 return self.send_plan(at.reply_to(), at.pool, req, bytes, sends, now);

@@ -20,6 +20,7 @@ mod cluster_stream;
 mod conn;
 mod conn_state;
 mod deadlines;
+mod dedicated;
 mod dirty;
 mod event_loop;
 mod fault;

@@ -170,11 +170,6 @@ impl ReqStream {
         self.server
     }
 
-    /// A large MSET value now streams to `server`.
-    pub fn set_server(&mut self, server: ServerRef) {
-        self.server = Some(server);
-    }
-
     /// The client is not read: its server lags.
     pub fn is_blocked(&self) -> bool {
         self.blocked
@@ -204,9 +199,10 @@ impl ReqStream {
         }
     }
 
-    /// The held request was routed to `target` (none: it failed, its
-    /// error is the reply; the held bytes are dropped and the rest of the
-    /// request is read and dropped).
+    /// The request (a held one once its key was read, one whose key was
+    /// in its head, a large MSET value) was routed to `target` (none: it
+    /// failed, its error is the reply; any held bytes are dropped and the
+    /// rest of the request is read and dropped).
     pub fn routed(&mut self, target: Option<ServerRef>) {
         self.server = target;
         if target.is_none() {

@@ -154,7 +154,7 @@ fn an_mset_goes_pair_by_pair_on_a_connection_per_server() {
     assert_eq!(rs.pairs_unsent(), 1..3);
     input.consume(p.len);
     // Its value streams to the pair's server.
-    rs.set_server(server(1));
+    rs.routed(Some(server(1)));
     rs.set_pair_conn(0, server(1));
     assert_eq!(rs.next(&mut input), ReqAction::Forward(12));
     input.consume(12);

@@ -50,10 +50,10 @@
 //! (if none of it was passed yet, the client gets the error reply instead).
 //! So does a reply the cursor finds malformed.
 
-use super::conn::Open;
 use super::conn::{
     Client, Conn, ConnTable, ReplySlot, ReplyTo, ReqStream, ServerRef, SrvStream, Waiter,
 };
+use super::dedicated::{Dedicated, Reply, Sent, Usage};
 use super::dirty::Dirty;
 use super::fault::ServerFault;
 use super::pool::PoolRt;
@@ -253,19 +253,123 @@ fn known_pair_conn(conns: &slab::Slab<Conn>, ct: Token, server: usize) -> Option
     conns.server_ref(r).map(|_| r.token)
 }
 
-/// Connection `st` was opened for the pairs of client `ct`'s MSET that go
-/// to `server`: its next pairs for that server go on it too.
-fn pair_conn_opened(
+/// An MSET pair taken off its client's input: its client's pool, the
+/// MSET's operation and where the pair's reply goes (its fragment of the
+/// MSET's slot).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct PairTo {
+    pub pool: usize,
+    pub op: Op,
+    pub to: ReplyTo,
+}
+
+/// Take the pair at the start of client `token`'s input (`pair`) off it:
+/// where its reply goes, and its key. `None`: no MSET sent pair by pair.
+fn take_pair(
     conns: &mut slab::Slab<Conn>,
-    ct: Token,
-    server: usize,
-    st: Token,
-) -> Result<Token, ServerFault> {
-    let sid = conns.server(st.0).ok_or(ServerFault::NoServer)?.id();
-    if let Some(rs) = conns.client_mut(ct.0).and_then(|c| c.stream_mut()) {
-        rs.set_pair_conn(server, ServerRef::new(st, sid));
+    token: Token,
+    pair: &PairOut,
+) -> Option<(PairTo, Vec<u8>)> {
+    let c = conns.client_mut(token.0)?;
+    let (pool, cid) = (c.pool(), c.id());
+    let rs = c.stream()?;
+    let (seq, op) = (rs.pairs_seq()?, rs.op());
+    let key = c.input().bytes()[pair.key.clone()].to_vec();
+    c.consume_input(pair.len);
+    let to = ReplyTo::new(token, cid, Some(seq), Some(pair.index as u32));
+    Some((PairTo { pool, op, to }, key))
+}
+
+/// How an MSET pair (`pair`, its `key`, taken off as `to` says) goes out:
+/// `MSET key value` to its key's server in pool `p`, on the connection
+/// its MSET uses for that server (opened if it has none); a large value
+/// then passes as it arrives.
+fn pair_plan<'a>(
+    conns: &slab::Slab<Conn>,
+    p: &mut PoolRt,
+    to: &PairTo,
+    key: &[u8],
+    pair: &'a PairOut,
+    now: Instant,
+) -> Dedicated<'a> {
+    let server = p.server_for(key, now);
+    Dedicated {
+        pool: to.pool,
+        server,
+        op: to.op,
+        conn: server.and_then(|s| known_pair_conn(conns, to.to.token, s)),
+        usage: Usage::Pair {
+            server: server.unwrap_or_default(),
+            large: pair.large,
+        },
+        reply: Reply::At(to.to),
+        note: None,
+        write: Sent::Bytes(&pair.cmd),
     }
-    Ok(st)
+}
+
+/// How a request whose head is `head` (`bytes`), from client `cid` of
+/// `pool` (`p`), goes out when its key is in its head: the head to the
+/// key's server on a connection of its own, the rest passing as it
+/// arrives. A cluster pool's keeps its head in its slot, to follow a
+/// redirection (`ReplySlot::streamed`).
+fn single_plan<'a>(
+    p: &mut PoolRt,
+    pool: usize,
+    cid: u64,
+    head: &'a StreamHead,
+    bytes: &'a [u8],
+    now: Instant,
+) -> Dedicated<'a> {
+    let req = &head.req;
+    let key = req.keys.first().map_or(&[][..], |k| &bytes[k.clone()]);
+    let server = p.key_server(key, req.op, cid, now);
+    let slot = match server {
+        Some(_) => ReplySlot::streamed(p.cluster.is_some(), req, bytes),
+        None => ReplySlot::default(),
+    };
+    Dedicated {
+        pool,
+        server,
+        op: req.op,
+        conn: None,
+        usage: Usage::Stream,
+        reply: Reply::New {
+            slot,
+            noreply: false,
+        },
+        note: Some(key),
+        write: Sent::Bytes(bytes),
+    }
+}
+
+/// How client `token`'s request held in a spool goes out once its `key`
+/// is read: to the key's server on a connection of its own (nothing
+/// queued yet: the held bytes drain to it, `FeedHeld`). `None`: the
+/// client or its streamed request is gone.
+fn spool_plan<'a>(
+    conns: &slab::Slab<Conn>,
+    pools: &mut [PoolRt],
+    token: Token,
+    key: &'a [u8],
+    now: Instant,
+) -> Option<Dedicated<'a>> {
+    let c = conns.client(token.0)?;
+    let pool = c.pool();
+    let op = c.stream()?.op();
+    Some(Dedicated {
+        pool,
+        server: pools[pool].server_for(key, now),
+        op,
+        conn: None,
+        usage: Usage::Stream,
+        reply: Reply::New {
+            slot: ReplySlot::default(),
+            noreply: false,
+        },
+        note: Some(key),
+        write: Sent::Bytes(&[]),
+    })
 }
 
 /// Whether a request whose head is `head` streams from client `c` in pool
@@ -298,7 +402,12 @@ fn streams_here(c: &Client, p: &PoolRt, fleet: bool, head: &StreamHead) -> bool 
 
 /// Server connection `st` carries client `ct`'s (`cid`) streamed request
 /// from now on: its name for the client's side, none when it is gone.
-fn stream_to(conns: &mut slab::Slab<Conn>, st: Token, ct: Token, cid: u64) -> Option<ServerRef> {
+pub(super) fn stream_to(
+    conns: &mut slab::Slab<Conn>,
+    st: Token,
+    ct: Token,
+    cid: u64,
+) -> Option<ServerRef> {
     let s = conns.server_mut(st.0)?;
     s.set_stream(Some(SrvStream {
         client: ct,
@@ -329,6 +438,7 @@ impl Worker<'_> {
             return StreamStart::Wait;
         }
         let machine = StreamMachine::new(&head, self.pools[pool].limits, STREAM_THRESHOLD);
+        let mut single = None;
         let rs = match head.kind {
             StreamKind::Pairs => {
                 // Its reply slot joins one fragment per pair; the pairs go
@@ -344,100 +454,28 @@ impl Worker<'_> {
             StreamKind::Spool => ReqStream::held(machine, bytes),
             StreamKind::Single => {
                 // Routed by the key in its head; the head is queued on a
-                // connection of its own (none when the request failed,
-                // answered with the error).
-                let req = &head.req;
-                let key = req.keys.first().map_or(&[][..], |k| &bytes[k.clone()]);
-                let server = match self.pools[pool].key_server(key, req.op, cid, now) {
-                    None => {
-                        self.reply_no_server(token, pool, req);
-                        None
-                    }
-                    Some(server) => {
-                        let slot = self.conn_slot(token, pool, server, cid, req.op);
-                        match self.server_conn(pool, server, slot, now, Open::Dedicated) {
-                            Err(fault) => {
-                                let seq = self.push_slot(token, false, ReplySlot::default());
-                                let to = ReplyTo::new(token, cid, seq, None);
-                                self.fail_unsent(to, pool, req.op, &fault);
-                                None
-                            }
-                            Ok(st) => {
-                                self.recorder.note_key(pool, key);
-                                let cluster = self.pools[pool].cluster.is_some();
-                                let kept = ReplySlot::streamed(cluster, req, bytes);
-                                let seq = self.push_slot(token, false, kept);
-                                let waiter = ReplyTo::new(token, cid, seq, None).waiter();
-                                self.enqueue(
-                                    st,
-                                    waiter,
-                                    req.op,
-                                    |o| o.extend_from_slice(bytes),
-                                    now,
-                                );
-                                stream_to(&mut self.conns, st, token, cid)
-                            }
-                        }
-                    }
-                };
-                ReqStream::single(machine, server)
+                // connection of its own once the stream is the client's
+                // (it then names that connection; none when the request
+                // failed, answered with the error).
+                single = Some(single_plan(
+                    &mut self.pools[pool],
+                    pool,
+                    cid,
+                    &head,
+                    bytes,
+                    now,
+                ));
+                ReqStream::single(machine, None)
             }
         };
         if let Some(c) = self.conns.client_mut(token.0) {
             c.start_stream(rs);
         }
+        if let Some(plan) = single {
+            self.send_dedicated(token, plan, now);
+        }
         self.stats.worker_add(WorkerField::Requests, 1);
         StreamStart::Started
-    }
-
-    /// Send the pair at the start of a client's input as `MSET key value`
-    /// on the connection its MSET uses for the key's server; a large value
-    /// is then passed as it arrives.
-    fn send_pair(&mut self, token: Token, pair: PairOut, now: Instant) {
-        let Some(c) = self.conns.client_mut(token.0) else {
-            return;
-        };
-        let (pool, client_id) = (c.pool(), c.id());
-        let Some(rs) = c.stream() else {
-            return;
-        };
-        let Some(seq) = rs.pairs_seq() else {
-            return;
-        };
-        let op = rs.op();
-        let pair_key = c.input().bytes()[pair.key].to_vec();
-        c.consume_input(pair.len);
-        let to = ReplyTo::new(token, client_id, Some(seq), Some(pair.index as u32));
-        let Some(server) = self.pools[pool].server_for(&pair_key, now) else {
-            self.fail_unsent(to, pool, op, &ServerFault::NoServer);
-            return;
-        };
-        self.recorder.note_key(pool, &pair_key);
-        let st = match known_pair_conn(&self.conns, token, server) {
-            Some(st) => st,
-            None => {
-                let slot = self.conn_slot(token, pool, server, client_id, op);
-                let opened = self.server_conn(pool, server, slot, now, Open::Dedicated);
-                match opened.and_then(|st| pair_conn_opened(&mut self.conns, token, server, st)) {
-                    Ok(st) => st,
-                    Err(fault) => {
-                        self.fail_unsent(to, pool, op, &fault);
-                        return;
-                    }
-                }
-            }
-        };
-        let cmd = pair.cmd;
-        self.enqueue(st, to.waiter(), op, |out| out.extend_from_slice(&cmd), now);
-        if !pair.large {
-            return;
-        }
-        let Some(r) = stream_to(&mut self.conns, st, token, client_id) else {
-            return;
-        };
-        if let Some(rs) = self.conns.client_mut(token.0).and_then(|c| c.stream_mut()) {
-            rs.set_server(r);
-        }
     }
 
     /// Pass what the client's input holds of its streamed request. True
@@ -490,9 +528,23 @@ impl Worker<'_> {
                         }
                     }
                 }
-                ReqAction::Route(key) => self.route_spool(token, &key, now),
+                ReqAction::Route(key) => {
+                    // The held bytes drain to its server next (`FeedHeld`).
+                    if let Some(plan) = spool_plan(&self.conns, &mut self.pools, token, &key, now) {
+                        self.send_dedicated(token, plan, now);
+                    }
+                }
                 ReqAction::Refused(reply) => self.conns.push_ready(token, reply, false),
-                ReqAction::Pair(pair) => self.send_pair(token, pair, now),
+                ReqAction::Pair(pair) => {
+                    if let Some((to, key)) = take_pair(&mut self.conns, token, &pair) {
+                        let p = &mut self.pools[to.pool];
+                        let plan = pair_plan(&self.conns, p, &to, &key, &pair, now);
+                        if plan.server.is_some() {
+                            self.recorder.note_key(to.pool, &key);
+                        }
+                        self.send_dedicated(token, plan, now);
+                    }
+                }
                 ReqAction::PairEnd(r) => {
                     // A large value passed whole.
                     if let Some(s) = self.conns.server_ref_mut(r) {
@@ -527,48 +579,6 @@ impl Worker<'_> {
                     return false;
                 }
             }
-        }
-    }
-
-    /// The key of a request held in a spool was read: route it, then the
-    /// held bytes drain to its server.
-    fn route_spool(&mut self, token: Token, key: &[u8], now: Instant) {
-        let Some(c) = self.conns.client(token.0) else {
-            return;
-        };
-        let (pool, client_id) = (c.pool(), c.id());
-        let Some(op) = c.stream().map(|rs| rs.op()) else {
-            return;
-        };
-        let mut target = None;
-        match self.pools[pool].server_for(key, now) {
-            None => {
-                self.stats.pool_add(pool, PoolField::ForwardError, 1);
-                let mut out = Vec::new();
-                ServerFault::NoServer.write_reply(self.pools[pool].proto, op, &mut out);
-                self.conns.push_ready(token, out, false);
-            }
-            Some(server) => {
-                let slot = self.conn_slot(token, pool, server, client_id, op);
-                let seq = self.push_slot(token, false, ReplySlot::default());
-                match self.server_conn(pool, server, slot, now, Open::Dedicated) {
-                    Ok(st) => {
-                        self.recorder.note_key(pool, key);
-                        let waiter = ReplyTo::new(token, client_id, seq, None).waiter();
-                        self.enqueue(st, waiter, op, |_| {}, now);
-                        target = stream_to(&mut self.conns, st, token, client_id);
-                    }
-                    Err(fault) => self.fail_unsent(
-                        ReplyTo::new(token, client_id, seq, None),
-                        pool,
-                        op,
-                        &fault,
-                    ),
-                }
-            }
-        }
-        if let Some(rs) = self.conns.client_mut(token.0).and_then(|c| c.stream_mut()) {
-            rs.routed(target);
         }
     }
 

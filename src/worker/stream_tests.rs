@@ -249,13 +249,18 @@ fn an_mset_pairs_go_on_the_connection_opened_for_their_server_while_open() {
     let rs = ReqStream::pairs(StreamMachine::new(&head, limits, 8), 0);
     conns.client_mut(ct.0).expect("client").start_stream(rs);
     assert_eq!(known_pair_conn(&conns, ct, 0), None, "none opened yet");
-    assert_eq!(pair_conn_opened(&mut conns, ct, 0, to.token), Ok(to.token));
+    let usage = Usage::Pair {
+        server: 0,
+        large: false,
+    };
+    let opened = crate::worker::dedicated::opened;
+    assert_eq!(opened(&mut conns, ct, to.token, usage), Ok(to.token));
     assert_eq!(known_pair_conn(&conns, ct, 0), Some(to.token));
     assert_eq!(known_pair_conn(&conns, ct, 1), None, "another server's");
     conns.remove(to.token.0);
     assert_eq!(known_pair_conn(&conns, ct, 0), None, "closed once answered");
     assert_eq!(
-        pair_conn_opened(&mut conns, ct, 0, to.token),
+        opened(&mut conns, ct, to.token, usage),
         Err(ServerFault::NoServer)
     );
 }
@@ -305,4 +310,119 @@ fn a_connection_carrying_a_streamed_request_names_its_client() {
         .stream()
         .is_some_and(|ss| ss.client == ct && ss.client_id == CID));
     assert_eq!(stream_to(&mut conns, Token(9), ct, CID), None, "gone");
+}
+
+/// The head of `data`, a request whose last argument streams (over 8
+/// bytes).
+fn head_of(data: &[u8]) -> StreamHead {
+    let limits = Limits::default();
+    (1..=data.len())
+        .find_map(|n| redis::stream_head(&data[..n], &limits, 8))
+        .expect("a streamed head")
+}
+
+#[test]
+fn a_request_with_its_key_in_its_head_goes_to_the_keys_server_on_its_own() {
+    let data = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$10\r\n0123456789\r\n";
+    let head = head_of(data);
+    let bytes = &data[..head.req.len];
+    let now = Instant::now();
+    let mut p = pool("");
+    let server = pool("").key_server(b"k", head.req.op, CID, now);
+    assert!(server.is_some());
+    let d = single_plan(&mut p, 0, CID, &head, bytes, now);
+    assert_eq!((d.pool, d.server, d.op), (0, server, head.req.op));
+    assert_eq!(
+        (d.conn, d.usage, d.note),
+        (None, Usage::Stream, Some(&b"k"[..]))
+    );
+    assert!(matches!(d.write, Sent::Bytes(b) if b == bytes), "its head");
+    assert!(
+        matches!(d.reply, Reply::New { ref slot, noreply: false } if slot.redirect.is_none()),
+        "nothing kept outside a cluster"
+    );
+    let mut cluster = pool("  redis_cluster: true\n");
+    let d = single_plan(&mut cluster, 0, CID, &head, bytes, now);
+    assert!(
+        matches!(d.reply, Reply::New { ref slot, .. } if slot.redirect.is_some()),
+        "kept to follow a redirection"
+    );
+}
+
+#[test]
+fn a_held_request_goes_to_its_keys_server_once_the_key_is_read() {
+    let data = b"*4\r\n$4\r\nEVAL\r\n$10\r\n0123456789\r\n$1\r\n1\r\n$1\r\nk\r\n";
+    let head = head_of(data);
+    let mut conns = slab::Slab::new();
+    let (ct, _) = streaming(&mut conns, b"\r\n", b"");
+    let now = Instant::now();
+    let mut pools = vec![pool("")];
+    assert!(
+        spool_plan(&conns, &mut pools, ct, b"k", now).is_none(),
+        "not streaming"
+    );
+    let machine = StreamMachine::new(&head, Limits::default(), 8);
+    let rs = ReqStream::held(machine, &data[..head.req.len]);
+    conns.client_mut(ct.0).expect("client").start_stream(rs);
+    let d = spool_plan(&conns, &mut pools, ct, b"k", now).expect("a plan");
+    assert_eq!(d.server, pool("").server_for(b"k", now));
+    assert_eq!((d.op, d.usage, d.conn), (head.req.op, Usage::Stream, None));
+    assert!(matches!(d.write, Sent::Bytes(b"")), "the held bytes follow");
+    assert!(
+        spool_plan(&conns, &mut pools, Token(7), b"k", now).is_none(),
+        "gone"
+    );
+}
+
+#[test]
+fn an_mset_pair_is_taken_off_its_input_and_goes_on_its_servers_connection() {
+    let data = b"*5\r\n$4\r\nMSET\r\n$1\r\na\r\n$1\r\n1\r\n$1\r\nk\r\n$10\r\n0123456789\r\n";
+    let head = head_of(data);
+    assert_eq!(head.kind, StreamKind::Pairs);
+    let mut conns = slab::Slab::new();
+    let pair_bytes = b"$1\r\na\r\n$1\r\n1\r\nrest";
+    let (ct, to) = streaming(&mut conns, pair_bytes, b"");
+    let pair = PairOut {
+        index: 1,
+        key: 4..5,
+        cmd: b"MSET a 1".to_vec(),
+        len: 14,
+        large: false,
+    };
+    assert_eq!(take_pair(&mut conns, ct, &pair), None, "not streaming");
+    let machine = StreamMachine::new(&head, Limits::default(), 8);
+    let rs = ReqStream::pairs(machine, 3);
+    conns.client_mut(ct.0).expect("client").start_stream(rs);
+    let (taken, key) = take_pair(&mut conns, ct, &pair).expect("a pair");
+    assert_eq!(key, b"a");
+    let reply_to = ReplyTo::new(ct, CID, Some(3), Some(1));
+    let want = PairTo {
+        pool: 0,
+        op: head.req.op,
+        to: reply_to,
+    };
+    assert_eq!(taken, want);
+    let c = conns.client(ct.0).expect("client");
+    assert_eq!(c.input().bytes(), b"rest", "the pair's bytes are taken");
+    let now = Instant::now();
+    let mut p = pool("");
+    let server = pool("").server_for(b"a", now).expect("a server");
+    let d = pair_plan(&conns, &mut p, &taken, &key, &pair, now);
+    assert_eq!((d.server, d.conn, d.note), (Some(server), None, None));
+    assert_eq!(
+        d.usage,
+        Usage::Pair {
+            server,
+            large: false
+        }
+    );
+    assert!(matches!(d.reply, Reply::At(r) if r == reply_to));
+    assert!(matches!(d.write, Sent::Bytes(b"MSET a 1")));
+    let rs = conns
+        .client_mut(ct.0)
+        .and_then(|c| c.stream_mut())
+        .expect("stream");
+    rs.set_pair_conn(server, to);
+    let d = pair_plan(&conns, &mut p, &taken, &key, &pair, now);
+    assert_eq!(d.conn, Some(to.token), "the connection it opened before");
 }

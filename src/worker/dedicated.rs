@@ -1,0 +1,192 @@
+//! A request on a server connection of its own (`Open::Dedicated`): a
+//! blocking command, the head of a large request streamed as it arrives,
+//! an EVAL routed once its held key is read, one pair of an MSET sent
+//! pair by pair. The feature that owns the request decides where it goes
+//! and what its connection is for (`blocking::plan`, `stream.rs`'s
+//! `single_plan`, `spool_plan` and `pair_plan`), as a [`Dedicated`];
+//! `Worker::send_dedicated` carries it out without a decision of its own:
+//! the connection opened and named for its use, the reply slot, the
+//! bytes queued, a failure answered in the slot.
+
+use super::conn::{Conn, ConnTable, Open, ReplySlot, ReplyTo, ServerRef};
+use super::fault::ServerFault;
+use super::Worker;
+use crate::proto::{Op, Request};
+use crate::stats::PoolField;
+use mio::Token;
+use slab::Slab;
+use std::time::Instant;
+
+/// How a request goes out on a connection of its own, as its feature
+/// planned it.
+#[derive(Debug)]
+pub(super) struct Dedicated<'a> {
+    pub pool: usize,
+    /// The server (none: no server is up, the pool's error is the reply).
+    pub server: Option<usize>,
+    pub op: Op,
+    /// The connection it goes on: one the request's feature holds already
+    /// (an MSET's for this server), or none and one is opened.
+    pub conn: Option<Token>,
+    /// What the connection is for.
+    pub usage: Usage,
+    /// Where the reply goes.
+    pub reply: Reply,
+    /// The key noted for the hot-key sample and the slow log once the
+    /// connection is there (none: noted already, or not at all).
+    pub note: Option<&'a [u8]>,
+    /// What is queued on it.
+    pub write: Sent<'a>,
+}
+
+/// What a connection of its own is for: how it is named once opened,
+/// and whether the rest of the request streams to it after what is
+/// queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Usage {
+    /// A blocking command: the client blocks on it (`block_on`).
+    Blocking,
+    /// A streamed request, the rest passed as it arrives.
+    Stream,
+    /// A pair of an MSET sent pair by pair, for this server: the MSET's
+    /// next pairs for it go on it too; `large`: its value streams.
+    Pair { server: usize, large: bool },
+}
+
+impl Usage {
+    /// The rest of the request streams to the connection.
+    pub(super) fn streams(self) -> bool {
+        matches!(self, Usage::Stream | Usage::Pair { large: true, .. })
+    }
+}
+
+/// Where a dedicated request's reply goes.
+#[derive(Debug)]
+pub(super) enum Reply {
+    /// A new slot of its client, this one once the request is queued (a
+    /// default one holds a failure's error); `noreply`: none.
+    New { slot: ReplySlot, noreply: bool },
+    /// A slot its client holds already (an MSET pair's fragment).
+    At(ReplyTo),
+}
+
+/// What a dedicated request queues.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Sent<'a> {
+    /// These bytes as they are.
+    Bytes(&'a [u8]),
+    /// The request, as its protocol writes it for a server.
+    Request(&'a Request, &'a [u8]),
+}
+
+/// Connection `st`, just opened to `server` for client `ct`'s request,
+/// is named for its use: a blocking command's connection blocks its
+/// client; an MSET's is the one its next pairs for that server take.
+/// A connection gone is `ServerFault::NoServer`.
+pub(super) fn opened(
+    conns: &mut Slab<Conn>,
+    ct: Token,
+    st: Token,
+    usage: Usage,
+) -> Result<Token, ServerFault> {
+    let s = conns.server_mut(st.0).ok_or(ServerFault::NoServer)?;
+    let r = ServerRef::new(st, s.id());
+    match usage {
+        Usage::Blocking => {
+            s.set_blocking();
+            super::blocking::block_on(conns, ct, r);
+        }
+        Usage::Stream => {}
+        Usage::Pair { server, .. } => {
+            if let Some(rs) = conns.client_mut(ct.0).and_then(|c| c.stream_mut()) {
+                rs.set_pair_conn(server, r);
+            }
+        }
+    }
+    Ok(st)
+}
+
+impl Worker<'_> {
+    /// Carry out client `token`'s `Dedicated` request: the connection
+    /// opened (or the one it names) and named for its use, the reply slot
+    /// pushed, the bytes queued; a failure answered in the slot. When the
+    /// rest of the request streams, its client's `ReqStream` is told where
+    /// to (`ReqStream::routed`; nowhere when it failed).
+    pub(super) fn send_dedicated(&mut self, token: Token, d: Dedicated<'_>, now: Instant) {
+        let Some(cid) = self.conns.client(token.0).map(|c| c.id()) else {
+            return;
+        };
+        let (pool, op, usage) = (d.pool, d.op, d.usage);
+        let target = 'sent: {
+            let Some(server) = d.server else {
+                match d.reply {
+                    Reply::New { noreply, .. } => {
+                        self.stats.pool_add(pool, PoolField::ForwardError, 1);
+                        if !noreply {
+                            let mut out = Vec::new();
+                            let proto = self.pools[pool].proto;
+                            ServerFault::NoServer.write_reply(proto, op, &mut out);
+                            self.conns.push_ready(token, out, false);
+                        }
+                    }
+                    Reply::At(to) => self.fail_unsent(to, pool, op, &ServerFault::NoServer),
+                }
+                break 'sent None;
+            };
+            let st = match d.conn {
+                Some(st) => Ok(st),
+                None => {
+                    let slot = self.conn_slot(token, pool, server, cid, op);
+                    self.server_conn(pool, server, slot, now, Open::Dedicated)
+                        .and_then(|st| opened(&mut self.conns, token, st, usage))
+                }
+            };
+            let st = match st {
+                Ok(st) => st,
+                Err(fault) => {
+                    let to = match d.reply {
+                        Reply::New { noreply, .. } => {
+                            let seq = self.push_slot(token, noreply, ReplySlot::default());
+                            ReplyTo::new(token, cid, seq, None)
+                        }
+                        Reply::At(to) => to,
+                    };
+                    self.fail_unsent(to, pool, op, &fault);
+                    break 'sent None;
+                }
+            };
+            if let Some(key) = d.note {
+                self.recorder.note_key(pool, key);
+            }
+            let to = match d.reply {
+                Reply::New { slot, noreply } => {
+                    ReplyTo::new(token, cid, self.push_slot(token, noreply, slot), None)
+                }
+                Reply::At(to) => to,
+            };
+            match d.write {
+                Sent::Bytes(b) => {
+                    self.enqueue(st, to.waiter(), op, |o| o.extend_from_slice(b), now)
+                }
+                Sent::Request(req, bytes) => {
+                    let proto = self.pools[pool].proto;
+                    let write = |o: &mut Vec<u8>| proto.write_request(req, bytes, o);
+                    self.enqueue(st, to.waiter(), op, write, now);
+                }
+            }
+            if !usage.streams() {
+                break 'sent None;
+            }
+            super::stream::stream_to(&mut self.conns, st, token, cid)
+        };
+        if usage.streams() {
+            if let Some(rs) = self.conns.client_mut(token.0).and_then(|c| c.stream_mut()) {
+                rs.routed(target);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "dedicated_tests.rs"]
+mod tests;
