@@ -311,16 +311,16 @@ impl Worker<'_> {
                 false
             }
             Route::Broadcast => {
-                self.forward_broadcast(
-                    Origin {
-                        token,
-                        client_id,
-                        pool,
-                    },
-                    req,
-                    bytes,
-                    now,
-                );
+                // As the pool's plan says; the client count is INFO's alone.
+                let clients = || self.stats.pool_total(pool, PoolField::ClientConnections);
+                let sends = self.pools[pool].broadcast_plan(&req, clients);
+                let to = Origin {
+                    token,
+                    client_id,
+                    pool,
+                }
+                .reply_to();
+                self.send_plan(to, pool, &req, bytes, sends, now);
                 false
             }
         }

@@ -3,31 +3,10 @@
 //! PUBSUB, FLUSHALL/FLUSHDB behind `allow_flush`, SCRIPT), or walked
 //! server by server (SCAN), and memcached's `flush_all`.
 
-use super::conn::{Fragment, Multi, MultiMode, Origin, ReplySlot};
+use super::conn::{Fragment, Multi, MultiMode, ReplySlot};
 use super::pool::PoolRt;
 use super::send_plan::{NotSent, SendPlan, Write};
-use super::Worker;
 use crate::proto::{Op, Request};
-use crate::stats::PoolField;
-use std::time::Instant;
-
-impl Worker<'_> {
-    /// Send a request to every server of the pool (memcached flush_all when
-    /// the pool has `allow_flush`, Redis SCRIPT LOAD/FLUSH), as the pool's
-    /// plan says (`PoolRt::broadcast_plan`).
-    pub(super) fn forward_broadcast(
-        &mut self,
-        at: Origin,
-        req: Request,
-        bytes: &[u8],
-        now: Instant,
-    ) {
-        let stats = &self.stats;
-        let clients = || stats.pool_total(at.pool, PoolField::ClientConnections);
-        let sends = self.pools[at.pool].broadcast_plan(&req, clients);
-        self.send_plan(at.reply_to(), at.pool, &req, bytes, sends, now);
-    }
-}
 
 /// What becomes of a request for every server in a pool.
 #[derive(Debug, PartialEq, Eq)]
