@@ -355,10 +355,12 @@ impl Worker<'_> {
             self.pools[at.pool].count_routes(at.pool, &req, bytes, &self.stats);
         }
         if let Some(shadow) = plan.shadow {
-            self.shadow_copy(shadow, &req, bytes, now);
+            let copy = self.shadows.copy(shadow, &mut self.pools, &req, bytes, now);
+            self.send_copy(copy, Some((&req, bytes)), now);
         }
         if plan.zone_copies {
-            self.zone_copy(at.pool, &req, bytes, now);
+            let copy = self.pools[at.pool].zone_copy(at.pool, &req, bytes);
+            self.send_copy(Some(copy), Some((&req, bytes)), now);
         }
         if req.route == Route::Single {
             self.forward_single(at, &plan, &req, bytes, owner, now);

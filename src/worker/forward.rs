@@ -10,7 +10,7 @@ use super::conn::{ConnTable, Origin, Redirect, ReplySlot, ReplyTo, Waiter};
 use super::fault::ServerFault;
 use super::key_groups::{Placed, Split};
 use super::pool::PoolRt;
-use super::send_plan::{NotSent, SendPlan, Write};
+use super::send_plan::{CopyPlan, NotSent, SendPlan, Write};
 use super::Worker;
 use crate::proto::{Op, Request};
 use crate::route::{Plan, Target};
@@ -327,6 +327,54 @@ impl Worker<'_> {
                 Write::Fragment => proto.write_fragment(bytes, req, keys, out),
             };
             self.send_or_fail(to, pool, server, write, req.op, now);
+        }
+    }
+
+    /// Carry out a copy's plan (`CopyPlan`), of `of` (the copied request
+    /// and its bytes; `None` when it writes the proxy's own): each part
+    /// queued on its server's first connection, its reply going to the
+    /// plan's waiter. A part with no server, or a bounded one whose
+    /// connection is full, is dropped (a bounded one counted); a warm-up
+    /// copy whose request is not queued is over.
+    pub(super) fn send_copy(
+        &mut self,
+        copy: Option<CopyPlan>,
+        of: Option<(&Request, &[u8])>,
+        now: Instant,
+    ) {
+        let Some(copy) = copy else {
+            return;
+        };
+        let (pool, proto) = (copy.pool, self.pools[copy.pool].proto);
+        for (server, keys) in &copy.to {
+            let st = server.and_then(|s| self.server_conn(pool, s, 0, now, Open::Shared).ok());
+            let room = |st: &Token| {
+                !copy.bounded
+                    || self
+                        .conns
+                        .server(st.0)
+                        .is_some_and(super::shadow::has_copy_room)
+            };
+            let Some(st) = st.filter(room) else {
+                if copy.bounded {
+                    self.stats.worker_add(WorkerField::ShadowDropped, 1);
+                }
+                if let Waiter::Warm { idx } = copy.waiter {
+                    self.warms.unsent(idx as usize);
+                }
+                continue;
+            };
+            let write = |out: &mut Vec<u8>| match (&copy.write, of) {
+                (Write::Bytes(b), _) => out.extend_from_slice(b),
+                (Write::Raw, Some((_, bytes))) => out.extend_from_slice(bytes),
+                (Write::Request, Some((req, bytes))) => proto.write_request(req, bytes, out),
+                (Write::Fragment, Some((req, bytes))) => {
+                    proto.write_fragment(bytes, req, keys, out)
+                }
+                // A plan of the request's bytes with no request: none is built.
+                (_, None) => {}
+            };
+            self.enqueue(st, Some(copy.waiter), copy.op, write, now);
         }
     }
 

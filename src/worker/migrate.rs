@@ -380,7 +380,8 @@ impl Worker<'_> {
                     self.pools[pool].count_routes(pool, req, bytes, &self.stats);
                 }
                 if let Some(shadow) = plan.shadow {
-                    self.shadow_copy(shadow, req, bytes, now);
+                    let copy = self.shadows.copy(shadow, &mut self.pools, req, bytes, now);
+                    self.send_copy(copy, Some((req, bytes)), now);
                 }
                 if let Some(c) = self.conns.client_mut(token.0) {
                     c.hold_for_read();

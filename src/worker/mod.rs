@@ -276,8 +276,8 @@ pub struct Worker<'a> {
     /// Until the sentinels have said where the masters are (or a while
     /// passes), no client is taken (`gate.rs`).
     gate: gate::Gate,
-    /// Requests seen by `shadow_sample` (shadow.rs).
-    shadow_tick: u64,
+    /// Which requests a sampled shadow copies (shadow.rs).
+    shadows: shadow::Shadows,
     /// Keys being copied from a warm pool to a cold one (warm.rs).
     warms: warm::Warms,
     /// Handing clients over to this successor.
@@ -354,7 +354,7 @@ impl<'a> Worker<'a> {
             relays: relay::Relays::default(),
             gate: gate::Gate::new(!sentinels.is_empty(), Instant::now()),
             sentinels,
-            shadow_tick: 0,
+            shadows: shadow::Shadows::default(),
             warms: warm::Warms::default(),
             handover: None,
             hold_deadlines: deadlines::Deadlines::new(),

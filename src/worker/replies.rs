@@ -78,7 +78,8 @@ impl Worker<'_> {
             SendOn::WarmCopy => {
                 let slot = self.conns.client(token.0).and_then(|c| c.slot(seq));
                 if let Some((key, warm, cold)) = slot.and_then(ReplySlot::warm_hit) {
-                    self.warm_copy(pool, &key, warm, cold);
+                    let copy = self.warms.start(pool, p.proto, &key, (warm, cold));
+                    self.send_copy(copy, None, Instant::now());
                 }
                 false
             }

@@ -3,9 +3,13 @@
 //! a [`SendPlan`] names the reply slot, the servers and what each is sent;
 //! `Worker::send_plan` (`forward.rs`) carries it out without a decision of
 //! its own. The planners (`key_groups.rs`, `zones.rs`, `keyspace.rs`,
-//! `pool.rs`) build these values and are unit-tested on them.
+//! `pool.rs`) build these values and are unit-tested on them. The copies
+//! the proxy sends for itself, fire and forget (a shadow pool's, a write's
+//! to the other zones, a warm-up copy's reads and store), are planned the
+//! same way, as a [`CopyPlan`] that `Worker::send_copy` carries out.
 
-use super::conn::ReplySlot;
+use super::conn::{ReplySlot, Waiter};
+use crate::proto::Op;
 use smallvec::SmallVec;
 use std::borrow::Cow;
 
@@ -36,6 +40,42 @@ pub(super) struct SendPlan {
     /// fails, counted as a dropped copy), so that a stalled remote zone
     /// costs no memory. Empty for any other plan.
     pub bounded: SmallVec<[bool; 4]>,
+}
+
+/// A copy the proxy sends for itself, fire and forget, as the type that
+/// owns its decision planned it (`Shadows::copy`, `PoolRt::zone_copy`,
+/// `Warms`): nothing of it reaches a client, and no client's slot waits
+/// for it. `Worker::send_copy` carries it out and decides nothing.
+#[derive(Debug)]
+pub(super) struct CopyPlan {
+    /// The pool whose servers it goes to.
+    pub pool: usize,
+    /// Its servers, in order, each with its fragment's keys (indices into
+    /// the copied request's keys; empty unless `write` is `Fragment`).
+    /// `None`: the pool has no live server for those keys, and that part
+    /// is dropped.
+    pub to: SmallVec<[(Option<usize>, Vec<usize>); 4]>,
+    /// What each server is sent: the copied request (`Request`,
+    /// `Fragment`) or the proxy's own bytes (`Bytes`).
+    pub write: Write,
+    /// What it is, to read its reply.
+    pub op: Op,
+    /// Who its reply goes to: nobody (`Waiter::Internal`), or the warm-up
+    /// copy that reads it.
+    pub waiter: Waiter,
+    /// Bounded as a shadow's copy is: not queued on a connection that
+    /// already holds as much as one may (`shadow::has_copy_room`), nor
+    /// without a server, but dropped and counted (`shadow_dropped`), so
+    /// that a stalled server costs no memory and no client waits.
+    pub bounded: bool,
+}
+
+impl CopyPlan {
+    /// The servers it goes to, in order.
+    #[cfg(test)]
+    pub(super) fn servers(&self) -> Vec<Option<usize>> {
+        self.to.iter().map(|&(s, _)| s).collect()
+    }
 }
 
 /// What each server of a `SendPlan` is sent.

@@ -258,7 +258,10 @@ impl Worker<'_> {
                         .map_or(Step::Wait, |c| c.pull_reply(id, idx, part, None));
                     self.run_held(ct, step, now);
                 }
-                Lost::Warm { idx } => self.warm_reply(idx, None),
+                Lost::Warm { idx } => {
+                    let copy = self.warms.reply(idx as usize, None);
+                    self.send_copy(copy, None, now);
+                }
                 Lost::Fail { to, reply } => {
                     self.stats.pool_add(pool, PoolField::ForwardError, 1);
                     self.fragment_done(to, reply, true, true);

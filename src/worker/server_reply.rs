@@ -226,7 +226,8 @@ impl Worker<'_> {
             }
             Waiter::Warm { idx } => {
                 let reply = bytes.to_vec();
-                self.warm_reply(idx, Some(&reply));
+                let copy = self.warms.reply(idx as usize, Some(&reply));
+                self.send_copy(copy, None, now);
             }
             Waiter::SlotMap => self.pools[pool].cluster_slots_reply(server, bytes),
             _ if is_error => return self.pools[pool].setup_refused(server, front.op, bytes),

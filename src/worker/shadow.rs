@@ -6,13 +6,11 @@
 //! connection; a copy that finds it full, or its server down, is dropped
 //! and counted (`shadow_dropped`).
 
-use super::conn::Open;
-use super::conn::{ConnTable, Waiter};
+use super::conn::Waiter;
 use super::pool::PoolRt;
-use super::Worker;
-use crate::proto::{Op, Request, Route};
+use super::send_plan::{CopyPlan, Write};
+use crate::proto::{Request, Route};
 use crate::route::ShadowRoute;
-use crate::stats::WorkerField;
 use smallvec::SmallVec;
 use std::time::Instant;
 
@@ -61,55 +59,51 @@ impl PoolRt {
     }
 }
 
-impl Worker<'_> {
-    /// Copy a request to the shadow pool its plan names, if the sample
-    /// takes it, where that pool places it (`PoolRt::shadow_copy`).
-    pub(super) fn shadow_copy(
+/// The worker's shadow copies: which requests a sampled shadow takes,
+/// and where each copy goes.
+#[derive(Debug, Default)]
+pub(super) struct Shadows {
+    /// The worker's requests with a sampled shadow (`sample_pct` below
+    /// 100) so far: the sample takes `sample_pct` of each 100 of them.
+    tick: u64,
+}
+
+impl Shadows {
+    /// The copy of `req` to the shadow pool its plan names (`shadow`), if
+    /// the sample takes it, where that pool places it
+    /// (`PoolRt::shadow_copy`): fire and forget, bounded, and dropped
+    /// where the pool has no live server.
+    pub(super) fn copy(
         &mut self,
         shadow: ShadowRoute,
+        pools: &mut [PoolRt],
         req: &Request,
         bytes: &[u8],
         now: Instant,
-    ) {
+    ) -> Option<CopyPlan> {
         if shadow.sample_pct < 100 {
-            self.shadow_tick = self.shadow_tick.wrapping_add(1);
-            if !shadow.sampled(self.shadow_tick) {
-                return;
+            self.tick = self.tick.wrapping_add(1);
+            if !shadow.sampled(self.tick) {
+                return None;
             }
         }
         let sp = shadow.to;
-        let proto = self.pools[sp].proto;
-        match self.pools[sp].shadow_copy(req, bytes, now) {
-            ShadowCopy::Whole(server) => self.shadow_send(sp, server, req.op, now, |out| {
-                proto.write_request(req, bytes, out)
-            }),
-            ShadowCopy::Split(groups) => {
-                for (server, keys) in groups {
-                    self.shadow_send(sp, server, req.op, now, |out| {
-                        proto.write_fragment(bytes, req, &keys, out)
-                    });
-                }
+        let (to, write) = match pools.get_mut(sp)?.shadow_copy(req, bytes, now) {
+            ShadowCopy::Whole(server) => {
+                let mut to = SmallVec::new();
+                to.push((server, Vec::new()));
+                (to, Write::Request)
             }
-        }
-    }
-
-    /// Queue a copy on `server` of shadow pool `sp` (`None`: it has no
-    /// live one), unless its connection is full: then it is dropped, and
-    /// counted.
-    pub(super) fn shadow_send(
-        &mut self,
-        sp: usize,
-        server: Option<usize>,
-        op: Op,
-        now: Instant,
-        write: impl FnOnce(&mut Vec<u8>),
-    ) {
-        let st = server.and_then(|s| self.server_conn(sp, s, 0, now, Open::Shared).ok());
-        let room = st.is_some_and(|st| self.conns.server(st.0).is_some_and(has_copy_room));
-        match st {
-            Some(st) if room => self.enqueue(st, Some(Waiter::Internal), op, write, now),
-            _ => self.stats.worker_add(WorkerField::ShadowDropped, 1),
-        }
+            ShadowCopy::Split(groups) => (groups, Write::Fragment),
+        };
+        Some(CopyPlan {
+            pool: sp,
+            to,
+            write,
+            op: req.op,
+            waiter: Waiter::Internal,
+            bounded: true,
+        })
     }
 }
 
@@ -169,5 +163,36 @@ mod tests {
         }
         p.rebuild(now);
         assert_eq!(p.shadow_copy(&mc(set), set, now), ShadowCopy::Whole(None));
+    }
+
+    #[test]
+    fn a_shadows_copy_is_its_sampled_share_bounded_to_the_shadow_pools_servers() {
+        let mut pools = vec![pool(), pool()];
+        let now = Instant::now();
+        let set = b"set a 0 0 1\r\nv\r\n";
+        let route = |sample_pct| ShadowRoute {
+            to: 1,
+            writes_only: false,
+            sample_pct,
+        };
+        let mut shadows = Shadows::default();
+        let copy = (shadows.copy(route(100), &mut pools, &mc(set), set, now)).expect("every one");
+        let a = pools[1].server_for(b"a", now);
+        assert_eq!((copy.pool, copy.servers()), (1, vec![a]));
+        assert_eq!((copy.write, copy.op), (Write::Request, mc(set).op));
+        assert!(matches!(copy.waiter, Waiter::Internal), "its reply dropped");
+        assert!(copy.bounded, "dropped and counted when its queue is full");
+        let get = b"get a b c d e f\r\n";
+        let split = shadows.copy(route(100), &mut pools, &mc(get), get, now);
+        assert!(
+            split.is_some_and(|c| c.write == Write::Fragment),
+            "split per server"
+        );
+        // A quarter sampled: 25 of each 100, counted over the sampled
+        // shadow's requests only.
+        let taken = (0..200)
+            .filter(|_| (shadows.copy(route(25), &mut pools, &mc(set), set, now)).is_some())
+            .count();
+        assert_eq!(taken, 50);
     }
 }

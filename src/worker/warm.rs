@@ -8,13 +8,12 @@
 //! go to the cold pool only; deletes to both.
 
 use super::conn::{ReplySlot, Waiter};
-use super::Worker;
+use super::send_plan::{CopyPlan, Write};
 use crate::migrate::commands::{dump, mc_get, mc_store, pttl, restore};
 use crate::proto::memcache::moving::meta_value;
 use crate::proto::redis::moving::{bulk_payload, integer};
 use crate::proto::Protocol;
 use slab::Slab;
-use std::time::Instant;
 
 /// One key being copied from the warm pool to the cold one.
 #[derive(Debug)]
@@ -105,62 +104,38 @@ impl WarmCopy {
 
 /// The warm-up copies under way, by index (a copy's reads come back to
 /// it as `Waiter::Warm { idx }`): which request of a copy goes where next
-/// is theirs, the worker only queues it.
+/// is theirs, planned as a `CopyPlan` that the worker only carries out
+/// (`Worker::send_copy`).
 #[derive(Debug, Default)]
 pub struct Warms(Slab<WarmCopy>);
-
-/// One request of a copy to queue on `server` of warm-up pool `pool`, its
-/// reply back to copy `idx` (`None`: the store, its reply dropped).
-#[derive(Debug, PartialEq, Eq)]
-pub struct WarmSend {
-    pub pool: usize,
-    pub server: usize,
-    pub idx: Option<usize>,
-    pub bytes: Vec<u8>,
-}
 
 impl Warms {
     /// A read of `key` that missed on the cold owner was answered by the
     /// warm owner: a copy starts, with its read of the warm owner.
-    pub fn start(
+    pub(super) fn start(
         &mut self,
         pool: usize,
         proto: Protocol,
         key: &[u8],
         owners: (usize, usize),
-    ) -> WarmSend {
+    ) -> Option<CopyPlan> {
         let (copy, bytes) = WarmCopy::start(pool, proto, key, owners);
         let server = copy.warm;
         let idx = self.0.insert(copy);
-        WarmSend {
-            pool,
-            server,
-            idx: Some(idx),
-            bytes,
-        }
+        self.send(pool, proto, server, Some(idx), bytes)
     }
 
     /// A reply to copy `idx`'s read (`None`: it failed): what to queue
     /// next, if anything. A copy that stores, or has nothing to copy, is
     /// over.
-    pub fn reply(&mut self, idx: usize, reply: Option<&[u8]>) -> Option<WarmSend> {
+    pub(super) fn reply(&mut self, idx: usize, reply: Option<&[u8]>) -> Option<CopyPlan> {
         let w = self.0.get_mut(idx)?;
-        let (pool, warm, cold) = (w.pool, w.warm, w.cold);
+        let (pool, proto, warm, cold) = (w.pool, w.proto, w.warm, w.cold);
         match w.answer(reply) {
-            WarmStep::Ask(bytes) => Some(WarmSend {
-                pool,
-                server: warm,
-                idx: Some(idx),
-                bytes,
-            }),
+            WarmStep::Ask(bytes) => self.send(pool, proto, warm, Some(idx), bytes),
             WarmStep::Store(bytes) => {
                 self.0.remove(idx);
-                Some(WarmSend {
-                    pool,
-                    server: cold,
-                    idx: None,
-                    bytes,
-                })
+                self.send(pool, proto, cold, None, bytes)
             }
             WarmStep::Done => {
                 self.0.remove(idx);
@@ -169,42 +144,41 @@ impl Warms {
         }
     }
 
-    /// `send` could not be queued: its copy, waiting for it, is over.
-    pub fn unsent(&mut self, send: &WarmSend) {
-        if let Some(idx) = send.idx {
-            self.0.try_remove(idx);
-        }
+    /// Copy `idx`'s request (`None`: the store, its reply dropped) could
+    /// not be queued: the copy, waiting for it, is over.
+    pub(super) fn unsent(&mut self, idx: usize) {
+        self.0.try_remove(idx);
     }
-}
 
-impl WarmSend {
-    /// Who its reply goes to.
-    pub fn waiter(&self) -> Waiter {
-        match self.idx {
+    /// `bytes` to `server` of warm-up pool `pool`, its reply back to copy
+    /// `idx` (`None`: dropped). A request the protocol does not read back
+    /// is not sent, and its copy is over.
+    fn send(
+        &mut self,
+        pool: usize,
+        proto: Protocol,
+        server: usize,
+        idx: Option<usize>,
+        bytes: Vec<u8>,
+    ) -> Option<CopyPlan> {
+        let Some(op) = proto.own_request_op(&bytes) else {
+            if let Some(idx) = idx {
+                self.unsent(idx);
+            }
+            return None;
+        };
+        let waiter = match idx {
             Some(i) => Waiter::Warm { idx: i as u32 },
             None => Waiter::Internal,
-        }
-    }
-}
-
-impl Worker<'_> {
-    /// A read of `key` that missed on the cold owner `cold` was answered
-    /// by the warm owner `warm`: copy the key over (fire and forget).
-    pub(super) fn warm_copy(&mut self, pool: usize, key: &[u8], warm: usize, cold: usize) {
-        let s = (self.warms).start(pool, self.pools[pool].proto, key, (warm, cold));
-        if !self.send_own(s.pool, s.server, None, s.waiter(), &s.bytes, Instant::now()) {
-            self.warms.unsent(&s);
-        }
-    }
-
-    /// A reply to a copy's read on the warm pool (`None`: it failed).
-    pub(super) fn warm_reply(&mut self, idx: u32, reply: Option<&[u8]>) {
-        let Some(s) = self.warms.reply(idx as usize, reply) else {
-            return;
         };
-        if !self.send_own(s.pool, s.server, None, s.waiter(), &s.bytes, Instant::now()) {
-            self.warms.unsent(&s);
-        }
+        Some(CopyPlan {
+            pool,
+            to: [(Some(server), Vec::new())].into_iter().collect(),
+            write: Write::Bytes(bytes.into()),
+            op,
+            waiter,
+            bounded: false,
+        })
     }
 }
 

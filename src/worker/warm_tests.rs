@@ -65,39 +65,76 @@ fn a_memcached_value_is_read_with_its_flags_and_ttl_and_added() {
     );
 }
 
+/// A copy's plan: (pool, server, copy index its reply goes back to,
+/// bytes), checked to be one unbounded request of the proxy's own.
+fn sent(plan: CopyPlan) -> (usize, usize, Option<usize>, Vec<u8>) {
+    assert!(
+        !plan.bounded,
+        "a warm-up copy is not dropped for a full queue"
+    );
+    let [server] = plan.servers()[..] else {
+        panic!("one server: {plan:?}");
+    };
+    let Write::Bytes(bytes) = plan.write else {
+        panic!("the proxy's own bytes: {plan:?}");
+    };
+    let idx = match plan.waiter {
+        Waiter::Warm { idx } => Some(idx as usize),
+        Waiter::Internal => None,
+        other => panic!("{other:?}"),
+    };
+    (
+        plan.pool,
+        server.expect("a server"),
+        idx,
+        bytes.into_owned(),
+    )
+}
+
 #[test]
 fn a_copy_reads_the_warm_owner_then_stores_on_the_cold_one_and_is_over() {
     let mut w = Warms::default();
-    let first = w.start(2, Protocol::Redis, b"k", (3, 1));
-    assert_eq!((first.pool, first.server), (2, 3));
-    assert_eq!(first.bytes, dump(b"k"));
-    let idx = first.idx.expect("its reply comes back");
-    assert!(matches!(first.waiter(), Waiter::Warm { idx: i } if i as usize == idx));
+    let first = w.start(2, Protocol::Redis, b"k", (3, 1)).expect("sent");
+    assert_eq!(
+        first.op,
+        Protocol::Redis.own_request_op(&dump(b"k")).unwrap()
+    );
+    let (pool, server, idx, bytes) = sent(first);
+    assert_eq!((pool, server, bytes), (2, 3, dump(b"k")));
+    let idx = idx.expect("its reply comes back");
     let ttl = w.reply(idx, Some(b"$3\r\nabc\r\n")).expect("the TTL");
-    assert_eq!((ttl.server, ttl.idx, ttl.bytes), (3, Some(idx), pttl(b"k")));
+    assert_eq!(sent(ttl), (2, 3, Some(idx), pttl(b"k")));
     let store = w.reply(idx, Some(b":5000\r\n")).expect("stored");
-    assert_eq!((store.pool, store.server, store.idx), (2, 1, None));
-    assert_eq!(store.bytes, restore(b"k", 5000, b"abc"));
-    assert!(
-        matches!(store.waiter(), Waiter::Internal),
+    assert_eq!(
+        sent(store),
+        (2, 1, None, restore(b"k", 5000, b"abc")),
         "its reply dropped"
     );
-    assert_eq!(w.reply(idx, Some(b":5000\r\n")), None, "the copy is over");
+    assert!(
+        w.reply(idx, Some(b":5000\r\n")).is_none(),
+        "the copy is over"
+    );
 }
 
 #[test]
 fn a_copy_with_nothing_to_copy_or_a_read_not_queued_is_over() {
     let mut w = Warms::default();
-    let first = w.start(0, Protocol::Memcache, b"k", (3, 1));
-    let idx = first.idx.unwrap();
-    assert_eq!(w.reply(idx, Some(b"EN\r\n")), None, "a miss");
-    assert_eq!(w.reply(idx, Some(b"VA 1 f0 t-1\r\nx\r\n")), None, "over");
-    let first = w.start(0, Protocol::Memcache, b"k", (3, 1));
-    w.unsent(&first);
-    let idx = first.idx.unwrap();
-    assert_eq!(w.reply(idx, Some(b"VA 1 f0 t-1\r\nx\r\n")), None, "over");
+    let first = w.start(0, Protocol::Memcache, b"k", (3, 1)).unwrap();
+    let idx = sent(first).2.unwrap();
+    assert!(w.reply(idx, Some(b"EN\r\n")).is_none(), "a miss");
+    assert!(
+        w.reply(idx, Some(b"VA 1 f0 t-1\r\nx\r\n")).is_none(),
+        "over"
+    );
+    let first = w.start(0, Protocol::Memcache, b"k", (3, 1)).unwrap();
+    let idx = sent(first).2.unwrap();
+    w.unsent(idx);
+    assert!(
+        w.reply(idx, Some(b"VA 1 f0 t-1\r\nx\r\n")).is_none(),
+        "over"
+    );
     // Another copy's slot is left alone.
-    let other = w.start(0, Protocol::Memcache, b"j", (3, 1));
-    let store = w.reply(other.idx.unwrap(), Some(b"VA 1 f0 t-1\r\nx\r\n"));
-    assert_eq!(store.map(|s| s.bytes), Some(mc_store(b"j", 0, -1, b"x")));
+    let other = w.start(0, Protocol::Memcache, b"j", (3, 1)).unwrap();
+    let store = w.reply(sent(other).2.unwrap(), Some(b"VA 1 f0 t-1\r\nx\r\n"));
+    assert_eq!(store.map(|s| sent(s).3), Some(mc_store(b"j", 0, -1, b"x")));
 }

@@ -30,12 +30,11 @@
 //! (A fragment reply large enough to be held in chunks is not looked at:
 //! its misses stay misses.)
 
-use super::conn::{zone_tag, ConnTable, Fragment, Multi, MultiMode, ReplySlot, ReplyTo};
+use super::conn::{zone_tag, ConnTable, Fragment, Multi, MultiMode, ReplySlot, ReplyTo, Waiter};
 use super::handle::FragOf;
 use super::key_groups::Owners;
 use super::pool::PoolRt;
-use super::send_plan::KeyGroups;
-use super::send_plan::{SendPlan, Write};
+use super::send_plan::{CopyPlan, SendPlan, Write};
 use super::Worker;
 use crate::proto::Request;
 use crate::route::ZoneStep;
@@ -58,8 +57,10 @@ impl Worker<'_> {
         let FragOf { token, id, seq, fi } = at;
         let m = self.conns.client(token.0)?.slot(seq)?.multi.as_ref()?;
         let answer = self.pools[pool].zone_answer(m, fi, reply)?;
+        let proto = self.pools[pool].proto;
         for (key, warm, cold) in answer.copies {
-            self.warm_copy(pool, &key, warm, cold);
+            let copy = self.warms.start(pool, proto, &key, (warm, cold));
+            self.send_copy(copy, None, Instant::now());
         }
         if answer.moves.is_empty() {
             return None;
@@ -85,24 +86,6 @@ impl Worker<'_> {
         }
         m.frags.get_mut(fi)?.keys.retain(|&k| !moved[k]);
         Some(self.pools[pool].proto.drop_misses(reply.to_vec()))
-    }
-
-    /// The other zones' copies of a write, fire and forget (the local
-    /// zone's reply is the client's), for a write whose plan says so
-    /// (`ZoneRoute::copies`), to the servers the pool names
-    /// (`PoolRt::zone_copy_groups`).
-    pub(super) fn zone_copy(&mut self, pool: usize, req: &Request, bytes: &[u8], now: Instant) {
-        let proto = self.pools[pool].proto;
-        let whole = req.keys.len() == 1;
-        for (server, keys) in self.pools[pool].zone_copy_groups(req, bytes) {
-            self.shadow_send(pool, Some(server), req.op, now, |out| {
-                if whole {
-                    proto.write_request(req, bytes, out)
-                } else {
-                    proto.write_fragment(bytes, req, &keys, out)
-                }
-            });
-        }
     }
 }
 
@@ -279,24 +262,39 @@ impl PoolRt {
         })
     }
 
-    /// The other zones' copies of `req`, a write: per owner of its keys
-    /// in a zone other than the local one, the keys it owns (indices in
-    /// client order).
-    pub(super) fn zone_copy_groups(&self, req: &Request, bytes: &[u8]) -> KeyGroups {
+    /// The other zones' copies of `req`, a write of pool `pool` (this
+    /// one) whose plan says so (`ZoneRoute::copies`), fire and forget: per
+    /// owner of its keys in a zone other than the local one, the keys it
+    /// owns (indices in client order), the request whole when it has one
+    /// key; bounded as a shadow's copies are (the local zone's reply is
+    /// the client's).
+    pub(super) fn zone_copy(&self, pool: usize, req: &Request, bytes: &[u8]) -> CopyPlan {
         let mut owners = Vec::with_capacity(4);
-        let mut groups = KeyGroups::new();
+        let mut to: SmallVec<[(Option<usize>, Vec<usize>); 4]> = SmallVec::new();
         for (i, r) in req.keys.iter().enumerate() {
             if let Some(rt) = &self.routes {
                 rt.owners(&bytes[r.clone()], &mut owners);
             }
             for &server in owners.iter().skip(1) {
-                match groups.iter_mut().find(|(s, _)| *s == server) {
+                match to.iter_mut().find(|(s, _)| *s == Some(server)) {
                     Some((_, v)) => v.push(i),
-                    None => groups.push((server, vec![i])),
+                    None => to.push((Some(server), vec![i])),
                 }
             }
         }
-        groups
+        let whole = req.keys.len() == 1;
+        CopyPlan {
+            pool,
+            to,
+            write: if whole {
+                Write::Request
+            } else {
+                Write::Fragment
+            },
+            op: req.op,
+            waiter: Waiter::Internal,
+            bounded: true,
+        }
     }
 
     /// An async single-key write (`Owners::ZoneWrite`): one fragment per

@@ -146,13 +146,17 @@ fn a_failed_local_fragment_moves_whole_and_a_warm_hit_is_copied_to_the_cold_pool
 fn a_write_is_copied_to_its_keys_owners_in_the_other_zones() {
     let mut p = pool("  warm_up:\n   - a\n   - b\n");
     let delete = b"delete k\r\n";
-    let groups = p.zone_copy_groups(&mc(delete), delete);
-    assert_eq!(groups.as_slice(), &[(1, vec![0])]);
+    let copy = p.zone_copy(4, &mc(delete), delete);
+    assert_eq!((copy.pool, copy.servers()), (4, vec![Some(1)]));
+    assert_eq!(copy.write, Write::Request, "one key: the request whole");
+    assert_eq!(copy.op, mc(delete).op);
+    assert!(matches!(copy.waiter, Waiter::Internal), "its reply dropped");
+    assert!(copy.bounded, "dropped and counted when its queue is full");
     // The warm pool's server ejected: no copy.
     let now = Instant::now();
     p.servers[1].ejected_until = Some(now + std::time::Duration::from_secs(30));
     p.rebuild(now);
-    assert!(p.zone_copy_groups(&mc(delete), delete).is_empty());
+    assert!(p.zone_copy(4, &mc(delete), delete).to.is_empty());
 }
 
 #[test]
