@@ -409,90 +409,29 @@ impl Worker<'_> {
         }
     }
 
-    /// Send a failed single read to the next replica; false when none is left.
-    pub(super) fn retry_read(
+    /// Send a failed read of `token`'s slot `seq` on as its pool plans
+    /// it (`PoolRt::send_again`): whole to its next server (`frag`
+    /// `None`), or failed fragment `frag`'s keys as new fragments of the
+    /// same request. False when it has nowhere further to go.
+    pub(super) fn send_again(
         &mut self,
         token: Token,
         client_id: u64,
         seq: u64,
+        frag: Option<usize>,
         pool: usize,
     ) -> bool {
-        let Some(c) = self.conns.client_mut(token.0) else {
+        let slot = self.conns.client_mut(token.0).and_then(|c| c.slot_mut(seq));
+        let Some(again) = slot.and_then(|slot| self.pools[pool].send_again(slot, frag)) else {
             return false;
         };
-        let Some(slot) = c.slot_mut(seq) else {
-            return false;
-        };
-        let Some(retry) = slot.retry.as_mut() else {
-            return false;
-        };
-        let Some(server) = retry.take_next() else {
-            return false;
-        };
-        let (req, bytes) = (retry.req.clone(), std::mem::take(&mut retry.bytes));
-        let proto = self.pools[pool].proto;
-        let now = Instant::now();
-        let sent = self.send_to(
-            ReplyTo::new(token, client_id, Some(seq), None),
-            pool,
-            server,
-            |out| proto.write_request(&req, &bytes, out),
-            req.op,
-            now,
-        );
-        if let Some(c) = self.conns.client_mut(token.0) {
-            if let Some(r) = c.slot_mut(seq).and_then(|s| s.retry.as_mut()) {
-                r.bytes = bytes;
-            }
-        }
-        if let Err(fault) = sent {
-            self.fail_unsent(
-                ReplyTo::new(token, client_id, Some(seq), None),
-                pool,
-                req.op,
-                &fault,
-            );
-        }
-        true
-    }
-
-    /// Send the keys of failed fragment `frag` of a split read again, as
-    /// new fragments of the same request: a replicated pool's to their
-    /// next replicas (`PoolRt::replica_retry`), a zone pool's to their
-    /// next zone (`Multi::zone_retry`, `PoolRt::zone_next`). False when
-    /// the keys have nowhere further to go.
-    pub(super) fn retry_fragment(
-        &mut self,
-        token: Token,
-        client_id: u64,
-        seq: u64,
-        frag: usize,
-        pool: usize,
-    ) -> bool {
-        let Some(m) = (self.conns.client_mut(token.0))
-            .and_then(|c| c.slot_mut(seq))
-            .and_then(|s| s.multi.as_mut())
-        else {
-            return false;
-        };
-        let p = &self.pools[pool];
-        let zoned = p.route.zones().is_some();
-        let sends = if zoned {
-            m.zone_retry(frag)
-                .and_then(|(keys, zone)| p.zone_next(m, frag, &keys, zone, true))
-        } else {
-            p.replica_retry(m, frag)
-        };
-        let Some(sends) = sends else {
-            return false;
-        };
-        let (req, bytes) = (m.req.clone(), m.bytes.clone());
-        if zoned {
-            let n = sends.to.len() as u64;
-            self.stats.pool_add(pool, PoolField::Fragments, n);
+        if again.fragments > 0 {
+            self.stats
+                .pool_add(pool, PoolField::Fragments, again.fragments);
         }
         let to = ReplyTo::new(token, client_id, Some(seq), None);
-        self.send_plan(to, pool, &req, &bytes, Ok(sends), Instant::now());
+        let (req, bytes) = (&again.req, &again.bytes);
+        self.send_plan(to, pool, req, bytes, Ok(again.plan), Instant::now());
         true
     }
 }

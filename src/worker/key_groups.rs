@@ -16,6 +16,16 @@ use crate::proto::{Op, Request};
 use smallvec::SmallVec;
 use std::time::Instant;
 
+/// A failed read sent on (`PoolRt::send_again`): its plan, and the
+/// request it sends with its bytes (the slot's, which keeps them).
+#[derive(Debug)]
+pub(super) struct Again {
+    pub plan: SendPlan,
+    pub req: Request,
+    pub bytes: Vec<u8>,
+    /// New fragments to count (`fragments`): a zone pool's.
+    pub fragments: u64,
+}
 /// Key `i` goes to server `s`: into its group, or a new group with room
 /// for the `left` keys from `i` on (one allocation per group, not a
 /// growth per few keys).
@@ -312,6 +322,53 @@ impl PoolRt {
             frag: Some(base as u32),
             write: Write::Fragment,
             bounded: SmallVec::new(),
+        })
+    }
+
+    /// A read of `slot` that failed, sent on (`Worker::send_again`):
+    /// whole (`frag` `None`) to the next server its `Retry` names, or the
+    /// keys of its failed fragment `frag` as new fragments of the same
+    /// request: a replicated pool's to their next replicas
+    /// (`replica_retry`), a zone pool's to their next zone
+    /// (`Multi::zone_retry`, `zone_next`; counted as fragments). `None`
+    /// when it has nowhere further to go.
+    pub(super) fn send_again(&self, slot: &mut ReplySlot, frag: Option<usize>) -> Option<Again> {
+        let Some(fi) = frag else {
+            let retry = slot.retry.as_mut()?;
+            let server = retry.take_next()?;
+            let mut to = KeyGroups::new();
+            to.push((server, Vec::new()));
+            let plan = SendPlan {
+                slot: None,
+                to,
+                frag: None,
+                write: Write::Request,
+                bounded: SmallVec::new(),
+            };
+            // The bytes stay the slot's too: a failure to queue it may
+            // send it on again at once.
+            let (req, bytes) = (retry.req.clone(), retry.bytes.to_vec());
+            return Some(Again {
+                plan,
+                req,
+                bytes,
+                fragments: 0,
+            });
+        };
+        let m = slot.multi.as_mut()?;
+        let zoned = self.route.zones().is_some();
+        let plan = if zoned {
+            m.zone_retry(fi)
+                .and_then(|(keys, zone)| self.zone_next(m, fi, &keys, zone, true))
+        } else {
+            self.replica_retry(m, fi)
+        }?;
+        let fragments = if zoned { plan.to.len() as u64 } else { 0 };
+        Some(Again {
+            plan,
+            req: m.req.clone(),
+            bytes: m.bytes.clone(),
+            fragments,
         })
     }
 

@@ -410,3 +410,65 @@ fn a_failed_fragments_keys_go_to_their_next_replicas_as_new_fragments_of_its_slo
     // The second replica was the last.
     assert!(p.replica_retry(&mut m, n).is_none());
 }
+
+#[test]
+fn a_failed_read_is_sent_again_whole_to_its_next_server_its_bytes_kept() {
+    let p = replicated();
+    let bytes = b"get a\r\n";
+    let mut slot = ReplySlot {
+        retry: Some(Box::new(crate::worker::conn::Retry {
+            req: mc(bytes),
+            bytes: bytes[..].into(),
+            replicas: [1, 0].into_iter().collect(),
+            next: 1,
+            on_miss: false,
+            learns: false,
+            pull_on_miss: false,
+        })),
+        ..ReplySlot::default()
+    };
+    let again = p.send_again(&mut slot, None).expect("a next replica");
+    assert_eq!(again.plan.servers(), vec![0]);
+    assert!(
+        again.plan.slot.is_none(),
+        "the request's slot is there already"
+    );
+    assert_eq!(
+        (again.plan.frag, &again.plan.write),
+        (None, &Write::Request)
+    );
+    assert_eq!((again.req, &again.bytes[..]), (mc(bytes), &bytes[..]));
+    assert_eq!(again.fragments, 0);
+    let kept = slot.retry.as_ref().map(|r| r.bytes.to_vec());
+    assert_eq!(kept.as_deref(), Some(&bytes[..]), "the slot keeps them");
+    assert!(p.send_again(&mut slot, None).is_none(), "none left");
+    assert!(
+        p.send_again(&mut slot, Some(0)).is_none(),
+        "not a split read"
+    );
+}
+
+#[test]
+fn a_failed_fragment_is_sent_again_as_new_fragments_of_its_slot() {
+    let mut p = replicated();
+    let bytes = b"get a b c\r\n";
+    let req = mc(bytes);
+    let groups = p
+        .server_groups(&req, bytes, Instant::now())
+        .expect("servers");
+    let mut slot = PoolRt::split_plan(&req, bytes, groups)
+        .slot
+        .expect("a slot");
+    let n = slot.multi.as_ref().map_or(0, |m| m.frags.len());
+    let again = p.send_again(&mut slot, Some(0)).expect("a second replica");
+    assert_eq!(
+        (again.plan.frag, &again.plan.write),
+        (Some(n as u32), &Write::Fragment)
+    );
+    assert_eq!((again.req, &again.bytes[..]), (req, &bytes[..]));
+    assert_eq!(
+        again.fragments, 0,
+        "counted as fragments in zone pools only"
+    );
+    assert!(p.send_again(&mut slot, None).is_none(), "not a whole read");
+}

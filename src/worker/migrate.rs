@@ -528,7 +528,7 @@ impl Worker<'_> {
             AfterPull::Read { seq } => {
                 if let Some(c) = self.conns.client(token.0) {
                     let (id, pool) = (c.id(), c.pool());
-                    self.retry_read(token, id, seq, pool);
+                    self.send_again(token, id, seq, None, pool);
                 }
             }
         }
@@ -568,7 +568,7 @@ impl Retry {
     /// A read that pulls its key after a miss on the new owner
     /// (`pull_on_miss`, memcached) missed there: true, once, when the key
     /// is to be pulled, the new owner then asked again behind the copy
-    /// (the server `retry_read` sends to next). False: the miss is the
+    /// (the server `send_again` sends to next). False: the miss is the
     /// answer.
     fn pull_after_miss(&mut self) -> bool {
         if !self.pull_on_miss {

@@ -65,9 +65,9 @@ impl Worker<'_> {
             unreachable,
         };
         let sent_on = match p.send_on(frag, &answer, retry) {
-            SendOn::Read => self.retry_read(token, id, seq, pool),
+            SendOn::Read => self.send_again(token, id, seq, None, pool),
             SendOn::Fragment(fi) => {
-                let sent = self.retry_fragment(token, id, seq, fi, pool);
+                let sent = self.send_again(token, id, seq, Some(fi), pool);
                 let slot = self.conns.client_mut(token.0).and_then(|c| c.slot_mut(seq));
                 if let Some(slot) = slot.filter(|_| sent) {
                     // Replaced by its retries: answered, for the merge.

@@ -193,3 +193,22 @@ fn missed_keys_go_to_the_next_zone_as_new_fragments_of_the_read() {
     // No zone after the last.
     assert!(p.zone_next(&mut m, 1, &[1, 3], 1, false).is_none());
 }
+
+#[test]
+fn a_failed_local_fragment_is_sent_again_to_the_next_zone_counted_as_fragments() {
+    let p = pool(ZONES);
+    let mut slot = ReplySlot {
+        multi: Some(Box::new(read(GET))),
+        ..ReplySlot::default()
+    };
+    let again = p.send_again(&mut slot, Some(0)).expect("zone b");
+    assert_eq!(again.plan.to.as_slice(), &[(1, vec![0, 1, 2, 3])]);
+    assert_eq!(
+        (again.plan.frag, &again.plan.write),
+        (Some(1), &Write::Fragment)
+    );
+    assert_eq!((again.req, &again.bytes[..]), (mc(GET), GET));
+    assert_eq!(again.fragments, 1, "a zone pool's new fragments counted");
+    // No zone after the last.
+    assert!(p.send_again(&mut slot, Some(1)).is_none());
+}
