@@ -84,32 +84,6 @@ impl Worker<'_> {
         self.server_conn(pool, server, slot, now, Open::Shared)
     }
 
-    /// Queue one of the proxy's own requests (a warm-up copy's, a pull's)
-    /// on `server`, its reply going to `waiter`: on the connection slot
-    /// `client` (token, id) uses for that server, or else the first. False
-    /// when it cannot be queued (not a request the proxy knows, or no
-    /// connection).
-    pub(super) fn send_own(
-        &mut self,
-        pool: usize,
-        server: usize,
-        client: Option<(Token, u64)>,
-        waiter: Waiter,
-        bytes: &[u8],
-        now: Instant,
-    ) -> bool {
-        let Some(op) = self.pools[pool].proto.own_request_op(bytes) else {
-            return false;
-        };
-        let slot = client.map_or(0, |(token, id)| self.conn_slot(token, pool, server, id, op));
-        let Ok(st) = self.server_conn(pool, server, slot, now, Open::Shared) else {
-            return false;
-        };
-        let write = |out: &mut Vec<u8>| out.extend_from_slice(bytes);
-        self.enqueue(st, Some(waiter), op, write, now);
-        true
-    }
-
     /// `send_to`, and on failure the error goes to the waiting slot.
     pub(super) fn send_or_fail(
         &mut self,
@@ -330,24 +304,33 @@ impl Worker<'_> {
         }
     }
 
-    /// Carry out a copy's plan (`CopyPlan`), of `of` (the copied request
-    /// and its bytes; `None` when it writes the proxy's own): each part
-    /// queued on its server's first connection, its reply going to the
-    /// plan's waiter. A part with no server, or a bounded one whose
+    /// Carry out the plan of a request the proxy sends for itself
+    /// (`CopyPlan`), of `of` (the copied request and its bytes; `None`
+    /// when it writes the proxy's own): each part queued on its server's
+    /// connection (its client's slot, or the first), its reply going to
+    /// the plan's waiter. A part with no server, or a bounded one whose
     /// connection is full, is dropped (a bounded one counted); a warm-up
-    /// copy whose request is not queued is over.
+    /// copy whose request is not queued is over. Returns whether it was
+    /// queued whole (false for no plan).
     pub(super) fn send_copy(
         &mut self,
         copy: Option<CopyPlan>,
         of: Option<(&Request, &[u8])>,
         now: Instant,
-    ) {
+    ) -> bool {
         let Some(copy) = copy else {
-            return;
+            return false;
         };
         let (pool, proto) = (copy.pool, self.pools[copy.pool].proto);
+        let mut whole = true;
         for (server, keys) in &copy.to {
-            let st = server.and_then(|s| self.server_conn(pool, s, 0, now, Open::Shared).ok());
+            let slot = |s| match copy.client {
+                Some((token, id)) => (s, self.conn_slot(token, pool, s, id, copy.op)),
+                None => (s, 0),
+            };
+            let st = server
+                .map(slot)
+                .and_then(|(s, cs)| self.server_conn(pool, s, cs, now, Open::Shared).ok());
             let room = |st: &Token| {
                 !copy.bounded
                     || self
@@ -362,6 +345,7 @@ impl Worker<'_> {
                 if let Waiter::Warm { idx } = copy.waiter {
                     self.warms.unsent(idx as usize);
                 }
+                whole = false;
                 continue;
             };
             let write = |out: &mut Vec<u8>| match (&copy.write, of) {
@@ -376,6 +360,7 @@ impl Worker<'_> {
             };
             self.enqueue(st, Some(copy.waiter), copy.op, write, now);
         }
+        whole
     }
 
     /// Split a multi-key request per server.

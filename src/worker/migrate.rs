@@ -450,7 +450,16 @@ impl Worker<'_> {
                                 idx,
                                 part,
                             };
-                            self.send_own(pool, server, Some((token, id)), waiter, bytes, now)
+                            let (proto, client) = (self.pools[pool].proto, Some((token, id)));
+                            let own = super::send_plan::CopyPlan::own(
+                                proto,
+                                pool,
+                                server,
+                                client,
+                                waiter,
+                                bytes.to_vec(),
+                            );
+                            self.send_copy(own, None, now)
                         });
                         ok += all as usize;
                     }

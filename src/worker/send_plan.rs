@@ -5,11 +5,13 @@
 //! its own. The planners (`key_groups.rs`, `zones.rs`, `keyspace.rs`,
 //! `pool.rs`) build these values and are unit-tested on them. The copies
 //! the proxy sends for itself, fire and forget (a shadow pool's, a write's
-//! to the other zones, a warm-up copy's reads and store), are planned the
-//! same way, as a [`CopyPlan`] that `Worker::send_copy` carries out.
+//! to the other zones, a warm-up copy's reads and store), and a pull's
+//! commands, are planned the same way, as a [`CopyPlan`] that
+//! `Worker::send_copy` carries out.
 
 use super::conn::{ReplySlot, Waiter};
-use crate::proto::Op;
+use crate::proto::{Op, Protocol};
+use mio::Token;
 use smallvec::SmallVec;
 use std::borrow::Cow;
 
@@ -42,10 +44,11 @@ pub(super) struct SendPlan {
     pub bounded: SmallVec<[bool; 4]>,
 }
 
-/// A copy the proxy sends for itself, fire and forget, as the type that
-/// owns its decision planned it (`Shadows::copy`, `PoolRt::zone_copy`,
-/// `Warms`): nothing of it reaches a client, and no client's slot waits
-/// for it. `Worker::send_copy` carries it out and decides nothing.
+/// A request the proxy sends for itself, as the type that owns its
+/// decision planned it: a copy, fire and forget (`Shadows::copy`,
+/// `PoolRt::zone_copy`, `Warms`), or a pull's command (`CopyPlan::own`).
+/// Nothing of it reaches a client, and no client's slot waits for it.
+/// `Worker::send_copy` carries it out and decides nothing.
 #[derive(Debug)]
 pub(super) struct CopyPlan {
     /// The pool whose servers it goes to.
@@ -61,8 +64,12 @@ pub(super) struct CopyPlan {
     /// What it is, to read its reply.
     pub op: Op,
     /// Who its reply goes to: nobody (`Waiter::Internal`), or the warm-up
-    /// copy that reads it.
+    /// copy or the pull that reads it.
     pub waiter: Waiter,
+    /// The client (token, id) whose connection slot to its server it
+    /// takes (a pull's, queued behind that client's requests); `None`: the
+    /// first slot.
+    pub client: Option<(Token, u64)>,
     /// Bounded as a shadow's copy is: not queued on a connection that
     /// already holds as much as one may (`shadow::has_copy_room`), nor
     /// without a server, but dropped and counted (`shadow_dropped`), so
@@ -71,6 +78,33 @@ pub(super) struct CopyPlan {
 }
 
 impl CopyPlan {
+    /// The proxy's own request, `bytes` to `server` of pool `pool` (a
+    /// warm-up copy's, a pull's), whose protocol is `proto`, its reply going
+    /// to `waiter`, on `client`'s connection slot (`None`: the first);
+    /// not bounded. `None` when it is not a request the protocol reads
+    /// back, and so is not sent.
+    pub(super) fn own(
+        proto: Protocol,
+        pool: usize,
+        server: usize,
+        client: Option<(Token, u64)>,
+        waiter: Waiter,
+        bytes: Vec<u8>,
+    ) -> Option<CopyPlan> {
+        let op = proto.own_request_op(&bytes)?;
+        let mut to = SmallVec::new();
+        to.push((Some(server), Vec::new()));
+        Some(CopyPlan {
+            pool,
+            to,
+            write: Write::Bytes(bytes.into()),
+            op,
+            waiter,
+            client,
+            bounded: false,
+        })
+    }
+
     /// The servers it goes to, in order.
     #[cfg(test)]
     pub(super) fn servers(&self) -> Vec<Option<usize>> {
@@ -136,5 +170,28 @@ impl SendPlan {
     #[cfg(test)]
     pub(super) fn servers(&self) -> Vec<usize> {
         self.to.iter().map(|&(s, _)| s).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_proxys_own_request_goes_whole_unbounded_to_its_server_if_it_reads_it_back() {
+        let get = b"mg k v f t\r\n".to_vec();
+        let client = Some((Token(7), 3));
+        let waiter = Waiter::Internal;
+        let own = CopyPlan::own(Protocol::Memcache, 2, 5, client, waiter, get.clone());
+        let own = own.expect("a request memcached answers");
+        assert_eq!(
+            (own.pool, own.servers(), own.client),
+            (2, vec![Some(5)], client)
+        );
+        assert_eq!(own.write, Write::Bytes(get.clone().into()));
+        assert_eq!(Some(own.op), Protocol::Memcache.own_request_op(&get));
+        assert!(!own.bounded, "not dropped for a full queue");
+        let junk = b"no such thing\r\n".to_vec();
+        assert!(CopyPlan::own(Protocol::Memcache, 2, 5, None, waiter, junk).is_none());
     }
 }

@@ -102,6 +102,7 @@ impl Shadows {
             write,
             op: req.op,
             waiter: Waiter::Internal,
+            client: None,
             bounded: true,
         })
     }

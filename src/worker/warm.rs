@@ -8,7 +8,7 @@
 //! go to the cold pool only; deletes to both.
 
 use super::conn::{ReplySlot, Waiter};
-use super::send_plan::{CopyPlan, Write};
+use super::send_plan::CopyPlan;
 use crate::migrate::commands::{dump, mc_get, mc_store, pttl, restore};
 use crate::proto::memcache::moving::meta_value;
 use crate::proto::redis::moving::{bulk_payload, integer};
@@ -161,24 +161,15 @@ impl Warms {
         idx: Option<usize>,
         bytes: Vec<u8>,
     ) -> Option<CopyPlan> {
-        let Some(op) = proto.own_request_op(&bytes) else {
-            if let Some(idx) = idx {
-                self.unsent(idx);
-            }
-            return None;
-        };
         let waiter = match idx {
             Some(i) => Waiter::Warm { idx: i as u32 },
             None => Waiter::Internal,
         };
-        Some(CopyPlan {
-            pool,
-            to: [(Some(server), Vec::new())].into_iter().collect(),
-            write: Write::Bytes(bytes.into()),
-            op,
-            waiter,
-            bounded: false,
-        })
+        let plan = CopyPlan::own(proto, pool, server, None, waiter, bytes);
+        if let (None, Some(idx)) = (&plan, idx) {
+            self.unsent(idx);
+        }
+        plan
     }
 }
 

@@ -2,6 +2,7 @@
 //! without sockets.
 
 use super::*;
+use crate::worker::send_plan::Write;
 
 fn copy(proto: Protocol) -> (WarmCopy, Vec<u8>) {
     WarmCopy::start(0, proto, b"k", (3, 1))

@@ -293,6 +293,7 @@ impl PoolRt {
             },
             op: req.op,
             waiter: Waiter::Internal,
+            client: None,
             bounded: true,
         }
     }
