@@ -1,11 +1,12 @@
 //! Connections a decision ends, named as values ([`Close`]) by the type
 //! that owns the decision: the once-a-second sweep (`sweep::each_second`),
 //! the output budget (`OutputBudget::evictions`), the connections a client
-//! or a channel held for itself ([`retire`]). `Worker::close_all` carries
+//! or a channel held for itself ([`retire`]), a dedicated server
+//! connection done with ([`done`]). `Worker::close_all` carries
 //! them out in order, each checked to be still there when its turn comes
 //! (an earlier close may have ended it, or freed its slot for another).
 
-use super::conn::{ClientRef, ConnTable, ServerRef};
+use super::conn::{ClientRef, Conn, ConnTable, ServerRef};
 use super::fault::ServerFault;
 use super::Worker;
 use mio::Token;
@@ -31,6 +32,13 @@ pub(super) enum Close {
     /// named: closed without fault (its request was answered, or its
     /// client left).
     Retire(ServerRef),
+}
+
+/// The dedicated server connection at `token` (its request answered, or
+/// its client gone), retired: none when no server connection is there.
+pub(super) fn done(conns: &impl ConnTable, token: Token) -> Option<Close> {
+    let s = conns.server(token.0)?;
+    Some(Close::Retire(ServerRef::new(token, s.id())))
 }
 
 /// The dedicated server connections `conns`, retired.
@@ -64,11 +72,42 @@ impl Worker<'_> {
                 }
                 Close::Server { token, fault, at } => self.close_server(token, fault, at),
                 Close::Retire(r) => {
-                    if self.conns.server_ref(r).is_some() {
-                        self.retire_server(r.token);
+                    if self.conns.server_ref(r).is_none() {
+                        continue;
                     }
+                    let Conn::Server(mut s) = self.conns.remove(r.token.0) else {
+                        continue;
+                    };
+                    let _ = self.poll.registry().deregister(s.sock_mut());
+                    self.pools[s.pool()].conn_closed(r.token, &mut s, &self.stats);
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::Stream;
+    use crate::worker::conn::{Client, Server};
+
+    #[test]
+    fn a_server_connection_done_with_is_retired_by_its_id() {
+        let now = Instant::now();
+        let (sock, _peer) = mio::net::UnixStream::pair().expect("socket pair");
+        let server = Server::new(Stream::Unix(sock), 7, (0, 0, 0), now, false);
+        let (sock, _peer2) = mio::net::UnixStream::pair().expect("socket pair");
+        let session = crate::proto::redis::local::Session::new(1, None, false);
+        let client = Client::new(Stream::Unix(sock), 1, 0, session, now);
+        let mut conns = slab::Slab::new();
+        let s = conns.insert(Conn::Server(Box::new(server)));
+        let c = conns.insert(Conn::Client(Box::new(client)));
+        assert_eq!(
+            done(&conns, Token(s)),
+            Some(Close::Retire(ServerRef::new(Token(s), 7)))
+        );
+        assert_eq!(done(&conns, Token(c)), None, "a client is not retired");
+        assert_eq!(done(&conns, Token(c + 1)), None, "nor an empty slot");
     }
 }

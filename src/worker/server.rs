@@ -16,19 +16,6 @@ use std::io::{ErrorKind, Write};
 use std::time::Instant;
 
 impl Worker<'_> {
-    /// Close a dedicated connection whose request was answered (or whose
-    /// client left).
-    pub(super) fn retire_server(&mut self, token: Token) {
-        let Some(_) = self.conns.server(token.0) else {
-            return;
-        };
-        let Conn::Server(mut s) = self.conns.remove(token.0) else {
-            return;
-        };
-        let _ = self.poll.registry().deregister(s.sock_mut());
-        self.pools[s.pool()].conn_closed(token, &mut s, &self.stats);
-    }
-
     /// The connection in `slot` to a server, for what `open` says: the
     /// slot's, opened if there is none, or a new one apart from the slot.
     #[inline]

@@ -70,7 +70,7 @@ impl Worker<'_> {
             return;
         }
         if let Some(st) = done_after_replies(&mut self.conns, token) {
-            self.retire_server(st);
+            self.close_all(super::closes::done(&self.conns, st));
         }
     }
 

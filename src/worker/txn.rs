@@ -147,7 +147,7 @@ impl Worker<'_> {
                 self.enqueue(r.token, Some(Waiter::Internal), op, cmd, now);
             }
             if let Some(st) = discard.and_then(|r| let_go(&mut self.conns, r)) {
-                self.retire_server(st);
+                self.close_all(super::closes::done(&self.conns, st));
             }
             tidy(&mut self.conns, token);
             self.conns.push_ready(token, reply, false);

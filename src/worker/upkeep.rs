@@ -79,7 +79,7 @@ impl Worker<'_> {
                 Upkeep::Close { token, fault } => self.close_server(token, fault, now),
                 Upkeep::Retire(token) => {
                     if (self.conns.server_mut(token.0)).is_some_and(Server::retire_when_answered) {
-                        self.retire_server(token);
+                        self.close_all(super::closes::done(&self.conns, token));
                     }
                 }
                 Upkeep::Redo { pool, to, op, redo } => self.redo(pool, to, op, redo, now),
