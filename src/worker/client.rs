@@ -6,7 +6,6 @@ use super::conn::Origin;
 use super::conn::{Conn, ConnTable, Server, Waiter};
 use super::fault::ServerFault;
 use super::fleet_hold::FleetStep;
-use super::handover::CARRY_MAX;
 use super::migrate::Hold;
 use super::pool::PoolRt;
 use super::pull::AfterPull;
@@ -28,7 +27,7 @@ impl Worker<'_> {
     pub(super) fn read_client(&mut self, token: Token, now: Instant, hup: bool) {
         let mut total = 0;
         // While handing over: the most a client's handover carries.
-        let handing = self.handover.as_ref().map(|_| CARRY_MAX);
+        let handing = self.handover.carry();
         loop {
             let Some(c) = self.conns.client_mut(token.0) else {
                 return;
@@ -114,7 +113,7 @@ impl Worker<'_> {
     /// request took its share, and `need` bytes are there.
     fn process_input(&mut self, token: Token, now: Instant) {
         // While handing over: the most a client's handover carries.
-        let handing = self.handover.as_ref().map(|_| CARRY_MAX);
+        let handing = self.handover.carry();
         let Some(c) = self.conns.client_mut(token.0) else {
             return;
         };

@@ -109,7 +109,7 @@ impl Worker<'_> {
                 late: self.read_deadlines.wait(before),
                 queued: !self.dirty.is_empty() || !self.resume.is_empty(),
                 stopping: !self.intake.accepting(),
-                handing_over: self.handover.is_some(),
+                handing_over: self.handover.on(),
                 fleet: self.fleet_holds.wait(before),
                 handin_again: self.handin.again(),
                 gated: self.gate.is_shut(),
@@ -165,7 +165,7 @@ impl Worker<'_> {
                 }
             }
             self.end_pass(now);
-            if self.handover.is_some() && !self.hand_over_ready() {
+            if self.handover.on() && !self.hand_over_ready() {
                 // Nobody to hand to: finish the clients here, as a
                 // graceful stop does, each read again (what they sent
                 // meanwhile waits in their sockets).
@@ -298,7 +298,12 @@ impl Worker<'_> {
                     {
                         self.run_held(token, step, now);
                     }
-                    self.begin_handover(to);
+                    if self.handover.begin(to) {
+                        self.intake.stop(self.poll.registry());
+                        // Take no more handed clients ourselves: the
+                        // successor does.
+                        self.handin.stop(self.poll.registry());
+                    }
                     stopping.handover_since.get_or_insert(now);
                     control.stopped_routing();
                 }

@@ -200,24 +200,79 @@ fn crossing(conns: &Slab<Conn>) -> Vec<usize> {
         .collect()
 }
 
-impl Worker<'_> {
-    /// Start handing every client to the workers listening on `target`.
-    pub(super) fn begin_handover(&mut self, target: String) {
-        if self.handover.is_some() {
-            return;
+/// The handover under way, if any: where this worker's clients go.
+#[derive(Debug, Default)]
+pub(super) struct Handover {
+    target: Option<String>,
+}
+
+/// What sending one client to the successor came to
+/// ([`Handover::sent`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Sent {
+    /// It crossed: it leaves this worker without being closed.
+    Gone,
+    /// The successor's queue is full: the rest wait for the next try.
+    Later,
+    /// The successor cannot be reached: the handover is over, the
+    /// clients are finished here instead.
+    Failed,
+}
+
+impl Handover {
+    /// Begin handing every client to the workers listening on `target`.
+    /// True when this begins it (the worker then stops taking clients);
+    /// false when one is already under way.
+    pub(super) fn begin(&mut self, target: String) -> bool {
+        if self.target.is_some() {
+            return false;
         }
         crate::log_notice!("handing clients over to {target}");
-        self.intake.stop(self.poll.registry());
-        // Take no more handed clients ourselves: the successor does.
-        self.handin.stop(self.poll.registry());
-        self.handover = Some(target);
+        self.target = Some(target);
+        true
     }
 
+    /// Whether clients are being handed over.
+    #[inline]
+    pub(super) fn on(&self) -> bool {
+        self.target.is_some()
+    }
+
+    /// While handing over: the most a client's handover carries.
+    #[inline]
+    pub(super) fn carry(&self) -> Option<usize> {
+        self.target.as_ref().map(|_| CARRY_MAX)
+    }
+
+    /// Where the clients go, while handing over.
+    fn target(&self) -> Option<&str> {
+        self.target.as_deref()
+    }
+
+    /// What sending a client came to, given the send's `result`; a
+    /// successor that cannot be reached ends the handover.
+    fn sent(&mut self, result: std::io::Result<()>) -> Sent {
+        match result {
+            Ok(()) => Sent::Gone,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Sent::Later,
+            Err(e) => {
+                if let Some(target) = self.target.take() {
+                    crate::log_error!(
+                        "cannot hand clients over to {target}: {e}; finishing them here instead"
+                    );
+                }
+                Sent::Failed
+            }
+        }
+    }
+}
+
+impl Worker<'_> {
     /// Hand over every client at a request boundary. Returns false when
     /// the successor cannot be reached (the caller falls back to a
     /// graceful stop).
     pub(super) fn hand_over_ready(&mut self) -> bool {
-        let Some(target) = self.handover.clone() else {
+        let Some(target) = self.handover.target().map(str::to_owned) else {
             return true;
         };
         for k in crossing(&self.conns) {
@@ -242,8 +297,8 @@ impl Worker<'_> {
                 Some((_, theirs)) => theirs.as_raw_fd(),
                 None => c.sock().as_raw_fd(),
             };
-            match handover::send(&target, &msg, fd) {
-                Ok(()) => {
+            match self.handover.sent(handover::send(&target, &msg, fd)) {
+                Sent::Gone => {
                     // It leaves without being closed: dropping it closes
                     // this process's copy of the descriptor, the successor
                     // holds the connection now (a TLS client's is relayed).
@@ -261,14 +316,8 @@ impl Worker<'_> {
                         self.relays.start(reg, sock, ours, out.bytes().to_vec());
                     }
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(e) => {
-                    crate::log_error!(
-                        "cannot hand clients over to {target}: {e}; finishing them here instead"
-                    );
-                    self.handover = None;
-                    return false;
-                }
+                Sent::Later => break,
+                Sent::Failed => return false,
             }
         }
         true
@@ -278,6 +327,23 @@ impl Worker<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_handover_begins_once_and_ends_when_its_successor_is_gone() {
+        use std::io::{Error, ErrorKind};
+        let mut h = Handover::default();
+        assert!(!h.on() && h.carry().is_none());
+        assert!(h.begin("/run/next".into()));
+        assert!(!h.begin("/run/other".into()), "one under way stays");
+        assert_eq!(h.target(), Some("/run/next"));
+        assert_eq!(h.carry(), Some(CARRY_MAX));
+        assert_eq!(h.sent(Ok(())), Sent::Gone);
+        assert_eq!(h.sent(Err(ErrorKind::WouldBlock.into())), Sent::Later);
+        assert!(h.on(), "a full queue is tried again");
+        let refused = Error::from(ErrorKind::ConnectionRefused);
+        assert_eq!(h.sent(Err(refused)), Sent::Failed);
+        assert!(!h.on() && h.carry().is_none(), "finished here instead");
+    }
 
     #[test]
     fn state_round_trips() {

@@ -280,8 +280,8 @@ pub struct Worker<'a> {
     shadows: shadow::Shadows,
     /// Keys being copied from a warm pool to a cold one (warm.rs).
     warms: warm::Warms,
-    /// Handing clients over to this successor.
-    handover: Option<String>,
+    /// The handover under way, if any (`handover.rs`).
+    handover: handover::Handover,
     /// Clients whose output is held, with when the hold ends, oldest
     /// first (the bound is the same for all).
     hold_deadlines: deadlines::Deadlines<Token>,
@@ -356,7 +356,7 @@ impl<'a> Worker<'a> {
             sentinels,
             shadows: shadow::Shadows::default(),
             warms: warm::Warms::default(),
-            handover: None,
+            handover: handover::Handover::default(),
             hold_deadlines: deadlines::Deadlines::new(),
             read_deadlines: deadlines::Deadlines::new(),
             fleet_holds: fleet_hold::FleetHolds::default(),

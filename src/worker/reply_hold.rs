@@ -44,7 +44,7 @@ impl Worker<'_> {
         let Some(bound) = self.ctl.reply_hold else {
             return false;
         };
-        if !self.intake.accepting() || self.handover.is_some() {
+        if !self.intake.accepting() || self.handover.on() {
             return false;
         }
         let Some(c) = self.conns.client_mut(token.0) else {
