@@ -1,14 +1,16 @@
 //! A request on a server connection of its own (`Open::Dedicated`): a
 //! blocking command, the head of a large request streamed as it arrives,
 //! an EVAL routed once its held key is read, one pair of an MSET sent
-//! pair by pair. The feature that owns the request decides where it goes
-//! and what its connection is for (`blocking::plan`, `stream.rs`'s
-//! `single_plan`, `spool_plan` and `pair_plan`), as a [`Dedicated`];
+//! pair by pair, a transaction's command on its pinned connection, a
+//! subscriber's command on its push connection. The feature that owns
+//! the request decides where it goes and what its connection is for
+//! (`blocking::plan`, `stream.rs`'s `single_plan`, `spool_plan` and
+//! `pair_plan`, `txn::pulled`, `pubsub::push_plan`), as a [`Dedicated`];
 //! `Worker::send_dedicated` carries it out without a decision of its own:
 //! the connection opened and named for its use, the reply slot, the
-//! bytes queued, a failure answered in the slot.
+//! bytes queued, a failure answered as its use says ([`Failed`]).
 
-use super::conn::{Conn, ConnTable, Open, ReplySlot, ReplyTo, ServerRef};
+use super::conn::{Conn, ConnTable, Open, ReplySlot, ReplyTo, ServerRef, Waiter};
 use super::fault::ServerFault;
 use super::Worker;
 use crate::proto::{Op, Request};
@@ -51,9 +53,39 @@ pub(super) enum Usage {
     /// A pair of an MSET sent pair by pair, for this server: the MSET's
     /// next pairs for it go on it too; `large`: its value streams.
     Pair { server: usize, large: bool },
+    /// A transaction's, opened for its command `name`: pinned to its
+    /// client, and the MULTI answered here sent first when `Txn::pinned`
+    /// says so.
+    Pin { name: &'static str },
+    /// A subscriber's push connection: what its server sends goes to the
+    /// client as it arrives (`Subs::opened`).
+    Push,
+}
+
+/// What a connection of its own that could not be opened leads to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Failed {
+    /// The error in the request's slot, counted as a forward error (and a
+    /// cluster node maybe failed over), as any request's.
+    Counted,
+    /// The error sent to the client at once, not counted: a transaction's
+    /// command, whose client is told its connection could not be had.
+    Told,
+    /// Nothing said: a subscriber's command, which its server would have
+    /// confirmed (the client's count stays as it was).
+    Silent,
 }
 
 impl Usage {
+    /// What a failure to open the connection leads to.
+    pub(super) fn failed(self) -> Failed {
+        match self {
+            Usage::Pin { .. } => Failed::Told,
+            Usage::Push => Failed::Silent,
+            Usage::Blocking | Usage::Stream | Usage::Pair { .. } => Failed::Counted,
+        }
+    }
+
     /// The rest of the request streams to the connection.
     pub(super) fn streams(self) -> bool {
         matches!(self, Usage::Stream | Usage::Pair { large: true, .. })
@@ -68,6 +100,9 @@ pub(super) enum Reply {
     New { slot: ReplySlot, noreply: bool },
     /// A slot its client holds already (an MSET pair's fragment).
     At(ReplyTo),
+    /// None: what the server sends back is pushed to the client as it
+    /// arrives (a subscriber's command).
+    Pushed,
 }
 
 /// What a dedicated request queues.
@@ -79,18 +114,25 @@ pub(super) enum Sent<'a> {
     Request(&'a Request, &'a [u8]),
 }
 
+/// What is sent on a connection just opened before the request: these
+/// bytes, their answer dropped.
+pub(super) type First = Option<(&'static [u8], Op)>;
+
 /// Connection `st`, just opened to `server` for client `ct`'s request,
 /// is named for its use: a blocking command's connection blocks its
-/// client; an MSET's is the one its next pairs for that server take.
-/// A connection gone is `ServerFault::NoServer`.
+/// client; an MSET's is the one its next pairs for that server take; a
+/// transaction's is pinned to its client (and the MULTI answered here
+/// goes first); a subscriber's carries its pushes. A connection gone is
+/// `ServerFault::NoServer`.
 pub(super) fn opened(
     conns: &mut Slab<Conn>,
     ct: Token,
     st: Token,
     usage: Usage,
-) -> Result<Token, ServerFault> {
+) -> Result<(Token, First), ServerFault> {
     let s = conns.server_mut(st.0).ok_or(ServerFault::NoServer)?;
     let r = ServerRef::new(st, s.id());
+    let server = s.server();
     match usage {
         Usage::Blocking => {
             s.set_blocking();
@@ -102,8 +144,36 @@ pub(super) fn opened(
                 rs.set_pair_conn(server, r);
             }
         }
+        Usage::Pin { name } => {
+            s.pin(Some(ct));
+            let t = conns.client_mut(ct.0).and_then(|c| c.txn_mut());
+            let multi = t.and_then(|t| t.pinned(r, server, name));
+            return Ok((st, multi.zip(crate::proto::redis::txn::internal_op())));
+        }
+        Usage::Push => {
+            let c = conns.client_mut(ct.0).ok_or(ServerFault::NoServer)?;
+            let id = c.id();
+            if c.subs().is_none() {
+                c.set_subs(Some(Box::default()));
+            }
+            if let Some(subs) = c.subs_mut() {
+                subs.opened(server, r);
+            }
+            if let Some(s) = conns.server_mut(st.0) {
+                s.subscribe_for(ct, id);
+            }
+        }
     }
-    Ok(st)
+    Ok((st, None))
+}
+
+/// Client `ct`'s request could not go out on a connection of its own:
+/// what its use kept for it that is not worth keeping goes (a
+/// transaction with nothing in it, `txn::tidy`).
+fn unsent(conns: &mut Slab<Conn>, ct: Token, usage: Usage) {
+    if let Usage::Pin { .. } = usage {
+        super::txn::tidy(conns, ct);
+    }
 }
 
 impl Worker<'_> {
@@ -120,6 +190,7 @@ impl Worker<'_> {
         let target = 'sent: {
             let Some(server) = d.server else {
                 match d.reply {
+                    Reply::Pushed => {}
                     Reply::New { noreply, .. } => {
                         self.stats.pool_add(pool, PoolField::ForwardError, 1);
                         if !noreply {
@@ -134,7 +205,7 @@ impl Worker<'_> {
                 break 'sent None;
             };
             let st = match d.conn {
-                Some(st) => Ok(st),
+                Some(st) => Ok((st, None)),
                 None => {
                     let slot = self.conn_slot(token, pool, server, cid, op);
                     self.server_conn(pool, server, slot, now, Open::Dedicated)
@@ -142,16 +213,34 @@ impl Worker<'_> {
                 }
             };
             let st = match st {
-                Ok(st) => st,
+                Ok((st, first)) => {
+                    if let Some((bytes, op)) = first {
+                        let first = |o: &mut Vec<u8>| o.extend_from_slice(bytes);
+                        self.enqueue(st, Some(Waiter::Internal), op, first, now);
+                    }
+                    st
+                }
                 Err(fault) => {
-                    let to = match d.reply {
-                        Reply::New { noreply, .. } => {
-                            let seq = self.push_slot(token, noreply, ReplySlot::default());
-                            ReplyTo::new(token, cid, seq, None)
+                    match (usage.failed(), d.reply) {
+                        (Failed::Counted, reply) => {
+                            let to = match reply {
+                                Reply::New { noreply, .. } => {
+                                    let seq = self.push_slot(token, noreply, ReplySlot::default());
+                                    ReplyTo::new(token, cid, seq, None)
+                                }
+                                Reply::At(to) => to,
+                                Reply::Pushed => ReplyTo::client(token, cid),
+                            };
+                            self.fail_unsent(to, pool, op, &fault);
                         }
-                        Reply::At(to) => to,
-                    };
-                    self.fail_unsent(to, pool, op, &fault);
+                        (Failed::Told, _) => {
+                            let mut out = Vec::new();
+                            fault.write_reply(self.pools[pool].proto, op, &mut out);
+                            self.conns.push_ready(token, out, false);
+                        }
+                        (Failed::Silent, _) => {}
+                    }
+                    unsent(&mut self.conns, token, usage);
                     break 'sent None;
                 }
             };
@@ -163,6 +252,7 @@ impl Worker<'_> {
                     ReplyTo::new(token, cid, self.push_slot(token, noreply, slot), None)
                 }
                 Reply::At(to) => to,
+                Reply::Pushed => ReplyTo::client(token, cid),
             };
             match d.write {
                 Sent::Bytes(b) => {

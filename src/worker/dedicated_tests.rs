@@ -25,7 +25,7 @@ fn table() -> (Slab<Conn>, Token, Token) {
 #[test]
 fn a_blocking_commands_connection_blocks_its_client() {
     let (mut conns, ct, st) = table();
-    assert_eq!(opened(&mut conns, ct, st, Usage::Blocking), Ok(st));
+    assert_eq!(opened(&mut conns, ct, st, Usage::Blocking), Ok((st, None)));
     let r = ServerRef::new(st, 9);
     assert_eq!(
         conns.client(ct.0).map(|c| c.blocked().to_vec()),
@@ -41,7 +41,7 @@ fn a_blocking_commands_connection_blocks_its_client() {
 #[test]
 fn a_streamed_requests_connection_is_named_by_what_follows() {
     let (mut conns, ct, st) = table();
-    assert_eq!(opened(&mut conns, ct, st, Usage::Stream), Ok(st));
+    assert_eq!(opened(&mut conns, ct, st, Usage::Stream), Ok((st, None)));
     assert!(conns.client(ct.0).is_some_and(|c| c.blocked().is_empty()));
     assert!(Usage::Stream.streams());
     assert!(!Usage::Blocking.streams());
@@ -80,4 +80,49 @@ fn a_blocking_command_goes_whole_to_its_keys_server() {
     assert_eq!((d.conn, d.usage, d.note), (None, Usage::Blocking, None));
     assert!(matches!(d.reply, Reply::New { noreply: false, .. }));
     assert!(matches!(d.write, Sent::Request(_, b) if b == bytes));
+}
+
+#[test]
+fn a_subscribers_connection_carries_its_pushes() {
+    let (mut conns, ct, st) = table();
+    assert_eq!(opened(&mut conns, ct, st, Usage::Push), Ok((st, None)));
+    let s = conns.server(st.0).expect("server");
+    assert_eq!(
+        s.push_to(),
+        Some(crate::worker::handle::ClientRef::new(ct, 10))
+    );
+    let subs = conns.client(ct.0).and_then(|c| c.subs()).expect("subs");
+    assert_eq!(subs.conn(0), Some(ServerRef::new(st, 9)));
+    assert_eq!(
+        opened(&mut conns, ct, ct, Usage::Push),
+        Err(ServerFault::NoServer),
+        "a client"
+    );
+}
+
+#[test]
+fn a_failure_to_open_is_counted_told_or_not_said_by_use() {
+    assert_eq!(Usage::Blocking.failed(), Failed::Counted);
+    assert_eq!(Usage::Stream.failed(), Failed::Counted);
+    let pair = Usage::Pair {
+        server: 1,
+        large: false,
+    };
+    assert_eq!(pair.failed(), Failed::Counted);
+    assert_eq!(Usage::Pin { name: "GET" }.failed(), Failed::Told);
+    assert_eq!(Usage::Push.failed(), Failed::Silent);
+    assert!(!Usage::Pin { name: "GET" }.streams());
+    assert!(!Usage::Push.streams());
+}
+
+#[test]
+fn a_transaction_with_nothing_in_it_goes_when_its_connection_fails() {
+    let (mut conns, ct, _) = table();
+    if let Some(c) = conns.client_mut(ct.0) {
+        c.set_txn(Some(Box::default()));
+    }
+    unsent(&mut conns, ct, Usage::Blocking);
+    assert!(conns.client(ct.0).is_some_and(|c| c.txn().is_some()));
+    unsent(&mut conns, ct, Usage::Pin { name: "WATCH" });
+    assert!(conns.client(ct.0).is_some_and(|c| c.txn().is_none()));
 }

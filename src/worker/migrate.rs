@@ -533,7 +533,13 @@ impl Worker<'_> {
     ) {
         match then {
             AfterPull::Route => self.dispatch_routed(token, req, bytes, None, now),
-            AfterPull::Txn => self.txn_pulled(token, &req, bytes, now),
+            AfterPull::Txn => {
+                if let Some(d) =
+                    super::txn::pulled(&mut self.conns, &mut self.pools, token, &req, bytes, now)
+                {
+                    self.send_dedicated(token, d, now)
+                }
+            }
             AfterPull::Read { seq } => {
                 if let Some(c) = self.conns.client(token.0) {
                     let (id, pool) = (c.id(), c.pool());

@@ -22,12 +22,12 @@
 //! as with a Redis of its own that went away).
 //!
 //! The subscriber's state and what its commands and pushes do to it are
-//! `Subs` (`subscriber.rs`), tested without sockets; here the worker
-//! opens its connections and moves the bytes.
+//! `Subs` (`subscriber.rs`), tested without sockets; a command goes out
+//! on its push connection as a `Dedicated` (`push_plan`), carried out by
+//! `Worker::send_dedicated`; here the worker moves the pushes' bytes.
 
-use super::conn::Open;
 use super::conn::{ClientRef, Conn, ConnTable};
-use super::handle::ServerRef;
+use super::dedicated::{Dedicated, Reply, Sent, Usage};
 use super::subscriber::{self, subscribe_op, Subs, SubsStep};
 use super::Worker;
 use crate::proto::redis::pubsub;
@@ -69,37 +69,20 @@ impl Worker<'_> {
                 let client_id = c.id();
                 // The client's subscriptions change (`Subs::command`) and
                 // the commands it says go out on its push connections to
-                // those servers, each opened when it has none alive.
+                // those servers (`push_plan`).
                 let args = pubsub::arguments(bytes);
                 let mut subs = take_subs(&mut self.conns, token);
                 let sends = subs.command(name, args, resp3, &mut self.pools[pool], client_id, now);
+                put_subs(&mut self.conns, token, subs);
                 if !sends.reply.is_empty() {
                     self.conns.push_ready(token, sends.reply, false);
                 }
-                for (server, cmd) in sends.to {
-                    let Some(op) = subscribe_op() else {
+                for (server, cmd) in &sends.to {
+                    let Some(d) = push_plan(&self.conns, token, pool, *server, cmd) else {
                         break;
                     };
-                    let st = match live_conn(&self.conns, &subs, server) {
-                        Some(st) => st,
-                        None => {
-                            let slot = self.conn_slot(token, pool, server, client_id, op);
-                            let open = self.server_conn(pool, server, slot, now, Open::Dedicated);
-                            let Some(st) = open.ok() else {
-                                continue;
-                            };
-                            let Some(r) = push_opened(&mut self.conns, st, token, client_id) else {
-                                continue;
-                            };
-                            subs.opened(server, r);
-                            st
-                        }
-                    };
-                    // No waiter: what the server sends back is pushed
-                    // (`pubsub_frames`).
-                    self.enqueue(st, None, op, |o| o.extend_from_slice(&cmd), now);
+                    self.send_dedicated(token, d, now);
                 }
-                put_subs(&mut self.conns, token, subs);
                 true
             }
         }
@@ -177,18 +160,31 @@ fn live_conn(conns: &Slab<Conn>, subs: &Subs, server: usize) -> Option<Token> {
     conns.server_ref(r).map(|_| r.token)
 }
 
-/// Connection `st`, just opened, carries client `token`'s (id
-/// `client_id`) pushes from now on: what the client's `Subs` records it
-/// by (`Subs::opened`).
-fn push_opened(
-    conns: &mut Slab<Conn>,
-    st: Token,
+/// Client `token`'s command `cmd` for `server` of `pool`, as a
+/// [`Dedicated`]: on its push connection to that server when it still
+/// has one, else on one opened for its pushes (`Usage::Push`); nothing is
+/// said when it cannot be opened, and what the server sends back is
+/// pushed to the client (`pubsub_frames`), not matched to the command.
+/// `None`: no op to send it with.
+fn push_plan<'a>(
+    conns: &Slab<Conn>,
     token: Token,
-    client_id: u64,
-) -> Option<ServerRef> {
-    let s = conns.server_mut(st.0)?;
-    s.subscribe_for(token, client_id);
-    Some(ServerRef::new(st, s.id()))
+    pool: usize,
+    server: usize,
+    cmd: &'a [u8],
+) -> Option<Dedicated<'a>> {
+    let op = subscribe_op()?;
+    let subs = conns.client(token.0).and_then(|c| c.subs());
+    Some(Dedicated {
+        pool,
+        server: Some(server),
+        op,
+        conn: subs.and_then(|subs| live_conn(conns, subs, server)),
+        usage: Usage::Push,
+        reply: Reply::Pushed,
+        note: None,
+        write: Sent::Bytes(cmd),
+    })
 }
 
 /// One whole frame from push connection `st` (to `server`, of a Redis
@@ -222,6 +218,7 @@ mod tests {
     use crate::net::Stream;
     use crate::stats::slowlog::KeyPrefix;
     use crate::worker::conn::{Client, Server, Waiter};
+    use crate::worker::handle::ServerRef;
 
     const SUBSCRIBED: &[u8] = b"*3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n";
     const MESSAGE: &[u8] = b"*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$2\r\nhi\r\n";
@@ -316,20 +313,21 @@ mod tests {
     }
 
     #[test]
-    fn a_connection_opened_carries_its_clients_pushes() {
+    fn a_command_goes_on_its_live_push_connection_or_one_opened_for_it() {
         let mut conns = table(true);
-        let (sock, _) = mio::net::UnixStream::pair().expect("socket pair");
-        let s = Server::new(Stream::Unix(sock), 12, (0, 1, 0), Instant::now(), true);
-        let st = Token(conns.insert(Conn::Server(Box::new(s))));
-        let r = push_opened(&mut conns, st, Token(1), 10);
-        assert_eq!(r, Some(ServerRef::new(st, 12)));
-        let s = conns.server(st.0).expect("server");
-        assert_eq!(s.push_to(), Some(ClientRef::new(Token(1), 10)));
-        assert_eq!(
-            push_opened(&mut conns, Token(1), Token(1), 10),
-            None,
-            "a client"
-        );
+        let d = push_plan(&conns, Token(1), 0, 0, b"cmd").expect("an op");
+        assert_eq!((d.server, d.conn, d.usage), (Some(0), None, Usage::Push));
+        assert!(matches!(d.reply, Reply::Pushed));
+        assert!(matches!(d.write, Sent::Bytes(b"cmd")));
+        let subs = conns
+            .client_mut(1)
+            .and_then(|c| c.subs_mut())
+            .expect("subs");
+        subs.opened(0, ServerRef::new(Token(0), 9));
+        let d = push_plan(&conns, Token(1), 0, 0, b"cmd").expect("an op");
+        assert_eq!(d.conn, Some(Token(0)), "the one it has");
+        let d = push_plan(&conns, Token(1), 0, 1, b"cmd").expect("an op");
+        assert_eq!(d.conn, None, "none to that server");
     }
 
     #[test]

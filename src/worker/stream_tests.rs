@@ -254,7 +254,10 @@ fn an_mset_pairs_go_on_the_connection_opened_for_their_server_while_open() {
         large: false,
     };
     let opened = crate::worker::dedicated::opened;
-    assert_eq!(opened(&mut conns, ct, to.token, usage), Ok(to.token));
+    assert_eq!(
+        opened(&mut conns, ct, to.token, usage),
+        Ok((to.token, None))
+    );
     assert_eq!(known_pair_conn(&conns, ct, 0), Some(to.token));
     assert_eq!(known_pair_conn(&conns, ct, 1), None, "another server's");
     conns.remove(to.token.0);

@@ -110,6 +110,11 @@ impl Txn {
         self.conn.map(|(r, _)| r)
     }
 
+    /// The pinned connection's server, if any.
+    pub fn server(&self) -> Option<usize> {
+        self.conn.map(|(_, s)| s)
+    }
+
     /// Whether the reply that ends the transaction is awaited on `st`.
     pub fn ends_on(&self, st: Token) -> bool {
         self.ending && self.conn.is_some_and(|(r, _)| r.token == st)

@@ -15,10 +15,11 @@
 //! In a Redis Cluster pool the server is the master of the first key's
 //! slot, and the keys must live on that node.
 
-use super::conn::Open;
-use super::conn::{Conn, ConnTable, ReplySlot, ReplyTo, ServerRef, Waiter};
+use super::conn::{Conn, ConnTable, ReplySlot, ServerRef, Waiter};
+use super::dedicated::{Dedicated, Reply, Sent, Usage};
 use super::fleet_hold::FleetStep;
 use super::migrate::Hold;
+use super::pool::PoolRt;
 use super::pull::AfterPull;
 use super::transaction::{self, Answer, Place, Txn};
 use super::Worker;
@@ -103,7 +104,7 @@ fn get_mut(conns: &mut Slab<Conn>, token: Token) -> Option<&mut Txn> {
 
 /// Client `token`'s transaction goes when there is nothing in it to keep
 /// ([`Txn::keep`]).
-fn tidy(conns: &mut Slab<Conn>, token: Token) {
+pub(super) fn tidy(conns: &mut Slab<Conn>, token: Token) {
     if let Some(c) = conns.client_mut(token.0) {
         if c.txn().is_some_and(|t| !t.keep()) {
             c.set_txn(None);
@@ -111,12 +112,49 @@ fn tidy(conns: &mut Slab<Conn>, token: Token) {
     }
 }
 
-/// Connection `st`, just opened for client `token`'s transaction, is
-/// pinned to it: what the transaction records it by (`Txn::pinned`).
-fn pin_opened(conns: &mut Slab<Conn>, st: Token, token: Token) -> Option<ServerRef> {
-    let s = conns.server_mut(st.0)?;
-    s.pin(Some(token));
-    Some(ServerRef::new(st, s.id()))
+/// Where client `token`'s transaction command goes (at once, or once the
+/// keys it names were pulled over), as a [`Dedicated`] that
+/// `Worker::send_dedicated` carries out: to the pinned connection, or to
+/// one opened and pinned for it (`Usage::Pin`, which sends the MULTI
+/// answered here first when `Txn::pinned` says so); with no server up,
+/// the pool's error. `None` when answered here: refused, its keys are on
+/// another server.
+pub(super) fn pulled<'a>(
+    conns: &mut Slab<Conn>,
+    pools: &mut [PoolRt],
+    token: Token,
+    req: &'a Request,
+    bytes: &'a [u8],
+    now: Instant,
+) -> Option<Dedicated<'a>> {
+    let mut t = take(conns, token);
+    let pool = conns.client(token.0)?.pool();
+    let (server, conn) = match t.place(req, bytes, &mut pools[pool], now) {
+        Place::Refuse(out) => {
+            put_kept(conns, token, t);
+            conns.push_ready(token, out, false);
+            return None;
+        }
+        Place::NoServer => (None, None),
+        Place::Send(st) => (t.server(), Some(st)),
+        Place::Open(server) => (Some(server), None),
+    };
+    put(conns, token, Some(t));
+    Some(Dedicated {
+        pool,
+        server,
+        op: req.op,
+        conn,
+        usage: Usage::Pin {
+            name: transaction::name_of(req),
+        },
+        reply: Reply::New {
+            slot: ReplySlot::default(),
+            noreply: req.noreply,
+        },
+        note: None,
+        write: Sent::Bytes(bytes),
+    })
 }
 
 impl Worker<'_> {
@@ -181,61 +219,10 @@ impl Worker<'_> {
         {
             return TxnStep::Held;
         }
-        self.txn_pulled(token, req, bytes, now);
+        if let Some(d) = pulled(&mut self.conns, &mut self.pools, token, req, bytes, now) {
+            self.send_dedicated(token, d, now);
+        }
         TxnStep::Done
-    }
-
-    /// A command of a transaction (at once, or once the keys it names were
-    /// pulled over) to its pinned connection, opening it first when
-    /// `Txn::place` says so (and sending the MULTI answered here first
-    /// when `Txn::pinned` says so); refused when its keys are on another
-    /// server.
-    pub(super) fn txn_pulled(&mut self, token: Token, req: &Request, bytes: &[u8], now: Instant) {
-        let mut t = take(&mut self.conns, token);
-        let (pool, client_id) = match self.conns.get(token.0) {
-            Some(Conn::Client(c)) => (c.pool(), c.id()),
-            _ => return,
-        };
-        let st = match t.place(req, bytes, &mut self.pools[pool], now) {
-            Place::Refuse(out) => {
-                put_kept(&mut self.conns, token, t);
-                self.conns.push_ready(token, out, false);
-                return;
-            }
-            Place::NoServer => {
-                put(&mut self.conns, token, Some(t));
-                self.reply_no_server(token, pool, req);
-                return;
-            }
-            Place::Send(st) => st,
-            Place::Open(server) => {
-                let slot = self.conn_slot(token, pool, server, client_id, req.op);
-                let st = match self.server_conn(pool, server, slot, now, Open::Dedicated) {
-                    Ok(st) => st,
-                    Err(fault) => {
-                        put_kept(&mut self.conns, token, t);
-                        let mut out = Vec::new();
-                        fault.write_reply(self.pools[pool].proto, req.op, &mut out);
-                        self.conns.push_ready(token, out, false);
-                        return;
-                    }
-                };
-                let Some(r) = pin_opened(&mut self.conns, st, token) else {
-                    return;
-                };
-                let multi = t.pinned(r, server, transaction::name_of(req));
-                if let Some((multi, op)) = multi.zip(txn::internal_op()) {
-                    // Its answer is dropped: the client had its +OK here.
-                    let cmd = |o: &mut Vec<u8>| o.extend_from_slice(multi);
-                    self.enqueue(st, Some(Waiter::Internal), op, cmd, now);
-                }
-                st
-            }
-        };
-        put(&mut self.conns, token, Some(t));
-        let seq = self.push_slot(token, req.noreply, ReplySlot::default());
-        let to = ReplyTo::new(token, client_id, seq, None);
-        self.enqueue(st, to.waiter(), req.op, |o| o.extend_from_slice(bytes), now);
     }
 }
 

@@ -6,6 +6,7 @@ use crate::net::Stream;
 use crate::proto::{Limits, Parse, Protocol};
 use crate::stats::slowlog::KeyPrefix;
 use crate::worker::conn::Server;
+use crate::worker::transaction::Answer;
 
 /// A connected dedicated connection pinned to client `Token(3)`.
 fn pinned(conns: &mut Slab<Conn>) -> ServerRef {
@@ -122,19 +123,100 @@ fn a_transaction_is_started_where_none_was_and_goes_once_empty() {
 }
 
 #[test]
-fn a_connection_opened_for_a_transaction_is_pinned_to_its_client() {
+fn a_connection_opened_for_a_transaction_is_pinned_to_its_client_and_sent_the_multi_first() {
+    use crate::worker::dedicated::{opened, Usage};
     let mut conns = Slab::new();
     let (sock, _) = mio::net::UnixStream::pair().expect("socket pair");
-    let s = Server::new(Stream::Unix(sock), 11, (0, 0, 0), Instant::now(), true);
+    let s = Server::new(Stream::Unix(sock), 11, (0, 1, 0), Instant::now(), true);
     let st = Token(conns.insert(Conn::Server(Box::new(s))));
-    assert_eq!(
-        pin_opened(&mut conns, st, Token(3)),
-        Some(ServerRef::new(st, 11))
+    while conns.vacant_key() < 3 {
+        conns.insert(Conn::Client(client()));
+    }
+    let mut c = client();
+    let mut t = Txn::default();
+    assert!(
+        matches!(t.answer("MULTI"), Answer::Here { .. }),
+        "answered here"
     );
+    c.set_txn(Some(Box::new(t)));
+    conns.insert(Conn::Client(c));
+    let usage = Usage::Pin { name: "SET" };
+    let Ok((got, Some((multi, _)))) = opened(&mut conns, Token(3), st, usage) else {
+        panic!("opened, its MULTI to send first");
+    };
+    assert_eq!((got, multi), (st, txn::MULTI));
     assert_eq!(conns.server(st.0).and_then(|s| s.pinned()), Some(Token(3)));
+    let t = conns.client(3).and_then(|c| c.txn()).expect("kept");
     assert_eq!(
-        pin_opened(&mut conns, Token(5), Token(3)),
-        None,
+        (t.conn(), t.server()),
+        (Some(ServerRef::new(st, 11)), Some(1))
+    );
+    assert!(
+        opened(&mut conns, Token(3), Token(5), usage).is_err(),
         "none there"
+    );
+}
+
+/// Pools of two servers from configuration text.
+fn pools() -> Vec<PoolRt> {
+    let yaml = "p:\n  listen: 127.0.0.1:22999\n  redis: true\n  servers:\n    - 127.0.0.1:30001:1\n    - 127.0.0.1:30002:1\n";
+    let c = crate::config::Config::from_str(yaml, std::path::Path::new("t.yml"))
+        .expect("config parses");
+    vec![PoolRt::new(&c.pools[0], &[])]
+}
+
+fn parsed(bytes: &[u8]) -> Request {
+    let Ok(Parse::Done(req)) = Protocol::Redis.parse_request(bytes, &Limits::default()) else {
+        panic!("request parses");
+    };
+    req
+}
+
+#[test]
+fn a_transactions_first_command_opens_a_connection_pinned_for_it() {
+    let mut conns = Slab::new();
+    conns.insert(Conn::Client(client()));
+    let mut pools = pools();
+    let bytes = b"*2\r\n$5\r\nWATCH\r\n$3\r\nfoo\r\n";
+    let req = parsed(bytes);
+    let now = Instant::now();
+    let server = pools[0].key_server(b"foo", req.op, 1, now);
+    let d = pulled(&mut conns, &mut pools, Token(0), &req, bytes, now).expect("sent");
+    assert_eq!((d.pool, d.server, d.conn), (0, server, None));
+    assert_eq!(d.usage, Usage::Pin { name: "WATCH" });
+    assert!(matches!(d.reply, Reply::New { noreply: false, .. }));
+    assert!(matches!(d.write, Sent::Bytes(b) if b == bytes));
+    assert!(conns.client(0).is_some_and(|c| c.txn().is_some()), "kept");
+}
+
+#[test]
+fn a_pinned_transactions_command_goes_on_its_connection_or_is_refused() {
+    let mut conns = Slab::new();
+    let r = pinned(&mut conns);
+    let mut pools = pools();
+    let now = Instant::now();
+    let bytes = b"*2\r\n$3\r\nGET\r\n$3\r\nfoo\r\n";
+    let req = parsed(bytes);
+    let server = pools[0]
+        .key_server(b"foo", req.op, 1, now)
+        .expect("a server");
+    let mut c = client();
+    let mut t = Txn::default();
+    let _ = t.pinned(r, server, "WATCH");
+    c.set_txn(Some(Box::new(t)));
+    let ct = Token(conns.insert(Conn::Client(c)));
+    let d = pulled(&mut conns, &mut pools, ct, &req, bytes, now).expect("sent");
+    assert_eq!((d.server, d.conn), (Some(server), Some(r.token)));
+    // A key of the other server's is refused here.
+    let other = (0..100)
+        .map(|i| format!("k{i}"))
+        .find(|k| pools[0].key_server(k.as_bytes(), req.op, 1, now) != Some(server))
+        .expect("a key elsewhere");
+    let bytes = format!("*2\r\n$3\r\nGET\r\n${}\r\n{other}\r\n", other.len());
+    let req = parsed(bytes.as_bytes());
+    assert!(pulled(&mut conns, &mut pools, ct, &req, bytes.as_bytes(), now).is_none());
+    assert!(
+        conns.client(ct.0).is_some_and(|c| c.txn().is_some()),
+        "kept"
     );
 }
