@@ -4,8 +4,8 @@
 //! reply or its client.
 
 use super::conn::{Conn, ConnTable, Origin, ReplySlot, ServerRef};
-use super::dedicated::{Dedicated, Reply, Sent, Usage};
 use super::pool::PoolRt;
+use super::send_plan::{Dedicated, Reply, Sent, Usage};
 use crate::proto::Request;
 use mio::Token;
 use slab::Slab;

@@ -5,114 +5,22 @@
 //! subscriber's command on its push connection. The feature that owns
 //! the request decides where it goes and what its connection is for
 //! (`blocking::plan`, `stream.rs`'s `single_plan`, `spool_plan` and
-//! `pair_plan`, `txn::pulled`, `pubsub::push_plan`), as a [`Dedicated`];
+//! `pair_plan`, `txn::pulled`, `pubsub::push_plan`), as a `Dedicated`
+//! (`send_plan.rs`, beside the other plans, so that planners and this
+//! executor do not import each other);
 //! `Worker::send_dedicated` carries it out without a decision of its own:
 //! the connection opened and named for its use, the reply slot, the
-//! bytes queued, a failure answered as its use says ([`Failed`]).
+//! bytes queued, a failure answered as its use says (`Failed`).
 
 use super::conn::{Conn, ConnTable, Open, ReplySlot, ReplyTo, ServerRef, Waiter};
 use super::fault::ServerFault;
+use super::send_plan::{Dedicated, Failed, Reply, Sent, Usage};
 use super::Worker;
-use crate::proto::{Op, Request};
+use crate::proto::Op;
 use crate::stats::PoolField;
 use mio::Token;
 use slab::Slab;
 use std::time::Instant;
-
-/// How a request goes out on a connection of its own, as its feature
-/// planned it.
-#[derive(Debug)]
-pub(super) struct Dedicated<'a> {
-    pub pool: usize,
-    /// The server (none: no server is up, the pool's error is the reply).
-    pub server: Option<usize>,
-    pub op: Op,
-    /// The connection it goes on: one the request's feature holds already
-    /// (an MSET's for this server), or none and one is opened.
-    pub conn: Option<Token>,
-    /// What the connection is for.
-    pub usage: Usage,
-    /// Where the reply goes.
-    pub reply: Reply,
-    /// The key noted for the hot-key sample and the slow log once the
-    /// connection is there (none: noted already, or not at all).
-    pub note: Option<&'a [u8]>,
-    /// What is queued on it.
-    pub write: Sent<'a>,
-}
-
-/// What a connection of its own is for: how it is named once opened,
-/// and whether the rest of the request streams to it after what is
-/// queued.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Usage {
-    /// A blocking command: the client blocks on it (`block_on`).
-    Blocking,
-    /// A streamed request, the rest passed as it arrives.
-    Stream,
-    /// A pair of an MSET sent pair by pair, for this server: the MSET's
-    /// next pairs for it go on it too; `large`: its value streams.
-    Pair { server: usize, large: bool },
-    /// A transaction's, opened for its command `name`: pinned to its
-    /// client, and the MULTI answered here sent first when `Txn::pinned`
-    /// says so.
-    Pin { name: &'static str },
-    /// A subscriber's push connection: what its server sends goes to the
-    /// client as it arrives (`Subs::opened`).
-    Push,
-}
-
-/// What a connection of its own that could not be opened leads to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Failed {
-    /// The error in the request's slot, counted as a forward error (and a
-    /// cluster node maybe failed over), as any request's.
-    Counted,
-    /// The error sent to the client at once, not counted: a transaction's
-    /// command, whose client is told its connection could not be had.
-    Told,
-    /// Nothing said: a subscriber's command, which its server would have
-    /// confirmed (the client's count stays as it was).
-    Silent,
-}
-
-impl Usage {
-    /// What a failure to open the connection leads to.
-    pub(super) fn failed(self) -> Failed {
-        match self {
-            Usage::Pin { .. } => Failed::Told,
-            Usage::Push => Failed::Silent,
-            Usage::Blocking | Usage::Stream | Usage::Pair { .. } => Failed::Counted,
-        }
-    }
-
-    /// The rest of the request streams to the connection.
-    pub(super) fn streams(self) -> bool {
-        matches!(self, Usage::Stream | Usage::Pair { large: true, .. })
-    }
-}
-
-/// Where a dedicated request's reply goes.
-#[derive(Debug)]
-pub(super) enum Reply {
-    /// A new slot of its client, this one once the request is queued (a
-    /// default one holds a failure's error); `noreply`: none.
-    New { slot: ReplySlot, noreply: bool },
-    /// A slot its client holds already (an MSET pair's fragment).
-    At(ReplyTo),
-    /// None: what the server sends back is pushed to the client as it
-    /// arrives (a subscriber's command).
-    Pushed,
-}
-
-/// What a dedicated request queues.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Sent<'a> {
-    /// These bytes as they are.
-    Bytes(&'a [u8]),
-    /// The request, as its protocol writes it for a server.
-    Request(&'a Request, &'a [u8]),
-}
 
 /// What is sent on a connection just opened before the request: these
 /// bytes, their answer dropped.

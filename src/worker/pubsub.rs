@@ -27,7 +27,7 @@
 //! `Worker::send_dedicated`; here the worker moves the pushes' bytes.
 
 use super::conn::{ClientRef, Conn, ConnTable};
-use super::dedicated::{Dedicated, Reply, Sent, Usage};
+use super::send_plan::{Dedicated, Reply, Sent, Usage};
 use super::subscriber::{self, subscribe_op, Subs, SubsStep};
 use super::Worker;
 use crate::proto::redis::pubsub;

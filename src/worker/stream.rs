@@ -53,11 +53,11 @@
 use super::conn::{
     Client, Conn, ConnTable, ReplySlot, ReplyTo, ReqStream, ServerRef, SrvStream, Waiter,
 };
-use super::dedicated::{Dedicated, Reply, Sent, Usage};
 use super::dirty::Dirty;
 use super::fault::ServerFault;
 use super::pool::PoolRt;
 use super::req_stream::{FeedStep, PairOut, ReqAction};
+use super::send_plan::{Dedicated, Reply, Sent, Usage};
 use super::{Worker, STREAM_HIGH, STREAM_LOW, STREAM_THRESHOLD};
 use crate::proto::redis::{self, StreamHead, StreamKind, StreamMachine};
 use crate::proto::Op;

@@ -16,11 +16,11 @@
 //! slot, and the keys must live on that node.
 
 use super::conn::{Conn, ConnTable, ReplySlot, ServerRef, Waiter};
-use super::dedicated::{Dedicated, Reply, Sent, Usage};
 use super::fleet_hold::FleetStep;
 use super::migrate::Hold;
 use super::pool::PoolRt;
 use super::pull::AfterPull;
+use super::send_plan::{Dedicated, Reply, Sent, Usage};
 use super::transaction::{self, Answer, Place, Txn};
 use super::Worker;
 use crate::proto::redis::txn;

@@ -124,7 +124,8 @@ fn a_transaction_is_started_where_none_was_and_goes_once_empty() {
 
 #[test]
 fn a_connection_opened_for_a_transaction_is_pinned_to_its_client_and_sent_the_multi_first() {
-    use crate::worker::dedicated::{opened, Usage};
+    use crate::worker::dedicated::opened;
+    use crate::worker::send_plan::Usage;
     let mut conns = Slab::new();
     let (sock, _) = mio::net::UnixStream::pair().expect("socket pair");
     let s = Server::new(Stream::Unix(sock), 11, (0, 1, 0), Instant::now(), true);
