@@ -150,19 +150,8 @@ impl Worker<'_> {
                 self.intake.start(self.poll.registry())?;
             }
             if now.duration_since(last_sweep) >= Duration::from_secs(1) {
-                // Once a second: slow-log line budget, hot keys
-                // published, what the sweep names closed, ejected servers
-                // probed, free heap returned.
                 last_sweep = now;
-                self.recorder.every_second(&self.stats, now);
-                let ends =
-                    sweep::each_second(&mut self.conns, &self.pools, self.ctl.client_idle, now);
-                self.close_all(ends);
-                let probes = super::server_health::probes(&mut self.pools, now);
-                self.upkeep(probes, now);
-                if self.trim.due() {
-                    crate::log_debug!("returned free heap memory to the kernel");
-                }
+                self.every_second(now);
             }
             self.end_pass(now);
             if self.handover.on() && !self.hand_over_ready() {
@@ -239,6 +228,20 @@ impl Worker<'_> {
             }
         }
         control_ready
+    }
+
+    /// Once a second: slow-log line budget, hot keys published, what the
+    /// sweep names closed (`sweep::each_second`), ejected servers probed
+    /// (`server_health::probes`), free heap returned.
+    fn every_second(&mut self, now: Instant) {
+        self.recorder.every_second(&self.stats, now);
+        let ends = sweep::each_second(&mut self.conns, &self.pools, self.ctl.client_idle, now);
+        self.close_all(ends);
+        let probes = super::server_health::probes(&mut self.pools, now);
+        self.upkeep(probes, now);
+        if self.trim.due() {
+            crate::log_debug!("returned free heap memory to the kernel");
+        }
     }
 
     /// The end of a pass: output written, the marked connections in
