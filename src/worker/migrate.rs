@@ -436,7 +436,9 @@ impl Worker<'_> {
             return;
         };
         let (pool, id) = (c.pool(), c.id());
-        loop {
+        // What goes on, and whether it was released (its client then
+        // read again).
+        let (req, bytes, then, released) = loop {
             match step {
                 Step::Wait => return,
                 Step::Send(sends) => {
@@ -472,9 +474,7 @@ impl Worker<'_> {
                     let Some(g) = self.conns.client(token.0).and_then(|c| c.gate()) else {
                         return;
                     };
-                    let (req, bytes, then) = (g.req.clone(), g.bytes.clone(), g.then);
-                    self.go_on(token, req, &bytes, then, now);
-                    return;
+                    break (g.req.clone(), g.bytes.clone(), g.then, false);
                 }
                 Step::Release { .. } | Step::Unheld { .. } => {
                     let Some(gate) = self.conns.client_mut(token.0).and_then(|c| c.take_gate())
@@ -484,8 +484,8 @@ impl Worker<'_> {
                     let Gate {
                         req, bytes, then, ..
                     } = *gate;
-                    match step {
-                        Step::Release { sent: false } => self.go_on(token, req, &bytes, then, now),
+                    let goes = match step {
+                        Step::Release { sent } => !sent,
                         Step::Unheld {
                             pool,
                             since,
@@ -498,19 +498,19 @@ impl Worker<'_> {
                                 self.stats.worker_add(WorkerField::FleetRefused, 1);
                                 let out = self.pools[pool].fleet_refusal(&req, error);
                                 self.conns.push_ready(token, out, false);
-                            } else if self.fleet_gate(token, pool, &req, &bytes, then, now)
-                                == FleetStep::Go
-                            {
-                                let migrating = self.pools[pool].route.is_migrating();
-                                if !(migrating
-                                    && self.hold_for_moved_keys(token, &req, &bytes, then, now)
-                                        == Hold::Held)
-                                {
-                                    self.go_on(token, req, &bytes, then, now);
-                                }
+                                false
+                            } else {
+                                self.fleet_gate(token, pool, &req, &bytes, then, now)
+                                    == FleetStep::Go
+                                    && !(self.pools[pool].route.is_migrating()
+                                        && self.hold_for_moved_keys(token, &req, &bytes, then, now)
+                                            == Hold::Held)
                             }
                         }
-                        _ => {}
+                        _ => false,
+                    };
+                    if goes {
+                        break (req, bytes, then, true);
                     }
                     // Parse what the client sent meanwhile (nothing while
                     // it is held again).
@@ -518,34 +518,25 @@ impl Worker<'_> {
                     return;
                 }
             }
-        }
-    }
-
-    /// A request that waited (for its keys' pulls, or for the fleet) goes
-    /// where it was going: routed, or into its client's transaction.
-    pub(super) fn go_on(
-        &mut self,
-        token: Token,
-        req: Request,
-        bytes: &[u8],
-        then: AfterPull,
-        now: Instant,
-    ) {
+        };
+        // A request that waited (for its keys' pulls, or for the fleet)
+        // goes where it was going: routed, or into its client's
+        // transaction, or its read asked again.
         match then {
-            AfterPull::Route => self.dispatch_routed(token, req, bytes, None, now),
+            AfterPull::Route => self.dispatch_routed(token, req, &bytes, None, now),
             AfterPull::Txn => {
                 if let Some(d) =
-                    super::txn::pulled(&mut self.conns, &mut self.pools, token, &req, bytes, now)
+                    super::txn::pulled(&mut self.conns, &mut self.pools, token, &req, &bytes, now)
                 {
                     self.send_dedicated(token, d, now)
                 }
             }
             AfterPull::Read { seq } => {
-                if let Some(c) = self.conns.client(token.0) {
-                    let (id, pool) = (c.id(), c.pool());
-                    self.send_again(token, id, seq, None, pool);
-                }
+                self.send_again(token, id, seq, None, pool);
             }
+        }
+        if released {
+            self.resume.push(token);
         }
     }
 
