@@ -10,6 +10,7 @@
 
 use super::Client;
 use crate::worker::handle::ServerRef;
+use crate::worker::pull::{PullPart, Step};
 use crate::worker::stream::StreamStart;
 
 /// A moved key's read let its client go on ([`Client::read_settled`]).
@@ -406,6 +407,28 @@ impl Client {
     #[inline]
     pub fn wants_held_reply(&self, low: usize) -> bool {
         self.head().is_some_and(|s| s.ready && s.held.is_some()) && self.wbuf.len() < low
+    }
+}
+
+impl Client {
+    /// A reply to pull `idx`'s command `part` (`None`: its server could
+    /// not be reached), for this client if it is still the one that asked
+    /// (`id`): what follows (`Pulls::reply`). `Wait` when it is not, or
+    /// nothing is held any more.
+    pub(in crate::worker) fn pull_reply(
+        &mut self,
+        id: u64,
+        idx: u32,
+        part: PullPart,
+        reply: Option<&[u8]>,
+    ) -> Step {
+        if self.id() != id {
+            return Step::Wait;
+        }
+        match self.gate_mut() {
+            Some(g) => g.pulls.reply(idx as usize, part, reply),
+            None => Step::Wait,
+        }
     }
 }
 

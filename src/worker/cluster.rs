@@ -18,6 +18,7 @@
 //! also asks for a new map. After `MAX_TRYAGAIN` (1 s in all) the last
 //! reply goes to the client.
 
+use super::cluster_map::Redo;
 use super::cluster_stream::{feed, Fed};
 use super::conn::Open;
 use super::conn::{ClientRef, Conn, ConnTable, ReplySlot, ReplyTo, Waiter};
@@ -61,18 +62,6 @@ pub(super) struct Resend {
     pub server: usize,
     pub to: ReplyTo,
     pub op: Op,
-}
-
-/// When a request answered with a cluster error goes again
-/// (`PoolRt::redo`), or a waited-out one goes now (`Worker::redo`
-/// carries either out).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Redo {
-    /// At this time (the retry timer armed for it), routed by the map
-    /// then (`PoolRt::retries_due`).
-    At(Instant),
-    /// Now, to server `to`, after `ASKING` if `asking`.
-    Now { to: usize, asking: bool },
 }
 
 /// A cluster pool's slot map and its refresh, kept by the pool: the key's

@@ -11,6 +11,18 @@ use mio::Token;
 use std::ops::RangeInclusive;
 use std::time::{Duration, Instant};
 
+/// When a request answered with a cluster error goes again
+/// (`PoolRt::redo`), or a waited-out one goes now (`Worker::redo`
+/// carries either out).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Redo {
+    /// At this time (the retry timer armed for it), routed by the map
+    /// then (`PoolRt::retries_due`).
+    At(Instant),
+    /// Now, to server `to`, after `ASKING` if `asking`.
+    Now { to: usize, asking: bool },
+}
+
 /// Least time between two `CLUSTER SLOTS` of one pool in one worker.
 const REFRESH_INTERVAL: Duration = Duration::from_millis(100);
 /// A map older than this is asked for again on the next request (picks up

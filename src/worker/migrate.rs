@@ -40,7 +40,8 @@ use super::conn_state::Gate;
 use super::fleet_hold::FleetStep;
 use super::migration_rt::ReadOrder;
 use super::pool::PoolRt;
-use super::pull::{follows_copies, AfterPull, Pull, Pulls, Step};
+use super::pull::{follows_copies, AfterPull, Hold, Pull, Pulls, Step};
+use super::send_plan::CopyPlan;
 use super::Worker;
 use crate::proto::{Op, Protocol, Request, Route};
 use crate::stats::WorkerField;
@@ -310,18 +311,6 @@ impl PoolRt {
     }
 }
 
-/// What [`Worker::hold_for_moved_keys`] did with a request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Hold {
-    /// Held: its moved keys are being pulled, or its read of a moved key
-    /// was sent where the key is.
-    Held,
-    /// It goes its usual way; `owner`: its one key's server, when placing
-    /// the key on every ring found it (so that it is not placed again; a
-    /// `u32` so that it is passed on in one register).
-    Go { owner: Option<u32> },
-}
-
 const GO: Hold = Hold::Go { owner: None };
 
 impl Worker<'_> {
@@ -442,25 +431,18 @@ impl Worker<'_> {
             match step {
                 Step::Wait => return,
                 Step::Send(sends) => {
-                    let mut ok = 0;
+                    let (mut ok, proto, idx) = (0, self.pools[pool].proto, sends.idx as u32);
                     for &server in &sends.to {
                         let all = sends.cmds.iter().all(|&(part, ref bytes)| {
-                            let idx = sends.idx as u32;
                             let waiter = Waiter::Pull {
                                 token,
                                 id,
                                 idx,
                                 part,
                             };
-                            let (proto, client) = (self.pools[pool].proto, Some((token, id)));
-                            let own = super::send_plan::CopyPlan::own(
-                                proto,
-                                pool,
-                                server,
-                                client,
-                                waiter,
-                                bytes.to_vec(),
-                            );
+                            let client = Some((token, id));
+                            let own =
+                                CopyPlan::own(proto, pool, server, client, waiter, bytes.to_vec());
                             self.send_copy(own, None, now)
                         });
                         ok += all as usize;
@@ -491,9 +473,8 @@ impl Worker<'_> {
                             since,
                             refused,
                         } => {
-                            let waited = now.saturating_duration_since(since).as_micros();
-                            self.stats
-                                .worker_add(WorkerField::FleetHeldUs, waited as u64);
+                            let waited = now.saturating_duration_since(since).as_micros() as u64;
+                            self.stats.worker_add(WorkerField::FleetHeldUs, waited);
                             if let Some(error) = refused {
                                 self.stats.worker_add(WorkerField::FleetRefused, 1);
                                 let out = self.pools[pool].fleet_refusal(&req, error);

@@ -6,7 +6,7 @@
 //! each new owner, the stale old copies' deletes), the request sent right
 //! behind its keys' copies, or every key done and the request released.
 //! The worker only executes those steps (`Worker::run_held`), a reply's
-//! asked of its client (`Client::pull_reply`).
+//! asked of its client (`Client::pull_reply`, `client_flow.rs`).
 //!
 //! Per key: read it from its old owners in turn, newest placement first
 //! (Redis `DUMP` + `PTTL`, memcached `mg k v f t`), until one has it; copy
@@ -17,12 +17,23 @@
 //! is answered. A copy that failed keeps the old copies. An old owner
 //! that cannot be reached loses its keys (as in twemproxy).
 
-use super::conn::Client;
 use crate::migrate::commands::{del, dump, mc_delete, mc_get, mc_store, pttl, restore};
 use crate::proto::redis::moving as redis_moving;
 use crate::proto::{Protocol, Request, Route};
 use crate::route::{PoolRoute, Target};
 use std::time::Instant;
+
+/// What `Worker::hold_for_moved_keys` (`migrate.rs`) did with a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Hold {
+    /// Held: its moved keys are being pulled, or its read of a moved key
+    /// was sent where the key is.
+    Held,
+    /// It goes its usual way; `owner`: its one key's server, when placing
+    /// the key on every ring found it (so that it is not placed again; a
+    /// `u32` so that it is passed on in one register).
+    Go { owner: Option<u32> },
+}
 
 /// Where a held request goes once its keys are on their new owners.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -427,28 +438,6 @@ impl Pulls {
 }
 
 /// The pulls of a client's held request, kept in its gate.
-impl Client {
-    /// A reply to pull `idx`'s command `part` (`None`: its server could
-    /// not be reached), for this client if it is still the one that asked
-    /// (`id`): what follows (`Pulls::reply`). `Wait` when it is not, or
-    /// nothing is held any more.
-    pub(super) fn pull_reply(
-        &mut self,
-        id: u64,
-        idx: u32,
-        part: PullPart,
-        reply: Option<&[u8]>,
-    ) -> Step {
-        if self.id() != id {
-            return Step::Wait;
-        }
-        match self.gate_mut() {
-            Some(g) => g.pulls.reply(idx as usize, part, reply),
-            None => Step::Wait,
-        }
-    }
-}
-
 #[cfg(test)]
 #[path = "pull_tests.rs"]
 mod tests;

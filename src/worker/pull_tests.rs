@@ -7,6 +7,7 @@ use super::*;
 use crate::config::Config;
 use crate::migrate::commands::{del, dump, mc_delete, mc_get, mc_store, pttl, restore};
 use crate::proto::{Limits, Parse};
+use crate::worker::conn::Client;
 use std::path::Path;
 
 const K: &[u8] = b"k";

@@ -17,9 +17,9 @@
 
 use super::conn::{Conn, ConnTable, ReplySlot, ServerRef, Waiter};
 use super::fleet_hold::FleetStep;
-use super::migrate::Hold;
 use super::pool::PoolRt;
 use super::pull::AfterPull;
+use super::pull::Hold;
 use super::send_plan::{Dedicated, Reply, Sent, Usage};
 use super::transaction::{self, Answer, Place, Txn};
 use super::Worker;

@@ -8,7 +8,7 @@
 //! (`PoolRt::cluster_upkeep`), a sentinel's replies (`sentinel::event`). The worker carries them all
 //! out in one place (`Worker::upkeep`), with the connections they need.
 
-use super::cluster::Redo;
+use super::cluster_map::Redo;
 use super::conn::{ConnTable, Open, ReplyTo, Server, Waiter};
 use super::fault::ServerFault;
 use super::Worker;
