@@ -8,7 +8,7 @@
 use super::conn::Open;
 use super::conn::{ConnTable, Origin, Redirect, ReplySlot, ReplyTo, Waiter};
 use super::fault::ServerFault;
-use super::key_groups::{Placed, Split};
+use super::key_groups::{Placed, Resend, Split};
 use super::pool::PoolRt;
 use super::send_plan::{CopyPlan, NotSent, SendPlan, Write};
 use super::Worker;
@@ -394,20 +394,29 @@ impl Worker<'_> {
         }
     }
 
-    /// Send a failed read of `token`'s slot `seq` on as its pool plans
-    /// it (`PoolRt::send_again`): whole to its next server (`frag`
-    /// `None`), or failed fragment `frag`'s keys as new fragments of the
-    /// same request. False when it has nowhere further to go.
+    /// Send on what a reply of `token`'s slot `seq` leads to, as its
+    /// pool plans it (`PoolRt::resend`, `why`): the warm-up copies it
+    /// starts, then its read whole to its next server, or keys of it as
+    /// new fragments of the same request. False when nothing is sent
+    /// again.
     pub(super) fn send_again(
         &mut self,
         token: Token,
         client_id: u64,
         seq: u64,
-        frag: Option<usize>,
         pool: usize,
+        why: Resend<'_>,
     ) -> bool {
         let slot = self.conns.client_mut(token.0).and_then(|c| c.slot_mut(seq));
-        let Some(again) = slot.and_then(|slot| self.pools[pool].send_again(slot, frag)) else {
+        let Some((copies, again)) = slot.map(|slot| self.pools[pool].resend(slot, why)) else {
+            return false;
+        };
+        let (proto, now) = (self.pools[pool].proto, Instant::now());
+        for (key, warm, cold) in copies {
+            let copy = self.warms.start(pool, proto, &key, (warm, cold));
+            self.send_copy(copy, None, now);
+        }
+        let Some(again) = again else {
             return false;
         };
         if again.fragments > 0 {
@@ -416,7 +425,7 @@ impl Worker<'_> {
         }
         let to = ReplyTo::new(token, client_id, Some(seq), None);
         let (req, bytes) = (&again.req, &again.bytes);
-        self.send_plan(to, pool, req, bytes, Ok(again.plan), Instant::now());
+        self.send_plan(to, pool, req, bytes, Ok(again.plan), now);
         true
     }
 }

@@ -23,20 +23,6 @@ impl ServerRef {
     }
 }
 
-/// One fragment of a client's multi-key request: the client (token and
-/// id), its reply slot and the fragment's index there.
-#[derive(Debug, Clone, Copy)]
-pub struct FragOf {
-    /// Client token.
-    pub token: Token,
-    /// Client id.
-    pub id: u64,
-    /// The request's reply sequence number.
-    pub seq: u64,
-    /// The fragment's index.
-    pub fi: usize,
-}
-
 /// A client connection as a server connection remembers it (a reply
 /// streamed to it, a subscriber connection pushing to it): its slab token
 /// and its id, so a token reused by a later client is not mistaken for it

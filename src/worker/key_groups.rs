@@ -16,8 +16,9 @@ use crate::proto::{Op, Request};
 use smallvec::SmallVec;
 use std::time::Instant;
 
-/// A failed read sent on (`PoolRt::send_again`): its plan, and the
-/// request it sends with its bytes (the slot's, which keeps them).
+/// A read sent on (`PoolRt::send_again`, `PoolRt::zone_moves`): its
+/// plan, and the request it sends with its bytes (the slot's, which
+/// keeps them).
 #[derive(Debug)]
 pub(super) struct Again {
     pub plan: SendPlan,
@@ -26,6 +27,24 @@ pub(super) struct Again {
     /// New fragments to count (`fragments`): a zone pool's.
     pub fragments: u64,
 }
+
+/// Why a read's keys go on after its reply (`PoolRt::resend`).
+pub(super) enum Resend<'a> {
+    /// Its server could not be reached: the whole read (`None`) or its
+    /// fragment's keys go to their next server (`PoolRt::send_again`).
+    Failed(Option<usize>),
+    /// A warm-up pool's read found its key in the warm pool: the value is
+    /// copied to the cold one (`ReplySlot::warm_hit`).
+    WarmHit,
+    /// The reply of fragment `fi` of a zone pool's multi-key read came,
+    /// not yet stored: its misses move to the next zone, what it found in
+    /// the warm pool is copied to the cold one (`PoolRt::zone_moves`).
+    Missed { fi: usize, reply: &'a mut Vec<u8> },
+}
+
+/// Warm-up copies to start, each a key with its warm and its cold owner.
+pub(super) type WarmCopies = Vec<(Vec<u8>, usize, usize)>;
+
 /// Key `i` goes to server `s`: into its group, or a new group with room
 /// for the `left` keys from `i` on (one allocation per group, not a
 /// growth per few keys).
@@ -370,6 +389,24 @@ impl PoolRt {
             bytes: m.bytes.clone(),
             fragments,
         })
+    }
+
+    /// What goes on from `slot` after a reply, and why (`Resend`): the
+    /// warm-up copies to start first, then the read's keys sent again,
+    /// carried out by `Worker::send_again`.
+    pub(super) fn resend(
+        &self,
+        slot: &mut ReplySlot,
+        why: Resend<'_>,
+    ) -> (WarmCopies, Option<Again>) {
+        match why {
+            Resend::Failed(frag) => (Vec::new(), self.send_again(slot, frag)),
+            Resend::WarmHit => (slot.warm_hit().into_iter().collect(), None),
+            Resend::Missed { fi, reply } => match slot.multi.as_mut() {
+                Some(m) => self.zone_moves(m, fi, reply),
+                None => (Vec::new(), None),
+            },
+        }
     }
 
     /// The server a request `op` on `key` goes to when it is sent on a

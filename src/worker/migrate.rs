@@ -38,6 +38,7 @@
 use super::conn::{Client, ConnTable, ReadBytes, ReplySlot, ReplyTo, Retry, Servers, Waiter};
 use super::conn_state::Gate;
 use super::fleet_hold::FleetStep;
+use super::key_groups::Resend;
 use super::migration_rt::ReadOrder;
 use super::pool::PoolRt;
 use super::pull::{follows_copies, AfterPull, Hold, Pull, Pulls, Step};
@@ -513,7 +514,7 @@ impl Worker<'_> {
                 }
             }
             AfterPull::Read { seq } => {
-                self.send_again(token, id, seq, None, pool);
+                self.send_again(token, id, seq, pool, Resend::Failed(None));
             }
         }
         if released {

@@ -2,6 +2,7 @@
 //! split requests, and retrying failed reads on other replicas.
 
 use super::conn::{Client, ConnTable, Multi, MultiMode, ReplySlot, ReplyTo};
+use super::key_groups::Resend;
 use super::pool::PoolRt;
 use super::spool::Spool;
 use super::Worker;
@@ -65,9 +66,9 @@ impl Worker<'_> {
             unreachable,
         };
         let sent_on = match p.send_on(frag, &answer, retry) {
-            SendOn::Read => self.send_again(token, id, seq, None, pool),
+            SendOn::Read => self.send_again(token, id, seq, pool, Resend::Failed(None)),
             SendOn::Fragment(fi) => {
-                let sent = self.send_again(token, id, seq, Some(fi), pool);
+                let sent = self.send_again(token, id, seq, pool, Resend::Failed(Some(fi)));
                 let slot = self.conns.client_mut(token.0).and_then(|c| c.slot_mut(seq));
                 if let Some(slot) = slot.filter(|_| sent) {
                     // Replaced by its retries: answered, for the merge.
@@ -75,19 +76,10 @@ impl Worker<'_> {
                 }
                 sent
             }
-            SendOn::WarmCopy => {
-                let slot = self.conns.client(token.0).and_then(|c| c.slot(seq));
-                if let Some((key, warm, cold)) = slot.and_then(ReplySlot::warm_hit) {
-                    let copy = self.warms.start(pool, p.proto, &key, (warm, cold));
-                    self.send_copy(copy, None, Instant::now());
-                }
-                false
-            }
+            SendOn::WarmCopy => self.send_again(token, id, seq, pool, Resend::WarmHit),
             SendOn::ZoneFragment(fi) => {
-                let at = super::handle::FragOf { token, id, seq, fi };
-                if let Some(kept) = self.zone_fragment(at, pool, &answer.reply) {
-                    answer.reply = kept;
-                }
+                let reply = &mut answer.reply;
+                self.send_again(token, id, seq, pool, Resend::Missed { fi, reply });
                 false
             }
             SendOn::Fill => false,
@@ -182,7 +174,7 @@ enum SendOn {
     /// copied to the cold one, and the reply fills the slot.
     WarmCopy,
     /// A zone pool's multi-key read fragment: what it found is kept, its
-    /// misses move on (`Worker::zone_fragment`).
+    /// misses move on (`PoolRt::zone_moves`).
     ZoneFragment(usize),
     /// Filled as it came.
     Fill,

@@ -30,64 +30,14 @@
 //! (A fragment reply large enough to be held in chunks is not looked at:
 //! its misses stay misses.)
 
-use super::conn::{zone_tag, ConnTable, Fragment, Multi, MultiMode, ReplySlot, ReplyTo, Waiter};
-use super::handle::FragOf;
-use super::key_groups::Owners;
+use super::conn::{zone_tag, Fragment, Multi, MultiMode, ReplySlot, Waiter};
+use super::key_groups::{Again, Owners, WarmCopies};
 use super::pool::PoolRt;
 use super::send_plan::{CopyPlan, SendPlan, Write};
-use super::Worker;
 use crate::proto::Request;
 use crate::route::ZoneStep;
-use crate::stats::PoolField;
 use smallvec::SmallVec;
 use std::time::Instant;
-
-impl Worker<'_> {
-    /// The reply of fragment `fi` of a zone pool's multi-key read came
-    /// (not yet stored in it): the values it found in the warm pool are
-    /// copied to the cold pool, its misses move to new fragments of the
-    /// same request, as the pool says (`PoolRt::zone_answer`). Returns the
-    /// reply to store in the fragment when its misses moved.
-    pub(super) fn zone_fragment(
-        &mut self,
-        at: FragOf,
-        pool: usize,
-        reply: &[u8],
-    ) -> Option<Vec<u8>> {
-        let FragOf { token, id, seq, fi } = at;
-        let m = self.conns.client(token.0)?.slot(seq)?.multi.as_ref()?;
-        let answer = self.pools[pool].zone_answer(m, fi, reply)?;
-        let proto = self.pools[pool].proto;
-        for (key, warm, cold) in answer.copies {
-            let copy = self.warms.start(pool, proto, &key, (warm, cold));
-            self.send_copy(copy, None, Instant::now());
-        }
-        if answer.moves.is_empty() {
-            return None;
-        }
-        let m = (self.conns.client_mut(token.0)?.slot_mut(seq)?.multi).as_mut()?;
-        let sends = self.pools[pool].zone_next(m, fi, &answer.moves, answer.zone, false)?;
-        let (req, bytes) = (m.req.clone(), m.bytes.clone());
-        let n = sends.to.len() as u64;
-        self.stats.pool_add(pool, PoolField::Fragments, n);
-        let to = ReplyTo::new(token, id, Some(seq), None);
-        self.send_plan(to, pool, &req, &bytes, Ok(sends), Instant::now());
-        // The missed keys are the new fragments' now: each key is answered
-        // by one fragment, which both merges (whole and held) expect.
-        let m = self
-            .conns
-            .client_mut(token.0)?
-            .slot_mut(seq)?
-            .multi
-            .as_mut()?;
-        let mut moved = vec![false; m.req.keys.len()];
-        for &k in &answer.moves {
-            moved[k] = true;
-        }
-        m.frags.get_mut(fi)?.keys.retain(|&k| !moved[k]);
-        Some(self.pools[pool].proto.drop_misses(reply.to_vec()))
-    }
-}
 
 impl ReplySlot {
     /// Fragment `fi`, read for another zone's misses, failed with no zone
@@ -122,7 +72,7 @@ pub(super) struct ZoneAnswer {
     pub moves: Vec<usize>,
     /// The values it found in the warm pool, each copied to the cold
     /// pool: the key, its warm owner and its cold owner.
-    pub copies: Vec<(Vec<u8>, usize, usize)>,
+    pub copies: WarmCopies,
 }
 
 impl Multi {
@@ -211,6 +161,45 @@ impl PoolRt {
             answer.moves = missed;
         }
         Some(answer)
+    }
+
+    /// The reply of fragment `fi` of `m` came (`reply`, not yet stored
+    /// in it), as `zone_answer` says: the values it found in the warm
+    /// pool to copy to the cold pool, and its misses as new fragments of
+    /// the same request (`zone_next`), taken out of `fi` and of `reply`
+    /// (`Protocol::drop_misses`) when they move.
+    pub(super) fn zone_moves(
+        &self,
+        m: &mut Multi,
+        fi: usize,
+        reply: &mut Vec<u8>,
+    ) -> (WarmCopies, Option<Again>) {
+        let Some(answer) = self.zone_answer(m, fi, reply) else {
+            return (Vec::new(), None);
+        };
+        let next = if answer.moves.is_empty() {
+            None
+        } else {
+            self.zone_next(m, fi, &answer.moves, answer.zone, false)
+        };
+        let (Some(plan), Some(f)) = (next, m.frags.get_mut(fi)) else {
+            return (answer.copies, None);
+        };
+        // The missed keys are the new fragments' now: each key is answered
+        // by one fragment, which both merges (whole and held) expect.
+        let mut moved = vec![false; m.req.keys.len()];
+        for &k in &answer.moves {
+            moved[k] = true;
+        }
+        f.keys.retain(|&k| !moved[k]);
+        *reply = self.proto.drop_misses(std::mem::take(reply));
+        let again = Again {
+            fragments: plan.to.len() as u64,
+            plan,
+            req: m.req.clone(),
+            bytes: m.bytes.clone(),
+        };
+        (answer.copies, Some(again))
     }
 
     /// Where `keys` (indices into `m`'s keys) go after zone `zone`: per

@@ -5,6 +5,7 @@
 use super::*;
 use crate::config::Config;
 use crate::proto::{Limits, Parse, Protocol};
+use crate::worker::key_groups::Resend;
 use std::path::Path;
 
 /// The zone pool over pools `a` (server 0) and `b` (server 1); `extra`
@@ -211,4 +212,81 @@ fn a_failed_local_fragment_is_sent_again_to_the_next_zone_counted_as_fragments()
     assert_eq!(again.fragments, 1, "a zone pool's new fragments counted");
     // No zone after the last.
     assert!(p.send_again(&mut slot, Some(1)).is_none());
+}
+
+#[test]
+fn a_fragments_misses_leave_it_and_its_reply_for_new_fragments_of_the_next_zone() {
+    let p = pool(ZONES);
+    let mut m = read(GET);
+    let mut reply = b"VALUE a 0 1\r\n1\r\nEND\r\n".to_vec();
+    let (copies, again) = p.zone_moves(&mut m, 0, &mut reply);
+    assert!(copies.is_empty(), "not a warm-up pool");
+    let again = again.expect("zone b owns the misses");
+    assert_eq!(again.plan.to.as_slice(), &[(1, vec![1, 2, 3])]);
+    assert_eq!(
+        (again.plan.frag, &again.plan.write),
+        (Some(1), &Write::Fragment)
+    );
+    assert_eq!((again.req, &again.bytes[..]), (mc(GET), GET));
+    assert_eq!(again.fragments, 1, "counted as fragments");
+    assert_eq!(m.frags[0].keys, vec![0], "the misses are the new one's");
+    assert_eq!(m.remaining, 2, "counted before it is sent");
+    assert_eq!(
+        reply,
+        p.proto.drop_misses(b"VALUE a 0 1\r\n1\r\nEND\r\n".to_vec())
+    );
+    // The next zone's fragment misses too: no zone is left, so its misses
+    // stay its own, and so does its reply.
+    let mut last = b"END\r\n".to_vec();
+    let (copies, again) = p.zone_moves(&mut m, 1, &mut last);
+    assert!(copies.is_empty() && again.is_none());
+    assert_eq!(
+        (m.frags[1].keys.clone(), &last[..]),
+        (vec![1, 2, 3], &b"END\r\n"[..])
+    );
+}
+
+#[test]
+fn a_warm_fragments_hits_are_copies_to_start_and_its_misses_stay() {
+    let p = pool("  warm_up:\n   - a\n   - b\n");
+    let mut m = read(GET);
+    let groups = p.next_zone_groups(&m, &[0, 1, 2, 3], 0);
+    m.zone_fragments(0, &groups, true, b"END\r\n");
+    let mut reply = b"VALUE b 0 1\r\n2\r\nEND\r\n".to_vec();
+    let (copies, again) = p.zone_moves(&mut m, 1, &mut reply);
+    assert_eq!(copies, vec![(b"b".to_vec(), 1, 0)]);
+    assert!(again.is_none(), "no zone after the warm pool");
+    assert_eq!(m.frags[1].keys, vec![0, 1, 2, 3], "nothing moved");
+    assert_eq!(reply, b"VALUE b 0 1\r\n2\r\nEND\r\n", "kept as it came");
+}
+
+#[test]
+fn what_goes_on_after_a_reply_is_planned_by_why() {
+    let p = pool(ZONES);
+    let mut slot = ReplySlot {
+        multi: Some(Box::new(read(GET))),
+        ..ReplySlot::default()
+    };
+    let mut reply = b"VALUE c 0 1\r\n3\r\nEND\r\n".to_vec();
+    let why = Resend::Missed {
+        fi: 0,
+        reply: &mut reply,
+    };
+    let (copies, again) = p.resend(&mut slot, why);
+    assert!(copies.is_empty());
+    let again = again.expect("the misses move");
+    assert_eq!(again.plan.to.as_slice(), &[(1, vec![0, 1, 3])]);
+    // A failed fragment of zone b has no zone left.
+    let (copies, again) = p.resend(&mut slot, Resend::Failed(Some(1)));
+    assert!(copies.is_empty() && again.is_none());
+    // Not a warm-up read: nothing to copy.
+    let (copies, again) = p.resend(&mut slot, Resend::WarmHit);
+    assert!(copies.is_empty() && again.is_none());
+    // A slot with no split read: no misses to move.
+    let mut whole = ReplySlot::default();
+    let why = Resend::Missed {
+        fi: 0,
+        reply: &mut reply,
+    };
+    assert!(p.resend(&mut whole, why).1.is_none());
 }
