@@ -7,7 +7,7 @@
 
 use super::conn::Open;
 use super::conn::{ConnTable, Origin, Redirect, ReplySlot, ReplyTo, Waiter};
-use super::fault::ServerFault;
+use super::fault::{ServerFault, Unsent};
 use super::key_groups::{Placed, Resend, Split};
 use super::pool::PoolRt;
 use super::send_plan::{CopyPlan, NotSent, SendPlan, Write};
@@ -99,16 +99,6 @@ impl Worker<'_> {
         }
     }
 
-    pub(super) fn reply_no_server(&mut self, token: Token, pool: usize, req: &Request) {
-        self.stats.pool_add(pool, PoolField::ForwardError, 1);
-        if req.noreply {
-            return;
-        }
-        let mut out = Vec::new();
-        ServerFault::NoServer.write_reply(self.pools[pool].proto, req.op, &mut out);
-        self.conns.push_ready(token, out, false);
-    }
-
     /// A key-routed request, sent where its route's plan says: the
     /// server that owns its key, its slot owner, a replica, its zones.
     pub(super) fn forward_single(
@@ -124,8 +114,7 @@ impl Worker<'_> {
             // (A split request that found one server is counted once, in forward_multi.)
             self.stats.count_mc_request(req);
         }
-        let target = plan.target;
-        match target {
+        match plan.target {
             Target::Blocking => {
                 let d = super::blocking::plan(&mut self.pools[at.pool], at, req, bytes, now);
                 return self.send_dedicated(at.token, d, now);
@@ -143,7 +132,7 @@ impl Worker<'_> {
             }
             _ => {}
         }
-        let (server, slot) = match (target, owner) {
+        let (server, slot) = match (plan.target, owner) {
             (Target::Replicas, _) => {
                 let p = &mut self.pools[at.pool];
                 let o = p.replicas(req, bytes, now);
@@ -177,11 +166,14 @@ impl Worker<'_> {
             (Target::Key, Some(server)) => (server as usize, ReplySlot::default()),
             // Key, Keyless (Blocking and Scan went above).
             _ => {
-                let keyless = target == Target::Keyless;
+                let keyless = plan.target == Target::Keyless;
                 match self.pools[at.pool].place(req, bytes, keyless, at.client_id, now) {
                     Placed::Server(server) => (server, ReplySlot::default()),
                     Placed::Apart(out) => return self.conns.push_ready(at.token, out, false),
-                    Placed::NoServer => return self.reply_no_server(at.token, at.pool, req),
+                    Placed::NoServer => {
+                        let unsent = Unsent::no_server(at.token, req);
+                        return self.fail_unsent(unsent, at.pool, req.op, &ServerFault::NoServer);
+                    }
                 }
             }
         };
@@ -226,17 +218,29 @@ impl Worker<'_> {
         Some(seq)
     }
 
-    /// A request that could not be queued: its slot gets the error (which
-    /// may trigger a retry on another replica).
-    pub(super) fn fail_unsent(&mut self, to: ReplyTo, pool: usize, op: Op, fault: &ServerFault) {
+    /// A request that was not sent (`Unsent`: its slot pushed, or
+    /// refused before one was): counted, and its error goes where it says,
+    /// a slot's as its server's reply would (which may send it on to
+    /// another replica).
+    pub(super) fn fail_unsent(
+        &mut self,
+        unsent: impl Into<Unsent>,
+        pool: usize,
+        op: Op,
+        fault: &ServerFault,
+    ) {
+        let unsent = unsent.into();
         self.stats.pool_add(pool, PoolField::ForwardError, 1);
-        // A cluster node that cannot be reached may have failed over.
-        self.pools[pool].cluster_node_failed();
-        if to.seq.is_some() {
-            let proto = self.pools[pool].proto;
-            let mut out = Vec::new();
-            fault.write_reply(proto, op, &mut out);
-            self.fragment_done(to, out, true, true);
+        if unsent.tried() {
+            // A cluster node that cannot be reached may have failed over.
+            self.pools[pool].cluster_node_failed();
+        }
+        let Some(out) = unsent.reply(fault, self.pools[pool].proto, op) else {
+            return;
+        };
+        match unsent {
+            Unsent::Slot(to) => self.fragment_done(to, out, true, true),
+            Unsent::Ready { token, .. } => self.conns.push_ready(token, out, false),
         }
     }
 
@@ -260,7 +264,10 @@ impl Worker<'_> {
             bounded,
         } = match plan {
             Ok(plan) => plan,
-            Err(NotSent::NoServer) => return self.reply_no_server(to.token, pool, req),
+            Err(NotSent::NoServer) => {
+                let unsent = Unsent::no_server(to.token, req);
+                return self.fail_unsent(unsent, pool, req.op, &ServerFault::NoServer);
+            }
             Err(NotSent::Answered(out)) => {
                 if !out.is_empty() {
                     self.conns.push_ready(to.token, out, false);
@@ -377,7 +384,8 @@ impl Worker<'_> {
             self.pools[at.pool].slot_groups(at.client_id, &req, bytes)
         } else {
             let Some(groups) = self.pools[at.pool].server_groups(&req, bytes, now) else {
-                self.reply_no_server(at.token, at.pool, &req);
+                let unsent = Unsent::no_server(at.token, &req);
+                self.fail_unsent(unsent, at.pool, req.op, &ServerFault::NoServer);
                 return;
             };
             groups
