@@ -525,10 +525,18 @@ impl Worker<'_> {
         let _ = self.poll.registry().deregister(c.sock_mut());
         self.out.sub(c.out_len(), &self.stats);
         if let Some(r) = c.take_stream().and_then(|s| s.server()) {
-            self.abort_server_stream(r.token, r.id, ServerFault::HalfSentClientLeft);
+            self.close_all(super::closes::half_sent(
+                &self.conns,
+                r,
+                ServerFault::HalfSentClientLeft,
+            ));
         }
         if let Some(r) = super::cluster_stream::half_resent(&self.conns, &c) {
-            self.abort_server_stream(r.token, r.id, ServerFault::HalfResentClientLeft);
+            self.close_all(super::closes::half_sent(
+                &self.conns,
+                r,
+                ServerFault::HalfResentClientLeft,
+            ));
         }
         if let Some(st) = c
             .release_reply_wait()

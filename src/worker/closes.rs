@@ -2,7 +2,8 @@
 //! that owns the decision: the once-a-second sweep (`sweep::each_second`),
 //! the output budget (`OutputBudget::evictions`), the connections a client
 //! or a channel held for itself ([`retire`]), a dedicated server
-//! connection done with ([`done`]). `Worker::close_all` carries
+//! connection done with ([`done`]), a server connection left holding half
+//! a streamed request ([`half_sent`]). `Worker::close_all` carries
 //! them out in order, each checked to be still there when its turn comes
 //! (an earlier close may have ended it, or freed its slot for another).
 
@@ -32,6 +33,10 @@ pub(super) enum Close {
     /// named: closed without fault (its request was answered, or its
     /// client left).
     Retire(ServerRef),
+    /// A server connection holding half a streamed request, closed with
+    /// `why` (the client's doing, so the server is not counted as
+    /// failing).
+    HalfSent { token: Token, why: ServerFault },
 }
 
 /// The dedicated server connection at `token` (its request answered, or
@@ -39,6 +44,18 @@ pub(super) enum Close {
 pub(super) fn done(conns: &impl ConnTable, token: Token) -> Option<Close> {
     let s = conns.server(token.0)?;
     Some(Close::Retire(ServerRef::new(token, s.id())))
+}
+
+/// Server connection `r` holds half a request that cannot be completed
+/// (its client left, or sent a bad argument mid-stream): closed with
+/// `why`, while it is still the one named (none when its slot is empty or
+/// holds another connection since).
+pub(super) fn half_sent(conns: &impl ConnTable, r: ServerRef, why: ServerFault) -> Option<Close> {
+    conns.server_ref(r)?;
+    Some(Close::HalfSent {
+        token: r.token,
+        why,
+    })
 }
 
 /// The dedicated server connections `conns`, retired.
@@ -81,6 +98,10 @@ impl Worker<'_> {
                     let _ = self.poll.registry().deregister(s.sock_mut());
                     self.pools[s.pool()].conn_closed(r.token, &mut s, &self.stats);
                 }
+                Close::HalfSent { token, why } => {
+                    crate::log_info!("closing a server connection holding half a request: {why}");
+                    self.close_server(token, why, Instant::now());
+                }
             }
         }
     }
@@ -109,5 +130,36 @@ mod tests {
         );
         assert_eq!(done(&conns, Token(c)), None, "a client is not retired");
         assert_eq!(done(&conns, Token(c + 1)), None, "nor an empty slot");
+    }
+
+    #[test]
+    fn half_a_request_closes_its_connection_only_while_it_is_the_one_named() {
+        let now = Instant::now();
+        let (sock, _peer) = mio::net::UnixStream::pair().expect("socket pair");
+        let server = Server::new(Stream::Unix(sock), 7, (0, 0, 0), now, false);
+        let (sock, _peer2) = mio::net::UnixStream::pair().expect("socket pair");
+        let session = crate::proto::redis::local::Session::new(1, None, false);
+        let client = Client::new(Stream::Unix(sock), 1, 0, session, now);
+        let mut conns = slab::Slab::new();
+        let s = conns.insert(Conn::Server(Box::new(server)));
+        let c = conns.insert(Conn::Client(Box::new(client)));
+        let why = ServerFault::HalfSentClientLeft;
+        assert_eq!(
+            half_sent(&conns, ServerRef::new(Token(s), 7), why.clone()),
+            Some(Close::HalfSent {
+                token: Token(s),
+                why: why.clone()
+            })
+        );
+        let reused = ServerRef::new(Token(s), 6);
+        assert_eq!(
+            half_sent(&conns, reused, why.clone()),
+            None,
+            "another connection"
+        );
+        let client = ServerRef::new(Token(c), 1);
+        assert_eq!(half_sent(&conns, client, why.clone()), None, "a client");
+        let empty = ServerRef::new(Token(c + 1), 7);
+        assert_eq!(half_sent(&conns, empty, why), None, "an empty slot");
     }
 }

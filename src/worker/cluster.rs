@@ -413,7 +413,11 @@ impl Worker<'_> {
                 super::cluster_stream::start_feed(&mut self.conns, st, to, at);
                 let fed = feed(&mut self.conns, &self.stats, &mut self.dirty, st, now);
                 if let Fed::ClientLeft(sid) = fed {
-                    self.abort_server_stream(st, sid, ServerFault::HalfResentClientLeft);
+                    self.close_all(super::closes::half_sent(
+                        &self.conns,
+                        super::conn::ServerRef::new(st, sid),
+                        ServerFault::HalfResentClientLeft,
+                    ));
                 }
             }
             Resending::Refused(_) => {}

@@ -132,7 +132,11 @@ impl Worker<'_> {
             };
             let fed = feed(&mut self.conns, &self.stats, &mut self.dirty, token, now);
             if let Fed::ClientLeft(sid) = fed {
-                self.abort_server_stream(token, sid, ServerFault::HalfResentClientLeft);
+                self.close_all(super::closes::half_sent(
+                    &self.conns,
+                    ServerRef::new(token, sid),
+                    ServerFault::HalfResentClientLeft,
+                ));
             }
             if !(fed.queued() && drained) {
                 return;

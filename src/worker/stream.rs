@@ -572,23 +572,14 @@ impl Worker<'_> {
                         }
                     }
                     let half = self.conns.client_mut(token.0).and_then(|c| c.take_stream());
-                    if let Some(ServerRef { token: st, id }) = half.and_then(|rs| rs.server()) {
-                        self.abort_server_stream(st, id, ServerFault::HalfSentBadArg);
+                    if let Some(r) = half.and_then(|rs| rs.server()) {
+                        let why = ServerFault::HalfSentBadArg;
+                        self.close_all(super::closes::half_sent(&self.conns, r, why));
                     }
                     self.conns.push_ready(token, reply, true);
                     return false;
                 }
             }
-        }
-    }
-
-    /// A streamed request cannot be completed: its server connection holds
-    /// half a command and is closed (`why` is the client's doing, so the
-    /// server is not counted as failing).
-    pub(super) fn abort_server_stream(&mut self, st: Token, sid: u64, why: ServerFault) {
-        if matches!(self.conns.server(st.0), Some(s) if s.id() == sid) {
-            crate::log_info!("closing a server connection holding half a request: {why}");
-            self.close_server(st, why, Instant::now());
         }
     }
 }
