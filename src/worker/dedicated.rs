@@ -14,10 +14,9 @@
 
 use super::conn::{Conn, ConnTable, Open, ReplySlot, ReplyTo, ServerRef, Waiter};
 use super::fault::ServerFault;
-use super::send_plan::{Dedicated, Failed, Reply, Sent, Usage};
+use super::send_plan::{Dedicated, Failed, Reply, Sent, Unsent, Usage};
 use super::Worker;
 use crate::proto::Op;
-use crate::stats::PoolField;
 use mio::Token;
 use slab::Slab;
 use std::time::Instant;
@@ -100,13 +99,8 @@ impl Worker<'_> {
                 match d.reply {
                     Reply::Pushed => {}
                     Reply::New { noreply, .. } => {
-                        self.stats.pool_add(pool, PoolField::ForwardError, 1);
-                        if !noreply {
-                            let mut out = Vec::new();
-                            let proto = self.pools[pool].proto;
-                            ServerFault::NoServer.write_reply(proto, op, &mut out);
-                            self.conns.push_ready(token, out, false);
-                        }
+                        let unsent = Unsent::Ready { token, noreply };
+                        self.fail_unsent(unsent, pool, op, &ServerFault::NoServer)
                     }
                     Reply::At(to) => self.fail_unsent(to, pool, op, &ServerFault::NoServer),
                 }

@@ -14,9 +14,7 @@
 //! Where a connection ends for it, it also gives how the stats count the
 //! ending ([`ServerFault::ending`]).
 
-use super::conn::ReplyTo;
-use crate::proto::{Op, Protocol, Request};
-use mio::Token;
+use crate::proto::{Op, Protocol};
 use std::borrow::Cow;
 use std::fmt;
 use std::io;
@@ -221,55 +219,6 @@ impl ServerFault {
     }
 }
 
-/// A request that was not sent to its server, and where its error goes
-/// (`Worker::fail_unsent` carries it out).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Unsent {
-    /// Its reply slot was pushed (`seq` `None`: a noreply request, which
-    /// nobody waits for): the error fills it as its server's reply would,
-    /// and may send it on to another server.
-    Slot(ReplyTo),
-    /// Refused before a slot was pushed for it (no server owns it): the
-    /// error is a ready reply of its own, none for a noreply request.
-    Ready { token: Token, noreply: bool },
-}
-
-impl From<ReplyTo> for Unsent {
-    fn from(to: ReplyTo) -> Unsent {
-        Unsent::Slot(to)
-    }
-}
-
-impl Unsent {
-    /// No server for `req` of `token`'s client.
-    pub(super) fn no_server(token: Token, req: &Request) -> Unsent {
-        Unsent::Ready {
-            token,
-            noreply: req.noreply,
-        }
-    }
-
-    /// The error for `fault` that its client waits for (`op` in
-    /// `proto`'s wording), if one does.
-    pub(super) fn reply(&self, fault: &ServerFault, proto: Protocol, op: Op) -> Option<Vec<u8>> {
-        let waits = match self {
-            Unsent::Slot(to) => to.seq.is_some(),
-            Unsent::Ready { noreply, .. } => !noreply,
-        };
-        waits.then(|| {
-            let mut out = Vec::new();
-            fault.write_reply(proto, op, &mut out);
-            out
-        })
-    }
-
-    /// Whether a server was picked for it and could not be reached: in a
-    /// cluster pool, its node may have failed over.
-    pub(super) fn tried(&self) -> bool {
-        matches!(self, Unsent::Slot(_))
-    }
-}
-
 impl fmt::Display for ServerFault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.text())
@@ -400,40 +349,6 @@ mod tests {
                 false, true, false, false, false
             ]
         );
-    }
-
-    #[test]
-    fn an_unsent_requests_error_goes_to_whoever_waits_for_it() {
-        let get = b"get k\r\n";
-        let req = match Protocol::Memcache.parse_request(get, &Default::default()) {
-            Ok(crate::proto::Parse::Done(r)) => r,
-            other => panic!("{other:?}"),
-        };
-        let (mc, op) = (Protocol::Memcache, req.op);
-        let fault = ServerFault::NoServer;
-        let refused = Some(b"SERVER_ERROR Connection refused\r\n".to_vec());
-        let t = Token(7);
-        let ready = Unsent::no_server(t, &req);
-        assert_eq!(
-            ready,
-            Unsent::Ready {
-                token: t,
-                noreply: false
-            }
-        );
-        assert_eq!(ready.reply(&fault, mc, op), refused);
-        assert!(!ready.tried(), "no server was picked");
-        let quiet = Unsent::Ready {
-            token: t,
-            noreply: true,
-        };
-        assert_eq!(quiet.reply(&fault, mc, op), None);
-        let slot = Unsent::from(ReplyTo::new(t, 1, Some(3), None));
-        assert!(slot.tried());
-        let timed_out = Some(b"SERVER_ERROR Connection timed out\r\n".to_vec());
-        assert_eq!(slot.reply(&ServerFault::TimedOut, mc, op), timed_out);
-        let noreply = Unsent::from(ReplyTo::new(t, 1, None, None));
-        assert_eq!(noreply.reply(&fault, mc, op), None, "a noreply request");
     }
 
     #[test]

@@ -7,10 +7,10 @@
 
 use super::conn::Open;
 use super::conn::{ConnTable, Origin, Redirect, ReplySlot, ReplyTo, Waiter};
-use super::fault::{ServerFault, Unsent};
+use super::fault::ServerFault;
 use super::key_groups::{Placed, Resend, Split};
 use super::pool::PoolRt;
-use super::send_plan::{CopyPlan, NotSent, SendPlan, Write};
+use super::send_plan::{CopyPlan, NotSent, SendPlan, Unsent, Write};
 use super::Worker;
 use crate::proto::{Op, Request};
 use crate::route::{Plan, Target};

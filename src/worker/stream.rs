@@ -50,6 +50,7 @@
 //! (if none of it was passed yet, the client gets the error reply instead).
 //! So does a reply the cursor finds malformed.
 
+use super::closes::half_sent;
 use super::conn::{
     Client, Conn, ConnTable, ReplySlot, ReplyTo, ReqStream, ServerRef, SrvStream, Waiter,
 };
@@ -573,8 +574,7 @@ impl Worker<'_> {
                     }
                     let half = self.conns.client_mut(token.0).and_then(|c| c.take_stream());
                     if let Some(r) = half.and_then(|rs| rs.server()) {
-                        let why = ServerFault::HalfSentBadArg;
-                        self.close_all(super::closes::half_sent(&self.conns, r, why));
+                        self.close_all(half_sent(&self.conns, r, ServerFault::HalfSentBadArg));
                     }
                     self.conns.push_ready(token, reply, true);
                     return false;
