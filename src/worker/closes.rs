@@ -113,17 +113,24 @@ mod tests {
     use crate::net::Stream;
     use crate::worker::conn::{Client, Server};
 
-    #[test]
-    fn a_server_connection_done_with_is_retired_by_its_id() {
+    /// A table of one server connection (id 7) and one client, with the
+    /// peers of their sockets kept open.
+    fn table() -> (slab::Slab<Conn>, usize, usize, [mio::net::UnixStream; 2]) {
         let now = Instant::now();
-        let (sock, _peer) = mio::net::UnixStream::pair().expect("socket pair");
+        let (sock, peer) = mio::net::UnixStream::pair().expect("socket pair");
         let server = Server::new(Stream::Unix(sock), 7, (0, 0, 0), now, false);
-        let (sock, _peer2) = mio::net::UnixStream::pair().expect("socket pair");
+        let (sock, peer2) = mio::net::UnixStream::pair().expect("socket pair");
         let session = crate::proto::redis::local::Session::new(1, None, false);
         let client = Client::new(Stream::Unix(sock), 1, 0, session, now);
         let mut conns = slab::Slab::new();
         let s = conns.insert(Conn::Server(Box::new(server)));
         let c = conns.insert(Conn::Client(Box::new(client)));
+        (conns, s, c, [peer, peer2])
+    }
+
+    #[test]
+    fn a_server_connection_done_with_is_retired_by_its_id() {
+        let (conns, s, c, _peers) = table();
         assert_eq!(
             done(&conns, Token(s)),
             Some(Close::Retire(ServerRef::new(Token(s), 7)))
@@ -134,15 +141,7 @@ mod tests {
 
     #[test]
     fn half_a_request_closes_its_connection_only_while_it_is_the_one_named() {
-        let now = Instant::now();
-        let (sock, _peer) = mio::net::UnixStream::pair().expect("socket pair");
-        let server = Server::new(Stream::Unix(sock), 7, (0, 0, 0), now, false);
-        let (sock, _peer2) = mio::net::UnixStream::pair().expect("socket pair");
-        let session = crate::proto::redis::local::Session::new(1, None, false);
-        let client = Client::new(Stream::Unix(sock), 1, 0, session, now);
-        let mut conns = slab::Slab::new();
-        let s = conns.insert(Conn::Server(Box::new(server)));
-        let c = conns.insert(Conn::Client(Box::new(client)));
+        let (conns, s, c, _peers) = table();
         let why = ServerFault::HalfSentClientLeft;
         assert_eq!(
             half_sent(&conns, ServerRef::new(Token(s), 7), why.clone()),
