@@ -388,16 +388,21 @@ fn a_split_is_a_fragment_per_group_merged_in_one_slot() {
     assert_eq!(frag_keys, group_keys);
 }
 
-#[test]
-fn a_failed_fragments_keys_go_to_their_next_replicas_as_new_fragments_of_its_slot() {
-    let mut p = replicated();
-    let bytes = b"get a b c\r\n";
+/// The slot of `bytes` (a multi-key read) split over `p`'s servers.
+fn split_slot(p: &mut PoolRt, bytes: &[u8]) -> ReplySlot {
     let req = mc(bytes);
     let groups = p
         .server_groups(&req, bytes, Instant::now())
         .expect("servers");
-    let plan = PoolRt::split_plan(&req, bytes, groups);
-    let mut m = plan.slot.and_then(|s| s.multi).expect("split");
+    PoolRt::split_plan(&req, bytes, groups)
+        .slot
+        .expect("a slot")
+}
+
+#[test]
+fn a_failed_fragments_keys_go_to_their_next_replicas_as_new_fragments_of_its_slot() {
+    let mut p = replicated();
+    let mut m = split_slot(&mut p, b"get a b c\r\n").multi.expect("split");
     let n = m.frags.len();
     let again = p.replica_retry(&mut m, 0).expect("a second replica");
     assert!(again.slot.is_none(), "the request's slot is there already");
@@ -453,12 +458,7 @@ fn a_failed_fragment_is_sent_again_as_new_fragments_of_its_slot() {
     let mut p = replicated();
     let bytes = b"get a b c\r\n";
     let req = mc(bytes);
-    let groups = p
-        .server_groups(&req, bytes, Instant::now())
-        .expect("servers");
-    let mut slot = PoolRt::split_plan(&req, bytes, groups)
-        .slot
-        .expect("a slot");
+    let mut slot = split_slot(&mut p, bytes);
     let n = slot.multi.as_ref().map_or(0, |m| m.frags.len());
     let again = p.send_again(&mut slot, Some(0)).expect("a second replica");
     assert_eq!(
