@@ -512,6 +512,20 @@ pub trait ConnTable {
         }
     }
 
+    /// Reserve the next reply slot of the client at `token`, `slot`: the
+    /// sequence its reply fills. `None` for a noreply request (no reply
+    /// comes to wait for) or a client that has gone.
+    #[inline]
+    fn push_slot(&mut self, token: Token, noreply: bool, slot: ReplySlot) -> Option<u64> {
+        if noreply {
+            return None;
+        }
+        let c = self.client_mut(token.0)?;
+        let seq = c.next_seq();
+        c.push_reply(slot);
+        Some(seq)
+    }
+
     /// The server connection `r` names, if it is still open (its token
     /// was not reused by another connection since).
     #[inline]

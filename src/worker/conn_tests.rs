@@ -1,5 +1,6 @@
 //! What a request lost with its server connection leads to
-//! ([`Inflight::lost`]), on real protocol bytes, without sockets.
+//! ([`Inflight::lost`]), on real protocol bytes, without sockets; what the
+//! connection table answers of its clients ([`ConnTable::push_slot`]).
 
 use super::*;
 use crate::proto::{Limits, Parse, Protocol};
@@ -78,5 +79,36 @@ fn the_proxys_own_requests_lead_to_their_own_steps() {
             idx: 2,
             part: PullPart::Dump,
         }
+    );
+}
+
+/// A table holding one client, at the returned token.
+fn one_client() -> (slab::Slab<Conn>, Token) {
+    let (sock, _) = mio::net::UnixStream::pair().expect("socket pair");
+    let session = crate::proto::redis::local::Session::new(1, None, false);
+    let c = Client::new(
+        crate::net::Stream::Unix(sock),
+        42,
+        0,
+        session,
+        Instant::now(),
+    );
+    let mut conns = slab::Slab::new();
+    let ct = Token(conns.insert(Conn::Client(Box::new(c))));
+    (conns, ct)
+}
+
+#[test]
+fn reply_slots_are_numbered_in_request_order_and_none_for_noreply() {
+    let (mut conns, ct) = one_client();
+    assert_eq!(conns.push_slot(ct, false, ReplySlot::default()), Some(0));
+    assert_eq!(conns.push_slot(ct, true, ReplySlot::default()), None);
+    assert_eq!(conns.push_slot(ct, false, ReplySlot::default()), Some(1));
+    let c = conns.client_mut(ct.0).expect("client");
+    assert_eq!(c.next_seq(), 2, "a noreply request keeps no slot");
+    assert_eq!(
+        conns.push_slot(Token(9), false, ReplySlot::default()),
+        None,
+        "gone"
     );
 }

@@ -127,7 +127,8 @@ impl Worker<'_> {
                         (Failed::Counted, reply) => {
                             let to = match reply {
                                 Reply::New { noreply, .. } => {
-                                    let seq = self.push_slot(token, noreply, ReplySlot::default());
+                                    let seq =
+                                        self.conns.push_slot(token, noreply, ReplySlot::default());
                                     ReplyTo::new(token, cid, seq, None)
                                 }
                                 Reply::At(to) => to,
@@ -151,7 +152,7 @@ impl Worker<'_> {
             }
             let to = match d.reply {
                 Reply::New { slot, noreply } => {
-                    ReplyTo::new(token, cid, self.push_slot(token, noreply, slot), None)
+                    ReplyTo::new(token, cid, self.conns.push_slot(token, noreply, slot), None)
                 }
                 Reply::At(to) => to,
                 Reply::Pushed => ReplyTo::client(token, cid),

@@ -177,7 +177,7 @@ impl Worker<'_> {
                 }
             }
         };
-        let seq = self.push_slot(at.token, req.noreply, slot);
+        let seq = self.conns.push_slot(at.token, req.noreply, slot);
         let proto = self.pools[at.pool].proto;
         let to = ReplyTo::new(at.token, at.client_id, seq, None);
         // Written at once only when it is the client's last request: a
@@ -200,22 +200,6 @@ impl Worker<'_> {
             req.op,
             now,
         );
-    }
-
-    /// Reserve the next reply slot (none for noreply); returns its sequence.
-    pub(super) fn push_slot(
-        &mut self,
-        token: Token,
-        noreply: bool,
-        slot: ReplySlot,
-    ) -> Option<u64> {
-        if noreply {
-            return None;
-        }
-        let c = self.conns.client_mut(token.0)?;
-        let seq = c.next_seq();
-        c.push_reply(slot);
-        Some(seq)
     }
 
     /// A request that was not sent (`Unsent`: its slot pushed, or
@@ -276,7 +260,7 @@ impl Worker<'_> {
             }
         };
         let seq = match slot {
-            Some(slot) => self.push_slot(to.token, req.noreply, slot),
+            Some(slot) => self.conns.push_slot(to.token, req.noreply, slot),
             None => to.seq,
         };
         let proto = self.pools[pool].proto;

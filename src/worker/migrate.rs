@@ -359,7 +359,7 @@ impl Worker<'_> {
             Moving::Pull(pulls) => pulls,
             Moving::Read(read) => {
                 let (first, plan) = (read.servers[0], read.plan);
-                let seq = self.push_slot(token, false, read.slot(req, bytes));
+                let seq = self.conns.push_slot(token, false, read.slot(req, bytes));
                 self.stats
                     .worker_add(crate::stats::WorkerField::MovedReads, 1);
                 // What routing a request does besides sending it

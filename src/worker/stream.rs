@@ -445,7 +445,7 @@ impl Worker<'_> {
                 // Its reply slot joins one fragment per pair; the pairs go
                 // out as they arrive (`pass_stream`).
                 let (slot, pairs) = ReqStream::pairs_slot(&head);
-                let Some(seq) = self.push_slot(token, false, slot) else {
+                let Some(seq) = self.conns.push_slot(token, false, slot) else {
                     return StreamStart::Started;
                 };
                 self.stats
