@@ -375,7 +375,7 @@ impl Worker<'_> {
             Resending::Whole { .. } => Open::Shared,
             Resending::Spooled(_) => Open::Dedicated,
         };
-        let cslot = self.conn_slot(to.token, pool, target, to.id, op);
+        let cslot = self.pools[pool].slot_for(target, to.id, self.conns.resp3(to.token), op);
         let st = match self.server_conn(pool, target, cslot, now, open) {
             Ok(st) => st,
             Err(fault) => {

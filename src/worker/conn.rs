@@ -197,6 +197,22 @@ pub(super) fn zone_tag(routing: &crate::config::Routing, s: usize) -> u8 {
 }
 
 impl ReplySlot {
+    /// The reply slot of a request to a Redis Cluster: the request kept
+    /// until its reply, to be sent again where a MOVED or ASK says.
+    pub(super) fn redirected(req: &Request, bytes: &[u8]) -> ReplySlot {
+        ReplySlot {
+            redirect: Some(Box::new(Redirect {
+                req: req.clone(),
+                bytes: bytes.to_vec(),
+                hops: 0,
+                tries: 0,
+                spool: None,
+                feeding: None,
+            })),
+            ..ReplySlot::default()
+        }
+    }
+
     /// The reply slot of a request sent to several owners of its key, a
     /// fragment each, in the order of `zones` (each owner's zone: a zone
     /// pool's fragments know their zone, see `finish_multi`).
@@ -510,6 +526,14 @@ pub trait ConnTable {
         if let Some(c) = self.client_mut(token.0) {
             c.push_ready(out, close_after);
         }
+    }
+
+    /// Whether the client at `token` speaks RESP3 (it said `HELLO 3`):
+    /// its requests take the connections that did too
+    /// (`PoolRt::slot_for`). A client gone speaks RESP2.
+    #[inline]
+    fn resp3(&self, token: Token) -> bool {
+        matches!(self.client(token.0), Some(c) if c.session().resp3)
     }
 
     /// Reserve the next reply slot of the client at `token`, `slot`: the

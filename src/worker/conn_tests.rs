@@ -1,6 +1,8 @@
 //! What a request lost with its server connection leads to
 //! ([`Inflight::lost`]), on real protocol bytes, without sockets; what the
-//! connection table answers of its clients ([`ConnTable::push_slot`]).
+//! connection table answers of its clients ([`ConnTable::push_slot`],
+//! [`ConnTable::resp3`]); a cluster request kept in its slot
+//! ([`ReplySlot::redirected`]).
 
 use super::*;
 use crate::proto::{Limits, Parse, Protocol};
@@ -111,4 +113,28 @@ fn reply_slots_are_numbered_in_request_order_and_none_for_noreply() {
         None,
         "gone"
     );
+}
+
+#[test]
+fn a_client_speaks_resp3_once_its_session_says_so_and_a_gone_one_resp2() {
+    let (mut conns, ct) = one_client();
+    assert!(!conns.resp3(ct));
+    let c = conns.client_mut(ct.0).expect("client");
+    c.session_mut().resp3 = true;
+    assert!(conns.resp3(ct));
+    assert!(!conns.resp3(Token(9)), "gone");
+}
+
+#[test]
+fn a_cluster_request_is_kept_in_its_slot_with_no_redirection_followed_yet() {
+    let get = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
+    let Ok(Parse::Done(req)) = Protocol::Redis.parse_request(get, &Limits::default()) else {
+        panic!("request parses");
+    };
+    let slot = ReplySlot::redirected(&req, get);
+    let r = slot.redirect.expect("kept");
+    assert_eq!(r.bytes, get);
+    assert_eq!((r.hops, r.tries), (0, 0));
+    assert!(r.spool.is_none() && r.feeding.is_none());
+    assert!(!slot.ready && slot.multi.is_none() && slot.retry.is_none());
 }

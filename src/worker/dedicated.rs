@@ -109,7 +109,7 @@ impl Worker<'_> {
             let st = match d.conn {
                 Some(st) => Ok((st, None)),
                 None => {
-                    let slot = self.conn_slot(token, pool, server, cid, op);
+                    let slot = self.pools[pool].slot_for(server, cid, self.conns.resp3(token), op);
                     self.server_conn(pool, server, slot, now, Open::Dedicated)
                         .and_then(|st| opened(&mut self.conns, token, st, usage))
                 }

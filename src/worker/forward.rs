@@ -6,10 +6,10 @@
 //! its own.
 
 use super::conn::Open;
-use super::conn::{ConnTable, Origin, Redirect, ReplySlot, ReplyTo, Waiter};
+use super::conn::{ConnTable, Origin, ReplySlot, ReplyTo, Waiter};
 use super::fault::ServerFault;
 use super::key_groups::{Placed, Resend, Split};
-use super::pool::PoolRt;
+use super::pool::{PoolRt, Wire};
 use super::send_plan::{CopyPlan, NotSent, SendPlan, Unsent, Write};
 use super::Worker;
 use crate::proto::{Op, Request};
@@ -19,84 +19,34 @@ use mio::Token;
 use std::time::Instant;
 
 impl Worker<'_> {
-    /// The server connection slot a client uses for a server: fixed per
-    /// client and protocol version, so one client's requests to one server
-    /// never overtake each other even with `server_connections` > 1, and a
-    /// RESP3 client gets a connection that said `HELLO 3`; a memcached
-    /// binary request gets a binary connection (the same second half).
-    pub(super) fn conn_slot(
-        &self,
-        token: Token,
-        pool: usize,
-        server: usize,
-        client_id: u64,
-        op: Op,
-    ) -> usize {
-        let resp3 = matches!(self.conns.client(token.0), Some(c) if c.session().resp3);
-        let second = resp3 || self.pools[pool].proto.conn_class(op) == 1;
-        self.pools[pool].servers[server].slot_for(client_id, second)
-    }
-
-    /// Queue `req` (or its rewrite) on a connection to `server`, its reply
-    /// going `to` its client.
-    fn send_to(
-        &mut self,
-        to: ReplyTo,
-        pool: usize,
-        server: usize,
-        write: impl FnOnce(&mut Vec<u8>),
-        op: Op,
-        now: Instant,
-    ) -> Result<(), ServerFault> {
-        let st = self.conn_for(to, pool, server, op, now)?;
-        if self.pools[pool].route.strips() {
-            // A route pool that strips key prefixes (`strip` routes).
-            let routing = self.pools[pool].cfg.routing.clone();
-            self.enqueue(
-                st,
-                to.waiter(),
-                op,
-                |out| {
-                    let start = out.len();
-                    write(out);
-                    super::routes::strip_keys(&routing, out, start);
-                },
-                now,
-            );
-            return Ok(());
-        }
-        self.enqueue(st, to.waiter(), op, write, now);
-        Ok(())
-    }
-
-    /// The connection to `server` that `to`'s request goes on (opened if
-    /// it is not).
-    #[inline(always)]
-    fn conn_for(
-        &mut self,
-        to: ReplyTo,
-        pool: usize,
-        server: usize,
-        op: Op,
-        now: Instant,
-    ) -> Result<mio::Token, ServerFault> {
-        let slot = self.conn_slot(to.token, pool, server, to.id, op);
-        self.server_conn(pool, server, slot, now, Open::Shared)
-    }
-
-    /// `send_to`, and on failure the error goes to the waiting slot.
+    /// Write a client's request as its pool planned it (`Wire`): on its
+    /// client's connection slot to the server (opened if it is not), its
+    /// keys stripped of their route's prefix if the plan says, its reply
+    /// going `to` its client; on failure the error goes to the waiting
+    /// slot (`fail_unsent`).
     pub(super) fn send_or_fail(
         &mut self,
         to: ReplyTo,
         pool: usize,
-        server: usize,
+        wire: Wire,
         write: impl FnOnce(&mut Vec<u8>),
         op: Op,
         now: Instant,
     ) {
-        if let Err(fault) = self.send_to(to, pool, server, write, op, now) {
-            self.fail_unsent(to, pool, op, &fault);
+        let st = match self.server_conn(pool, wire.server, wire.slot, now, Open::Shared) {
+            Ok(st) => st,
+            Err(fault) => return self.fail_unsent(to, pool, op, &fault),
+        };
+        if !wire.strip {
+            return self.enqueue(st, to.waiter(), op, write, now);
         }
+        let routing = self.pools[pool].cfg.routing.clone();
+        let write = |out: &mut Vec<u8>| {
+            let start = out.len();
+            write(out);
+            super::routes::strip_keys(&routing, out, start);
+        };
+        self.enqueue(st, to.waiter(), op, write, now);
     }
 
     /// A key-routed request, sent where its route's plan says: the
@@ -146,21 +96,9 @@ impl Worker<'_> {
                 return self.send_plan(at.reply_to(), at.pool, req, bytes, sends, now);
             }
             (Target::Slot, _) => {
-                // Kept until the reply, to follow MOVED and ASK.
                 let key = req.routing_key(bytes);
                 let server = self.pools[at.pool].cluster_server(key.as_ref(), req.op, at.client_id);
-                let slot = ReplySlot {
-                    redirect: Some(Box::new(Redirect {
-                        req: req.clone(),
-                        bytes: bytes.to_vec(),
-                        hops: 0,
-                        tries: 0,
-                        spool: None,
-                        feeding: None,
-                    })),
-                    ..ReplySlot::default()
-                };
-                (server, slot)
+                (server, ReplySlot::redirected(req, bytes))
             }
             // Placed already (a migrating pool's key that did not move).
             (Target::Key, Some(server)) => (server as usize, ReplySlot::default()),
@@ -178,7 +116,9 @@ impl Worker<'_> {
             }
         };
         let seq = self.conns.push_slot(at.token, req.noreply, slot);
-        let proto = self.pools[at.pool].proto;
+        let p = &self.pools[at.pool];
+        let proto = p.proto;
+        let wire = p.wire(server, at.client_id, self.conns.resp3(at.token), req.op);
         let to = ReplyTo::new(at.token, at.client_id, seq, None);
         // Written at once only when it is the client's last request: a
         // pipeline's requests share one write (cheaper than a write each).
@@ -186,7 +126,7 @@ impl Worker<'_> {
         // client's input, and with nothing queued before it on the
         // connection only what the socket does not take is copied.
         if self.ends_input && self.pools[at.pool].writes_through(req, bytes.len()) {
-            match self.conn_for(to, at.pool, server, req.op, now) {
+            match self.server_conn(at.pool, wire.server, wire.slot, now, Open::Shared) {
                 Ok(st) => self.enqueue_through(st, to.waiter(), req.op, bytes, now),
                 Err(fault) => self.fail_unsent(to, at.pool, req.op, &fault),
             }
@@ -195,7 +135,7 @@ impl Worker<'_> {
         self.send_or_fail(
             to,
             at.pool,
-            server,
+            wire,
             |out| proto.write_request(req, bytes, out),
             req.op,
             now,
@@ -267,10 +207,11 @@ impl Worker<'_> {
         for (i, (server, keys)) in servers.iter().enumerate() {
             let (server, frag) = (*server, frag.map(|f| f + i as u32));
             let to = ReplyTo { seq, frag, ..to };
+            let resp3 = self.conns.resp3(to.token);
+            let wire = self.pools[pool].wire(server, to.id, resp3, req.op);
             if bounded.get(i) == Some(&true) {
-                let cs = self.conn_slot(to.token, pool, server, to.id, req.op);
                 let full = self
-                    .server_conn(pool, server, cs, now, Open::Shared)
+                    .server_conn(pool, server, wire.slot, now, Open::Shared)
                     .is_ok_and(|st| {
                         !self
                             .conns
@@ -291,7 +232,7 @@ impl Worker<'_> {
                 Write::Bytes(b) => out.extend_from_slice(b),
                 Write::Fragment => proto.write_fragment(bytes, req, keys, out),
             };
-            self.send_or_fail(to, pool, server, write, req.op, now);
+            self.send_or_fail(to, pool, wire, write, req.op, now);
         }
     }
 
@@ -316,7 +257,10 @@ impl Worker<'_> {
         let mut whole = true;
         for (server, keys) in &copy.to {
             let slot = |s| match copy.client {
-                Some((token, id)) => (s, self.conn_slot(token, pool, s, id, copy.op)),
+                Some((token, id)) => {
+                    let resp3 = self.conns.resp3(token);
+                    (s, self.pools[pool].slot_for(s, id, resp3, copy.op))
+                }
                 None => (s, 0),
             };
             let st = server

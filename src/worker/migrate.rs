@@ -380,7 +380,7 @@ impl Worker<'_> {
                 self.send_or_fail(
                     ReplyTo::new(token, id, seq, None),
                     pool,
-                    first,
+                    self.pools[pool].wire(first, id, self.conns.resp3(token), req.op),
                     |out| proto.write_request(req, bytes, out),
                     req.op,
                     now,

@@ -1,5 +1,6 @@
 //! A pool as a worker runs it: placement ring, servers with their
-//! connections and ejection state (`server_rt`), limits.
+//! connections and ejection state (`server_rt`), limits; the `Wire` a
+//! client's request is written by.
 
 use super::fault::ServerFault;
 use super::server_rt::{server_rt, ServerRt};
@@ -48,6 +49,21 @@ pub struct PoolRt {
     /// configured server that are up, as server indices past the
     /// configured ones (see `worker/sentinel.rs`).
     pub replicas_of: Vec<Vec<usize>>,
+}
+
+/// Where a client's request (or one server's part of it) is written and
+/// how, as its pool plans it (`PoolRt::wire`): the server, the connection
+/// slot its client uses there (`PoolRt::slot_for`), and whether its keys
+/// lose their route's prefix on the way. `Worker::send_or_fail` writes it
+/// and decides nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Wire {
+    /// The server, in its pool.
+    pub server: usize,
+    /// Its connection slot the request takes.
+    pub slot: usize,
+    /// Its keys lose their route's prefix on the way (`strip` routes).
+    pub strip: bool,
 }
 
 impl PoolRt {
@@ -208,6 +224,42 @@ impl PoolRt {
     #[inline]
     pub(super) fn writes_through(&self, req: &crate::proto::Request, len: usize) -> bool {
         len >= super::WRITE_THROUGH_MIN && !self.proto.rewrites(req.op) && !self.route.strips()
+    }
+
+    /// The connection slot of `server` a client (`client_id`) uses for
+    /// `op`: fixed per client and protocol version, so one client's
+    /// requests to one server never overtake each other even with
+    /// `server_connections` > 1, and a RESP3 client (`resp3`) gets a
+    /// connection that said `HELLO 3`; a memcached binary request gets a
+    /// binary connection (the same second half).
+    #[inline]
+    pub(super) fn slot_for(
+        &self,
+        server: usize,
+        client_id: u64,
+        resp3: bool,
+        op: crate::proto::Op,
+    ) -> usize {
+        let second = resp3 || self.proto.conn_class(op) == 1;
+        self.servers[server].slot_for(client_id, second)
+    }
+
+    /// Where a client's request (`op`) to `server` is written and how: its
+    /// client's slot there (`slot_for`), and whether its keys lose a
+    /// route's prefix on the way.
+    #[inline]
+    pub(super) fn wire(
+        &self,
+        server: usize,
+        client_id: u64,
+        resp3: bool,
+        op: crate::proto::Op,
+    ) -> Wire {
+        Wire {
+            server,
+            slot: self.slot_for(server, client_id, resp3, op),
+            strip: self.route.strips(),
+        }
     }
 
     /// Server timeout, if any.
@@ -377,5 +429,55 @@ mod tests {
         let set = b"*3\r\n$3\r\nSET\r\n$6\r\nuser:k\r\n$1\r\nv\r\n";
         assert!(kept.writes_through(&parse(&kept, set), len));
         assert!(!stripped.writes_through(&parse(&stripped, set), len));
+    }
+
+    #[test]
+    fn a_client_keeps_its_slot_by_id_and_resp3_or_binary_take_the_second_half() {
+        let rd = pool(
+            "r:\n  listen: 127.0.0.1:22994\n  redis: true\n  server_connections: 2\n  servers:\n   - 127.0.0.1:6379:1\n",
+        );
+        let get = parse(&rd, b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n").op;
+        let slots = |resp3| [0, 1, 2, 3].map(|id| rd.slot_for(0, id, resp3, get));
+        assert_eq!(slots(false), [0, 1, 0, 1], "spread by client id");
+        assert_eq!(slots(true), [2, 3, 2, 3], "the RESP3 half");
+        // memcached: a binary request on a binary connection, whatever
+        // the client's session says.
+        let mc = pool("m:\n  listen: 127.0.0.1:22995\n  servers:\n   - 127.0.0.1:11211:1\n");
+        let text = parse(&mc, b"get k\r\n").op;
+        let mut bin = vec![0x80, 0x00, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1];
+        bin.extend_from_slice(&[0; 12]);
+        bin.push(b'k');
+        let bin = parse(&mc, &bin).op;
+        assert_eq!(mc.slot_for(0, 7, false, text), 0);
+        assert_eq!(mc.slot_for(0, 7, false, bin), 1);
+    }
+
+    #[test]
+    fn a_request_is_stripped_on_its_wire_only_by_a_stripping_route() {
+        let routes = |strip: &str| {
+            format!(
+                "users:\n  listen: 127.0.0.1:22996\n  redis: true\n  servers:\n   - 127.0.0.1:6379:1\n\
+                 front:\n  listen: 127.0.0.1:22997\n  redis: true\n  routes:\n   - \"user: users{strip}\"\n"
+            )
+        };
+        let (kept, stripped) = (pool(&routes("")), pool(&routes(" strip")));
+        let get = parse(&kept, b"*2\r\n$3\r\nGET\r\n$6\r\nuser:k\r\n").op;
+        let wire = |p: &PoolRt, resp3| p.wire(0, 5, resp3, get);
+        assert_eq!(
+            wire(&kept, false),
+            Wire {
+                server: 0,
+                slot: 0,
+                strip: false
+            }
+        );
+        assert_eq!(
+            wire(&stripped, true),
+            Wire {
+                server: 0,
+                slot: 1,
+                strip: true
+            }
+        );
     }
 }
