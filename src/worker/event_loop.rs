@@ -193,13 +193,15 @@ impl Worker<'_> {
         // release the accept mutex, then everything else.
         for ev in events.iter() {
             if let TokenKind::Listener(i) = tokens::kind(ev.token()) {
-                self.accept(i, now);
+                let reg = self.poll.registry();
+                let accepted = self.intake.accept_all(i, reg, &self.stats, &self.pools);
+                self.take_in(accepted, now);
             }
         }
         self.intake.release();
         if self.handin.take_again() {
-            let handed = self.handin.arrivals(self.poll.registry());
-            self.adopt(handed, now);
+            let handed = self.handin.arrivals(self.poll.registry(), &self.pools);
+            self.take_in(handed, now);
         }
         for ev in events.iter() {
             match tokens::kind(ev.token()) {
@@ -210,12 +212,13 @@ impl Worker<'_> {
                 }
                 TokenKind::Control => control_ready = true,
                 TokenKind::Handin => {
-                    let handed = self.handin.arrivals(self.poll.registry());
-                    self.adopt(handed, now);
+                    let handed = self.handin.arrivals(self.poll.registry(), &self.pools);
+                    self.take_in(handed, now);
                 }
                 TokenKind::HandinConn(key) => {
-                    let handed = self.handin.waiting_ready(self.poll.registry(), key);
-                    self.adopt(handed, now);
+                    let reg = self.poll.registry();
+                    let handed = self.handin.waiting_ready(reg, key, &self.pools);
+                    self.take_in(handed, now);
                 }
                 TokenKind::Relay(i) => self.relays.event(self.poll.registry(), i),
                 TokenKind::Sentinel(i) => {

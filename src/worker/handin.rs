@@ -3,20 +3,21 @@
 //! other side): the hand-in socket, the handover connections whose
 //! message has not come yet, and taking a handed client up as if it had
 //! been accepted. [`HandIn`] owns the sockets and acts with the poll
-//! registry passed in; what it returns is a client for the worker to adopt.
+//! registry passed in; what it returns is a `NewClient` (its pool and
+//! what it carries) for the worker to take in as it takes an accepted
+//! one (`Worker::take_in`).
 
-use super::conn::{BufPool, Client, ConnTable};
+use super::conn::{BufPool, Client};
 use super::handover::Handed;
+use super::listen::NewClient;
 use super::pool::PoolRt;
-use super::{tokens, Worker};
+use super::tokens;
 use crate::config::{AclUser, PoolConfig};
 use crate::net::handover::{self, Received};
 use crate::proto::redis::local::{Names, Session};
-use crate::stats::WorkerField;
 use mio::{Interest, Registry};
 use slab::Slab;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
-use std::time::Instant;
 
 /// Most handover connections accepted per wakeup (other workers of the
 /// successor take the rest).
@@ -93,13 +94,14 @@ impl HandIn {
 
     /// The clients the hand-in socket holds now, of at most
     /// `ACCEPT_BATCH` connections (other workers of the successor take the
-    /// rest); after a full batch more may wait, and [`HandIn::again`]
-    /// says to look on the next pass.
-    pub(super) fn arrivals(&mut self, reg: &Registry) -> Vec<(Vec<u8>, OwnedFd)> {
+    /// rest), each for its pool among `pools` (`new_client`); after a full
+    /// batch more may wait, and [`HandIn::again`] says to look on the
+    /// next pass.
+    pub(super) fn arrivals(&mut self, reg: &Registry, pools: &[PoolRt]) -> Vec<NewClient> {
         let mut got = Vec::new();
         for _ in 0..ACCEPT_BATCH {
             match self.accept(reg) {
-                Arrival::Client(msg, fd) => got.push((msg, fd)),
+                Arrival::Client(msg, fd) => got.extend(new_client(&msg, fd, pools)),
                 Arrival::Nothing => {}
                 Arrival::Done => return got,
             }
@@ -141,17 +143,19 @@ impl HandIn {
         Arrival::Nothing
     }
 
-    /// A waiting handover connection is readable: its client, if its
-    /// message came (the connection is done with then, client or not).
+    /// A waiting handover connection is readable: its client (for its
+    /// pool among `pools`), if its message came (the connection is done
+    /// with then, client or not).
     pub(super) fn waiting_ready(
         &mut self,
         reg: &Registry,
         key: usize,
-    ) -> Option<(Vec<u8>, OwnedFd)> {
+        pools: &[PoolRt],
+    ) -> Option<NewClient> {
         let raw = self.waiting.get(key)?.as_raw_fd();
         let client = match handover::recv(raw) {
             Ok(Received::Pending) => return None,
-            Ok(Received::Client(msg, fd)) => Some((msg, fd)),
+            Ok(Received::Client(msg, fd)) => new_client(&msg, fd, pools),
             Ok(Received::Nothing) => None,
             Err(e) => {
                 crate::log_warn!("handover receive failed: {e}");
@@ -162,6 +166,30 @@ impl HandIn {
         self.waiting.remove(key);
         client
     }
+}
+
+/// The client handed over as `msg` on `fd`, for the pool among `pools`
+/// that takes it up ([`Handed::taken_up`]), its socket tuned as an
+/// accepted one's; none when no pool does (its connection closes).
+fn new_client(msg: &[u8], fd: OwnedFd, pools: &[PoolRt]) -> Option<NewClient> {
+    let (h, pool) = Handed::taken_up(msg, pools)?;
+    let tcp = crate::net::is_tcp(&fd);
+    let raw = fd.into_raw_fd();
+    let sock = if tcp {
+        // SAFETY: `raw` is a connected TCP socket we now own.
+        crate::net::Stream::Tcp(unsafe { mio::net::TcpStream::from_raw_fd(raw) })
+    } else {
+        // SAFETY: `raw` is a connected unix stream socket we now own.
+        crate::net::Stream::Unix(unsafe { mio::net::UnixStream::from_raw_fd(raw) })
+    };
+    if tcp {
+        crate::net::tune_client(&sock, pools[pool].cfg.tcpkeepalive);
+    }
+    Some(NewClient {
+        sock,
+        pool,
+        handed: Some(h),
+    })
 }
 
 /// Why a handed client is not taken up.
@@ -277,51 +305,6 @@ impl Handed {
     }
 }
 
-impl Worker<'_> {
-    /// Take up the clients `handed` (message and descriptor each) by a
-    /// predecessor, as [`Handed::taken_up`] places them.
-    pub(super) fn adopt(
-        &mut self,
-        handed: impl IntoIterator<Item = (Vec<u8>, OwnedFd)>,
-        now: Instant,
-    ) {
-        for (msg, fd) in handed {
-            let Some((h, pool)) = Handed::taken_up(&msg, &self.pools) else {
-                continue;
-            };
-            let tcp = crate::net::is_tcp(&fd);
-            let raw = fd.into_raw_fd();
-            let sock = if tcp {
-                // SAFETY: `raw` is a connected TCP socket we now own.
-                crate::net::Stream::Tcp(unsafe { mio::net::TcpStream::from_raw_fd(raw) })
-            } else {
-                // SAFETY: `raw` is a connected unix stream socket we now own.
-                crate::net::Stream::Unix(unsafe { mio::net::UnixStream::from_raw_fd(raw) })
-            };
-            if tcp {
-                crate::net::tune_client(&sock, self.pools[pool].cfg.tcpkeepalive);
-            }
-            let c = self.pools[pool].new_client(sock, pool, self.ids.next(), now);
-            let (reg, p) = (self.poll.registry(), &mut self.pools[pool]);
-            let Some(token) = self.intake.admit(&mut self.conns, reg, c, p, &self.stats) else {
-                continue;
-            };
-            self.stats.worker_add(WorkerField::HandedIn, 1);
-            let Some(c) = self.conns.client_mut(token.0) else {
-                continue;
-            };
-            let out = h.carry_into(c, &self.pools[pool].cfg, &mut self.bufs);
-            if out > 0 {
-                self.dirty.client(token);
-                self.add_out(out);
-            }
-            // Whatever the client sent meanwhile is in the socket: read it
-            // (with the carried input) as if it had just arrived.
-            self.read_client(token, now, true);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -413,7 +396,7 @@ mod tests {
                 9,
                 0,
                 Session::new(9, Some(b"pw"), false),
-                Instant::now(),
+                std::time::Instant::now(),
             )
         };
         let mut bufs = BufPool::default();
@@ -473,18 +456,38 @@ mod tests {
     #[test]
     fn the_hand_in_socket_gives_what_it_holds_and_nothing_without_one() {
         let poll = mio::Poll::new().expect("poll");
+        let c = crate::config::Config::from_str(
+            "rd:\n  listen: 127.0.0.1:22996\n  redis: true\n  servers:\n    - 127.0.0.1:6379:1 b\n",
+            std::path::Path::new("t.yml"),
+        )
+        .expect("config parses");
+        let pools = [PoolRt::new(&c.pools[0], &[])];
         let mut none = HandIn::new(None);
-        assert!(none.arrivals(poll.registry()).is_empty());
+        assert!(none.arrivals(poll.registry(), &pools).is_empty());
         assert!(!none.again(), "nothing to look at again");
         let name = format!("walnut-handin-test-{}", std::process::id());
         let sock = handover::listen(&name).expect("listen");
         let mut h = HandIn::new(Some(sock));
-        assert!(h.arrivals(poll.registry()).is_empty());
+        assert!(h.arrivals(poll.registry(), &pools).is_empty());
+        let msg = |pool: &str| {
+            Handed {
+                pool: pool.into(),
+                redis: true,
+                input: b"*1".to_vec(),
+                ..Handed::default()
+            }
+            .encode()
+        };
         let (client, _peer) = std::os::unix::net::UnixStream::pair().expect("socket pair");
-        handover::send(&name, b"hello", client.as_raw_fd()).expect("handed");
-        let got = h.arrivals(poll.registry());
-        assert_eq!(got.len(), 1);
-        assert_eq!(got[0].0, b"hello");
+        handover::send(&name, &msg("rd"), client.as_raw_fd()).expect("handed");
+        let (gone, _peer) = std::os::unix::net::UnixStream::pair().expect("socket pair");
+        handover::send(&name, &msg("gone"), gone.as_raw_fd()).expect("handed");
+        let got = h.arrivals(poll.registry(), &pools);
+        assert_eq!(got.len(), 1, "a client of a pool gone is not taken up");
+        assert_eq!(got[0].pool, 0);
+        assert!(matches!(got[0].sock, crate::net::Stream::Unix(_)));
+        let carried = got[0].handed.as_ref().map(|h| h.input.as_slice());
+        assert_eq!(carried, Some(&b"*1"[..]), "with what it carries");
         assert!(!h.again(), "fewer than a batch: nothing left");
         assert!(h.none_waiting());
     }

@@ -1,12 +1,15 @@
 //! The worker's intake of new clients: its listening sockets, registered
 //! per listener mode (see `accept.rs`), the accept policy with its
 //! `max_connections` cap, and accepting. [`Intake`] owns all of it and
-//! acts with the poll registry passed in; the worker makes a client of
-//! each it returns ([`PoolRt::new_client`]) for the intake to admit
-//! into the connection table ([`Intake::admit`]), which counts it.
+//! acts with the poll registry passed in; what a listener gives is a
+//! batch of [`NewClient`]s (`Intake::accept_all`), as the hand-in
+//! socket's is (`handin.rs`). One executor, `Worker::take_in`, makes a
+//! client of each ([`PoolRt::new_client`]) for the intake to admit into
+//! the connection table ([`Intake::admit`]), which counts it.
 
 use super::accept::{self, AcceptMutex, AcceptPolicy, Cap};
-use super::conn::{self, Conn};
+use super::conn::{self, Conn, ConnTable};
+use super::handover::Handed;
 use super::pool::PoolRt;
 use super::tokens;
 use super::Worker;
@@ -30,6 +33,16 @@ pub(super) struct Intake<'a> {
     accepting: bool,
     /// `max_connections`.
     cap: Cap,
+}
+
+/// A client new to this worker, to take in (`Worker::take_in`): its
+/// socket and pool, accepted on a listener, or handed over by a
+/// predecessor with what it carries.
+pub(super) struct NewClient {
+    pub sock: Stream,
+    pub pool: usize,
+    /// Handed over: its state, taken up once it is in the table.
+    pub handed: Option<Handed>,
 }
 
 /// What one accept on a listener gave.
@@ -166,14 +179,42 @@ impl<'a> Intake<'a> {
         }
     }
 
+    /// What listener `idx` holds now, accepted: the clients for the
+    /// worker to take in, until the listener has no more or the cap is
+    /// reached. Each counts towards the cap and its pool's
+    /// `client_connections` as if already taken in.
+    pub(super) fn accept_all(
+        &mut self,
+        idx: usize,
+        reg: &Registry,
+        stats: &StatsSlot,
+        pools: &[PoolRt],
+    ) -> Vec<NewClient> {
+        let mut got = Vec::new();
+        let mut first = true;
+        loop {
+            match self.accept(idx, first, got.len(), reg, stats, pools) {
+                Accepted::Client(sock, pool) => got.push(NewClient {
+                    sock,
+                    pool,
+                    handed: None,
+                }),
+                Accepted::Closed => {}
+                Accepted::Done => return got,
+            }
+            first = false;
+        }
+    }
+
     /// Accept the next connection on listener `idx`; `first` says none
-    /// came yet in this run of accepts. `open` is how many clients the
-    /// worker holds (the cap is checked against it).
-    pub(super) fn accept(
+    /// came yet in this run of accepts, `taken` how many of it are not
+    /// yet in the worker's clients (the cap and the pool's limit count
+    /// them).
+    fn accept(
         &mut self,
         idx: usize,
         first: bool,
-        open: usize,
+        taken: usize,
         reg: &Registry,
         stats: &StatsSlot,
         pools: &[PoolRt],
@@ -204,6 +245,7 @@ impl<'a> Intake<'a> {
                 return Accepted::Done;
             }
         };
+        let open = stats.get_worker(WorkerField::CurrConnections) as usize + taken;
         if self.cap.reached(open) {
             crate::log_notice!(
                 "{} client connections: max_connections reached, not accepting until below 90%",
@@ -212,7 +254,9 @@ impl<'a> Intake<'a> {
             self.deregister(reg);
         }
         let p = &pools[pool];
-        if p.cfg.client_connections > 0 && p.clients >= p.cfg.client_connections {
+        if p.cfg.client_connections > 0
+            && p.clients as usize + taken >= p.cfg.client_connections as usize
+        {
             crate::log_info!(
                 "pool '{}': client_connections limit {} reached, closing new connection",
                 p.cfg.name,
@@ -314,28 +358,31 @@ impl PoolRt {
 }
 
 impl Worker<'_> {
-    /// A listener is readable: accept what it has and add the clients.
-    pub(super) fn accept(&mut self, idx: usize, now: Instant) {
-        let mut first = true;
-        loop {
-            let open = self.stats.get_worker(WorkerField::CurrConnections) as usize;
-            let reg = self.poll.registry();
-            match self
-                .intake
-                .accept(idx, first, open, reg, &self.stats, &self.pools)
-            {
-                Accepted::Client(sock, pool) => {
-                    let c = self.pools[pool].new_client(sock, pool, self.ids.next(), now);
-                    let p = &mut self.pools[pool];
-                    let reg = self.poll.registry();
-                    if (self.intake.admit(&mut self.conns, reg, c, p, &self.stats)).is_some() {
-                        self.stats.worker_add(WorkerField::TotalConnections, 1);
-                    }
-                }
-                Accepted::Closed => {}
-                Accepted::Done => return,
+    /// Take in the clients `arrived`, accepted or handed over: each made
+    /// a client of its pool and admitted; one handed over takes up what
+    /// it carries and is read at once (what it sent meanwhile waits in
+    /// its socket, behind the carried input).
+    pub(super) fn take_in(&mut self, arrived: impl IntoIterator<Item = NewClient>, now: Instant) {
+        for NewClient { sock, pool, handed } in arrived {
+            let c = self.pools[pool].new_client(sock, pool, self.ids.next(), now);
+            let (reg, p) = (self.poll.registry(), &mut self.pools[pool]);
+            let Some(token) = self.intake.admit(&mut self.conns, reg, c, p, &self.stats) else {
+                continue;
+            };
+            let Some(h) = handed else {
+                self.stats.worker_add(WorkerField::TotalConnections, 1);
+                continue;
+            };
+            self.stats.worker_add(WorkerField::HandedIn, 1);
+            let Some(c) = self.conns.client_mut(token.0) else {
+                continue;
+            };
+            let out = h.carry_into(c, &self.pools[pool].cfg, &mut self.bufs);
+            if out > 0 {
+                self.dirty.client(token);
+                self.add_out(out);
             }
-            first = false;
+            self.read_client(token, now, true);
         }
     }
 }
@@ -372,6 +419,40 @@ mod tests {
         let shut = pool("  redis_auth: secret\n");
         let (c, _peer) = client(&shut, 8);
         assert!(!c.session().authenticated);
+    }
+
+    /// A unix listener of pool 0 with `n` connections waiting (their
+    /// client ends kept), at a path of its own named `name`.
+    fn listening(name: &str, n: usize) -> (Listener, Vec<std::os::unix::net::UnixStream>) {
+        let dir = std::env::temp_dir().join(format!("walnut-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_file(&dir);
+        let l = mio::net::UnixListener::bind(&dir).expect("listen");
+        let peers = (0..n)
+            .map(|_| std::os::unix::net::UnixStream::connect(&dir).expect("connect"))
+            .collect();
+        let _ = std::fs::remove_file(&dir);
+        (Listener::Unix(l), peers)
+    }
+
+    #[test]
+    fn a_listener_gives_its_clients_up_to_the_pools_limit_and_the_cap() {
+        let region = Region::new(Layout::new(vec![1], vec![0]), 1).expect("stats region");
+        let stats = region.slot(0);
+        let poll = mio::Poll::new().expect("poll");
+        let reg = poll.registry();
+        let (l, _peers) = listening("accept-all", 3);
+        let mut intake = Intake::new(vec![(l, 0)], ListenerMode::Reuseport, None, 0, 0);
+        let pools = [pool("  client_connections: 2\n")];
+        let got = intake.accept_all(0, reg, &stats, &pools);
+        assert_eq!(got.len(), 2, "the third is past the pool's limit");
+        assert!(got.iter().all(|c| c.pool == 0 && c.handed.is_none()));
+        assert!(intake.accept_all(0, reg, &stats, &pools).is_empty());
+        assert_eq!(stats.get_worker(WorkerField::AcceptEagain), 1);
+        let (l, _peers) = listening("accept-cap", 3);
+        let mut intake = Intake::new(vec![(l, 0)], ListenerMode::Reuseport, None, 0, 2);
+        let got = intake.accept_all(0, reg, &stats, &[pool("")]);
+        assert_eq!(got.len(), 2, "the cap reached by the second");
+        assert!(intake.cap.capped());
     }
 
     #[test]
