@@ -114,13 +114,9 @@ impl Worker<'_> {
                 handin_again: self.handin.again(),
                 gated: self.gate.is_shut(),
             };
-            let retry_lock = if wait.gated {
-                None
-            } else {
-                // accept_mutex mode, not holding it: try again by then.
-                let reg = self.poll.registry();
-                self.intake.trylock(reg, self.region, self.slot)
-            };
+            // accept_mutex mode, not holding it: try again by then.
+            let reg = self.poll.registry();
+            let retry_lock = self.intake.trylock(reg, self.region, self.slot, wait.gated);
             let timeout = Some(wait.timeout(retry_lock));
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() != std::io::ErrorKind::Interrupted {
@@ -150,8 +146,15 @@ impl Worker<'_> {
                 self.intake.start(self.poll.registry())?;
             }
             if now.duration_since(last_sweep) >= Duration::from_secs(1) {
+                // Once a second: the recorder's, the connections', the heap's.
                 last_sweep = now;
-                self.every_second(now);
+                self.recorder.every_second(&self.stats, now);
+                let second =
+                    sweep::second(&mut self.conns, &mut self.pools, self.ctl.client_idle, now);
+                self.upkeep(second, now);
+                if self.trim.due() {
+                    crate::log_debug!("returned free heap memory to the kernel");
+                }
             }
             self.end_pass(now);
             if self.handover.on() && !self.hand_over_ready() {
@@ -231,20 +234,6 @@ impl Worker<'_> {
             }
         }
         control_ready
-    }
-
-    /// Once a second: slow-log line budget, hot keys published, what the
-    /// sweep names closed (`sweep::each_second`), ejected servers probed
-    /// (`server_health::probes`), free heap returned.
-    fn every_second(&mut self, now: Instant) {
-        self.recorder.every_second(&self.stats, now);
-        let ends = sweep::each_second(&mut self.conns, &self.pools, self.ctl.client_idle, now);
-        self.close_all(ends);
-        let probes = super::server_health::probes(&mut self.pools, now);
-        self.upkeep(probes, now);
-        if self.trim.due() {
-            crate::log_debug!("returned free heap memory to the kernel");
-        }
     }
 
     /// The end of a pass: output written, the marked connections in

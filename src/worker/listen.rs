@@ -145,13 +145,15 @@ impl<'a> Intake<'a> {
     /// is loaded well above the average (`accept::loaded`) or capped, and
     /// watch the listeners only while holding it. Returns how long the
     /// wait may last at most when the lock is not held (to try again).
+    /// Nothing while `gated` (no client is taken before the gate opens).
     pub(super) fn trylock(
         &mut self,
         reg: &Registry,
         region: &Region,
         slot: usize,
+        gated: bool,
     ) -> Option<Duration> {
-        if self.policy.mode != ListenerMode::AcceptMutex || !self.accepting {
+        if gated || self.policy.mode != ListenerMode::AcceptMutex || !self.accepting {
             return None;
         }
         if let Some(m) = self.policy.mutex {
@@ -453,6 +455,23 @@ mod tests {
         let got = intake.accept_all(0, reg, &stats, &[pool("")]);
         assert_eq!(got.len(), 2, "the cap reached by the second");
         assert!(intake.cap.capped());
+    }
+
+    #[test]
+    fn no_accept_lock_is_tried_while_the_gate_is_shut() {
+        let region = Region::new(Layout::new(vec![1], vec![0]), 1).expect("stats region");
+        let poll = mio::Poll::new().expect("poll");
+        let mut intake = Intake::new(Vec::new(), ListenerMode::AcceptMutex, None, 5, 0);
+        let reg = poll.registry();
+        assert_eq!(intake.trylock(reg, &region, 0, true), None);
+        let retry = intake.trylock(reg, &region, 0, false);
+        assert_eq!(
+            retry,
+            Some(Duration::from_millis(5)),
+            "not held: tried again"
+        );
+        let mut other = Intake::new(Vec::new(), ListenerMode::Reuseport, None, 5, 0);
+        assert_eq!(other.trylock(reg, &region, 0, false), None, "no mutex mode");
     }
 
     #[test]

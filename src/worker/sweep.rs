@@ -3,8 +3,10 @@
 //! takes too long (once a second), server connections whose TLS handshake
 //! takes too long (once a second), and the clients a graceful stop closes
 //! as soon as they are quiet. Each returns the tokens, or, for what a
-//! second's sweep ends (`each_second`), `Close` values; the worker closes
-//! them. What one connection's figures say is a pure function
+//! second's sweep ends (`each_second`), `Close` values; a second's work
+//! on the connections, those ends then the pools' health probes, is one
+//! list of `Upkeep` steps (`second`) the worker carries out
+//! (`Worker::upkeep`). What one connection's figures say is a pure function
 //! ([`idle_verdict`], [`handshake_over`], [`quiet`]) with unit tests
 //! without sockets.
 
@@ -12,6 +14,7 @@ use super::closes::Close;
 use super::conn::Conn;
 use super::fault::ServerFault;
 use super::pool::PoolRt;
+use super::upkeep::Upkeep;
 use super::GRACEFUL_IDLE;
 use mio::Token;
 use slab::Slab;
@@ -221,6 +224,22 @@ pub(super) fn each_second(
     closes
 }
 
+/// A second's work on the connections at `now`, in order: what the
+/// sweep ends ([`each_second`], `overridden` the idle bound set at run
+/// time), then the health probes of every pool of `pools`
+/// (`server_health::probes`).
+pub(super) fn second(
+    conns: &mut Slab<Conn>,
+    pools: &mut [PoolRt],
+    overridden: Option<Duration>,
+    now: Instant,
+) -> Vec<Upkeep> {
+    let ends = each_second(conns, pools, overridden, now);
+    let mut steps: Vec<Upkeep> = ends.into_iter().map(Upkeep::End).collect();
+    steps.extend(super::server_health::probes(pools, now));
+    steps
+}
+
 /// The clients a graceful stop closes at `now` ([`quiet`]), in table
 /// order.
 pub(super) fn quiet_clients(conns: &Slab<Conn>, now: Instant) -> Vec<Token> {
@@ -405,6 +424,35 @@ mod tests {
             each_second(&mut conns, &pools, Some(2000 * MS), later).is_empty(),
             "the bound set at run time first"
         );
+    }
+
+    #[test]
+    fn a_second_ends_what_the_sweep_names_then_probes_the_ejected_servers() {
+        use crate::net::Stream;
+        use crate::proto::redis::local::Session;
+        use crate::worker::conn::Client;
+        let yaml = "p:\n  listen: 127.0.0.1:22999\n  redis: true\n  client_idle_timeout: 1000\n  auto_eject_hosts: true\n  server_health_check: true\n  servers:\n    - 127.0.0.1:30001:1\n";
+        let c = crate::config::Config::from_str(yaml, std::path::Path::new("t.yml"))
+            .expect("config parses");
+        let mut pools = vec![PoolRt::new(&c.pools[0], &[])];
+        let t0 = Instant::now();
+        let mut conns = Slab::new();
+        let (sock, _) = mio::net::UnixStream::pair().expect("socket pair");
+        let c = Client::new(Stream::Unix(sock), 1, 0, Session::new(1, None, false), t0);
+        let ct = Token(conns.insert(Conn::Client(Box::new(c))));
+        let quiet = second(&mut conns, &mut pools, None, t0 + 500 * MS);
+        assert!(quiet.is_empty(), "{quiet:?}");
+        pools[0].servers[0].probing = true;
+        let steps = second(&mut conns, &mut pools, None, t0 + 1001 * MS);
+        let [Upkeep::End(end), Upkeep::Ask(probe)] = &steps[..] else {
+            panic!("an end, then a probe: {steps:?}");
+        };
+        let idle = Close::Client {
+            token: ct,
+            error: false,
+        };
+        assert_eq!(end, &idle);
+        assert_eq!((probe.pool, &probe.servers[..]), (0, &[0][..]));
     }
 
     #[test]

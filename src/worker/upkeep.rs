@@ -5,9 +5,12 @@
 //! the state it owns: a pool's health probes (`PoolRt::probes`), a
 //! connection's timer (`server_health::timer_fired`, as
 //! `Server::timer_fired` says), a cluster pool's retries and slot map
-//! (`PoolRt::cluster_upkeep`), a sentinel's replies (`sentinel::event`). The worker carries them all
-//! out in one place (`Worker::upkeep`), with the connections they need.
+//! (`PoolRt::cluster_upkeep`), a sentinel's replies (`sentinel::event`),
+//! a second's sweep and probes together (`sweep::second`). The worker
+//! carries them all out in one place (`Worker::upkeep`), with the
+//! connections they need.
 
+use super::closes::Close;
 use super::cluster_map::Redo;
 use super::conn::{ConnTable, Open, ReplyTo, Server, Waiter};
 use super::fault::ServerFault;
@@ -33,7 +36,7 @@ pub(super) struct OwnAsk {
 }
 
 /// What the worker does for its server connections, as a feature decided.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(super) enum Upkeep {
     /// Send the proxy's own request (a health probe, `CLUSTER SLOTS`); a
     /// slot map's question is told to the pool's map, with the server
@@ -53,6 +56,8 @@ pub(super) enum Upkeep {
         op: Op,
         redo: Redo,
     },
+    /// A connection a sweep ends, as `Worker::close_all` ends it.
+    End(Close),
 }
 
 impl Worker<'_> {
@@ -83,6 +88,7 @@ impl Worker<'_> {
                     }
                 }
                 Upkeep::Redo { pool, to, op, redo } => self.redo(pool, to, op, redo, now),
+                Upkeep::End(close) => self.close_all([close]),
             }
         }
     }
