@@ -9,11 +9,10 @@ use super::fleet_hold::FleetStep;
 use super::pool::PoolRt;
 use super::pull::AfterPull;
 use super::pull::Hold;
-use super::server_conn::Queued;
+use super::queue::RequestBytes;
 use super::txn::TxnStep;
 use super::{Worker, WorkerCtl, READ_BUDGET, READ_CHUNK, STREAM_LOW, STREAM_THRESHOLD};
 use crate::proto::{Local, Parse, Request, Route};
-use crate::stats::slowlog::KeyPrefix;
 use crate::stats::{PoolField, WorkerField};
 use mio::Token;
 use slab::Slab;
@@ -368,63 +367,28 @@ impl Worker<'_> {
         }
     }
 
-    /// Queue request bytes on a server connection; then the lists it joins
-    /// (`Queued`: to count, to write) and its timeout timer
-    /// (`Server::arm_once`).
+    /// Queue request bytes on a server connection (written by a closure,
+    /// or as they came: `queue::RequestBytes`); then the pass's lists it
+    /// joins as its `Queued` says (`Dirty::queued`: to count, to write)
+    /// and its timeout timer (`Server::arm_once`).
     #[inline]
     pub(super) fn enqueue(
         &mut self,
         st: Token,
         waiter: Option<Waiter>,
         op: crate::proto::Op,
-        write: impl FnOnce(&mut Vec<u8>),
+        bytes: impl RequestBytes,
         now: Instant,
-    ) {
-        self.queue_on(st, waiter, now, |s, w, key| s.queue(w, op, write, now, key));
-    }
-
-    /// Queue a request that goes as it came, written at once from `bytes`
-    /// when nothing waits before it (`Server::queue_through`); then as
-    /// `enqueue`.
-    pub(super) fn enqueue_through(
-        &mut self,
-        st: Token,
-        waiter: Option<Waiter>,
-        op: crate::proto::Op,
-        bytes: &[u8],
-        now: Instant,
-    ) {
-        self.queue_on(st, waiter, now, |s, w, key| {
-            s.queue_through(w, op, bytes, now, key)
-        });
-    }
-
-    /// What `enqueue` and `enqueue_through` share around how they queue
-    /// (`queue`): the connection joins the pass's list to count with its
-    /// first request, has its timer armed as `Server::arm_once` says, and
-    /// is marked to be written with its first output.
-    #[inline(always)]
-    fn queue_on(
-        &mut self,
-        st: Token,
-        waiter: Option<Waiter>,
-        now: Instant,
-        queue: impl FnOnce(&mut Server, Option<Waiter>, KeyPrefix) -> Queued,
     ) {
         let Some(s) = self.conns.server_mut(st.0) else {
             return;
         };
         let waits = waiter.is_some();
-        let q = queue(s, waiter, self.recorder.slow_key());
-        if q.first_uncounted {
-            self.counting.push(st);
-        }
+        let q = bytes.queue_on(s, waiter, op, now, self.recorder.slow_key());
         if let Some(at) = s.arm_once(waits, &self.pools, now) {
             self.timers.arm(at, st, s.id());
         }
-        if q.first_out {
-            self.dirty.server(st);
-        }
+        self.dirty.queued(st, q);
     }
 
     /// Write as much queued output as the socket takes.

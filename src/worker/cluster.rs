@@ -388,7 +388,7 @@ impl Worker<'_> {
                 st,
                 Some(Waiter::Internal),
                 iop,
-                |out| out.extend_from_slice(cluster::ASKING),
+                |out: &mut Vec<u8>| out.extend_from_slice(cluster::ASKING),
                 now,
             );
         }
@@ -399,7 +399,7 @@ impl Worker<'_> {
                     st,
                     to.waiter(),
                     op,
-                    |out| match &keys {
+                    |out: &mut Vec<u8>| match &keys {
                         Some(k) => proto.write_fragment(&bytes, &req, k, out),
                         None => proto.write_request(&req, &bytes, out),
                     },
@@ -409,7 +409,7 @@ impl Worker<'_> {
             Resending::Spooled(at) => {
                 // Its bytes follow from the spool, as the connection
                 // drains.
-                self.enqueue(st, to.waiter(), op, |_| {}, now);
+                self.enqueue(st, to.waiter(), op, |_: &mut Vec<u8>| {}, now);
                 super::cluster_stream::start_feed(&mut self.conns, st, to, at);
                 let fed = feed(&mut self.conns, &self.stats, &mut self.dirty, st, now);
                 if let Fed::ClientLeft(sid) = fed {

@@ -158,9 +158,13 @@ impl Worker<'_> {
                 Reply::Pushed => ReplyTo::client(token, cid),
             };
             match d.write {
-                Sent::Bytes(b) => {
-                    self.enqueue(st, to.waiter(), op, |o| o.extend_from_slice(b), now)
-                }
+                Sent::Bytes(b) => self.enqueue(
+                    st,
+                    to.waiter(),
+                    op,
+                    |o: &mut Vec<u8>| o.extend_from_slice(b),
+                    now,
+                ),
                 Sent::Request(req, bytes) => {
                     let proto = self.pools[pool].proto;
                     let write = |o: &mut Vec<u8>| proto.write_request(req, bytes, o);

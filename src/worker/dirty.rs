@@ -3,19 +3,24 @@
 //! is written once, after the pass, so a pipelined batch goes out in one
 //! write per connection. Writing can give more output (a client read
 //! again once written to sends requests), written in a few more rounds
-//! (`Dirty::round_due`). The connections paused by backpressure that may
-//! read again are listed alike, and read each once (`resumed`).
+//! (`Dirty::round_due`). The server connections given their first
+//! request of the pass are listed too, to count what stays unwritten
+//! after it (`Dirty::queued`). The connections paused by backpressure
+//! that may read again are listed alike, and read each once (`resumed`).
 
+use super::server_conn::Queued;
 use mio::Token;
 
 /// Most write rounds over marked connections in one pass of the loop.
 const FLUSH_ROUNDS: usize = 4;
 
-/// Server connections and clients marked to be written.
+/// Server connections and clients marked to be written, and server
+/// connections with requests to count at the end of the pass.
 #[derive(Debug, Default)]
 pub struct Dirty {
     servers: Vec<Token>,
     clients: Vec<Token>,
+    counting: Vec<Token>,
 }
 
 impl Dirty {
@@ -32,6 +37,25 @@ impl Dirty {
     #[inline]
     pub fn server(&mut self, token: Token) {
         mark(&mut self.servers, token);
+    }
+
+    /// A request was queued on server connection `st`, as `q` says: its
+    /// first request of the pass lists the connection to count (once),
+    /// its first output marks it to be written.
+    #[inline(always)]
+    pub fn queued(&mut self, st: Token, q: Queued) {
+        if q.first_uncounted {
+            self.counting.push(st);
+        }
+        if q.first_out {
+            self.server(st);
+        }
+    }
+
+    /// The server connections given requests in this pass, each once, to
+    /// count at its end (`server::count_queued`, which empties the list).
+    pub fn counting(&mut self) -> &mut Vec<Token> {
+        &mut self.counting
     }
 
     /// Nothing is marked.
@@ -148,6 +172,28 @@ mod tests {
         let _ = d.take_servers();
         d.client(Token(4));
         assert!(d.round_due(1), "a client marked");
+    }
+
+    #[test]
+    fn a_queued_request_lists_its_connection_to_count_and_to_write_as_it_says() {
+        let mut d = Dirty::default();
+        let q = |first_out, first_uncounted| Queued {
+            first_out,
+            first_uncounted,
+        };
+        d.queued(Token(4), q(true, true));
+        d.queued(Token(4), q(false, false));
+        assert_eq!(d.counting(), &vec![Token(4)]);
+        assert_eq!(d.take_servers(), vec![Token(4)]);
+        // Output left from before: counted, not marked again.
+        d.queued(Token(6), q(false, true));
+        assert!(d.is_empty(), "nothing to write");
+        assert_eq!(d.counting(), &vec![Token(4), Token(6)]);
+        // The first output after a write in this pass: written again,
+        // counted once.
+        d.queued(Token(4), q(true, false));
+        assert_eq!(d.take_servers(), vec![Token(4)]);
+        assert_eq!(d.counting().len(), 2);
     }
 
     #[test]

@@ -267,7 +267,7 @@ impl Worker<'_> {
             // held reply) stay marked: the next round writes them.
             self.dirty.give_clients(clients);
         }
-        super::server::count_queued(&mut self.conns, &mut self.counting, &self.stats);
+        super::server::count_queued(&mut self.conns, self.dirty.counting(), &self.stats);
         self.recorder.end_pass(&self.stats);
     }
 

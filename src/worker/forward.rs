@@ -127,7 +127,7 @@ impl Worker<'_> {
         // connection only what the socket does not take is copied.
         if self.ends_input && self.pools[at.pool].writes_through(req, bytes.len()) {
             match self.server_conn(at.pool, wire.server, wire.slot, now, Open::Shared) {
-                Ok(st) => self.enqueue_through(st, to.waiter(), req.op, bytes, now),
+                Ok(st) => self.enqueue(st, to.waiter(), req.op, super::queue::Through(bytes), now),
                 Err(fault) => self.fail_unsent(to, at.pool, req.op, &fault),
             }
             return;

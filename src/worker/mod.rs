@@ -43,6 +43,7 @@ mod pool;
 mod preconnect;
 mod pubsub;
 mod pull;
+mod queue;
 mod read_batch;
 mod relay;
 mod rep_stream;
@@ -239,7 +240,9 @@ pub struct Worker<'a> {
     region: &'a Region,
     slot: usize,
     timers: timers::Timers,
-    /// Connections to write at the end of the pass.
+    /// Connections to write at the end of the pass, and server
+    /// connections with requests not yet in the shared counters
+    /// (`count_queued` in server.rs).
     dirty: dirty::Dirty,
     /// Connections paused by a stream's backpressure that may read again.
     resume: Vec<Token>,
@@ -259,9 +262,6 @@ pub struct Worker<'a> {
     recorder: latency::Recorder,
     /// When to give freed memory back after many clients left.
     trim: heap::HeapTrim,
-    /// Server connections with requests not yet in the shared counters
-    /// (`count_queued` in server.rs).
-    counting: Vec<Token>,
     /// A fleet member's page: whether `migration: true` pools may be
     /// routed (`fleet/page.rs`).
     fleet: Option<crate::fleet::page::FleetPage>,
@@ -349,7 +349,6 @@ impl<'a> Worker<'a> {
             recorder,
             trim: heap::HeapTrim::default(),
             fleet: setup.fleet.map(|(page, _)| page),
-            counting: Vec::new(),
             handin: handin::HandIn::new(setup.handin),
             relays: relay::Relays::default(),
             gate: gate::Gate::new(!sentinels.is_empty(), Instant::now()),

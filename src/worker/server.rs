@@ -100,7 +100,7 @@ impl Worker<'_> {
                 token,
                 Some(Waiter::Internal),
                 op,
-                |out| out.extend_from_slice(&bytes),
+                |out: &mut Vec<u8>| out.extend_from_slice(&bytes),
                 now,
             );
         }
