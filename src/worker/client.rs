@@ -2,6 +2,7 @@
 //! order, write.
 
 use super::client_conn::{AfterRead, InputPass};
+use super::closes::{Close, Kept};
 use super::conn::Origin;
 use super::conn::{Conn, ConnTable, Server, Waiter};
 use super::fault::ServerFault;
@@ -457,25 +458,12 @@ impl Worker<'_> {
             }
         }
         c.return_idle_output(&mut self.bufs);
-        if let Some(len) = c.output_over(limit) {
-            let pool = c.pool();
-            self.close_over_limit(token, pool, len, "buffered");
+        if let Some(bytes) = c.output_over(limit) {
+            let how = Kept::Buffered;
+            self.close_all(Some(Close::OverLimit { token, bytes, how }));
             return false;
         }
         true
-    }
-
-    /// Close a client whose replies (`bytes`, `how` kept) passed its
-    /// output limit.
-    pub(super) fn close_over_limit(&mut self, token: Token, pool: usize, bytes: usize, how: &str) {
-        crate::log_notice!(
-            "client on pool '{}' not reading its replies: {} bytes {}, over client_output_limit {}; closing it",
-            self.pools[pool].cfg.name,
-            bytes,
-            how,
-            self.ctl.output_limit(&self.pools[pool])
-        );
-        self.close_client(token, true);
     }
 
     /// Drop a client. Replies still coming from servers for it are discarded.

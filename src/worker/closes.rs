@@ -3,7 +3,9 @@
 //! the output budget (`OutputBudget::evictions`), the connections a client
 //! or a channel held for itself ([`retire`]), a dedicated server
 //! connection done with ([`done`]), a server connection left holding half
-//! a streamed request ([`half_sent`]). `Worker::close_all` carries
+//! a streamed request ([`half_sent`]), a client over its output limit
+//! (`Close::OverLimit`, with its log line, [`OverLimitLine`]).
+//! `Worker::close_all` carries
 //! them out in order, each checked to be still there when its turn comes
 //! (an earlier close may have ended it, or freed its slot for another).
 
@@ -23,6 +25,13 @@ pub(super) enum Close {
     /// A client the output budget evicts, holding `len` bytes of
     /// replies: only while eviction goes on (`OutputBudget::evicting`).
     Evict { token: Token, len: usize },
+    /// A client keeping `bytes` of replies (as `how` says) over its
+    /// `client_output_limit`: it does not read them.
+    OverLimit {
+        token: Token,
+        bytes: usize,
+        how: Kept,
+    },
     /// A server connection, its requests failed for `fault` at `at`.
     Server {
         token: Token,
@@ -37,6 +46,43 @@ pub(super) enum Close {
     /// `why` (the client's doing, so the server is not counted as
     /// failing).
     HalfSent { token: Token, why: ServerFault },
+}
+
+/// Where the replies a client is closed over its output limit for are
+/// kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kept {
+    /// In its output buffer (after a write, `Client::output_over`).
+    Buffered,
+    /// In its output and its large replies held in chunks, once one was
+    /// filled in (`Client::kept_over`).
+    Held,
+    /// As `Held`, while a large reply is still arriving for it.
+    BufferedOrHeld,
+}
+
+/// The line a client closed over its output limit is logged with: its
+/// pool's name, what it kept and how, and the limit.
+pub(super) struct OverLimitLine<'a> {
+    pub pool: &'a str,
+    pub bytes: usize,
+    pub how: Kept,
+    pub limit: usize,
+}
+
+impl std::fmt::Display for OverLimitLine<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let how = match self.how {
+            Kept::Buffered => "buffered",
+            Kept::Held => "held",
+            Kept::BufferedOrHeld => "buffered or held",
+        };
+        write!(
+            f,
+            "client on pool '{}' not reading its replies: {} bytes {how}, over client_output_limit {}; closing it",
+            self.pool, self.bytes, self.limit
+        )
+    }
 }
 
 /// The dedicated server connection at `token` (its request answered, or
@@ -87,6 +133,20 @@ impl Worker<'_> {
                     );
                     self.close_client(token, true);
                 }
+                Close::OverLimit { token, bytes, how } => {
+                    let Some(c) = self.conns.client(token.0) else {
+                        continue;
+                    };
+                    let p = &self.pools[c.pool()];
+                    let line = OverLimitLine {
+                        pool: &p.cfg.name,
+                        bytes,
+                        how,
+                        limit: self.ctl.output_limit(p),
+                    };
+                    crate::log_notice!("{line}");
+                    self.close_client(token, true);
+                }
                 Close::Server { token, fault, at } => self.close_server(token, fault, at),
                 Close::Retire(r) => {
                     if self.conns.server_ref(r).is_none() {
@@ -126,6 +186,26 @@ mod tests {
         let s = conns.insert(Conn::Server(Box::new(server)));
         let c = conns.insert(Conn::Client(Box::new(client)));
         (conns, s, c, [peer, peer2])
+    }
+
+    #[test]
+    fn a_client_over_its_output_limit_is_logged_with_what_it_kept_and_how() {
+        let line = |how| {
+            let pool = "cache";
+            OverLimitLine {
+                pool,
+                bytes: 2048,
+                how,
+                limit: 1024,
+            }
+            .to_string()
+        };
+        assert_eq!(
+            line(Kept::Buffered),
+            "client on pool 'cache' not reading its replies: 2048 bytes buffered, over client_output_limit 1024; closing it"
+        );
+        assert!(line(Kept::Held).contains(": 2048 bytes held, over"));
+        assert!(line(Kept::BufferedOrHeld).contains(" bytes buffered or held, over"));
     }
 
     #[test]

@@ -156,7 +156,11 @@ impl Worker<'_> {
             return;
         };
         if let Some(kept) = c.kept_over(self.ctl.output_limit(&self.pools[pool])) {
-            self.close_over_limit(token, pool, kept, "held");
+            self.close_all(Some(super::closes::Close::OverLimit {
+                token,
+                bytes: kept,
+                how: super::closes::Kept::Held,
+            }));
         }
     }
 }

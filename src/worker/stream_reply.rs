@@ -279,8 +279,12 @@ impl Worker<'_> {
                 s.consume_input(n);
             }
             self.add_out(added);
-            if let Some((ct, pool, kept)) = over_limit {
-                self.close_over_limit(ct, pool, kept, "buffered or held");
+            if let Some((token, _, bytes)) = over_limit {
+                self.close_all(Some(super::closes::Close::OverLimit {
+                    token,
+                    bytes,
+                    how: super::closes::Kept::BufferedOrHeld,
+                }));
             }
             if done {
                 let (bufs, dirty) = (&mut self.bufs, &mut self.dirty);
