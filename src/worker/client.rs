@@ -1,7 +1,7 @@
 //! Client side of the data path: read, parse, route, queue replies in
 //! order, write.
 
-use super::client_conn::{AfterRead, InputPass};
+use super::client_conn::{AfterRead, AfterWrite, InputPass, WriteClose};
 use super::closes::{Close, Kept};
 use super::conn::Origin;
 use super::conn::{Conn, ConnTable, Server, Waiter};
@@ -17,7 +17,7 @@ use crate::proto::{Local, Parse, Request, Route};
 use crate::stats::{PoolField, WorkerField};
 use mio::Token;
 use slab::Slab;
-use std::io::{ErrorKind, Write};
+use std::io::ErrorKind;
 use std::os::fd::AsRawFd;
 use std::time::Instant;
 
@@ -392,7 +392,8 @@ impl Worker<'_> {
         self.dirty.queued(st, q);
     }
 
-    /// Write as much queued output as the socket takes.
+    /// Write as much queued output as the socket takes; then what the
+    /// client's `after_write` says.
     pub(super) fn write_client(&mut self, token: Token) {
         if !self.flush_client(token) {
             return;
@@ -416,54 +417,36 @@ impl Worker<'_> {
             return;
         };
         let max_inflight = self.ctl.max_inflight(&self.pools[c.pool()]);
-        if c.resume_if_drained(max_inflight, READ_CHUNK * 4) {
-            self.read_client(token, std::time::Instant::now(), true);
-            return;
-        }
-        // Nothing more to do (quit sent, or peer gone and every reply
-        // written): it closes.
-        if self.conns.client(token.0).is_some_and(|c| c.finished()) {
-            self.close_client(token, false);
+        match c.after_write(max_inflight, READ_CHUNK * 4) {
+            AfterWrite::Read => self.read_client(token, std::time::Instant::now(), true),
+            AfterWrite::Close => self.close_client(token, false),
+            AfterWrite::Stay => {}
         }
     }
 
-    /// Write queued output; close the client on a socket error or when
-    /// more than `client_output_limit` bytes stay unwritten. Returns
-    /// whether the client is still open.
+    /// Write queued output (`Client::flush`); close the client on a
+    /// socket error or when more than `client_output_limit` bytes stay
+    /// unwritten. Returns whether the client is still open.
     pub(super) fn flush_client(&mut self, token: Token) -> bool {
-        let Some(pool) = self.conns.client(token.0).map(|c| c.pool()) else {
-            return false;
-        };
-        let limit = self.ctl.output_limit(&self.pools[pool]);
         let Some(c) = self.conns.client_mut(token.0) else {
             return false;
         };
-        if c.sock().is_tls() && c.sock_mut().flush().is_err() {
-            // Ciphertext rustls still held could not be written.
-            self.close_client(token, true);
-            return false;
+        let limit = self.ctl.output_limit(&self.pools[c.pool()]);
+        let flushed = c.flush(limit, &mut self.bufs);
+        if flushed.written > 0 {
+            // (Most calls write nothing: a writable edge with no output.)
+            self.out.sub(flushed.written, &self.stats);
         }
-        while c.has_output() {
-            match c.write_output() {
-                Ok(0) => break,
-                Ok(n) => {
-                    self.out.sub(n, &self.stats);
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(_) => {
-                    self.close_client(token, true);
-                    return false;
-                }
+        let close = match flushed.close {
+            None => return true,
+            Some(WriteClose::Failed) => Close::Client { token, error: true },
+            Some(WriteClose::OverLimit(bytes)) => {
+                let how = Kept::Buffered;
+                Close::OverLimit { token, bytes, how }
             }
-        }
-        c.return_idle_output(&mut self.bufs);
-        if let Some(bytes) = c.output_over(limit) {
-            let how = Kept::Buffered;
-            self.close_all(Some(Close::OverLimit { token, bytes, how }));
-            return false;
-        }
-        true
+        };
+        self.close_all(Some(close));
+        false
     }
 
     /// Drop a client. Replies still coming from servers for it are discarded.

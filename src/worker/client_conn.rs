@@ -19,7 +19,10 @@ use std::time::{Duration, Instant};
 mod flow;
 #[path = "client_limit.rs"]
 mod limit;
+#[path = "client_write.rs"]
+mod write;
 pub use flow::{AfterRead, InputPass};
+pub use write::{AfterWrite, WriteClose};
 
 /// What [`Client::hold_output`] decided for the queued output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
