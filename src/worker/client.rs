@@ -4,7 +4,7 @@
 use super::client_conn::{AfterRead, AfterWrite, InputPass, WriteClose};
 use super::closes::{Close, Kept};
 use super::conn::Origin;
-use super::conn::{Conn, ConnTable, Server, Waiter};
+use super::conn::{Conn, ConnTable, Waiter};
 use super::fault::ServerFault;
 use super::fleet_hold::FleetStep;
 use super::pool::PoolRt;
@@ -515,66 +515,9 @@ impl WorkerCtl {
     }
 }
 
-/// A server connection's timeout timer as requests are queued on it.
-impl Server {
-    /// A request was queued at `now`; `waits`: a client waits for its
-    /// reply. The deadline to arm the connection's timer for when that
-    /// starts the pool's `timeout` (none: no timeout, nothing waits, or
-    /// the timer is armed already; it is re-armed from the oldest request
-    /// as it fires, `Server::timer_fired`). `pools`: the worker's, the
-    /// connection's among them.
-    #[inline(always)]
-    pub(super) fn arm_once(
-        &mut self,
-        waits: bool,
-        pools: &[PoolRt],
-        now: Instant,
-    ) -> Option<Instant> {
-        if self.timer_armed() || !waits {
-            return None;
-        }
-        let t = pools[self.pool()].timeout()?;
-        self.set_timer_armed(true);
-        Some(now + t)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_connections_timer_is_armed_by_the_first_request_waited_for() {
-        let yaml =
-            "a:\n  listen: 127.0.0.1:22121\n  timeout: 400\n  servers:\n   - 127.0.0.1:11211:1\n\
-                    b:\n  listen: 127.0.0.1:22122\n  servers:\n   - 127.0.0.1:11212:1\n";
-        let c = crate::config::Config::from_str(yaml, std::path::Path::new("t.yml"))
-            .expect("config parses");
-        let pools: Vec<PoolRt> = c.pools.iter().map(|p| PoolRt::new(p, &[])).collect();
-        let server = |pool: usize| {
-            let (sock, peer) = mio::net::UnixStream::pair().expect("socket pair");
-            let s = Server::new(
-                crate::net::Stream::Unix(sock),
-                1,
-                (pool, 0, 0),
-                Instant::now(),
-                true,
-            );
-            (s, peer)
-        };
-        let now = Instant::now();
-        let (mut s, _peer) = server(0);
-        assert_eq!(s.arm_once(false, &pools, now), None, "nothing waits");
-        assert!(!s.timer_armed());
-        let at = now + std::time::Duration::from_millis(400);
-        assert_eq!(s.arm_once(true, &pools, now), Some(at));
-        assert!(s.timer_armed());
-        assert_eq!(s.arm_once(true, &pools, now), None, "armed already");
-        // A pool without a timeout: never armed.
-        let (mut s, _peer) = server(1);
-        assert_eq!(s.arm_once(true, &pools, now), None);
-        assert!(!s.timer_armed());
-    }
 
     #[test]
     fn replies_queued_past_a_clients_output_limit_are_written_at_once() {
