@@ -6,7 +6,6 @@ use super::closes::{Close, Kept};
 use super::conn::Origin;
 use super::conn::{Conn, ConnTable, Waiter};
 use super::fault::ServerFault;
-use super::fleet_hold::FleetStep;
 use super::pool::PoolRt;
 use super::pull::AfterPull;
 use super::pull::Hold;
@@ -294,18 +293,11 @@ impl Worker<'_> {
                 close
             }
             Route::Single | Route::Multi => {
-                match self.fleet_gate(token, pool, &req, bytes, AfterPull::Route, now) {
-                    FleetStep::Go => {}
-                    FleetStep::Held => return true,
-                    FleetStep::Refused => return false,
-                }
-                let mut owner = None;
-                if self.pools[pool].route.is_migrating() {
-                    match self.hold_for_moved_keys(token, &req, bytes, AfterPull::Route, now) {
-                        Hold::Held => return true,
-                        Hold::Go { owner: o } => owner = o,
-                    }
-                }
+                let owner = match self.gate(token, pool, &req, bytes, AfterPull::Route, now) {
+                    Hold::Go { owner } => owner,
+                    Hold::Held => return true,
+                    Hold::Refused => return false,
+                };
                 self.dispatch_routed(token, req, bytes, owner, now);
                 false
             }

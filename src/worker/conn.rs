@@ -86,7 +86,7 @@ pub struct Retry {
     pub learns: bool,
     /// A miss of the last server pulls the key instead of being the
     /// answer: a memcached read of a key the migrator's map says moved,
-    /// asked of its new owner only (`migrate.rs`, `Worker::pull_missed`).
+    /// asked of its new owner only (`migrate.rs`, `Client::pull_after_miss`).
     pub pull_on_miss: bool,
 }
 

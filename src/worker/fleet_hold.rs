@@ -12,8 +12,8 @@
 //!
 //! - what it waited for has passed (the pool is no longer fenced, or the
 //!   page says in step again): the request goes on exactly as one arriving
-//!   now would, through `fleet_gate` again (it may be held for the
-//!   other reason, or refused), then pulls and routing;
+//!   now would, through the gates again (`Worker::gate`: it may be held
+//!   for the other reason, or refused), then pulls and routing;
 //! - the wait's deadline passed: it is refused with the error it would
 //!   have got at once;
 //! - the worker stops (a reload's handover, a graceful stop): every held
@@ -40,20 +40,22 @@
 //! values), and how long the loop may wait (`wait`); the pool says what a
 //! request waits for (`PoolRt::fleet_wait`), and what a request at the
 //! gate comes to (`gate`, an [`Admit`]: go, hold until when, or refuse
-//! with which error); the pool writes the refusal (`fleet_refusal`). The
-//! `Worker` asks it (`fleet_gate`) and carries out what `FleetHolds`
-//! returns: it sets the client's gate; an ended hold is its client's
-//! step (`FleetHolds::ended`, a `Step::Unheld`), carried out with the
-//! pulls' steps (`Worker::run_held`: the gate taken, the request routed
-//! again or refused).
+//! with which error); the pool writes the refusal (`fleet_refusal`).
+//! What `gate` says is the first of the gates a request passes
+//! (`PoolRt::gated`, `migrate.rs`), carried out on its client for
+//! `Worker::gate` (`carry_out`: its gate set and the hold noted, or its
+//! refusal queued); an ended hold is its client's step
+//! (`FleetHolds::ended`, a `Step::Unheld`), carried out with the pulls'
+//! steps by `Worker::run_held` (the gate taken, the request through the
+//! gates again or refused).
 
 use super::conn::{Conn, ConnTable};
 use super::conn_state::Gate;
 use super::pool::PoolRt;
-use super::pull::{AfterPull, Step};
-use super::Worker;
+use super::pull::{At, Hold, Step};
 use crate::fleet::page::FleetPage;
 use crate::proto::Request;
+use crate::stats::shm::StatsSlot;
 use crate::stats::WorkerField;
 use mio::Token;
 use slab::Slab;
@@ -87,17 +89,6 @@ impl Wait {
             Wait::InStep => FLEET_LAPSED,
         }
     }
-}
-
-/// What became of a request the fleet may not let through now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum FleetStep {
-    /// Route it.
-    Go,
-    /// Held: its client is read no further until it goes on.
-    Held,
-    /// Refused (the error is queued as its reply).
-    Refused,
 }
 
 /// What a request the fleet may hold comes to at the gate
@@ -218,6 +209,35 @@ impl FleetHolds {
             since: now,
             until,
         });
+    }
+
+    /// What `gate` said of a request (`at`) of client `token`, carried
+    /// out and counted: held (its client's gate set, the hold noted until
+    /// `until`), or refused (the error queued as its reply, written by its
+    /// pool).
+    pub(super) fn carry_out(
+        &mut self,
+        (admit, at, token): (Admit, At, Token),
+        (conns, stats, pools): (&mut Slab<Conn>, &StatsSlot<'_>, &[PoolRt]),
+        now: Instant,
+    ) -> Hold {
+        let Some(c) = conns.client_mut(token.0) else {
+            return Hold::Refused;
+        };
+        let (pool, error) = match admit {
+            Admit::Go => return Hold::Go { owner: None },
+            Admit::Refuse(error) => (c.pool(), error),
+            Admit::Hold { why, until } => {
+                c.set_gate(Box::new(Gate::held(at.req, at.bytes, at.then)));
+                self.hold((token, c.id()), c.pool(), why, now, until);
+                stats.worker_add(WorkerField::FleetHeld, 1);
+                return Hold::Held;
+            }
+        };
+        stats.worker_add(WorkerField::FleetRefused, 1);
+        let out = pools[pool].fleet_refusal(at.req, error);
+        conns.push_ready(token, out, false);
+        Hold::Refused
     }
 
     /// Nothing held and no wait for the member to be in step: `due` has
@@ -363,47 +383,6 @@ impl PoolRt {
         let mut out = Vec::new();
         self.proto.server_error(req.op, error, &mut out);
         out
-    }
-}
-
-impl Worker<'_> {
-    /// A request of `pool` about to be routed: go, or held, or refused
-    /// (see the module's doc), as `FleetHolds::gate` says. `then`: where
-    /// it goes once it may.
-    #[inline]
-    pub(super) fn fleet_gate(
-        &mut self,
-        token: Token,
-        pool: usize,
-        req: &Request,
-        bytes: &[u8],
-        then: AfterPull,
-        now: Instant,
-    ) -> FleetStep {
-        let Some(page) = self.fleet else {
-            return FleetStep::Go;
-        };
-        let in_step = || page.in_step();
-        let bound = || Duration::from_millis(page.hold_ms());
-        let p = &mut self.pools[pool];
-        let error = match (self.fleet_holds).gate((p, pool), in_step, bound, req, bytes, now) {
-            Admit::Go => return FleetStep::Go,
-            Admit::Refuse(error) => error,
-            Admit::Hold { why, until } => match self.conns.client_mut(token.0) {
-                Some(c) => {
-                    c.set_gate(Box::new(Gate::held(req, bytes, then)));
-                    let id = c.id();
-                    self.fleet_holds.hold((token, id), pool, why, now, until);
-                    self.stats.worker_add(WorkerField::FleetHeld, 1);
-                    return FleetStep::Held;
-                }
-                None => why.error(),
-            },
-        };
-        self.stats.worker_add(WorkerField::FleetRefused, 1);
-        let out = self.pools[pool].fleet_refusal(req, error);
-        self.conns.push_ready(token, out, false);
-        FleetStep::Refused
     }
 }
 

@@ -3,6 +3,7 @@
 //! request waits for, on a pool built from configuration text.
 
 use super::*;
+use crate::worker::pull::AfterPull;
 
 const BOUND: Duration = Duration::from_millis(100);
 

@@ -20,7 +20,8 @@
 //! (`PoolRt::moving`, a `Moving::Read`): the migrator moves it, and the
 //! read costs a `GET` or two rather than a pull's five commands on two
 //! servers. A memcached `get` of a key the migrator says it moved is read
-//! on the new owner, and pulled only if it misses there (`pull_missed`).
+//! on the new owner, and pulled only if it misses there
+//! (`Client::pull_after_miss`).
 //!
 //! A pull's steps (what each reply leads to) are decided by `Pulls`
 //! (`pull.rs`), without sockets; the worker here queues the commands it
@@ -37,17 +38,19 @@
 
 use super::conn::{Client, ConnTable, ReadBytes, ReplySlot, ReplyTo, Retry, Servers, Waiter};
 use super::conn_state::Gate;
-use super::fleet_hold::FleetStep;
+use super::fleet_hold::{Admit, FleetHolds};
 use super::key_groups::Resend;
 use super::migration_rt::ReadOrder;
 use super::pool::PoolRt;
-use super::pull::{follows_copies, AfterPull, Hold, Pull, Pulls, Step};
-use super::send_plan::CopyPlan;
+use super::pull::{follows_copies, AfterPull, At, Hold, Pull, Pulls, Sends, Step};
+use super::send_plan::{CopyPlan, SendPlan, Write};
+use super::txn;
 use super::Worker;
+use crate::fleet::page::FleetPage;
 use crate::proto::{Op, Protocol, Request, Route};
 use crate::stats::WorkerField;
 use mio::Token;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Where a request of a migrating pool stands, as far as one placement
 /// of its key can tell.
@@ -81,7 +84,8 @@ pub(super) struct MovedRead {
     /// has it tells later reads of its old owner's keys where to ask first
     /// (`Retry::learns`).
     learns: bool,
-    /// memcached: a miss on the new owner pulls the key (`pull_missed`).
+    /// memcached: a miss on the new owner pulls the key
+    /// (`Client::pull_after_miss`).
     pull_on_miss: bool,
     /// The request's plan: what rides along with it (its prefix route
     /// counted, its shadow copy).
@@ -100,6 +104,15 @@ pub(super) enum Moving {
 }
 
 impl MovedRead {
+    /// The read of `req` (`bytes`) as it goes out: to the first server
+    /// asked, into its slot (`slot`); and the request's plan, for what
+    /// rides along with it.
+    fn send_plan(self, req: &Request, bytes: &[u8]) -> (SendPlan, crate::route::Plan) {
+        let (first, plan) = (self.servers[0], self.plan);
+        let slot = self.slot(req, bytes);
+        (SendPlan::whole(slot, first, Write::Request), plan)
+    }
+
     /// The slot its client keeps for the read of `req` (`bytes`): a
     /// `Retry` that asks the next server after a miss.
     fn slot(self, req: &Request, bytes: &[u8]) -> ReplySlot {
@@ -211,10 +224,30 @@ impl PoolRt {
     }
 
     /// Whether a read of moved key `moved` is asked where the key is
-    /// rather than pulled (see `Worker::hold_for_moved_keys`), and of which
-    /// servers in turn. `None`: it is pulled (not a single read of one
-    /// value on a plain connection, a route that places it otherwise, or
-    /// memcached with a key the migrator's map does not know moved).
+    /// rather than pulled, and of which servers in turn.
+    ///
+    /// A read of one moved key's value (`Request::reads_one_value`) is not
+    /// pulled: it is asked of the servers the key may be on, in turn,
+    /// until one has it (`ReadOrder::servers`, a `Retry` that goes on after
+    /// a miss), and the key is left where it is for the migrator. A read
+    /// then costs what it costs without a migration, plus a second read
+    /// when the first server asked no longer (or not yet) has the key,
+    /// against four more commands on two servers for a pull.
+    ///
+    /// What any of them has is the key's value, because an old owner and
+    /// the new one never hold different values of a key: the new owner
+    /// gets one only by a copy (never over a value it has), or by a write,
+    /// and a write of a moved key runs only once its pull has deleted the
+    /// old copies (`Pulls`, `pull.rs`). And a key leaves an old owner only once
+    /// the new one has it, so a read that finds it on none of the old
+    /// owners finds it on the new one, asked last.
+    ///
+    /// The client's next requests wait for the answer, as for a pull, so
+    /// a write it sent after the read cannot run before the read.
+    ///
+    /// `None`: it is pulled (not a single read of one value on a plain
+    /// connection, a route that places it otherwise, or memcached with a
+    /// key the migrator's map does not know moved).
     fn moved_read(&self, req: &Request, moved: MovedKey) -> Option<MovedRead> {
         let MovedKey { key, olds, new } = moved;
         // memcached reads the key on its new owner only (below): a `gets`
@@ -241,7 +274,7 @@ impl PoolRt {
         // found keys of its old owner lately.
         let known = m.known_moved(key);
         // memcached: only a key the map says moved, read on its new owner
-        // alone, a miss there pulling it (`pull_missed`). A key read on
+        // alone, a miss there pulling it (`Client::pull_after_miss`). A key read on
         // an old owner must be pulled: the migrator must find every key a
         // read leaves behind, and where Redis's `SCAN` returns every key
         // that stays on a server through the scan, memcached's
@@ -314,161 +347,224 @@ impl PoolRt {
 
 const GO: Hold = Hold::Go { owner: None };
 
+/// What a request at the gates comes to (`PoolRt::gated`), carried out
+/// by `Worker::gate`.
+#[derive(Debug)]
+pub(super) enum Gated {
+    /// It goes its usual way (see [`Hold::Go`]).
+    Go { owner: Option<u32> },
+    /// The fleet holds or refuses it (`FleetHolds::gate`; never
+    /// `Admit::Go`).
+    Fleet(Admit),
+    /// A read of a moved key, asked where the key is.
+    Read(MovedRead),
+    /// Its moved keys, each pulled over before it goes.
+    Pull(Vec<Pull>),
+}
+
+impl From<Moving> for Gated {
+    fn from(m: Moving) -> Gated {
+        match m {
+            Moving::Go { owner } => Gated::Go { owner },
+            Moving::Read(read) => Gated::Read(read),
+            Moving::Pull(pulls) => Gated::Pull(pulls),
+        }
+    }
+}
+
+impl PoolRt {
+    /// What a request of this pool (`index`) at the gates comes to: the
+    /// fleet's say first, when the worker is a fleet member (`page`;
+    /// `FleetHolds::gate`), then, a migrating pool's, the migration's
+    /// (`moving`; `reads`: a request to route, not one a transaction
+    /// holds). A read asked again after a miss (`AfterPull::Read`) passed
+    /// the fleet's gate when it arrived: only the migration's is asked.
+    pub(super) fn gated(
+        &mut self,
+        index: usize,
+        (holds, page): (&mut FleetHolds, Option<FleetPage>),
+        at: At,
+        now: Instant,
+    ) -> Gated {
+        let again = matches!(at.then, AfterPull::Read { .. });
+        if let Some(page) = page.filter(|_| !again) {
+            let in_step = || page.in_step();
+            let bound = || Duration::from_millis(page.hold_ms());
+            match holds.gate((self, index), in_step, bound, at.req, at.bytes, now) {
+                Admit::Go => {}
+                admit => return Gated::Fleet(admit),
+            }
+        }
+        if !self.route.is_migrating() {
+            return Gated::Go { owner: None };
+        }
+        let reads = at.then == AfterPull::Route;
+        self.moving(at.req, at.bytes, reads, now).into()
+    }
+
+    /// The gate that holds a request (`at`) while its keys are pulled
+    /// (`pulls`). Once pulled the keys are on their new owners: later
+    /// reads, this worker's or another's, ask there first (one that comes
+    /// before the copy still finds the key, asking the old owners next).
+    pub(super) fn pulling(&self, at: At, pulls: Vec<Pull>) -> Gate {
+        if let Some(m) = &self.migration {
+            pulls.iter().for_each(|p| m.mark_moved(p.key()));
+        }
+        let follows = follows_copies(at.req, at.then, self.proto, &self.route);
+        let pulls = Pulls::new(pulls, self.proto, follows);
+        Gate::pulling(at.req, at.bytes, pulls, at.then)
+    }
+}
+
+impl Sends {
+    /// The commands to queue on the `i`th server, in order, each as the
+    /// proxy's own request of pool `pool` (`proto`), on the connection
+    /// slot of the client that holds the pull (`client`), its reply going
+    /// to the pull.
+    fn copies(
+        &self,
+        i: usize,
+        (proto, pool): (Protocol, usize),
+        client: (Token, u64),
+    ) -> impl Iterator<Item = Option<CopyPlan>> + '_ {
+        let (token, id) = client;
+        let (server, idx) = (self.to[i], self.idx as u32);
+        self.cmds.iter().map(move |&(part, ref bytes)| {
+            let waiter = Waiter::Pull {
+                token,
+                id,
+                idx,
+                part,
+            };
+            CopyPlan::own(proto, pool, server, Some(client), waiter, bytes.to_vec())
+        })
+    }
+}
+
 impl Worker<'_> {
-    /// A request of a migrating pool: if any of its keys changed owner,
-    /// hold it and pull those keys over first, or read its moved key
-    /// where it is, as the pool says (`PoolRt::moving`).
-    ///
-    /// A read of one moved key's value (`Request::reads_one_value`) is not
-    /// pulled: it is asked of the servers the key may be on, in turn,
-    /// until one has it (`ReadOrder::servers`, a `Retry` that goes on after
-    /// a miss), and the key is left where it is for the migrator. A read
-    /// then costs what it costs without a migration, plus a second read
-    /// when the first server asked no longer (or not yet) has the key,
-    /// against four more commands on two servers for a pull.
-    ///
-    /// What any of them has is the key's value, because an old owner and
-    /// the new one never hold different values of a key: the new owner
-    /// gets one only by a copy (never over a value it has), or by a write,
-    /// and a write of a moved key runs only once its pull has deleted the
-    /// old copies (`Pulls`, `pull.rs`). And a key leaves an old owner only once
-    /// the new one has it, so a read that finds it on none of the old
-    /// owners finds it on the new one, asked last.
-    ///
-    /// The client's next requests wait for the answer, as for a pull, so
-    /// a write it sent after the read cannot run before the read.
-    ///
-    /// memcached: only a key the migrator's map says moved, and only on
-    /// its new owner (a miss there pulls it, `pull_missed`): no key is
-    /// left on an old owner by a read (see `PoolRt::moved_read`).
-    pub(super) fn hold_for_moved_keys(
+    /// A request of `pool` about to be routed, or to go into its client's
+    /// transaction, or a read asked again after a miss (`then`): through
+    /// the fleet's gate, then the migration's, and what they say
+    /// (`PoolRt::gated`) carried out: it goes, or is held by the fleet (its
+    /// client's gate set) or refused, or its moved key is read where it
+    /// is, or its moved keys are pulled (its client's gate set, the pulls'
+    /// steps carried out by `run_held`). A worker that is no fleet member,
+    /// of a pool not migrating, lets it go at once: always inlined, so
+    /// that most requests pay that check only, not a call.
+    #[inline(always)]
+    pub(super) fn gate(
         &mut self,
         token: Token,
+        pool: usize,
         req: &Request,
         bytes: &[u8],
         then: AfterPull,
         now: Instant,
     ) -> Hold {
-        let Some(c) = self.conns.client(token.0) else {
+        if self.fleet.is_none() && !self.pools[pool].route.is_migrating() {
             return GO;
-        };
-        let (pool, id) = (c.pool(), c.id());
-        let reads = then == AfterPull::Route;
-        let pulls = match self.pools[pool].moving(req, bytes, reads, now) {
-            Moving::Go { owner } => return Hold::Go { owner },
-            Moving::Pull(pulls) => pulls,
-            Moving::Read(read) => {
-                let (first, plan) = (read.servers[0], read.plan);
-                let seq = self.conns.push_slot(token, false, read.slot(req, bytes));
-                self.stats
-                    .worker_add(crate::stats::WorkerField::MovedReads, 1);
-                // What routing a request does besides sending it
-                // (`dispatch_routed`): its key noted for the hot keys, its
-                // prefix route counted, its copy to a shadow pool.
-                self.recorder.note_key(pool, &req.routing_key(bytes));
-                if plan.count_routes {
-                    self.pools[pool].count_routes(pool, req, bytes, &self.stats);
-                }
-                if let Some(shadow) = plan.shadow {
-                    let copy = self.shadows.copy(shadow, &mut self.pools, req, bytes, now);
-                    self.send_copy(copy, Some((req, bytes)), now);
-                }
+        }
+        let at = At::new(req, bytes, then);
+        let holds = (&mut self.fleet_holds, self.fleet);
+        let read = match self.pools[pool].gated(pool, holds, at, now) {
+            Gated::Go { owner } => return Hold::Go { owner },
+            Gated::Fleet(admit) => {
+                let on = (&mut self.conns, &self.stats, &self.pools[..]);
+                return self.fleet_holds.carry_out((admit, at, token), on, now);
+            }
+            Gated::Pull(pulls) => {
+                let n = pulls.len() as u64;
+                let gate = Box::new(self.pools[pool].pulling(at, pulls));
+                self.stats.worker_add(WorkerField::Pulled, n);
                 if let Some(c) = self.conns.client_mut(token.0) {
-                    c.hold_for_read();
+                    c.set_gate(gate);
                 }
-                let proto = self.pools[pool].proto;
-                self.send_or_fail(
-                    ReplyTo::new(token, id, seq, None),
-                    pool,
-                    self.pools[pool].wire(first, id, self.conns.resp3(token), req.op),
-                    |out| proto.write_request(req, bytes, out),
-                    req.op,
-                    now,
-                );
+                // Its pulls start (`Pulls::start_next`).
+                self.run_held(token, Step::Wait, now);
                 return Hold::Held;
             }
+            Gated::Read(read) => read,
         };
-        let n = pulls.len();
-        self.stats
-            .worker_add(crate::stats::WorkerField::Pulled, n as u64);
-        // On their new owner once pulled: later reads, this worker's or
-        // another's, ask there first (one that comes before the copy
-        // still finds the key, asking the old owners next).
-        if let Some(m) = &self.pools[pool].migration {
-            pulls.iter().for_each(|p| m.mark_moved(p.key()));
+        // A read of its moved key where the key may be, with what routing a
+        // request does besides sending it (`dispatch_routed`): its key
+        // noted for the hot keys, its prefix route counted, its copy to a
+        // shadow pool.
+        let Some(c) = self.conns.client_mut(token.0) else {
+            return GO;
+        };
+        c.hold_for_read();
+        let to = ReplyTo::new(token, c.id(), None, None);
+        let (send, plan) = read.send_plan(req, bytes);
+        self.stats.worker_add(WorkerField::MovedReads, 1);
+        self.recorder.note_key(pool, &req.routing_key(bytes));
+        if plan.count_routes {
+            self.pools[pool].count_routes(pool, req, bytes, &self.stats);
         }
-        let p = &self.pools[pool];
-        let follows = follows_copies(req, then, p.proto, &p.route);
-        let pulls = Pulls::new(pulls, p.proto, follows);
-        if let Some(c) = self.conns.client_mut(token.0) {
-            c.set_gate(Box::new(Gate::pulling(req, bytes, pulls, then)));
+        if let Some(shadow) = plan.shadow {
+            let copy = self.shadows.copy(shadow, &mut self.pools, req, bytes, now);
+            self.send_copy(copy, Some((req, bytes)), now);
         }
-        for idx in 0..n {
-            let Some(g) = self.conns.client_mut(token.0).and_then(|c| c.gate_mut()) else {
-                continue;
-            };
-            let step = g.pulls.start(idx);
-            self.run_held(token, step, now);
-        }
+        self.send_plan(to, pool, req, bytes, Ok(send), now);
         Hold::Held
     }
 
-    /// Carry out what a held request's pulls said (`Pulls::start`, a
-    /// reply's `Client::pull_reply`), and what that leads to (a command
+    /// Carry out what a held request's pulls said (`Pulls::start_next`,
+    /// a reply's `Client::pull_reply`), and what that leads to (a command
     /// that cannot be queued moves the pull on at once): each command on
     /// each server it names, on the client's connection slot for that
     /// server, a server's commands after one that is not queued left out,
-    /// and on how many servers all went told back; or what the fleet
-    /// said of a held request (`FleetHolds::ended`). A request released
-    /// goes on as the step says, and its client is read again.
-    pub(super) fn run_held(&mut self, token: Token, mut step: Step, now: Instant) {
+    /// and on how many servers all went told back; or what the fleet said
+    /// of a held request (`FleetHolds::ended`): refused, or through the
+    /// gates again; or a read that missed (`Client::pull_after_miss`),
+    /// through the gates again. A request released goes on as the step
+    /// says, and its client is read again. What became of a request put
+    /// through the gates again, else `Held`.
+    pub(super) fn run_held(&mut self, token: Token, mut step: Step, now: Instant) -> Hold {
         let Some(c) = self.conns.client(token.0) else {
-            return;
+            return GO;
         };
         let (pool, id) = (c.pool(), c.id());
         // What goes on, and whether it was released (its client then
         // read again).
         let (req, bytes, then, released) = loop {
-            match step {
-                Step::Wait => return,
-                Step::Send(sends) => {
-                    let (mut ok, proto, idx) = (0, self.pools[pool].proto, sends.idx as u32);
-                    for &server in &sends.to {
-                        let all = sends.cmds.iter().all(|&(part, ref bytes)| {
-                            let waiter = Waiter::Pull {
-                                token,
-                                id,
-                                idx,
-                                part,
-                            };
-                            let client = Some((token, id));
-                            let own =
-                                CopyPlan::own(proto, pool, server, client, waiter, bytes.to_vec());
-                            self.send_copy(own, None, now)
-                        });
-                        ok += all as usize;
+            step = match step {
+                Step::Wait => {
+                    // Nothing until another reply, once every pull started.
+                    let g = self.conns.client_mut(token.0).and_then(|c| c.gate_mut());
+                    match g.and_then(|g| g.pulls.start_next()) {
+                        Some(next) => next,
+                        None => return Hold::Held,
                     }
-                    let Some(g) = self.conns.client_mut(token.0).and_then(|c| c.gate_mut()) else {
-                        return;
-                    };
-                    step = g.pulls.sent(&sends, ok);
+                }
+                Step::Send(sends) => {
+                    let (proto, client) = ((self.pools[pool].proto, pool), (token, id));
+                    let copies = |i| sends.copies(i, proto, client);
+                    let sent = |i: &usize| copies(*i).all(|own| self.send_copy(own, None, now));
+                    let ok = (0..sends.to.len()).filter(sent).count();
+                    let g = self.conns.client_mut(token.0).and_then(|c| c.gate_mut());
+                    g.map_or(Step::Wait, |g| g.pulls.sent(&sends, ok))
                 }
                 Step::Behind => {
                     let Some(g) = self.conns.client(token.0).and_then(|c| c.gate()) else {
-                        return;
+                        return Hold::Held;
                     };
                     break (g.req.clone(), g.bytes.clone(), g.then, false);
+                }
+                // Its key pulled as any moved key's, the read asked again
+                // behind the copy.
+                Step::Missed { req, bytes, seq } => {
+                    return self.gate(token, pool, &req, &bytes, AfterPull::Read { seq }, now);
                 }
                 Step::Release { .. } | Step::Unheld { .. } => {
                     let Some(gate) = self.conns.client_mut(token.0).and_then(|c| c.take_gate())
                     else {
-                        return;
+                        return Hold::Held;
                     };
-                    let Gate {
-                        req, bytes, then, ..
-                    } = *gate;
+                    let g = *gate;
                     let goes = match step {
                         Step::Release { sent } => !sent,
+                        // Refused, or through the gates again as a request
+                        // arriving now.
                         Step::Unheld {
                             pool,
                             since,
@@ -476,30 +572,28 @@ impl Worker<'_> {
                         } => {
                             let waited = now.saturating_duration_since(since).as_micros() as u64;
                             self.stats.worker_add(WorkerField::FleetHeldUs, waited);
-                            if let Some(error) = refused {
-                                self.stats.worker_add(WorkerField::FleetRefused, 1);
-                                let out = self.pools[pool].fleet_refusal(&req, error);
-                                self.conns.push_ready(token, out, false);
-                                false
-                            } else {
-                                self.fleet_gate(token, pool, &req, &bytes, then, now)
-                                    == FleetStep::Go
-                                    && !(self.pools[pool].route.is_migrating()
-                                        && self.hold_for_moved_keys(token, &req, &bytes, then, now)
-                                            == Hold::Held)
-                            }
+                            let hold = match refused {
+                                Some(error) => {
+                                    let on = (&mut self.conns, &self.stats, &self.pools[..]);
+                                    let at = At::new(&g.req, &g.bytes, g.then);
+                                    let refuse = (Admit::Refuse(error), at, token);
+                                    self.fleet_holds.carry_out(refuse, on, now)
+                                }
+                                None => self.gate(token, pool, &g.req, &g.bytes, g.then, now),
+                            };
+                            matches!(hold, Hold::Go { .. })
                         }
                         _ => false,
                     };
                     if goes {
-                        break (req, bytes, then, true);
+                        break (g.req, g.bytes, g.then, true);
                     }
                     // Parse what the client sent meanwhile (nothing while
                     // it is held again).
                     self.resume.push(token);
-                    return;
+                    return Hold::Held;
                 }
-            }
+            };
         };
         // A request that waited (for its keys' pulls, or for the fleet)
         // goes where it was going: routed, or into its client's
@@ -508,7 +602,7 @@ impl Worker<'_> {
             AfterPull::Route => self.dispatch_routed(token, req, &bytes, None, now),
             AfterPull::Txn => {
                 if let Some(d) =
-                    super::txn::pulled(&mut self.conns, &mut self.pools, token, &req, &bytes, now)
+                    txn::pulled(&mut self.conns, &mut self.pools, token, &req, &bytes, now)
                 {
                     self.send_dedicated(token, d, now)
                 }
@@ -520,18 +614,7 @@ impl Worker<'_> {
         if released {
             self.resume.push(token);
         }
-    }
-
-    /// A memcached read of a moved key missed on its new owner: its key
-    /// pulled and the read asked again behind the copy, if its client
-    /// says so (`Client::pull_after_miss`); true when it is.
-    pub(super) fn pull_missed(&mut self, token: Token, seq: u64, now: Instant) -> bool {
-        let c = self.conns.client_mut(token.0);
-        let Some((req, bytes)) = c.and_then(|c| c.pull_after_miss(seq)) else {
-            return false;
-        };
-        let then = AfterPull::Read { seq };
-        self.hold_for_moved_keys(token, &req, &bytes, then, now) == Hold::Held
+        Hold::Held
     }
 }
 
@@ -542,13 +625,16 @@ impl Client {
     /// map guessed wrong (keys share its bits) or the key is gone from
     /// there. The request whose key is then pulled as any moved key, the
     /// read asked of the new owner again behind its copy, its answer
-    /// going into the same slot `seq` (`AfterPull::Read`). `None`: the
-    /// slot is not such a read, or it pulled once already: the miss is
-    /// the answer.
-    pub(super) fn pull_after_miss(&mut self, seq: u64) -> Option<(Request, Vec<u8>)> {
+    /// going into the same slot `seq` (`Step::Missed`, carried out by
+    /// `Worker::run_held`). `None`: the slot is not such a read, or it
+    /// pulled once already: the miss is the answer.
+    pub(super) fn pull_after_miss(&mut self, seq: u64) -> Option<Step> {
         let r = self.slot_mut(seq)?.retry.as_mut()?;
-        r.pull_after_miss()
-            .then(|| (r.req.clone(), r.bytes.to_vec()))
+        r.pull_after_miss().then(|| Step::Missed {
+            req: r.req.clone(),
+            bytes: r.bytes.to_vec(),
+            seq,
+        })
     }
 }
 

@@ -5,6 +5,7 @@
 use super::*;
 use crate::config::{Config, PoolConfig};
 use crate::proto::{Limits, Parse};
+use crate::worker::pull::PullPart;
 
 fn pool(servers: &[u16]) -> PoolConfig {
     pool_of("  redis: true\n", servers)
@@ -248,12 +249,88 @@ fn a_memcached_read_that_missed_on_the_new_owner_gives_its_request_to_pull_once(
         ..ReplySlot::default()
     });
     assert_eq!(c.pull_after_miss(seq + 1), None, "no such slot");
-    let (req, held) = c.pull_after_miss(seq).expect("pulled");
-    assert_eq!(held, bytes);
+    let Some(Step::Missed {
+        req,
+        bytes: held,
+        seq: s,
+    }) = c.pull_after_miss(seq)
+    else {
+        panic!("pulled");
+    };
+    assert_eq!((held.as_slice(), s), (&bytes[..], seq));
     assert_eq!(req.routing_key(&held).as_ref(), b"k");
     assert_eq!(c.pull_after_miss(seq), None, "a second miss is the answer");
     // A plain slot is no such read.
     let plain = c.next_seq();
     c.push_reply(ReplySlot::default());
     assert_eq!(c.pull_after_miss(plain), None);
+}
+
+#[test]
+fn a_request_at_the_gates_goes_is_read_where_its_key_is_or_pulls_it() {
+    let now = Instant::now();
+    let mut p = PoolRt::new(&pool(&[30001, 30002, 30003]), &[pool(&[30001, 30002])]);
+    let mut holds = FleetHolds::default();
+    let (key, _, _) = moved_key(&mut p, Protocol::Redis, |k| command(&["GET", k]));
+    // The migrator's map, empty: the pull marks the key in it.
+    let map = crate::migrate::moved::MovedKeys::new().expect("moved keys map");
+    let m = p.migration.as_mut().expect("migrating");
+    m.set_moved_keys(Some(std::sync::Arc::new(map)));
+    let get = command(&["GET", &key]);
+    let req = parse(Protocol::Redis, &get);
+    // No fleet: the migration's say alone. A read to route is read where
+    // its key is (from its old owner first: the map does not know it
+    // moved); held by a transaction, or asked again after a miss, it
+    // pulls the key.
+    let mut gated = |then| p.gated(0, (&mut holds, None), At::new(&req, &get, then), now);
+    assert!(matches!(gated(AfterPull::Route), Gated::Read(_)));
+    assert!(matches!(gated(AfterPull::Txn), Gated::Pull(p) if p.len() == 1));
+    let again = AfterPull::Read { seq: 3 };
+    let Gated::Pull(pulls) = gated(again) else {
+        panic!("pulled");
+    };
+    // Held while pulled, the key marked on its new owner.
+    let m = p.migration.as_ref().expect("migrating");
+    assert!(!m.known_moved(key.as_bytes()));
+    let gate = p.pulling(At::new(&req, &get, again), pulls);
+    assert_eq!((gate.then, &gate.bytes), (again, &get));
+    assert!(!gate.pulls.is_empty());
+    let m = p.migration.as_ref().expect("migrating");
+    assert!(m.known_moved(key.as_bytes()));
+    // A pool not migrating lets it go.
+    let mut calm = PoolRt::new(&pool(&[30001, 30002, 30003]), &[]);
+    let at = At::new(&req, &get, AfterPull::Route);
+    assert!(matches!(
+        calm.gated(0, (&mut holds, None), at, now),
+        Gated::Go { owner: None }
+    ));
+}
+
+#[test]
+fn a_pulls_commands_go_to_each_server_on_the_clients_slot_their_replies_to_the_pull() {
+    let sends = Sends {
+        idx: 2,
+        phase: crate::worker::pull::Phase::Read,
+        to: vec![4, 5],
+        cmds: vec![
+            (PullPart::Dump, b"*2\r\n$4\r\nDUMP\r\n$1\r\nk\r\n".to_vec()),
+            (PullPart::Ttl, b"*2\r\n$4\r\nPTTL\r\n$1\r\nk\r\n".to_vec()),
+        ],
+    };
+    let client = (mio::Token(7), 9);
+    for (i, server) in [4, 5].into_iter().enumerate() {
+        let copies: Vec<CopyPlan> = sends
+            .copies(i, (Protocol::Redis, 1), client)
+            .map(|c| c.expect("a request the protocol reads back"))
+            .collect();
+        assert_eq!(copies.len(), 2);
+        for (c, part) in copies.iter().zip([PullPart::Dump, PullPart::Ttl]) {
+            assert_eq!((c.pool, c.servers()), (1, vec![Some(server)]));
+            assert_eq!(c.client, Some(client));
+            assert!(matches!(
+                c.waiter,
+                Waiter::Pull { token, id: 9, idx: 2, part: p } if token == client.0 && p == part
+            ));
+        }
+    }
 }

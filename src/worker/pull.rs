@@ -23,16 +23,34 @@ use crate::proto::{Protocol, Request, Route};
 use crate::route::{PoolRoute, Target};
 use std::time::Instant;
 
-/// What `Worker::hold_for_moved_keys` (`migrate.rs`) did with a request.
+/// What became of a request at the gates of a held request (the
+/// fleet's, the migration's: `Worker::gate`, `migrate.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Hold {
-    /// Held: its moved keys are being pulled, or its read of a moved key
-    /// was sent where the key is.
+    /// Held: its moved keys are being pulled, its read of a moved key was
+    /// sent where the key is, or it waits for the fleet.
     Held,
     /// It goes its usual way; `owner`: its one key's server, when placing
     /// the key on every ring found it (so that it is not placed again; a
     /// `u32` so that it is passed on in one register).
     Go { owner: Option<u32> },
+    /// The fleet refused it (the error is queued as its reply).
+    Refused,
+}
+
+/// A request at the gates of a held request (the fleet's, the
+/// migration's): it, its bytes, and where it goes once it may.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct At<'r> {
+    pub req: &'r Request,
+    pub bytes: &'r [u8],
+    pub then: AfterPull,
+}
+
+impl<'r> At<'r> {
+    pub(super) fn new(req: &'r Request, bytes: &'r [u8], then: AfterPull) -> At<'r> {
+        At { req, bytes, then }
+    }
 }
 
 /// Where a held request goes once its keys are on their new owners.
@@ -44,7 +62,7 @@ pub enum AfterPull {
     Txn,
     /// Into the slot `seq` its client's read already took: a memcached
     /// read of a moved key that missed on the new owner, asked there again
-    /// once its key is pulled (`Worker::pull_missed`, `migrate.rs`).
+    /// once its key is pulled (`Step::Missed`).
     Read { seq: u64 },
 }
 
@@ -142,11 +160,12 @@ pub struct Sends {
     pub cmds: Vec<(PullPart, Vec<u8>)>,
 }
 
-/// What the worker does next for a held request: its pulls', or the
-/// fleet's hold's (`Unheld`).
+/// What the worker does next for a held request: its pulls', the fleet's
+/// hold's (`Unheld`), or a missed read's (`Missed`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
-    /// Nothing until another reply.
+    /// Nothing until another reply, once every pull started
+    /// (`Pulls::start_next`).
     Wait,
     /// Queue these commands, then report with `Pulls::sent`.
     Send(Sends),
@@ -167,6 +186,16 @@ pub enum Step {
         since: Instant,
         refused: Option<&'static str>,
     },
+    /// A memcached read of a moved key missed on its new owner, the one
+    /// server asked (`Client::pull_after_miss`): `req` (its bytes
+    /// `bytes`) pulls its key as any moved key's, the read then asked
+    /// there again behind the copy, its answer into slot `seq`
+    /// (`AfterPull::Read`).
+    Missed {
+        req: Request,
+        bytes: Vec<u8>,
+        seq: u64,
+    },
 }
 
 /// The pulls of one held request.
@@ -180,6 +209,8 @@ pub struct Pulls {
     follows: bool,
     /// It did (`Step::Behind`).
     sent: bool,
+    /// How many pulls were started (`start_next`).
+    started: usize,
 }
 
 impl Default for Pulls {
@@ -220,7 +251,20 @@ impl Pulls {
             proto,
             follows,
             sent: false,
+            started: 0,
         }
+    }
+
+    /// The next pull not started yet starts (`start`); `None` once all
+    /// did. Pulls start one after the other, each as far as it goes
+    /// before the next starts.
+    pub fn start_next(&mut self) -> Option<Step> {
+        let idx = self.started;
+        if idx >= self.pulls.len() {
+            return None;
+        }
+        self.started += 1;
+        Some(self.start(idx))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -382,7 +426,7 @@ impl Pulls {
     /// cost the key. The pull is done once every delete is answered: a
     /// write of the key runs only then, so an old owner never holds a
     /// value of the key other than the new owner's (what
-    /// a moved key read where it is relies on, `Worker::hold_for_moved_keys`).
+    /// a moved key read where it is relies on, `PoolRt::moving`).
     fn finish(&mut self, idx: usize) -> Step {
         let Some(p) = self.pulls.get(idx) else {
             return Step::Wait;

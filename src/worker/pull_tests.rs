@@ -486,3 +486,13 @@ fn a_pull_reply_moves_on_the_held_request_of_the_client_that_asked_only() {
     assert_eq!(c.pull_reply(id + 1, 0, PullPart::Ttl, gone), Step::Wait);
     assert_eq!(c.pull_reply(id, 0, PullPart::Ttl, gone), read(0, 2, K));
 }
+
+#[test]
+fn pulls_start_one_after_the_other_each_once() {
+    let k2: &[u8] = b"k2";
+    let mut p = pulls(Protocol::Redis, false, &[(K, &[0], &[1]), (k2, &[2], &[1])]);
+    assert_eq!(p.start_next(), Some(read(0, 0, K)));
+    assert_eq!(p.start_next(), Some(read(1, 2, k2)));
+    assert_eq!(p.start_next(), None, "every pull started");
+    assert_eq!(Pulls::default().start_next(), None, "a gate with no pulls");
+}

@@ -4,6 +4,7 @@
 use super::conn::{Client, ConnTable, Multi, MultiMode, ReplySlot, ReplyTo};
 use super::key_groups::Resend;
 use super::pool::PoolRt;
+use super::pull::Hold;
 use super::spool::Spool;
 use super::Worker;
 use crate::stats::{PoolField, WorkerField};
@@ -92,7 +93,11 @@ impl Worker<'_> {
             // Asked again: sent on to its next server, or, a memcached read
             // asked of the new owner alone, a miss there pulls the key and
             // the read is asked again behind its copy.
-            if sent_on || !found && !answer.is_error && self.pull_missed(token, seq, Instant::now())
+            let missed = !sent_on && !found && !answer.is_error;
+            let c = self.conns.client_mut(token.0).filter(|_| missed);
+            let pull = c.and_then(|c| c.pull_after_miss(seq));
+            if sent_on
+                || pull.is_some_and(|p| self.run_held(token, p, Instant::now()) == Hold::Held)
             {
                 self.stats.worker_add(WorkerField::MovedRereads, 1);
                 return;

@@ -389,7 +389,7 @@ fn streams_here(c: &Client, p: &PoolRt, fleet: bool, head: &StreamHead) -> bool 
     // A migrating pool: buffered whole, so that the keys it names are
     // pulled to their new owners before it goes (see `migrate.rs`); a
     // fleet member's `migration: true` pool too, so that it passes the
-    // fleet's checks (`fleet_gate`).
+    // fleet's checks (`Worker::gate`).
     let route = &p.route;
     if route.copies() > 1
         || (cluster && req.keys.is_empty())

@@ -16,7 +16,6 @@
 //! slot, and the keys must live on that node.
 
 use super::conn::{Conn, ConnTable, ReplySlot, ServerRef, Waiter};
-use super::fleet_hold::FleetStep;
 use super::pool::PoolRt;
 use super::pull::AfterPull;
 use super::pull::Hold;
@@ -204,20 +203,14 @@ impl Worker<'_> {
         // that fails when run).
         // Or holds it until it may (`fleet_hold.rs`).
         if !req.keys.is_empty() {
-            let step = self.fleet_gate(token, pool, req, bytes, AfterPull::Txn, now);
-            if step != FleetStep::Go {
+            let hold = self.gate(token, pool, req, bytes, AfterPull::Txn, now);
+            if !matches!(hold, Hold::Go { .. }) {
                 tidy(&mut self.conns, token);
-                return match step {
-                    FleetStep::Held => TxnStep::Held,
+                return match hold {
+                    Hold::Held => TxnStep::Held,
                     _ => TxnStep::Done,
                 };
             }
-        }
-        if self.pools[pool].route.is_migrating()
-            && !req.keys.is_empty()
-            && self.hold_for_moved_keys(token, req, bytes, AfterPull::Txn, now) == Hold::Held
-        {
-            return TxnStep::Held;
         }
         if let Some(d) = pulled(&mut self.conns, &mut self.pools, token, req, bytes, now) {
             self.send_dedicated(token, d, now);
