@@ -3,7 +3,7 @@
 //! request waits for, on a pool built from configuration text.
 
 use super::*;
-use crate::worker::pull::AfterPull;
+use crate::worker::pull::{AfterPull, At, Hold};
 
 const BOUND: Duration = Duration::from_millis(100);
 
@@ -375,4 +375,43 @@ fn an_ended_hold_is_its_clients_step_and_a_stale_client_has_none() {
         vec![(b, refused)]
     );
     assert!(h.held.is_empty());
+}
+
+#[test]
+fn the_gates_say_is_carried_out_on_its_client_held_or_refused() {
+    let t0 = Instant::now();
+    let names = crate::stats::carry::Names {
+        pools: vec!["p".into()],
+        servers: vec![vec!["a".into()]],
+        routes: vec![Vec::new()],
+    };
+    let region = crate::stats::shm::Region::new(names.layout(), 1).expect("stats region");
+    let stats = region.slot(0);
+    let pools = [fleet_pool(true)];
+    let mut conns = Slab::new();
+    let token = held_client(&mut conns, 10);
+    fn client(conns: &mut Slab<Conn>, token: Token) -> &mut super::super::conn::Client {
+        conns.client_mut(token.0).expect("client")
+    }
+    client(&mut conns, token).take_gate();
+    let (req, bytes) = get("k");
+    let at = At::new(&req, &bytes, AfterPull::Route);
+    let mut h = FleetHolds::default();
+    // Held: its client's gate set (no pulls), the hold noted.
+    let hold = Admit::Hold {
+        why: Wait::Barrier,
+        until: t0 + BOUND,
+    };
+    let on = (&mut conns, &stats, &pools[..]);
+    assert_eq!(h.carry_out((hold, at, token), on, t0), Hold::Held);
+    let gate = client(&mut conns, token).take_gate().expect("held");
+    assert!(gate.pulls.is_empty() && gate.bytes == bytes);
+    assert_eq!(h.held.len(), 1);
+    // Refused: its error queued as its reply, nothing held.
+    assert!(!client(&mut conns, token).has_pending());
+    let on = (&mut conns, &stats, &pools[..]);
+    let refuse = Admit::Refuse(FLEET_MOVING);
+    assert_eq!(h.carry_out((refuse, at, token), on, t0), Hold::Refused);
+    assert!(client(&mut conns, token).has_pending() && client(&mut conns, token).gate().is_none());
+    assert_eq!(h.held.len(), 1);
 }
