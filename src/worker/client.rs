@@ -259,7 +259,9 @@ impl Worker<'_> {
                 crate::proto::redis::CmdClass::PubSub | crate::proto::redis::CmdClass::Transaction
             ));
         if stateful {
-            if self.pubsub_dispatch(token, &req, bytes, now) {
+            let (conns, pools) = (&mut self.conns, &mut self.pools);
+            if let Some(plan) = super::pubsub::command(conns, pools, token, &req, bytes, now) {
+                self.send_subs(plan, now);
                 return false;
             }
             match self.txn_dispatch(token, &req, bytes, now) {

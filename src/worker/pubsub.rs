@@ -22,13 +22,15 @@
 //! as with a Redis of its own that went away).
 //!
 //! The subscriber's state and what its commands and pushes do to it are
-//! `Subs` (`subscriber.rs`), tested without sockets; a command goes out
-//! on its push connection as a `Dedicated` (`push_plan`), carried out by
-//! `Worker::send_dedicated`; here the worker moves the pushes' bytes.
+//! `Subs` (`subscriber.rs`), tested without sockets; what a request or a
+//! pushed frame comes to is a `SubsPlan`, carried out by
+//! `Worker::send_subs`, a command going out on its push connection as a
+//! `Dedicated` (`push_plan`, `Worker::send_dedicated`).
 
 use super::conn::{ClientRef, Conn, ConnTable};
+use super::pool::PoolRt;
 use super::send_plan::{Dedicated, Reply, Sent, Usage};
-use super::subscriber::{self, subscribe_op, Subs, SubsStep};
+use super::subscriber::{self, subscribe_op, Sends, Subs, SubsStep};
 use super::Worker;
 use crate::proto::redis::pubsub;
 use crate::proto::{Op, Request};
@@ -36,100 +38,169 @@ use mio::Token;
 use slab::Slab;
 use std::time::Instant;
 
-impl Worker<'_> {
-    /// Pub/sub commands, and what a subscribed client sends: true when
-    /// handled here.
-    pub(super) fn pubsub_dispatch(
-        &mut self,
-        token: Token,
-        req: &Request,
-        bytes: &[u8],
-        now: Instant,
-    ) -> bool {
-        let Op::Redis(op) = req.op else {
-            return false;
-        };
-        let Some(c) = self.conns.client(token.0) else {
-            return false;
-        };
-        let name = op.cmd.name();
-        let (pool, resp3) = (c.pool(), c.session().resp3);
-        let quit = matches!(
-            req.route,
-            crate::proto::Route::Local(crate::proto::Local::Quit(_))
-        );
-        let is_pubsub = op.class == crate::proto::redis::CmdClass::PubSub;
-        match subscriber::offer(name, is_pubsub, bytes, c.subs().is_some(), resp3, quit) {
-            SubsStep::Pass => false,
-            SubsStep::Answer(out) => {
-                self.conns.push_ready(token, out, false);
-                true
-            }
-            SubsStep::Command => {
-                let client_id = c.id();
-                // The client's subscriptions change (`Subs::command`) and
-                // the commands it says go out on its push connections to
-                // those servers (`push_plan`).
-                let args = pubsub::arguments(bytes);
-                let mut subs = take_subs(&mut self.conns, token);
-                let sends = subs.command(name, args, resp3, &mut self.pools[pool], client_id, now);
-                put_subs(&mut self.conns, token, subs);
-                if !sends.reply.is_empty() {
-                    self.conns.push_ready(token, sends.reply, false);
-                }
-                for (server, cmd) in &sends.to {
-                    let Some(d) = push_plan(&self.conns, token, pool, *server, cmd) else {
-                        break;
-                    };
-                    self.send_dedicated(token, d, now);
-                }
-                true
+/// What a subscriber's command, or a frame one of its push connections
+/// passed, comes to, as its `Subs` says: carried out by
+/// `Worker::send_subs`.
+#[derive(Debug)]
+pub(super) enum SubsPlan {
+    /// Client `client`'s answer, ready (none when empty: the servers
+    /// confirm), and its commands for servers of `pool`, each on its push
+    /// connection to that server ([`push_plan`]).
+    Command {
+        client: Token,
+        pool: usize,
+        sends: Sends,
+    },
+    /// A frame for client `client`, to its output at once and held to its
+    /// output limit; `done`: it then subscribes to nothing, and its
+    /// connections close.
+    Pushed {
+        client: Token,
+        out: Vec<u8>,
+        done: bool,
+    },
+}
+
+/// Pub/sub commands, and what a subscribed client sends: client `token`'s
+/// `req` (`bytes`) as a plan, its subscriptions changed
+/// (`Subs::command`); `None` when it is not for pub/sub (routed as any
+/// request).
+pub(super) fn command(
+    conns: &mut Slab<Conn>,
+    pools: &mut [PoolRt],
+    token: Token,
+    req: &Request,
+    bytes: &[u8],
+    now: Instant,
+) -> Option<SubsPlan> {
+    let Op::Redis(op) = req.op else {
+        return None;
+    };
+    let c = conns.client(token.0)?;
+    let name = op.cmd.name();
+    let (pool, resp3) = (c.pool(), c.session().resp3);
+    let quit = matches!(
+        req.route,
+        crate::proto::Route::Local(crate::proto::Local::Quit(_))
+    );
+    let is_pubsub = op.class == crate::proto::redis::CmdClass::PubSub;
+    let sends = match subscriber::offer(name, is_pubsub, bytes, c.subs().is_some(), resp3, quit) {
+        SubsStep::Pass => return None,
+        SubsStep::Answer(reply) => Sends {
+            reply,
+            to: Vec::new(),
+        },
+        SubsStep::Command => {
+            let client_id = c.id();
+            let args = pubsub::arguments(bytes);
+            let mut subs = take_subs(conns, token);
+            let sends = subs.command(name, args, resp3, &mut pools[pool], client_id, now);
+            put_subs(conns, token, subs);
+            sends
+        }
+    };
+    Some(SubsPlan::Command {
+        client: token,
+        pool,
+        sends,
+    })
+}
+
+/// The whole frames of one read of a push connection, each for its
+/// client as [`frame_for`] says (confirmations with the client's own
+/// count, `Subs::pushed`), one at a time: what one frame did to the
+/// client (its output limit, its subscriptions ended) is carried out
+/// before the next is looked at.
+pub(super) struct Pushes {
+    st: Token,
+    /// The client the connection pushes to; none: not a push connection.
+    to: Option<ClientRef>,
+    server: usize,
+    /// Of a Redis Cluster pool.
+    cluster: bool,
+    /// The bytes used so far.
+    off: usize,
+}
+
+impl Pushes {
+    /// The frames server connection `st` passes.
+    pub(super) fn of(conns: &Slab<Conn>, pools: &[PoolRt], st: Token) -> Pushes {
+        let s = conns.server(st.0);
+        let to = s.and_then(|s| s.push_to());
+        let (pool, server) = s.map_or((0, 0), |s| (s.pool(), s.server()));
+        let cluster = to.is_some() && pools[pool].cluster.is_some();
+        Pushes {
+            st,
+            to,
+            server,
+            cluster,
+            off: 0,
+        }
+    }
+
+    /// The next frame of `input` that goes to the client, as a plan;
+    /// `None` when no whole frame is left.
+    pub(super) fn next(&mut self, conns: &mut Slab<Conn>, input: &[u8]) -> Option<SubsPlan> {
+        let to = self.to?;
+        loop {
+            let len = pubsub::push_frame(&input[self.off..])?;
+            let frame = &input[self.off..self.off + len];
+            self.off += len;
+            if let Some((out, done)) =
+                frame_for(conns, self.st, to, frame, self.server, self.cluster)
+            {
+                return Some(SubsPlan::Pushed {
+                    client: to.token,
+                    out,
+                    done,
+                });
             }
         }
     }
 
-    /// Bytes from a push connection: every whole frame goes to its client
-    /// (confirmations with the client's own count, `Subs::pushed`).
-    /// Returns the bytes used.
-    pub(super) fn pubsub_frames(&mut self, st: Token, input: &[u8]) -> usize {
-        let Some(s) = self.conns.server(st.0) else {
-            return 0;
-        };
-        let Some(ClientRef { token: ct, id: cid }) = s.push_to() else {
-            return 0;
-        };
-        let (pool, server) = (s.pool(), s.server());
-        let cluster = self.pools[pool].cluster.is_some();
-        let mut off = 0;
-        while off < input.len() {
-            let Some(len) = pubsub::push_frame(&input[off..]) else {
-                break;
-            };
-            let frame = &input[off..off + len];
-            off += len;
-            let to = ClientRef::new(ct, cid);
-            let Some((out, done)) = frame_for(&mut self.conns, st, to, frame, server, cluster)
-            else {
-                continue;
-            };
-            self.conns.push_ready(ct, out, false);
-            if let Some(c) = self.conns.client_mut(ct.0) {
-                let added = c.drain_ready(&mut self.bufs);
-                self.dirty.client(ct);
-                self.add_out(added);
+    /// The bytes of the frames gone through.
+    pub(super) fn used(&self) -> usize {
+        self.off
+    }
+}
+
+impl Worker<'_> {
+    /// Carry out a pub/sub plan (see [`SubsPlan`]).
+    pub(super) fn send_subs(&mut self, plan: SubsPlan, now: Instant) {
+        match plan {
+            SubsPlan::Command {
+                client,
+                pool,
+                sends,
+            } => {
+                if !sends.reply.is_empty() {
+                    self.conns.push_ready(client, sends.reply, false);
+                }
+                for (server, cmd) in &sends.to {
+                    let Some(d) = push_plan(&self.conns, client, pool, *server, cmd) else {
+                        break;
+                    };
+                    self.send_dedicated(client, d, now);
+                }
             }
-            if self.ctl.output_over(&self.conns, ct, &self.pools) {
-                self.flush_client(ct);
-            }
-            if done {
-                // It subscribes to nothing any more: its connections close.
-                let subs = self.conns.client_mut(ct.0).and_then(|c| c.take_subs());
-                self.close_all(super::closes::retire(
-                    subs.into_iter().flat_map(|s| s.conns).map(|(_, r)| r),
-                ));
+            SubsPlan::Pushed { client, out, done } => {
+                self.conns.push_ready(client, out, false);
+                if let Some(c) = self.conns.client_mut(client.0) {
+                    let added = c.drain_ready(&mut self.bufs);
+                    self.dirty.client(client);
+                    self.add_out(added);
+                }
+                if self.ctl.output_over(&self.conns, client, &self.pools) {
+                    self.flush_client(client);
+                }
+                if done {
+                    let subs = self.conns.client_mut(client.0).and_then(|c| c.take_subs());
+                    self.close_all(super::closes::retire(
+                        subs.into_iter().flat_map(|s| s.conns).map(|(_, r)| r),
+                    ));
+                }
             }
         }
-        off
     }
 }
 
@@ -164,7 +235,7 @@ fn live_conn(conns: &Slab<Conn>, subs: &Subs, server: usize) -> Option<Token> {
 /// [`Dedicated`]: on its push connection to that server when it still
 /// has one, else on one opened for its pushes (`Usage::Push`); nothing is
 /// said when it cannot be opened, and what the server sends back is
-/// pushed to the client (`pubsub_frames`), not matched to the command.
+/// pushed to the client ([`Pushes`]), not matched to the command.
 /// `None`: no op to send it with.
 fn push_plan<'a>(
     conns: &Slab<Conn>,
@@ -257,6 +328,90 @@ mod tests {
         let to = ClientRef::new(Token(1), 10);
         let _ = frame_for(&mut conns, Token(0), to, b"+OK\r\n", 0, false);
         conns
+    }
+
+    /// A Redis pool of two servers, from configuration text.
+    fn pools() -> Vec<PoolRt> {
+        let yaml = "rd:\n  listen: 127.0.0.1:22999\n  redis: true\n  servers:\n    - 127.0.0.1:6379:1 shard1\n    - 127.0.0.1:6380:1 shard2\n";
+        let c = crate::config::Config::from_str(yaml, std::path::Path::new("t.yml"))
+            .expect("config parses");
+        vec![PoolRt::new(&c.pools[0], &[])]
+    }
+
+    /// Client `Token(1)`'s plan for `bytes`.
+    fn plan_for(conns: &mut Slab<Conn>, bytes: &[u8]) -> Option<SubsPlan> {
+        let limits = crate::proto::Limits::default();
+        let Ok(crate::proto::Parse::Done(req)) =
+            crate::proto::Protocol::Redis.parse_request(bytes, &limits)
+        else {
+            panic!("a whole request");
+        };
+        command(conns, &mut pools(), Token(1), &req, bytes, Instant::now())
+    }
+
+    #[test]
+    fn a_subscribed_resp2_client_is_answered_here_and_other_requests_pass() {
+        const GET: &[u8] = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
+        assert!(plan_for(&mut table(false), GET).is_none(), "not subscribed");
+        let plan = plan_for(&mut table(true), GET);
+        let Some(SubsPlan::Command { client, sends, .. }) = plan else {
+            panic!("answered here: {plan:?}");
+        };
+        assert_eq!(client, Token(1));
+        assert!(sends.reply.starts_with(b"-ERR"), "refused");
+        assert!(sends.to.is_empty(), "nothing for the servers");
+    }
+
+    #[test]
+    fn a_subscribe_changes_the_client_and_says_what_its_server_is_sent() {
+        let mut conns = table(false);
+        let plan = plan_for(&mut conns, b"*2\r\n$9\r\nSUBSCRIBE\r\n$2\r\nch\r\n");
+        let Some(SubsPlan::Command { pool, sends, .. }) = plan else {
+            panic!("a command: {plan:?}");
+        };
+        assert_eq!(pool, 0);
+        assert!(sends.reply.is_empty(), "its server confirms");
+        assert_eq!(sends.to.len(), 1, "one server holds the channel");
+        let subs = conns.client(1).and_then(|c| c.subs()).expect("subscribed");
+        assert_eq!(subs.channels, vec![b"ch".to_vec()]);
+    }
+
+    #[test]
+    fn a_push_connections_frames_go_one_at_a_time_until_its_client_subscribes_to_nothing() {
+        let mut conns = table(true);
+        let part: &[u8] = b"*3\r\n$7";
+        let input = [b"+OK\r\n", SUBSCRIBED, MESSAGE, UNSUBSCRIBED, part].concat();
+        let mut pushes = Pushes::of(&conns, &pools(), Token(0));
+        let mut got = Vec::new();
+        while let Some(plan) = pushes.next(&mut conns, &input) {
+            let SubsPlan::Pushed { client, out, done } = plan else {
+                panic!("a frame: {plan:?}");
+            };
+            assert_eq!(client, Token(1));
+            got.push((out, done));
+        }
+        assert_eq!(
+            got,
+            vec![
+                (SUBSCRIBED.to_vec(), false),
+                (MESSAGE.to_vec(), false),
+                (UNSUBSCRIBED.to_vec(), true)
+            ],
+            "the handshake's reply is not the client's"
+        );
+        assert_eq!(
+            pushes.used(),
+            input.len() - part.len(),
+            "an unfinished frame waits"
+        );
+    }
+
+    #[test]
+    fn a_connection_that_pushes_to_no_client_passes_nothing() {
+        let mut conns = table(true);
+        let mut pushes = Pushes::of(&conns, &pools(), Token(1));
+        assert!(pushes.next(&mut conns, MESSAGE).is_none());
+        assert_eq!(pushes.used(), 0);
     }
 
     #[test]

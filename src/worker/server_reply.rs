@@ -7,6 +7,7 @@
 use super::conn::{BufPool, Client, Conn, ConnTable, Inflight, RepStream, ReplyTo, Waiter};
 use super::fault::ServerFault;
 use super::pool::PoolRt;
+use super::pubsub::Pushes;
 use super::pull::Step;
 use super::{Worker, WRITE_THROUGH_MIN};
 use crate::proto::{Parse, Response};
@@ -31,10 +32,14 @@ impl Worker<'_> {
             return;
         }
         if s.push_to().is_some() {
-            // Pub/sub: pushed to the client as it arrives.
+            // Pub/sub: pushed to the client as it arrives, one frame at
+            // a time.
             let mut rbuf = s.take_rbuf();
-            let used = self.pubsub_frames(token, rbuf.bytes());
-            rbuf.consume(used);
+            let mut pushes = Pushes::of(&self.conns, &self.pools, token);
+            while let Some(plan) = pushes.next(&mut self.conns, rbuf.bytes()) {
+                self.send_subs(plan, now);
+            }
+            rbuf.consume(pushes.used());
             if let Some(s) = self.conns.server_mut(token.0) {
                 s.put_rbuf(rbuf, 0);
             }
