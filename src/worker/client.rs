@@ -355,11 +355,7 @@ impl Worker<'_> {
             let copy = self.pools[at.pool].zone_copy(at.pool, &req, bytes);
             self.send_copy(Some(copy), Some((&req, bytes)), now);
         }
-        if req.route == Route::Single {
-            self.forward_single(at, &plan, &req, bytes, owner, now);
-        } else {
-            self.forward_multi(at, &plan, req, bytes, now);
-        }
+        self.forward_single(at, &plan, &req, bytes, owner, now);
     }
 
     /// Queue request bytes on a server connection (written by a closure,

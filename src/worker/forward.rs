@@ -8,8 +8,8 @@
 use super::conn::Open;
 use super::conn::{ConnTable, Origin, ReplySlot, ReplyTo, Waiter};
 use super::fault::ServerFault;
-use super::key_groups::{Placed, Resend, Split};
-use super::pool::{PoolRt, Wire};
+use super::key_groups::{Placed, Resend};
+use super::pool::Wire;
 use super::send_plan::{CopyPlan, NotSent, SendPlan, Unsent, Write};
 use super::Worker;
 use crate::proto::{Op, Request};
@@ -50,7 +50,9 @@ impl Worker<'_> {
     }
 
     /// A key-routed request, sent where its route's plan says: the
-    /// server that owns its key, its slot owner, a replica, its zones.
+    /// server that owns its key, its slot owner, a replica, its zones; a
+    /// multi-key one as its pool splits it (`PoolRt::split_send`), or as
+    /// a single-key one when its keys are on one server.
     pub(super) fn forward_single(
         &mut self,
         at: Origin,
@@ -60,9 +62,16 @@ impl Worker<'_> {
         owner: Option<u32>,
         now: Instant,
     ) {
-        if req.route == crate::proto::Route::Single {
-            // (A split request that found one server is counted once, in forward_multi.)
-            self.stats.count_mc_request(req);
+        self.stats.count_mc_request(req);
+        let single = req.route == crate::proto::Route::Single;
+        if !single {
+            if let Some(sends) = self.pools[at.pool].split_send(at.client_id, req, bytes, now) {
+                if let Ok(s) = &sends {
+                    self.stats
+                        .pool_add(at.pool, PoolField::Fragments, s.to.len() as u64);
+                }
+                return self.send_plan(at.reply_to(), at.pool, req, bytes, sends, now);
+            }
         }
         match plan.target {
             Target::Blocking => {
@@ -101,7 +110,7 @@ impl Worker<'_> {
                 (server, ReplySlot::redirected(req, bytes))
             }
             // Placed already (a migrating pool's key that did not move).
-            (Target::Key, Some(server)) => (server as usize, ReplySlot::default()),
+            (Target::Key, Some(server)) if single => (server as usize, ReplySlot::default()),
             // Key, Keyless (Blocking and Scan went above).
             _ => {
                 let keyless = plan.target == Target::Keyless;
@@ -296,38 +305,6 @@ impl Worker<'_> {
             self.enqueue(st, Some(copy.waiter), copy.op, write, now);
         }
         whole
-    }
-
-    /// Split a multi-key request per server.
-    pub(super) fn forward_multi(
-        &mut self,
-        at: Origin,
-        plan: &Plan,
-        req: Request,
-        bytes: &[u8],
-        now: Instant,
-    ) {
-        self.stats.count_mc_request(&req);
-        let groups = if self.pools[at.pool].cluster.is_some() {
-            self.pools[at.pool].slot_groups(at.client_id, &req, bytes)
-        } else {
-            let Some(groups) = self.pools[at.pool].server_groups(&req, bytes, now) else {
-                let unsent = Unsent::no_server(at.token, &req);
-                self.fail_unsent(unsent, at.pool, req.op, &ServerFault::NoServer);
-                return;
-            };
-            groups
-        };
-        match self.pools[at.pool].split(&req, groups.len()) {
-            Split::Refused(out) => self.conns.push_ready(at.token, out, false),
-            Split::Whole => self.forward_single(at, plan, &req, bytes, None, now),
-            Split::Fragments => {
-                let n = groups.len() as u64;
-                self.stats.pool_add(at.pool, PoolField::Fragments, n);
-                let sends = Ok(PoolRt::split_plan(&req, bytes, groups));
-                self.send_plan(at.reply_to(), at.pool, &req, bytes, sends, now);
-            }
-        }
     }
 
     /// Send on what a reply of `token`'s slot `seq` leads to, as its

@@ -59,6 +59,7 @@ mod server_health;
 mod server_reply;
 mod server_rt;
 mod shadow;
+mod split_send;
 mod spool;
 mod start_pools;
 mod stream;
