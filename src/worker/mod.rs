@@ -21,6 +21,7 @@ mod conn;
 mod conn_state;
 mod deadlines;
 mod dedicated;
+mod dial;
 mod dirty;
 mod event_loop;
 mod fault;

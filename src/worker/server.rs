@@ -9,7 +9,7 @@ use super::pool::PoolRt;
 use super::pull::Step;
 use super::{Worker, READ_BUDGET, READ_CHUNK};
 use crate::stats::shm::StatsSlot;
-use crate::stats::{PoolField, ServerField, WorkerField};
+use crate::stats::{PoolField, WorkerField};
 use mio::{Interest, Token};
 use slab::Slab;
 use std::io::{ErrorKind, Write};
@@ -17,8 +17,9 @@ use std::time::Instant;
 
 impl Worker<'_> {
     /// The connection in `slot` to a server, for what `open` says: the
-    /// slot's, opened if there is none, or a new one apart from the slot.
-    #[inline]
+    /// slot's, opened if there is none, or a new one apart from the slot
+    /// (opened as its pool decides, `PoolRt::dial`).
+    #[inline(always)]
     pub(super) fn server_conn(
         &mut self,
         pool: usize,
@@ -27,8 +28,8 @@ impl Worker<'_> {
         now: Instant,
         open: Open,
     ) -> Result<Token, ServerFault> {
-        // The open connection, nearly every request's: looked up here,
-        // inline, without the call to the opener's much larger frame.
+        // The open connection, nearly every request's: looked up first,
+        // inline; what follows runs once per new connection.
         if let (false, Some(t)) = (
             open == Open::Dedicated,
             self.pools[pool].servers[server].conns[slot],
@@ -37,72 +38,35 @@ impl Worker<'_> {
                 return Ok(t);
             }
         }
-        self.open_server_conn(pool, server, slot, now, open)
-    }
-
-    #[inline(never)]
-    fn open_server_conn(
-        &mut self,
-        pool: usize,
-        server: usize,
-        slot: usize,
-        now: Instant,
-        open: Open,
-    ) -> Result<Token, ServerFault> {
-        let dedicated = open == Open::Dedicated;
-        if let Some(fault) = self.pools[pool].refuse_connect(server, now, open == Open::Probe) {
-            return Err(fault);
-        }
-        self.pools[pool].look_up_again(server, now);
+        // A new one, as its pool says (`PoolRt::dial`): connected,
+        // entered in the table, its handshake queued before any request.
+        let dial = self.pools[pool].dial(server, slot, now, open)?;
         let p = &self.pools[pool];
-        let Some(endpoint) = p.servers[server].endpoint.clone() else {
-            return Err(ServerFault::Unresolved);
-        };
-        let opened = crate::net::connect(&endpoint, p.cfg.tcpkeepalive)
+        let opened = crate::net::connect(&dial.endpoint, dial.keepalive)
             .and_then(|s| p.tls.connected(s, &p.servers[server].tls_host));
         let mut sock = match opened {
             Ok(s) => s,
             Err(e) => {
                 let fault = ServerFault::Connect(IoFault::from(&e));
-                self.stats
-                    .server_add(pool, server, ServerField::ServerErr, 1);
-                self.pools[pool].note_failure(pool, server, now, &fault, &self.stats);
+                self.pools[pool].connect_failed(pool, server, now, &fault, &self.stats);
                 return Err(fault);
             }
         };
         let id = self.ids.next();
         let entry = self.conns.vacant_entry();
         let token = Token(entry.key());
-        if let Err(e) =
-            self.poll
-                .registry()
-                .register(&mut sock, token, Interest::READABLE | Interest::WRITABLE)
-        {
+        let both = Interest::READABLE | Interest::WRITABLE;
+        if let Err(e) = self.poll.registry().register(&mut sock, token, both) {
             return Err(ServerFault::Register(IoFault::from(&e)));
         }
-        entry.insert(Conn::Server(Box::new(Server::new(
-            sock,
-            id,
-            (pool, server, slot),
-            now,
-            dedicated,
-        ))));
-        if !dedicated {
-            self.pools[pool].servers[server].conns[slot] = Some(token);
-        }
-        self.stats
-            .server_add(pool, server, ServerField::ServerConnections, 1);
+        let at = (pool, server, slot);
+        let s = Server::new(sock, id, at, now, !dial.keep);
+        entry.insert(Conn::Server(Box::new(s)));
+        self.pools[pool].opened(pool, (server, slot), token, dial.keep, &self.stats);
         self.stats.worker_add(WorkerField::ServerConnects, 1);
-        // Redis: AUTH, SELECT and, on a RESP3 slot, `HELLO 3` before any
-        // client request uses the connection.
-        for (op, bytes) in self.pools[pool].handshake(server, slot) {
-            self.enqueue(
-                token,
-                Some(Waiter::Internal),
-                op,
-                |out: &mut Vec<u8>| out.extend_from_slice(&bytes),
-                now,
-            );
+        for (op, bytes) in dial.handshake {
+            let write = |out: &mut Vec<u8>| out.extend_from_slice(&bytes);
+            self.enqueue(token, Some(Waiter::Internal), op, write, now);
         }
         Ok(token)
     }
@@ -397,6 +361,7 @@ mod tests {
     use crate::net::Stream;
     use crate::proto::redis::{stream_head, StreamMachine};
     use crate::proto::Limits;
+    use crate::stats::ServerField;
     use crate::worker::conn::{Client, ReqStream, SrvStream};
     use crate::worker::server_conn::Queued;
 
