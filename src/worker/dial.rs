@@ -92,15 +92,10 @@ impl PoolRt {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
     use crate::stats::carry::Names;
     use crate::stats::shm::Region;
+    use crate::worker::pool::tests::pool;
     use std::time::Duration;
-
-    fn pool(yaml: &str) -> PoolRt {
-        let c = Config::from_str(yaml, std::path::Path::new("t.yml")).expect("config parses");
-        PoolRt::new(c.pools.last().expect("a pool"), &[])
-    }
 
     const REDIS: &str = "r:\n  listen: 127.0.0.1:22970\n  redis: true\n  redis_auth: pw\n  server_connections: 2\n  servers:\n   - 127.0.0.1:6379:1\n";
 

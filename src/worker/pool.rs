@@ -381,17 +381,19 @@ fn build_placement(cfg: &PoolConfig, servers: &[ServerRt]) -> Placement {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::config::Config;
     use crate::proto::{Parse, Request};
 
-    fn pool(yaml: &str) -> PoolRt {
+    /// The last pool of this configuration text, at run time.
+    pub(in crate::worker) fn pool(yaml: &str) -> PoolRt {
         let c = Config::from_str(yaml, std::path::Path::new("t.yml")).expect("config parses");
         PoolRt::new(c.pools.last().expect("a pool"), &[])
     }
 
-    fn parse(p: &PoolRt, bytes: &[u8]) -> Request {
+    /// One request of `p`'s protocol.
+    pub(in crate::worker) fn parse(p: &PoolRt, bytes: &[u8]) -> Request {
         match p.proto.parse_request(bytes, &Limits::default()) {
             Ok(Parse::Done(r)) => r,
             other => panic!("{other:?}"),

@@ -42,20 +42,7 @@ impl PoolRt {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
-    use crate::proto::{Limits, Parse};
-
-    fn pool(yaml: &str) -> PoolRt {
-        let c = Config::from_str(yaml, std::path::Path::new("t.yml")).expect("config parses");
-        PoolRt::new(c.pools.last().expect("a pool"), &[])
-    }
-
-    fn parse(p: &PoolRt, bytes: &[u8]) -> Request {
-        match p.proto.parse_request(bytes, &Limits::default()) {
-            Ok(Parse::Done(r)) => r,
-            other => panic!("{other:?}"),
-        }
-    }
+    use crate::worker::pool::tests::{parse, pool};
 
     /// A Redis request of these arguments, with its bytes.
     fn redis(p: &PoolRt, args: &[&str]) -> (Request, Vec<u8>) {
