@@ -5,7 +5,6 @@ use super::client_conn::{AfterRead, AfterWrite, InputPass, WriteClose};
 use super::closes::{Close, Kept};
 use super::conn::Origin;
 use super::conn::{Conn, ConnTable, Waiter};
-use super::fault::ServerFault;
 use super::pool::PoolRt;
 use super::pull::AfterPull;
 use super::pull::Hold;
@@ -69,7 +68,7 @@ impl Worker<'_> {
                             e
                         );
                     }
-                    self.close_client(token, true);
+                    self.close_all(Some(Close::Client { token, error: true }));
                     return;
                 }
             }
@@ -84,7 +83,7 @@ impl Worker<'_> {
             if let AfterRead::Close { error } = c.after_read(|r| self.conns.server_ref(r).is_some())
             {
                 // A blocked client's server connections go with it.
-                self.close_client(token, error);
+                self.close_all(Some(Close::Client { token, error }));
                 return;
             }
         }
@@ -103,7 +102,10 @@ impl Worker<'_> {
         // Nothing more to do (quit sent, or peer gone and every reply
         // written): it closes.
         if self.conns.client(token.0).is_some_and(|c| c.finished()) {
-            self.close_client(token, false);
+            self.close_all(Some(Close::Client {
+                token,
+                error: false,
+            }));
         }
     }
 
@@ -409,7 +411,10 @@ impl Worker<'_> {
         let max_inflight = self.ctl.max_inflight(&self.pools[c.pool()]);
         match c.after_write(max_inflight, READ_CHUNK * 4) {
             AfterWrite::Read => self.read_client(token, std::time::Instant::now(), true),
-            AfterWrite::Close => self.close_client(token, false),
+            AfterWrite::Close => self.close_all(Some(Close::Client {
+                token,
+                error: false,
+            })),
             AfterWrite::Stay => {}
         }
     }
@@ -437,55 +442,6 @@ impl Worker<'_> {
         };
         self.close_all(Some(close));
         false
-    }
-
-    /// Drop a client. Replies still coming from servers for it are discarded.
-    pub(super) fn close_client(&mut self, token: Token, error: bool) {
-        let Some(_) = self.conns.client(token.0) else {
-            return;
-        };
-        let Conn::Client(mut c) = self.conns.remove(token.0) else {
-            return;
-        };
-        let _ = self.poll.registry().deregister(c.sock_mut());
-        self.out.sub(c.out_len(), &self.stats);
-        if let Some(r) = c.take_stream().and_then(|s| s.server()) {
-            self.close_all(super::closes::half_sent(
-                &self.conns,
-                r,
-                ServerFault::HalfSentClientLeft,
-            ));
-        }
-        if let Some(r) = super::cluster_stream::half_resent(&self.conns, &c) {
-            self.close_all(super::closes::half_sent(
-                &self.conns,
-                r,
-                ServerFault::HalfResentClientLeft,
-            ));
-        }
-        if let Some(st) = c
-            .release_reply_wait()
-            .and_then(|r| super::stream_reply::unblock_reply(&mut self.conns, r, true))
-        {
-            self.resume.push(st);
-        }
-        // Its transaction's, push and blocked requests' connections end
-        // with it.
-        self.close_all(super::closes::retire(c.take_own_conns()));
-        let pool = c.pool();
-        crate::log_pverb!(
-            "client {} of pool '{}' closed ({})",
-            crate::net::peer_of(std::os::fd::AsRawFd::as_raw_fd(c.sock())),
-            self.pools[pool].cfg.name,
-            if error { "error" } else { "eof" }
-        );
-        if error {
-            self.stats.pool_add(pool, PoolField::ClientErr, 1);
-        } else {
-            self.stats.pool_add(pool, PoolField::ClientEof, 1);
-        }
-        let (reg, p) = (self.poll.registry(), &mut self.pools[pool]);
-        self.intake.client_left(&c, p, &self.stats, reg);
     }
 }
 

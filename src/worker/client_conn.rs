@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 
 #[path = "client_flow.rs"]
 mod flow;
+#[path = "client_left.rs"]
+mod left;
 #[path = "client_limit.rs"]
 mod limit;
 #[path = "client_write.rs"]

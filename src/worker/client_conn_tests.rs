@@ -3,8 +3,9 @@
 
 use super::*;
 
-/// A client on one end of a socket pair, and the other end.
-fn client_and_peer() -> (Client, mio::net::UnixStream) {
+/// A client on one end of a socket pair, and the other end (for the
+/// tests of `client_conn.rs`'s modules too).
+pub(super) fn client_and_peer() -> (Client, mio::net::UnixStream) {
     let (sock, peer) = mio::net::UnixStream::pair().expect("socket pair");
     let c = Client::new(
         Stream::Unix(sock),

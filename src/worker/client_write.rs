@@ -88,21 +88,12 @@ impl Client {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::Stream;
-    use crate::proto::redis::local::Session;
+    use crate::worker::client_conn::tests::client_and_peer;
     use std::io::Read;
-    use std::time::Instant;
-
-    fn client() -> (Client, mio::net::UnixStream) {
-        let (sock, peer) = mio::net::UnixStream::pair().expect("socket pair");
-        let session = Session::new(1, None, false);
-        let c = Client::new(Stream::Unix(sock), 1, 0, session, Instant::now());
-        (c, peer)
-    }
 
     #[test]
     fn what_the_socket_takes_is_written_and_the_client_stays() {
-        let (mut c, mut peer) = client();
+        let (mut c, mut peer) = client_and_peer();
         let mut bufs = BufPool::default();
         c.queue_output(b"+OK\r\n", &mut bufs);
         let f = c.flush(100, &mut bufs);
@@ -122,8 +113,8 @@ mod tests {
     }
 
     #[test]
-    fn output_left_over_the_limit_or_a_failed_socket_closes_the_client() {
-        let (mut c, peer) = client();
+    fn output_left_over_the_limit_or_a_failed_socket_closes_the_client_and_peer() {
+        let (mut c, peer) = client_and_peer();
         let mut bufs = BufPool::default();
         // More than the socket pair buffers, the peer reading nothing.
         let n = 8 << 20;
@@ -139,7 +130,7 @@ mod tests {
 
     #[test]
     fn once_written_a_client_is_read_again_closed_or_left() {
-        let (mut c, _peer) = client();
+        let (mut c, _peer) = client_and_peer();
         assert_eq!(c.after_write(4, 1024), AfterWrite::Stay, "open");
         // Paused by `client_max_inflight`, nothing in flight any more.
         c.end_pass(0, 0, true);

@@ -4,21 +4,24 @@
 //! or a channel held for itself ([`retire`]), a dedicated server
 //! connection done with ([`done`]), a server connection left holding half
 //! a streamed request ([`half_sent`]), a client over its output limit
-//! (`Close::OverLimit`, with its log line, [`OverLimitLine`]).
-//! `Worker::close_all` carries
-//! them out in order, each checked to be still there when its turn comes
-//! (an earlier close may have ended it, or freed its slot for another).
+//! (`Close::OverLimit`, with its log line, [`OverLimitLine`]), and the
+//! connections a closed client or server connection leaves
+//! ([`left_behind`], `Fallout::closes`). `Worker::close_all`
+//! (`closing.rs`) carries them out in order, each checked to be still
+//! there when its turn comes (an earlier close may have ended it, or
+//! freed its slot for another).
 
-use super::conn::{ClientRef, Conn, ConnTable, ServerRef};
+use super::conn::{ClientRef, ConnTable, ServerRef};
 use super::fault::ServerFault;
-use super::Worker;
 use mio::Token;
 use std::time::Instant;
 
 /// One connection to end.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Close {
-    /// A client, by token; `error` as `Worker::close_client` takes it.
+    /// A client, by token; `error`: counted and logged as closed for an
+    /// error, not at its end of input. Replies still coming from servers
+    /// for it are dropped as they arrive.
     Client { token: Token, error: bool },
     /// A client, only while it is still the one named.
     Named { client: ClientRef, error: bool },
@@ -32,6 +35,19 @@ pub(super) enum Close {
         bytes: usize,
         how: Kept,
     },
+    /// A subscriber whose server connection (to `server` of `pool`) was
+    /// lost: its subscriptions there are gone, so it is closed, as by a
+    /// Redis of its own that went away; only while it is still the one
+    /// named.
+    Unsubscribed {
+        client: ClientRef,
+        pool: usize,
+        server: usize,
+    },
+    /// The client whose transaction server connection `lost` was lost:
+    /// closed once its replies are written, if the transaction was still
+    /// on that connection (`Client::txn_lost`).
+    Pinned { token: Token, lost: ServerRef },
     /// A server connection, its requests failed for `fault` at `at`.
     Server {
         token: Token,
@@ -104,74 +120,32 @@ pub(super) fn half_sent(conns: &impl ConnTable, r: ServerRef, why: ServerFault) 
     })
 }
 
+/// The server connections a closed client leaves (`Client::left`), in
+/// order: the one holding half its streamed request and the one half
+/// resending it for a cluster redirect (`resent`), each while it is
+/// still there, then the ones it held alone. A client that held none
+/// leaves none, without allocating.
+pub(super) fn left_behind(
+    conns: &impl ConnTable,
+    streamed: Option<ServerRef>,
+    resent: Option<ServerRef>,
+    own: Vec<ServerRef>,
+) -> impl Iterator<Item = Close> {
+    let streamed = streamed.and_then(|r| half_sent(conns, r, ServerFault::HalfSentClientLeft));
+    let resent = resent.and_then(|r| half_sent(conns, r, ServerFault::HalfResentClientLeft));
+    streamed.into_iter().chain(resent).chain(retire(own))
+}
+
 /// The dedicated server connections `conns`, retired.
 pub(super) fn retire(conns: impl IntoIterator<Item = ServerRef>) -> impl Iterator<Item = Close> {
     conns.into_iter().map(Close::Retire)
-}
-
-impl Worker<'_> {
-    /// End the connections `closes` names, in order (off the data path:
-    /// a sweep's, an eviction's, a client's own connections as it goes).
-    #[cold]
-    #[inline(never)]
-    pub(super) fn close_all(&mut self, closes: impl IntoIterator<Item = Close>) {
-        for close in closes {
-            match close {
-                Close::Client { token, error } => self.close_client(token, error),
-                Close::Named { client, error } => {
-                    if self.conns.client_ref(client).is_some() {
-                        self.close_client(client.token, error);
-                    }
-                }
-                Close::Evict { token, len } => {
-                    if !self.out.evicting() {
-                        continue;
-                    }
-                    let (bytes, budget) = self.out.figures();
-                    crate::log_notice!(
-                        "{bytes} bytes of replies buffered, over buffer_budget {budget}: closing the client holding {len} of them"
-                    );
-                    self.close_client(token, true);
-                }
-                Close::OverLimit { token, bytes, how } => {
-                    let Some(c) = self.conns.client(token.0) else {
-                        continue;
-                    };
-                    let p = &self.pools[c.pool()];
-                    let line = OverLimitLine {
-                        pool: &p.cfg.name,
-                        bytes,
-                        how,
-                        limit: self.ctl.output_limit(p),
-                    };
-                    crate::log_notice!("{line}");
-                    self.close_client(token, true);
-                }
-                Close::Server { token, fault, at } => self.close_server(token, fault, at),
-                Close::Retire(r) => {
-                    if self.conns.server_ref(r).is_none() {
-                        continue;
-                    }
-                    let Conn::Server(mut s) = self.conns.remove(r.token.0) else {
-                        continue;
-                    };
-                    let _ = self.poll.registry().deregister(s.sock_mut());
-                    self.pools[s.pool()].conn_closed(r.token, &mut s, &self.stats);
-                }
-                Close::HalfSent { token, why } => {
-                    crate::log_info!("closing a server connection holding half a request: {why}");
-                    self.close_server(token, why, Instant::now());
-                }
-            }
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::net::Stream;
-    use crate::worker::conn::{Client, Server};
+    use crate::worker::conn::{Client, Conn, Server};
 
     /// A table of one server connection (id 7) and one client, with the
     /// peers of their sockets kept open.
@@ -240,5 +214,31 @@ mod tests {
         assert_eq!(half_sent(&conns, client, why.clone()), None, "a client");
         let empty = ServerRef::new(Token(c + 1), 7);
         assert_eq!(half_sent(&conns, empty, why), None, "an empty slot");
+    }
+
+    #[test]
+    fn a_closed_client_leaves_its_half_sent_connection_then_its_own() {
+        let (conns, s, c, _peers) = table();
+        let r = ServerRef::new(Token(s), 7);
+        let own = ServerRef::new(Token(9), 9);
+        let left: Vec<_> = left_behind(&conns, Some(r), None, vec![own]).collect();
+        let why = ServerFault::HalfSentClientLeft;
+        let half = Close::HalfSent {
+            token: Token(s),
+            why,
+        };
+        assert_eq!(left, vec![half, Close::Retire(own)]);
+        let gone = ServerRef::new(Token(c), 7);
+        let left: Vec<_> = left_behind(&conns, None, Some(gone), Vec::new()).collect();
+        assert_eq!(left, vec![], "one no longer there is not closed");
+        let why = ServerFault::HalfResentClientLeft;
+        let resent = left_behind(&conns, None, Some(r), Vec::new());
+        assert_eq!(
+            resent.collect::<Vec<_>>(),
+            vec![Close::HalfSent {
+                token: Token(s),
+                why
+            }]
+        );
     }
 }

@@ -413,7 +413,7 @@ pub struct Inflight {
 
 impl Inflight {
     /// What this request, lost with its server connection (`fault`),
-    /// leads to; the worker carries it out (`Worker::close_server`).
+    /// leads to; the worker carries it out (`Worker::close_all`).
     pub fn lost(&self, fault: &super::fault::ServerFault, proto: crate::proto::Protocol) -> Lost {
         match self.waiter {
             Waiter::Client {

@@ -14,6 +14,7 @@ mod buffer;
 mod client;
 mod client_conn;
 mod closes;
+mod closing;
 mod cluster;
 mod cluster_map;
 mod cluster_stream;
@@ -407,7 +408,13 @@ impl<'a> Worker<'a> {
             Some(Conn::Server(_)) => {
                 if writable {
                     match self.conns.server_mut(token.0).map(|s| s.writable()) {
-                        Some(Writable::Failed(fault)) => self.close_server(token, fault, now),
+                        Some(Writable::Failed(fault)) => {
+                            self.close_all(Some(closes::Close::Server {
+                                token,
+                                fault,
+                                at: now,
+                            }))
+                        }
                         Some(w) => {
                             if let Writable::Connected { pool, server } = w {
                                 crate::log_debug!(

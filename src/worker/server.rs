@@ -2,14 +2,14 @@
 //! batched writes, reads, failures and ejection (replies are matched to
 //! their requests in `server_reply.rs`).
 
+use super::closes::Close;
 use super::cluster_stream::{feed, Fed};
-use super::conn::{ClientRef, Conn, ConnTable, Lost, Open, RepStream, Server, ServerRef, Waiter};
+use super::conn::{ClientRef, Conn, ConnTable, Open, RepStream, Server, ServerRef, Waiter};
 use super::fault::{IoFault, ServerFault};
 use super::pool::PoolRt;
-use super::pull::Step;
 use super::{Worker, READ_BUDGET, READ_CHUNK};
 use crate::stats::shm::StatsSlot;
-use crate::stats::{PoolField, WorkerField};
+use crate::stats::WorkerField;
 use mio::{Interest, Token};
 use slab::Slab;
 use std::io::{ErrorKind, Write};
@@ -86,7 +86,11 @@ impl Worker<'_> {
             match write_queued(&mut self.conns, &self.stats, token) {
                 Wrote::Idle => {}
                 Wrote::Failed(fault) => {
-                    self.close_server(token, fault, now);
+                    self.close_all(Some(Close::Server {
+                        token,
+                        fault,
+                        at: now,
+                    }));
                     return;
                 }
                 Wrote::Written(resume) => self.resume.extend(resume),
@@ -129,7 +133,12 @@ impl Worker<'_> {
             match s.read_in(READ_CHUNK) {
                 Ok((0, _)) => {
                     self.process_replies(token, now);
-                    self.close_server(token, ServerFault::Closed, now);
+                    let fault = ServerFault::Closed;
+                    self.close_all(Some(Close::Server {
+                        token,
+                        fault,
+                        at: now,
+                    }));
                     return;
                 }
                 Ok((n, short)) => {
@@ -142,7 +151,12 @@ impl Worker<'_> {
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    self.close_server(token, ServerFault::Socket(IoFault::from(&e)), now);
+                    let fault = ServerFault::Socket(IoFault::from(&e));
+                    self.close_all(Some(Close::Server {
+                        token,
+                        fault,
+                        at: now,
+                    }));
                     return;
                 }
             }
@@ -161,85 +175,6 @@ impl Worker<'_> {
         if let Some(s) = self.conns.server_mut(token.0) {
             if let Some(at) = s.mark_after_read(self.pools[s.pool()].proto, got, now) {
                 self.read_deadlines.push(at, (token, s.id()));
-            }
-        }
-    }
-
-    /// Close a server connection for `fault`; every request waiting on it
-    /// gets its error reply. Only a fault of the server's counts towards
-    /// its backoff and ejection (not a connection this side gave up on).
-    pub(super) fn close_server(&mut self, token: Token, fault: ServerFault, now: Instant) {
-        let Some(_) = self.conns.server(token.0) else {
-            return;
-        };
-        let Conn::Server(mut s) = self.conns.remove(token.0) else {
-            return;
-        };
-        let _ = self.poll.registry().deregister(s.sock_mut());
-        let (pool, server) = (s.pool(), s.server());
-        let left = fallout(&mut self.conns, token, &mut s);
-        self.resume.extend(left.resume);
-        self.pools[s.pool()].conn_closed(token, &mut s, &self.stats);
-        if let Some(sub) = left.subscriber {
-            if self.conns.client_ref(sub).is_some() {
-                crate::log_info!(
-                    "pool '{}': server '{}' lost under a subscriber: closing it",
-                    self.pools[pool].cfg.name,
-                    self.pools[pool].servers[server].name
-                );
-                self.close_client(sub.token, true);
-            }
-        }
-        self.pools[pool].connection_ended(
-            pool,
-            server,
-            &fault,
-            s.inflight().len(),
-            now,
-            &self.stats,
-        );
-        let proto = self.pools[pool].proto;
-        for f in s.take_inflight() {
-            match f.lost(&fault, proto) {
-                Lost::Nothing => {}
-                Lost::SlotMap => self.pools[pool].cluster_map_failed(),
-                Lost::Pull {
-                    token: ct,
-                    id,
-                    idx,
-                    part,
-                } => {
-                    let step = (self.conns.client_mut(ct.0))
-                        .map_or(Step::Wait, |c| c.pull_reply(id, idx, part, None));
-                    self.run_held(ct, step, now);
-                }
-                Lost::Warm { idx } => {
-                    let copy = self.warms.reply(idx as usize, None);
-                    self.send_copy(copy, None, now);
-                }
-                Lost::Fail { to, reply } => {
-                    self.stats.pool_add(pool, PoolField::ForwardError, 1);
-                    self.fragment_done(to, reply, true, true);
-                }
-            }
-        }
-        if let Some(client) = left.half_answered {
-            if self.conns.client_ref(client).is_some() {
-                self.close_client(client.token, true);
-            }
-        }
-        // A transaction's connection: its client goes (`Client::txn_lost`).
-        if let Some(ct) = left.pinned.filter(|ct| {
-            self.conns
-                .client_mut(ct.0)
-                .is_some_and(|c| c.txn_lost(left.lost))
-        }) {
-            crate::log_info!(
-                "pool '{}': a transaction's server connection was lost: closing its client",
-                self.pools[s.pool()].cfg.name
-            );
-            if self.conns.client(ct.0).is_some_and(|c| c.finished()) {
-                self.close_client(ct, false)
             }
         }
     }
@@ -315,13 +250,13 @@ impl PoolRt {
 /// Who a server connection leaves behind when it closes, besides the
 /// requests it carried (each of those is its `Inflight::lost`'s).
 #[derive(Debug, PartialEq, Eq)]
-struct Fallout {
+pub(super) struct Fallout {
     /// The connection, by token and id.
     lost: ServerRef,
     /// The client whose large request streamed to it, to read on (it was
     /// paused for it): the rest of its request is dropped as it arrives,
     /// and its reply is the connection's error.
-    resume: Option<Token>,
+    pub resume: Option<Token>,
     /// The subscriber it pushed to: its subscriptions there are gone, so
     /// it is closed, as by a Redis of its own that went away.
     subscriber: Option<ClientRef>,
@@ -338,7 +273,7 @@ struct Fallout {
 /// a request to it hears that it is lost, `ReqStream::server_lost`), and
 /// who else it served is named for the loop to deal with in turn, each
 /// checked to be still there when its turn comes.
-fn fallout(conns: &mut Slab<Conn>, st: Token, s: &mut Server) -> Fallout {
+pub(super) fn fallout(conns: &mut Slab<Conn>, st: Token, s: &mut Server) -> Fallout {
     let lost = ServerRef::new(st, s.id());
     let resume = s.set_stream(None).and_then(|ss| {
         let c = conns
@@ -352,6 +287,30 @@ fn fallout(conns: &mut Slab<Conn>, st: Token, s: &mut Server) -> Fallout {
         subscriber: s.push_to(),
         half_answered: s.set_rstream(None).and_then(RepStream::half_answered),
         pinned: s.pinned(),
+    }
+}
+
+impl Fallout {
+    /// The clients it leaves to close, once each of its requests is
+    /// answered as its `Inflight::lost` says, in order: the subscriber,
+    /// the half-answered client, the client of its transaction
+    /// (`server` of `pool`: the connection's).
+    pub(super) fn closes(self, pool: usize, server: usize) -> impl Iterator<Item = Close> {
+        let lost = self.lost;
+        [
+            (self.subscriber).map(|client| Close::Unsubscribed {
+                client,
+                pool,
+                server,
+            }),
+            (self.half_answered).map(|client| Close::Named {
+                client,
+                error: true,
+            }),
+            (self.pinned).map(|token| Close::Pinned { token, lost }),
+        ]
+        .into_iter()
+        .flatten()
     }
 }
 
@@ -524,6 +483,34 @@ mod tests {
         let mut s = server(true);
         s.pin(Some(Token(3)));
         assert_eq!(fallout(&mut conns, Token(4), &mut s).pinned, Some(Token(3)));
+    }
+
+    #[test]
+    fn the_clients_a_lost_connection_served_close_after_it_in_order() {
+        let mut conns = Slab::new();
+        let mut s = server(false);
+        let none = fallout(&mut conns, Token(4), &mut s).closes(0, 1);
+        assert_eq!(none.count(), 0, "a plain connection: none");
+        let mut s = server(true);
+        s.subscribe_for(Token(2), 20);
+        s.pin(Some(Token(3)));
+        let lost = ServerRef::new(Token(4), s.id());
+        let closes: Vec<_> = fallout(&mut conns, Token(4), &mut s).closes(0, 1).collect();
+        let client = ClientRef::new(Token(2), 20);
+        assert_eq!(
+            closes,
+            vec![
+                Close::Unsubscribed {
+                    client,
+                    pool: 0,
+                    server: 1
+                },
+                Close::Pinned {
+                    token: Token(3),
+                    lost
+                },
+            ]
+        );
     }
 
     #[test]

@@ -67,7 +67,11 @@ impl Worker<'_> {
                 self.pools[pool].servers[server].name,
                 fault.detail()
             );
-            self.close_server(token, fault, now);
+            self.close_all(Some(super::closes::Close::Server {
+                token,
+                fault,
+                at: now,
+            }));
             return;
         }
         if batch.streamed {

@@ -256,7 +256,11 @@ impl Worker<'_> {
                         self.pools[pool].servers[server].name,
                         fault.detail()
                     );
-                    self.close_server(st, fault, now);
+                    self.close_all(Some(super::closes::Close::Server {
+                        token: st,
+                        fault,
+                        at: now,
+                    }));
                     return false;
                 }
             };

@@ -81,7 +81,13 @@ impl Worker<'_> {
                     }
                 }
                 Upkeep::Arm { at, token, id } => self.timers.arm(at, token, id),
-                Upkeep::Close { token, fault } => self.close_server(token, fault, now),
+                Upkeep::Close { token, fault } => {
+                    self.close_all(Some(super::closes::Close::Server {
+                        token,
+                        fault,
+                        at: now,
+                    }))
+                }
                 Upkeep::Retire(token) => {
                     if (self.conns.server_mut(token.0)).is_some_and(Server::retire_when_answered) {
                         self.close_all(super::closes::done(&self.conns, token));
