@@ -6,7 +6,7 @@
 //! moved keys from). Given a parsed request, [`PoolRoute::plan`] says what
 //! happens to it: where it goes, what rides along, what comes first. It
 //! never touches a socket; the worker carries plans out (`worker/client.rs`
-//! `dispatch_routed`, `worker/forward.rs` `forward_single`) and keeps the
+//! `dispatch_routed`, `worker/forward.rs` `Worker::forward`) and keeps the
 //! run-time state the leaves read (rings, slot map, replicas that are up).
 //!
 //! So a shadow of a zone pool, or a migrating pool behind Sentinel reads,

@@ -357,7 +357,7 @@ impl Worker<'_> {
             let copy = self.pools[at.pool].zone_copy(at.pool, &req, bytes);
             self.send_copy(Some(copy), Some((&req, bytes)), now);
         }
-        self.forward_single(at, &plan, &req, bytes, owner, now);
+        self.forward(at, &plan, &req, bytes, owner, now);
     }
 
     /// Queue request bytes on a server connection (written by a closure,

@@ -53,7 +53,7 @@ impl Worker<'_> {
     /// server that owns its key, its slot owner, a replica, its zones; a
     /// multi-key one as its pool splits it (`PoolRt::split_send`), or as
     /// a single-key one when its keys are on one server.
-    pub(super) fn forward_single(
+    pub(super) fn forward(
         &mut self,
         at: Origin,
         plan: &Plan,

@@ -258,7 +258,7 @@ pub struct Worker<'a> {
     graceful_timeout: Duration,
     /// The request being dispatched ends what its client sent so far: a
     /// large one may then be written to its server at once, as no request
-    /// of this client follows to share the write (see `forward_single`).
+    /// of this client follows to share the write (see `Worker::forward`).
     /// False outside a dispatch from the client's input.
     ends_input: bool,
     /// Latencies, the slow log and the hot-key sample (`latency.rs`).
